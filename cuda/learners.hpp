@@ -1,0 +1,74 @@
+// The auxiliary learners of SPEC §5.5 on the GPU, each a self-contained module that owns its
+// scratch memory (allocated at construction, never during capture) and enqueues its whole
+// forward, loss, backward and Adam step on one lane. The aux child (cuda_backend) calls them
+// inside stream capture: enqueue() must not synchronise, allocate, or use atomics on gradient
+// or reduction paths.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "config.hpp"
+#include "layout.hpp"
+
+namespace fh::cuda {
+
+// One stream with its own cuBLAS handle and workspace (bound to each other by the owner).
+struct Lane {
+    cudaStream_t stream;
+    cublasHandle_t blas;
+};
+
+// Device pointers valid for the whole step, written by earlier children.
+struct StepInputs {
+    const float *x;         // [B, D] x~ = [obs, g~] (after HER): the attention tokens are
+                            // x[:, 0:O] cut into O/td chunks, the goal token x[:, O:D]
+    const float *xn;        // [B, D] x~'
+    const float *r;         // [B] r~
+    const float *done;      // [B] d~ as 0/1
+    const float *qbar_sa;   // [B] Qbar_sa from ddqn
+    const uint64_t *step;   // device counter: steps completed before this one (Adam t = step+1)
+};
+
+// Adam hyper-parameters shared by the learners (lr = lr_aux).
+struct AdamHyper { float lr, beta1, beta2, eps; };
+
+// IQL high and low expectile value nets (Kostrikov et al. 2021), both in one buffer
+// [hi | lo] of identical layouts (layout.iql), run as one grouped/batched GEMM per layer.
+// Each class may add private members (pimpl or fields); the public interface is fixed.
+class IqlLearner {
+public:
+    IqlLearner(const Dims &d, const fh_config &c, const Layout &L, float *params, float *m,
+               float *v);
+    ~IqlLearner();
+    // Writes v_hi, v_lo [B] (before the update), omega [B] and loss[2] (hi, lo) in device memory.
+    void enqueue(const Lane &lane, const StepInputs &in, float *v_hi, float *v_lo, float *omega,
+                 float *loss);
+    size_t bytes() const;
+    int gemm_mode() const;  // the fh_iql_gemm actually used
+};
+
+// IQN (Dabney et al. 2018): online params/m/v and the target (already EMA-updated this step).
+class IqnLearner {
+public:
+    IqnLearner(const Dims &d, const fh_config &c, const Layout &L, float *params, float *target,
+               float *m, float *v);
+    ~IqnLearner();
+    // Writes z_mean [B] = mean_n Z(x~, tau_n) before the update, and loss[1].
+    void enqueue(const Lane &lane, const StepInputs &in, float *z_mean, float *loss);
+    size_t bytes() const;
+};
+
+// Attention reward model (SPEC §4), MSE to r~.
+class AttentionLearner {
+public:
+    AttentionLearner(const Dims &d, const fh_config &c, const Layout &L, float *params, float *m,
+                     float *v);
+    ~AttentionLearner();
+    void enqueue(const Lane &lane, const StepInputs &in, float *loss);
+    size_t bytes() const;
+};
+
+}  // namespace fh::cuda

@@ -1,0 +1,421 @@
+/**
+ * @file foxhunt.h
+ * @brief C ABI of libfoxhunt: one training step of a branching double-DQN agent with HER,
+ *        spectral normalisation and auxiliary learners, on the CPU or as CUDA graphs.
+ *
+ * The math of the step is the foxhunt specification, SPEC.md (version named in docs/design.md).
+ * Section numbers below (SPEC §n) refer to it.
+ *
+ * How to use it
+ * -------------
+ * @code
+ *   fh_config cfg;
+ *   fh_config_init(&cfg);               // SPEC §1 defaults
+ *   cfg.batch_size = 256;
+ *   fh_pipeline *p = NULL;
+ *   if (fh_pipeline_create(&cfg, &p) != FH_OK) { puts(fh_last_error_message()); return 1; }
+ *   fh_batch b = FH_BATCH_INIT;         // point its fields at your host arrays
+ *   ...
+ *   fh_pipeline_upload(p, &b);          // copies, validates; the arrays are yours again
+ *   fh_pipeline_step(p);                // one training step (SPEC §5)
+ *   fh_metrics m; m.struct_size = sizeof m;
+ *   fh_pipeline_metrics(p, &m);
+ *   fh_pipeline_destroy(p);
+ * @endcode
+ *
+ * Conventions
+ * -----------
+ * - Every function returns an ::fh_status. On failure, fh_last_error_message() (thread-local)
+ *   names the argument, index and value at fault, and no state has changed: the pipeline stays
+ *   usable exactly as it was. Nothing aborts, prints, or throws across this boundary.
+ * - Tensors are float32, row-major, host memory. `[B, n]` is B rows of n floats.
+ * - The caller owns every buffer it passes; the library copies what it needs before returning
+ *   and keeps no caller pointer.
+ * - Structs that may grow begin with `struct_size`; set it to `sizeof` the struct (the
+ *   initialisers do). A pipeline is not thread-safe: call it from one thread at a time.
+ */
+#ifndef FOXHUNT_H
+#define FOXHUNT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define FH_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define FH_API __attribute__((visibility("default")))
+#else
+#define FH_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** @name Version
+ *  Semantic version of the library; fh_version() returns the same at run time. @{ */
+#define FOXHUNT_VERSION_MAJOR 0
+#define FOXHUNT_VERSION_MINOR 1
+#define FOXHUNT_VERSION_PATCH 0
+/** Packed version: major * 10000 + minor * 100 + patch. */
+#define FOXHUNT_VERSION_NUMBER \
+    (FOXHUNT_VERSION_MAJOR * 10000 + FOXHUNT_VERSION_MINOR * 100 + FOXHUNT_VERSION_PATCH)
+/** @} */
+
+/** Status of every call. 0 is success; the values are stable across versions. */
+typedef enum fh_status {
+    FH_OK = 0,
+    FH_ERR_NULL_POINTER = 1,       /**< a required pointer argument (or batch tensor) was NULL */
+    FH_ERR_STRUCT_SIZE = 2,        /**< struct_size does not match any size this library knows */
+    FH_ERR_BAD_DIMENSION = 3,      /**< a config dimension is zero or absurdly large */
+    FH_ERR_INDIVISIBLE = 4,        /**< obs_dim is not a multiple of attn_token_dim, or
+                                        attn_d_model not a multiple of attn_heads */
+    FH_ERR_BAD_VALUE = 5,          /**< a config scalar is out of its range (e.g. gamma > 1) */
+    FH_ERR_NON_FINITE = 6,         /**< a float in the input is NaN or infinite */
+    FH_ERR_OUT_OF_RANGE = 7,       /**< an action, regime or done flag is out of range */
+    FH_ERR_NO_BATCH = 8,           /**< step called before any batch was uploaded */
+    FH_ERR_UNKNOWN_NAME = 9,       /**< no tensor has that name */
+    FH_ERR_BUFFER_SIZE = 10,       /**< a buffer's element count does not match the tensor */
+    FH_ERR_IO = 11,                /**< a file could not be opened, read or written */
+    FH_ERR_CHECKPOINT_TRUNCATED = 12, /**< the checkpoint file ends early */
+    FH_ERR_CHECKPOINT_CORRUPT = 13,   /**< bad magic, version or checksum */
+    FH_ERR_CHECKPOINT_CONFIG = 14,    /**< the checkpoint was written by a different config */
+    FH_ERR_NO_CUDA = 15,           /**< CUDA was requested but this build or machine has none */
+    FH_ERR_CUDA = 16,              /**< a CUDA or cuBLAS call failed (message names it) */
+    FH_ERR_OUT_OF_MEMORY = 17,     /**< host or device allocation failed */
+    FH_ERR_INTERNAL = 18           /**< a bug in foxhunt; please report the message */
+} fh_status;
+
+/** Static English name of a status ("FH_ERR_NON_FINITE: ..."); never NULL. */
+FH_API const char *fh_status_string(fh_status status);
+
+/** Message of the last failed call on this thread (empty string after a success); never NULL.
+ *  Valid until the next foxhunt call on the same thread. */
+FH_API const char *fh_last_error_message(void);
+
+/** Run-time version, FOXHUNT_VERSION_NUMBER of the library actually loaded. */
+FH_API uint32_t fh_version(void);
+
+/** Which executor runs the step. */
+typedef enum fh_backend {
+    FH_BACKEND_AUTO = 0, /**< CUDA when this build has it and a device exists, else CPU */
+    FH_BACKEND_CPU = 1,  /**< the CPU reference (OpenBLAS GEMMs) */
+    FH_BACKEND_CUDA = 2  /**< CUDA graphs; fails with FH_ERR_NO_CUDA where unavailable */
+} fh_backend;
+
+/** How the CUDA executor places its lanes (ignored by the CPU backend). */
+typedef enum fh_exec_mode {
+    FH_EXEC_MULTI_STREAM = 0,  /**< each lane on its own stream (default) */
+    FH_EXEC_SINGLE_STREAM = 1  /**< every lane on one stream: the seed design's "before" */
+} fh_exec_mode;
+
+/** Float32 GEMM precision of the CUDA executor (the CPU backend is always strict). */
+typedef enum fh_math_mode {
+    FH_MATH_TF32 = 0,   /**< TF32 tensor cores (default) */
+    FH_MATH_STRICT = 1  /**< IEEE float32 */
+} fh_math_mode;
+
+/** How the two IQL value nets share their GEMMs on CUDA. */
+typedef enum fh_iql_gemm {
+    FH_IQL_GEMM_AUTO = 0,       /**< fastest available */
+    FH_IQL_GEMM_GROUPED = 1,    /**< cublasGemmGroupedBatchedEx */
+    FH_IQL_GEMM_BATCHED = 2,    /**< cublasGemmStridedBatchedEx over stacked weights */
+    FH_IQL_GEMM_SEQUENTIAL = 3  /**< two plain GEMMs per layer */
+} fh_iql_gemm;
+
+/** HER relabelled reward (SPEC §1 her_reward). */
+typedef enum fh_her_reward {
+    FH_HER_REWARD_SPARSE = 0, /**< r = 0 if ||ag' - g||_2 <= eps else -1 */
+    FH_HER_REWARD_DENSE = 1   /**< r = -||ag' - g||_2 */
+} fh_her_reward;
+
+/** Bits of fh_config::sn_layers: trunk layers under spectral normalisation (SPEC §5.2). */
+#define FH_SN_W1 1u
+#define FH_SN_W2 2u
+
+/** Most regimes a config may have (num_regimes). */
+#define FH_MAX_REGIMES 64
+
+/**
+ * Pipeline configuration, SPEC §1. Fill with fh_config_init(), then change fields.
+ * Dimensions are counts of float32 elements; learning rates are per Adam step.
+ */
+typedef struct fh_config {
+    size_t struct_size;        /**< sizeof(fh_config) */
+    int32_t backend;           /**< ::fh_backend */
+    int32_t device;            /**< CUDA device ordinal */
+    int32_t exec_mode;         /**< ::fh_exec_mode */
+    int32_t math_mode;         /**< ::fh_math_mode */
+    int32_t iql_gemm;          /**< ::fh_iql_gemm */
+    uint32_t workspace_mib;    /**< cuBLAS workspace per lane, MiB (default 32) */
+
+    uint32_t batch_size;       /**< B, transitions per step (16384) */
+    uint32_t obs_dim;          /**< O (124) */
+    uint32_t goal_dim;         /**< G (4); 0 disables HER and the goal token */
+    uint32_t num_branches;     /**< NB action branches (4) */
+    uint32_t actions_per_branch; /**< A sub-actions per branch (8) */
+    uint32_t trunk_hidden;     /**< H (256) */
+    uint32_t branch_hidden;    /**< HB (128) */
+    float q_clip;              /**< branch outputs clamped to [-q_clip, q_clip] (100) */
+    float gamma;               /**< discount, in [0, 1] (0.99) */
+    float huber_kappa;         /**< Huber threshold of TD and IQN losses, > 0 (1.0) */
+
+    float her_ratio;           /**< relabel probability, in [0, 1] (0.8) */
+    float her_epsilon;         /**< success radius, >= 0 (0.05) */
+    int32_t her_reward;        /**< ::fh_her_reward (sparse) */
+    int32_t her_terminal_on_success; /**< 0 or 1 (1) */
+    uint32_t sn_layers;        /**< FH_SN_W1 | FH_SN_W2 bits (FH_SN_W2) */
+
+    uint32_t iql_hidden;       /**< IQL value-net width (128) */
+    float iql_tau_hi;          /**< expectile of the "high" IQL net, in (0, 1) (0.9) */
+    float iql_tau_lo;          /**< expectile of the "low" IQL net, in (0, 1) (0.1) */
+    float awr_beta;            /**< advantage-weight temperature (3.0) */
+    float awr_max;             /**< advantage-weight cap (100) */
+
+    uint32_t iqn_hidden;       /**< IQN embedding width Hq (128) */
+    uint32_t iqn_cos;          /**< cosine features (64) */
+    uint32_t iqn_n;            /**< online quantile samples N (8) */
+    uint32_t iqn_n_target;     /**< target quantile samples N' (8) */
+
+    uint32_t attn_token_dim;   /**< floats per obs token; must divide obs_dim (4) */
+    uint32_t attn_d_model;     /**< attention width d (64) */
+    uint32_t attn_heads;       /**< heads; must divide attn_d_model (4) */
+    uint32_t attn_head_hidden; /**< reward-head hidden width (64) */
+
+    float cql_alpha;           /**< CQL weight, >= 0; 0 disables (0.1) */
+    uint32_t num_regimes;      /**< R in [1, FH_MAX_REGIMES]; 1 disables regime scaling (4) */
+    float regime_beta;         /**< regime-scale EMA rate, in [0, 1) (0.99) */
+    float regime_min;          /**< lower clamp of the scale, > 0 (0.25) */
+    float regime_max;          /**< upper clamp, >= regime_min (4.0) */
+
+    float ema_tau;             /**< Polyak rate of target nets, in [0, 1] (0.005) */
+    float lr_q;                /**< Adam learning rate of the Q net (3e-4) */
+    float lr_aux;              /**< Adam learning rate of IQL, IQN, attention (3e-4) */
+    float adam_beta1;          /**< in [0, 1) (0.9) */
+    float adam_beta2;          /**< in [0, 1) (0.999) */
+    float adam_eps;            /**< > 0 (1e-8) */
+    float clip_norm;           /**< global-norm clip of the Q-net gradient, > 0 (10) */
+    uint64_t seed;             /**< all randomness derives from it (0) */
+} fh_config;
+
+/** Fill @p config with SPEC §1's defaults and struct_size. FH_ERR_NULL_POINTER if NULL. */
+FH_API fh_status fh_config_init(fh_config *config);
+
+/**
+ * One step's input, SPEC §2: host arrays of batch_size rows. Optional tensors may be NULL:
+ * goal, next_achieved_goal and her_goal when goal_dim = 0 (required otherwise), and regime
+ * (then every transition is regime 0).
+ */
+typedef struct fh_batch {
+    size_t struct_size;                /**< sizeof(fh_batch) */
+    uint32_t batch_size;               /**< rows; must equal the config's batch_size */
+    const float *obs;                  /**< [B, O] state s */
+    const float *goal;                 /**< [B, G] desired goal g */
+    const int32_t *action;             /**< [B, NB], each in [0, A) */
+    const float *reward;               /**< [B] environment reward */
+    const uint8_t *done;               /**< [B], 0 or 1: s' terminal */
+    const float *next_obs;             /**< [B, O] s' */
+    const float *next_achieved_goal;   /**< [B, G] ag', achieved goal at s' */
+    const float *her_goal;             /**< [B, G] a future achieved goal of the episode */
+    const int32_t *regime;             /**< [B] in [0, R), or NULL */
+} fh_batch;
+
+/** Static initialiser of ::fh_batch: struct_size set, everything else zero. */
+#define FH_BATCH_INIT {sizeof(fh_batch), 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL}
+
+/**
+ * Metrics of the last completed step, SPEC §6. Losses are the values whose gradients that step
+ * applied. A learner the config disables reports 0.
+ */
+typedef struct fh_metrics {
+    size_t struct_size;        /**< sizeof(fh_metrics) */
+    uint64_t step;             /**< steps completed */
+    float td_loss;             /**< L_td, SPEC §5.4 (regime-weighted Huber) */
+    float q_mean;              /**< mean of the online q_b(x~_i)[a_ib] before the update */
+    float cql_loss;            /**< L_cql, SPEC §5.5 step 5 */
+    float iql_loss_hi;         /**< expectile loss of V_hi, SPEC §5.5 step 2 */
+    float iql_loss_lo;         /**< expectile loss of V_lo */
+    float iqn_loss;            /**< quantile Huber loss, SPEC §5.5 step 3 */
+    float attn_loss;           /**< attention reward MSE, SPEC §5.5 step 4 */
+    float conf_loss;           /**< confidence loss L_conf, SPEC §5.5 step 7 */
+    float grad_norm;           /**< global L2 norm of the Q-net gradient before clipping */
+    float sigma[2];            /**< spectral sigma of W1, W2 (0 if that layer has no SN) */
+    float sigma_target[2];     /**< the same for the target net */
+    float ensemble_std;        /**< mean_i sqrt(s^2_i), SPEC §5.5 step 6 */
+    uint32_t num_relabelled;   /**< transitions whose goal HER relabelled */
+    uint32_t num_regimes;      /**< R: entries of regime_scale that are set */
+    float regime_scale[FH_MAX_REGIMES]; /**< rho_k after this step's update */
+} fh_metrics;
+
+/**
+ * Milliseconds of the last completed step per child graph (SPEC §5) and per aux learner.
+ * On CUDA these come from event-record nodes inside the graph; on the CPU from a steady clock.
+ */
+typedef struct fh_timings {
+    size_t struct_size; /**< sizeof(fh_timings) */
+    float her_ms, spectral_ms, ddqn_ms, forward_ms, aux_ms, adam_ms;
+    float total_ms;     /**< first child's start to last child's end */
+    float aux_ema_ms;   /**< aux main lane: EMA of the target nets */
+    float aux_iql_ms;   /**< aux main lane: both IQL trainers */
+    float aux_iqn_ms;   /**< aux IQN lane */
+    float aux_attn_ms;  /**< aux attention lane */
+    float aux_tail_ms;  /**< after the join: CQL, ensemble, confidence, regime scale */
+} fh_timings;
+
+/** Parameter groups of fh_tensor_info::group. */
+typedef enum fh_group {
+    FH_GROUP_Q = 0,        /**< online Q net (trunk, branches, confidence head) */
+    FH_GROUP_IQL_HI = 1,
+    FH_GROUP_IQL_LO = 2,
+    FH_GROUP_IQN = 3,
+    FH_GROUP_ATTN = 4,
+    FH_GROUP_Q_TARGET = 5,   /**< "target.q.*" */
+    FH_GROUP_IQN_TARGET = 6, /**< "target.iqn.*" */
+    FH_GROUP_STATE = 7,      /**< spectral vectors ("sn.u.W2"), regime state ("regime.s") */
+    FH_GROUP_OUTPUT = 8      /**< read-only step outputs: d_states, ensemble_mean, ... */
+} fh_group;
+
+/** Description of one named tensor. */
+typedef struct fh_tensor_info {
+    size_t struct_size; /**< sizeof(fh_tensor_info) */
+    const char *name;   /**< canonical name (SPEC §3), owned by the pipeline */
+    uint32_t rows;      /**< 1 for vectors */
+    uint32_t cols;
+    int32_t group;      /**< ::fh_group */
+    int32_t writable;   /**< 1 if fh_pipeline_write_tensor accepts it */
+} fh_tensor_info;
+
+/** Memory a pipeline holds, in bytes, by category. */
+typedef struct fh_memory_report {
+    size_t struct_size;        /**< sizeof(fh_memory_report) */
+    uint64_t parameters;       /**< parameters, targets, gradients, Adam moments */
+    uint64_t activations;      /**< forward caches and intermediates */
+    uint64_t workspaces;       /**< cuBLAS workspaces, all lanes (0 on the CPU) */
+    uint64_t batch_staging;    /**< batch buffers (pinned host + device on CUDA) */
+    uint64_t total;
+} fh_memory_report;
+
+/** Opaque pipeline handle. */
+typedef struct fh_pipeline fh_pipeline;
+
+/**
+ * Create a pipeline: validate @p config, allocate, initialise parameters from the seed (SPEC §3)
+ * and, on CUDA, capture the step graph.
+ * @param config  filled by fh_config_init() and edited; copied.
+ * @param out     receives the handle (NULL on failure).
+ * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_STRUCT_SIZE; FH_ERR_BAD_DIMENSION;
+ *         FH_ERR_INDIVISIBLE; FH_ERR_BAD_VALUE; FH_ERR_NO_CUDA; FH_ERR_CUDA;
+ *         FH_ERR_OUT_OF_MEMORY.
+ */
+FH_API fh_status fh_pipeline_create(const fh_config *config, fh_pipeline **out);
+
+/** Destroy a pipeline; NULL is a no-op. */
+FH_API void fh_pipeline_destroy(fh_pipeline *pipeline);
+
+/** The backend actually in use (::fh_backend, never AUTO). FH_ERR_NULL_POINTER. */
+FH_API fh_status fh_pipeline_backend(const fh_pipeline *pipeline, int32_t *backend);
+
+/** A copy of the pipeline's config, with backend resolved. FH_ERR_NULL_POINTER,
+ *  FH_ERR_STRUCT_SIZE. */
+FH_API fh_status fh_pipeline_config(const fh_pipeline *pipeline, fh_config *config);
+
+/**
+ * Validate and copy one batch (SPEC §2, §8); the next fh_pipeline_step() trains on it, and so
+ * does every later step until the next upload. On CUDA the copy to the device is asynchronous
+ * and double-buffered: uploading batch t+1 overlaps step t.
+ * @return FH_OK; FH_ERR_NULL_POINTER (handle, batch, or a required tensor);
+ *         FH_ERR_STRUCT_SIZE; FH_ERR_BUFFER_SIZE (batch_size differs from the config);
+ *         FH_ERR_NON_FINITE; FH_ERR_OUT_OF_RANGE (action, regime or done).
+ *         A refused batch changes nothing: the previous batch stays current.
+ */
+FH_API fh_status fh_pipeline_upload(fh_pipeline *pipeline, const fh_batch *batch);
+
+/**
+ * Run one training step (SPEC §5) on the current batch. On CUDA this launches the captured
+ * graph and returns without waiting for it; reading metrics, timings or tensors waits.
+ * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_NO_BATCH; FH_ERR_CUDA.
+ */
+FH_API fh_status fh_pipeline_step(fh_pipeline *pipeline);
+
+/**
+ * Greedy / epsilon-greedy action of the online net (SPEC §7). Changes no training state
+ * except the act counter that seeds exploration.
+ * @param obs        [n, O]
+ * @param goal       [n, G], NULL when goal_dim = 0
+ * @param n          rows, >= 1
+ * @param epsilon    exploration probability in [0, 1]
+ * @param actions    out [n, NB] int32
+ * @param q_values   out [n, NB, A] clamped q, or NULL
+ * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_BUFFER_SIZE (n = 0); FH_ERR_BAD_VALUE (epsilon);
+ *         FH_ERR_NON_FINITE; FH_ERR_CUDA.
+ */
+FH_API fh_status fh_pipeline_act(fh_pipeline *pipeline, const float *obs, const float *goal,
+                                 uint32_t n, float epsilon, int32_t *actions, float *q_values);
+
+/** Metrics of the last completed step (all zero before the first). FH_ERR_NULL_POINTER,
+ *  FH_ERR_STRUCT_SIZE, FH_ERR_CUDA. */
+FH_API fh_status fh_pipeline_metrics(fh_pipeline *pipeline, fh_metrics *metrics);
+
+/** Timings of the last completed step (all zero before the first). FH_ERR_NULL_POINTER,
+ *  FH_ERR_STRUCT_SIZE, FH_ERR_CUDA. */
+FH_API fh_status fh_pipeline_timings(fh_pipeline *pipeline, fh_timings *timings);
+
+/** Number of named tensors (parameters, targets, state, outputs). FH_ERR_NULL_POINTER. */
+FH_API fh_status fh_pipeline_num_tensors(const fh_pipeline *pipeline, uint32_t *count);
+
+/** Describe tensor @p index in [0, count). FH_ERR_NULL_POINTER, FH_ERR_STRUCT_SIZE,
+ *  FH_ERR_OUT_OF_RANGE. */
+FH_API fh_status fh_pipeline_tensor_info(const fh_pipeline *pipeline, uint32_t index,
+                                         fh_tensor_info *info);
+
+/** Look a tensor up by name. FH_ERR_NULL_POINTER, FH_ERR_STRUCT_SIZE, FH_ERR_UNKNOWN_NAME. */
+FH_API fh_status fh_pipeline_find_tensor(const fh_pipeline *pipeline, const char *name,
+                                         fh_tensor_info *info);
+
+/**
+ * Copy tensor @p name into @p out, which holds @p count = rows * cols floats.
+ * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_UNKNOWN_NAME; FH_ERR_BUFFER_SIZE; FH_ERR_CUDA.
+ */
+FH_API fh_status fh_pipeline_read_tensor(fh_pipeline *pipeline, const char *name, float *out,
+                                         size_t count);
+
+/**
+ * Overwrite tensor @p name (a parameter, target or state tensor) from @p in of @p count floats.
+ * Adam moments are left as they are.
+ * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_UNKNOWN_NAME (or read-only output);
+ *         FH_ERR_BUFFER_SIZE; FH_ERR_NON_FINITE; FH_ERR_CUDA.
+ */
+FH_API fh_status fh_pipeline_write_tensor(fh_pipeline *pipeline, const char *name,
+                                          const float *in, size_t count);
+
+/**
+ * Save everything a continued run needs (parameters, targets, Adam moments, spectral vectors,
+ * regime state, step and act counters, the config) to @p path. A pipeline loaded from it
+ * continues bit-for-bit like this one.
+ * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_IO; FH_ERR_CUDA.
+ */
+FH_API fh_status fh_pipeline_save(fh_pipeline *pipeline, const char *path);
+
+/**
+ * Load a checkpoint written by fh_pipeline_save() from a pipeline of the same config (the
+ * backend, device and execution switches may differ). On any error nothing changes.
+ * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_IO; FH_ERR_CHECKPOINT_TRUNCATED;
+ *         FH_ERR_CHECKPOINT_CORRUPT; FH_ERR_CHECKPOINT_CONFIG; FH_ERR_CUDA.
+ */
+FH_API fh_status fh_pipeline_load(fh_pipeline *pipeline, const char *path);
+
+/** Bytes held by the pipeline, by category. FH_ERR_NULL_POINTER, FH_ERR_STRUCT_SIZE. */
+FH_API fh_status fh_pipeline_memory(const fh_pipeline *pipeline, fh_memory_report *report);
+
+/**
+ * Write the captured step graph as Graphviz dot (cudaGraphDebugDotPrint) to @p path.
+ * Also done at creation when the environment variable FOXHUNT_DUMP_GRAPH names a path.
+ * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_NO_CUDA (CPU backend); FH_ERR_CUDA.
+ */
+FH_API fh_status fh_pipeline_dump_graph(fh_pipeline *pipeline, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FOXHUNT_H */

@@ -1,0 +1,295 @@
+// The C ABI boundary: argument checks, the step and act counters, tensor names, checkpoints.
+// Every entry point runs its body through guard(), which turns any exception into a status and
+// the thread-local message; nothing escapes into the caller.
+#include <foxhunt.h>
+
+#include <cmath>
+#include <cstring>
+#include <new>
+
+#include "backend.hpp"
+#include "batch.hpp"
+#include "checkpoint.hpp"
+#include "config.hpp"
+#include "error.hpp"
+#include "layout.hpp"
+
+struct fh_pipeline {
+    fh_config config;
+    fh::Layout layout;
+    std::unique_ptr<fh::Backend> backend;
+    uint64_t step = 0;       // steps completed
+    uint64_t act_calls = 0;  // act calls completed
+    bool has_batch = false;
+};
+
+namespace {
+
+template <class F>
+fh_status guard(F &&body) {
+    try {
+        body();
+        fh::clear_last_error();
+        return FH_OK;
+    } catch (const fh::Error &e) {
+        fh::set_last_error(e.status, e.message);
+        return e.status;
+    } catch (const std::bad_alloc &) {
+        fh::set_last_error(FH_ERR_OUT_OF_MEMORY, "host allocation failed");
+        return FH_ERR_OUT_OF_MEMORY;
+    } catch (const std::exception &e) {
+        fh::set_last_error(FH_ERR_INTERNAL, e.what());
+        return FH_ERR_INTERNAL;
+    } catch (...) {
+        fh::set_last_error(FH_ERR_INTERNAL, "unknown exception");
+        return FH_ERR_INTERNAL;
+    }
+}
+
+void need(const void *p, const char *arg) {
+    if (!p) fh::fail(FH_ERR_NULL_POINTER, "argument '%s' is NULL", arg);
+}
+
+void need_size(size_t got, size_t want, const char *what) {
+    if (got != want)
+        fh::fail(FH_ERR_STRUCT_SIZE, "%s.struct_size = %zu, expected %zu", what, got, want);
+}
+
+const fh::TensorEntry &find(const fh_pipeline *p, const char *name) {
+    need(name, "name");
+    const fh::TensorEntry *t = p->layout.find(name);
+    if (!t) fh::fail(FH_ERR_UNKNOWN_NAME, "no tensor is named '%s'", name);
+    return *t;
+}
+
+void fill_info(const fh::TensorEntry &t, fh_tensor_info *info) {
+    need_size(info->struct_size, sizeof(fh_tensor_info), "info");
+    info->name = t.name.c_str();
+    info->rows = t.rows;
+    info->cols = t.cols;
+    info->group = t.group;
+    info->writable = t.writable ? 1 : 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+uint32_t fh_version(void) { return FOXHUNT_VERSION_NUMBER; }
+
+fh_status fh_pipeline_create(const fh_config *config, fh_pipeline **out) {
+    if (out) *out = nullptr;
+    return guard([&] {
+        need(config, "config");
+        need(out, "out");
+        fh::validate_config(*config);
+        fh_config c = *config;
+        int backend = c.backend;
+        if (backend == FH_BACKEND_AUTO)
+            backend = fh::cuda_available(c.device) ? FH_BACKEND_CUDA : FH_BACKEND_CPU;
+        else if (backend == FH_BACKEND_CUDA && !fh::cuda_available(c.device))
+            fh::fail(FH_ERR_NO_CUDA, "config.backend = FH_BACKEND_CUDA but this build or "
+                     "machine has no CUDA device %d", c.device);
+        c.backend = backend;
+        auto p = std::make_unique<fh_pipeline>();
+        p->config = c;
+        p->layout = fh::make_layout(fh::make_dims(c));
+        fh::HostBuffers init = fh::initial_state(p->layout, c.seed);
+        p->backend = backend == FH_BACKEND_CUDA
+                         ? fh::make_cuda_backend(c, p->layout, std::move(init))
+                         : fh::make_cpu_backend(c, p->layout, std::move(init));
+        *out = p.release();
+    });
+}
+
+void fh_pipeline_destroy(fh_pipeline *p) { delete p; }
+
+fh_status fh_pipeline_backend(const fh_pipeline *p, int32_t *backend) {
+    return guard([&] {
+        need(p, "pipeline");
+        need(backend, "backend");
+        *backend = p->config.backend;
+    });
+}
+
+fh_status fh_pipeline_config(const fh_pipeline *p, fh_config *config) {
+    return guard([&] {
+        need(p, "pipeline");
+        need(config, "config");
+        need_size(config->struct_size, sizeof(fh_config), "config");
+        *config = p->config;
+    });
+}
+
+fh_status fh_pipeline_upload(fh_pipeline *p, const fh_batch *batch) {
+    return guard([&] {
+        need(p, "pipeline");
+        fh::HostBatch b = fh::copy_batch(p->layout.dims, batch);
+        p->backend->upload(b);
+        p->has_batch = true;
+    });
+}
+
+fh_status fh_pipeline_step(fh_pipeline *p) {
+    return guard([&] {
+        need(p, "pipeline");
+        if (!p->has_batch) fh::fail(FH_ERR_NO_BATCH, "fh_pipeline_step before any fh_pipeline_upload");
+        p->backend->step(p->step);
+        ++p->step;
+    });
+}
+
+fh_status fh_pipeline_act(fh_pipeline *p, const float *obs, const float *goal, uint32_t n,
+                          float epsilon, int32_t *actions, float *q_values) {
+    return guard([&] {
+        need(p, "pipeline");
+        need(obs, "obs");
+        need(actions, "actions");
+        const fh::Dims &d = p->layout.dims;
+        if (d.G > 0) need(goal, "goal");
+        if (n == 0) fh::fail(FH_ERR_BUFFER_SIZE, "argument 'n' = 0: act needs at least one row");
+        if (!(epsilon >= 0.0f && epsilon <= 1.0f))
+            fh::fail(FH_ERR_BAD_VALUE, "argument 'epsilon' = %g is outside [0, 1]", (double)epsilon);
+        fh::check_finite("obs", obs, n, d.O);
+        if (d.G > 0) fh::check_finite("goal", goal, n, d.G);
+        p->backend->act(obs, d.G > 0 ? goal : nullptr, n, epsilon, p->act_calls, actions, q_values);
+        ++p->act_calls;
+    });
+}
+
+fh_status fh_pipeline_metrics(fh_pipeline *p, fh_metrics *m) {
+    return guard([&] {
+        need(p, "pipeline");
+        need(m, "metrics");
+        need_size(m->struct_size, sizeof(fh_metrics), "metrics");
+        if (p->step == 0) {
+            *m = fh_metrics{};
+            m->struct_size = sizeof(fh_metrics);
+            m->num_regimes = p->layout.dims.R;
+            for (uint32_t k = 0; k < m->num_regimes; ++k) m->regime_scale[k] = 1.0f;
+            return;
+        }
+        p->backend->metrics(m);
+        m->struct_size = sizeof(fh_metrics);
+        m->step = p->step;
+    });
+}
+
+fh_status fh_pipeline_timings(fh_pipeline *p, fh_timings *t) {
+    return guard([&] {
+        need(p, "pipeline");
+        need(t, "timings");
+        need_size(t->struct_size, sizeof(fh_timings), "timings");
+        *t = fh_timings{};
+        t->struct_size = sizeof(fh_timings);
+        if (p->step > 0) p->backend->timings(t);
+    });
+}
+
+fh_status fh_pipeline_num_tensors(const fh_pipeline *p, uint32_t *count) {
+    return guard([&] {
+        need(p, "pipeline");
+        need(count, "count");
+        *count = (uint32_t)p->layout.tensors.size();
+    });
+}
+
+fh_status fh_pipeline_tensor_info(const fh_pipeline *p, uint32_t index, fh_tensor_info *info) {
+    return guard([&] {
+        need(p, "pipeline");
+        need(info, "info");
+        if (index >= p->layout.tensors.size())
+            fh::fail(FH_ERR_OUT_OF_RANGE, "argument 'index' = %u is outside [0, %zu)", index,
+                     p->layout.tensors.size());
+        fill_info(p->layout.tensors[index], info);
+    });
+}
+
+fh_status fh_pipeline_find_tensor(const fh_pipeline *p, const char *name, fh_tensor_info *info) {
+    return guard([&] {
+        need(p, "pipeline");
+        need(info, "info");
+        fill_info(find(p, name), info);
+    });
+}
+
+fh_status fh_pipeline_read_tensor(fh_pipeline *p, const char *name, float *out, size_t count) {
+    return guard([&] {
+        need(p, "pipeline");
+        const fh::TensorEntry &t = find(p, name);
+        need(out, "out");
+        if (count != t.count())
+            fh::fail(FH_ERR_BUFFER_SIZE, "argument 'count' = %zu but tensor '%s' [%u, %u] has %zu",
+                     count, name, t.rows, t.cols, t.count());
+        p->backend->read(t.buf, t.offset, count, out);
+    });
+}
+
+fh_status fh_pipeline_write_tensor(fh_pipeline *p, const char *name, const float *in,
+                                   size_t count) {
+    return guard([&] {
+        need(p, "pipeline");
+        const fh::TensorEntry &t = find(p, name);
+        if (!t.writable) fh::fail(FH_ERR_UNKNOWN_NAME, "tensor '%s' is a read-only output", name);
+        need(in, "in");
+        if (count != t.count())
+            fh::fail(FH_ERR_BUFFER_SIZE, "argument 'count' = %zu but tensor '%s' [%u, %u] has %zu",
+                     count, name, t.rows, t.cols, t.count());
+        fh::check_finite(name, in, t.rows, t.cols);
+        p->backend->write(t.buf, t.offset, count, in);
+    });
+}
+
+fh_status fh_pipeline_save(fh_pipeline *p, const char *path) {
+    return guard([&] {
+        need(p, "pipeline");
+        need(path, "path");
+        fh::Checkpoint ck;
+        ck.step = p->step;
+        ck.act_calls = p->act_calls;
+        ck.bufs.resize(fh::NUM_BUFS);
+        for (int b = 0; b < fh::NUM_PERSISTENT; ++b) {
+            ck.bufs[b].resize(p->layout.buf_size[b]);
+            p->backend->read((fh::Buf)b, 0, ck.bufs[b].size(), ck.bufs[b].data());
+        }
+        fh::save_checkpoint(path, p->config, ck);
+    });
+}
+
+fh_status fh_pipeline_load(fh_pipeline *p, const char *path) {
+    return guard([&] {
+        need(p, "pipeline");
+        need(path, "path");
+        fh::Checkpoint ck = fh::load_checkpoint(path, p->config, p->layout);
+        for (int b = 0; b < fh::NUM_PERSISTENT; ++b)
+            p->backend->write((fh::Buf)b, 0, ck.bufs[b].size(), ck.bufs[b].data());
+        p->step = ck.step;
+        p->act_calls = ck.act_calls;
+    });
+}
+
+fh_status fh_pipeline_memory(const fh_pipeline *p, fh_memory_report *r) {
+    return guard([&] {
+        need(p, "pipeline");
+        need(r, "report");
+        need_size(r->struct_size, sizeof(fh_memory_report), "report");
+        p->backend->memory(r);
+        r->struct_size = sizeof(fh_memory_report);
+    });
+}
+
+fh_status fh_pipeline_dump_graph(fh_pipeline *p, const char *path) {
+    return guard([&] {
+        need(p, "pipeline");
+        need(path, "path");
+        p->backend->dump_graph(path);
+    });
+}
+
+}  // extern "C"
+
+namespace fh {
+void Backend::dump_graph(const char *) {
+    fail(FH_ERR_NO_CUDA, "this pipeline runs on the CPU backend: there is no CUDA graph to dump");
+}
+}  // namespace fh

@@ -1,0 +1,40 @@
+// What an executor provides. The pipeline (api.cpp) does argument checking, the step and act
+// counters, names and checkpoints; a backend owns the buffers of the layout and runs the step.
+#pragma once
+#include <foxhunt.h>
+#include <cstdint>
+#include <memory>
+
+#include "batch.hpp"
+#include "init.hpp"
+#include "layout.hpp"
+#include "schedule.hpp"
+
+namespace fh {
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    // Takes a validated batch; the step after this call trains on it.
+    virtual void upload(const HostBatch &batch) = 0;
+    // One training step; `step` = steps completed before it (SPEC §3).
+    virtual void step(uint64_t step) = 0;
+    // SPEC §7; `act_call` is the 0-based number of this act call.
+    virtual void act(const float *obs, const float *goal, uint32_t n, float epsilon,
+                     uint64_t act_call, int32_t *actions, float *q_values) = 0;
+    // Whole or partial copies of a buffer of the layout (waits for outstanding work).
+    virtual void read(Buf b, size_t offset, size_t count, float *out) = 0;
+    virtual void write(Buf b, size_t offset, size_t count, const float *in) = 0;
+    virtual void metrics(fh_metrics *m) = 0;   // struct_size already checked
+    virtual void timings(fh_timings *t) = 0;
+    virtual void memory(fh_memory_report *r) const = 0;
+    virtual void dump_graph(const char *path);  // default: FH_ERR_NO_CUDA
+};
+
+std::unique_ptr<Backend> make_cpu_backend(const fh_config &c, const Layout &L, HostBuffers init);
+
+// Defined in the CUDA build only; elsewhere a stub that fails with FH_ERR_NO_CUDA.
+bool cuda_available(int device);
+std::unique_ptr<Backend> make_cuda_backend(const fh_config &c, const Layout &L, HostBuffers init);
+
+}  // namespace fh

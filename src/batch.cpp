@@ -1,0 +1,80 @@
+#include "batch.hpp"
+
+#include <cmath>
+
+#include "error.hpp"
+
+namespace fh {
+
+void check_finite(const char *what, const float *x, size_t rows, size_t cols) {
+    for (size_t i = 0; i < rows * cols; ++i)
+        if (!std::isfinite(x[i]))
+            fail(FH_ERR_NON_FINITE, "%s[%zu, %zu] = %g is not finite", what, i / cols, i % cols,
+                 (double)x[i]);
+}
+
+static void need(const char *what, const void *p) {
+    if (!p) fail(FH_ERR_NULL_POINTER, "batch.%s is NULL but required by this config", what);
+}
+
+template <class T>
+static std::vector<T> copy(const T *p, size_t n) {
+    return p ? std::vector<T>(p, p + n) : std::vector<T>();
+}
+
+HostBatch copy_batch(const Dims &d, const fh_batch *b) {
+    if (!b) fail(FH_ERR_NULL_POINTER, "argument 'batch' is NULL");
+    if (b->struct_size != sizeof(fh_batch))
+        fail(FH_ERR_STRUCT_SIZE, "batch.struct_size = %zu, expected %zu (use FH_BATCH_INIT)",
+             b->struct_size, sizeof(fh_batch));
+    if (b->batch_size != d.B)
+        fail(FH_ERR_BUFFER_SIZE, "batch.batch_size = %u but the pipeline's batch_size is %u",
+             b->batch_size, d.B);
+    const size_t B = d.B;
+    need("obs", b->obs);
+    need("action", b->action);
+    need("reward", b->reward);
+    need("done", b->done);
+    need("next_obs", b->next_obs);
+    if (d.G > 0) {
+        need("goal", b->goal);
+        need("next_achieved_goal", b->next_achieved_goal);
+        need("her_goal", b->her_goal);
+    }
+    check_finite("batch.obs", b->obs, B, d.O);
+    check_finite("batch.reward", b->reward, B, 1);
+    check_finite("batch.next_obs", b->next_obs, B, d.O);
+    if (d.G > 0) {
+        check_finite("batch.goal", b->goal, B, d.G);
+        check_finite("batch.next_achieved_goal", b->next_achieved_goal, B, d.G);
+        check_finite("batch.her_goal", b->her_goal, B, d.G);
+    }
+    for (size_t i = 0; i < B * d.NB; ++i)
+        if (b->action[i] < 0 || (uint32_t)b->action[i] >= d.A)
+            fail(FH_ERR_OUT_OF_RANGE, "batch.action[%zu, %zu] = %d is outside [0, %u)", i / d.NB,
+                 i % d.NB, b->action[i], d.A);
+    for (size_t i = 0; i < B; ++i)
+        if (b->done[i] > 1)
+            fail(FH_ERR_OUT_OF_RANGE, "batch.done[%zu] = %u is not 0 or 1", i, b->done[i]);
+    if (b->regime)
+        for (size_t i = 0; i < B; ++i)
+            if (b->regime[i] < 0 || (uint32_t)b->regime[i] >= d.R)
+                fail(FH_ERR_OUT_OF_RANGE, "batch.regime[%zu] = %d is outside [0, %u)", i,
+                     b->regime[i], d.R);
+
+    HostBatch h;
+    h.obs = copy(b->obs, B * d.O);
+    h.next_obs = copy(b->next_obs, B * d.O);
+    h.reward = copy(b->reward, B);
+    h.action = copy(b->action, B * d.NB);
+    h.done = copy(b->done, B);
+    if (d.G > 0) {
+        h.goal = copy(b->goal, B * d.G);
+        h.next_achieved_goal = copy(b->next_achieved_goal, B * d.G);
+        h.her_goal = copy(b->her_goal, B * d.G);
+    }
+    h.regime = b->regime ? copy(b->regime, B) : std::vector<int32_t>(B, 0);
+    return h;
+}
+
+}  // namespace fh

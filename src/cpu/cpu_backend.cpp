@@ -1,0 +1,207 @@
+// The CPU executor: runs the schedule's tasks in list order (fork and join are no-ops on one
+// thread), times each child and mark with a steady clock, and serves act, reads and writes
+// straight from the host buffers.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "../backend.hpp"
+#include "../error.hpp"
+#include "../philox.hpp"
+#include "cpu_step.hpp"
+#include "nn.hpp"
+
+namespace fh::cpu {
+
+CpuStep::CpuStep(const fh_config &c, const Layout &l, HostBuffers &b)
+    : cfg(c), L(l), d(l.dims), buf(b) {
+    const size_t B = d.B;
+    x.assign(B * d.D, 0); xn.assign(B * d.D, 0); xx.assign(2 * B * d.D, 0);
+    r.assign(B, 0); done.assign(B, 0);
+    a_star.assign(B * d.NB, 0); y.assign(B * d.NB, 0); qbar_sa.assign(B, 0);
+    delta.assign(B * d.NB, 0);
+    dz.resize(d.NB); dh2_b.resize(d.NB);
+    grad.assign(L.q.total, 0);
+    v_hi.assign(B, 0); v_lo.assign(B, 0); omega.assign(B, 1); z_mean.assign(B, 0);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+class CpuBackend final : public Backend {
+public:
+    CpuBackend(const fh_config &c, const Layout &L, HostBuffers init)
+        : cfg_(c), L_(L), buf_(std::move(init)), s_(cfg_, L_, buf_),
+          schedule_(build_schedule(L_.dims, cfg_)) {}
+
+    void upload(const HostBatch &b) override { batch_ = b; }
+
+    void step(uint64_t step) override {
+        s_.batch = &batch_;
+        s_.step = step;
+        const Clock::time_point t0 = Clock::now();
+        Clock::time_point marks[(int)Mark::COUNT] = {};
+        for (const ChildDesc &child : schedule_) {
+            const Clock::time_point c0 = Clock::now();
+            for (const Op &op : child.ops) {
+                if (op.kind == Op::RUN) run(op);
+                else if (op.kind == Op::MARK) marks[op.arg] = Clock::now();
+            }
+            child_ms_[(int)child.id] = (float)ms_between(c0, Clock::now());
+        }
+        total_ms_ = (float)ms_between(t0, Clock::now());
+        auto span = [&](Mark a, Mark b) { return (float)ms_between(marks[(int)a], marks[(int)b]); };
+        aux_ms_[0] = span(Mark::AUX_EMA_BEGIN, Mark::AUX_EMA_END);
+        aux_ms_[1] = span(Mark::AUX_EMA_END, Mark::AUX_IQL_END);
+        aux_ms_[2] = span(Mark::AUX_IQN_BEGIN, Mark::AUX_IQN_END);
+        aux_ms_[3] = span(Mark::AUX_ATTN_BEGIN, Mark::AUX_ATTN_END);
+        aux_ms_[4] = span(Mark::AUX_TAIL_BEGIN, Mark::AUX_TAIL_END);
+    }
+
+    void act(const float *obs, const float *goal, uint32_t n, float epsilon, uint64_t act_call,
+             int32_t *actions, float *q_values) override {
+        const Dims &d = L_.dims;
+        // σ from one power iteration on a copy of the stored u: acting changes no state.
+        Vec w_eff[2], v[2];
+        const bool sn[2] = {d.sn1, d.sn2};
+        const size_t off[2] = {L_.q.W1, L_.q.W2}, cols[2] = {d.D, d.H};
+        for (int k = 0; k < 2; ++k) {
+            const float *W = buf_[BUF_Q].data() + off[k];
+            w_eff[k].assign(W, W + (size_t)d.H * cols[k]);
+            if (!sn[k]) continue;
+            Vec u(buf_[BUF_SN_U].begin() + (size_t)k * d.H, buf_[BUF_SN_U].begin() + (size_t)(k + 1) * d.H);
+            v[k].resize(cols[k]);
+            power_iteration(W, d.H, cols[k], u.data(), v[k].data());
+            const float sigma = sn_sigma(W, d.H, cols[k], u.data(), v[k].data());
+            for (float &w : w_eff[k]) w /= sigma;
+        }
+        Vec x((size_t)n * d.D);
+        for (uint32_t i = 0; i < n; ++i) {
+            memcpy(&x[(size_t)i * d.D], obs + (size_t)i * d.O, d.O * sizeof(float));
+            if (d.G) memcpy(&x[(size_t)i * d.D + d.O], goal + (size_t)i * d.G, d.G * sizeof(float));
+        }
+        QCache c;
+        q_forward(d, L_, QView{buf_[BUF_Q].data(), w_eff[0].data(), w_eff[1].data()}, x.data(), n,
+                  c, cfg_.q_clip);
+        for (uint32_t i = 0; i < n; ++i)
+            for (uint32_t b = 0; b < d.NB; ++b) {
+                const float *q = &c.q[b][(size_t)i * d.A];
+                uint32_t best = 0;
+                for (uint32_t a = 1; a < d.A; ++a)
+                    if (q[a] > q[best]) best = a;
+                const Words w = philox(cfg_.seed, i, b, (uint32_t)act_call, PURPOSE_ACT);
+                if (uniform24(w.w[0]) < epsilon)
+                    best = std::min((uint32_t)(uniform24(w.w[1]) * (float)d.A), d.A - 1);
+                actions[(size_t)i * d.NB + b] = (int32_t)best;
+                if (q_values) memcpy(q_values + ((size_t)i * d.NB + b) * d.A, q, d.A * sizeof(float));
+            }
+    }
+
+    void read(Buf b, size_t offset, size_t count, float *out) override {
+        memcpy(out, buf_[b].data() + offset, count * sizeof(float));
+    }
+    void write(Buf b, size_t offset, size_t count, const float *in) override {
+        memcpy(buf_[b].data() + offset, in, count * sizeof(float));
+    }
+
+    void metrics(fh_metrics *m) override {
+        *m = fh_metrics{};
+        m->td_loss = s_.td_loss;
+        m->q_mean = s_.q_mean;
+        m->cql_loss = s_.cql_loss;
+        m->iql_loss_hi = s_.iql_loss[0];
+        m->iql_loss_lo = s_.iql_loss[1];
+        m->iqn_loss = s_.iqn_loss;
+        m->attn_loss = s_.attn_loss;
+        m->conf_loss = s_.conf_loss;
+        m->grad_norm = s_.grad_norm;
+        for (int k = 0; k < 2; ++k) {
+            m->sigma[k] = s_.sigma[k];
+            m->sigma_target[k] = s_.sigma_t[k];
+        }
+        m->ensemble_std = s_.ensemble_std;
+        m->num_relabelled = s_.relabelled;
+        m->num_regimes = L_.dims.R;
+        for (uint32_t k = 0; k < L_.dims.R; ++k) m->regime_scale[k] = buf_[BUF_REGIME][L_.dims.R + k];
+    }
+
+    void timings(fh_timings *t) override {
+        t->her_ms = child_ms_[(int)ChildId::HER];
+        t->spectral_ms = child_ms_[(int)ChildId::SPECTRAL];
+        t->ddqn_ms = child_ms_[(int)ChildId::DDQN];
+        t->forward_ms = child_ms_[(int)ChildId::FORWARD];
+        t->aux_ms = child_ms_[(int)ChildId::AUX];
+        t->adam_ms = child_ms_[(int)ChildId::ADAM];
+        t->total_ms = total_ms_;
+        t->aux_ema_ms = aux_ms_[0];
+        t->aux_iql_ms = aux_ms_[1];
+        t->aux_iqn_ms = aux_ms_[2];
+        t->aux_attn_ms = aux_ms_[3];
+        t->aux_tail_ms = aux_ms_[4];
+    }
+
+    void memory(fh_memory_report *r) const override {
+        *r = fh_memory_report{};
+        for (int b = 0; b < NUM_PERSISTENT; ++b) r->parameters += buf_[b].size() * sizeof(float);
+        r->parameters += s_.grad.size() * sizeof(float);
+        for (int b = NUM_PERSISTENT; b < NUM_BUFS; ++b) r->activations += buf_[b].size() * sizeof(float);
+        // Forward caches: three Q passes (x~, x~', [x~; x~']) = 4B rows of trunk and branches.
+        const Dims &d = L_.dims;
+        r->activations += (uint64_t)4 * d.B * (4 * d.H + d.NB * (2 * d.HB + 2 * d.A) + 2) * sizeof(float);
+        r->batch_staging = (uint64_t)d.B * (2 * d.O + 3 * d.G + 2 + d.NB + 1) * sizeof(float);
+        r->total = r->parameters + r->activations + r->workspaces + r->batch_staging;
+    }
+
+private:
+    void run(const Op &op) {
+        switch (op.task) {
+        case Task::HER_RELABEL: her_relabel(s_); break;
+        case Task::SPECTRAL_POWER: spectral_power(s_); break;
+        case Task::DDQN_ONLINE_NEXT: ddqn_online_next(s_); break;
+        case Task::DDQN_TARGET: ddqn_target(s_); break;
+        case Task::DDQN_JOIN: ddqn_join(s_); break;
+        case Task::FWD_TRUNK:
+            q_forward_trunk(s_.d, L_, s_.online_view(), s_.x.data(), s_.d.B, s_.online);
+            break;
+        case Task::FWD_BRANCH:
+            q_forward_branch(s_.d, L_, s_.online_view(), s_.online, (uint32_t)op.arg, cfg_.q_clip);
+            break;
+        case Task::TD_LOSS: td_loss(s_); break;
+        case Task::BWD_BRANCH: backward_branch(s_, (uint32_t)op.arg); break;
+        case Task::BWD_TRUNK: backward_trunk(s_); break;
+        case Task::EMA_TARGETS: ema_targets(s_); break;
+        case Task::IQL: iql(s_); break;
+        case Task::IQN: iqn(s_); break;
+        case Task::ATTENTION: attention(s_); break;
+        case Task::CQL: cql(s_); break;
+        case Task::ENSEMBLE: ensemble(s_); break;
+        case Task::CONFIDENCE: confidence(s_); break;
+        case Task::REGIME_SCALE: regime_scale(s_); break;
+        case Task::ADAM_Q: adam_q(s_); break;
+        }
+    }
+
+    fh_config cfg_;
+    const Layout &L_;
+    HostBuffers buf_;
+    CpuStep s_;
+    std::vector<ChildDesc> schedule_;
+    HostBatch batch_;
+    float child_ms_[(int)ChildId::COUNT] = {};
+    float aux_ms_[5] = {};
+    float total_ms_ = 0;
+};
+
+}  // namespace
+
+}  // namespace fh::cpu
+
+namespace fh {
+std::unique_ptr<Backend> make_cpu_backend(const fh_config &c, const Layout &L, HostBuffers init) {
+    return std::make_unique<cpu::CpuBackend>(c, L, std::move(init));
+}
+}  // namespace fh

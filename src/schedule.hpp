@@ -1,0 +1,63 @@
+// The step of SPEC §5 as plain data: six child graphs, each a list of operations on lanes.
+// Built once from the config; the CPU executor runs the tasks in list order (fork and join are
+// no-ops there), the CUDA executor captures each child with its lanes on streams. Single-stream
+// execution is the same list with every lane mapped to one stream.
+#pragma once
+#include <vector>
+
+#include "config.hpp"
+
+namespace fh {
+
+enum class ChildId : int { HER = 0, SPECTRAL, DDQN, FORWARD, AUX, ADAM, COUNT };
+
+enum class Task : int {
+    HER_RELABEL,       // §5.1: x~, x~', r~, d~
+    SPECTRAL_POWER,    // §5.2: one power iteration, sigma, sigma_target, W/sigma
+    DDQN_ONLINE_NEXT,  // §5.3 lane A: online forward on x~', argmax a*
+    DDQN_TARGET,       // §5.3 lane B: target forward on [x~; x~']
+    DDQN_JOIN,         // §5.3 join: y [B, NB], Qbar_sa [B]
+    FWD_TRUNK,         // §5.4: online trunk on x~ (and the confidence head)
+    FWD_BRANCH,        // §5.4: branch `arg` forward
+    TD_LOSS,           // §5.4: delta, L_td, q_mean, dz for every branch
+    BWD_BRANCH,        // §5.4: branch `arg` backward: dU, de, dV, dc, dh2_b
+    BWD_TRUNK,         // §5.4: dh2 = sum_b dh2_b in branch order, trunk backward, d_states
+    EMA_TARGETS,       // §5.5.1: Polyak update of the Q and IQN targets
+    IQL,               // §5.5.2: both expectile nets, their Adam, advantage weights
+    IQN,               // §5.5.3
+    ATTENTION,         // §5.5.4
+    CQL,               // §5.5.5
+    ENSEMBLE,          // §5.5.6
+    CONFIDENCE,        // §5.5.7
+    REGIME_SCALE,      // §5.5.8
+    ADAM_Q,            // §5.6: clip and Adam over the flat Q-net buffer
+};
+
+// Timing marks inside the aux child (fh_timings.aux_*_ms are differences of these).
+enum class Mark : int {
+    AUX_EMA_BEGIN, AUX_EMA_END, AUX_IQL_END,
+    AUX_IQN_BEGIN, AUX_IQN_END, AUX_ATTN_BEGIN, AUX_ATTN_END,
+    AUX_TAIL_BEGIN, AUX_TAIL_END, COUNT
+};
+
+struct Op {
+    enum Kind { RUN, FORK, JOIN, MARK } kind;
+    Task task;      // RUN
+    int lane;       // RUN, MARK: lane it runs on (0 = the child's origin lane)
+    int arg;        // RUN: branch index for *_BRANCH tasks; MARK: the Mark
+    unsigned lanes; // FORK/JOIN: bit mask of the lanes forked from / joined into lane 0
+};
+
+struct ChildDesc {
+    ChildId id;
+    const char *name;
+    int num_lanes;  // lanes used, the origin lane included
+    std::vector<Op> ops;
+};
+
+// Lanes a pipeline owns: enough for the widest child.
+constexpr int kMaxLanes = 5;
+
+std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c);
+
+}  // namespace fh
