@@ -96,9 +96,11 @@ void fh_test_batch_free(fh_test_batch *tb) {
 int fh_test_have_cuda(void) { return fh::cuda_available(0) ? 1 : 0; }
 
 const char *fh_test_tmp_path(const char *name) {
-    static char buf[4096];
+    static char bufs[8][4096];  // a few live paths at once
+    static int next_buf = 0;
+    char *buf = bufs[next_buf++ % 8];
     const char *dir = getenv("FOXHUNT_TEST_TMP");
-    snprintf(buf, sizeof buf, "%s/%s", dir ? dir : "/tmp", name);
+    snprintf(buf, sizeof bufs[0], "%s/%s", dir ? dir : "/tmp", name);
     return buf;
 }
 

@@ -28,7 +28,8 @@ void fh_test_batch_free(fh_test_batch *tb);
 /* 1 if this build has CUDA and a device answers. */
 int fh_test_have_cuda(void);
 
-/* A path for a scratch file named @p name under the test build folder (static buffer). */
+/* A path for a scratch file named @p name under the test build folder (one of 8 static
+ * buffers, reused in turn). */
 const char *fh_test_tmp_path(const char *name);
 
 /* max_i |a_i - b_i| / max(1e-30, max_i |b_i|)-style relative error: ||a - b||_2 / ||b||_2. */
