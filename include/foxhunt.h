@@ -40,6 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/** Marks the exported C API (everything else in the library is hidden). */
 #if defined(_WIN32)
 #define FH_API __declspec(dllexport)
 #elif defined(__GNUC__)
@@ -54,9 +55,9 @@ extern "C" {
 
 /** @name Version
  *  Semantic version of the library; fh_version() returns the same at run time. @{ */
-#define FOXHUNT_VERSION_MAJOR 0
-#define FOXHUNT_VERSION_MINOR 1
-#define FOXHUNT_VERSION_PATCH 0
+#define FOXHUNT_VERSION_MAJOR 0 /**< incompatible ABI changes */
+#define FOXHUNT_VERSION_MINOR 1 /**< compatible additions */
+#define FOXHUNT_VERSION_PATCH 0 /**< fixes */
 /** Packed version: major * 10000 + minor * 100 + patch. */
 #define FOXHUNT_VERSION_NUMBER \
     (FOXHUNT_VERSION_MAJOR * 10000 + FOXHUNT_VERSION_MINOR * 100 + FOXHUNT_VERSION_PATCH)
@@ -130,8 +131,8 @@ typedef enum fh_her_reward {
 } fh_her_reward;
 
 /** Bits of fh_config::sn_layers: trunk layers under spectral normalisation (SPEC §5.2). */
-#define FH_SN_W1 1u
-#define FH_SN_W2 2u
+#define FH_SN_W1 1u /**< first trunk layer, W1 [H, D] */
+#define FH_SN_W2 2u /**< second trunk layer, W2 [H, H] (the default) */
 
 /** Most regimes a config may have (num_regimes). */
 #define FH_MAX_REGIMES 64
@@ -253,7 +254,12 @@ typedef struct fh_metrics {
  */
 typedef struct fh_timings {
     size_t struct_size; /**< sizeof(fh_timings) */
-    float her_ms, spectral_ms, ddqn_ms, forward_ms, aux_ms, adam_ms;
+    float her_ms;       /**< child her: HER relabelling, SPEC §5.1 */
+    float spectral_ms;  /**< child spectral: power iteration, SPEC §5.2 */
+    float ddqn_ms;      /**< child ddqn: targets, SPEC §5.3 */
+    float forward_ms;   /**< child forward: forward, TD loss, backward, SPEC §5.4 */
+    float aux_ms;       /**< child aux: EMA and auxiliary learners, SPEC §5.5 */
+    float adam_ms;      /**< child adam: clip and Adam of the Q net, SPEC §5.6 */
     float total_ms;     /**< first child's start to last child's end */
     float aux_ema_ms;   /**< aux main lane: EMA of the target nets */
     float aux_iql_ms;   /**< aux main lane: both IQL trainers */
@@ -280,7 +286,7 @@ typedef struct fh_tensor_info {
     size_t struct_size; /**< sizeof(fh_tensor_info) */
     const char *name;   /**< canonical name (SPEC §3), owned by the pipeline */
     uint32_t rows;      /**< 1 for vectors */
-    uint32_t cols;
+    uint32_t cols;      /**< elements per row */
     int32_t group;      /**< ::fh_group */
     int32_t writable;   /**< 1 if fh_pipeline_write_tensor accepts it */
 } fh_tensor_info;
@@ -292,7 +298,7 @@ typedef struct fh_memory_report {
     uint64_t activations;      /**< forward caches and intermediates */
     uint64_t workspaces;       /**< cuBLAS workspaces, all lanes (0 on the CPU) */
     uint64_t batch_staging;    /**< batch buffers (pinned host + device on CUDA) */
-    uint64_t total;
+    uint64_t total;            /**< the sum of the above */
 } fh_memory_report;
 
 /** Opaque pipeline handle. */
@@ -340,6 +346,7 @@ FH_API fh_status fh_pipeline_step(fh_pipeline *pipeline);
 /**
  * Greedy / epsilon-greedy action of the online net (SPEC §7). Changes no training state
  * except the act counter that seeds exploration.
+ * @param pipeline   the pipeline
  * @param obs        [n, O]
  * @param goal       [n, G], NULL when goal_dim = 0
  * @param n          rows, >= 1
