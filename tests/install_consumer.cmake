@@ -1,0 +1,25 @@
+# CTest driver: install the build into a scratch prefix, then build and run a consumer project
+# that finds it through find_package(foxhunt) and through pkg-config.
+file(REMOVE_RECURSE ${WORK})
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD} --prefix ${WORK}/prefix
+                RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "install failed")
+endif()
+set(ENV{PKG_CONFIG_PATH} ${WORK}/prefix/lib/pkgconfig)
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SRC} -B ${WORK}/b -DCMAKE_PREFIX_PATH=${WORK}/prefix
+                RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "consumer configure failed")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK}/b RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "consumer build failed")
+endif()
+set(ENV{LD_LIBRARY_PATH} ${WORK}/prefix/lib)
+foreach(exe consumer consumer_pc)
+  execute_process(COMMAND ${WORK}/b/${exe} RESULT_VARIABLE rc)
+  if(rc)
+    message(FATAL_ERROR "${exe} failed")
+  endif()
+endforeach()
