@@ -389,7 +389,8 @@ FH_API fh_status fh_pipeline_read_tensor(fh_pipeline *pipeline, const char *name
 /**
  * Overwrite tensor @p name (a parameter, target or state tensor) from @p in of @p count floats.
  * Adam moments are left as they are.
- * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_UNKNOWN_NAME (or read-only output);
+ * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_UNKNOWN_NAME (also for read-only tensors: step
+ *         outputs, and the regime state when num_regimes = 1);
  *         FH_ERR_BUFFER_SIZE; FH_ERR_NON_FINITE; FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_write_tensor(fh_pipeline *pipeline, const char *name,

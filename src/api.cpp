@@ -230,7 +230,9 @@ fh_status fh_pipeline_write_tensor(fh_pipeline *p, const char *name, const float
     return guard([&] {
         need(p, "pipeline");
         const fh::TensorEntry &t = find(p, name);
-        if (!t.writable) fh::fail(FH_ERR_UNKNOWN_NAME, "tensor '%s' is a read-only output", name);
+        if (!t.writable)
+            fh::fail(FH_ERR_UNKNOWN_NAME, "tensor '%s' is read-only (a step output, or regime "
+                     "state with num_regimes = 1)", name);
         need(in, "in");
         if (count != t.count())
             fh::fail(FH_ERR_BUFFER_SIZE, "argument 'count' = %zu but tensor '%s' [%u, %u] has %zu",

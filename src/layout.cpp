@@ -128,8 +128,9 @@ Layout make_layout(const Dims &d) {
     }
     if (d.sn1) b.extra("sn.u.W1", 1, d.H, FH_GROUP_STATE, BUF_SN_U, 0, true);
     if (d.sn2) b.extra("sn.u.W2", 1, d.H, FH_GROUP_STATE, BUF_SN_U, d.H, true);
-    b.extra("regime.s", 1, d.R, FH_GROUP_STATE, BUF_REGIME, 0, true);
-    b.extra("regime.scale", 1, d.R, FH_GROUP_STATE, BUF_REGIME, d.R, true);
+    // With one regime, scaling is off and rho ≡ 1: the state is readable but not writable.
+    b.extra("regime.s", 1, d.R, FH_GROUP_STATE, BUF_REGIME, 0, d.R > 1);
+    b.extra("regime.scale", 1, d.R, FH_GROUP_STATE, BUF_REGIME, d.R, d.R > 1);
     b.extra("d_states", d.B, d.D, FH_GROUP_OUTPUT, BUF_D_STATES, 0, false);
     b.extra("ensemble_mean", 1, d.B, FH_GROUP_OUTPUT, BUF_ENS_MEAN, 0, false);
     b.extra("ensemble_var", 1, d.B, FH_GROUP_OUTPUT, BUF_ENS_VAR, 0, false);

@@ -268,6 +268,14 @@ static void test_tensors_by_name(void **state) {
     float b[32];
     expect(fh_pipeline_write_tensor(p, "confidence", b, 32), FH_ERR_UNKNOWN_NAME, "read-only");
     fh_pipeline_destroy(p);
+    /* One regime: scaling is off (rho ≡ 1), so its state cannot be written. */
+    c.num_regimes = 1;
+    p = make(&c);
+    float one = 2.5f;
+    expect(fh_pipeline_write_tensor(p, "regime.scale", &one, 1), FH_ERR_UNKNOWN_NAME, "num_regimes");
+    assert_int_equal(fh_pipeline_read_tensor(p, "regime.scale", &one, 1), FH_OK);
+    assert_float_equal(one, 1.0f, 0);
+    fh_pipeline_destroy(p);
 }
 
 static void test_act(void **state) {

@@ -11,11 +11,12 @@ void td_loss(CpuStep &s) {
     const Dims &d = s.d;
     const fh_config &c = s.cfg;
     const float *rho = s.buf[BUF_REGIME].data() + d.R;  // from the previous step
+    const bool scaled = d.R > 1;                          // with R = 1, rho ≡ 1 (SPEC §5.5.8)
     const float scale = 1.0f / ((float)d.B * (float)d.NB);
     double loss = 0, qsum = 0;
     for (uint32_t b = 0; b < d.NB; ++b) s.dz[b].assign((size_t)d.B * d.A, 0.0f);
     for (uint32_t i = 0; i < d.B; ++i) {
-        const float w = rho[s.batch->regime[i]];
+        const float w = scaled ? rho[s.batch->regime[i]] : 1.0f;
         for (uint32_t b = 0; b < d.NB; ++b) {
             const size_t ib = (size_t)i * d.NB + b;
             const uint32_t a = (uint32_t)s.batch->action[ib];
