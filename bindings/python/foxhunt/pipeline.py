@@ -1,0 +1,328 @@
+"""`Pipeline`: the Python face of one ``fh_pipeline`` handle."""
+import ctypes
+import os
+from ctypes import POINTER, byref, c_float, c_int32, c_uint8, c_uint32, c_void_p
+
+import numpy as np
+
+from . import _abi
+from ._loader import load_library
+from .errors import FoxhuntError, status_name
+
+CONFIG_FIELDS = tuple(name for name, _ in _abi.fh_config._fields_ if name != "struct_size")
+_ENUMS = {"backend": _abi.BACKENDS, "exec_mode": _abi.EXEC_MODES, "math_mode": _abi.MATH_MODES,
+          "iql_gemm": _abi.IQL_GEMMS, "her_reward": _abi.HER_REWARDS}
+_INT_RANGES = {ctypes.c_int32: (-2**31, 2**31 - 1), ctypes.c_uint32: (0, 2**32 - 1),
+               ctypes.c_uint64: (0, 2**64 - 1)}
+_FIELD_TYPES = dict(_abi.fh_config._fields_)
+_INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
+
+
+def _check(lib, status):
+    if status != 0:
+        msg = lib.fh_last_error_message()
+        text = msg.decode("utf-8", "replace") if msg else ""
+        raise FoxhuntError(status, status_name(status), text)
+
+
+def _config_value(name, value):
+    """Convert one keyword argument to the C field's value, or raise TypeError/ValueError."""
+    if name in _ENUMS and isinstance(value, str):
+        table = _ENUMS[name]
+        if value.lower() not in table:
+            raise ValueError("%s=%r: expected one of %s or an int" % (name, value, sorted(table)))
+        return table[value.lower()]
+    if name == "sn_layers" and not isinstance(value, (int, np.integer)):
+        bits = 0
+        for layer in value:
+            bit = {"W1": _abi.FH_SN_W1, "W2": _abi.FH_SN_W2}.get(layer)
+            if bit is None:
+                raise ValueError("sn_layers: %r is not 'W1' or 'W2'" % (layer,))
+            bits |= bit
+        return bits
+    ctype = _FIELD_TYPES[name]
+    if ctype is ctypes.c_float:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+            raise TypeError("%s=%r: expected a real number" % (name, value))
+        return float(value)
+    if not isinstance(value, (int, np.integer)):  # bool is an int: her_terminal_on_success=True
+        raise TypeError("%s=%r: expected an int" % (name, value))
+    lo, hi = _INT_RANGES[ctype]
+    if not lo <= int(value) <= hi:
+        raise ValueError("%s=%r is outside [%d, %d]" % (name, value, lo, hi))
+    return int(value)
+
+
+def _tensor_shape(name, rows, cols, group):
+    """numpy shape of a tensor: SPEC §3 names matrices with a capital letter (W1, V.0, P) and
+    vectors in lower case (b1, w_u, c.0); the library stores vectors as [1, n]."""
+    if rows != 1:
+        return (rows, cols)
+    if group == _abi.GROUP_STATE:
+        return (cols,)
+    if name == "d_states":
+        return (rows, cols)
+    parts = [p for p in name.split(".") if not p.isdigit()]
+    last = parts[-1] if parts else name
+    return (rows, cols) if last[:1].isupper() else (cols,)
+
+
+def _float_array(value, what, shape):
+    a = np.asarray(value)
+    if a.dtype.kind not in "fiub":
+        raise TypeError("%s: expected a real numeric array, got dtype %s" % (what, a.dtype))
+    if a.shape != tuple(shape):
+        raise ValueError("%s: expected shape %s, got %s" % (what, tuple(shape), a.shape))
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _int_array(value, what, shape, lo, hi, ctype):
+    a = np.asarray(value)
+    if a.dtype.kind not in "iub":
+        raise TypeError("%s: expected an integer array, got dtype %s" % (what, a.dtype))
+    if a.shape != tuple(shape):
+        raise ValueError("%s: expected shape %s, got %s" % (what, tuple(shape), a.shape))
+    if a.size and (a.min() < lo or a.max() > hi):
+        raise ValueError("%s: values must fit %s (got %d..%d)" % (what, ctype, a.min(), a.max()))
+    return np.ascontiguousarray(a, dtype=np.int32 if ctype == "int32" else np.uint8)
+
+
+def _ptr(a, ctype):
+    return None if a is None else a.ctypes.data_as(POINTER(ctype))
+
+
+class Pipeline:
+    """One foxhunt pipeline. Configure with the header's field names::
+
+        with Pipeline(batch_size=64, obs_dim=8, goal_dim=2, backend="cpu") as p:
+            p.upload(obs=..., goal=..., action=..., reward=..., done=..., next_obs=...,
+                     next_achieved_goal=..., her_goal=..., regime=...)
+            p.step()
+            print(p.metrics()["td_loss"])
+
+    Enum fields take their C value or a name (backend="cpu", her_reward="dense");
+    sn_layers takes the bit mask or an iterable such as ("W1", "W2").
+    """
+
+    def __init__(self, library=None, **config):
+        self._lib = load_library(library) if library is not None else load_library()
+        self._handle = None
+        cfg = _abi.new(_abi.fh_config)
+        _check(self._lib, self._lib.fh_config_init(byref(cfg)))
+        for name, value in config.items():
+            if name not in CONFIG_FIELDS:
+                raise TypeError("Pipeline() got an unexpected keyword argument %r" % name)
+            setattr(cfg, name, _config_value(name, value))
+        handle = c_void_p()
+        _check(self._lib, self._lib.fh_pipeline_create(byref(cfg), byref(handle)))
+        self._handle = handle
+        resolved = _abi.new(_abi.fh_config)
+        _check(self._lib, self._lib.fh_pipeline_config(self._handle, byref(resolved)))
+        self._config = {name: getattr(resolved, name) for name in CONFIG_FIELDS}
+        self._tensors = self._list_tensors()
+
+    # -- lifetime -----------------------------------------------------------------------------
+    def close(self):
+        """Destroy the handle (idempotent)."""
+        if getattr(self, "_handle", None) is not None:
+            self._lib.fh_pipeline_destroy(self._handle)
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    def _h(self):
+        if self._handle is None:
+            raise ValueError("the pipeline is closed")
+        return self._handle
+
+    def _call(self, fn, *args):
+        _check(self._lib, getattr(self._lib, fn)(self._h(), *args))
+
+    # -- description --------------------------------------------------------------------------
+    @property
+    def config(self):
+        """The pipeline's config (backend resolved) as a dict of the header's field names."""
+        return dict(self._config)
+
+    @property
+    def backend(self):
+        """'cpu' or 'cuda'."""
+        b = c_int32()
+        self._call("fh_pipeline_backend", byref(b))
+        return {v: k for k, v in _abi.BACKENDS.items()}[b.value]
+
+    def _list_tensors(self):
+        n = c_uint32()
+        self._call("fh_pipeline_num_tensors", byref(n))
+        out = []
+        for i in range(n.value):
+            info = _abi.new(_abi.fh_tensor_info)
+            self._call("fh_pipeline_tensor_info", c_uint32(i), byref(info))
+            name = info.name.decode()
+            out.append((name, _tensor_shape(name, info.rows, info.cols, info.group),
+                        _abi.GROUPS.get(info.group, info.group), bool(info.writable),
+                        info.rows * info.cols))
+        return out
+
+    def tensors(self):
+        """Every named tensor as (name, shape, group), group one of 'q', 'iql_hi', 'iql_lo',
+        'iqn', 'attn', 'q_target', 'iqn_target', 'state', 'output'."""
+        return [(name, shape, group) for name, shape, group, _, _ in self._tensors]
+
+    def _info(self, name):
+        info = _abi.new(_abi.fh_tensor_info)
+        self._call("fh_pipeline_find_tensor", name.encode(), byref(info))
+        return _tensor_shape(name, info.rows, info.cols, info.group), info.rows * info.cols
+
+    # -- data in ------------------------------------------------------------------------------
+    def upload(self, *, obs, action, reward, done, next_obs, goal=None, next_achieved_goal=None,
+               her_goal=None, regime=None):
+        """Validate and copy one batch (SPEC §2). Shapes and dtypes are checked here
+        (ValueError/TypeError); values (finite floats, ranges) by the library (FoxhuntError)."""
+        c = self._config
+        B, O, G, NB = c["batch_size"], c["obs_dim"], c["goal_dim"], c["num_branches"]
+        arrays = {
+            "obs": _float_array(obs, "obs", (B, O)),
+            "action": _int_array(action, "action", (B, NB), _INT32_MIN, _INT32_MAX, "int32"),
+            "reward": _float_array(reward, "reward", (B,)),
+            "done": _int_array(done, "done", (B,), 0, 255, "uint8"),
+            "next_obs": _float_array(next_obs, "next_obs", (B, O)),
+        }
+        for name, value in (("goal", goal), ("next_achieved_goal", next_achieved_goal),
+                            ("her_goal", her_goal)):
+            if G == 0:
+                if value is not None and np.asarray(value).size != 0:
+                    raise ValueError("%s: goal_dim is 0, pass None" % name)
+                arrays[name] = None
+            elif value is None:
+                raise TypeError("upload() missing %r (goal_dim = %d)" % (name, G))
+            else:
+                arrays[name] = _float_array(value, name, (B, G))
+        arrays["regime"] = None if regime is None else _int_array(
+            regime, "regime", (B,), _INT32_MIN, _INT32_MAX, "int32")
+        batch = _abi.new(_abi.fh_batch)
+        batch.batch_size = B
+        for name in ("obs", "goal", "reward", "next_obs", "next_achieved_goal", "her_goal"):
+            setattr(batch, name, _ptr(arrays[name], c_float))
+        batch.action = _ptr(arrays["action"], ctypes.c_int32)
+        batch.regime = _ptr(arrays["regime"], ctypes.c_int32)
+        batch.done = _ptr(arrays["done"], c_uint8)
+        self._call("fh_pipeline_upload", byref(batch))
+
+    def step(self):
+        """One training step (SPEC §5) on the current batch."""
+        self._call("fh_pipeline_step")
+
+    def act(self, obs, goal=None, epsilon=0.0, return_q=False):
+        """Greedy / epsilon-greedy actions (SPEC §7). obs [n, O] (or [O] for one row) ->
+        int32 actions [n, NB] ([NB]); with return_q also the clamped q values [n, NB, A]."""
+        c = self._config
+        O, G, NB, A = c["obs_dim"], c["goal_dim"], c["num_branches"], c["actions_per_branch"]
+        o = np.asarray(obs)
+        single = o.ndim == 1
+        if single:
+            o = o.reshape(1, -1)
+        if o.ndim != 2:
+            raise ValueError("obs: expected shape (n, %d) or (%d,), got %s" % (O, O, o.shape))
+        n = o.shape[0]
+        o = _float_array(o, "obs", (n, O))
+        g = None
+        if G > 0:
+            if goal is None:
+                raise TypeError("act() needs goal (goal_dim = %d)" % G)
+            ga = np.asarray(goal)
+            g = _float_array(ga.reshape(1, -1) if single and ga.ndim == 1 else ga, "goal", (n, G))
+        elif goal is not None and np.asarray(goal).size != 0:
+            raise ValueError("goal: goal_dim is 0, pass None")
+        if isinstance(epsilon, (bool, np.bool_)) or not isinstance(
+                epsilon, (int, float, np.number)):
+            raise TypeError("epsilon must be a real number")
+        actions = np.empty((n, NB), dtype=np.int32)
+        q = np.empty((n, NB, A), dtype=np.float32) if return_q else None
+        self._call("fh_pipeline_act", _ptr(o, c_float), _ptr(g, c_float), c_uint32(n),
+                   c_float(float(epsilon)), _ptr(actions, ctypes.c_int32), _ptr(q, c_float))
+        if single:
+            actions, q = actions[0], (q[0] if q is not None else None)
+        return (actions, q) if return_q else actions
+
+    # -- data out -----------------------------------------------------------------------------
+    def metrics(self):
+        """Metrics of the last step (SPEC §6) as a dict; regime_scale has num_regimes entries."""
+        m = _abi.new(_abi.fh_metrics)
+        self._call("fh_pipeline_metrics", byref(m))
+        out = {name: getattr(m, name) for name, _ in _abi.fh_metrics._fields_
+               if name not in ("struct_size", "sigma", "sigma_target", "regime_scale")}
+        out["sigma"] = tuple(m.sigma)
+        out["sigma_target"] = tuple(m.sigma_target)
+        out["regime_scale"] = list(m.regime_scale[: m.num_regimes])
+        return out
+
+    def timings(self):
+        """Milliseconds per child graph and aux learner of the last step, as a dict."""
+        t = _abi.new(_abi.fh_timings)
+        self._call("fh_pipeline_timings", byref(t))
+        return {name: getattr(t, name) for name, _ in _abi.fh_timings._fields_[1:]}
+
+    def memory(self):
+        """Bytes held, by category, as a dict."""
+        r = _abi.new(_abi.fh_memory_report)
+        self._call("fh_pipeline_memory", byref(r))
+        return {name: getattr(r, name) for name, _ in _abi.fh_memory_report._fields_[1:]}
+
+    def read(self, name):
+        """A copy of tensor @p name as a float32 array of its shape."""
+        shape, count = self._info(name)
+        out = np.empty(count, dtype=np.float32)
+        self._call("fh_pipeline_read_tensor", name.encode(), _ptr(out, c_float),
+                   ctypes.c_size_t(count))
+        return out.reshape(shape)
+
+    def write(self, name, array):
+        """Overwrite tensor @p name (a parameter, target or state tensor) from @p array, whose
+        shape is the tensor's (a [1, n] matrix or [n] vector are both accepted for a row)."""
+        shape, count = self._info(name)
+        a = np.asarray(array)
+        if a.dtype.kind not in "fiub":
+            raise TypeError("%s: expected a real numeric array, got dtype %s" % (name, a.dtype))
+        allowed = {tuple(shape), (count,)} | ({(1, count)} if len(shape) == 1 else set())
+        if a.shape not in allowed:
+            raise ValueError("%s: expected shape %s, got %s" % (name, tuple(shape), a.shape))
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        self._call("fh_pipeline_write_tensor", name.encode(), _ptr(a, c_float),
+                   ctypes.c_size_t(count))
+
+    def state_dict(self):
+        """Every tensor by name (a convenience over read())."""
+        return {name: self.read(name) for name, _, _ in self.tensors()}
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def save(self, path):
+        self._call("fh_pipeline_save", os.fsencode(path))
+
+    def load(self, path):
+        self._call("fh_pipeline_load", os.fsencode(path))
+
+    def dump_graph(self, path):
+        self._call("fh_pipeline_dump_graph", os.fsencode(path))
+
+    def __repr__(self):
+        if self._handle is None:
+            return "<foxhunt.Pipeline closed>"
+        c = self._config
+        return "<foxhunt.Pipeline %s B=%d O=%d G=%d NB=%d A=%d>" % (
+            {1: "cpu", 2: "cuda"}.get(c["backend"], c["backend"]), c["batch_size"],
+            c["obs_dim"], c["goal_dim"], c["num_branches"], c["actions_per_branch"])

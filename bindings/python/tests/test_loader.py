@@ -1,0 +1,56 @@
+"""How the binding finds libfoxhunt and checks its version."""
+import ctypes
+import os
+import sys
+
+import pytest
+
+import foxhunt
+from foxhunt import _loader
+
+
+def test_env_var_is_the_only_candidate_when_set(monkeypatch):
+    monkeypatch.setenv("FOXHUNT_LIBRARY", "/x/libfoxhunt.so")
+    assert _loader.candidates() == [("env", "/x/libfoxhunt.so")]
+
+
+def test_search_order_without_env(monkeypatch):
+    monkeypatch.delenv("FOXHUNT_LIBRARY", raising=False)
+    c = _loader.candidates()
+    hows = [h for h, _ in c]
+    assert hows == sorted(hows, key=["prefix", "loader"].index)
+    paths = [p for h, p in c if h == "prefix"]
+    assert paths[0] == os.path.join(sys.prefix, "lib", "libfoxhunt.so")
+    assert os.path.join("/usr/local", "lib", "libfoxhunt.so") in paths
+    assert c[-2:] == [("loader", "libfoxhunt.so"), ("loader", "libfoxhunt.so.0")]
+
+
+def test_bad_explicit_path_is_oserror():
+    with pytest.raises(OSError, match="FOXHUNT_LIBRARY"):
+        foxhunt.load_library("/nonexistent/libfoxhunt.so")
+
+
+class _FakeLib:
+    def __init__(self, v):
+        self.v = v
+
+    def fh_version(self):
+        return self.v
+
+
+@pytest.mark.parametrize("v,ok", [(100, True), (105, True), (200, False), (10100, False),
+                                  (0, False)])
+def test_version_check(v, ok):
+    if ok:
+        assert _loader.check_version(_FakeLib(v)) == (0, 1, v % 100)
+    else:
+        with pytest.raises(foxhunt.LibraryVersionError):
+            _loader.check_version(_FakeLib(v))
+
+
+def test_loaded_library_version(fh):
+    assert fh.version()[:2] == (fh.VERSION_MAJOR, fh.VERSION_MINOR)
+    assert os.path.exists(fh.library_path())
+    lib = fh.load_library()
+    assert isinstance(lib, ctypes.CDLL)
+    assert lib.fh_last_error_message() is not None

@@ -1,0 +1,275 @@
+"""foxhunt.Pipeline against the library: config keywords, upload checks, step, act, metrics,
+tensors, read/write, checkpoints, errors and lifetime."""
+import numpy as np
+import pytest
+
+from fh_testdata import SMALL, make_batch
+
+
+# ---- config ---------------------------------------------------------------------------------
+
+def test_unknown_keyword_is_type_error(fh):
+    with pytest.raises(TypeError, match="batchsize"):
+        fh.Pipeline(batchsize=64)
+
+
+def test_wrong_types_and_ranges_refused_before_the_call(fh):
+    with pytest.raises(TypeError):
+        fh.Pipeline(**dict(SMALL, batch_size=16.0))
+    with pytest.raises(TypeError):
+        fh.Pipeline(**dict(SMALL, gamma="high"))
+    with pytest.raises(ValueError):
+        fh.Pipeline(**dict(SMALL, batch_size=-1))
+    with pytest.raises(ValueError):
+        fh.Pipeline(**dict(SMALL, her_reward="medium"))
+    with pytest.raises(ValueError):
+        fh.Pipeline(**dict(SMALL, sn_layers=["W3"]))
+
+
+@pytest.mark.parametrize("override,status", [
+    (dict(gamma=1.5), "ERR_BAD_VALUE"),
+    (dict(batch_size=0), "ERR_BAD_DIMENSION"),
+    (dict(obs_dim=9), "ERR_INDIVISIBLE"),
+    (dict(backend="cuda"), "ERR_NO_CUDA"),
+])
+def test_library_refusals_are_foxhunt_errors(fh, override, status):
+    with pytest.raises(fh.FoxhuntError) as ei:
+        fh.Pipeline(**dict(SMALL, **override))
+    e = ei.value
+    assert e.status == getattr(fh.Status, status)
+    assert e.name == "FH_" + status
+    assert e.message and str(e).startswith("FH_" + status)
+    if "gamma" in override:
+        assert "gamma" in e.message
+
+
+def test_enum_names_and_sn_layers(fh):
+    with fh.Pipeline(**dict(SMALL, her_reward="dense", sn_layers=("W1", "W2"),
+                            her_terminal_on_success=False)) as p:
+        c = p.config
+        assert (c["her_reward"], c["sn_layers"], c["her_terminal_on_success"]) == (1, 3, 0)
+        names = [n for n, _, _ in p.tensors()]
+        assert "sn.u.W1" in names and "sn.u.W2" in names
+    assert fh.status_string(6).startswith("FH_ERR_NON_FINITE")
+
+
+def test_backend_and_repr(pipe):
+    assert pipe.backend == "cpu"
+    assert pipe.config["backend"] == 1
+    assert "B=16" in repr(pipe)
+
+
+# ---- upload ---------------------------------------------------------------------------------
+
+def test_upload_accepts_any_real_dtype_and_converts(pipe):
+    b = make_batch()
+    b["obs"] = b["obs"].astype(np.float64)           # converted to float32
+    b["action"] = b["action"].astype(np.int64)        # to int32
+    b["done"] = b["done"].astype(np.int16)            # to uint8
+    b["regime"] = b["regime"].astype(np.uint8)
+    b["reward"] = np.asfortranarray(b["reward"])
+    b["next_obs"] = np.asfortranarray(b["next_obs"])  # made C-contiguous
+    pipe.upload(**b)
+    pipe.step()
+    assert pipe.metrics()["step"] == 1
+
+
+@pytest.mark.parametrize("key,value,exc", [
+    ("obs", np.zeros((16, 7)), ValueError),
+    ("obs", np.zeros((15, 8)), ValueError),
+    ("action", np.zeros((16, 2), np.float32), TypeError),
+    ("action", np.zeros(16, np.int32), ValueError),
+    ("reward", np.zeros((16, 1)), ValueError),
+    ("goal", np.zeros((16, 3)), ValueError),
+    ("done", np.full(16, 300), ValueError),
+    ("action", np.full((16, 2), 2**40), ValueError),
+    ("obs", np.array([["a"] * 8] * 16), TypeError),
+])
+def test_upload_shape_and_dtype_checked_before_the_call(pipe, key, value, exc):
+    b = make_batch()
+    b[key] = value
+    with pytest.raises(exc):
+        pipe.upload(**b)
+
+
+def test_missing_goal_refused(pipe):
+    b = make_batch()
+    del b["her_goal"]
+    with pytest.raises(TypeError, match="her_goal"):
+        pipe.upload(**b)
+
+
+@pytest.mark.parametrize("key,index,value,status", [
+    ("obs", (3, 2), np.nan, "ERR_NON_FINITE"),
+    ("her_goal", (0, 1), np.inf, "ERR_NON_FINITE"),
+    ("reward", 5, -np.inf, "ERR_NON_FINITE"),
+    ("action", (4, 1), 3, "ERR_OUT_OF_RANGE"),
+    ("action", (4, 0), -1, "ERR_OUT_OF_RANGE"),
+    ("regime", 2, 2, "ERR_OUT_OF_RANGE"),
+    ("done", 1, 2, "ERR_OUT_OF_RANGE"),
+])
+def test_bad_values_refused_by_library_and_change_nothing(fh, pipe, key, index, value, status):
+    good = make_batch(seed=1)
+    pipe.upload(**good)
+    b = make_batch(seed=2)
+    b[key] = np.array(b[key], dtype=np.float64 if b[key].dtype.kind == "f" else np.int64)
+    b[key][index] = value
+    with pytest.raises(fh.FoxhuntError) as ei:
+        pipe.upload(**b)
+    assert ei.value.status == getattr(fh.Status, status)
+    pipe.step()  # trains on the previous (good) batch
+    with fh.Pipeline(**SMALL) as q:
+        q.upload(**good)
+        q.step()
+        assert q.metrics()["td_loss"] == pipe.metrics()["td_loss"]
+
+
+def test_step_without_batch(fh, pipe):
+    with pytest.raises(fh.FoxhuntError) as ei:
+        pipe.step()
+    assert ei.value.status == fh.Status.ERR_NO_BATCH
+
+
+def test_no_goal_config(fh):
+    cfg = dict(SMALL, goal_dim=0)
+    with fh.Pipeline(**cfg) as p:
+        b = make_batch(cfg)
+        p.upload(**b)
+        p.step()
+        assert p.metrics()["num_relabelled"] == 0
+        with pytest.raises(ValueError):
+            p.upload(**dict(b, goal=np.zeros((16, 2))))
+        assert p.act(np.zeros(8)).shape == (2,)
+
+
+# ---- step outputs -----------------------------------------------------------------------------
+
+def test_metrics_timings_memory(pipe):
+    m = pipe.metrics()
+    assert m["step"] == 0 and m["td_loss"] == 0.0
+    pipe.upload(**make_batch())
+    pipe.step()
+    pipe.step()
+    m = pipe.metrics()
+    assert m["step"] == 2 and np.isfinite(m["td_loss"]) and m["td_loss"] > 0
+    assert set(m) >= {"td_loss", "q_mean", "cql_loss", "iql_loss_hi", "iql_loss_lo", "iqn_loss",
+                      "attn_loss", "conf_loss", "grad_norm", "sigma", "sigma_target",
+                      "ensemble_std", "num_relabelled", "regime_scale"}
+    t = pipe.timings()
+    assert set(t) == {"her_ms", "spectral_ms", "ddqn_ms", "forward_ms", "aux_ms", "adam_ms",
+                      "total_ms", "aux_ema_ms", "aux_iql_ms", "aux_iqn_ms", "aux_attn_ms",
+                      "aux_tail_ms"}
+    assert t["total_ms"] > 0
+    mem = pipe.memory()
+    assert mem["total"] >= mem["parameters"] > 0
+
+
+def test_tensors_read_shapes(pipe):
+    listed = pipe.tensors()
+    shapes = {n: s for n, s, _ in listed}
+    groups = {n: g for n, _, g in listed}
+    assert shapes["q.W1"] == (16, 10) and shapes["q.b1"] == (16,) and shapes["q.w_u"] == (16,)
+    assert shapes["q.b_u"] == (1,) and shapes["attn.P"] == (3, 8) and shapes["q.U.1"] == (3, 8)
+    assert shapes["d_states"] == (16, 10) and shapes["confidence"] == (16,)
+    assert shapes["sn.u.W2"] == (16,) and shapes["regime.s"] == (2,)
+    assert groups["q.W1"] == "q" and groups["target.q.W1"] == "q_target"
+    assert groups["iql_lo.W1"] == "iql_lo" and groups["d_states"] == "output"
+    for n, s, _ in listed:
+        a = pipe.read(n)
+        assert a.shape == s and a.dtype == np.float32
+
+
+def test_write_then_read(fh, pipe):
+    w = np.arange(16 * 10, dtype=np.float64).reshape(16, 10) / 100
+    pipe.write("q.W1", w)
+    assert np.array_equal(pipe.read("q.W1"), w.astype(np.float32))
+    pipe.write("q.b_u", [0.5])
+    assert pipe.read("q.b_u")[0] == 0.5
+    pipe.write("q.w_u", np.ones((1, 16)))  # a row as [1, n] is accepted
+    with pytest.raises(ValueError):
+        pipe.write("q.W1", np.zeros((10, 16)))
+    with pytest.raises(fh.FoxhuntError) as ei:
+        pipe.write("no.such", np.zeros(3))
+    assert ei.value.status == fh.Status.ERR_UNKNOWN_NAME
+    with pytest.raises(fh.FoxhuntError) as ei:
+        pipe.read("no.such")
+    assert ei.value.status == fh.Status.ERR_UNKNOWN_NAME
+    with pytest.raises(fh.FoxhuntError):
+        pipe.write("d_states", np.zeros((16, 10)))  # read-only output
+    bad = np.zeros(16)
+    bad[3] = np.nan
+    with pytest.raises(fh.FoxhuntError) as ei:
+        pipe.write("q.b1", bad)
+    assert ei.value.status == fh.Status.ERR_NON_FINITE
+
+
+def test_act(fh, pipe):
+    rng = np.random.default_rng(0)
+    obs, goal = rng.standard_normal((5, 8)), rng.standard_normal((5, 2))
+    a = pipe.act(obs, goal)
+    assert a.shape == (5, 2) and a.dtype == np.int32 and ((0 <= a) & (a < 3)).all()
+    a2, q = pipe.act(obs, goal, return_q=True)
+    assert np.array_equal(a, a2) and q.shape == (5, 2, 3)
+    assert np.array_equal(a, q.argmax(axis=2))
+    one, q1 = pipe.act(obs[0], goal[0], return_q=True)
+    assert one.shape == (2,) and q1.shape == (2, 3) and np.array_equal(one, a[0])
+    with pytest.raises(TypeError):
+        pipe.act(obs)  # goal required
+    with pytest.raises(fh.FoxhuntError) as ei:
+        pipe.act(obs, goal, epsilon=1.5)
+    assert ei.value.status == fh.Status.ERR_BAD_VALUE
+    with pytest.raises(fh.FoxhuntError) as ei:
+        pipe.act(np.full((5, 8), np.nan), goal)
+    assert ei.value.status == fh.Status.ERR_NON_FINITE
+
+
+# ---- checkpoints ------------------------------------------------------------------------------
+
+def test_save_load_continues_bit_for_bit(fh, tmp_path):
+    path = tmp_path / "a.ckpt"
+    b1, b2 = make_batch(seed=1), make_batch(seed=2)
+    with fh.Pipeline(**SMALL) as p, fh.Pipeline(**SMALL) as q:
+        p.upload(**b1)
+        p.step()
+        p.act(np.zeros((2, 8)), np.zeros((2, 2)), epsilon=0.5)
+        p.save(path)
+        q.load(str(path))
+        for x in (p, q):
+            x.upload(**b2)
+            x.step()
+        assert p.metrics() == q.metrics()
+        for n, _, _ in p.tensors():
+            assert np.array_equal(p.read(n), q.read(n)), n
+        obs = np.ones((4, 8))
+        assert np.array_equal(p.act(obs, np.ones((4, 2)), epsilon=0.5),
+                              q.act(obs, np.ones((4, 2)), epsilon=0.5))
+
+
+def test_load_errors(fh, tmp_path):
+    with fh.Pipeline(**SMALL) as p:
+        with pytest.raises(fh.FoxhuntError) as ei:
+            p.load(tmp_path / "missing.ckpt")
+        assert ei.value.status == fh.Status.ERR_IO
+        p.save(tmp_path / "ok.ckpt")
+        data = (tmp_path / "ok.ckpt").read_bytes()
+        (tmp_path / "short.ckpt").write_bytes(data[: len(data) // 2])
+        with pytest.raises(fh.FoxhuntError) as ei:
+            p.load(tmp_path / "short.ckpt")
+        assert ei.value.status == fh.Status.ERR_CHECKPOINT_TRUNCATED
+        with fh.Pipeline(**dict(SMALL, trunk_hidden=32)) as other:
+            with pytest.raises(fh.FoxhuntError) as ei:
+                other.load(tmp_path / "ok.ckpt")
+            assert ei.value.status == fh.Status.ERR_CHECKPOINT_CONFIG
+
+
+# ---- lifetime ---------------------------------------------------------------------------------
+
+def test_close_and_context_manager(fh):
+    p = fh.Pipeline(**SMALL)
+    with p:
+        assert not p.closed
+    assert p.closed
+    p.close()  # idempotent
+    with pytest.raises(ValueError, match="closed"):
+        p.step()
+    assert "closed" in repr(p)

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""The foxhunt training step (SPEC §5, the oracle's step_tensors) as a PyTorch peer on a GPU:
+timed in eager mode, replayed as a CUDA graph, and under torch.compile. Prints a table and
+writes JSON, for comparison with libfoxhunt's CUDA-graph executor (examples/ benchmark).
+
+    python3 tests/python/bench_torch_peer.py [--batch-size 16384] [--iters 50] [--json out.json]
+
+Without CUDA it says so and exits 0 (--allow-cpu runs eager mode on the CPU, for smoke tests).
+The step is the oracle's own code in float32, so each mode computes the same numbers; the
+first step's td_loss of every mode is printed beside its time as a check.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+
+import oracle_torch as ot  # noqa: E402
+
+
+def make_state(c, device):
+    S = {k: torch.as_tensor(v, device=device) for k, v in ot.initial_state(c).items()}
+    names = [n for n, _, _, _ in ot.param_specs(c)]
+    M = {n: torch.zeros_like(S[n]) for n in names}
+    V = {n: torch.zeros_like(S[n]) for n in names}
+    return S, M, V
+
+
+def make_batch(c, device, seed=0):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    B, O, G, NB = c.batch_size, c.obs_dim, c.goal_dim, c.num_branches
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    b = {"obs": r(B, O), "next_obs": r(B, O), "reward": r(B),
+         "done": (torch.rand(B, generator=g) < 0.1).float(),
+         "action": torch.randint(0, c.actions_per_branch, (B, NB), generator=g),
+         "regime": torch.randint(0, c.num_regimes, (B,), generator=g)}
+    if G:
+        b.update(goal=r(B, G), next_achieved_goal=r(B, G), her_goal=r(B, G))
+    return {k: v.to(device) for k, v in b.items()}
+
+
+class Step:
+    """One training step that updates static state tensors in place (graph-capturable)."""
+
+    def __init__(self, c, device):
+        self.c = c
+        self.S, self.M, self.V = make_state(c, device)
+        self.batch = make_batch(c, device)
+        self.step = torch.zeros((), dtype=torch.int64, device=device)
+
+    def __call__(self):
+        S2, M2, V2, out = ot.step_tensors(self.c, self.S, self.M, self.V, self.batch, self.step)
+        with torch.no_grad():
+            for k, v in S2.items():
+                if v is not self.S[k]:
+                    self.S[k].copy_(v)
+            for k in M2:
+                self.M[k].copy_(M2[k])
+                self.V[k].copy_(V2[k])
+            self.step.add_(1)
+        return out["td_loss"]
+
+
+def time_it(fn, iters, device):
+    """Per-iteration milliseconds (CUDA events on a GPU, a wall clock on the CPU)."""
+    ms = []
+    for _ in range(iters):
+        if device.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            ms.append(a.elapsed_time(b))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            ms.append((time.perf_counter() - t0) * 1e3)
+    return ms
+
+
+def run_mode(mode, c, device, iters, warmup):
+    st = Step(c, device)
+    res = {"mode": mode}
+    if mode == "eager":
+        first = float(st())
+        for _ in range(warmup):
+            st()
+        ms = time_it(st, iters, device)
+    elif mode == "cuda_graph":
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up (autograd, cuBLAS handles) off the main stream
+            first = float(st())
+            for _ in range(max(warmup, 3)):
+                st()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            loss = st()
+        ms = time_it(graph.replay, iters, device)
+        res["replayed_td_loss"] = float(loss)
+    elif mode == "compile":
+        if not hasattr(torch, "compile"):
+            raise RuntimeError("torch %s has no torch.compile" % torch.__version__)
+        fn = torch.compile(st)
+        t0 = time.perf_counter()
+        first = float(fn())
+        res["compile_s"] = time.perf_counter() - t0
+        for _ in range(warmup):
+            fn()
+        ms = time_it(fn, iters, device)
+    else:
+        raise ValueError(mode)
+    res.update(first_step_td_loss=first, iters=iters, ms_median=statistics.median(ms),
+               ms_mean=statistics.fmean(ms), ms_min=min(ms), ms_max=max(ms))
+    return res
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch-size", type=int, default=16384)
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--modes", default="eager,cuda_graph,compile")
+    ap.add_argument("--tf32", choices=("on", "off"), default="on",
+                    help="TF32 matmuls (libfoxhunt's default FH_MATH_TF32 is 'on')")
+    ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."),
+                                                   "bench_torch_peer.json"))
+    ap.add_argument("--allow-cpu", action="store_true", help="run eager mode on the CPU")
+    args = ap.parse_args(argv)
+
+    if torch.cuda.is_available():
+        device = torch.device("cuda")
+    elif args.allow_cpu:
+        device = torch.device("cpu")
+    else:
+        print("bench_torch_peer: CUDA is not available; nothing to time (skipped).")
+        return 0
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
+    torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
+    c = ot.OracleConfig(batch_size=args.batch_size)  # SPEC §1 defaults otherwise
+    modes = [m for m in args.modes.split(",") if m]
+    if device.type == "cpu":
+        modes = [m for m in modes if m == "eager"]
+
+    results = []
+    for mode in modes:
+        try:
+            r = run_mode(mode, c, device, args.iters, args.warmup)
+        except Exception as e:  # report and carry on with the other modes
+            r = {"mode": mode, "error": "%s: %s" % (type(e).__name__, e)}
+        results.append(r)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+
+    dev_name = torch.cuda.get_device_name() if device.type == "cuda" else platform.processor()
+    print("\nfoxhunt step, PyTorch %s peer on %s, B=%d, float32, TF32 %s"
+          % (torch.__version__, dev_name, c.batch_size, args.tf32))
+    print("%-11s %10s %10s %10s %14s  %s" % ("mode", "median ms", "mean ms", "min ms",
+                                             "step-1 td_loss", "note"))
+    for r in results:
+        if "error" in r:
+            print("%-11s %10s %10s %10s %14s  %s" % (r["mode"], "-", "-", "-", "-", r["error"]))
+            continue
+        note = ("compile %.1f s" % r["compile_s"]) if "compile_s" in r else ""
+        print("%-11s %10.3f %10.3f %10.3f %14.7g  %s" % (r["mode"], r["ms_median"], r["ms_mean"],
+                                                         r["ms_min"], r["first_step_td_loss"],
+                                                         note))
+    report = {"device": dev_name, "torch": torch.__version__, "tf32": args.tf32,
+              "config": ot.dataclasses.asdict(c), "results": results}
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump(report, f, indent=2)
+    print("wrote", args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""The GPU peer benchmark runs (eager, on the CPU, tiny) and skips cleanly without CUDA."""
+import json
+
+import torch
+
+import bench_torch_peer
+
+
+def test_bench_skips_without_cuda(capsys, tmp_path):
+    if torch.cuda.is_available():
+        return
+    assert bench_torch_peer.main(["--json", str(tmp_path / "x.json")]) == 0
+    assert "skipped" in capsys.readouterr().out
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_bench_eager_smoke_on_cpu(tmp_path):
+    out = tmp_path / "b.json"
+    assert bench_torch_peer.main(["--allow-cpu", "--batch-size", "32", "--iters", "1",
+                                  "--warmup", "0", "--modes", "eager", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    (r,) = report["results"]
+    assert r["mode"] == "eager" and r["ms_median"] > 0 and r["first_step_td_loss"] > 0
