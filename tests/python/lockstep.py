@@ -97,8 +97,8 @@ def random_state(c, rng):
         vals["sn.u.W1"] = rng.standard_normal(c.trunk_hidden).astype(np.float32) * 3
     if c.sn2:
         vals["sn.u.W2"] = rng.standard_normal(c.trunk_hidden).astype(np.float32) * 0.5
-    vals["regime.s"] = rng.uniform(0.5, 2.0, c.num_regimes).astype(np.float32)
-    if c.num_regimes > 1:  # with R = 1, rho == 1 by SPEC; test_oracle_edges writes it there
+    if c.num_regimes > 1:  # with R = 1, rho == 1 by SPEC and the regime state is read-only
+        vals["regime.s"] = rng.uniform(0.5, 2.0, c.num_regimes).astype(np.float32)
         vals["regime.scale"] = rng.uniform(0.5, 2.0, c.num_regimes).astype(np.float32)
     return vals
 
