@@ -4,6 +4,7 @@
 #pragma once
 #include <foxhunt.h>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "../batch.hpp"
@@ -31,6 +32,8 @@ struct QCache {
     std::vector<Vec> z, q;     // per branch [M, A]: logits, clamped q
     Vec pre_u, u;              // [M] confidence head: pre-activation, softplus
 };
+
+struct AuxWork;  // aux_learners.hpp
 
 struct CpuStep {
     const fh_config &cfg;
@@ -72,6 +75,9 @@ struct CpuStep {
     Vec z_mean;         // [B] mean_n Z(x~, tau_n) before the IQN update
     float iql_loss[2] = {0, 0}, iqn_loss = 0, attn_loss = 0, cql_loss = 0, conf_loss = 0;
     float ensemble_std = 0;
+    // Scratch of the IQL, IQN and attention learners (aux_learners.hpp), reused from step
+    // to step; created by their first call.
+    std::shared_ptr<AuxWork> aux_work;
 
     // §5.6 adam
     float grad_norm = 0;
