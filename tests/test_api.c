@@ -316,6 +316,16 @@ static void test_memory_report(void **state) {
     assert_int_equal(fh_pipeline_memory(p, &r), FH_OK);
     assert_true(r.parameters > 0 && r.activations > 0);
     assert_int_equal(r.total, r.parameters + r.activations + r.workspaces + r.batch_staging);
+    /* The auxiliary learners' scratch is allocated by the first step and then counted. */
+    fh_test_batch tb;
+    fh_test_batch_make(&tb, &c, 5);
+    assert_int_equal(fh_pipeline_upload(p, &tb.batch), FH_OK);
+    assert_int_equal(fh_pipeline_step(p), FH_OK);
+    fh_memory_report after = {sizeof after};
+    assert_int_equal(fh_pipeline_memory(p, &after), FH_OK);
+    assert_true(after.activations > r.activations);
+    assert_int_equal(after.parameters, r.parameters);
+    fh_test_batch_free(&tb);
     r.struct_size = 0;
     expect(fh_pipeline_memory(p, &r), FH_ERR_STRUCT_SIZE, "report");
     fh_pipeline_destroy(p);

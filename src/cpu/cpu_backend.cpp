@@ -8,6 +8,7 @@
 #include "../backend.hpp"
 #include "../error.hpp"
 #include "../philox.hpp"
+#include "aux_learners.hpp"
 #include "cpu_step.hpp"
 #include "nn.hpp"
 
@@ -149,9 +150,11 @@ public:
         for (int b = 0; b < NUM_PERSISTENT; ++b) r->parameters += buf_[b].size() * sizeof(float);
         r->parameters += s_.grad.size() * sizeof(float);
         for (int b = NUM_PERSISTENT; b < NUM_BUFS; ++b) r->activations += buf_[b].size() * sizeof(float);
-        // Forward caches: three Q passes (x~, x~', [x~; x~']) = 4B rows of trunk and branches.
+        // Forward caches: three Q passes (x~, x~', [x~; x~']) = 4B rows of trunk and branches,
+        // and the auxiliary learners' scratch (allocated at the first step).
         const Dims &d = L_.dims;
         r->activations += (uint64_t)4 * d.B * (4 * d.H + d.NB * (2 * d.HB + 2 * d.A) + 2) * sizeof(float);
+        r->activations += aux_work_bytes(s_);
         r->batch_staging = (uint64_t)d.B * (2 * d.O + 3 * d.G + 2 + d.NB + 1) * sizeof(float);
         r->total = r->parameters + r->activations + r->workspaces + r->batch_staging;
     }

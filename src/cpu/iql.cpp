@@ -70,11 +70,6 @@ float awr_weight(float qbar, float v_hi, float beta, float omega_max) {
     return std::min(std::exp(beta * (qbar - v_hi)), omega_max);
 }
 
-AuxWork &aux_work(CpuStep &s) {
-    if (!s.aux_work) s.aux_work = std::make_shared<AuxWork>();
-    return *s.aux_work;
-}
-
 void iql(CpuStep &s) {
     const Dims &d = s.d;
     const fh_config &c = s.cfg;
