@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -48,6 +49,10 @@ public:
                  float *loss);
     size_t bytes() const;
     int gemm_mode() const;  // the fh_iql_gemm actually used
+
+private:
+    struct Impl;  // cuda/iql.cu
+    std::unique_ptr<Impl> impl_;
 };
 
 // IQN (Dabney et al. 2018): online params/m/v and the target (already EMA-updated this step).
@@ -59,6 +64,10 @@ public:
     // Writes z_mean [B] = mean_n Z(x~, tau_n) before the update, and loss[1].
     void enqueue(const Lane &lane, const StepInputs &in, float *z_mean, float *loss);
     size_t bytes() const;
+
+private:
+    struct Impl;  // cuda/iqn.cu
+    std::unique_ptr<Impl> impl_;
 };
 
 // Attention reward model (SPEC §4), MSE to r~.
@@ -69,6 +78,10 @@ public:
     ~AttentionLearner();
     void enqueue(const Lane &lane, const StepInputs &in, float *loss);
     size_t bytes() const;
+
+private:
+    struct Impl;  // cuda/attention.cu
+    std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace fh::cuda

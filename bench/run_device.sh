@@ -1,0 +1,67 @@
+#!/bin/bash
+# One full run on the GPU machine (the device tool's `run`): build, tests, benchmark, graph dumps.
+# Usage there:  bash bench/run_device.sh [quick]     (logs and results under $OUT)
+set -o pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+d=$(mktemp -d); for f in .devdeps/*.deb; do dpkg -x "$f" "$d"; done
+export CMAKE_PREFIX_PATH=$d/usr LD_LIBRARY_PATH=$d/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH CPATH=$d/usr/include
+log=$OUT/log.txt
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv
+  nproc
+  t0=$(date +%s)
+  cmake -S . -B build-dev -DFOXHUNT_CUDA=ON -DCMAKE_PREFIX_PATH=$d/usr \
+    -Dcmocka_DIR=$d/usr/lib/x86_64-linux-gnu/cmake/cmocka 2>&1 | tail -3
+  cmake --build build-dev -j16 2>&1 | grep -E "error|warning|Built target foxhunt$" 
+  echo "build: $(( $(date +%s) - t0 )) s"
+} 2>&1 | tee $log
+[ -x build-dev/examples/foxhunt-bench ] || { echo BUILD FAILED | tee -a $log; exit 1; }
+
+# Which IQL GEMM modes run at the default size (each in its own process: a fault is sticky).
+for m in auto grouped batched sequential; do
+  build-dev/examples/foxhunt-bench --batch 16384 --steps 3 --warmup 1 --modes multi-tf32 \
+    --iql-gemm $m --out /tmp/d_$m.json > /tmp/d_$m.log 2>&1
+  echo "iql-gemm $m at B=16384: rc=$? $(grep -E 'failed|ms/step' /tmp/d_$m.log | head -2 | tr '\n' ' ')" | tee -a $log
+done
+FOXHUNT_CUDA_AUX=0 build-dev/examples/foxhunt-bench --batch 16384 --steps 3 --warmup 1 \
+  --modes multi-tf32 --out /tmp/d_noaux.json > /tmp/d_noaux.log 2>&1
+echo "without aux learners: rc=$? $(grep -E 'failed|ms/step' /tmp/d_noaux.log | head -2 | tr '\n' ' ')" | tee -a $log
+
+# Graph dumps (docs/graph*.dot): the default config, multi- and single-stream.
+FOXHUNT_DUMP_GRAPH=$OUT/graph_multi.dot build-dev/examples/foxhunt-bench --batch 16384 --steps 3 \
+  --warmup 1 --modes multi-tf32 --out /tmp/g1.json >> $log 2>&1
+FOXHUNT_DUMP_GRAPH=$OUT/graph_single.dot build-dev/examples/foxhunt-bench --batch 16384 --steps 3 \
+  --warmup 1 --modes single-tf32 --out /tmp/g2.json >> $log 2>&1
+
+# CPU-only tests in the background, the CUDA tests in the foreground (verbose: [ACCURACY] lines).
+bg=
+if [ "$1" != early ]; then
+  ( cd build-dev && ctest -j6 -E "^test_cuda" --output-on-failure > $OUT/ctest_other.txt 2>&1 ) &
+  bg=$!
+fi
+t1=$(date +%s)
+( cd build-dev && ctest -V -R "^test_cuda" --timeout 300 ) > $OUT/ctest_cuda.txt 2>&1
+echo "cuda tests: $(( $(date +%s) - t1 )) s" | tee -a $log
+[ -n "$bg" ] && wait $bg
+grep -E "\[(ACCURACY|NOSYNC|DETERMINISM|ACT|TIMINGS|MEMORY|GRAPH)\]|tests passed|tests failed|Passed|Failed|FAILED|SKIPPED|PASSED|rror" $OUT/ctest_cuda.txt | tee -a $log
+[ -n "$bg" ] && tail -25 $OUT/ctest_other.txt | tee -a $log
+
+# The benchmark, with the GPU to itself.
+if [ "$1" = early ]; then
+  build-dev/examples/foxhunt-bench --batch 16384 --steps 20 --modes multi-tf32,single-tf32,multi-strict --machine h200 --out $OUT/bench.json 2>&1 | tee -a $log
+elif [ "$1" = quick ]; then
+  build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --machine h200 --out $OUT/bench.json 2>&1 | tee -a $log
+else
+  build-dev/examples/foxhunt-bench --steps 50 --machine h200 --out $OUT/bench.json 2>&1 | tee -a $log
+  build-dev/examples/foxhunt-bench --batch 16384 --steps 50 --modes multi-tf32,single-tf32 \
+    --iql-gemm batched,sequential --machine h200 --out $OUT/bench_iql.json 2>&1 | tail -6 | tee -a $log
+fi
+
+# Per-kernel durations of one step (Nsight Compute, clocks left alone), if ncu is there.
+if [ "$1" = ncu ] && command -v ncu > /dev/null; then
+  timeout 100 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    build-dev/examples/foxhunt-bench --batch 16384 --steps 1 --warmup 0 --modes multi-tf32 \
+    --iql-gemm batched --out /tmp/n.json > $OUT/ncu.csv 2>&1
+  echo "ncu rc=$? lines=$(wc -l < $OUT/ncu.csv)" | tee -a $log
+fi

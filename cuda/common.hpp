@@ -1,0 +1,41 @@
+// Shared pieces of the CUDA backend: return-code checks that throw fh::Error{FH_ERR_CUDA, ...}
+// naming the call, the status and file:line; the device-side kernels' small helpers.
+//
+// Every CUDA runtime and cuBLAS call of cuda/ goes through FH_CUDA or FH_CUBLAS, and every kernel
+// launch is followed by FH_LAUNCHED, so that an error names its origin and never passes silently.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "error.hpp"
+
+namespace fh::cuda {
+
+[[noreturn]] void throw_cuda(cudaError_t e, const char *call, const char *file, int line);
+[[noreturn]] void throw_cublas(cublasStatus_t s, const char *call, const char *file, int line);
+
+}  // namespace fh::cuda
+
+#define FH_CUDA(call)                                                                      \
+    do {                                                                                   \
+        cudaError_t fh_e_ = (call);                                                        \
+        if (fh_e_ != cudaSuccess) ::fh::cuda::throw_cuda(fh_e_, #call, __FILE__, __LINE__); \
+    } while (0)
+
+#define FH_CUBLAS(call)                                                                        \
+    do {                                                                                       \
+        cublasStatus_t fh_s_ = (call);                                                         \
+        if (fh_s_ != CUBLAS_STATUS_SUCCESS)                                                    \
+            ::fh::cuda::throw_cublas(fh_s_, #call, __FILE__, __LINE__);                        \
+    } while (0)
+
+// After a <<<...>>> launch: configuration errors surface here (asynchronous faults surface at
+// the next synchronising call, which is checked too).
+#define FH_LAUNCHED(name)                                                                  \
+    do {                                                                                   \
+        cudaError_t fh_e_ = cudaGetLastError();                                            \
+        if (fh_e_ != cudaSuccess) ::fh::cuda::throw_cuda(fh_e_, name, __FILE__, __LINE__); \
+    } while (0)

@@ -1,0 +1,355 @@
+// SPEC §5.5 step 2 on the GPU: the two IQL expectile value nets V_hi, V_lo (Kostrikov et al.
+// 2021), D → Hi → Hi → 1 with SiLU, as src/cpu/iql.cpp computes them:
+//     ũ = Q̄sa − V_τ(x̃),  L_τ = mean_i |τ − [ũ < 0]| ũ²,  ω_i = min(exp(β (Q̄sa_i − V_hi(x̃_i))), ω_max)
+// then one Adam step (lr_aux) over the whole [hi | lo] buffer.
+//
+// Both nets live in one buffer [hi | lo] of identical layouts (lo at +layout.iql.total), and so
+// do their activations ([2, B, Hi], lo at +B·Hi), their gradient and their Adam moments. Every
+// GEMM of the step ("site") is one call for both nets, by config.iql_gemm:
+//   GROUPED     cublasGemmGroupedBatchedEx, one group of 2 problems (cuBLAS >= 12.5; its A/B/C
+//               pointer arrays are device arrays, written by a kernel at the head of each step;
+//               sizes, alpha and beta are host arrays that live as long as the learner)
+//   BATCHED     cublasGemmStridedBatchedEx, batch 2, strides = the distance from the hi operand
+//               to the lo operand (layout.iql.total for weights, B·Hi for activations, 0 for the
+//               shared input x̃)
+//   SEQUENTIAL  two cublasGemmEx calls
+//   AUTO        GROUPED when the loaded cuBLAS has it (cublasGetProperty >= 12.5), else BATCHED.
+// GROUPED that the library refuses (NOT_SUPPORTED / INVALID_VALUE / ARCH_MISMATCH) falls back to
+// BATCHED for good; the eager run before capture meets that first, so the captured graph is
+// consistent.
+//
+// Kernels and GEMMs of one step (Hi = iql_hidden, z = net):
+//   F1  pre1[z] = x̃ W1[z]ᵀ              nt  M=B N=Hi K=D      then pre1 += b1, h1 = SiLU(pre1)
+//   F2  pre2[z] = h1[z] W2[z]ᵀ           nt  M=B N=Hi K=Hi     then pre2 += b2, h2 = SiLU(pre2)
+//   head (warp per row): V = h2·w3 + b3, ũ, loss, ω, dV = −2|τ−[ũ<0]|ũ/B,
+//        dpre2 = (dV w3) ⊙ SiLU'(pre2) in place of pre2; block partials of db2, dw3, db3, loss
+//   B2w dW2[z] = dpre2[z]ᵀ h1[z]          tn  M=Hi N=Hi K=B
+//   B2x dh1[z] = dpre2[z] W2[z]           nn  M=B N=Hi K=Hi     (into the dead h2 buffer)
+//   dpre1 = dh1 ⊙ SiLU'(pre1) in place, with the column-sum partials of db1
+//   B1w dW1[z] = dpre1[z]ᵀ x̃               tn  M=Hi N=D K=B
+//   reductions of the partials (fixed order, double), Adam over 2·total floats.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include "aux_common.cuh"
+#include "learners.hpp"
+
+namespace fh::cuda {
+
+namespace {
+
+constexpr int kHeadRowsPerWarp = 8;
+
+struct IqlHeadArgs {
+    const float *h2;      // [2, B, Hi]
+    float *pre2;          // [2, B, Hi]: in pre2 (bias added), out dpre2
+    const float *params;  // [2, total]
+    size_t total, off_w3, off_b3;
+    const float *qsa;     // [B]
+    int B, Hi;
+    float tau[2];
+    float awr_beta, awr_max;
+    float *v_out[2];      // v_hi, v_lo [B]
+    float *omega;         // [B]
+    double *partial;      // [2, blocks, 2·Hi + 2]: db2 | dw3 | db3 | Σ loss terms
+    int rows_per_blk;
+};
+
+// grid (blocks, 2 nets), block warps·32; warp w of block b takes rows b·rpb + w, + warps, ...
+__global__ void k_iql_head(IqlHeadArgs a) {
+    extern __shared__ double acc_all[];
+    const int net = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nw = blockDim.x >> 5, Hi = a.Hi, W = 2 * Hi + 2;
+    double *acc = acc_all + (size_t)warp * W;
+    for (int c = lane; c < W; c += 32) acc[c] = 0.0;
+    __syncwarp();
+
+    const float *p = a.params + (size_t)net * a.total;
+    const float *w3 = p + a.off_w3;
+    const float b3 = p[a.off_b3];
+    const float tau = net ? a.tau[1] : a.tau[0];  // (no dynamic indexing of the params)
+    const size_t base = (size_t)net * a.B * Hi;
+    const int r0 = blockIdx.x * a.rows_per_blk, r1 = min(a.B, r0 + a.rows_per_blk);
+    for (int r = r0 + warp; r < r1; r += nw) {
+        const float *hrow = a.h2 + base + (size_t)r * Hi;
+        float *prow = a.pre2 + base + (size_t)r * Hi;
+        float s = 0.0f;
+        for (int j = lane; j < Hi; j += 32) s = fmaf(hrow[j], w3[j], s);
+        s = aux::warp_sum(s);
+        const float V = __fadd_rn(s, b3);
+        const float q = a.qsa[r];
+        const float u = __fadd_rn(q, -V);
+        const float w = u < 0.0f ? __fadd_rn(1.0f, -tau) : tau;  // |τ − [ũ < 0]|
+        const float li = __fmul_rn(__fmul_rn(w, u), u);
+        const float dV = __fdiv_rn(__fmul_rn(__fmul_rn(-2.0f, w), u), (float)a.B);
+        for (int j = lane; j < Hi; j += 32) {
+            const float dp = __fmul_rn(__fmul_rn(dV, w3[j]), aux::dev_dsilu(prow[j]));
+            prow[j] = dp;
+            acc[j] += (double)dp;
+            acc[Hi + j] += (double)dV * (double)hrow[j];
+        }
+        if (lane == 0) {
+            acc[2 * Hi] += (double)dV;
+            acc[2 * Hi + 1] += (double)li;
+            (net ? a.v_out[1] : a.v_out[0])[r] = V;
+            if (net == 0)
+                a.omega[r] = fminf(expf(__fmul_rn(a.awr_beta, __fadd_rn(q, -V))), a.awr_max);
+        }
+    }
+    aux::flush_row_acc(acc_all, W, a.partial + ((size_t)net * gridDim.x + blockIdx.x) * W);
+}
+
+// The grouped GEMM's device pointer arrays, rewritten at the head of every step (x̃ is only
+// known at enqueue time; a kernel keeps enqueue free of host-to-device copies).
+constexpr int kSites = 5;
+struct PtrTable {
+    const void *p[kSites * 6];  // per site: A0 A1 B0 B1 C0 C1
+};
+__global__ void k_set_ptrs(PtrTable t, const void **dst) {
+    const int i = threadIdx.x;
+    if (i < kSites * 6) dst[i] = t.p[i];
+}
+
+bool grouped_available() {
+    int maj = 0, min = 0;
+    FH_AUX_BLAS(cublasGetProperty(MAJOR_VERSION, &maj));
+    FH_AUX_BLAS(cublasGetProperty(MINOR_VERSION, &min));
+    return maj > 12 || (maj == 12 && min >= 5);
+}
+
+}  // namespace
+
+struct IqlLearner::Impl {
+    // One GEMM site: the two problems, and the grouped call's host arrays (group_count 1).
+    struct Site {
+        const char *name;
+        aux::GemmDesc g[2];
+        cublasOperation_t ta, tb;
+        int m, n, k, lda, ldb, ldc, gsize;
+        float alpha, beta;
+    };
+
+    Dims d;
+    IqlOffsets o;
+    size_t total;
+    float *params, *mom1, *mom2;
+    float tau[2], awr_beta, awr_max;
+    AdamHyper hyp;
+    cublasComputeType_t compute;
+    int mode;
+    cublasStatus_t grouped_refused = CUBLAS_STATUS_SUCCESS;
+
+    aux::Arena arena;
+    float *pre1, *h1, *pre2, *h2, *grad;
+    double *part_head, *part_b1;
+    const void **dptrs;
+    aux::RowPlan head;
+    int b1_chunks;
+    Site sites[kSites];
+
+    Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *m, float *v)
+        : d(dd), o(L.iql), total(L.iql.total), params(p), mom1(m), mom2(v) {
+        tau[0] = c.iql_tau_hi;
+        tau[1] = c.iql_tau_lo;
+        awr_beta = c.awr_beta;
+        awr_max = c.awr_max;
+        hyp = AdamHyper{c.lr_aux, c.adam_beta1, c.adam_beta2, c.adam_eps};
+        compute = aux::compute_type(c);
+        if ((size_t)d.B * d.Hi > (size_t)INT32_MAX)
+            fail(FH_ERR_BAD_DIMENSION, "config: batch_size * iql_hidden = %zu is too large for "
+                 "the CUDA IQL learner", (size_t)d.B * d.Hi);
+
+        const bool have_grouped = grouped_available();
+        switch (c.iql_gemm) {
+        case FH_IQL_GEMM_SEQUENTIAL: mode = FH_IQL_GEMM_SEQUENTIAL; break;
+        case FH_IQL_GEMM_BATCHED: mode = FH_IQL_GEMM_BATCHED; break;
+        case FH_IQL_GEMM_GROUPED:
+        default:  // AUTO
+            mode = have_grouped ? FH_IQL_GEMM_GROUPED : FH_IQL_GEMM_BATCHED;
+            break;
+        }
+
+        const size_t BH = (size_t)d.B * d.Hi, W = 2 * (size_t)d.Hi + 2;
+        head = aux::plan_rows(d.B, (int)W, kHeadRowsPerWarp, 0, "IQL head");
+        b1_chunks = aux::col_chunks(d.B);
+        const size_t o_pre1 = arena.reserve_n<float>(2 * BH);
+        const size_t o_h1 = arena.reserve_n<float>(2 * BH);
+        const size_t o_pre2 = arena.reserve_n<float>(2 * BH);
+        const size_t o_h2 = arena.reserve_n<float>(2 * BH);
+        const size_t o_grad = arena.reserve_n<float>(2 * total);
+        const size_t o_ph = arena.reserve_n<double>(2 * (size_t)head.blocks * W);
+        const size_t o_pb = arena.reserve_n<double>(2 * (size_t)b1_chunks * d.Hi);
+        const size_t o_ptr = arena.reserve_n<void *>(kSites * 6);
+        arena.allocate("the IQL learner");
+        pre1 = arena.at<float>(o_pre1);
+        h1 = arena.at<float>(o_h1);
+        pre2 = arena.at<float>(o_pre2);
+        h2 = arena.at<float>(o_h2);
+        grad = arena.at<float>(o_grad);
+        part_head = arena.at<double>(o_ph);
+        part_b1 = arena.at<double>(o_pb);
+        dptrs = arena.at<const void *>(o_ptr);
+        aux::allow_smem((const void *)k_iql_head, head.smem, "IQL head");
+    }
+
+    // The five sites for input x; activations of net z at +z·B·Hi, parameters at +z·total.
+    void build_sites(const float *x) {
+        const int B = (int)d.B, Hi = (int)d.Hi, D = (int)d.D;
+        const size_t BH = (size_t)d.B * d.Hi;
+        for (int z = 0; z < 2; ++z) {
+            const float *P = params + z * total;
+            float *G = grad + z * total;
+            const size_t A = z * BH;
+            // dpre2 lives in pre2, dh1 and then dpre1 in h2 (see the file comment).
+            sites[0].g[z] = aux::desc_nt(B, Hi, D, x, P + o.W1, pre1 + A);
+            sites[1].g[z] = aux::desc_nt(B, Hi, Hi, h1 + A, P + o.W2, pre2 + A);
+            sites[2].g[z] = aux::desc_tn(Hi, Hi, B, pre2 + A, h1 + A, G + o.W2);
+            sites[3].g[z] = aux::desc_nn(B, Hi, Hi, pre2 + A, P + o.W2, h2 + A);
+            sites[4].g[z] = aux::desc_tn(Hi, D, B, h2 + A, x, G + o.W1);
+        }
+        const char *names[kSites] = {"IQL F1 pre1 = x W1^T", "IQL F2 pre2 = h1 W2^T",
+                                     "IQL B2w dW2 = dpre2^T h1", "IQL B2x dh1 = dpre2 W2",
+                                     "IQL B1w dW1 = dpre1^T x"};
+        for (int k = 0; k < kSites; ++k) {
+            Site &s = sites[k];
+            const aux::GemmDesc &g = s.g[0];
+            s.name = names[k];
+            s.ta = g.opa; s.tb = g.opb;
+            s.m = g.m; s.n = g.n; s.k = g.k;
+            s.lda = g.lda; s.ldb = g.ldb; s.ldc = g.ldc;
+            s.gsize = 2;
+            s.alpha = 1.0f;
+            s.beta = 0.0f;
+        }
+    }
+
+    void strided(const aux::Blas &bl, const Site &s) {
+        const aux::GemmDesc &g0 = s.g[0], &g1 = s.g[1];
+        const long long sa = (long long)(g1.a - g0.a), sb = (long long)(g1.b - g0.b),
+                        sc = (long long)(g1.c - g0.c);
+        const cublasStatus_t st = cublasGemmStridedBatchedEx(
+            bl.handle, g0.opa, g0.opb, g0.m, g0.n, g0.k, &s.alpha, g0.a, CUDA_R_32F, g0.lda, sa,
+            g0.b, CUDA_R_32F, g0.ldb, sb, &s.beta, g0.c, CUDA_R_32F, g0.ldc, sc, 2, bl.compute,
+            CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            char call[200];
+            snprintf(call, sizeof call, "cublasGemmStridedBatchedEx(%s: m=%d n=%d k=%d, batch 2)",
+                     s.name, g0.m, g0.n, g0.k);
+            aux::fail_cublas(st, call, __FILE__, __LINE__);
+        }
+    }
+
+    void run(const aux::Blas &bl, int k) {
+        const Site &s = sites[k];
+        if (mode == FH_IQL_GEMM_SEQUENTIAL) {
+            aux::gemm(bl, s.g[0], 0.0f, s.name);
+            aux::gemm(bl, s.g[1], 0.0f, s.name);
+            return;
+        }
+        if (mode == FH_IQL_GEMM_GROUPED) {
+            const void *const *A = dptrs + k * 6;
+            const cublasStatus_t st = cublasGemmGroupedBatchedEx(
+                bl.handle, &s.ta, &s.tb, &s.m, &s.n, &s.k, &s.alpha, A, CUDA_R_32F, &s.lda, A + 2,
+                CUDA_R_32F, &s.ldb, &s.beta, (void *const *)(A + 4), CUDA_R_32F, &s.ldc, 1,
+                &s.gsize, bl.compute);
+            if (st == CUBLAS_STATUS_SUCCESS) return;
+            if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE &&
+                st != CUBLAS_STATUS_ARCH_MISMATCH) {
+                char call[200];
+                snprintf(call, sizeof call, "cublasGemmGroupedBatchedEx(%s: m=%d n=%d k=%d, 2)",
+                         s.name, s.m, s.n, s.k);
+                aux::fail_cublas(st, call, __FILE__, __LINE__);
+            }
+            // Refused before anything was enqueued: batched from now on (a real argument error
+            // would fail the batched call too, and be reported there).
+            grouped_refused = st;
+            mode = FH_IQL_GEMM_BATCHED;
+        }
+        strided(bl, s);
+    }
+
+    void enqueue(const Lane &lane, const StepInputs &in, float *v_hi, float *v_lo, float *omega,
+                 float *loss) {
+        cudaStream_t s = lane.stream;
+        cudaStream_t hs = nullptr;
+        FH_AUX_BLAS(cublasGetStream(lane.blas, &hs));
+        if (hs != s) fail(FH_ERR_INTERNAL, "IQL: the lane's cuBLAS handle is not bound to its stream");
+        const aux::Blas bl{lane.blas, compute};
+        const size_t B = d.B;
+        const int Hi = (int)d.Hi;
+
+        build_sites(in.x);
+        if (mode == FH_IQL_GEMM_GROUPED) {
+            PtrTable t{};
+            for (int k = 0; k < kSites; ++k)
+                for (int z = 0; z < 2; ++z) {
+                    t.p[k * 6 + z] = sites[k].g[z].a;
+                    t.p[k * 6 + 2 + z] = sites[k].g[z].b;
+                    t.p[k * 6 + 4 + z] = sites[k].g[z].c;
+                }
+            k_set_ptrs<<<1, 32, 0, s>>>(t, dptrs);
+            FH_AUX_LAUNCHED("k_set_ptrs (IQL)");
+        }
+
+        // Forward.
+        run(bl, 0);
+        aux::bias_silu(pre1, h1, params + o.b1, B, Hi, 2, total, s);
+        run(bl, 1);
+        aux::bias_silu(pre2, h2, params + o.b2, B, Hi, 2, total, s);
+
+        // V, loss, ω, and dpre2 with the head's gradient partials.
+        IqlHeadArgs a{};
+        a.h2 = h2; a.pre2 = pre2; a.params = params;
+        a.total = total; a.off_w3 = o.w3; a.off_b3 = o.b3;
+        a.qsa = in.qbar_sa;
+        a.B = (int)d.B; a.Hi = Hi;
+        a.tau[0] = tau[0]; a.tau[1] = tau[1];
+        a.awr_beta = awr_beta; a.awr_max = awr_max;
+        a.v_out[0] = v_hi; a.v_out[1] = v_lo; a.omega = omega;
+        a.partial = part_head;
+        a.rows_per_blk = head.rows_per_blk;
+        k_iql_head<<<dim3(head.blocks, 2), head.warps * 32, head.smem, s>>>(a);
+        FH_AUX_LAUNCHED("k_iql_head");
+        {
+            aux::Segs g;
+            g.add(grad + o.b2, 0, Hi, total);
+            g.add(grad + o.w3, Hi, Hi, total);
+            g.add(grad + o.b3, 2 * Hi, 1, total);
+            g.add(loss, 2 * Hi + 1, 1, 1, (double)d.B);  // loss[0] hi, loss[1] lo
+            aux::reduce_partials(part_head, head.blocks, 2 * Hi + 2, 2, g, s);
+        }
+
+        // Backward through layer 2 and layer 1.
+        run(bl, 2);
+        run(bl, 3);
+        aux::dsilu_colsum(h2, pre1, B, Hi, 2, part_b1, s);
+        {
+            aux::Segs g;
+            g.add(grad + o.b1, 0, Hi, total);
+            aux::reduce_partials(part_b1, b1_chunks, Hi, 2, g, s);
+        }
+        run(bl, 4);
+
+        // One Adam over [hi | lo].
+        aux::adam(params, mom1, mom2, grad, 2 * total, hyp.lr, hyp.beta1, hyp.beta2, hyp.eps,
+                  in.step, s);
+    }
+};
+
+IqlLearner::IqlLearner(const Dims &d, const fh_config &c, const Layout &L, float *params,
+                       float *m, float *v)
+    : impl_(std::make_unique<Impl>(d, c, L, params, m, v)) {}
+
+IqlLearner::~IqlLearner() = default;
+
+void IqlLearner::enqueue(const Lane &lane, const StepInputs &in, float *v_hi, float *v_lo,
+                         float *omega, float *loss) {
+    impl_->enqueue(lane, in, v_hi, v_lo, omega, loss);
+}
+
+size_t IqlLearner::bytes() const { return impl_->arena.bytes(); }
+
+int IqlLearner::gemm_mode() const { return impl_->mode; }
+
+}  // namespace fh::cuda

@@ -1,0 +1,387 @@
+// SPEC §5.5 step 3 on the GPU: the implicit quantile network (Dabney et al. 2018), as
+// src/cpu/iqn.cpp computes it:
+//     ψ = SiLU(x Wψᵀ + bψ),  φ(τ)_j = SiLU(Σ_{k<C} cos(π k τ) Wφ[j,k] + bφ[j]),  m = ψ ⊙ φ,
+//     Z(x, τ) = SiLU(m Wmᵀ + bm) · w_z + b_z
+//     T_im = r̃_i + γ (1 − d̃_i) Z̄(x̃'_i, τ'_im)      (target net, already EMA-updated this step)
+//     L = mean_i Σ_n (1/N') Σ_m |τ_in − [T_im − Z_in < 0]| huber_κ(T_im − Z_in) / κ
+// then Adam (lr_aux). τ_in = Philox purpose 2 at (i, n, step), τ'_im purpose 3 at (i, m, step),
+// with `step` read from the device counter (the graph is captured once and replayed).
+// Rows of the per-quantile tensors are i·N + n (i·N' + m for the target).
+//
+// One step (Nr = N' for the target pass, N for the online pass; rows R = B·Nr):
+//   target:  taucos → cos [R, C];  ψ̄ = x̃' W̄ψᵀ (nt M=B N=Hq K=D), + b̄ψ, SiLU;
+//            φ̄raw = cos W̄φᵀ (nt M=R N=Hq K=C);  m̄ = ψ̄_i ⊙ SiLU(φ̄raw + b̄φ);
+//            h̄ = m̄ W̄mᵀ (nt M=R N=Hq K=Hq);  Z̄ = SiLU(h̄ + b̄m)·w̄_z + b̄_z  (warp per row)
+//   online:  the same on x̃ with τ (kept), the caches ψpre, ψ, φraw, m, hraw kept
+//   head (warp per transition): Z_in, z_mean, T_im, the loss, dZ_in, dhpre = (dZ w_z) ⊙ SiLU',
+//            block partials of dbm, dw_z, db_z and the loss
+//   dWm = dhpreᵀ m (tn M=Hq N=Hq K=R);  dm = dhpre Wm (nn M=R N=Hq K=Hq, into hraw's buffer)
+//   dφpre = (dm ⊙ ψ) ⊙ SiLU'(φpre) (in place of φraw), dψpre = (Σ_n dm ⊙ φ) ⊙ SiLU'(ψpre),
+//            with the column-sum partials of dbφ and dbψ
+//   dWφ = dφpreᵀ cos (tn M=Hq N=C K=R);  dWψ = dψpreᵀ x̃ (tn M=Hq N=D K=B);  Adam.
+// The target pass runs first in the same scratch buffers; only Z̄ [B, N'] survives it.
+#include <algorithm>
+#include <memory>
+
+#include "aux_common.cuh"
+#include "learners.hpp"
+#include "philox.hpp"
+
+namespace fh::cuda {
+
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+constexpr int kTauRows = 32;          // rows of cosine features per block
+constexpr int kHeadSamplesPerWarp = 4;
+constexpr int kBwdSamples = 32;       // transitions per block of the ψ/φ backward
+constexpr int kTx = 32, kTy = 8;
+
+// τ = uniform24(philox(seed, i, n, step, purpose).w[0]) for rows i·Nr + n, and the features
+// cos(π k τ) evaluated in double and rounded once (as the CPU: (float)cos(kPi·k·τ)).
+__global__ void k_taucos(uint64_t seed, const uint64_t *step, uint32_t purpose, size_t rows,
+                         int Nr, int C, float *cosf_out, float *tau_out) {
+    __shared__ float tau_s[kTauRows];
+    const size_t row0 = (size_t)blockIdx.x * kTauRows;
+    const uint32_t st = (uint32_t)*step;
+    for (int rr = threadIdx.x; rr < kTauRows; rr += blockDim.x) {
+        const size_t row = row0 + rr;
+        float t = 0.0f;
+        if (row < rows) {
+            const uint32_t i = (uint32_t)(row / Nr), n = (uint32_t)(row % Nr);
+            t = uniform24(philox(seed, i, n, st, purpose).w[0]);
+            if (tau_out) tau_out[row] = t;
+        }
+        tau_s[rr] = t;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kTauRows * C; idx += blockDim.x) {
+        const int rr = idx / C, k = idx - rr * C;
+        const size_t row = row0 + rr;
+        if (row < rows)
+            cosf_out[row * C + k] = (float)cos(kPi * (double)k * (double)tau_s[rr]);
+    }
+}
+
+// m[r] = ψ[r / Nr] ⊙ SiLU(φraw[r] + bφ). grid (row chunks, column tiles), block (32, 8).
+__global__ void k_merge(const float *__restrict__ phi_raw, const float *__restrict__ bphi,
+                        const float *__restrict__ psi, float *__restrict__ m, size_t rows, int Nr,
+                        int Hq) {
+    const int j = blockIdx.y * kTx + threadIdx.x;
+    if (j >= Hq) return;
+    const size_t r0 = (size_t)blockIdx.x * aux::kColRows, r1 = min(rows, r0 + aux::kColRows);
+    const float b = bphi[j];
+    for (size_t r = r0 + threadIdx.y; r < r1; r += kTy) {
+        const size_t i = r / Nr;
+        const float phi = aux::dev_silu(__fadd_rn(phi_raw[r * Hq + j], b));
+        m[r * Hq + j] = __fmul_rn(psi[i * Hq + j], phi);
+    }
+}
+
+// Z[r] = SiLU(hraw[r] + bm) · w_z + b_z, one warp per row.
+__global__ void k_zrows(const float *__restrict__ hraw, const float *__restrict__ bm,
+                        const float *__restrict__ wz, const float *__restrict__ bz, size_t rows,
+                        int Hq, float *__restrict__ z) {
+    const int lane = threadIdx.x & 31;
+    const size_t nwarps = (size_t)gridDim.x * (blockDim.x >> 5);
+    for (size_t r = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
+         r += nwarps) {
+        const float *h = hraw + r * Hq;
+        float s = 0.0f;
+        for (int j = lane; j < Hq; j += 32) s = fmaf(aux::dev_silu(__fadd_rn(h[j], bm[j])), wz[j], s);
+        s = aux::warp_sum(s);
+        if (lane == 0) z[r] = __fadd_rn(s, *bz);
+    }
+}
+
+struct IqnHeadArgs {
+    const float *hraw;   // [B·N, Hq] online m Wmᵀ (no bias)
+    const float *bm, *wz, *bz;
+    const float *zt;     // [B, N'] target Z̄
+    const float *tau;    // [B, N]
+    const float *r, *done;
+    float gamma, kappa;
+    int B, N, Nt, Hq;
+    double scale;        // 1 / (B·N')
+    float *z_mean;       // [B]
+    float *dh;           // [B·N, Hq] out: dL/d(m Wmᵀ + bm)
+    double *partial;     // [blocks, 2·Hq + 2]: dbm | dw_z | db_z | Σ loss terms
+    int samples_per_blk;
+};
+
+// One warp per transition i. Shared memory: [warps][2·Hq + 2] doubles, then per warp
+// Z_in [N], T_im [N'], dZ_in [N] floats.
+__global__ void k_iqn_head(IqnHeadArgs a) {
+    extern __shared__ double acc_all[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int Hq = a.Hq, N = a.N, Nt = a.Nt, W = 2 * Hq + 2;
+    double *acc = acc_all + (size_t)warp * W;
+    float *zs = reinterpret_cast<float *>(acc_all + (size_t)nw * W) + (size_t)warp * (2 * N + Nt);
+    float *tg = zs + N, *dz = tg + Nt;
+    for (int c = lane; c < W; c += 32) acc[c] = 0.0;
+    __syncwarp();
+    const float bz = *a.bz;
+
+    const int i0 = blockIdx.x * a.samples_per_blk, i1 = min(a.B, i0 + a.samples_per_blk);
+    for (int i = i0 + warp; i < i1; i += nw) {
+        // Z_in = SiLU(h + bm)·w_z + b_z
+        for (int n = 0; n < N; ++n) {
+            const float *h = a.hraw + ((size_t)i * N + n) * Hq;
+            float s = 0.0f;
+            for (int j = lane; j < Hq; j += 32)
+                s = fmaf(aux::dev_silu(__fadd_rn(h[j], a.bm[j])), a.wz[j], s);
+            s = aux::warp_sum(s);
+            if (lane == 0) zs[n] = __fadd_rn(s, bz);
+        }
+        // T_im = r + (γ (1 − d)) Z̄_im, as the CPU writes it.
+        const float ri = a.r[i], disc = __fmul_rn(a.gamma, __fadd_rn(1.0f, -a.done[i]));
+        for (int m = lane; m < Nt; m += 32)
+            tg[m] = __fadd_rn(ri, __fmul_rn(disc, a.zt[(size_t)i * Nt + m]));
+        __syncwarp();
+        // Loss terms and dZ_in = −(Σ_m ρ'(u)) / (B N'), sums over m in order in double.
+        double lsum = 0.0;
+        for (int n = lane; n < N; n += 32) {
+            const float t = a.tau[(size_t)i * N + n], z = zs[n];
+            double ls = 0.0, ds = 0.0;
+            for (int m = 0; m < Nt; ++m) {
+                const float u = __fadd_rn(tg[m], -z);
+                const float w = fabsf(__fadd_rn(t, -(u < 0.0f ? 1.0f : 0.0f)));
+                ls += (double)__fdiv_rn(__fmul_rn(w, aux::dev_huber(u, a.kappa)), a.kappa);
+                ds += (double)__fdiv_rn(__fmul_rn(w, aux::dev_dhuber(u, a.kappa)), a.kappa);
+            }
+            dz[n] = (float)(-ds * a.scale);
+            lsum += ls;
+        }
+        lsum = aux::warp_sum(lsum);
+        if (lane == 0) {
+            double zsum = 0.0;
+            for (int n = 0; n < N; ++n) zsum += (double)zs[n];
+            a.z_mean[i] = (float)(zsum / N);
+            acc[2 * Hq + 1] += lsum;
+        }
+        __syncwarp();
+        // dhpre = (dZ w_z) ⊙ SiLU'(h + bm); dw_z += dZ SiLU(h + bm); dbm += dhpre; db_z += dZ.
+        for (int n = 0; n < N; ++n) {
+            const float dZ = dz[n];
+            const size_t row = (size_t)i * N + n;
+            const float *h = a.hraw + row * Hq;
+            float *dh = a.dh + row * Hq;
+            for (int j = lane; j < Hq; j += 32) {
+                const float pre = __fadd_rn(h[j], a.bm[j]);
+                const float sg = aux::dev_sigmoid(pre);
+                const float v = __fmul_rn(__fmul_rn(dZ, a.wz[j]), aux::dev_dsilu_s(pre, sg));
+                dh[j] = v;
+                acc[j] += (double)v;
+                acc[Hq + j] += (double)dZ * (double)__fmul_rn(pre, sg);
+            }
+            if (lane == 0) acc[2 * Hq] += (double)dZ;
+        }
+        __syncwarp();
+    }
+    aux::flush_row_acc(acc_all, W, a.partial + (size_t)blockIdx.x * W);
+}
+
+// dφpre and dψpre (in place of φraw, and into dpsi) with the column-sum partials of dbφ and dbψ:
+//   dφpre_inj = (dm_inj ψ_ij) SiLU'(φpre_inj);  dψpre_ij = (float)(Σ_n dm_inj φ_inj) SiLU'(ψpre_ij)
+// grid (transition chunks, column tiles), block (32, 8); partial [chunks, 2·Hq] doubles.
+__global__ void k_psiphi_bwd(const float *__restrict__ dm, float *phi, const float *__restrict__ bphi,
+                             const float *__restrict__ psi, const float *__restrict__ psi_pre,
+                             float *__restrict__ dpsi, int B, int N, int Hq, double *partial) {
+    __shared__ double sh[2][kTy][kTx + 1];
+    const int j = blockIdx.y * kTx + threadIdx.x;
+    const int i0 = blockIdx.x * kBwdSamples, i1 = min(B, i0 + kBwdSamples);
+    double acc_phi = 0.0, acc_psi = 0.0;
+    if (j < Hq) {
+        const float b = bphi[j];
+        for (int i = i0 + threadIdx.y; i < i1; i += kTy) {
+            const float ps = psi[(size_t)i * Hq + j];
+            double dps = 0.0;
+            for (int n = 0; n < N; ++n) {
+                const size_t rj = ((size_t)i * N + n) * Hq + j;
+                const float g = dm[rj];
+                const float pre = __fadd_rn(phi[rj], b);
+                const float sg = aux::dev_sigmoid(pre);
+                dps += (double)g * (double)__fmul_rn(pre, sg);
+                const float v = __fmul_rn(__fmul_rn(g, ps), aux::dev_dsilu_s(pre, sg));
+                phi[rj] = v;
+                acc_phi += (double)v;
+            }
+            const float v = __fmul_rn((float)dps, aux::dev_dsilu(psi_pre[(size_t)i * Hq + j]));
+            dpsi[(size_t)i * Hq + j] = v;
+            acc_psi += (double)v;
+        }
+    }
+    sh[0][threadIdx.y][threadIdx.x] = acc_phi;
+    sh[1][threadIdx.y][threadIdx.x] = acc_psi;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < Hq) {
+        double sp = 0.0, sq = 0.0;
+        for (int y = 0; y < kTy; ++y) {
+            sp += sh[0][y][threadIdx.x];
+            sq += sh[1][y][threadIdx.x];
+        }
+        partial[(size_t)blockIdx.x * 2 * Hq + j] = sp;
+        partial[(size_t)blockIdx.x * 2 * Hq + Hq + j] = sq;
+    }
+}
+
+}  // namespace
+
+struct IqnLearner::Impl {
+    Dims d;
+    IqnOffsets o;
+    float *params, *target, *mom1, *mom2;
+    uint64_t seed;
+    float gamma, kappa;
+    AdamHyper hyp;
+    cublasComputeType_t compute;
+
+    aux::Arena arena;
+    float *cosb, *phi, *mbuf, *hraw, *dh, *psi_pre, *psi, *dpsi, *tau, *zt, *grad;
+    double *part_head, *part_bwd;
+    aux::RowPlan head;
+    int bwd_chunks;
+
+    Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
+         float *v)
+        : d(dd), o(L.iqn), params(p), target(t), mom1(m), mom2(v) {
+        seed = c.seed;
+        gamma = c.gamma;
+        kappa = c.huber_kappa;
+        hyp = AdamHyper{c.lr_aux, c.adam_beta1, c.adam_beta2, c.adam_eps};
+        compute = aux::compute_type(c);
+        const size_t Nmax = std::max(d.N, d.Nt);
+        const size_t Rmax = (size_t)d.B * Nmax;
+        if (Rmax > (size_t)INT32_MAX)
+            fail(FH_ERR_BAD_DIMENSION, "config: batch_size * max(iqn_n, iqn_n_target) = %zu is "
+                 "too large for the CUDA IQN learner", Rmax);
+        const int W = 2 * (int)d.Hq + 2;
+        head = aux::plan_rows(d.B, W, kHeadSamplesPerWarp,
+                              (2 * (size_t)d.N + d.Nt) * sizeof(float), "IQN head");
+        bwd_chunks = (int)((d.B + kBwdSamples - 1) / kBwdSamples);
+
+        const size_t Hq = d.Hq;
+        const size_t o_cos = arena.reserve_n<float>(Rmax * d.C);
+        const size_t o_phi = arena.reserve_n<float>(Rmax * Hq);
+        const size_t o_m = arena.reserve_n<float>(Rmax * Hq);
+        const size_t o_h = arena.reserve_n<float>(Rmax * Hq);
+        const size_t o_dh = arena.reserve_n<float>((size_t)d.B * d.N * Hq);
+        const size_t o_pp = arena.reserve_n<float>((size_t)d.B * Hq);
+        const size_t o_ps = arena.reserve_n<float>((size_t)d.B * Hq);
+        const size_t o_dp = arena.reserve_n<float>((size_t)d.B * Hq);
+        const size_t o_tau = arena.reserve_n<float>((size_t)d.B * d.N);
+        const size_t o_zt = arena.reserve_n<float>((size_t)d.B * d.Nt);
+        const size_t o_g = arena.reserve_n<float>(o.total);
+        const size_t o_ph = arena.reserve_n<double>((size_t)head.blocks * W);
+        const size_t o_pb = arena.reserve_n<double>((size_t)bwd_chunks * 2 * Hq);
+        arena.allocate("the IQN learner");
+        cosb = arena.at<float>(o_cos);
+        phi = arena.at<float>(o_phi);
+        mbuf = arena.at<float>(o_m);
+        hraw = arena.at<float>(o_h);
+        dh = arena.at<float>(o_dh);
+        psi_pre = arena.at<float>(o_pp);
+        psi = arena.at<float>(o_ps);
+        dpsi = arena.at<float>(o_dp);
+        tau = arena.at<float>(o_tau);
+        zt = arena.at<float>(o_zt);
+        grad = arena.at<float>(o_g);
+        part_head = arena.at<double>(o_ph);
+        part_bwd = arena.at<double>(o_pb);
+        aux::allow_smem((const void *)k_iqn_head, head.smem, "IQN head");
+    }
+
+    // Forward of net P on input x with Nr quantile fractions of `purpose`: ψpre, ψ, cos, φraw,
+    // m and hraw (= m Wmᵀ, no bias) in the scratch buffers.
+    void forward(const aux::Blas &bl, cudaStream_t s, const float *P, const float *x, int Nr,
+                 uint32_t purpose, const uint64_t *step, float *tau_out) {
+        const int B = (int)d.B, Hq = (int)d.Hq, C = (int)d.C, D = (int)d.D;
+        const size_t R = (size_t)d.B * Nr;
+        k_taucos<<<(unsigned)((R + kTauRows - 1) / kTauRows), 256, 0, s>>>(
+            seed, step, purpose, R, Nr, C, cosb, tau_out);
+        FH_AUX_LAUNCHED("k_taucos");
+        aux::gemm_nt(bl, B, Hq, D, x, P + o.Wpsi, psi_pre, 0.0f, "IQN psi = x Wpsi^T");
+        aux::bias_silu(psi_pre, psi, P + o.bpsi, d.B, Hq, 1, 0, s);
+        aux::gemm_nt(bl, (int)R, Hq, C, cosb, P + o.Wphi, phi, 0.0f, "IQN phi = cos Wphi^T");
+        k_merge<<<dim3(aux::col_chunks(R), (Hq + kTx - 1) / kTx), dim3(kTx, kTy), 0, s>>>(
+            phi, P + o.bphi, psi, mbuf, R, Nr, Hq);
+        FH_AUX_LAUNCHED("k_merge");
+        aux::gemm_nt(bl, (int)R, Hq, Hq, mbuf, P + o.Wm, hraw, 0.0f, "IQN h = m Wm^T");
+    }
+
+    void enqueue(const Lane &lane, const StepInputs &in, float *z_mean, float *loss) {
+        cudaStream_t s = lane.stream;
+        cudaStream_t hs = nullptr;
+        FH_AUX_BLAS(cublasGetStream(lane.blas, &hs));
+        if (hs != s) fail(FH_ERR_INTERNAL, "IQN: the lane's cuBLAS handle is not bound to its stream");
+        const aux::Blas bl{lane.blas, compute};
+        const int B = (int)d.B, N = (int)d.N, Nt = (int)d.Nt, Hq = (int)d.Hq, C = (int)d.C,
+                  D = (int)d.D;
+        const size_t RN = (size_t)d.B * d.N, RT = (size_t)d.B * d.Nt;
+
+        // Target Z̄ on x̃' (target net, τ' purpose 3).
+        forward(bl, s, target, in.xn, Nt, PURPOSE_IQN_TARGET, in.step, nullptr);
+        {
+            const int blocks = (int)std::min<size_t>((RT + 7) / 8, 8192);
+            k_zrows<<<blocks, 256, 0, s>>>(hraw, target + o.bm, target + o.w_z, target + o.b_z, RT,
+                                           Hq, zt);
+            FH_AUX_LAUNCHED("k_zrows");
+        }
+
+        // Online forward on x̃ (τ purpose 2), kept for the backward.
+        forward(bl, s, params, in.x, N, PURPOSE_IQN_ONLINE, in.step, tau);
+
+        // Head: Z, z_mean, loss, dZ, dhpre and the head's gradient partials.
+        IqnHeadArgs a{};
+        a.hraw = hraw;
+        a.bm = params + o.bm; a.wz = params + o.w_z; a.bz = params + o.b_z;
+        a.zt = zt; a.tau = tau; a.r = in.r; a.done = in.done;
+        a.gamma = gamma; a.kappa = kappa;
+        a.B = B; a.N = N; a.Nt = Nt; a.Hq = Hq;
+        a.scale = 1.0 / ((double)d.B * d.Nt);
+        a.z_mean = z_mean; a.dh = dh; a.partial = part_head;
+        a.samples_per_blk = head.rows_per_blk;
+        k_iqn_head<<<head.blocks, head.warps * 32, head.smem, s>>>(a);
+        FH_AUX_LAUNCHED("k_iqn_head");
+        {
+            aux::Segs g;
+            g.add(grad + o.bm, 0, Hq);
+            g.add(grad + o.w_z, Hq, Hq);
+            g.add(grad + o.b_z, 2 * Hq, 1);
+            g.add(loss, 2 * Hq + 1, 1, 0, (double)d.B * d.Nt);
+            aux::reduce_partials(part_head, head.blocks, 2 * Hq + 2, 1, g, s);
+        }
+
+        // Merge layer, then ψ and φ.
+        aux::gemm_tn(bl, Hq, Hq, (int)RN, dh, mbuf, grad + o.Wm, 0.0f, "IQN dWm = dh^T m");
+        aux::gemm_nn(bl, (int)RN, Hq, Hq, dh, params + o.Wm, hraw, 0.0f, "IQN dm = dh Wm");
+        k_psiphi_bwd<<<dim3(bwd_chunks, (Hq + kTx - 1) / kTx), dim3(kTx, kTy), 0, s>>>(
+            hraw, phi, params + o.bphi, psi, psi_pre, dpsi, B, N, Hq, part_bwd);
+        FH_AUX_LAUNCHED("k_psiphi_bwd");
+        {
+            aux::Segs g;
+            g.add(grad + o.bphi, 0, Hq);
+            g.add(grad + o.bpsi, Hq, Hq);
+            aux::reduce_partials(part_bwd, bwd_chunks, 2 * Hq, 1, g, s);
+        }
+        aux::gemm_tn(bl, Hq, C, (int)RN, phi, cosb, grad + o.Wphi, 0.0f, "IQN dWphi = dphi^T cos");
+        aux::gemm_tn(bl, Hq, D, B, dpsi, in.x, grad + o.Wpsi, 0.0f, "IQN dWpsi = dpsi^T x");
+
+        aux::adam(params, mom1, mom2, grad, o.total, hyp.lr, hyp.beta1, hyp.beta2, hyp.eps,
+                  in.step, s);
+    }
+};
+
+IqnLearner::IqnLearner(const Dims &d, const fh_config &c, const Layout &L, float *params,
+                       float *target, float *m, float *v)
+    : impl_(std::make_unique<Impl>(d, c, L, params, target, m, v)) {}
+
+IqnLearner::~IqnLearner() = default;
+
+void IqnLearner::enqueue(const Lane &lane, const StepInputs &in, float *z_mean, float *loss) {
+    impl_->enqueue(lane, in, z_mean, loss);
+}
+
+size_t IqnLearner::bytes() const { return impl_->arena.bytes(); }
+
+}  // namespace fh::cuda

@@ -1,0 +1,835 @@
+// Kernels of the CUDA backend. See kernels.cuh for the contract of each launcher.
+//
+// Floating-point expressions that the CPU reference evaluates in a given order are written with
+// __fmul_rn / __fadd_rn / __fdiv_rn so that nvcc cannot contract them into FMAs: those kernels
+// then produce the CPU's float bits from the same inputs.
+#include "kernels.cuh"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common.hpp"
+#include "philox.hpp"
+
+namespace fh::cuda::kern {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+int grid_for(size_t n, int threads = kThreads, int cap = 8192) {
+    size_t g = (n + threads - 1) / threads;
+    if (g < 1) g = 1;
+    return (int)std::min<size_t>(g, (size_t)cap);
+}
+
+// --- device math, as in src/cpu/nn.hpp ---
+__device__ __forceinline__ float d_sigmoid(float z) {
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
+}
+__device__ __forceinline__ float d_silu(float z) { return __fmul_rn(z, d_sigmoid(z)); }
+__device__ __forceinline__ float d_dsilu(float z) {
+    const float s = d_sigmoid(z);
+    return __fmul_rn(s, __fadd_rn(1.0f, __fmul_rn(z, __fadd_rn(1.0f, -s))));
+}
+__device__ __forceinline__ float d_softplus(float z) {
+    return z > 0 ? __fadd_rn(z, log1pf(expf(-z))) : log1pf(expf(z));
+}
+__device__ __forceinline__ float d_huber(float u, float k) {
+    const float a = fabsf(u);
+    return a <= k ? __fmul_rn(__fmul_rn(0.5f, u), u) : __fmul_rn(k, __fadd_rn(a, -__fmul_rn(0.5f, k)));
+}
+__device__ __forceinline__ float d_dhuber(float u, float k) {
+    return fabsf(u) <= k ? u : (u > 0 ? k : -k);
+}
+
+// Fixed-order tree sum of one double per thread over the block (blockDim.x a power of two).
+__device__ double block_sum(double v, double *sh) {
+    const int t = threadIdx.x;
+    sh[t] = v;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (t < w) sh[t] += sh[t + w];
+        __syncthreads();
+    }
+    const double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_sum_f(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+__global__ void k_set_u64(uint64_t *p, uint64_t v) { *p = v; }
+__global__ void k_inc_u64(uint64_t *p) { *p += 1; }
+__global__ void k_fill(float *p, size_t n, float v) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        p[i] = v;
+}
+
+// ---- reductions ---------------------------------------------------------------------------------
+constexpr int kRedThreads = 256;
+constexpr int kRedMaxBlocks = 1024;
+constexpr size_t kRedPerBlock = 4096;  // elements per block before the grid saturates
+
+size_t red_chunk(size_t n, int nb) {
+    size_t c = (n + nb - 1) / nb;
+    return c == 0 ? 1 : c;
+}
+
+template <class T, int OP>
+__global__ void k_reduce_partial(const T *x, size_t n, size_t chunk, double *partial) {
+    __shared__ double sh[kRedThreads];
+    const size_t lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
+    double acc = 0;
+    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        const double v = (double)x[i];
+        acc += OP == 1 ? v * v : v;
+    }
+    const double s = block_sum(acc, sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void k_reduce_dot(const float *a, const float *b, size_t n, size_t chunk,
+                             double *partial) {
+    __shared__ double sh[kRedThreads];
+    const size_t lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
+    double acc = 0;
+    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) acc += (double)a[i] * b[i];
+    const double s = block_sum(acc, sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void k_reduce_final(const double *partial, int nb, float *out, int op, double div,
+                               double mul) {
+    __shared__ double sh[kRedMaxBlocks];
+    double v = 0;
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) v += partial[i];
+    const double s = block_sum(v, sh);
+    if (threadIdx.x == 0) *out = op == 1 ? (float)sqrt(s) : (float)(mul * s / div);
+}
+
+// ---- column sums ---------------------------------------------------------------------------------
+constexpr int kColRows = 256;  // rows per chunk
+constexpr int kColTx = 32, kColTy = 8;
+
+__global__ void k_colsum_partial(const float *X, int M, int N, const float *row_scale,
+                                 double *partial, size_t sX) {
+    __shared__ double sh[kColTy][kColTx + 1];
+    X += blockIdx.z * sX;
+    partial += (size_t)blockIdx.z * gridDim.y * N;
+    const int col = blockIdx.x * kColTx + threadIdx.x;
+    const int r0 = blockIdx.y * kColRows, r1 = min(M, r0 + kColRows);
+    double acc = 0;
+    if (col < N)
+#pragma unroll 4
+        for (int r = r0 + threadIdx.y; r < r1; r += kColTy) {
+            const double v = (double)X[(size_t)r * N + col];
+            acc += row_scale ? (double)row_scale[r] * v : v;
+        }
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < N) {
+        double s = 0;
+        for (int k = 0; k < kColTy; ++k) s += sh[k][threadIdx.x];
+        partial[(size_t)blockIdx.y * N + col] = s;
+    }
+}
+
+__global__ void k_silu_bwd_colsum_partial(PtrList in, const float *pre, int M, int N, float *dpre,
+                                          double *partial) {
+    __shared__ double sh[kColTy][kColTx + 1];
+    const int col = blockIdx.x * kColTx + threadIdx.x;
+    const int r0 = blockIdx.y * kColRows, r1 = min(M, r0 + kColRows);
+    double acc = 0;
+    if (col < N)
+        for (int r = r0 + threadIdx.y; r < r1; r += kColTy) {
+            const size_t i = (size_t)r * N + col;
+            float g = in.p[0][i];
+            for (int k = 1; k < in.n; ++k) g = __fadd_rn(g, in.p[k][i]);
+            g = __fmul_rn(g, d_dsilu(pre[i]));
+            dpre[i] = g;
+            acc += (double)g;
+        }
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < N) {
+        double s = 0;
+        for (int k = 0; k < kColTy; ++k) s += sh[k][threadIdx.x];
+        partial[(size_t)blockIdx.y * N + col] = s;
+    }
+}
+
+__global__ void k_colsum_final(const double *partial, int chunks, int N, float *out,
+                               int accumulate, size_t s_out) {
+    __shared__ double sh[kThreads];
+    const int col = blockIdx.x;
+    partial += (size_t)blockIdx.y * chunks * N;
+    out += blockIdx.y * s_out;
+    double v = 0;
+    for (int c = threadIdx.x; c < chunks; c += blockDim.x) v += partial[(size_t)c * N + col];
+    const double s = block_sum(v, sh);
+    if (threadIdx.x == 0) out[col] = accumulate ? (float)((double)out[col] + s) : (float)s;
+}
+
+// ---- HER ------------------------------------------------------------------------------------------
+// One warp per transition.
+__global__ void k_her(HerArgs a) {
+    const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (warp >= a.B) return;
+    const size_t i = warp;
+    float *x = a.x2 + i * a.D;
+    float *xn = a.x2 + ((size_t)a.B + i) * a.D;
+    for (uint32_t j = lane; j < a.O; j += 32) {
+        x[j] = a.obs[i * a.O + j];
+        xn[j] = a.next_obs[i * a.O + j];
+    }
+    for (uint32_t b = lane; b < a.NB; b += 32) a.action_out[i * a.NB + b] = a.action[i * a.NB + b];
+    int relabel = 0;
+    if (a.G > 0) {
+        if (lane == 0) {
+            const float u = uniform24(philox(a.seed, (uint32_t)i, 0, (uint32_t)*a.step, PURPOSE_HER).w[0]);
+            relabel = u < a.her_ratio;
+        }
+        relabel = __shfl_sync(0xffffffffu, relabel, 0);
+        const float *g = relabel ? a.her_goal + i * a.G : a.goal + i * a.G;
+        for (uint32_t j = lane; j < a.G; j += 32) {
+            x[a.O + j] = g[j];
+            xn[a.O + j] = g[j];
+        }
+    }
+    if (lane != 0) return;
+    float r = a.reward[i];
+    float done = a.done[i] ? 1.0f : 0.0f;
+    if (relabel) {
+        const float *g = a.her_goal + i * a.G;
+        const float *ag = a.nag + i * a.G;
+        double ss = 0;
+        for (uint32_t j = 0; j < a.G; ++j) {
+            const float diff = __fadd_rn(ag[j], -g[j]);
+            ss += (double)diff * diff;
+        }
+        const float dist = (float)sqrt(ss);
+        const bool reached = dist <= a.her_epsilon;
+        if (a.sparse) {
+            r = reached ? 0.0f : -1.0f;
+            if (reached && a.terminal_on_success) done = 1.0f;
+        } else {
+            r = -dist;
+        }
+    }
+    a.r[i] = r;
+    a.done_f[i] = done;
+    a.relabelled[i] = relabel ? 1.0f : 0.0f;
+    a.regime_out[i] = a.regime[i];
+}
+
+// ---- spectral ------------------------------------------------------------------------------------
+constexpr int kPowerThreads = 1024;
+
+__device__ void normalize_block(float *x, int n, double *sh) {
+    double acc = 0;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) acc += (double)x[j] * x[j];
+    const double ss = block_sum(acc, sh);
+    const float norm = fmaxf((float)sqrt(ss), 1e-12f);
+    for (int j = threadIdx.x; j < n; j += blockDim.x) x[j] = __fdiv_rn(x[j], norm);
+    __syncthreads();
+}
+
+// One block. Columns sums are coalesced (thread per column); row dot products one warp a row.
+__global__ void k_power_iteration(const float *W, const float *Wt, int rows, int cols,
+                                  const float *u_in, float *u_out, float *v, double *row,
+                                  float *sigma, float *sigma_t) {
+    __shared__ double sh[kPowerThreads];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    // v = Wᵀ u. With cols <= blockDim/2 the rows are cut into G contiguous groups (G threads per
+    // column), each summed in row order, then the G partial sums in group order: a fixed order,
+    // G times less serial latency. Otherwise one thread per column sums all rows in order.
+    __shared__ double part[kPowerThreads];
+    const int G = cols <= (int)blockDim.x ? min(8, (int)blockDim.x / cols) : 1;
+    if (G > 1) {
+        const int g = threadIdx.x / cols, j = threadIdx.x % cols;
+        const int rpg = (rows + G - 1) / G;
+        if (g < G) {
+            double acc = 0;
+            const int i1 = min(rows, (g + 1) * rpg);
+#pragma unroll 8
+            for (int i = g * rpg; i < i1; ++i) acc += (double)W[(size_t)i * cols + j] * u_in[i];
+            part[g * cols + j] = acc;
+        }
+        __syncthreads();
+        if (threadIdx.x < cols) {
+            double acc = 0;
+            for (int k = 0; k < G; ++k) acc += part[k * cols + threadIdx.x];
+            v[threadIdx.x] = (float)acc;
+        }
+    } else {
+        for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+            double acc = 0;
+#pragma unroll 8
+            for (int i = 0; i < rows; ++i) acc += (double)W[(size_t)i * cols + j] * u_in[i];
+            v[j] = (float)acc;
+        }
+    }
+    __syncthreads();
+    normalize_block(v, cols, sh);
+    for (int i = warp; i < rows; i += nwarps) {  // row_i = (W v)_i
+        double acc = 0;
+#pragma unroll 4
+        for (int j = lane; j < cols; j += 32) acc += (double)W[(size_t)i * cols + j] * v[j];
+        acc = warp_sum(acc);
+        if (lane == 0) {
+            row[i] = acc;
+            u_out[i] = (float)acc;
+        }
+    }
+    __syncthreads();
+    normalize_block(u_out, rows, sh);
+    double acc = 0;  // sigma = Σ_i u_i (W v)_i
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) acc += (double)u_out[i] * row[i];
+    const double sg = block_sum(acc, sh);
+    if (threadIdx.x == 0) *sigma = (float)sg;
+    if (!Wt) return;
+    acc = 0;
+    for (int i = warp; i < rows; i += nwarps) {
+        double r = 0;
+#pragma unroll 4
+        for (int j = lane; j < cols; j += 32) r += (double)Wt[(size_t)i * cols + j] * v[j];
+        r = warp_sum(r);
+        if (lane == 0) row[i] = r;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) acc += (double)u_out[i] * row[i];
+    const double st = block_sum(acc, sh);
+    if (threadIdx.x == 0) *sigma_t = (float)st;
+}
+
+__global__ void k_sn_scale(const float *W, const float *sigma, float *out, const float *Wt,
+                           const float *sigma_t, float *out_t, size_t n) {
+    const float s = *sigma;
+    const float st = Wt ? *sigma_t : 1.0f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        out[i] = __fdiv_rn(W[i], s);
+        if (Wt) out_t[i] = __fdiv_rn(Wt[i], st);
+    }
+}
+
+__global__ void k_sn_backward(float *dW, const float *ip, const float *u, const float *v,
+                              const float *sigma, int rows, int cols) {
+    const float p = *ip, s = *sigma;
+    const size_t n = (size_t)rows * cols;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        const size_t i = k / cols, j = k % cols;
+        const float corr = __fmul_rn(__fmul_rn(p, u[i]), v[j]);
+        dW[k] = __fdiv_rn(__fadd_rn(dW[k], -corr), s);
+    }
+}
+
+// ---- network pieces --------------------------------------------------------------------------------
+__global__ void k_bias_silu(float *pre, float *act, const float *b, int M, int N) {
+    const size_t n = (size_t)M * N;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float z = __fadd_rn(pre[i], b[i % N]);
+        pre[i] = z;
+        act[i] = d_silu(z);
+    }
+}
+
+__global__ void k_bias_silu4(float4 *pre, float4 *act, const float4 *b, int M, int N4) {
+    const size_t n = (size_t)M * N4;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float4 z = pre[i];
+        const float4 bb = b[i % N4];
+        z.x = __fadd_rn(z.x, bb.x);
+        z.y = __fadd_rn(z.y, bb.y);
+        z.z = __fadd_rn(z.z, bb.z);
+        z.w = __fadd_rn(z.w, bb.w);
+        pre[i] = z;
+        act[i] = make_float4(d_silu(z.x), d_silu(z.y), d_silu(z.z), d_silu(z.w));
+    }
+}
+
+__global__ void k_bias_clamp(float *z, float *q, const float *e, int M, int N, float clip) {
+    const size_t n = (size_t)M * N;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float v = __fadd_rn(z[i], e[i % N]);
+        z[i] = v;
+        q[i] = fminf(fmaxf(v, -clip), clip);
+    }
+}
+
+// One warp per row.
+__global__ void k_conf_head(const float *h2, const float *w_u, const float *b_u, int M, int H,
+                            float *pre_u, float *u) {
+    const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (row >= M) return;
+    float acc = 0;
+    for (int j = lane; j < H; j += 32) acc += h2[(size_t)row * H + j] * w_u[j];
+    acc = warp_sum_f(acc);
+    if (lane == 0) {
+        const float p = __fadd_rn(acc, *b_u);
+        pre_u[row] = p;
+        u[row] = d_softplus(p);
+    }
+}
+
+// ---- ddqn ----------------------------------------------------------------------------------------
+__global__ void k_argmax(const float *q, int M, int NB, int A, int32_t *out) {
+    const size_t n = (size_t)M * NB;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        const size_t i = k / NB, b = k % NB;
+        const float *row = q + b * (size_t)M * A + i * A;
+        int best = 0;
+        for (int a = 1; a < A; ++a)
+            if (row[a] > row[best]) best = a;
+        out[k] = best;
+    }
+}
+
+__global__ void k_ddqn_join(const float *qt, const int32_t *a_star, const int32_t *action,
+                            const float *r, const float *done, int B, int NB, int A, float gamma,
+                            float *y, float *qbar_sa) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)B;
+         i += (size_t)gridDim.x * blockDim.x) {
+        double qsa = 0;
+        const float coef = __fmul_rn(gamma, __fadd_rn(1.0f, -done[i]));
+        for (int b = 0; b < NB; ++b) {
+            const size_t ib = i * NB + b;
+            const float *qb = qt + (size_t)b * 2 * B * A;
+            const float qn = qb[((size_t)B + i) * A + a_star[ib]];
+            y[ib] = __fadd_rn(r[i], __fmul_rn(coef, qn));
+            qsa += qb[i * A + action[ib]];
+        }
+        qbar_sa[i] = (float)(qsa / NB);
+    }
+}
+
+// ---- TD loss ----------------------------------------------------------------------------------------
+__global__ void k_td_loss(const float *q, const float *z, const float *y, const int32_t *action,
+                          const int32_t *regime, const float *rho, int B, int NB, int A,
+                          float kappa, float q_clip, float *delta, float *dz, double *loss_elt,
+                          double *q_elt) {
+    const float scale = __fdiv_rn(1.0f, __fmul_rn((float)B, (float)NB));
+    const size_t n = (size_t)B * NB;
+    for (size_t ib = blockIdx.x * (size_t)blockDim.x + threadIdx.x; ib < n;
+         ib += (size_t)gridDim.x * blockDim.x) {
+        const size_t i = ib / NB, b = ib % NB;
+        const float w = rho[regime[i]];
+        const int a = action[ib];
+        const size_t base = b * (size_t)B * A + i * A;
+        const float qa = q[base + a];
+        const float d = __fadd_rn(qa, -y[ib]);
+        delta[ib] = d;
+        q_elt[ib] = (double)qa;
+        loss_elt[ib] = (double)w * (double)d_huber(d, kappa);
+        const float za = z[base + a];
+        const bool inside = za > -q_clip && za < q_clip;
+        const float g = inside ? __fmul_rn(__fmul_rn(w, scale), d_dhuber(d, kappa)) : 0.0f;
+        for (int k = 0; k < A; ++k) dz[base + k] = k == a ? g : 0.0f;
+    }
+}
+
+// ---- aux tail -------------------------------------------------------------------------------------
+__global__ void k_polyak(float *t, const float *o, size_t n, float tau) {
+    const float keep = __fadd_rn(1.0f, -tau);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        t[i] = __fadd_rn(__fmul_rn(tau, o[i]), __fmul_rn(keep, t[i]));
+}
+
+__global__ void k_cql(const float *q, const float *z, const int32_t *action, const float *omega,
+                      int B, int NB, int A, float alpha, float q_clip, float *dzc,
+                      double *loss_elt) {
+    const float scale = __fdiv_rn(1.0f, __fmul_rn((float)B, (float)NB));
+    const size_t n = (size_t)B * NB;
+    for (size_t ib = blockIdx.x * (size_t)blockDim.x + threadIdx.x; ib < n;
+         ib += (size_t)gridDim.x * blockDim.x) {
+        const size_t i = ib / NB, b = ib % NB;
+        const size_t base = b * (size_t)B * A + i * A;
+        const int a = action[ib];
+        const float *qr = q + base;
+        float m = qr[0];
+        for (int k = 1; k < A; ++k) m = fmaxf(m, qr[k]);
+        double se = 0;
+        for (int k = 0; k < A; ++k) se += exp((double)qr[k] - m);
+        const double lse = (double)m + log(se);
+        loss_elt[ib] = (double)omega[i] * (lse - (double)qr[a]);
+        const float coef = __fmul_rn(__fmul_rn(alpha, omega[i]), scale);
+        for (int k = 0; k < A; ++k) {
+            const float p = (float)(exp((double)qr[k] - lse));
+            const float zk = z[base + k];
+            const bool inside = zk > -q_clip && zk < q_clip;
+            dzc[base + k] = inside ? __fmul_rn(coef, __fadd_rn(p, k == a ? -1.0f : 0.0f)) : 0.0f;
+        }
+    }
+}
+
+__global__ void k_add_inplace(float *dst, const float *src, size_t n, size_t s_dst,
+                              size_t s_src) {
+    dst += blockIdx.y * s_dst;
+    src += blockIdx.y * s_src;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __fadd_rn(dst[i], src[i]);
+}
+
+__global__ void k_ensemble(const float *qbar_sa, const float *v_hi, const float *v_lo,
+                           const float *z_mean, int B, float *mean, float *var,
+                           double *std_elt) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)B;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const double e[4] = {qbar_sa[i], v_hi[i], v_lo[i], z_mean[i]};
+        const double mu = (e[0] + e[1] + e[2] + e[3]) / 4.0;
+        double s2 = 0;
+        for (int k = 0; k < 4; ++k) s2 += (e[k] - mu) * (e[k] - mu);
+        s2 /= 4.0;
+        mean[i] = (float)mu;
+        var[i] = (float)s2;
+        std_elt[i] = sqrt((double)(float)s2);
+    }
+}
+
+// One warp per row: the double dot of the target trunk features with the target head.
+__global__ void k_confidence(const float *h2t_next, const float *wt_u, const float *bt_u,
+                             const float *var, const float *done, const float *u,
+                             const float *pre_u, int B, int H, float gamma, float *dpre,
+                             double *loss_elt, float *conf) {
+    const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (row >= B) return;
+    double acc = 0;
+    for (int j = lane; j < H; j += 32) acc += (double)h2t_next[(size_t)row * H + j] * wt_u[j];
+    acc = warp_sum(acc);
+    if (lane != 0) return;
+    const float ubar = d_softplus(__fadd_rn((float)acc, *bt_u));
+    const float g2 = __fmul_rn(gamma, gamma);
+    const float t = __fadd_rn(var[row], __fmul_rn(__fmul_rn(g2, __fadd_rn(1.0f, -done[row])), ubar));
+    const float uu = u[row];
+    const float e = __fadd_rn(uu, -t);
+    loss_elt[row] = 0.5 * (double)e * e;
+    dpre[row] = __fmul_rn(__fdiv_rn(e, (float)B), d_sigmoid(pre_u[row]));
+    conf[row] = __fdiv_rn(1.0f, __fadd_rn(1.0f, sqrtf(uu)));
+}
+
+// Block k sums regime k's rows (fixed order), writes (sum, count) to scratch[2k], [2k+1].
+__global__ void k_regime_partial(const float *delta, const int32_t *regime, int B, int NB,
+                                 double *scratch) {
+    __shared__ double sh[kThreads];
+    const int kreg = blockIdx.x;
+    double sum = 0, cnt = 0;
+    for (int i = threadIdx.x; i < B; i += blockDim.x) {
+        if (regime[i] != kreg) continue;
+        double e = 0;
+        for (int b = 0; b < NB; ++b) {
+            const float d = delta[(size_t)i * NB + b];
+            e += (double)d * d;
+        }
+        sum += e / NB;
+        cnt += 1;
+    }
+    const double s = block_sum(sum, sh);
+    const double c = block_sum(cnt, sh);
+    if (threadIdx.x == 0) {
+        scratch[2 * kreg] = s;
+        scratch[2 * kreg + 1] = c;
+    }
+}
+
+__global__ void k_regime_update(const double *scratch, int R, float beta, float rmin, float rmax,
+                                float *buf) {
+    float *sk = buf, *rho = buf + R;
+    for (int k = 0; k < R; ++k) {
+        const double cnt = scratch[2 * k + 1];
+        if (cnt > 0) {
+            const float m = (float)(scratch[2 * k] / cnt);
+            sk[k] = __fadd_rn(__fmul_rn(beta, sk[k]), __fmul_rn(__fadd_rn(1.0f, -beta), m));
+        }
+    }
+    double mean = 0;
+    for (int k = 0; k < R; ++k) mean += sk[k];
+    const float sbar = (float)(mean / R);
+    for (int k = 0; k < R; ++k)
+        rho[k] = fminf(fmaxf(sqrtf(__fdiv_rn(sbar, __fadd_rn(sk[k], 1e-8f))), rmin), rmax);
+}
+
+// ---- adam --------------------------------------------------------------------------------------------
+__global__ void k_adam_prep(const float *norm, float clip, const uint64_t *step, float beta1,
+                            float beta2, AdamScalars *out) {
+    const float nrm = *norm;
+    const double t = (double)(*step + 1);
+    out->scale = nrm > clip ? __fdiv_rn(clip, nrm) : 1.0f;
+    out->bc1 = (float)(1.0 - pow((double)beta1, t));
+    out->bc2 = (float)(1.0 - pow((double)beta2, t));
+}
+
+__global__ void k_adam(float *p, float *m, float *v, const float *g, size_t n, float lr,
+                       float beta1, float beta2, float eps, const AdamScalars *sc) {
+    const float scale = sc->scale, bc1 = sc->bc1, bc2 = sc->bc2;
+    const float ob1 = __fadd_rn(1.0f, -beta1), ob2 = __fadd_rn(1.0f, -beta2);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float gi = __fmul_rn(g[i], scale);
+        const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(ob1, gi));
+        const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(ob2, gi), gi));
+        m[i] = mi;
+        v[i] = vi;
+        const float num = __fmul_rn(lr, __fdiv_rn(mi, bc1));
+        const float den = __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, bc2)), eps);
+        p[i] = __fadd_rn(p[i], -__fdiv_rn(num, den));
+    }
+}
+
+// ---- act ------------------------------------------------------------------------------------------------
+__global__ void k_act_select(const float *q, int n, int NB, int A, uint64_t seed, uint32_t row0,
+                             uint32_t act_call, float epsilon, int32_t *actions,
+                             float *q_values) {
+    const size_t total = (size_t)n * NB;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < total;
+         k += (size_t)gridDim.x * blockDim.x) {
+        const size_t i = k / NB, b = k % NB;
+        const float *row = q + b * (size_t)n * A + i * A;
+        uint32_t best = 0;
+        for (int a = 1; a < A; ++a)
+            if (row[a] > row[best]) best = a;
+        const Words w = philox(seed, row0 + (uint32_t)i, (uint32_t)b, act_call, PURPOSE_ACT);
+        if (uniform24(w.w[0]) < epsilon) {
+            const uint32_t r = (uint32_t)__fmul_rn(uniform24(w.w[1]), (float)A);
+            best = r < (uint32_t)A - 1 ? r : (uint32_t)A - 1;
+        }
+        actions[k] = (int32_t)best;
+        if (q_values)
+            for (int a = 0; a < A; ++a) q_values[k * A + a] = row[a];
+    }
+}
+
+}  // namespace
+
+// ============================================================================================
+// Launchers
+// ============================================================================================
+
+void set_u64(uint64_t *p, uint64_t v, cudaStream_t s) {
+    k_set_u64<<<1, 1, 0, s>>>(p, v);
+    FH_LAUNCHED("k_set_u64");
+}
+void inc_u64(uint64_t *p, cudaStream_t s) {
+    k_inc_u64<<<1, 1, 0, s>>>(p);
+    FH_LAUNCHED("k_inc_u64");
+}
+void fill(float *p, size_t n, float v, cudaStream_t s) {
+    k_fill<<<grid_for(n), kThreads, 0, s>>>(p, n, v);
+    FH_LAUNCHED("k_fill");
+}
+
+int reduce_blocks(size_t n) {
+    size_t nb = (n + kRedPerBlock - 1) / kRedPerBlock;
+    return (int)std::max<size_t>(1, std::min<size_t>(nb, kRedMaxBlocks));
+}
+
+void reduce_f32(const float *x, size_t n, int op, double *partial, cudaStream_t s) {
+    const int nb = reduce_blocks(n);
+    if (op == 1)
+        k_reduce_partial<float, 1><<<nb, kRedThreads, 0, s>>>(x, n, red_chunk(n, nb), partial);
+    else
+        k_reduce_partial<float, 0><<<nb, kRedThreads, 0, s>>>(x, n, red_chunk(n, nb), partial);
+    FH_LAUNCHED("k_reduce_partial<float>");
+}
+
+void reduce_f64(const double *x, size_t n, double *partial, cudaStream_t s) {
+    const int nb = reduce_blocks(n);
+    k_reduce_partial<double, 0><<<nb, kRedThreads, 0, s>>>(x, n, red_chunk(n, nb), partial);
+    FH_LAUNCHED("k_reduce_partial<double>");
+}
+
+void reduce_dot(const float *a, const float *b, size_t n, double *partial, cudaStream_t s) {
+    const int nb = reduce_blocks(n);
+    k_reduce_dot<<<nb, kRedThreads, 0, s>>>(a, b, n, red_chunk(n, nb), partial);
+    FH_LAUNCHED("k_reduce_dot");
+}
+
+void reduce_final(const double *partial, int nb, float *out, int final_op, double div,
+                  cudaStream_t s, double mul) {
+    k_reduce_final<<<1, kRedMaxBlocks, 0, s>>>(partial, nb, out, final_op, div, mul);
+    FH_LAUNCHED("k_reduce_final");
+}
+
+int colsum_chunks(int M) { return std::max(1, (M + kColRows - 1) / kColRows); }
+
+void colsum_partial(const float *X, int M, int N, const float *row_scale, double *partial,
+                    cudaStream_t s, int batch, size_t sX) {
+    dim3 grid((N + kColTx - 1) / kColTx, colsum_chunks(M), batch), block(kColTx, kColTy);
+    k_colsum_partial<<<grid, block, 0, s>>>(X, M, N, row_scale, partial, sX);
+    FH_LAUNCHED("k_colsum_partial");
+}
+
+void silu_bwd_colsum_partial(const PtrList &in, const float *pre, int M, int N, float *dpre,
+                             double *partial, cudaStream_t s) {
+    dim3 grid((N + kColTx - 1) / kColTx, colsum_chunks(M)), block(kColTx, kColTy);
+    k_silu_bwd_colsum_partial<<<grid, block, 0, s>>>(in, pre, M, N, dpre, partial);
+    FH_LAUNCHED("k_silu_bwd_colsum_partial");
+}
+
+void colsum_final(const double *partial, int M, int N, float *out, bool accumulate,
+                  cudaStream_t s, int batch, size_t s_out) {
+    k_colsum_final<<<dim3(N, batch), kThreads, 0, s>>>(partial, colsum_chunks(M), N, out,
+                                                        accumulate ? 1 : 0, s_out);
+    FH_LAUNCHED("k_colsum_final");
+}
+
+void her(const HerArgs &a, cudaStream_t s) {
+    const int warps_per_block = kThreads / 32;
+    const int grid = (int)((a.B + warps_per_block - 1) / warps_per_block);
+    k_her<<<grid, kThreads, 0, s>>>(a);
+    FH_LAUNCHED("k_her");
+}
+
+void power_iteration(const float *W, const float *Wt, int rows, int cols, const float *u_in,
+                     float *u_out, float *v, double *row, float *sigma, float *sigma_t,
+                     cudaStream_t s) {
+    k_power_iteration<<<1, kPowerThreads, 0, s>>>(W, Wt, rows, cols, u_in, u_out, v, row, sigma,
+                                                  sigma_t);
+    FH_LAUNCHED("k_power_iteration");
+}
+
+void sn_scale(const float *W, const float *sigma, float *out, const float *Wt,
+              const float *sigma_t, float *out_t, size_t n, cudaStream_t s) {
+    k_sn_scale<<<grid_for(n), kThreads, 0, s>>>(W, sigma, out, Wt, sigma_t, out_t, n);
+    FH_LAUNCHED("k_sn_scale");
+}
+
+void sn_backward(float *dW, const float *ip, const float *u, const float *v, const float *sigma,
+                 int rows, int cols, cudaStream_t s) {
+    k_sn_backward<<<grid_for((size_t)rows * cols), kThreads, 0, s>>>(dW, ip, u, v, sigma, rows,
+                                                                      cols);
+    FH_LAUNCHED("k_sn_backward");
+}
+
+void bias_silu(float *pre, float *act, const float *b, int M, int N, cudaStream_t s) {
+    const bool vec = N % 4 == 0 && ((uintptr_t)pre % 16 == 0) && ((uintptr_t)act % 16 == 0) &&
+                     ((uintptr_t)b % 16 == 0);
+    if (vec) {
+        const size_t n4 = (size_t)M * (N / 4);
+        k_bias_silu4<<<grid_for(n4, kThreads, 32768), kThreads, 0, s>>>(
+            (float4 *)pre, (float4 *)act, (const float4 *)b, M, N / 4);
+    } else {
+        k_bias_silu<<<grid_for((size_t)M * N, kThreads, 32768), kThreads, 0, s>>>(pre, act, b,
+                                                                                    M, N);
+    }
+    FH_LAUNCHED("k_bias_silu");
+}
+
+void bias_clamp(float *z, float *q, const float *e, int M, int N, float clip, cudaStream_t s) {
+    k_bias_clamp<<<grid_for((size_t)M * N), kThreads, 0, s>>>(z, q, e, M, N, clip);
+    FH_LAUNCHED("k_bias_clamp");
+}
+
+void conf_head(const float *h2, const float *w_u, const float *b_u, int M, int H, float *pre_u,
+               float *u, cudaStream_t s) {
+    const int grid = (M + kThreads / 32 - 1) / (kThreads / 32);
+    k_conf_head<<<grid, kThreads, 0, s>>>(h2, w_u, b_u, M, H, pre_u, u);
+    FH_LAUNCHED("k_conf_head");
+}
+
+void argmax(const float *q, int M, int NB, int A, int32_t *out, cudaStream_t s) {
+    k_argmax<<<grid_for((size_t)M * NB), kThreads, 0, s>>>(q, M, NB, A, out);
+    FH_LAUNCHED("k_argmax");
+}
+
+void ddqn_join(const float *qt, const int32_t *a_star, const int32_t *action, const float *r,
+               const float *done, int B, int NB, int A, float gamma, float *y, float *qbar_sa,
+               cudaStream_t s) {
+    k_ddqn_join<<<grid_for(B), kThreads, 0, s>>>(qt, a_star, action, r, done, B, NB, A, gamma, y,
+                                                 qbar_sa);
+    FH_LAUNCHED("k_ddqn_join");
+}
+
+void td_loss(const float *q, const float *z, const float *y, const int32_t *action,
+             const int32_t *regime, const float *rho, int B, int NB, int A, float kappa,
+             float q_clip, float *delta, float *dz, double *loss_elt, double *q_elt,
+             cudaStream_t s) {
+    k_td_loss<<<grid_for((size_t)B * NB), kThreads, 0, s>>>(q, z, y, action, regime, rho, B, NB,
+                                                            A, kappa, q_clip, delta, dz,
+                                                            loss_elt, q_elt);
+    FH_LAUNCHED("k_td_loss");
+}
+
+void polyak(float *target, const float *online, size_t n, float tau, cudaStream_t s) {
+    k_polyak<<<grid_for(n), kThreads, 0, s>>>(target, online, n, tau);
+    FH_LAUNCHED("k_polyak");
+}
+
+void cql(const float *q, const float *z, const int32_t *action, const float *omega, int B,
+         int NB, int A, float alpha, float q_clip, float *dzc, double *loss_elt,
+         cudaStream_t s) {
+    k_cql<<<grid_for((size_t)B * NB), kThreads, 0, s>>>(q, z, action, omega, B, NB, A, alpha,
+                                                        q_clip, dzc, loss_elt);
+    FH_LAUNCHED("k_cql");
+}
+
+void add_inplace(float *dst, const float *src, size_t n, cudaStream_t s, int batch,
+                 size_t s_dst, size_t s_src) {
+    k_add_inplace<<<dim3(grid_for(n), batch), kThreads, 0, s>>>(dst, src, n, s_dst, s_src);
+    FH_LAUNCHED("k_add_inplace");
+}
+
+void ensemble(const float *qbar_sa, const float *v_hi, const float *v_lo, const float *z_mean,
+              int B, float *mean, float *var, double *std_elt, cudaStream_t s) {
+    k_ensemble<<<grid_for(B), kThreads, 0, s>>>(qbar_sa, v_hi, v_lo, z_mean, B, mean, var,
+                                                std_elt);
+    FH_LAUNCHED("k_ensemble");
+}
+
+void confidence(const float *h2t_next, const float *wt_u, const float *bt_u, const float *var,
+                const float *done, const float *u, const float *pre_u, int B, int H, float gamma,
+                float *dpre, double *loss_elt, float *conf, cudaStream_t s) {
+    const int grid = (B + kThreads / 32 - 1) / (kThreads / 32);
+    k_confidence<<<grid, kThreads, 0, s>>>(h2t_next, wt_u, bt_u, var, done, u, pre_u, B, H,
+                                           gamma, dpre, loss_elt, conf);
+    FH_LAUNCHED("k_confidence");
+}
+
+void regime_scale(const float *delta, const int32_t *regime, int B, int NB, int R, float beta,
+                  float rmin, float rmax, double *scratch, float *regime_buf, cudaStream_t s) {
+    k_regime_partial<<<R, kThreads, 0, s>>>(delta, regime, B, NB, scratch);
+    FH_LAUNCHED("k_regime_partial");
+    k_regime_update<<<1, 1, 0, s>>>(scratch, R, beta, rmin, rmax, regime_buf);
+    FH_LAUNCHED("k_regime_update");
+}
+
+void adam_prep(const float *norm, float clip, const uint64_t *step, float beta1, float beta2,
+               AdamScalars *out, cudaStream_t s) {
+    k_adam_prep<<<1, 1, 0, s>>>(norm, clip, step, beta1, beta2, out);
+    FH_LAUNCHED("k_adam_prep");
+}
+
+void adam(float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
+          float beta2, float eps, const AdamScalars *sc, cudaStream_t s) {
+    k_adam<<<grid_for(n), kThreads, 0, s>>>(p, m, v, g, n, lr, beta1, beta2, eps, sc);
+    FH_LAUNCHED("k_adam");
+}
+
+void act_select(const float *q, int n, int NB, int A, uint64_t seed, uint32_t row0,
+                uint32_t act_call, float epsilon, int32_t *actions, float *q_values,
+                cudaStream_t s) {
+    k_act_select<<<grid_for((size_t)n * NB), kThreads, 0, s>>>(q, n, NB, A, seed, row0, act_call,
+                                                               epsilon, actions, q_values);
+    FH_LAUNCHED("k_act_select");
+}
+
+}  // namespace fh::cuda::kern

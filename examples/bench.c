@@ -1,0 +1,377 @@
+/*
+ * foxhunt-bench: time the CUDA training step (SPEC §5) per child graph.
+ *
+ * For each batch size and each mode (multi- or single-stream lanes x TF32 or strict FP32
+ * GEMMs) it creates a pipeline with the SPEC §1 defaults at that batch size, uploads one random
+ * batch, warms up, then
+ *   1. replays --steps steps reading fh_pipeline_timings() after each (event-record nodes in the
+ *      graph: per child, per aux learner, and first-child-start to last-child-end), and reports
+ *      the median of each;
+ *   2. launches --steps steps back to back without reading anything and divides the wall-clock
+ *      time from the first launch to the end of the last step (host clock around the launches,
+ *      stopped after fh_pipeline_metrics(), which waits) by the count: ms per step and steps/s
+ *      as a trainer that keeps the GPU fed would see them.
+ * It prints a table and writes every number to --out (JSON; default
+ * bench/results/<machine>-<date>.json, folders created).
+ *
+ * usage: foxhunt-bench [--batch 1024,4096,16384,65536] [--steps 50] [--warmup 5]
+ *                      [--modes multi-tf32,single-tf32,multi-strict,single-strict]
+ *                      [--iql-gemm auto|grouped|batched|sequential[,...]] [--machine NAME]
+ *                      [--out PATH] [--peer]
+ *   --iql-gemm  the IQL GEMM strategy dimension (fh_config.iql_gemm; issue 4): each listed value
+ *               is one more run per batch and mode. Default: auto only.
+ *   --peer      (issue 5) compare against a peer device: NOT IMPLEMENTED yet; the flag is
+ *               accepted, reported and otherwise ignored.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <foxhunt.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { MAX_LIST = 16, NUM_FIELDS = 12 };
+
+static const char *const kFields[NUM_FIELDS] = {"her",     "spectral", "ddqn",     "forward",
+                                                "aux",     "aux_ema",  "aux_iql",  "aux_iqn",
+                                                "aux_attn", "aux_tail", "adam",    "total"};
+
+typedef struct {
+    const char *name;
+    int exec_mode, math_mode;
+} mode_t_;
+
+static const mode_t_ kModes[] = {
+    {"multi-tf32", FH_EXEC_MULTI_STREAM, FH_MATH_TF32},
+    {"single-tf32", FH_EXEC_SINGLE_STREAM, FH_MATH_TF32},
+    {"multi-strict", FH_EXEC_MULTI_STREAM, FH_MATH_STRICT},
+    {"single-strict", FH_EXEC_SINGLE_STREAM, FH_MATH_STRICT},
+};
+static const char *const kIqlGemm[] = {"auto", "grouped", "batched", "sequential"};
+
+typedef struct {
+    uint32_t batch;
+    const mode_t_ *mode;
+    int iql_gemm;
+    double median[NUM_FIELDS];
+    double wall_ms, steps_per_s;
+    fh_memory_report mem;
+} result;
+
+static void die(const char *what, fh_status s) {
+    fprintf(stderr, "foxhunt-bench: %s failed (status %d): %s\n", what, (int)s,
+            fh_last_error_message());
+    exit(1);
+}
+#define CHECK(call)                      \
+    do {                                 \
+        fh_status s_ = (call);           \
+        if (s_ != FH_OK) die(#call, s_); \
+    } while (0)
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* xorshift64*: a valid random batch (SPEC §2) */
+static uint64_t rng_state = 88172645463325252ull;
+static double urand(void) {
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 2685821657736338717ull) >> 11) * (1.0 / 9007199254740992.0);
+}
+static float nrand(void) { return (float)((urand() + urand() + urand() + urand() - 2.0) * 1.7320508); }
+
+typedef struct {
+    float *obs, *goal, *reward, *next_obs, *nag, *her_goal;
+    int32_t *action, *regime;
+    uint8_t *done;
+    fh_batch b;
+} host_batch;
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "foxhunt-bench: out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+static void make_batch(host_batch *h, const fh_config *c) {
+    const size_t B = c->batch_size, O = c->obs_dim, G = c->goal_dim, NB = c->num_branches;
+    h->obs = xmalloc(B * O * 4);
+    h->next_obs = xmalloc(B * O * 4);
+    h->goal = xmalloc(B * G * 4);
+    h->nag = xmalloc(B * G * 4);
+    h->her_goal = xmalloc(B * G * 4);
+    h->reward = xmalloc(B * 4);
+    h->action = xmalloc(B * NB * 4);
+    h->regime = xmalloc(B * 4);
+    h->done = xmalloc(B);
+    for (size_t i = 0; i < B * O; ++i) h->obs[i] = nrand();
+    for (size_t i = 0; i < B * O; ++i) h->next_obs[i] = 0.9f * h->obs[i] + 0.3f * nrand();
+    for (size_t i = 0; i < B * G; ++i) {
+        h->goal[i] = nrand();
+        h->nag[i] = nrand();
+        h->her_goal[i] = (i / G) % 2 ? h->nag[i] + 0.05f * nrand() : nrand();
+    }
+    for (size_t i = 0; i < B; ++i) {
+        h->reward[i] = nrand();
+        h->regime[i] = (int32_t)(urand() * c->num_regimes);
+        h->done[i] = urand() < 0.1;
+    }
+    for (size_t i = 0; i < B * NB; ++i) h->action[i] = (int32_t)(urand() * c->actions_per_branch);
+    fh_batch b = FH_BATCH_INIT;
+    b.batch_size = (uint32_t)B;
+    b.obs = h->obs;
+    b.goal = G ? h->goal : NULL;
+    b.action = h->action;
+    b.reward = h->reward;
+    b.done = h->done;
+    b.next_obs = h->next_obs;
+    b.next_achieved_goal = G ? h->nag : NULL;
+    b.her_goal = G ? h->her_goal : NULL;
+    b.regime = h->regime;
+    h->b = b;
+}
+
+static void free_batch(host_batch *h) {
+    free(h->obs); free(h->next_obs); free(h->goal); free(h->nag); free(h->her_goal);
+    free(h->reward); free(h->action); free(h->regime); free(h->done);
+}
+
+static void timings_fields(const fh_timings *t, double *f) {
+    f[0] = t->her_ms; f[1] = t->spectral_ms; f[2] = t->ddqn_ms; f[3] = t->forward_ms;
+    f[4] = t->aux_ms; f[5] = t->aux_ema_ms; f[6] = t->aux_iql_ms; f[7] = t->aux_iqn_ms;
+    f[8] = t->aux_attn_ms; f[9] = t->aux_tail_ms; f[10] = t->adam_ms; f[11] = t->total_ms;
+}
+
+static void run_one(result *r, int steps, int warmup) {
+    fh_config c;
+    fh_config_init(&c);
+    c.backend = FH_BACKEND_CUDA;
+    c.batch_size = r->batch;
+    c.exec_mode = r->mode->exec_mode;
+    c.math_mode = r->mode->math_mode;
+    c.iql_gemm = r->iql_gemm;
+    fh_pipeline *p = NULL;
+    CHECK(fh_pipeline_create(&c, &p));
+    host_batch hb;
+    make_batch(&hb, &c);
+    CHECK(fh_pipeline_upload(p, &hb.b));
+    fh_timings t;
+    t.struct_size = sizeof t;
+    fh_metrics m;
+    m.struct_size = sizeof m;
+    for (int k = 0; k < warmup; ++k) CHECK(fh_pipeline_step(p));
+    CHECK(fh_pipeline_metrics(p, &m));
+
+    double *v = xmalloc(sizeof(double) * (size_t)steps * NUM_FIELDS);
+    for (int k = 0; k < steps; ++k) {
+        CHECK(fh_pipeline_step(p));
+        CHECK(fh_pipeline_timings(p, &t));
+        timings_fields(&t, v + (size_t)k * NUM_FIELDS);
+    }
+    double *col = xmalloc(sizeof(double) * (size_t)steps);
+    for (int f = 0; f < NUM_FIELDS; ++f) {
+        for (int k = 0; k < steps; ++k) col[k] = v[(size_t)k * NUM_FIELDS + f];
+        r->median[f] = median(col, steps);
+    }
+    free(col);
+    free(v);
+
+    /* Back to back: the GPU never idles between steps. */
+    const double t0 = now_ms();
+    for (int k = 0; k < steps; ++k) CHECK(fh_pipeline_step(p));
+    CHECK(fh_pipeline_metrics(p, &m));
+    const double t1 = now_ms();
+    r->wall_ms = (t1 - t0) / steps;
+    r->steps_per_s = 1000.0 / r->wall_ms;
+    r->mem.struct_size = sizeof r->mem;
+    CHECK(fh_pipeline_memory(p, &r->mem));
+    fh_pipeline_destroy(p);
+    free_batch(&hb);
+}
+
+static int parse_list_u32(const char *s, uint32_t *out) {
+    int n = 0;
+    char *copy = strdup(s), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok && n < MAX_LIST; tok = strtok_r(NULL, ",", &save))
+        out[n++] = (uint32_t)strtoul(tok, NULL, 10);
+    free(copy);
+    return n;
+}
+
+static void mkdirs_for(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; ++p)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return;
+            *p = '/';
+        }
+}
+
+int main(int argc, char **argv) {
+    uint32_t batches[MAX_LIST] = {1024, 4096, 16384, 65536};
+    int nbatch = 4, steps = 50, warmup = 5, peer = 0;
+    const mode_t_ *modes[MAX_LIST];
+    int nmodes = 0;
+    for (size_t k = 0; k < sizeof kModes / sizeof kModes[0]; ++k) modes[nmodes++] = &kModes[k];
+    int iql[4] = {FH_IQL_GEMM_AUTO}, niql = 1;
+    char machine[256] = "", out[4096] = "";
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--batch") && v) {
+            nbatch = parse_list_u32(v, batches);
+            ++i;
+        } else if (!strcmp(a, "--steps") && v) {
+            steps = atoi(v);
+            ++i;
+        } else if (!strcmp(a, "--warmup") && v) {
+            warmup = atoi(v);
+            ++i;
+        } else if (!strcmp(a, "--modes") && v) {
+            nmodes = 0;
+            char *copy = strdup(v), *save = NULL;
+            for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                int found = 0;
+                for (size_t k = 0; k < sizeof kModes / sizeof kModes[0]; ++k)
+                    if (!strcmp(tok, kModes[k].name) && nmodes < MAX_LIST) {
+                        modes[nmodes++] = &kModes[k];
+                        found = 1;
+                    }
+                if (!found) {
+                    fprintf(stderr, "foxhunt-bench: unknown mode '%s'\n", tok);
+                    return 2;
+                }
+            }
+            free(copy);
+            ++i;
+        } else if (!strcmp(a, "--iql-gemm") && v) {
+            niql = 0;
+            char *copy = strdup(v), *save = NULL;
+            for (char *tok = strtok_r(copy, ",", &save); tok && niql < 4; tok = strtok_r(NULL, ",", &save)) {
+                int found = -1;
+                for (int k = 0; k < 4; ++k)
+                    if (!strcmp(tok, kIqlGemm[k])) found = k;
+                if (found < 0) {
+                    fprintf(stderr, "foxhunt-bench: unknown --iql-gemm '%s'\n", tok);
+                    return 2;
+                }
+                iql[niql++] = found;
+            }
+            free(copy);
+            ++i;
+        } else if (!strcmp(a, "--machine") && v) {
+            snprintf(machine, sizeof machine, "%s", v);
+            ++i;
+        } else if (!strcmp(a, "--out") && v) {
+            snprintf(out, sizeof out, "%s", v);
+            ++i;
+        } else if (!strcmp(a, "--peer")) {
+            peer = 1;
+        } else {
+            fprintf(stderr,
+                    "usage: foxhunt-bench [--batch 1024,4096,16384,65536] [--steps 50] "
+                    "[--warmup 5]\n  [--modes multi-tf32,single-tf32,multi-strict,single-strict] "
+                    "[--iql-gemm auto|grouped|batched|sequential[,...]]\n  [--machine NAME] "
+                    "[--out PATH] [--peer (not implemented)]\n");
+            return 2;
+        }
+    }
+    if (nbatch < 1 || steps < 1 || warmup < 0 || nmodes < 1) {
+        fprintf(stderr, "foxhunt-bench: nothing to run\n");
+        return 2;
+    }
+    if (peer)
+        fprintf(stderr, "foxhunt-bench: --peer (issue 5, peer-device comparison) is not "
+                        "implemented yet; running the single-device benchmark\n");
+    if (!machine[0] && gethostname(machine, sizeof machine - 1) != 0) strcpy(machine, "unknown");
+    char date[32];
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%d", localtime(&now));
+    if (!out[0]) snprintf(out, sizeof out, "bench/results/%s-%s.json", machine, date);
+
+    const int nres = nbatch * nmodes * niql;
+    result *res = xmalloc(sizeof(result) * (size_t)nres);
+    int nr = 0;
+    for (int bi = 0; bi < nbatch; ++bi)
+        for (int q = 0; q < niql; ++q)
+            for (int mi = 0; mi < nmodes; ++mi) {
+                result *r = &res[nr++];
+                memset(r, 0, sizeof *r);
+                r->batch = batches[bi];
+                r->mode = modes[mi];
+                r->iql_gemm = iql[q];
+                run_one(r, steps, warmup);
+                fprintf(stderr, "  B=%u %s iql=%s: %.3f ms/step\n", r->batch, r->mode->name,
+                        kIqlGemm[r->iql_gemm], r->median[11]);
+            }
+
+    printf("\nfoxhunt-bench (libfoxhunt %u) on %s, %s: median ms per child graph over %d "
+           "steps; wall = back-to-back launches\n",
+           fh_version(), machine, date, steps);
+    printf("%7s %-13s %-5s %6s %6s %6s %7s %7s (%5s %6s %6s %6s %6s) %6s %7s | %7s %8s %8s\n",
+           "batch", "mode", "iql", "her", "spec", "ddqn", "forward", "aux", "ema", "iql", "iqn",
+           "attn", "tail", "adam", "total", "wall", "steps/s", "mem MiB");
+    for (int k = 0; k < nr; ++k) {
+        const result *r = &res[k];
+        const double *m = r->median;
+        printf("%7u %-13s %-5s %6.3f %6.3f %6.3f %7.3f %7.3f (%5.3f %6.3f %6.3f %6.3f %6.3f) "
+               "%6.3f %7.3f | %7.3f %8.1f %8.1f\n",
+               r->batch, r->mode->name, kIqlGemm[r->iql_gemm], m[0], m[1], m[2], m[3], m[4],
+               m[5], m[6], m[7], m[8], m[9], m[10], m[11], r->wall_ms, r->steps_per_s,
+               r->mem.total / 1048576.0);
+    }
+
+    mkdirs_for(out);
+    FILE *f = fopen(out, "w");
+    if (!f) {
+        fprintf(stderr, "foxhunt-bench: cannot write %s: %s\n", out, strerror(errno));
+        return 1;
+    }
+    fprintf(f, "{\n  \"machine\": \"%s\",\n  \"date\": \"%s\",\n  \"library_version\": %u,\n"
+               "  \"steps\": %d,\n  \"warmup\": %d,\n  \"peer\": \"not implemented\",\n"
+               "  \"runs\": [\n",
+            machine, date, fh_version(), steps, warmup);
+    for (int k = 0; k < nr; ++k) {
+        const result *r = &res[k];
+        fprintf(f, "    {\"batch\": %u, \"mode\": \"%s\", \"iql_gemm\": \"%s\", \"median_ms\": {",
+                r->batch, r->mode->name, kIqlGemm[r->iql_gemm]);
+        for (int j = 0; j < NUM_FIELDS; ++j)
+            fprintf(f, "%s\"%s\": %.5f", j ? ", " : "", kFields[j], r->median[j]);
+        fprintf(f, "},\n     \"wall_ms_per_step\": %.5f, \"steps_per_s\": %.2f,\n"
+                   "     \"memory_bytes\": {\"parameters\": %llu, \"activations\": %llu, "
+                   "\"workspaces\": %llu, \"batch_staging\": %llu, \"total\": %llu}}%s\n",
+                r->wall_ms, r->steps_per_s, (unsigned long long)r->mem.parameters,
+                (unsigned long long)r->mem.activations, (unsigned long long)r->mem.workspaces,
+                (unsigned long long)r->mem.batch_staging, (unsigned long long)r->mem.total,
+                k + 1 < nr ? "," : "");
+    }
+    fprintf(f, "  ]\n}\n");
+    fclose(f);
+    printf("wrote %s\n", out);
+    free(res);
+    return 0;
+}
