@@ -24,9 +24,6 @@ for m in auto grouped batched sequential; do
     --iql-gemm $m --out /tmp/d_$m.json > /tmp/d_$m.log 2>&1
   echo "iql-gemm $m at B=16384: rc=$? $(grep -E 'failed|ms/step' /tmp/d_$m.log | head -2 | tr '\n' ' ')" | tee -a $log
 done
-FOXHUNT_CUDA_AUX=0 build-dev/examples/foxhunt-bench --batch 16384 --steps 3 --warmup 1 \
-  --modes multi-tf32 --out /tmp/d_noaux.json > /tmp/d_noaux.log 2>&1
-echo "without aux learners: rc=$? $(grep -E 'failed|ms/step' /tmp/d_noaux.log | head -2 | tr '\n' ' ')" | tee -a $log
 
 # Graph dumps (docs/graph*.dot): the default config, multi- and single-stream.
 FOXHUNT_DUMP_GRAPH=$OUT/graph_multi.dot build-dev/examples/foxhunt-bench --batch 16384 --steps 3 \

@@ -49,18 +49,6 @@
 #include "learners.hpp"
 #include "schedule.hpp"
 
-// The IQL, IQN and attention learners (cuda/iql.cu, iqn.cu, attention.cu) come from the CUDA aux
-// work. Until all three exist this build runs the aux child without them (their outputs keep
-// their neutral values: V = 0, omega = 1, Z = 0; CQL, ensemble, confidence and regime scale still
-// run on those). Force either way with -DFH_CUDA_AUX_LEARNERS=0/1; the environment variable
-// FOXHUNT_CUDA_AUX=0 at pipeline creation does the same at run time (a debugging aid).
-#ifndef FH_CUDA_AUX_LEARNERS
-#if __has_include("iql.cu") && __has_include("iqn.cu") && __has_include("attention.cu")
-#define FH_CUDA_AUX_LEARNERS 1
-#else
-#define FH_CUDA_AUX_LEARNERS 0
-#endif
-#endif
 
 namespace fh {
 
@@ -86,6 +74,7 @@ std::mutex g_last_mu;
 cudaEvent_t g_last_done = nullptr;  // guarded by g_last_mu
 const void *g_last_owner = nullptr;
 std::atomic<long> g_child_nodes[(int)ChildId::COUNT] = {-1, -1, -1, -1, -1, -1};
+std::atomic<int> g_iql_gemm_mode{-1};  // fh_iql_gemm of the most recently created pipeline
 
 // Metrics and small scalars the graph writes, one device struct read back by metrics().
 struct DevMetrics {
@@ -186,7 +175,6 @@ private:
     std::vector<ChildDesc> sched_;
     int device_;
     bool multi_ = true;
-    bool aux_on_ = FH_CUDA_AUX_LEARNERS != 0;
     cublasComputeType_t compute_ = CUBLAS_COMPUTE_32F_FAST_TF32;
     int nlanes_ = 1;  // lanes the schedule uses
     size_t ws_bytes_ = 0;
@@ -262,11 +250,9 @@ private:
     float *h_act_x_ = nullptr, *h_act_qv_ = nullptr;
     int32_t *h_act_actions_ = nullptr;
 
-#if FH_CUDA_AUX_LEARNERS
     std::unique_ptr<IqlLearner> iql_;
     std::unique_ptr<IqnLearner> iqn_;
     std::unique_ptr<AttentionLearner> attn_;
-#endif
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -314,7 +300,6 @@ void CudaBackend::create(HostBuffers init) {
     DeviceGuard guard(device_);
     multi_ = cfg_.exec_mode == FH_EXEC_MULTI_STREAM;
     compute_ = cfg_.math_mode == FH_MATH_STRICT ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
-    if (const char *e = getenv("FOXHUNT_CUDA_AUX")) aux_on_ = aux_on_ && strcmp(e, "0") != 0;
     for (const ChildDesc &c : sched_) nlanes_ = std::max(nlanes_, c.num_lanes);
     if (nlanes_ > kMaxLanes) fail(FH_ERR_INTERNAL, "schedule uses %d lanes > %d", nlanes_, kMaxLanes);
 
@@ -472,31 +457,13 @@ void CudaBackend::create(HostBuffers init) {
         h_act_actions_ = (int32_t *)h;
     }
 
-#if FH_CUDA_AUX_LEARNERS
-    if (aux_on_) {
-        // Guard (found on the H200): cublasGemmGroupedBatchedEx takes its A/B/C pointers from
-        // device arrays, so cuBLAS cannot see their alignment and its tensor-core kernels fault
-        // with cudaErrorMisalignedAddress when a pointer is not 16-byte aligned. IqlLearner
-        // points them at the lo net, layout.iql.total floats after the hi net (33153 at the
-        // defaults: 4-byte aligned only), and at its activations, B·Hi floats apart. Where
-        // those offsets are not multiples of 4 floats, AUTO and GROUPED run SEQUENTIAL (the
-        // faster of the two that work: 0.20 vs 0.50 ms for IQL at B = 16384).
-        fh_config lc = cfg_;
-        const IqlOffsets &io = L_.iql;
-        const bool aligned = io.total % 4 == 0 && io.W1 % 4 == 0 && io.W2 % 4 == 0 &&
-                             io.w3 % 4 == 0 && ((size_t)d.B * d.Hi) % 4 == 0;
-        if (!aligned && (lc.iql_gemm == FH_IQL_GEMM_AUTO || lc.iql_gemm == FH_IQL_GEMM_GROUPED))
-            lc.iql_gemm = FH_IQL_GEMM_SEQUENTIAL;
-        iql_ = std::make_unique<IqlLearner>(d, lc, L_, buf_[BUF_IQL], buf_[BUF_IQL_M],
-                                            buf_[BUF_IQL_V]);
-        iqn_ = std::make_unique<IqnLearner>(d, cfg_, L_, buf_[BUF_IQN], buf_[BUF_IQN_TARGET],
-                                            buf_[BUF_IQN_M], buf_[BUF_IQN_V]);
-        attn_ = std::make_unique<AttentionLearner>(d, cfg_, L_, buf_[BUF_ATTN], buf_[BUF_ATTN_M],
-                                                   buf_[BUF_ATTN_V]);
-    }
-#else
-    aux_on_ = false;
-#endif
+    iql_ = std::make_unique<IqlLearner>(d, cfg_, L_, buf_[BUF_IQL], buf_[BUF_IQL_M],
+                                        buf_[BUF_IQL_V]);
+    iqn_ = std::make_unique<IqnLearner>(d, cfg_, L_, buf_[BUF_IQN], buf_[BUF_IQN_TARGET],
+                                        buf_[BUF_IQN_M], buf_[BUF_IQN_V]);
+    attn_ = std::make_unique<AttentionLearner>(d, cfg_, L_, buf_[BUF_ATTN], buf_[BUF_ATTN_M],
+                                               buf_[BUF_ATTN_V]);
+    g_iql_gemm_mode = iql_->gemm_mode();
 
     // One eager run of the whole schedule on zeroed buffers before capture: every kernel and
     // every cuBLAS kernel the step uses is loaded (lazy module loading) and cuBLAS has chosen
@@ -576,11 +543,9 @@ void CudaBackend::release() noexcept {
     if (launch_) cudaStreamSynchronize(launch_);
     if (copy_) cudaStreamSynchronize(copy_);
     if (act_stream_) cudaStreamSynchronize(act_stream_);
-#if FH_CUDA_AUX_LEARNERS
     iql_.reset();
     iqn_.reset();
     attn_.reset();
-#endif
     if (exec_) cudaGraphExecDestroy(exec_);
     if (parent_) cudaGraphDestroy(parent_);
     for (cudaGraph_t &g : child_)
@@ -847,19 +812,13 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
         kern::polyak(buf_[BUF_IQN_TARGET], buf_[BUF_IQN], L_.iqn.total, cfg_.ema_tau, s);
         break;
     case Task::IQL:
-#if FH_CUDA_AUX_LEARNERS
-        if (aux_on_) iql_->enqueue(Lane{s, blas(lane).handle}, in, v_hi_, v_lo_, omega_, dm_->iql_loss);
-#endif
+        iql_->enqueue(Lane{s, blas(lane).handle}, in, v_hi_, v_lo_, omega_, dm_->iql_loss);
         break;
     case Task::IQN:
-#if FH_CUDA_AUX_LEARNERS
-        if (aux_on_) iqn_->enqueue(Lane{s, blas(lane).handle}, in, z_mean_, &dm_->iqn_loss);
-#endif
+        iqn_->enqueue(Lane{s, blas(lane).handle}, in, z_mean_, &dm_->iqn_loss);
         break;
     case Task::ATTENTION:
-#if FH_CUDA_AUX_LEARNERS
-        if (aux_on_) attn_->enqueue(Lane{s, blas(lane).handle}, in, &dm_->attn_loss);
-#endif
+        attn_->enqueue(Lane{s, blas(lane).handle}, in, &dm_->attn_loss);
         break;
     case Task::CQL: {
         // As the CPU (cql.cpp): the CQL part of dU_b, de_b is computed apart, then added to
@@ -1099,11 +1058,7 @@ void CudaBackend::memory(fh_memory_report *r) const {
     r->activations = mem_[MEM_ACT];
     r->workspaces = mem_[MEM_WS];
     r->batch_staging = mem_[MEM_STAGING];
-#if FH_CUDA_AUX_LEARNERS
-    if (iql_) r->activations += iql_->bytes();
-    if (iqn_) r->activations += iqn_->bytes();
-    if (attn_) r->activations += attn_->bytes();
-#endif
+    r->activations += iql_->bytes() + iqn_->bytes() + attn_->bytes();
     r->total = r->parameters + r->activations + r->workspaces + r->batch_staging;
 }
 
@@ -1152,7 +1107,7 @@ extern "C" long fh_cuda_debug_child_nodes(int child) {
     return fh::cuda::g_child_nodes[child].load();
 }
 
-extern "C" int fh_cuda_debug_aux_learners(void) { return FH_CUDA_AUX_LEARNERS; }
+extern "C" int fh_cuda_debug_iql_gemm_mode(void) { return fh::cuda::g_iql_gemm_mode; }
 
 extern "C" int fh_cuda_debug_step_pending(void) {
     std::lock_guard<std::mutex> lk(fh::cuda::g_last_mu);

@@ -24,8 +24,9 @@ int fh_cuda_debug_step_pending(void);
 /* Nodes of child graph `child` (schedule order: her, spectral, ddqn, forward, aux, adam) of the
  * most recently created CUDA pipeline; -1 if none. */
 long fh_cuda_debug_child_nodes(int child);
-/* 1 if this build calls the IQL, IQN and attention learners (FH_CUDA_AUX_LEARNERS), else 0. */
-int fh_cuda_debug_aux_learners(void);
+/* The fh_iql_gemm the most recently created CUDA pipeline's IQL learner actually uses (after
+ * AUTO's choice and any fallback); -1 if none was created. */
+int fh_cuda_debug_iql_gemm_mode(void);
 
 #ifdef __cplusplus
 }

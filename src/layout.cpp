@@ -67,6 +67,11 @@ Layout make_layout(const Dims &d) {
         o.b2 = b.bias(s + "b2", d.Hi, g, BUF_IQL);
         o.w3 = b.weight(s + "w3", 1, d.Hi, g, BUF_IQL);
         o.b3 = b.bias(s + "b3", 1, g, BUF_IQL);
+        // Each net is padded to a multiple of 64 floats (256 bytes), so the lo net's tensors
+        // are exactly as aligned as the hi net's: the grouped GEMM reads its operand pointers
+        // from device memory, where cuBLAS cannot check their alignment, and faults on a
+        // pointer that is not 16-byte aligned.
+        L.buf_size[BUF_IQL] = (L.buf_size[BUF_IQL] + 63) / 64 * 64;
         if (net == 0) {
             L.iql = o;
             L.iql.total = L.buf_size[BUF_IQL];

@@ -33,7 +33,8 @@ struct QOffsets {
     size_t w_u, b_u;
     size_t total;
 };
-struct IqlOffsets { size_t W1, b1, W2, b2, w3, b3, total; };  // one net; lo is at +total
+// One IQL net; lo is at +total. total includes padding to 256 bytes (layout.cpp says why).
+struct IqlOffsets { size_t W1, b1, W2, b2, w3, b3, total; };
 struct IqnOffsets { size_t Wpsi, bpsi, Wphi, bphi, Wm, bm, w_z, b_z, total; };
 struct AttnOffsets {
     size_t Wt, bt, Wg, bg, P, Wq, Wk, Wv, bq, bk, bv, Wo, bo, Wr1, br1, w_r2, b_r2, total;

@@ -116,7 +116,10 @@ Worst check_gradient(const char *what, const std::vector<Slice> &ts, std::vector
         printf("  %-8s %-12s n=%4zu |fd|=%.3e  err_f64=%.2e  err_f32=%.2e%s\n", what,
                t.name.c_str(), t.n, std::sqrt(ref), e64, e32, zero ? "  (true gradient 0)" : "");
         if (!(e64 <= kTol64)) fail_msg("%s %s: f64 FD error %.3g > %.1g", what, t.name.c_str(), e64, kTol64);
-        if (!(e32 <= kTol32)) fail_msg("%s %s: f32 FD error %.3g > %.1g", what, t.name.c_str(), e32, kTol32);
+        // Where the true gradient is 0, float32 differences of the loss are rounding noise
+        // (about 1e-8 / 2e-3 per coordinate), so only the float64 check means anything there.
+        if (!zero && !(e32 <= kTol32))
+            fail_msg("%s %s: f32 FD error %.3g > %.1g", what, t.name.c_str(), e32, kTol32);
         // Every tensor must take part: a gradient that is identically zero where the loss
         // depends on the tensor would pass a relative test only by the floor.
         if (!zero && !(std::sqrt(ref) > floor))
