@@ -13,10 +13,13 @@
 //               to the lo operand (layout.iql.total for weights, B·Hi for activations, 0 for the
 //               shared input x̃)
 //   SEQUENTIAL  two cublasGemmEx calls
-//   AUTO        GROUPED when the loaded cuBLAS has it (cublasGetProperty >= 12.5) and every
-//               operand pointer is 16-byte aligned, else SEQUENTIAL (faster than BATCHED on the
-//               H200: 0.20 against 0.50 ms for IQL at B = 16384). GROUPED asked for explicitly
-//               falls back the same way.
+//   AUTO        SEQUENTIAL, the fastest measured. H200, cuBLAS 13.1, B = 16384, TF32, IQL per
+//               step: sequential 0.184 ms, batched 0.455 ms, grouped 0.884 ms (foxhunt-bench,
+//               bench/results/h200-2026-11-29-iql-ablation.json). Two 16384-row GEMMs each fill
+//               the GPU, inside a graph the launch gap the seed wanted to save is ~2 µs, and the
+//               batched/grouped kernels cuBLAS picks for these shapes are slower.
+// GROUPED needs cuBLAS >= 12.5 (cublasGetProperty at creation) and every operand pointer 16-byte
+// aligned (below); otherwise it runs SEQUENTIAL.
 // GROUPED that the library refuses (NOT_SUPPORTED / INVALID_VALUE / ARCH_MISMATCH) falls back to
 // BATCHED for good; the eager run before capture meets that first, so the captured graph is
 // consistent.
@@ -175,8 +178,10 @@ struct IqlLearner::Impl {
         case FH_IQL_GEMM_SEQUENTIAL: mode = FH_IQL_GEMM_SEQUENTIAL; break;
         case FH_IQL_GEMM_BATCHED: mode = FH_IQL_GEMM_BATCHED; break;
         case FH_IQL_GEMM_GROUPED:
-        default:  // AUTO
             mode = have_grouped ? FH_IQL_GEMM_GROUPED : FH_IQL_GEMM_SEQUENTIAL;
+            break;
+        default:  // AUTO: the fastest measured (see the table above)
+            mode = FH_IQL_GEMM_SEQUENTIAL;
             break;
         }
 

@@ -118,8 +118,9 @@ typedef enum fh_math_mode {
 
 /** How the two IQL value nets share their GEMMs on CUDA. */
 typedef enum fh_iql_gemm {
-    FH_IQL_GEMM_AUTO = 0,       /**< fastest available */
-    FH_IQL_GEMM_GROUPED = 1,    /**< cublasGemmGroupedBatchedEx */
+    FH_IQL_GEMM_AUTO = 0,       /**< the fastest measured on the H200: sequential */
+    FH_IQL_GEMM_GROUPED = 1,    /**< cublasGemmGroupedBatchedEx (cuBLAS >= 12.5, aligned
+                                     operands; otherwise sequential) */
     FH_IQL_GEMM_BATCHED = 2,    /**< cublasGemmStridedBatchedEx over stacked weights */
     FH_IQL_GEMM_SEQUENTIAL = 3  /**< two plain GEMMs per layer */
 } fh_iql_gemm;

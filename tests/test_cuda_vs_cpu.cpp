@@ -24,41 +24,13 @@ extern "C" {
 
 #include "test_cuda_util.h"
 
-extern "C" int fh_cuda_debug_aux_learners(void) __attribute__((weak));
-
 using namespace fhtest;
 
 namespace {
 
-bool have_aux() { return fh_cuda_debug_aux_learners && fh_cuda_debug_aux_learners(); }
-
 struct Bounds {
     double strict1, strictN, tf32_1, tf32N;
 };
-
-/* Outputs computed before the aux child (they do not depend on IQL/IQN/attention): compared when
- * this build lacks the CUDA aux learners. */
-void compare_core(fh_pipeline *g, fh_pipeline *c, const char *what, double tol) {
-    fh_tensor_info info;
-    info.struct_size = sizeof info;
-    fh_pipeline_find_tensor(g, "d_states", &info);
-    size_t n = (size_t)info.rows * info.cols;
-    std::vector<float> a = read(g, "d_states", n), b = read(c, "d_states", n);
-    const double e = fh_test_rel_err(a.data(), b.data(), n);
-    fh_metrics ma, mb;
-    ma.struct_size = mb.struct_size = sizeof ma;
-    fh_pipeline_metrics(g, &ma);
-    fh_pipeline_metrics(c, &mb);
-    Diff d;
-    metric_cmp(d, "td_loss", ma.td_loss, mb.td_loss);
-    metric_cmp(d, "q_mean", ma.q_mean, mb.q_mean);
-    metric_cmp(d, "sigma[1]", ma.sigma[1], mb.sigma[1]);
-    metric_cmp(d, "sigma_target[1]", ma.sigma_target[1], mb.sigma_target[1]);
-    printf("[ACCURACY] %-44s core only (no aux learners): d_states %.3e, metrics %.3e (%s)\n",
-           what, e, d.max_metric, d.worst_metric.c_str());
-    assert_int_equal(ma.num_relabelled, mb.num_relabelled);
-    if (e > tol || d.max_metric > tol) fail_msg("%s: core error above %g", what, tol);
-}
 
 /* CPU, CUDA strict and CUDA TF32 pipelines on the same batches; compare after step 1 and after
  * the last step. */
@@ -84,10 +56,6 @@ void run(const char *name, const fh_config &base, int steps, const Bounds &bd,
                      done, done == 1 ? "" : "s");
             const double tol = mode == 0 ? (done == 1 ? bd.strict1 : bd.strictN)
                                          : (done == 1 ? bd.tf32_1 : bd.tf32N);
-            if (!have_aux()) {
-                if (done == 1) compare_core(g, cpu, what, tol);
-                continue;
-            }
             Diff d = compare(g, cpu);
             print_diff(what, d);
             if (!(d.max_rel <= tol))
