@@ -21,6 +21,7 @@ struct fh_pipeline {
     uint64_t step = 0;       // steps completed
     uint64_t act_calls = 0;  // act calls completed
     bool has_batch = false;
+    fh::HostBatch staging;   // the last validated batch; storage reused from upload to upload
 };
 
 namespace {
@@ -124,8 +125,8 @@ fh_status fh_pipeline_config(const fh_pipeline *p, fh_config *config) {
 fh_status fh_pipeline_upload(fh_pipeline *p, const fh_batch *batch) {
     return guard([&] {
         need(p, "pipeline");
-        fh::HostBatch b = fh::copy_batch(p->layout.dims, batch);
-        p->backend->upload(b);
+        fh::copy_batch(p->layout.dims, batch, p->staging);
+        p->backend->upload(p->staging);
         p->has_batch = true;
     });
 }

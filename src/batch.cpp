@@ -29,11 +29,12 @@ static void need(const char *what, const void *p) {
 }
 
 template <class T>
-static std::vector<T> copy(const T *p, size_t n) {
-    return p ? std::vector<T>(p, p + n) : std::vector<T>();
+static void copy(std::vector<T> &dst, const T *p, size_t n) {
+    if (p) dst.assign(p, p + n);
+    else dst.clear();
 }
 
-HostBatch copy_batch(const Dims &d, const fh_batch *b) {
+void copy_batch(const Dims &d, const fh_batch *b, HostBatch &h) {
     if (!b) fail(FH_ERR_NULL_POINTER, "argument 'batch' is NULL");
     if (b->struct_size != sizeof(fh_batch))
         fail(FH_ERR_STRUCT_SIZE, "batch.struct_size = %zu, expected %zu (use FH_BATCH_INIT)",
@@ -73,18 +74,21 @@ HostBatch copy_batch(const Dims &d, const fh_batch *b) {
                 fail(FH_ERR_OUT_OF_RANGE, "batch.regime[%zu] = %d is outside [0, %u)", i,
                      b->regime[i], d.R);
 
+    copy(h.obs, b->obs, B * d.O);
+    copy(h.next_obs, b->next_obs, B * d.O);
+    copy(h.reward, b->reward, B);
+    copy(h.action, b->action, B * d.NB);
+    copy(h.done, b->done, B);
+    copy(h.goal, d.G > 0 ? b->goal : nullptr, B * d.G);
+    copy(h.next_achieved_goal, d.G > 0 ? b->next_achieved_goal : nullptr, B * d.G);
+    copy(h.her_goal, d.G > 0 ? b->her_goal : nullptr, B * d.G);
+    if (b->regime) copy(h.regime, b->regime, B);
+    else h.regime.assign(B, 0);
+}
+
+HostBatch copy_batch(const Dims &d, const fh_batch *b) {
     HostBatch h;
-    h.obs = copy(b->obs, B * d.O);
-    h.next_obs = copy(b->next_obs, B * d.O);
-    h.reward = copy(b->reward, B);
-    h.action = copy(b->action, B * d.NB);
-    h.done = copy(b->done, B);
-    if (d.G > 0) {
-        h.goal = copy(b->goal, B * d.G);
-        h.next_achieved_goal = copy(b->next_achieved_goal, B * d.G);
-        h.her_goal = copy(b->her_goal, B * d.G);
-    }
-    h.regime = b->regime ? copy(b->regime, B) : std::vector<int32_t>(B, 0);
+    copy_batch(d, b, h);
     return h;
 }
 

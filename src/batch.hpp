@@ -15,7 +15,9 @@ struct HostBatch {
 };
 
 // Validates every element first and throws fh::Error (naming tensor, row, column and value)
-// before anything is copied, so a refused batch changes nothing.
+// before anything is copied, so a refused batch changes nothing. Copies into `out`, reusing its
+// storage: fresh multi-megabyte buffers per upload cost more in page faults than the copy.
+void copy_batch(const Dims &d, const fh_batch *b, HostBatch &out);
 HostBatch copy_batch(const Dims &d, const fh_batch *b);
 
 // Throws FH_ERR_NON_FINITE naming @p what and the first bad element of [rows, cols].
