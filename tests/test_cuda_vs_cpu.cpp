@@ -5,7 +5,7 @@
  * - strict FP32, after 1 step: <= 1e-5 (the contract). The GEMMs sum in another order than
  *   OpenBLAS; everything else mirrors the CPU's arithmetic (kernels.cuh).
  * - after 20 steps (strict) and with TF32: the measured numbers are printed ([ACCURACY] lines),
- *   the asserted bounds are below kBounds' comment and in docs/graph.md. (Adam's first steps
+ *   the asserted bounds are below kBounds' comment and in docs/cuda.md. (Adam's first steps
  *   turn any gradient into ±lr, so a gradient element near zero whose sign differs would move
  *   its parameter by 2·lr; with TF32 that is what grows the parameter error.)
  * attn.bk is pure rounding noise (test_cuda_util.h) and is checked apart: |gpu - cpu| <= 2·lr·steps.
