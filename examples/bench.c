@@ -20,8 +20,10 @@
  *                      [--out PATH] [--peer]
  *   --iql-gemm  the IQL GEMM strategy dimension (fh_config.iql_gemm; issue 4): each listed value
  *               is one more run per batch and mode. Default: auto only.
- *   --peer      (issue 5) compare against a peer device: NOT IMPLEMENTED yet; the flag is
- *               accepted, reported and otherwise ignored.
+ *   --peer      after foxhunt's own runs, time the same step written in PyTorch (eager, one CUDA
+ *               graph, torch.compile; tests/python/bench_torch_peer.py, run with `python3`)
+ *               at each batch size: its table prints below foxhunt's, its JSON files are
+ *               listed in the output file under "peer". Needs python3 with torch and a GPU.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -296,7 +298,7 @@ int main(int argc, char **argv) {
                     "usage: foxhunt-bench [--batch 1024,4096,16384,65536] [--steps 50] "
                     "[--warmup 5]\n  [--modes multi-tf32,single-tf32,multi-strict,single-strict] "
                     "[--iql-gemm auto|grouped|batched|sequential[,...]]\n  [--machine NAME] "
-                    "[--out PATH] [--peer (not implemented)]\n");
+                    "[--out PATH] [--peer]\n");
             return 2;
         }
     }
@@ -304,9 +306,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "foxhunt-bench: nothing to run\n");
         return 2;
     }
-    if (peer)
-        fprintf(stderr, "foxhunt-bench: --peer (issue 5, peer-device comparison) is not "
-                        "implemented yet; running the single-device benchmark\n");
     if (!machine[0] && gethostname(machine, sizeof machine - 1) != 0) strcpy(machine, "unknown");
     char date[32];
     time_t now = time(NULL);
@@ -345,6 +344,24 @@ int main(int argc, char **argv) {
                r->mem.total / 1048576.0);
     }
 
+    /* The PyTorch peer, one process per batch size, after foxhunt has released the GPU. */
+    char peer_json[MAX_LIST][4200];
+    int npeer = 0;
+    for (int bi = 0; peer && bi < nbatch; ++bi) {
+        snprintf(peer_json[npeer], sizeof peer_json[0], "%s.peer-%u.json", out, batches[bi]);
+        mkdirs_for(peer_json[npeer]);
+        char cmd[9000];
+        snprintf(cmd, sizeof cmd,
+                 "python3 '%s/tests/python/bench_torch_peer.py' --batch-size %u --iters %d "
+                 "--warmup %d --json '%s'",
+                 FOXHUNT_SOURCE_DIR, batches[bi], steps, warmup, peer_json[npeer]);
+        printf("\npeer (PyTorch, same step, B = %u): %s\n", batches[bi], cmd);
+        fflush(stdout);
+        const int rc = system(cmd);
+        if (rc != 0) fprintf(stderr, "foxhunt-bench: the peer exited with status %d\n", rc);
+        else ++npeer;
+    }
+
     mkdirs_for(out);
     FILE *f = fopen(out, "w");
     if (!f) {
@@ -352,9 +369,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     fprintf(f, "{\n  \"machine\": \"%s\",\n  \"date\": \"%s\",\n  \"library_version\": %u,\n"
-               "  \"steps\": %d,\n  \"warmup\": %d,\n  \"peer\": \"not implemented\",\n"
-               "  \"runs\": [\n",
+               "  \"steps\": %d,\n  \"warmup\": %d,\n  \"peer\": [",
             machine, date, fh_version(), steps, warmup);
+    for (int k = 0; k < npeer; ++k) fprintf(f, "%s\"%s\"", k ? ", " : "", peer_json[k]);
+    fprintf(f, "],\n  \"runs\": [\n");
     for (int k = 0; k < nr; ++k) {
         const result *r = &res[k];
         fprintf(f, "    {\"batch\": %u, \"mode\": \"%s\", \"iql_gemm\": \"%s\", \"median_ms\": {",
