@@ -22,101 +22,34 @@
  *   the quartile thresholds come from the training days only, so nothing of 1997-98 leaks in.
  * - Training: 1991-1996, as one episode per pass with done = 1 on the transition into the last
  *   training day. Out of sample: the greedy policy on 1997-1998, starting flat.
+ *
+ * Files: market.c (data, features, regimes, returns), common.c (errors, RNG), this file
+ * (command line, replay buffer, environments, training and evaluation).
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <foxhunt.h>
 
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "common.h"
+#include "market.h"
 
 #ifndef FOXHUNT_DATA_DIR
 #define FOXHUNT_DATA_DIR "examples/data"
 #endif
 
-enum {
-    NUM_INDICES = 4,                         /* DAX, SMI, CAC, FTSE = num_branches */
-    NUM_ACTIONS = 3,                         /* short, flat, long */
-    WINDOW = 31,                             /* daily returns per index in the obs */
-    FEATURE_DIM = WINDOW * NUM_INDICES,      /* 124 market features */
-    OBS_DIM = FEATURE_DIM + NUM_INDICES,     /* + current positions = 128 */
-    VOL_WINDOW = 20,                         /* trailing days of the regime volatility */
-    NUM_REGIMES = 4,                         /* volatility quartiles */
-    TRADING_DAYS = 252                       /* annualisation of the Sharpe ratio */
-};
+enum { TRADING_DAYS = 252 };  /* annualisation of the Sharpe ratio */
 
-#define FEATURE_SCALE 100.0  /* log return -> percent, O(1) inputs */
 #define REWARD_SCALE 100.0   /* real-unit reward -> O(1) learning target */
-#define COST_PER_UNIT 0.0005 /* 5 bp per unit of position change */
-#define TEST_START_YEAR 1997.0
 #define EPS_START 1.0f
 #define EPS_END 0.05f
 #define REPLAY_CAPACITY (1u << 18)
-
-static const char *const INDEX_NAMES[NUM_INDICES] = {"DAX", "SMI", "CAC", "FTSE"};
-
-/* ------------------------------------------------------------------------------------------ */
-/* Failure handling: a trainer has nothing to salvage after an error, so it reports and exits. */
-
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("foxhunt-trainer: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(EXIT_FAILURE);
-}
-
-static void check(fh_status status, const char *what)
-{
-    if (status != FH_OK)
-        die("%s failed: %s (%s)", what, fh_status_string(status), fh_last_error_message());
-}
-
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p)
-        die("out of memory (%zu x %zu bytes)", n, size);
-    return p;
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Deterministic RNG (splitmix64): replay sampling and env start days must not depend on libc. */
-
-typedef struct rng {
-    uint64_t state;
-} rng;
-
-static uint64_t rng_next(rng *r)
-{
-    uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [0, n) by multiply-shift: no modulo bias worth mentioning for n << 2^32. */
-static uint32_t rng_below(rng *r, uint32_t n)
-{
-    return (uint32_t)(((rng_next(r) >> 32) * (uint64_t)n) >> 32);
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Command line. */
@@ -206,248 +139,6 @@ static options parse_options(int argc, char **argv)
         }
     }
     return o;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Market data. */
-
-typedef struct market {
-    int n;              /* days */
-    double *year;       /* [n] fractional year */
-    double *price;      /* [n, 4] closes */
-    double *ret;        /* [n, 4] log return into day i; row 0 is 0 */
-    double *vol;        /* [n] mean over indices of the trailing VOL_WINDOW-day std */
-    int32_t *regime;    /* [n] volatility quartile */
-    float *features;    /* [n, FEATURE_DIM]; valid from day `first` on */
-    double vol_q[NUM_REGIMES - 1]; /* quartile thresholds (training days) */
-    int first;          /* first day with a full return window */
-    int test_start;     /* first day of 1997 */
-} market;
-
-static char *skip_space(char *s)
-{
-    while (*s == ' ' || *s == '\t')
-        ++s;
-    return s;
-}
-
-/* Strip the line end (LF or CRLF) and trailing blanks, so Windows files parse the same. */
-static void chomp(char *s)
-{
-    size_t len = strlen(s);
-    while (len && isspace((unsigned char)s[len - 1]))
-        s[--len] = '\0';
-}
-
-static void check_header(char *line, const char *path)
-{
-    static const char *const want[1 + NUM_INDICES] = {"t", "DAX", "SMI", "CAC", "FTSE"};
-    char *s = line;
-    if ((unsigned char)s[0] == 0xEF && (unsigned char)s[1] == 0xBB && (unsigned char)s[2] == 0xBF)
-        s += 3; /* UTF-8 byte-order mark */
-    for (int c = 0; c < 1 + NUM_INDICES; ++c) {
-        s = skip_space(s);
-        size_t len = strlen(want[c]);
-        if (strncmp(s, want[c], len) != 0)
-            die("%s: header must be 't,DAX,SMI,CAC,FTSE' (column %d)", path, c + 1);
-        s = skip_space(s + len);
-        if (c < NUM_INDICES && *s++ != ',')
-            die("%s: header must be 't,DAX,SMI,CAC,FTSE' (after column %d)", path, c + 1);
-    }
-    if (*s != '\0')
-        die("%s: header has more than 5 columns", path);
-}
-
-/* One data row: five comma-separated finite numbers, prices positive. */
-static void parse_row(char *line, const char *path, int lineno, double *year, double *price)
-{
-    char *s = line;
-    for (int c = 0; c < 1 + NUM_INDICES; ++c) {
-        char *end = NULL;
-        errno = 0;
-        double v = strtod(s, &end);
-        if (end == s || errno == ERANGE || !isfinite(v))
-            die("%s:%d: column %d is not a finite number", path, lineno, c + 1);
-        s = skip_space(end);
-        if (c < NUM_INDICES && *s++ != ',')
-            die("%s:%d: expected 5 comma-separated columns", path, lineno);
-        if (c == 0)
-            *year = v;
-        else if (v <= 0.0)
-            die("%s:%d: %s close %g is not positive", path, lineno, INDEX_NAMES[c - 1], v);
-        else
-            price[c - 1] = v;
-    }
-    if (*s != '\0')
-        die("%s:%d: more than 5 columns", path, lineno);
-}
-
-static void load_csv(market *m, const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        die("cannot open %s: %s (use --data PATH)", path, strerror(errno));
-    int cap = 2048, lineno = 0, have_header = 0;
-    char line[512];
-    m->n = 0;
-    m->year = xcalloc((size_t)cap, sizeof *m->year);
-    m->price = xcalloc((size_t)cap * NUM_INDICES, sizeof *m->price);
-    while (fgets(line, sizeof line, f)) {
-        ++lineno;
-        if (!strchr(line, '\n') && !feof(f))
-            die("%s:%d: line too long", path, lineno);
-        chomp(line);
-        if (line[0] == '\0')
-            continue;
-        if (!have_header) {
-            check_header(line, path);
-            have_header = 1;
-            continue;
-        }
-        if (m->n == cap) {
-            cap *= 2;
-            m->year = realloc(m->year, (size_t)cap * sizeof *m->year);
-            m->price = realloc(m->price, (size_t)cap * NUM_INDICES * sizeof *m->price);
-            if (!m->year || !m->price)
-                die("out of memory reading %s", path);
-        }
-        parse_row(line, path, lineno, &m->year[m->n], &m->price[(size_t)m->n * NUM_INDICES]);
-        if (m->n > 0 && !(m->year[m->n] > m->year[m->n - 1]))
-            die("%s:%d: dates must increase", path, lineno);
-        ++m->n;
-    }
-    if (ferror(f))
-        die("error reading %s", path);
-    fclose(f);
-    if (!have_header)
-        die("%s is empty", path);
-}
-
-static void compute_returns(market *m)
-{
-    m->ret = xcalloc((size_t)m->n * NUM_INDICES, sizeof *m->ret);
-    for (int i = 1; i < m->n; ++i)
-        for (int b = 0; b < NUM_INDICES; ++b)
-            m->ret[i * NUM_INDICES + b] =
-                log(m->price[i * NUM_INDICES + b] / m->price[(i - 1) * NUM_INDICES + b]);
-}
-
-static void compute_volatility(market *m)
-{
-    m->vol = xcalloc((size_t)m->n, sizeof *m->vol);
-    for (int i = VOL_WINDOW; i < m->n; ++i) {
-        double sum_std = 0.0;
-        for (int b = 0; b < NUM_INDICES; ++b) {
-            double s = 0.0, s2 = 0.0;
-            for (int k = i - VOL_WINDOW + 1; k <= i; ++k) {
-                double r = m->ret[k * NUM_INDICES + b];
-                s += r;
-                s2 += r * r;
-            }
-            double mean = s / VOL_WINDOW;
-            double var = s2 / VOL_WINDOW - mean * mean;
-            sum_std += sqrt(var > 0.0 ? var : 0.0);
-        }
-        m->vol[i] = sum_std / NUM_INDICES;
-    }
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Thresholds from the training days only; the test period reuses them unchanged. */
-static void compute_regimes(market *m)
-{
-    int count = m->test_start - m->first;
-    double *sorted = xcalloc((size_t)count, sizeof *sorted);
-    memcpy(sorted, m->vol + m->first, (size_t)count * sizeof *sorted);
-    qsort(sorted, (size_t)count, sizeof *sorted, cmp_double);
-    for (int q = 0; q < NUM_REGIMES - 1; ++q)
-        m->vol_q[q] = sorted[(size_t)count * (size_t)(q + 1) / NUM_REGIMES];
-    free(sorted);
-    m->regime = xcalloc((size_t)m->n, sizeof *m->regime);
-    for (int i = 0; i < m->n; ++i) {
-        int z = 0;
-        while (z < NUM_REGIMES - 1 && m->vol[i] >= m->vol_q[z])
-            ++z;
-        m->regime[i] = z;
-    }
-}
-
-static void compute_features(market *m)
-{
-    m->features = xcalloc((size_t)m->n * FEATURE_DIM, sizeof *m->features);
-    for (int i = m->first; i < m->n; ++i) {
-        float *f = m->features + (size_t)i * FEATURE_DIM;
-        for (int k = 0; k < WINDOW; ++k)
-            for (int b = 0; b < NUM_INDICES; ++b)
-                f[k * NUM_INDICES + b] =
-                    (float)(FEATURE_SCALE * m->ret[(i - WINDOW + 1 + k) * NUM_INDICES + b]);
-    }
-}
-
-static void market_load(market *m, const char *path)
-{
-    memset(m, 0, sizeof *m);
-    load_csv(m, path);
-    /* A return window needs WINDOW returns, i.e. WINDOW + 1 prices. */
-    m->first = WINDOW > VOL_WINDOW ? WINDOW : VOL_WINDOW;
-    m->test_start = m->n;
-    for (int i = 0; i < m->n; ++i)
-        if (m->year[i] >= TEST_START_YEAR - 1e-9) {
-            m->test_start = i;
-            break;
-        }
-    if (m->test_start - m->first < 100 || m->n - m->test_start < 20)
-        die("%s: need >= 100 training days before %.0f and >= 20 test days after (have %d, %d)",
-            path, TEST_START_YEAR, m->test_start - m->first, m->n - m->test_start);
-    compute_returns(m);
-    compute_volatility(m);
-    compute_regimes(m);
-    compute_features(m);
-}
-
-static void market_free(market *m)
-{
-    free(m->year);
-    free(m->price);
-    free(m->ret);
-    free(m->vol);
-    free(m->regime);
-    free(m->features);
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Environment: one market, positions as state. */
-
-static void build_obs(const market *m, int day, const int8_t *pos, float *obs)
-{
-    memcpy(obs, m->features + (size_t)day * FEATURE_DIM, FEATURE_DIM * sizeof *obs);
-    for (int b = 0; b < NUM_INDICES; ++b)
-        obs[FEATURE_DIM + b] = (float)pos[b];
-}
-
-/* Real-unit return of the four one-unit sleeves, summed, for holding new_pos into day+1. */
-static double sleeves_return(const market *m, int day, const int8_t *old_pos,
-                             const int8_t *new_pos, int *trades)
-{
-    double r = 0.0;
-    for (int b = 0; b < NUM_INDICES; ++b) {
-        int change = abs(new_pos[b] - old_pos[b]);
-        r += new_pos[b] * m->ret[(day + 1) * NUM_INDICES + b] - COST_PER_UNIT * change;
-        if (trades && change)
-            ++*trades;
-    }
-    return r;
-}
-
-static void actions_to_positions(const int32_t *action, int8_t *pos)
-{
-    for (int b = 0; b < NUM_INDICES; ++b)
-        pos[b] = (int8_t)(action[b] - 1);
 }
 
 /* ------------------------------------------------------------------------------------------ */
