@@ -162,5 +162,5 @@ int main(void) {
         cmocka_unit_test(test_write_timings_memory_dump),
         cmocka_unit_test(test_backend_selection),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -90,5 +90,5 @@ int main(void) {
         cmocka_unit_test(test_gpu_to_cpu_and_gpu),
         cmocka_unit_test(test_cpu_to_gpu),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -91,5 +91,5 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bitwise_default_20_steps),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

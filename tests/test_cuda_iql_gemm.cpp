@@ -89,5 +89,5 @@ int main(void) {
         cmocka_unit_test(test_three_paths_agree),
         cmocka_unit_test(test_unaligned_grouped_falls_back),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

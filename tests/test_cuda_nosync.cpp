@@ -123,5 +123,5 @@ int main(void) {
         cmocka_unit_test(test_upload_and_step_never_wait),
         cmocka_unit_test(test_upload_semantics),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -147,5 +147,5 @@ int main(void) {
         cmocka_unit_test(test_mid_20_steps),
         cmocka_unit_test(test_default_config),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

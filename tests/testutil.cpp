@@ -95,6 +95,11 @@ void fh_test_batch_free(fh_test_batch *tb) {
 
 int fh_test_have_cuda(void) { return fh::cuda_available(0) ? 1 : 0; }
 
+int fh_test_gpu_exit(int failures) {
+    if (failures) return failures;
+    return fh_test_have_cuda() ? 0 : FH_TEST_SKIPPED;
+}
+
 const char *fh_test_tmp_path(const char *name) {
     static char bufs[8][4096];  // a few live paths at once
     static int next_buf = 0;

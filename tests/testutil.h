@@ -28,6 +28,11 @@ void fh_test_batch_free(fh_test_batch *tb);
 /* 1 if this build has CUDA and a device answers. */
 int fh_test_have_cuda(void);
 
+/* Exit status of a GPU test program: the failure count, or 77 (CTest's SKIP_RETURN_CODE) when
+ * there is no GPU and every case was skipped, so CTest lists the test as skipped, not passed. */
+#define FH_TEST_SKIPPED 77
+int fh_test_gpu_exit(int failures);
+
 /* A path for a scratch file named @p name under the test build folder (one of 8 static
  * buffers, reused in turn). */
 const char *fh_test_tmp_path(const char *name);
