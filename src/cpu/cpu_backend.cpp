@@ -42,6 +42,26 @@ public:
     void upload(const HostBatch &b) override { batch_ = b; }
 
     void step(uint64_t step) override {
+        if (!allocated_) {
+            // The first step allocates the forward caches and the learners' scratch; if that
+            // fails half way (FH_ERR_OUT_OF_MEMORY), tasks that already ran must not have
+            // changed the state: keep a copy until one step has completed. Later steps
+            // allocate nothing.
+            HostBuffers saved(buf_.begin(), buf_.begin() + NUM_PERSISTENT);
+            try {
+                run_step(step);
+            } catch (...) {
+                std::copy(saved.begin(), saved.end(), buf_.begin());
+                throw;
+            }
+            allocated_ = true;
+            return;
+        }
+        run_step(step);
+    }
+
+private:
+    void run_step(uint64_t step) {
         s_.batch = &batch_;
         s_.step = step;
         const Clock::time_point t0 = Clock::now();
@@ -62,6 +82,8 @@ public:
         aux_ms_[3] = span(Mark::AUX_ATTN_BEGIN, Mark::AUX_ATTN_END);
         aux_ms_[4] = span(Mark::AUX_TAIL_BEGIN, Mark::AUX_TAIL_END);
     }
+
+public:
 
     void act(const float *obs, const float *goal, uint32_t n, float epsilon, uint64_t act_call,
              int32_t *actions, float *q_values) override {
@@ -197,6 +219,7 @@ private:
     float child_ms_[(int)ChildId::COUNT] = {};
     float aux_ms_[5] = {};
     float total_ms_ = 0;
+    bool allocated_ = false;  // a step has completed: every step buffer exists
 };
 
 }  // namespace
