@@ -1,8 +1,15 @@
 #include "checkpoint.hpp"
 
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <unistd.h>
 
 #include "error.hpp"
 
@@ -78,10 +85,17 @@ void save_checkpoint(const char *path, const fh_config &c, const Checkpoint &ck)
     }
     w.put(fnv1a(w.b.data(), w.b.size()));
 
-    // Write to a temporary name and rename, so a failed save never leaves half a file behind.
-    std::string tmp = std::string(path) + ".tmp";
-    FILE *f = fopen(tmp.c_str(), "wb");
-    if (!f) fail(FH_ERR_IO, "cannot open '%s' for writing: %s", tmp.c_str(), strerror(errno));
+    // Write to a fresh temporary name beside it and rename, so a failed save never leaves half
+    // a file behind and never touches another file.
+    std::string tmp = std::string(path) + ".XXXXXX";
+    const int fd = mkstemp(&tmp[0]);
+    if (fd < 0) fail(FH_ERR_IO, "cannot create a file beside '%s': %s", path, strerror(errno));
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        close(fd);
+        remove(tmp.c_str());
+        fail(FH_ERR_IO, "cannot write beside '%s': %s", path, strerror(errno));
+    }
     bool ok = fwrite(w.b.data(), 1, w.b.size(), f) == w.b.size();
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp.c_str(), path) != 0) {
@@ -91,57 +105,78 @@ void save_checkpoint(const char *path, const fh_config &c, const Checkpoint &ck)
     }
 }
 
-Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L) {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail(FH_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
-    std::vector<uint8_t> bytes;
-    uint8_t chunk[1 << 16];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) bytes.insert(bytes.end(), chunk, chunk + n);
-    bool err = ferror(f);
-    fclose(f);
-    if (err) fail(FH_ERR_IO, "cannot read checkpoint '%s'", path);
+// Bytes a checkpoint of this config and layout has.
+static size_t expected_size(const std::vector<uint8_t> &fp, const Layout &L) {
+    size_t n = sizeof kMagic + 4 + 4 + fp.size() + 8 + 8 + 8;
+    for (int b = 0; b < NUM_PERSISTENT; ++b) n += 8 + L.buf_size[b] * sizeof(float);
+    return n;
+}
 
-    Reader r{bytes, 0, path};
-    char magic[8];
-    r.take(magic, sizeof magic);
-    if (memcmp(magic, kMagic, sizeof magic) != 0)
+Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L) {
+    // Only regular files: a device or a pipe would be read until memory runs out, or forever.
+    struct stat st;
+    if (stat(path, &st) != 0) fail(FH_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) fail(FH_ERR_IO, "checkpoint '%s' is not a regular file", path);
+    std::unique_ptr<FILE, int (*)(FILE *)> f(fopen(path, "rb"), fclose);
+    if (!f) fail(FH_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
+
+    // The magic first, so that a large file that is no checkpoint is refused without reading it.
+    std::vector<uint8_t> bytes(std::min<size_t>((size_t)st.st_size, sizeof kMagic));
+    if (fread(bytes.data(), 1, bytes.size(), f.get()) != bytes.size())
+        fail(FH_ERR_IO, "cannot read checkpoint '%s'", path);
+    if (bytes.size() < sizeof kMagic)
+        fail(FH_ERR_CHECKPOINT_TRUNCATED, "checkpoint '%s' has %zu bytes, less than its magic",
+             path, bytes.size());
+    if (memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
         fail(FH_ERR_CHECKPOINT_CORRUPT, "'%s' is not a foxhunt checkpoint (bad magic)", path);
-    uint32_t format = r.get<uint32_t>();
-    if (format != kFormat)
-        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' has format %u, this library reads %u",
-             path, format, kFormat);
-    uint32_t fp_size = r.get<uint32_t>();
-    if (fp_size > bytes.size())
-        fail(FH_ERR_CHECKPOINT_TRUNCATED, "checkpoint '%s' is shorter than its config", path);
-    std::vector<uint8_t> fp(fp_size);
-    r.take(fp.data(), fp_size);
+    bytes.resize((size_t)st.st_size);
+    const size_t rest = bytes.size() - sizeof kMagic;
+    if (fread(bytes.data() + sizeof kMagic, 1, rest, f.get()) != rest)
+        fail(FH_ERR_IO, "cannot read checkpoint '%s'", path);
+
+    // Intact (checksum), written by this config (fingerprint), then its contents. A file that
+    // is short but starts with this config's header is a truncated one; any other mismatch is
+    // corruption, also when the damage hits a size field.
+    const std::vector<uint8_t> fp = config_fingerprint(c);
+    const size_t want = expected_size(fp, L);
+    const bool sum_ok = bytes.size() >= sizeof kMagic + 8 &&
+                        [&] {
+                            uint64_t sum;
+                            memcpy(&sum, bytes.data() + bytes.size() - 8, 8);
+                            return sum == fnv1a(bytes.data(), bytes.size() - 8);
+                        }();
+    Reader r{bytes, sizeof kMagic, path};
+    const size_t fp_at = sizeof kMagic + 8;
+    const bool same_config = bytes.size() >= fp_at + fp.size() &&
+                             r.get<uint32_t>() == kFormat && r.get<uint32_t>() == fp.size() &&
+                             memcmp(bytes.data() + fp_at, fp.data(), fp.size()) == 0;
+    if (same_config && bytes.size() < want)
+        fail(FH_ERR_CHECKPOINT_TRUNCATED, "checkpoint '%s' ends at byte %zu of %zu", path,
+             bytes.size(), want);
+    if (!sum_ok) fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' fails its checksum", path);
+    if (!same_config)
+        fail(FH_ERR_CHECKPOINT_CONFIG, "checkpoint '%s' was written by a pipeline with a "
+             "different config (dimensions, hyperparameters or seed) or format", path);
+    if (bytes.size() != want)
+        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' has %zu bytes, a checkpoint of this "
+             "config %zu", path, bytes.size(), want);
+
+    r.pos = fp_at + fp.size();
     Checkpoint ck;
     ck.step = r.get<uint64_t>();
     ck.act_calls = r.get<uint64_t>();
     ck.bufs.resize(NUM_BUFS);
     for (int b = 0; b < NUM_PERSISTENT; ++b) {
-        uint64_t count = r.get<uint64_t>();
-        if (count > (bytes.size() - r.pos) / sizeof(float))
-            fail(FH_ERR_CHECKPOINT_TRUNCATED, "checkpoint '%s': buffer %d claims %llu floats, "
-                 "more than the file holds", path, b, (unsigned long long)count);
-        ck.bufs[b].resize(count);
-        r.take(ck.bufs[b].data(), count * sizeof(float));
+        if (r.get<uint64_t>() != L.buf_size[b])
+            fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': buffer %d has the wrong size", path, b);
+        ck.bufs[b].resize(L.buf_size[b]);
+        r.take(ck.bufs[b].data(), L.buf_size[b] * sizeof(float));
+        // write_tensor refuses non-finite values; a checkpoint may not smuggle them in.
+        for (size_t i = 0; i < ck.bufs[b].size(); ++i)
+            if (!std::isfinite(ck.bufs[b][i]))
+                fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': buffer %d element %zu is %g, "
+                     "not finite", path, b, i, (double)ck.bufs[b][i]);
     }
-    const size_t body = r.pos;
-    uint64_t sum = r.get<uint64_t>();
-    if (r.pos != bytes.size())
-        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' has %zu trailing bytes", path,
-             bytes.size() - r.pos);
-    if (sum != fnv1a(bytes.data(), body))
-        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' fails its checksum", path);
-    if (fp != config_fingerprint(c))
-        fail(FH_ERR_CHECKPOINT_CONFIG, "checkpoint '%s' was written by a pipeline with a "
-             "different config (dimensions, hyperparameters or seed)", path);
-    for (int b = 0; b < NUM_PERSISTENT; ++b)
-        if (ck.bufs[b].size() != L.buf_size[b])
-            fail(FH_ERR_CHECKPOINT_CONFIG, "checkpoint '%s': buffer %d has %zu floats, "
-                 "this pipeline %zu", path, b, ck.bufs[b].size(), L.buf_size[b]);
     return ck;
 }
 

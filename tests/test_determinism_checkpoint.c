@@ -137,6 +137,16 @@ static void test_bad_checkpoints_change_nothing(void **state) {
     f = fopen(bad, "wb"); fwrite(bytes, 1, (size_t)size, f); fclose(f);
     expect(fh_pipeline_load(b, bad), FH_ERR_CHECKPOINT_CORRUPT);
     bytes[size / 2] ^= 0x40;
+    /* A flipped bit anywhere, size fields included, is corruption, never truncation. */
+    for (long at = 0; at < size; at += 37) {
+        bytes[at] ^= 0x10;
+        f = fopen(bad, "wb"); fwrite(bytes, 1, (size_t)size, f); fclose(f);
+        bytes[at] ^= 0x10;
+        if (fh_pipeline_load(b, bad) != FH_ERR_CHECKPOINT_CORRUPT)
+            fail_msg("flip at byte %ld of %ld: %s", at, size, fh_last_error_message());
+    }
+    expect(fh_pipeline_load(b, "/dev/zero"), FH_ERR_IO);  /* not a regular file */
+    expect(fh_pipeline_load(b, fh_test_tmp_path("")), FH_ERR_IO);  /* a directory */
     bytes[0] = 'X';
     f = fopen(bad, "wb"); fwrite(bytes, 1, (size_t)size, f); fclose(f);
     expect(fh_pipeline_load(b, bad), FH_ERR_CHECKPOINT_CORRUPT);
