@@ -332,7 +332,8 @@ FH_API fh_status fh_pipeline_config(const fh_pipeline *pipeline, fh_config *conf
  * and double-buffered: uploading batch t+1 overlaps step t.
  * @return FH_OK; FH_ERR_NULL_POINTER (handle, batch, or a required tensor);
  *         FH_ERR_STRUCT_SIZE; FH_ERR_BUFFER_SIZE (batch_size differs from the config);
- *         FH_ERR_NON_FINITE; FH_ERR_OUT_OF_RANGE (action, regime or done).
+ *         FH_ERR_NON_FINITE; FH_ERR_OUT_OF_RANGE (action, regime or done);
+ *         FH_ERR_OUT_OF_MEMORY.
  *         A refused batch changes nothing: the previous batch stays current.
  */
 FH_API fh_status fh_pipeline_upload(fh_pipeline *pipeline, const fh_batch *batch);
@@ -340,7 +341,8 @@ FH_API fh_status fh_pipeline_upload(fh_pipeline *pipeline, const fh_batch *batch
 /**
  * Run one training step (SPEC §5) on the current batch. On CUDA this launches the captured
  * graph and returns without waiting for it; reading metrics, timings or tensors waits.
- * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_NO_BATCH; FH_ERR_CUDA.
+ * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_NO_BATCH; FH_ERR_OUT_OF_MEMORY (the first step
+ *         allocates the caches; the state is then left as it was); FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_step(fh_pipeline *pipeline);
 
@@ -355,17 +357,18 @@ FH_API fh_status fh_pipeline_step(fh_pipeline *pipeline);
  * @param actions    out [n, NB] int32
  * @param q_values   out [n, NB, A] clamped q, or NULL
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_BUFFER_SIZE (n = 0); FH_ERR_BAD_VALUE (epsilon);
- *         FH_ERR_NON_FINITE; FH_ERR_CUDA.
+ *         FH_ERR_NON_FINITE; FH_ERR_OUT_OF_MEMORY (scratch for n rows); FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_act(fh_pipeline *pipeline, const float *obs, const float *goal,
                                  uint32_t n, float epsilon, int32_t *actions, float *q_values);
 
-/** Metrics of the last completed step (all zero before the first). FH_ERR_NULL_POINTER,
- *  FH_ERR_STRUCT_SIZE, FH_ERR_CUDA. */
+/** Metrics of the last completed step. Before the first step, and after fh_pipeline_load()
+ *  until the next step, every loss reads 0 while step and regime_scale give the current state.
+ *  FH_ERR_NULL_POINTER, FH_ERR_STRUCT_SIZE, FH_ERR_CUDA. */
 FH_API fh_status fh_pipeline_metrics(fh_pipeline *pipeline, fh_metrics *metrics);
 
-/** Timings of the last completed step (all zero before the first). FH_ERR_NULL_POINTER,
- *  FH_ERR_STRUCT_SIZE, FH_ERR_CUDA. */
+/** Timings of the last completed step (all zero before the first, and after a load until the
+ *  next step). FH_ERR_NULL_POINTER, FH_ERR_STRUCT_SIZE, FH_ERR_CUDA. */
 FH_API fh_status fh_pipeline_timings(fh_pipeline *pipeline, fh_timings *timings);
 
 /** Number of named tensors (parameters, targets, state, outputs). FH_ERR_NULL_POINTER. */
@@ -392,7 +395,8 @@ FH_API fh_status fh_pipeline_read_tensor(fh_pipeline *pipeline, const char *name
  * Adam moments are left as they are.
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_UNKNOWN_NAME (also for read-only tensors: step
  *         outputs, and the regime state when num_regimes = 1);
- *         FH_ERR_BUFFER_SIZE; FH_ERR_NON_FINITE; FH_ERR_CUDA.
+ *         FH_ERR_BUFFER_SIZE; FH_ERR_NON_FINITE; FH_ERR_BAD_VALUE (a spectral u of zero norm,
+ *         a negative regime.s, a regime.scale outside [regime_min, regime_max]); FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_write_tensor(fh_pipeline *pipeline, const char *name,
                                           const float *in, size_t count);
@@ -408,8 +412,10 @@ FH_API fh_status fh_pipeline_save(fh_pipeline *pipeline, const char *path);
 /**
  * Load a checkpoint written by fh_pipeline_save() from a pipeline of the same config (the
  * backend, device and execution switches may differ). On any error nothing changes.
- * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_IO; FH_ERR_CHECKPOINT_TRUNCATED;
- *         FH_ERR_CHECKPOINT_CORRUPT; FH_ERR_CHECKPOINT_CONFIG; FH_ERR_CUDA.
+ * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_IO (also: not a regular file);
+ *         FH_ERR_CHECKPOINT_TRUNCATED (this config's header, but the file ends early);
+ *         FH_ERR_CHECKPOINT_CORRUPT (bad magic, checksum or size, or a non-finite value);
+ *         FH_ERR_CHECKPOINT_CONFIG; FH_ERR_OUT_OF_MEMORY; FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_load(fh_pipeline *pipeline, const char *path);
 

@@ -21,6 +21,7 @@ struct fh_pipeline {
     uint64_t step = 0;       // steps completed
     uint64_t act_calls = 0;  // act calls completed
     bool has_batch = false;
+    bool has_metrics = false;  // a step ran since creation or the last load
     fh::HostBatch staging;   // the last validated batch; storage reused from upload to upload
 };
 
@@ -61,6 +62,29 @@ const fh::TensorEntry &find(const fh_pipeline *p, const char *name) {
     const fh::TensorEntry *t = p->layout.find(name);
     if (!t) fh::fail(FH_ERR_UNKNOWN_NAME, "no tensor is named '%s'", name);
     return *t;
+}
+
+// State tensors have ranges beyond finiteness: a spectral u must have a norm (σ = uᵀWv would be
+// 0), a running mean square s_k cannot be negative (ρ = √(s̄/s_k)), and ρ_k lives in
+// [regime_min, regime_max] (a negative one would turn the TD loss into gradient ascent).
+void check_state_values(const fh_pipeline *p, const fh::TensorEntry &t, const float *in) {
+    if (t.name.rfind("sn.u.", 0) == 0) {
+        double n2 = 0;
+        for (size_t i = 0; i < t.count(); ++i) n2 += (double)in[i] * in[i];
+        if (!(n2 > 0)) fh::fail(FH_ERR_BAD_VALUE, "tensor '%s' is all zeros: a spectral u needs "
+                                "a non-zero norm", t.name.c_str());
+    } else if (t.name == "regime.s") {
+        for (size_t i = 0; i < t.count(); ++i)
+            if (in[i] < 0)
+                fh::fail(FH_ERR_BAD_VALUE, "%s[0, %zu] = %g is negative (a mean square)",
+                         t.name.c_str(), i, (double)in[i]);
+    } else if (t.name == "regime.scale") {
+        const float lo = p->config.regime_min, hi = p->config.regime_max;
+        for (size_t i = 0; i < t.count(); ++i)
+            if (!(in[i] >= lo && in[i] <= hi))
+                fh::fail(FH_ERR_BAD_VALUE, "%s[0, %zu] = %g is outside [regime_min, regime_max] "
+                         "= [%g, %g]", t.name.c_str(), i, (double)in[i], (double)lo, (double)hi);
+    }
 }
 
 void fill_info(const fh::TensorEntry &t, fh_tensor_info *info) {
@@ -137,6 +161,7 @@ fh_status fh_pipeline_step(fh_pipeline *p) {
         if (!p->has_batch) fh::fail(FH_ERR_NO_BATCH, "fh_pipeline_step before any fh_pipeline_upload");
         p->backend->step(p->step);
         ++p->step;
+        p->has_metrics = true;
     });
 }
 
@@ -163,11 +188,13 @@ fh_status fh_pipeline_metrics(fh_pipeline *p, fh_metrics *m) {
         need(p, "pipeline");
         need(m, "metrics");
         need_size(m->struct_size, sizeof(fh_metrics), "metrics");
-        if (p->step == 0) {
+        if (!p->has_metrics) {  // before the first step, and after a load until the next step
             *m = fh_metrics{};
             m->struct_size = sizeof(fh_metrics);
             m->num_regimes = p->layout.dims.R;
-            for (uint32_t k = 0; k < m->num_regimes; ++k) m->regime_scale[k] = 1.0f;
+            m->step = p->step;
+            const fh::TensorEntry &rho = *p->layout.find("regime.scale");
+            p->backend->read(rho.buf, rho.offset, rho.count(), m->regime_scale);
             return;
         }
         p->backend->metrics(m);
@@ -183,7 +210,7 @@ fh_status fh_pipeline_timings(fh_pipeline *p, fh_timings *t) {
         need_size(t->struct_size, sizeof(fh_timings), "timings");
         *t = fh_timings{};
         t->struct_size = sizeof(fh_timings);
-        if (p->step > 0) p->backend->timings(t);
+        if (p->has_metrics) p->backend->timings(t);
     });
 }
 
@@ -239,6 +266,7 @@ fh_status fh_pipeline_write_tensor(fh_pipeline *p, const char *name, const float
             fh::fail(FH_ERR_BUFFER_SIZE, "argument 'count' = %zu but tensor '%s' [%u, %u] has %zu",
                      count, name, t.rows, t.cols, t.count());
         fh::check_finite(name, in, t.rows, t.cols);
+        check_state_values(p, t, in);
         p->backend->write(t.buf, t.offset, count, in);
     });
 }
@@ -268,6 +296,7 @@ fh_status fh_pipeline_load(fh_pipeline *p, const char *path) {
             p->backend->write((fh::Buf)b, 0, ck.bufs[b].size(), ck.bufs[b].data());
         p->step = ck.step;
         p->act_calls = ck.act_calls;
+        p->has_metrics = false;
     });
 }
 

@@ -16,8 +16,10 @@ void fail(fh_status status, const char *fmt, ...) {
     throw Error{status, buf};
 }
 
-void set_last_error(fh_status status, const std::string &message) {
-    t_last_error = std::string(fh_status_string(status)) + ": " + message;
+void set_last_error(fh_status, const std::string &message) {
+    // The status itself is the return value (fh_status_string names it); the message says
+    // which argument, index and value were at fault.
+    t_last_error = message;
 }
 
 void clear_last_error() { t_last_error.clear(); }

@@ -268,6 +268,17 @@ static void test_tensors_by_name(void **state) {
     float b[32];
     expect(fh_pipeline_write_tensor(p, "confidence", b, 32), FH_ERR_UNKNOWN_NAME, "read-only");
     fh_pipeline_destroy(p);
+    /* State tensors keep their ranges: u needs a norm, s >= 0, rho within its clamp. */
+    c = fh_test_small_config();
+    p = make(&c);
+    float zeros[16] = {0}, s3[3] = {1, -0.5f, 1}, rho3[3] = {1, 1, -5};
+    expect(fh_pipeline_write_tensor(p, "sn.u.W2", zeros, 16), FH_ERR_BAD_VALUE, "sn.u.W2");
+    expect(fh_pipeline_write_tensor(p, "regime.s", s3, 3), FH_ERR_BAD_VALUE, "regime.s[0, 1]");
+    expect(fh_pipeline_write_tensor(p, "regime.scale", rho3, 3), FH_ERR_BAD_VALUE,
+           "regime.scale[0, 2] = -5");
+    rho3[2] = 4.0f; /* = regime_max: allowed */
+    assert_int_equal(fh_pipeline_write_tensor(p, "regime.scale", rho3, 3), FH_OK);
+    fh_pipeline_destroy(p);
     /* One regime: scaling is off (rho ≡ 1), so its state cannot be written. */
     c.num_regimes = 1;
     p = make(&c);

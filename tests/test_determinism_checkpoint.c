@@ -89,6 +89,11 @@ static void test_checkpoint_continues_bit_for_bit(void **state) {
     fh_pipeline *b = make(&c);
     assert_int_equal(fh_pipeline_load(b, path), FH_OK);
     assert_equal_state(a, b, 0);
+    /* After a load the metrics describe no step yet: losses 0, the loaded step count. */
+    fh_metrics mb = {sizeof mb};
+    assert_int_equal(fh_pipeline_metrics(b, &mb), FH_OK);
+    assert_int_equal(mb.step, 5);
+    assert_true(mb.td_loss == 0.0f && mb.grad_norm == 0.0f);
     run_steps(a, &c, 5, 5);
     run_steps(b, &c, 5, 5);
     assert_equal_pipelines(a, b);

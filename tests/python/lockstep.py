@@ -99,7 +99,9 @@ def random_state(c, rng):
         vals["sn.u.W2"] = rng.standard_normal(c.trunk_hidden).astype(np.float32) * 0.5
     if c.num_regimes > 1:  # with R = 1, rho == 1 by SPEC and the regime state is read-only
         vals["regime.s"] = rng.uniform(0.5, 2.0, c.num_regimes).astype(np.float32)
-        vals["regime.scale"] = rng.uniform(0.5, 2.0, c.num_regimes).astype(np.float32)
+        # rho lives in [regime_min, regime_max]; the library refuses anything else.
+        vals["regime.scale"] = rng.uniform(max(0.5, c.regime_min), min(2.0, c.regime_max),
+                                           c.num_regimes).astype(np.float32)
     return vals
 
 
