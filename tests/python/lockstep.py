@@ -128,7 +128,7 @@ class Run:
 
     def missing(self, learners):
         """Learners among @p learners whose loss the library reports as exactly 0 at some
-        step where the oracle's is not 0 (i.e. not implemented yet in the library)."""
+        step where the oracle's is not 0 (a learner that did not run)."""
         keys = {"iql": ("iql_loss_hi", "iql_loss_lo"), "iqn": ("iqn_loss",),
                 "attn": ("attn_loss",), "cql": ("cql_loss",), "conf": ("conf_loss",),
                 "ensemble": ("ensemble_std",)}

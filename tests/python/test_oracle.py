@@ -5,10 +5,9 @@ float64. Parameters are also compared by their update p_after - p_before ("delta
 what a step computes; in most configs adam_eps = 1e-2 makes that update nearly linear in the
 gradient (lockstep.LINEAR_ADAM), so gradients are compared with their magnitudes.
 
-Learners the library does not implement yet report a loss of exactly 0. A test that depends
-on such a learner (directly, or through a value it feeds: CQL and the confidence target need
-IQL/IQN, the global-norm clip needs every Q-net gradient) is marked
-xfail(strict=False) at run time, and only then; everything else is a plain assertion.
+A test that depends on a learner (directly, or through a value it feeds: CQL and the confidence
+target need IQL/IQN, the global-norm clip needs every Q-net gradient) also asserts that the
+learner ran: a loss of exactly 0 where the oracle's is not fails.
 """
 import numpy as np
 import pytest
@@ -63,17 +62,14 @@ def clip_active(run):
 
 
 def expect_learners(request, run, learners):
+    """Every learner the test depends on must report a loss where the oracle's is not 0."""
     missing = run.missing(sorted(set(learners)))
-    if missing:
-        request.node.add_marker(pytest.mark.xfail(
-            strict=False, reason="the library reports these losses as exactly 0 (not "
-            "implemented yet): " + ", ".join(missing)))
+    assert not missing, "the library reports these losses as exactly 0: " + ", ".join(missing)
 
 
 def kind(request, steps):
-    """Label under which the errors reached are recorded (xfailed tests apart)."""
-    base = "%d step%s" % (steps, "s" if steps > 1 else "")
-    return base + (" [xfail]" if request.node.get_closest_marker("xfail") else "")
+    """Label under which the errors reached are recorded."""
+    return "%d step%s" % (steps, "s" if steps > 1 else "")
 
 
 def tensor_errors(run, names, rtol, drtol, kind):

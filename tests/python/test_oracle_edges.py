@@ -190,10 +190,7 @@ def test_steps_repeat_on_the_current_batch(foxhunt_lib, request):
     missing = sorted({k for lm, rm in zip(lib_m, ref_m) for k in
                       ("iql_loss_hi", "iql_loss_lo", "iqn_loss", "attn_loss")
                       if lm[k] == 0.0 and rm[k] != 0.0})
-    if missing:
-        request.node.add_marker(pytest.mark.xfail(
-            strict=False, reason="the library reports %s as exactly 0 (not implemented yet)"
-            % ", ".join(missing)))
+    assert not missing, "the library reports %s as exactly 0" % ", ".join(missing)
     counts = [lm["num_relabelled"] for lm in lib_m]
     assert counts == [rm["num_relabelled"] for rm in ref_m]
     assert len(set(counts)) > 1, "HER draws should differ from step to step"
