@@ -493,15 +493,15 @@ __global__ void k_attn_head(AttnHeadArgs a) {
         float *h = a.h + (size_t)i * hh;
         float s = 0.0f;
         for (int j = lane; j < hh; j += 32)
-            s = fmaf(aux::dev_silu(__fadd_rn(h[j], a.br1[j])), a.wr2[j], s);
-        s = aux::warp_sum(s);
+            s = fmaf(dev_silu(__fadd_rn(h[j], a.br1[j])), a.wr2[j], s);
+        s = warp_sum(s);
         const float rhat = __fadd_rn(s, br2);
         const float e = __fadd_rn(rhat, -a.r[i]);
         const float dr = __fdiv_rn(__fmul_rn(2.0f, e), (float)a.B);
         for (int j = lane; j < hh; j += 32) {
             const float pre = __fadd_rn(h[j], a.br1[j]);
-            const float sg = aux::dev_sigmoid(pre);
-            const float v = __fmul_rn(__fmul_rn(dr, a.wr2[j]), aux::dev_dsilu_s(pre, sg));
+            const float sg = dev_sigmoid(pre);
+            const float v = __fmul_rn(__fmul_rn(dr, a.wr2[j]), dev_dsilu_s(pre, sg));
             h[j] = v;
             acc[j] += (double)v;
             acc[hh + j] += (double)dr * (double)__fmul_rn(pre, sg);
@@ -638,7 +638,7 @@ struct AttentionLearner::Impl {
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *m, float *v)
         : d(dd), o(L.attn), params(p), mom1(m), mom2(v) {
         hyp = AdamHyper{c.lr_aux, c.adam_beta1, c.adam_beta2, c.adam_eps};
-        compute = aux::compute_type(c);
+        compute = compute_type(c);
         if (o.Wk != o.Wq + (size_t)d.d * d.d || o.Wv != o.Wk + (size_t)d.d * d.d ||
             o.bk != o.bq + d.d || o.bv != o.bk + d.d)
             fail(FH_ERR_INTERNAL, "attention: Wq|Wk|Wv and bq|bk|bv are not contiguous in the layout");
@@ -718,29 +718,29 @@ struct AttentionLearner::Impl {
     void enqueue(const Lane &lane, const StepInputs &in, float *loss) {
         cudaStream_t s = lane.stream;
         cudaStream_t hs = nullptr;
-        FH_AUX_BLAS(cublasGetStream(lane.blas, &hs));
+        FH_CUBLAS(cublasGetStream(lane.blas, &hs));
         if (hs != s)
             fail(FH_ERR_INTERNAL, "attention: the lane's cuBLAS handle is not bound to its stream");
-        const aux::Blas bl{lane.blas, compute};
+        const Blas bl{lane.blas, compute};
         const int B = (int)d.B, dm = (int)d.d, hh = (int)d.hh, na = gf.na;
         const float *P = params;
         const float *Wg = d.G > 0 ? P + o.Wg : nullptr, *bg = d.G > 0 ? P + o.bg : nullptr;
 
         k_attn_comp<<<(gf.c_total + 255) / 256, 256, 0, s>>>(gf, P + o.Wq, P + o.bq, P + o.Wt,
                                                             P + o.bt, Wg, bg, P + o.P, comp);
-        FH_AUX_LAUNCHED("k_attn_comp");
+        FH_LAUNCHED("k_attn_comp");
         fwd<<<nblk, gf.nw * 32, smem_f, s>>>(gf, in.x, comp, P + o.Wt, Wg, P + o.bo, abar, pool,
                                              aug);
-        FH_AUX_LAUNCHED("k_attn_fwd");
-        aux::gemm_nt(bl, B, dm, dm, abar, P + o.Wo, pool, 1.0f, "attention pool += abar Wo^T");
-        aux::gemm_nt(bl, B, hh, dm, pool, P + o.Wr1, hbuf, 0.0f, "attention h = pool Wr1^T");
+        FH_LAUNCHED("k_attn_fwd");
+        gemm_nt(bl, B, dm, dm, abar, P + o.Wo, pool, 1.0f, "attention pool += abar Wo^T");
+        gemm_nt(bl, B, hh, dm, pool, P + o.Wr1, hbuf, 0.0f, "attention h = pool Wr1^T");
 
         AttnHeadArgs a{};
         a.h = hbuf; a.br1 = P + o.br1; a.wr2 = P + o.w_r2; a.br2 = P + o.b_r2;
         a.r = in.r; a.B = B; a.hh = hh; a.partial = part_head;
         a.rows_per_blk = head.rows_per_blk;
         k_attn_head<<<head.blocks, head.warps * 32, head.smem, s>>>(a);
-        FH_AUX_LAUNCHED("k_attn_head");
+        FH_LAUNCHED("k_attn_head");
         {
             aux::Segs g;
             g.add(grad + o.br1, 0, hh);
@@ -749,14 +749,14 @@ struct AttentionLearner::Impl {
             g.add(loss, 2 * hh + 1, 1, 0, (double)d.B);
             aux::reduce_partials(part_head, head.blocks, 2 * hh + 2, 1, g, s);
         }
-        aux::gemm_tn(bl, hh, dm, B, hbuf, pool, grad + o.Wr1, 0.0f, "attention dWr1 = dh^T pool");
-        aux::gemm_nn(bl, B, dm, hh, hbuf, P + o.Wr1, dpool, 0.0f, "attention dpool = dh Wr1");
-        aux::gemm_tn(bl, dm, dm, B, dpool, abar, grad + o.Wo, 0.0f, "attention dWo = dpool^T abar");
-        aux::gemm_nn(bl, B, dm, dm, dpool, P + o.Wo, abar, 0.0f, "attention dabar = dpool Wo");
-        aux::gemm_tn(bl, dm, na, B, dpool, aug, R, 0.0f, "attention R = dpool^T aug");
+        gemm_tn(bl, hh, dm, B, hbuf, pool, grad + o.Wr1, 0.0f, "attention dWr1 = dh^T pool");
+        gemm_nn(bl, B, dm, hh, hbuf, P + o.Wr1, dpool, 0.0f, "attention dpool = dh Wr1");
+        gemm_tn(bl, dm, dm, B, dpool, abar, grad + o.Wo, 0.0f, "attention dWo = dpool^T abar");
+        gemm_nn(bl, B, dm, dm, dpool, P + o.Wo, abar, 0.0f, "attention dabar = dpool Wo");
+        gemm_tn(bl, dm, na, B, dpool, aug, R, 0.0f, "attention R = dpool^T aug");
 
         bwd<<<nblk, gb.nw * 32, smem_b, s>>>(gb, in.x, comp, abar, part_b);
-        FH_AUX_LAUNCHED("k_attn_bwd");
+        FH_LAUNCHED("k_attn_bwd");
         {
             aux::Segs g;
             g.add(tot, 0, gb.pw);
@@ -769,10 +769,10 @@ struct AttentionLearner::Impl {
         f.gWg = d.G > 0 ? grad + o.Wg : nullptr; f.gbo = grad + o.bo;
         const int nfin = gf.d3 * dm + gf.d3 + gf.T * dm + dm * gf.td + dm * gf.G + dm;
         k_attn_fin<<<(nfin + 255) / 256, 256, 0, s>>>(gf, f);
-        FH_AUX_LAUNCHED("k_attn_fin");
+        FH_LAUNCHED("k_attn_fin");
         k_attn_fin2<<<(dm + 127) / 128, 128, 0, s>>>(gf, grad + o.P, grad + o.bt,
                                                       d.G > 0 ? grad + o.bg : nullptr);
-        FH_AUX_LAUNCHED("k_attn_fin2");
+        FH_LAUNCHED("k_attn_fin2");
 
         aux::adam(params, mom1, mom2, grad, o.total, hyp.lr, hyp.beta1, hyp.beta2, hyp.eps,
                   in.step, s);

@@ -9,11 +9,6 @@ namespace fh::cuda::aux {
 
 namespace {
 
-const char *base_name(const char *file) {
-    const char *b = strrchr(file, '/');
-    return b ? b + 1 : file;
-}
-
 constexpr int kTx = 32, kTy = 8;  // column-parallel blocks: 32 columns x 8 row lanes
 
 // ---- kernels ----------------------------------------------------------------------------------
@@ -26,11 +21,8 @@ __global__ void k_reduce_partials(const T *__restrict__ part, int rows, int widt
     double acc = 0.0;
     if (col < width)
         for (int r = threadIdx.y; r < rows; r += kTy) acc += (double)p[(size_t)r * width + col];
-    sh[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
+    const double s = tile_col_sum(sh, acc);
     if (threadIdx.y == 0 && col < width) {
-        double s = 0.0;
-        for (int y = 0; y < kTy; ++y) s += sh[y][threadIdx.x];
         for (int k = 0; k < segs.n; ++k) {
             const Seg &g = segs.s[k];
             if (col >= g.col0 && col < g.col0 + g.len)
@@ -69,13 +61,9 @@ __global__ void k_dsilu_colsum(float *g, const float *__restrict__ pre, size_t r
             g[i] = v;
             acc += (double)v;
         }
-    sh[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && col < cols) {
-        double s = 0.0;
-        for (int y = 0; y < kTy; ++y) s += sh[y][threadIdx.x];
+    const double s = tile_col_sum(sh, acc);
+    if (threadIdx.y == 0 && col < cols)
         partial[((size_t)z * gridDim.x + blockIdx.x) * cols + col] = s;
-    }
 }
 
 __global__ void k_adam(float *p, float *m, float *v, const float *__restrict__ g, size_t n,
@@ -86,16 +74,8 @@ __global__ void k_adam(float *p, float *m, float *v, const float *__restrict__ g
     const float bc2 = (float)(1.0 - pow((double)beta2, t));
     const float ob1 = __fadd_rn(1.0f, -beta1), ob2 = __fadd_rn(1.0f, -beta2);
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const float gi = g[i];
-        const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(ob1, gi));
-        const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(ob2, gi), gi));
-        m[i] = mi;
-        v[i] = vi;
-        const float num = __fmul_rn(lr, __fdiv_rn(mi, bc1));
-        const float den = __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, bc2)), eps);
-        p[i] = __fadd_rn(p[i], -__fdiv_rn(num, den));
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        adam_update(p[i], m[i], v[i], g[i], lr, beta1, beta2, ob1, ob2, bc1, bc2, eps);
 }
 
 template <class T>
@@ -104,24 +84,10 @@ void reduce_impl(const T *part, int rows, int width, int Z, const Segs &segs, cu
         fail(FH_ERR_INTERNAL, "reduce_partials: %d segments", segs.n);
     dim3 grid((width + kTx - 1) / kTx, Z), block(kTx, kTy);
     k_reduce_partials<T><<<grid, block, 0, s>>>(part, rows, width, segs);
-    FH_AUX_LAUNCHED("k_reduce_partials");
+    FH_LAUNCHED("k_reduce_partials");
 }
 
 }  // namespace
-
-// ---- errors -----------------------------------------------------------------------------------
-
-void fail_cuda(cudaError_t e, const char *call, const char *file, int line) {
-    fail(e == cudaErrorMemoryAllocation ? FH_ERR_OUT_OF_MEMORY : FH_ERR_CUDA,
-         "%s failed: %s (%s) at %s:%d", call, cudaGetErrorName(e), cudaGetErrorString(e),
-         base_name(file), line);
-}
-
-void fail_cublas(cublasStatus_t s, const char *call, const char *file, int line) {
-    fail(s == CUBLAS_STATUS_ALLOC_FAILED ? FH_ERR_OUT_OF_MEMORY : FH_ERR_CUDA,
-         "%s failed: %s (%s) at %s:%d", call, cublasGetStatusName(s), cublasGetStatusString(s),
-         base_name(file), line);
-}
 
 // ---- memory -----------------------------------------------------------------------------------
 
@@ -144,19 +110,19 @@ void Arena::allocate(const char *what) {
         cudaGetLastError();  // clear the sticky-free error state of the failed allocation
         char call[160];
         snprintf(call, sizeof call, "cudaMalloc(%zu bytes for %s)", size_, what);
-        fail_cuda(e, call, __FILE__, __LINE__);
+        throw_cuda(e, call, __FILE__, __LINE__);
     }
     base_ = (char *)p;
     // Zero once so that no buffer ever holds garbage (every one is written before it is read).
     // At construction, outside any capture; waits for this memset only, not for other work.
-    FH_AUX_CUDA(cudaMemsetAsync(base_, 0, size_, 0));
-    FH_AUX_CUDA(cudaStreamSynchronize(0));
+    FH_CUDA(cudaMemsetAsync(base_, 0, size_, 0));
+    FH_CUDA(cudaStreamSynchronize(0));
 }
 
 size_t max_smem_optin() {
     int dev = 0, v = 0;
-    FH_AUX_CUDA(cudaGetDevice(&dev));
-    FH_AUX_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    FH_CUDA(cudaGetDevice(&dev));
+    FH_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     return (size_t)v;
 }
 
@@ -168,7 +134,7 @@ void allow_smem(const void *kernel, size_t bytes, const char *what) {
              "config: the CUDA %s kernel needs %zu bytes of shared memory per block, more than "
              "this device's %zu (use smaller dimensions or the CPU backend)",
              what, bytes, lim);
-    FH_AUX_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    FH_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)bytes));
 }
 
@@ -189,40 +155,6 @@ RowPlan plan_rows(size_t rows, int width, int per_warp, size_t extra_per_warp_by
     return p;
 }
 
-// ---- GEMM -------------------------------------------------------------------------------------
-
-cublasComputeType_t compute_type(const fh_config &c) {
-    return c.math_mode == FH_MATH_STRICT ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
-}
-
-// Row-major C[M, N] = A[M, K] · B[N, K]ᵀ  <=>  column-major Cᵀ[N, M] = op_T(B as [K, N], ld K) ·
-// (A as [K, M], ld K).
-GemmDesc desc_nt(int M, int N, int K, const float *A, const float *B, float *C) {
-    return GemmDesc{CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, B, K, A, K, C, N};
-}
-// Row-major C[M, N] = A[M, K] · B[K, N]  <=>  Cᵀ[N, M] = (B as [N, K], ld N) · (A as [K, M], ld K).
-GemmDesc desc_nn(int M, int N, int K, const float *A, const float *B, float *C) {
-    return GemmDesc{CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, B, N, A, K, C, N};
-}
-// Row-major C[M, N] = A[K, M]ᵀ · B[K, N]  <=>  Cᵀ[N, M] = (B as [N, K], ld N) · op_T(A as [M, K],
-// ld M).
-GemmDesc desc_tn(int M, int N, int K, const float *A, const float *B, float *C) {
-    return GemmDesc{CUBLAS_OP_N, CUBLAS_OP_T, N, M, K, B, N, A, M, C, N};
-}
-
-void gemm(const Blas &bl, const GemmDesc &g, float beta, const char *what) {
-    const float alpha = 1.0f;
-    const cublasStatus_t s =
-        cublasGemmEx(bl.handle, g.opa, g.opb, g.m, g.n, g.k, &alpha, g.a, CUDA_R_32F, g.lda, g.b,
-                     CUDA_R_32F, g.ldb, &beta, g.c, CUDA_R_32F, g.ldc, bl.compute,
-                     CUBLAS_GEMM_DEFAULT);
-    if (s != CUBLAS_STATUS_SUCCESS) {
-        char call[200];
-        snprintf(call, sizeof call, "cublasGemmEx(%s: m=%d n=%d k=%d)", what, g.m, g.n, g.k);
-        fail_cublas(s, call, __FILE__, __LINE__);
-    }
-}
-
 // ---- launchers --------------------------------------------------------------------------------
 
 void reduce_partials(const double *part, int rows, int width, int Z, const Segs &segs,
@@ -238,14 +170,14 @@ void bias_silu(float *pre, float *act, const float *bias, size_t rows, int cols,
                size_t zbias, cudaStream_t s) {
     dim3 grid(col_chunks(rows), (cols + kTx - 1) / kTx, Z), block(kTx, kTy);
     k_bias_silu<<<grid, block, 0, s>>>(pre, act, bias, rows, cols, zbias);
-    FH_AUX_LAUNCHED("k_bias_silu");
+    FH_LAUNCHED("k_bias_silu");
 }
 
 void dsilu_colsum(float *g, const float *pre, size_t rows, int cols, int Z, double *partial,
                   cudaStream_t s) {
     dim3 grid(col_chunks(rows), (cols + kTx - 1) / kTx, Z), block(kTx, kTy);
     k_dsilu_colsum<<<grid, block, 0, s>>>(g, pre, rows, cols, partial);
-    FH_AUX_LAUNCHED("k_dsilu_colsum");
+    FH_LAUNCHED("k_dsilu_colsum");
 }
 
 void adam(float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
@@ -253,7 +185,7 @@ void adam(float *p, float *m, float *v, const float *g, size_t n, float lr, floa
     const int threads = 256;
     const int blocks = (int)std::min<size_t>((n + threads - 1) / threads, 2048);
     k_adam<<<blocks < 1 ? 1 : blocks, threads, 0, s>>>(p, m, v, g, n, lr, beta1, beta2, eps, step);
-    FH_AUX_LAUNCHED("k_adam");
+    FH_LAUNCHED("k_adam");
 }
 
 }  // namespace fh::cuda::aux

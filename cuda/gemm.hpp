@@ -1,15 +1,19 @@
-// A thin row-major GEMM layer over cuBLAS (column-major): the three shapes the Q net needs,
-// named as in src/cpu/nn.hpp so the CUDA tasks read like the CPU ones.
+// The row-major GEMM layer over cuBLAS (column-major) that the Q net and every auxiliary learner
+// use, named as in src/cpu/nn.hpp so the CUDA tasks read like the CPU ones.
 //
-//   gemm_nt: C[M, N] = A[M, K] · B[N, K]ᵀ + beta·C     (y = x Wᵀ)
-//   gemm_nn: C[M, N] = A[M, K] · B[K, N]   + beta·C     (dx = dy W)
-//   gemm_tn: C[M, N] = A[K, M]ᵀ · B[K, N]  + beta·C     (dW = dyᵀ x)
-//
-// A row-major [r, c] matrix is the column-major [c, r] matrix with leading dimension c, so each
-// call computes Cᵀ = op(B)·op(A) in cuBLAS's terms. The compute type is FP32 (strict) or
-// FP32 with TF32 tensor cores, fixed per pipeline (fh_config.math_mode). The handle must
-// already be bound to its lane's stream and workspace.
+// A row-major [r, c] matrix is the column-major [c, r] matrix with leading dimension c. So the
+// row-major product C = A·B is computed as the column-major Cᵀ = Bᵀ·Aᵀ, with the operands
+// swapped and no data moved; a row-major "transpose this operand" becomes CUBLAS_OP_T on the
+// column-major view of the same memory:
+//   nt: C[M, N] = A[M, K] · B[N, K]ᵀ + beta·C   (y = x Wᵀ)   -> cuBLAS (T, N), m=N n=M k=K, B ld K, A ld K
+//   nn: C[M, N] = A[M, K] · B[K, N]  + beta·C   (dx = dy W)  -> cuBLAS (N, N), m=N n=M k=K, B ld N, A ld K
+//   tn: C[M, N] = A[K, M]ᵀ · B[K, N] + beta·C   (dW = dyᵀ x) -> cuBLAS (N, T), m=N n=M k=K, B ld N, A ld M
+// C is always column-major [N, M] with ld N, i.e. row-major [M, N]. The compute type is FP32
+// (strict) or FP32 with TF32 tensor cores, fixed per pipeline (fh_config.math_mode). The handle
+// must already be bound to its lane's stream and workspace.
 #pragma once
+#include <foxhunt.h>
+
 #include <cublas_v2.h>
 
 namespace fh::cuda {
@@ -18,16 +22,39 @@ struct Blas {
     cublasHandle_t handle;
     cublasComputeType_t compute;  // CUBLAS_COMPUTE_32F or CUBLAS_COMPUTE_32F_FAST_TF32
 };
+// CUBLAS_COMPUTE_32F for FH_MATH_STRICT, CUBLAS_COMPUTE_32F_FAST_TF32 for FH_MATH_TF32.
+cublasComputeType_t compute_type(const fh_config &c);
 
-void gemm_nt(const Blas &b, int M, int N, int K, const float *A, const float *B, float *C,
-             float beta, const char *what);
-void gemm_nn(const Blas &b, int M, int N, int K, const float *A, const float *B, float *C,
-             float beta, const char *what);
-void gemm_tn(const Blas &b, int M, int N, int K, const float *A, const float *B, float *C,
-             float beta, const char *what);
-// `batch` independent gemm_tn's, operand k at A + k·sA, B + k·sB, C + k·sC (elements).
-void gemm_tn_batched(const Blas &b, int M, int N, int K, const float *A, long long sA,
-                     const float *B, long long sB, float *C, long long sC, int batch, float beta,
-                     const char *what);
+// One GEMM in cuBLAS's own (column-major) terms: C = op(a) · op(b), C [m, n] ld ldc. The IQL
+// learner builds these to hand several at once to cuBLAS's grouped and batched calls.
+struct GemmDesc {
+    cublasOperation_t opa, opb;
+    int m, n, k;
+    const float *a;
+    int lda;
+    const float *b;
+    int ldb;
+    float *c;
+    int ldc;
+};
+GemmDesc desc_nt(int M, int N, int K, const float *A, const float *B, float *C);
+GemmDesc desc_nn(int M, int N, int K, const float *A, const float *B, float *C);
+GemmDesc desc_tn(int M, int N, int K, const float *A, const float *B, float *C);
+
+// C = op(a)·op(b) + beta·C on the handle's stream (alpha = 1); `what` names it in errors.
+void gemm(const Blas &bl, const GemmDesc &g, float beta, const char *what);
+
+inline void gemm_nt(const Blas &bl, int M, int N, int K, const float *A, const float *B, float *C,
+                    float beta, const char *what) {
+    gemm(bl, desc_nt(M, N, K, A, B, C), beta, what);
+}
+inline void gemm_nn(const Blas &bl, int M, int N, int K, const float *A, const float *B, float *C,
+                    float beta, const char *what) {
+    gemm(bl, desc_nn(M, N, K, A, B, C), beta, what);
+}
+inline void gemm_tn(const Blas &bl, int M, int N, int K, const float *A, const float *B, float *C,
+                    float beta, const char *what) {
+    gemm(bl, desc_tn(M, N, K, A, B, C), beta, what);
+}
 
 }  // namespace fh::cuda

@@ -82,7 +82,7 @@ __global__ void k_iql_head(IqlHeadArgs a) {
         float *prow = a.pre2 + base + (size_t)r * Hi;
         float s = 0.0f;
         for (int j = lane; j < Hi; j += 32) s = fmaf(hrow[j], w3[j], s);
-        s = aux::warp_sum(s);
+        s = warp_sum(s);
         const float V = __fadd_rn(s, b3);
         const float q = a.qsa[r];
         const float u = __fadd_rn(q, -V);
@@ -90,7 +90,7 @@ __global__ void k_iql_head(IqlHeadArgs a) {
         const float li = __fmul_rn(__fmul_rn(w, u), u);
         const float dV = __fdiv_rn(__fmul_rn(__fmul_rn(-2.0f, w), u), (float)a.B);
         for (int j = lane; j < Hi; j += 32) {
-            const float dp = __fmul_rn(__fmul_rn(dV, w3[j]), aux::dev_dsilu(prow[j]));
+            const float dp = __fmul_rn(__fmul_rn(dV, w3[j]), dev_dsilu(prow[j]));
             prow[j] = dp;
             acc[j] += (double)dp;
             acc[Hi + j] += (double)dV * (double)hrow[j];
@@ -119,8 +119,8 @@ __global__ void k_set_ptrs(PtrTable t, const void **dst) {
 
 bool grouped_available() {
     int maj = 0, min = 0;
-    FH_AUX_BLAS(cublasGetProperty(MAJOR_VERSION, &maj));
-    FH_AUX_BLAS(cublasGetProperty(MINOR_VERSION, &min));
+    FH_CUBLAS(cublasGetProperty(MAJOR_VERSION, &maj));
+    FH_CUBLAS(cublasGetProperty(MINOR_VERSION, &min));
     return maj > 12 || (maj == 12 && min >= 5);
 }
 
@@ -130,7 +130,7 @@ struct IqlLearner::Impl {
     // One GEMM site: the two problems, and the grouped call's host arrays (group_count 1).
     struct Site {
         const char *name;
-        aux::GemmDesc g[2];
+        GemmDesc g[2];
         cublasOperation_t ta, tb;
         int m, n, k, lda, ldb, ldc, gsize;
         float alpha, beta;
@@ -161,7 +161,7 @@ struct IqlLearner::Impl {
         awr_beta = c.awr_beta;
         awr_max = c.awr_max;
         hyp = AdamHyper{c.lr_aux, c.adam_beta1, c.adam_beta2, c.adam_eps};
-        compute = aux::compute_type(c);
+        compute = compute_type(c);
         if ((size_t)d.B * d.Hi > (size_t)INT32_MAX)
             fail(FH_ERR_BAD_DIMENSION, "config: batch_size * iql_hidden = %zu is too large for "
                  "the CUDA IQL learner", (size_t)d.B * d.Hi);
@@ -217,18 +217,18 @@ struct IqlLearner::Impl {
             float *G = grad + z * total;
             const size_t A = z * BH;
             // dpre2 lives in pre2, dh1 and then dpre1 in h2 (see the file comment).
-            sites[0].g[z] = aux::desc_nt(B, Hi, D, x, P + o.W1, pre1 + A);
-            sites[1].g[z] = aux::desc_nt(B, Hi, Hi, h1 + A, P + o.W2, pre2 + A);
-            sites[2].g[z] = aux::desc_tn(Hi, Hi, B, pre2 + A, h1 + A, G + o.W2);
-            sites[3].g[z] = aux::desc_nn(B, Hi, Hi, pre2 + A, P + o.W2, h2 + A);
-            sites[4].g[z] = aux::desc_tn(Hi, D, B, h2 + A, x, G + o.W1);
+            sites[0].g[z] = desc_nt(B, Hi, D, x, P + o.W1, pre1 + A);
+            sites[1].g[z] = desc_nt(B, Hi, Hi, h1 + A, P + o.W2, pre2 + A);
+            sites[2].g[z] = desc_tn(Hi, Hi, B, pre2 + A, h1 + A, G + o.W2);
+            sites[3].g[z] = desc_nn(B, Hi, Hi, pre2 + A, P + o.W2, h2 + A);
+            sites[4].g[z] = desc_tn(Hi, D, B, h2 + A, x, G + o.W1);
         }
         const char *names[kSites] = {"IQL F1 pre1 = x W1^T", "IQL F2 pre2 = h1 W2^T",
                                      "IQL B2w dW2 = dpre2^T h1", "IQL B2x dh1 = dpre2 W2",
                                      "IQL B1w dW1 = dpre1^T x"};
         for (int k = 0; k < kSites; ++k) {
             Site &s = sites[k];
-            const aux::GemmDesc &g = s.g[0];
+            const GemmDesc &g = s.g[0];
             s.name = names[k];
             s.ta = g.opa; s.tb = g.opb;
             s.m = g.m; s.n = g.n; s.k = g.k;
@@ -239,8 +239,8 @@ struct IqlLearner::Impl {
         }
     }
 
-    void strided(const aux::Blas &bl, const Site &s) {
-        const aux::GemmDesc &g0 = s.g[0], &g1 = s.g[1];
+    void strided(const Blas &bl, const Site &s) {
+        const GemmDesc &g0 = s.g[0], &g1 = s.g[1];
         const long long sa = (long long)(g1.a - g0.a), sb = (long long)(g1.b - g0.b),
                         sc = (long long)(g1.c - g0.c);
         const cublasStatus_t st = cublasGemmStridedBatchedEx(
@@ -251,15 +251,15 @@ struct IqlLearner::Impl {
             char call[200];
             snprintf(call, sizeof call, "cublasGemmStridedBatchedEx(%s: m=%d n=%d k=%d, batch 2)",
                      s.name, g0.m, g0.n, g0.k);
-            aux::fail_cublas(st, call, __FILE__, __LINE__);
+            throw_cublas(st, call, __FILE__, __LINE__);
         }
     }
 
-    void run(const aux::Blas &bl, int k) {
+    void run(const Blas &bl, int k) {
         const Site &s = sites[k];
         if (mode == FH_IQL_GEMM_SEQUENTIAL) {
-            aux::gemm(bl, s.g[0], 0.0f, s.name);
-            aux::gemm(bl, s.g[1], 0.0f, s.name);
+            gemm(bl, s.g[0], 0.0f, s.name);
+            gemm(bl, s.g[1], 0.0f, s.name);
             return;
         }
         if (mode == FH_IQL_GEMM_GROUPED) {
@@ -274,7 +274,7 @@ struct IqlLearner::Impl {
                 char call[200];
                 snprintf(call, sizeof call, "cublasGemmGroupedBatchedEx(%s: m=%d n=%d k=%d, 2)",
                          s.name, s.m, s.n, s.k);
-                aux::fail_cublas(st, call, __FILE__, __LINE__);
+                throw_cublas(st, call, __FILE__, __LINE__);
             }
             // Refused before anything was enqueued: batched from now on (a real argument error
             // would fail the batched call too, and be reported there).
@@ -288,9 +288,9 @@ struct IqlLearner::Impl {
                  float *loss) {
         cudaStream_t s = lane.stream;
         cudaStream_t hs = nullptr;
-        FH_AUX_BLAS(cublasGetStream(lane.blas, &hs));
+        FH_CUBLAS(cublasGetStream(lane.blas, &hs));
         if (hs != s) fail(FH_ERR_INTERNAL, "IQL: the lane's cuBLAS handle is not bound to its stream");
-        const aux::Blas bl{lane.blas, compute};
+        const Blas bl{lane.blas, compute};
         const size_t B = d.B;
         const int Hi = (int)d.Hi;
 
@@ -304,7 +304,7 @@ struct IqlLearner::Impl {
                     t.p[k * 6 + 4 + z] = sites[k].g[z].c;
                 }
             k_set_ptrs<<<1, 32, 0, s>>>(t, dptrs);
-            FH_AUX_LAUNCHED("k_set_ptrs (IQL)");
+            FH_LAUNCHED("k_set_ptrs (IQL)");
         }
 
         // Forward.
@@ -325,7 +325,7 @@ struct IqlLearner::Impl {
         a.partial = part_head;
         a.rows_per_blk = head.rows_per_blk;
         k_iql_head<<<dim3(head.blocks, 2), head.warps * 32, head.smem, s>>>(a);
-        FH_AUX_LAUNCHED("k_iql_head");
+        FH_LAUNCHED("k_iql_head");
         {
             aux::Segs g;
             g.add(grad + o.b2, 0, Hi, total);

@@ -73,7 +73,7 @@ __global__ void k_merge(const float *__restrict__ phi_raw, const float *__restri
     const float b = bphi[j];
     for (size_t r = r0 + threadIdx.y; r < r1; r += kTy) {
         const size_t i = r / Nr;
-        const float phi = aux::dev_silu(__fadd_rn(phi_raw[r * Hq + j], b));
+        const float phi = dev_silu(__fadd_rn(phi_raw[r * Hq + j], b));
         m[r * Hq + j] = __fmul_rn(psi[i * Hq + j], phi);
     }
 }
@@ -88,8 +88,8 @@ __global__ void k_zrows(const float *__restrict__ hraw, const float *__restrict_
          r += nwarps) {
         const float *h = hraw + r * Hq;
         float s = 0.0f;
-        for (int j = lane; j < Hq; j += 32) s = fmaf(aux::dev_silu(__fadd_rn(h[j], bm[j])), wz[j], s);
-        s = aux::warp_sum(s);
+        for (int j = lane; j < Hq; j += 32) s = fmaf(dev_silu(__fadd_rn(h[j], bm[j])), wz[j], s);
+        s = warp_sum(s);
         if (lane == 0) z[r] = __fadd_rn(s, *bz);
     }
 }
@@ -129,8 +129,8 @@ __global__ void k_iqn_head(IqnHeadArgs a) {
             const float *h = a.hraw + ((size_t)i * N + n) * Hq;
             float s = 0.0f;
             for (int j = lane; j < Hq; j += 32)
-                s = fmaf(aux::dev_silu(__fadd_rn(h[j], a.bm[j])), a.wz[j], s);
-            s = aux::warp_sum(s);
+                s = fmaf(dev_silu(__fadd_rn(h[j], a.bm[j])), a.wz[j], s);
+            s = warp_sum(s);
             if (lane == 0) zs[n] = __fadd_rn(s, bz);
         }
         // T_im = r + (γ (1 − d)) Z̄_im, as the CPU writes it.
@@ -146,13 +146,13 @@ __global__ void k_iqn_head(IqnHeadArgs a) {
             for (int m = 0; m < Nt; ++m) {
                 const float u = __fadd_rn(tg[m], -z);
                 const float w = fabsf(__fadd_rn(t, -(u < 0.0f ? 1.0f : 0.0f)));
-                ls += (double)__fdiv_rn(__fmul_rn(w, aux::dev_huber(u, a.kappa)), a.kappa);
-                ds += (double)__fdiv_rn(__fmul_rn(w, aux::dev_dhuber(u, a.kappa)), a.kappa);
+                ls += (double)__fdiv_rn(__fmul_rn(w, dev_huber(u, a.kappa)), a.kappa);
+                ds += (double)__fdiv_rn(__fmul_rn(w, dev_dhuber(u, a.kappa)), a.kappa);
             }
             dz[n] = (float)(-ds * a.scale);
             lsum += ls;
         }
-        lsum = aux::warp_sum(lsum);
+        lsum = warp_sum(lsum);
         if (lane == 0) {
             double zsum = 0.0;
             for (int n = 0; n < N; ++n) zsum += (double)zs[n];
@@ -168,8 +168,8 @@ __global__ void k_iqn_head(IqnHeadArgs a) {
             float *dh = a.dh + row * Hq;
             for (int j = lane; j < Hq; j += 32) {
                 const float pre = __fadd_rn(h[j], a.bm[j]);
-                const float sg = aux::dev_sigmoid(pre);
-                const float v = __fmul_rn(__fmul_rn(dZ, a.wz[j]), aux::dev_dsilu_s(pre, sg));
+                const float sg = dev_sigmoid(pre);
+                const float v = __fmul_rn(__fmul_rn(dZ, a.wz[j]), dev_dsilu_s(pre, sg));
                 dh[j] = v;
                 acc[j] += (double)v;
                 acc[Hq + j] += (double)dZ * (double)__fmul_rn(pre, sg);
@@ -200,13 +200,13 @@ __global__ void k_psiphi_bwd(const float *__restrict__ dm, float *phi, const flo
                 const size_t rj = ((size_t)i * N + n) * Hq + j;
                 const float g = dm[rj];
                 const float pre = __fadd_rn(phi[rj], b);
-                const float sg = aux::dev_sigmoid(pre);
+                const float sg = dev_sigmoid(pre);
                 dps += (double)g * (double)__fmul_rn(pre, sg);
-                const float v = __fmul_rn(__fmul_rn(g, ps), aux::dev_dsilu_s(pre, sg));
+                const float v = __fmul_rn(__fmul_rn(g, ps), dev_dsilu_s(pre, sg));
                 phi[rj] = v;
                 acc_phi += (double)v;
             }
-            const float v = __fmul_rn((float)dps, aux::dev_dsilu(psi_pre[(size_t)i * Hq + j]));
+            const float v = __fmul_rn((float)dps, dev_dsilu(psi_pre[(size_t)i * Hq + j]));
             dpsi[(size_t)i * Hq + j] = v;
             acc_psi += (double)v;
         }
@@ -249,7 +249,7 @@ struct IqnLearner::Impl {
         gamma = c.gamma;
         kappa = c.huber_kappa;
         hyp = AdamHyper{c.lr_aux, c.adam_beta1, c.adam_beta2, c.adam_eps};
-        compute = aux::compute_type(c);
+        compute = compute_type(c);
         const size_t Nmax = std::max(d.N, d.Nt);
         const size_t Rmax = (size_t)d.B * Nmax;
         if (Rmax > (size_t)INT32_MAX)
@@ -293,28 +293,28 @@ struct IqnLearner::Impl {
 
     // Forward of net P on input x with Nr quantile fractions of `purpose`: ψpre, ψ, cos, φraw,
     // m and hraw (= m Wmᵀ, no bias) in the scratch buffers.
-    void forward(const aux::Blas &bl, cudaStream_t s, const float *P, const float *x, int Nr,
+    void forward(const Blas &bl, cudaStream_t s, const float *P, const float *x, int Nr,
                  uint32_t purpose, const uint64_t *step, float *tau_out) {
         const int B = (int)d.B, Hq = (int)d.Hq, C = (int)d.C, D = (int)d.D;
         const size_t R = (size_t)d.B * Nr;
         k_taucos<<<(unsigned)((R + kTauRows - 1) / kTauRows), 256, 0, s>>>(
             seed, step, purpose, R, Nr, C, cosb, tau_out);
-        FH_AUX_LAUNCHED("k_taucos");
-        aux::gemm_nt(bl, B, Hq, D, x, P + o.Wpsi, psi_pre, 0.0f, "IQN psi = x Wpsi^T");
+        FH_LAUNCHED("k_taucos");
+        gemm_nt(bl, B, Hq, D, x, P + o.Wpsi, psi_pre, 0.0f, "IQN psi = x Wpsi^T");
         aux::bias_silu(psi_pre, psi, P + o.bpsi, d.B, Hq, 1, 0, s);
-        aux::gemm_nt(bl, (int)R, Hq, C, cosb, P + o.Wphi, phi, 0.0f, "IQN phi = cos Wphi^T");
+        gemm_nt(bl, (int)R, Hq, C, cosb, P + o.Wphi, phi, 0.0f, "IQN phi = cos Wphi^T");
         k_merge<<<dim3(aux::col_chunks(R), (Hq + kTx - 1) / kTx), dim3(kTx, kTy), 0, s>>>(
             phi, P + o.bphi, psi, mbuf, R, Nr, Hq);
-        FH_AUX_LAUNCHED("k_merge");
-        aux::gemm_nt(bl, (int)R, Hq, Hq, mbuf, P + o.Wm, hraw, 0.0f, "IQN h = m Wm^T");
+        FH_LAUNCHED("k_merge");
+        gemm_nt(bl, (int)R, Hq, Hq, mbuf, P + o.Wm, hraw, 0.0f, "IQN h = m Wm^T");
     }
 
     void enqueue(const Lane &lane, const StepInputs &in, float *z_mean, float *loss) {
         cudaStream_t s = lane.stream;
         cudaStream_t hs = nullptr;
-        FH_AUX_BLAS(cublasGetStream(lane.blas, &hs));
+        FH_CUBLAS(cublasGetStream(lane.blas, &hs));
         if (hs != s) fail(FH_ERR_INTERNAL, "IQN: the lane's cuBLAS handle is not bound to its stream");
-        const aux::Blas bl{lane.blas, compute};
+        const Blas bl{lane.blas, compute};
         const int B = (int)d.B, N = (int)d.N, Nt = (int)d.Nt, Hq = (int)d.Hq, C = (int)d.C,
                   D = (int)d.D;
         const size_t RN = (size_t)d.B * d.N, RT = (size_t)d.B * d.Nt;
@@ -325,7 +325,7 @@ struct IqnLearner::Impl {
             const int blocks = (int)std::min<size_t>((RT + 7) / 8, 8192);
             k_zrows<<<blocks, 256, 0, s>>>(hraw, target + o.bm, target + o.w_z, target + o.b_z, RT,
                                            Hq, zt);
-            FH_AUX_LAUNCHED("k_zrows");
+            FH_LAUNCHED("k_zrows");
         }
 
         // Online forward on x̃ (τ purpose 2), kept for the backward.
@@ -342,7 +342,7 @@ struct IqnLearner::Impl {
         a.z_mean = z_mean; a.dh = dh; a.partial = part_head;
         a.samples_per_blk = head.rows_per_blk;
         k_iqn_head<<<head.blocks, head.warps * 32, head.smem, s>>>(a);
-        FH_AUX_LAUNCHED("k_iqn_head");
+        FH_LAUNCHED("k_iqn_head");
         {
             aux::Segs g;
             g.add(grad + o.bm, 0, Hq);
@@ -353,19 +353,19 @@ struct IqnLearner::Impl {
         }
 
         // Merge layer, then ψ and φ.
-        aux::gemm_tn(bl, Hq, Hq, (int)RN, dh, mbuf, grad + o.Wm, 0.0f, "IQN dWm = dh^T m");
-        aux::gemm_nn(bl, (int)RN, Hq, Hq, dh, params + o.Wm, hraw, 0.0f, "IQN dm = dh Wm");
+        gemm_tn(bl, Hq, Hq, (int)RN, dh, mbuf, grad + o.Wm, 0.0f, "IQN dWm = dh^T m");
+        gemm_nn(bl, (int)RN, Hq, Hq, dh, params + o.Wm, hraw, 0.0f, "IQN dm = dh Wm");
         k_psiphi_bwd<<<dim3(bwd_chunks, (Hq + kTx - 1) / kTx), dim3(kTx, kTy), 0, s>>>(
             hraw, phi, params + o.bphi, psi, psi_pre, dpsi, B, N, Hq, part_bwd);
-        FH_AUX_LAUNCHED("k_psiphi_bwd");
+        FH_LAUNCHED("k_psiphi_bwd");
         {
             aux::Segs g;
             g.add(grad + o.bphi, 0, Hq);
             g.add(grad + o.bpsi, Hq, Hq);
             aux::reduce_partials(part_bwd, bwd_chunks, 2 * Hq, 1, g, s);
         }
-        aux::gemm_tn(bl, Hq, C, (int)RN, phi, cosb, grad + o.Wphi, 0.0f, "IQN dWphi = dphi^T cos");
-        aux::gemm_tn(bl, Hq, D, B, dpsi, in.x, grad + o.Wpsi, 0.0f, "IQN dWpsi = dpsi^T x");
+        gemm_tn(bl, Hq, C, (int)RN, phi, cosb, grad + o.Wphi, 0.0f, "IQN dWphi = dphi^T cos");
+        gemm_tn(bl, Hq, D, B, dpsi, in.x, grad + o.Wpsi, 0.0f, "IQN dWpsi = dpsi^T x");
 
         aux::adam(params, mom1, mom2, grad, o.total, hyp.lr, hyp.beta1, hyp.beta2, hyp.eps,
                   in.step, s);

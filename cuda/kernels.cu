@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "common.hpp"
+#include "device_math.cuh"
 #include "philox.hpp"
 
 namespace fh::cuda::kern {
@@ -23,26 +24,6 @@ int grid_for(size_t n, int threads = kThreads, int cap = 8192) {
     return (int)std::min<size_t>(g, (size_t)cap);
 }
 
-// --- device math, as in src/cpu/nn.hpp ---
-__device__ __forceinline__ float d_sigmoid(float z) {
-    return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
-}
-__device__ __forceinline__ float d_silu(float z) { return __fmul_rn(z, d_sigmoid(z)); }
-__device__ __forceinline__ float d_dsilu(float z) {
-    const float s = d_sigmoid(z);
-    return __fmul_rn(s, __fadd_rn(1.0f, __fmul_rn(z, __fadd_rn(1.0f, -s))));
-}
-__device__ __forceinline__ float d_softplus(float z) {
-    return z > 0 ? __fadd_rn(z, log1pf(expf(-z))) : log1pf(expf(z));
-}
-__device__ __forceinline__ float d_huber(float u, float k) {
-    const float a = fabsf(u);
-    return a <= k ? __fmul_rn(__fmul_rn(0.5f, u), u) : __fmul_rn(k, __fadd_rn(a, -__fmul_rn(0.5f, k)));
-}
-__device__ __forceinline__ float d_dhuber(float u, float k) {
-    return fabsf(u) <= k ? u : (u > 0 ? k : -k);
-}
-
 // Fixed-order tree sum of one double per thread over the block (blockDim.x a power of two).
 __device__ double block_sum(double v, double *sh) {
     const int t = threadIdx.x;
@@ -55,15 +36,6 @@ __device__ double block_sum(double v, double *sh) {
     const double r = sh[0];
     __syncthreads();
     return r;
-}
-
-__device__ __forceinline__ double warp_sum(double v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float warp_sum_f(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -135,13 +107,8 @@ __global__ void k_colsum_partial(const float *X, int M, int N, const float *row_
             const double v = (double)X[(size_t)r * N + col];
             acc += row_scale ? (double)row_scale[r] * v : v;
         }
-    sh[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && col < N) {
-        double s = 0;
-        for (int k = 0; k < kColTy; ++k) s += sh[k][threadIdx.x];
-        partial[(size_t)blockIdx.y * N + col] = s;
-    }
+    const double s = tile_col_sum(sh, acc);
+    if (threadIdx.y == 0 && col < N) partial[(size_t)blockIdx.y * N + col] = s;
 }
 
 __global__ void k_silu_bwd_colsum_partial(PtrList in, const float *pre, int M, int N, float *dpre,
@@ -155,17 +122,12 @@ __global__ void k_silu_bwd_colsum_partial(PtrList in, const float *pre, int M, i
             const size_t i = (size_t)r * N + col;
             float g = in.p[0][i];
             for (int k = 1; k < in.n; ++k) g = __fadd_rn(g, in.p[k][i]);
-            g = __fmul_rn(g, d_dsilu(pre[i]));
+            g = __fmul_rn(g, dev_dsilu(pre[i]));
             dpre[i] = g;
             acc += (double)g;
         }
-    sh[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && col < N) {
-        double s = 0;
-        for (int k = 0; k < kColTy; ++k) s += sh[k][threadIdx.x];
-        partial[(size_t)blockIdx.y * N + col] = s;
-    }
+    const double s = tile_col_sum(sh, acc);
+    if (threadIdx.y == 0 && col < N) partial[(size_t)blockIdx.y * N + col] = s;
 }
 
 __global__ void k_colsum_final(const double *partial, int chunks, int N, float *out,
@@ -343,7 +305,7 @@ __global__ void k_bias_silu(float *pre, float *act, const float *b, int M, int N
          i += (size_t)gridDim.x * blockDim.x) {
         const float z = __fadd_rn(pre[i], b[i % N]);
         pre[i] = z;
-        act[i] = d_silu(z);
+        act[i] = dev_silu(z);
     }
 }
 
@@ -358,7 +320,7 @@ __global__ void k_bias_silu4(float4 *pre, float4 *act, const float4 *b, int M, i
         z.z = __fadd_rn(z.z, bb.z);
         z.w = __fadd_rn(z.w, bb.w);
         pre[i] = z;
-        act[i] = make_float4(d_silu(z.x), d_silu(z.y), d_silu(z.z), d_silu(z.w));
+        act[i] = make_float4(dev_silu(z.x), dev_silu(z.y), dev_silu(z.z), dev_silu(z.w));
     }
 }
 
@@ -380,11 +342,11 @@ __global__ void k_conf_head(const float *h2, const float *w_u, const float *b_u,
     if (row >= M) return;
     float acc = 0;
     for (int j = lane; j < H; j += 32) acc += h2[(size_t)row * H + j] * w_u[j];
-    acc = warp_sum_f(acc);
+    acc = warp_sum(acc);
     if (lane == 0) {
         const float p = __fadd_rn(acc, *b_u);
         pre_u[row] = p;
-        u[row] = d_softplus(p);
+        u[row] = dev_softplus(p);
     }
 }
 
@@ -437,10 +399,10 @@ __global__ void k_td_loss(const float *q, const float *z, const float *y, const 
         const float d = __fadd_rn(qa, -y[ib]);
         delta[ib] = d;
         q_elt[ib] = (double)qa;
-        loss_elt[ib] = (double)w * (double)d_huber(d, kappa);
+        loss_elt[ib] = (double)w * (double)dev_huber(d, kappa);
         const float za = z[base + a];
         const bool inside = za > -q_clip && za < q_clip;
-        const float g = inside ? __fmul_rn(__fmul_rn(w, scale), d_dhuber(d, kappa)) : 0.0f;
+        const float g = inside ? __fmul_rn(__fmul_rn(w, scale), dev_dhuber(d, kappa)) : 0.0f;
         for (int k = 0; k < A; ++k) dz[base + k] = k == a ? g : 0.0f;
     }
 }
@@ -517,13 +479,13 @@ __global__ void k_confidence(const float *h2t_next, const float *wt_u, const flo
     for (int j = lane; j < H; j += 32) acc += (double)h2t_next[(size_t)row * H + j] * wt_u[j];
     acc = warp_sum(acc);
     if (lane != 0) return;
-    const float ubar = d_softplus(__fadd_rn((float)acc, *bt_u));
+    const float ubar = dev_softplus(__fadd_rn((float)acc, *bt_u));
     const float g2 = __fmul_rn(gamma, gamma);
     const float t = __fadd_rn(var[row], __fmul_rn(__fmul_rn(g2, __fadd_rn(1.0f, -done[row])), ubar));
     const float uu = u[row];
     const float e = __fadd_rn(uu, -t);
     loss_elt[row] = 0.5 * (double)e * e;
-    dpre[row] = __fmul_rn(__fdiv_rn(e, (float)B), d_sigmoid(pre_u[row]));
+    dpre[row] = __fmul_rn(__fdiv_rn(e, (float)B), dev_sigmoid(pre_u[row]));
     conf[row] = __fdiv_rn(1.0f, __fadd_rn(1.0f, sqrtf(uu)));
 }
 
@@ -583,16 +545,9 @@ __global__ void k_adam(float *p, float *m, float *v, const float *g, size_t n, f
     const float scale = sc->scale, bc1 = sc->bc1, bc2 = sc->bc2;
     const float ob1 = __fadd_rn(1.0f, -beta1), ob2 = __fadd_rn(1.0f, -beta2);
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const float gi = __fmul_rn(g[i], scale);
-        const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(ob1, gi));
-        const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(ob2, gi), gi));
-        m[i] = mi;
-        v[i] = vi;
-        const float num = __fmul_rn(lr, __fdiv_rn(mi, bc1));
-        const float den = __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, bc2)), eps);
-        p[i] = __fadd_rn(p[i], -__fdiv_rn(num, den));
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        adam_update(p[i], m[i], v[i], __fmul_rn(g[i], scale), lr, beta1, beta2, ob1, ob2, bc1,
+                    bc2, eps);
 }
 
 // ---- act ------------------------------------------------------------------------------------------------

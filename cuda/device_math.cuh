@@ -1,0 +1,76 @@
+// Device functions shared by every kernel of the CUDA backend (cuda/kernels.cu and the auxiliary
+// learners): the activations, the Huber loss, warp sums and the Adam update of one element,
+// each bit for bit the float expression of the CPU reference (src/cpu/nn.hpp, nn.cpp).
+//
+// Float expressions that the CPU evaluates in a given order are written with __fmul_rn /
+// __fadd_rn / __fdiv_rn so that nvcc cannot contract them into FMAs.
+#pragma once
+#include <cuda_runtime.h>
+
+namespace fh::cuda {
+
+__device__ __forceinline__ float dev_sigmoid(float z) {
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
+}
+__device__ __forceinline__ float dev_silu(float z) { return __fmul_rn(z, dev_sigmoid(z)); }
+// SiLU'(z) from its sigmoid s: s (1 + z (1 − s)).
+__device__ __forceinline__ float dev_dsilu_s(float z, float s) {
+    return __fmul_rn(s, __fadd_rn(1.0f, __fmul_rn(z, __fadd_rn(1.0f, -s))));
+}
+__device__ __forceinline__ float dev_dsilu(float z) { return dev_dsilu_s(z, dev_sigmoid(z)); }
+__device__ __forceinline__ float dev_softplus(float z) {
+    return z > 0 ? __fadd_rn(z, log1pf(expf(-z))) : log1pf(expf(z));
+}
+// Huber(u; κ) (Huber 1964) and its derivative in u.
+__device__ __forceinline__ float dev_huber(float u, float k) {
+    const float a = fabsf(u);
+    return a <= k ? __fmul_rn(__fmul_rn(0.5f, u), u)
+                  : __fmul_rn(k, __fadd_rn(a, -__fmul_rn(0.5f, k)));
+}
+__device__ __forceinline__ float dev_dhuber(float u, float k) {
+    return fabsf(u) <= k ? u : (u > 0.0f ? k : -k);
+}
+
+// Butterfly sums over a full warp: every lane ends with the same bits (a + b == b + a exactly,
+// level by level), so the result does not depend on which lane reads it.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// The end of a column-parallel block of TY row lanes × (up to W) columns, thread (x, y) holding
+// `acc`, its partial sum over some rows of column x: returns Σ_y acc in y order to the threads
+// of lane y = 0 (others get 0). The fixed order makes the column sums the same bits run to run.
+// (W is the column count plus one: the padding keeps the lanes off each other's banks.)
+template <int TY, int W>
+__device__ __forceinline__ double tile_col_sum(double (&sh)[TY][W], double acc) {
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    double s = 0.0;
+    if (threadIdx.y == 0)
+        for (int y = 0; y < TY; ++y) s += sh[y][threadIdx.x];
+    return s;
+}
+
+// Adam (Kingma & Ba 2015, Algorithm 1; SPEC §5.6) on one element, as src/cpu/nn.cpp adam():
+// g is the (already clip-scaled) gradient, ob1 = 1 − β1, ob2 = 1 − β2, bc1 = 1 − β1^t,
+// bc2 = 1 − β2^t.
+__device__ __forceinline__ void adam_update(float &p, float &m, float &v, float g, float lr,
+                                            float beta1, float beta2, float ob1, float ob2,
+                                            float bc1, float bc2, float eps) {
+    const float mi = __fadd_rn(__fmul_rn(beta1, m), __fmul_rn(ob1, g));
+    const float vi = __fadd_rn(__fmul_rn(beta2, v), __fmul_rn(__fmul_rn(ob2, g), g));
+    m = mi;
+    v = vi;
+    const float num = __fmul_rn(lr, __fdiv_rn(mi, bc1));
+    const float den = __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, bc2)), eps);
+    p = __fadd_rn(p, -__fdiv_rn(num, den));
+}
+
+}  // namespace fh::cuda
