@@ -64,7 +64,8 @@ void throw_cuda(cudaError_t e, const char *call, const char *file, int line) {
 void throw_cublas(cublasStatus_t s, const char *call, const char *file, int line) {
     const char *base = strrchr(file, '/');
     fail(s == CUBLAS_STATUS_ALLOC_FAILED ? FH_ERR_OUT_OF_MEMORY : FH_ERR_CUDA,
-         "%s failed: %s at %s:%d", call, cublasGetStatusName(s), base ? base + 1 : file, line);
+         "%s failed: %s (%s) at %s:%d", call, cublasGetStatusName(s), cublasGetStatusString(s),
+         base ? base + 1 : file, line);
 }
 
 namespace {
@@ -130,7 +131,7 @@ public:
     }
     ~CudaBackend() override { release(); }
 
-    void upload(const HostBatch &b) override;
+    void upload(const fh_batch &b) override;
     void step(uint64_t step) override;
     void act(const float *obs, const float *goal, uint32_t n, float epsilon, uint64_t act_call,
              int32_t *actions, float *q_values) override;
@@ -299,7 +300,7 @@ void CudaBackend::alloc_cache(QCacheDev &c, int M, bool head, bool keep_pre) {
 void CudaBackend::create(HostBuffers init) {
     DeviceGuard guard(device_);
     multi_ = cfg_.exec_mode == FH_EXEC_MULTI_STREAM;
-    compute_ = cfg_.math_mode == FH_MATH_STRICT ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
+    compute_ = compute_type(cfg_);
     for (const ChildDesc &c : sched_) nlanes_ = std::max(nlanes_, c.num_lanes);
     if (nlanes_ > kMaxLanes) fail(FH_ERR_INTERNAL, "schedule uses %d lanes > %d", nlanes_, kMaxLanes);
 
@@ -881,7 +882,7 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
 // Backend interface
 // ------------------------------------------------------------------------------------------------
 
-void CudaBackend::upload(const HostBatch &b) {
+void CudaBackend::upload(const fh_batch &b) {
     DeviceGuard guard(device_);
     const int s = next_slot_;
     cudaError_t q = cudaEventQuery(slot_free_[s]);
@@ -893,19 +894,15 @@ void CudaBackend::upload(const HostBatch &b) {
     } else if (q != cudaSuccess) {
         FH_CUDA(q);
     }
+    // Checked and copied from the caller's arrays into the free pinned slot in one host pass; a
+    // refused batch leaves only this slot written, and next_slot_ and the events unchanged.
     unsigned char *h = pinned_[s];
-    const size_t B = d_.B;
-    memcpy(h + off_obs_, b.obs.data(), B * d_.O * 4);
-    memcpy(h + off_next_obs_, b.next_obs.data(), B * d_.O * 4);
-    memcpy(h + off_reward_, b.reward.data(), B * 4);
-    if (d_.G > 0) {
-        memcpy(h + off_goal_, b.goal.data(), B * d_.G * 4);
-        memcpy(h + off_nag_, b.next_achieved_goal.data(), B * d_.G * 4);
-        memcpy(h + off_her_goal_, b.her_goal.data(), B * d_.G * 4);
-    }
-    memcpy(h + off_action_, b.action.data(), B * d_.NB * 4);
-    memcpy(h + off_regime_, b.regime.data(), B * 4);
-    memcpy(h + off_done_, b.done.data(), B);
+    pack_batch(d_, b,
+               BatchDst{(float *)(h + off_obs_), (float *)(h + off_goal_),
+                        (float *)(h + off_reward_), (float *)(h + off_next_obs_),
+                        (float *)(h + off_nag_), (float *)(h + off_her_goal_),
+                        (int32_t *)(h + off_action_), (int32_t *)(h + off_regime_),
+                        (uint8_t *)(h + off_done_)});
     FH_CUDA(cudaStreamWaitEvent(copy_, child_ev_[her_end_ev_], 0));
     FH_CUDA(cudaMemcpyAsync(dev_in_, h, in_bytes_, cudaMemcpyHostToDevice, copy_));
     FH_CUDA(cudaEventRecord(slot_free_[s], copy_));

@@ -22,7 +22,6 @@ struct fh_pipeline {
     uint64_t act_calls = 0;  // act calls completed
     bool has_batch = false;
     bool has_metrics = false;  // a step ran since creation or the last load
-    fh::HostBatch staging;   // the last validated batch; storage reused from upload to upload
 };
 
 namespace {
@@ -149,8 +148,8 @@ fh_status fh_pipeline_config(const fh_pipeline *p, fh_config *config) {
 fh_status fh_pipeline_upload(fh_pipeline *p, const fh_batch *batch) {
     return guard([&] {
         need(p, "pipeline");
-        fh::copy_batch(p->layout.dims, batch, p->staging);
-        p->backend->upload(p->staging);
+        fh::check_batch_header(p->layout.dims, batch);
+        p->backend->upload(*batch);
         p->has_batch = true;
     });
 }

@@ -15,8 +15,11 @@ namespace fh {
 class Backend {
 public:
     virtual ~Backend() = default;
-    // Takes a validated batch; the step after this call trains on it.
-    virtual void upload(const HostBatch &batch) = 0;
+    // Takes a batch whose header check_batch_header() accepted (the caller's arrays, valid for
+    // this call only): pack_batch() checks its elements while copying them into a buffer that
+    // is not in use, so a refused batch leaves the previous one in place. The step after this
+    // call trains on it.
+    virtual void upload(const fh_batch &batch) = 0;
     // One training step; `step` = steps completed before it (SPEC §3).
     virtual void step(uint64_t step) = 0;
     // SPEC §7; `act_call` is the 0-based number of this act call.

@@ -1,4 +1,4 @@
-// One validated batch (SPEC §2, §8), copied out of the caller's arrays.
+// Batch validation (SPEC §2, §8) fused with the copy out of the caller's arrays.
 #pragma once
 #include <foxhunt.h>
 #include <cstdint>
@@ -8,16 +8,37 @@
 
 namespace fh {
 
+// The CPU backend's copy of a batch (and the tests' input to the CPU step's parts).
 struct HostBatch {
     std::vector<float> obs, goal, reward, next_obs, next_achieved_goal, her_goal;
     std::vector<int32_t> action, regime;  // regime is all zeros when the caller passed none
     std::vector<uint8_t> done;
 };
 
-// Validates every element first and throws fh::Error (naming tensor, row, column and value)
-// before anything is copied, so a refused batch changes nothing. Copies into `out`, reusing its
-// storage: fresh multi-megabyte buffers per upload cost more in page faults than the copy.
-void copy_batch(const Dims &d, const fh_batch *b, HostBatch &out);
+// Where pack_batch() writes each tensor: row-major as in fh_batch; the goal pointers are unused
+// when goal_dim = 0; regime gets zeros when the caller passed none (SPEC §2).
+struct BatchDst {
+    float *obs, *goal, *reward, *next_obs, *next_achieved_goal, *her_goal;
+    int32_t *action, *regime;
+    uint8_t *done;
+};
+
+// Checks what needs no element read: the pointer, struct_size, batch_size and that every tensor
+// the config needs is present. Throws fh::Error naming the field.
+void check_batch_header(const Dims &d, const fh_batch *b);
+
+// Copies every tensor of a batch that passed check_batch_header() to @p dst and checks every
+// element on the way (floats finite, actions, regimes and done flags in range): one pass over the
+// caller's arrays. Throws fh::Error naming tensor, row, column and value at the first problem;
+// @p dst is then partly written, so write into a buffer not in use and switch to it only after
+// this returns.
+void pack_batch(const Dims &d, const fh_batch &b, const BatchDst &dst);
+
+// Sizes @p h for the dims (no-op once sized) and returns its BatchDst.
+BatchDst host_batch_dst(const Dims &d, HostBatch &h);
+
+// check_batch_header() then pack_batch() into a new HostBatch (tests build CPU-step inputs
+// with it).
 HostBatch copy_batch(const Dims &d, const fh_batch *b);
 
 // Throws FH_ERR_NON_FINITE naming @p what and the first bad element of [rows, cols].

@@ -1,6 +1,6 @@
 /* The CUDA backend through the C API: act (against the CPU's, more rows than one act chunk,
  * greedy and ε-greedy, no state change), tensor writes, timings, the memory report, graph dumps
- * (the call and FOXHUNT_DUMP_GRAPH), backend selection and a bad device.
+ * (the call and FOXHUNT_DUMP_GRAPH), backend selection and a bad device, refused batches.
  * Skipped without a CUDA device. */
 extern "C" {
 #include <setjmp.h>
@@ -154,6 +154,43 @@ void test_backend_selection(void **) {
     fh_pipeline_destroy(r);
 }
 
+/* upload() checks and copies in one pass into the free pinned slot: a batch refused half-way
+ * (after its obs were copied) leaves the GPU on the previous batch, and the slot's next user
+ * overwrites all of it. */
+void test_refused_batch_changes_nothing(void **) {
+    if (!fh_test_have_cuda()) skip();
+    const fh_config c = cuda_config(fh_test_small_config(), FH_MATH_STRICT);
+    Batches bt(c, 300, 3);
+    fh_test_batch &bad = bt.b[1];
+    const size_t B = c.batch_size, O = c.obs_dim, NB = c.num_branches;
+    fh_pipeline *p = make(c), *q = make(c);
+    step(p, bt.b[0]);
+    step(q, bt.b[0]);
+    bad.next_obs[(B - 1) * O + 2] = NAN;
+    assert_int_equal(fh_pipeline_upload(p, &bad.batch), FH_ERR_NON_FINITE);
+    assert_non_null(strstr(fh_last_error_message(), "batch.next_obs["));
+    bad.next_obs[(B - 1) * O + 2] = 0.5f;
+    bad.action[(B - 1) * NB] = -3;
+    assert_int_equal(fh_pipeline_upload(p, &bad.batch), FH_ERR_OUT_OF_RANGE);
+    assert_int_equal(fh_pipeline_step(p), FH_OK);  /* on bt.b[0] again */
+    assert_int_equal(fh_pipeline_step(q), FH_OK);
+    Diff d = compare(p, q);
+    assert_true(d.bitwise);
+    /* The refusals above wrote into slot 1; the next good batch goes through slot 1, a refusal
+     * into slot 0, and a good batch through slot 0: p still in step with q. */
+    step(p, bt.b[2]);
+    step(q, bt.b[2]);
+    bad.batch.regime = nullptr;  /* all regime 0: valid; the action still is not */
+    assert_int_equal(fh_pipeline_upload(p, &bad.batch), FH_ERR_OUT_OF_RANGE);
+    step(p, bt.b[0]);
+    step(q, bt.b[0]);
+    d = compare(p, q);
+    assert_true(d.bitwise);
+    printf("[UPLOAD] refused batches left the previous one in place: bitwise equal after 4 steps\n");
+    fh_pipeline_destroy(p);
+    fh_pipeline_destroy(q);
+}
+
 }  // namespace
 
 int main(void) {
@@ -161,6 +198,7 @@ int main(void) {
         cmocka_unit_test(test_act_matches_cpu),
         cmocka_unit_test(test_write_timings_memory_dump),
         cmocka_unit_test(test_backend_selection),
+        cmocka_unit_test(test_refused_batch_changes_nothing),
     };
     return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "../backend.hpp"
 #include "../error.hpp"
@@ -39,7 +40,10 @@ public:
         : cfg_(c), L_(L), buf_(std::move(init)), s_(cfg_, L_, buf_),
           schedule_(build_schedule(L_.dims, cfg_)) {}
 
-    void upload(const HostBatch &b) override { batch_ = b; }
+    void upload(const fh_batch &b) override {
+        pack_batch(L_.dims, b, host_batch_dst(L_.dims, spare_));
+        std::swap(batch_, spare_);
+    }
 
     void step(uint64_t step) override {
         if (!allocated_) {
@@ -215,7 +219,7 @@ private:
     HostBuffers buf_;
     CpuStep s_;
     std::vector<ChildDesc> schedule_;
-    HostBatch batch_;
+    HostBatch batch_, spare_;  // the batch the next step trains on; the next upload's buffer
     float child_ms_[(int)ChildId::COUNT] = {};
     float aux_ms_[5] = {};
     float total_ms_ = 0;
