@@ -1,6 +1,8 @@
 #!/bin/bash
 # One full run on the GPU machine (the device tool's `run`): build, tests, benchmark, graph dumps.
-# Usage there:  bash bench/run_device.sh [quick]     (logs and results under $OUT)
+# Usage there:  bash bench/run_device.sh [early|quick|peer|ncu]   (logs and results under $OUT)
+#   early: CUDA tests and a short benchmark only; quick: B = 16384 only; peer: quick plus the
+#   PyTorch peer; none: every batch size, the IQL GEMM comparison and the peer.
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -44,10 +46,20 @@ echo "cuda tests: $(( $(date +%s) - t1 )) s" | tee -a $log
 grep -E "\[(ACCURACY|NOSYNC|DETERMINISM|ACT|TIMINGS|MEMORY|GRAPH)\]|tests passed|tests failed|Passed|Failed|FAILED|SKIPPED|PASSED|rror" $OUT/ctest_cuda.txt | tee -a $log
 [ -n "$bg" ] && tail -25 $OUT/ctest_other.txt | tee -a $log
 
+# The Python binding's tests and the PyTorch oracle against the CUDA backend (strict FP32).
+if [ "$1" != early ]; then
+  t2=$(date +%s)
+  FOXHUNT_LIBRARY=$PWD/build-dev/libfoxhunt.so FOXHUNT_TEST_BACKEND=cuda PYTHONUNBUFFERED=1 \
+    timeout 300 python3 -m pytest -q -p no:cacheprovider bindings/python/tests tests/python \
+    > $OUT/pytest_cuda.txt 2>&1
+  echo "pytest (oracle, cuda backend): rc=$? in $(( $(date +%s) - t2 )) s" | tee -a $log
+  sed -n "/vs oracle/,\$p" $OUT/pytest_cuda.txt | tail -40 | tee -a $log
+fi
+
 # The benchmark, with the GPU to itself.
 if [ "$1" = early ]; then
   build-dev/examples/foxhunt-bench --batch 16384 --steps 20 --modes multi-tf32,single-tf32,multi-strict --machine h200 --out $OUT/bench.json 2>&1 | tee -a $log
-elif [ "$1" = quick ]; then
+elif [ "$1" = quick ] || [ "$1" = peer ]; then
   build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --machine h200 --out $OUT/bench.json 2>&1 | tee -a $log
 else
   build-dev/examples/foxhunt-bench --steps 50 --machine h200 --out $OUT/bench.json 2>&1 | tee -a $log
@@ -61,4 +73,10 @@ if [ "$1" = ncu ] && command -v ncu > /dev/null; then
     build-dev/examples/foxhunt-bench --batch 16384 --steps 1 --warmup 0 --modes multi-tf32 \
     --iql-gemm batched --out /tmp/n.json > $OUT/ncu.csv 2>&1
   echo "ncu rc=$? lines=$(wc -l < $OUT/ncu.csv)" | tee -a $log
+fi
+
+# The PyTorch peer side by side with foxhunt (same process tree, same GPU, one after the other).
+if [ "$1" = peer ] || [ -z "$1" ]; then
+  PYTHONUNBUFFERED=1 timeout 400 build-dev/examples/foxhunt-bench --batch 1024,16384 --steps 50 \
+    --modes multi-tf32,single-tf32 --peer --machine h200 --out $OUT/bench_peer.json 2>&1 | tee -a $log
 fi

@@ -10,7 +10,11 @@
  *   2. launches --steps steps back to back without reading anything and divides the wall-clock
  *      time from the first launch to the end of the last step (host clock around the launches,
  *      stopped after fh_pipeline_metrics(), which waits) by the count: ms per step and steps/s
- *      as a trainer that keeps the GPU fed would see them.
+ *      with the GPU never idle;
+ *   3. "fed": --steps times, uploads a batch (two alternating) then steps, and divides the wall
+ *      time likewise: ms per step as a trainer that uploads a new batch every step sees it,
+ *      with the median host time of one upload call beside it (upload overlaps the step on the
+ *      GPU, so fed ≈ max(wall, upload + launch)).
  * It prints a table and writes every number to --out (JSON; default
  * bench/results/<machine>-<date>.json, folders created).
  *
@@ -22,8 +26,10 @@
  *               is one more run per batch and mode. Default: auto only.
  *   --peer      after foxhunt's own runs, time the same step written in PyTorch (eager, one CUDA
  *               graph, torch.compile; tests/python/bench_torch_peer.py, run with `python3`)
- *               at each batch size: its table prints below foxhunt's, its JSON files are
- *               listed in the output file under "peer". Needs python3 with torch and a GPU.
+ *               at each batch size, in the same math (TF32 if any TF32 mode ran): its table,
+ *               with each peer mode's time divided by foxhunt's, prints below foxhunt's; its
+ *               JSON files are listed in the output file under "peer". Needs python3 with
+ *               torch and a GPU.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -63,6 +69,7 @@ typedef struct {
     int iql_gemm;
     double median[NUM_FIELDS];
     double wall_ms, steps_per_s;
+    double fed_ms, upload_ms;  /* wall per (upload + step); median host time in one upload */
     fh_memory_report mem;
 } result;
 
@@ -208,6 +215,24 @@ static void run_one(result *r, int steps, int warmup) {
     const double t1 = now_ms();
     r->wall_ms = (t1 - t0) / steps;
     r->steps_per_s = 1000.0 / r->wall_ms;
+
+    /* Fed: a new batch before every step, as a trainer runs; uploads alternate between two
+     * batches so that the source is not one cache-warm array. */
+    host_batch hb2;
+    make_batch(&hb2, &c);
+    double *up = xmalloc(sizeof(double) * (size_t)steps);
+    const double f0 = now_ms();
+    for (int k = 0; k < steps; ++k) {
+        const double u0 = now_ms();
+        CHECK(fh_pipeline_upload(p, k % 2 ? &hb.b : &hb2.b));
+        up[k] = now_ms() - u0;
+        CHECK(fh_pipeline_step(p));
+    }
+    CHECK(fh_pipeline_metrics(p, &m));
+    r->fed_ms = (now_ms() - f0) / steps;
+    r->upload_ms = median(up, steps);
+    free(up);
+    free_batch(&hb2);
     r->mem.struct_size = sizeof r->mem;
     CHECK(fh_pipeline_memory(p, &r->mem));
     fh_pipeline_destroy(p);
@@ -329,19 +354,21 @@ int main(int argc, char **argv) {
             }
 
     printf("\nfoxhunt-bench (libfoxhunt %u) on %s, %s: median ms per child graph over %d "
-           "steps; wall = back-to-back launches\n",
+           "steps; wall = back-to-back steps on one batch; fed = upload + step back to back, "
+           "upload = median host ms per upload call\n",
            fh_version(), machine, date, steps);
-    printf("%7s %-13s %-5s %6s %6s %6s %7s %7s (%5s %6s %6s %6s %6s) %6s %7s | %7s %8s %8s\n",
+    printf("%7s %-13s %-5s %6s %6s %6s %7s %7s (%5s %6s %6s %6s %6s) %6s %7s | %7s %8s | "
+           "%7s %7s | %8s\n",
            "batch", "mode", "iql", "her", "spec", "ddqn", "forward", "aux", "ema", "iql", "iqn",
-           "attn", "tail", "adam", "total", "wall", "steps/s", "mem MiB");
+           "attn", "tail", "adam", "total", "wall", "steps/s", "fed", "upload", "mem MiB");
     for (int k = 0; k < nr; ++k) {
         const result *r = &res[k];
         const double *m = r->median;
         printf("%7u %-13s %-5s %6.3f %6.3f %6.3f %7.3f %7.3f (%5.3f %6.3f %6.3f %6.3f %6.3f) "
-               "%6.3f %7.3f | %7.3f %8.1f %8.1f\n",
+               "%6.3f %7.3f | %7.3f %8.1f | %7.3f %7.3f | %8.1f\n",
                r->batch, r->mode->name, kIqlGemm[r->iql_gemm], m[0], m[1], m[2], m[3], m[4],
                m[5], m[6], m[7], m[8], m[9], m[10], m[11], r->wall_ms, r->steps_per_s,
-               r->mem.total / 1048576.0);
+               r->fed_ms, r->upload_ms, r->mem.total / 1048576.0);
     }
 
     /* The PyTorch peer, one process per batch size, after foxhunt has released the GPU. */
@@ -350,11 +377,27 @@ int main(int argc, char **argv) {
     for (int bi = 0; peer && bi < nbatch; ++bi) {
         snprintf(peer_json[npeer], sizeof peer_json[0], "%s.peer-%u.json", out, batches[bi]);
         mkdirs_for(peer_json[npeer]);
+        /* foxhunt's own numbers at this batch, in the peer's math (TF32 unless only strict
+         * modes ran), so that the peer prints the ratios side by side. */
+        int any_tf32 = 0;
+        for (int mi = 0; mi < nmodes; ++mi) any_tf32 |= modes[mi]->math_mode == FH_MATH_TF32;
+        const int peer_math = any_tf32 ? FH_MATH_TF32 : FH_MATH_STRICT;
+        char ours[1024] = "";
+        size_t len = 0;
+        for (int k = 0; k < nr; ++k) {
+            const result *r = &res[k];
+            if (r->batch != batches[bi] || r->iql_gemm != iql[0] ||
+                r->mode->math_mode != peer_math || len >= sizeof ours)
+                continue;
+            len += (size_t)snprintf(ours + len, sizeof ours - len, "%s%s:%.5f:%.5f",
+                                    len ? "," : "", r->mode->name, r->median[11], r->wall_ms);
+        }
         char cmd[9000];
         snprintf(cmd, sizeof cmd,
                  "python3 '%s/tests/python/bench_torch_peer.py' --batch-size %u --iters %d "
-                 "--warmup %d --json '%s'",
-                 FOXHUNT_SOURCE_DIR, batches[bi], steps, warmup, peer_json[npeer]);
+                 "--warmup %d --tf32 %s --foxhunt '%s' --json '%s'",
+                 FOXHUNT_SOURCE_DIR, batches[bi], steps, warmup, any_tf32 ? "on" : "off", ours,
+                 peer_json[npeer]);
         printf("\npeer (PyTorch, same step, B = %u): %s\n", batches[bi], cmd);
         fflush(stdout);
         const int rc = system(cmd);
@@ -380,9 +423,11 @@ int main(int argc, char **argv) {
         for (int j = 0; j < NUM_FIELDS; ++j)
             fprintf(f, "%s\"%s\": %.5f", j ? ", " : "", kFields[j], r->median[j]);
         fprintf(f, "},\n     \"wall_ms_per_step\": %.5f, \"steps_per_s\": %.2f,\n"
+                   "     \"fed_ms_per_step\": %.5f, \"upload_ms_median\": %.5f,\n"
                    "     \"memory_bytes\": {\"parameters\": %llu, \"activations\": %llu, "
                    "\"workspaces\": %llu, \"batch_staging\": %llu, \"total\": %llu}}%s\n",
-                r->wall_ms, r->steps_per_s, (unsigned long long)r->mem.parameters,
+                r->wall_ms, r->steps_per_s, r->fed_ms, r->upload_ms,
+                (unsigned long long)r->mem.parameters,
                 (unsigned long long)r->mem.activations, (unsigned long long)r->mem.workspaces,
                 (unsigned long long)r->mem.batch_staging, (unsigned long long)r->mem.total,
                 k + 1 < nr ? "," : "");

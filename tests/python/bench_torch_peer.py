@@ -124,6 +124,27 @@ def run_mode(mode, c, device, iters, warmup):
     return res
 
 
+def parse_foxhunt(text):
+    """MODE:GRAPH_MS:WALL_MS[,...] -> [{"mode", "graph_ms", "wall_ms"}]."""
+    out = []
+    for item in filter(None, text.split(",")):
+        mode, graph_ms, wall_ms = item.split(":")
+        out.append({"mode": mode, "graph_ms": float(graph_ms), "wall_ms": float(wall_ms)})
+    return out
+
+
+def print_ratios(ours, results):
+    """Each peer mode's median time over each of libfoxhunt's (back-to-back wall time per
+    step: what a trainer sees), measured on the same GPU in the same run."""
+    timed = [r for r in results if "error" not in r]
+    print("\nside by side: peer median ms / libfoxhunt wall ms per step (> 1: foxhunt faster)")
+    print("%-14s %9s" % ("libfoxhunt", "wall ms") + "".join(" %11s" % r["mode"] for r in timed))
+    for o in ours:
+        o["peer_over_foxhunt"] = {r["mode"]: r["ms_median"] / o["wall_ms"] for r in timed}
+        print("%-14s %9.3f" % (o["mode"], o["wall_ms"])
+              + "".join(" %10.2fx" % o["peer_over_foxhunt"][r["mode"]] for r in timed))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batch-size", type=int, default=16384)
@@ -135,6 +156,9 @@ def main(argv=None):
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."),
                                                    "bench_torch_peer.json"))
     ap.add_argument("--allow-cpu", action="store_true", help="run eager mode on the CPU")
+    ap.add_argument("--foxhunt", default="",
+                    help="libfoxhunt's own times at this batch, MODE:GRAPH_MS:WALL_MS[,...] "
+                         "(foxhunt-bench passes them): printed with each peer mode's ratio")
     args = ap.parse_args(argv)
 
     if torch.cuda.is_available():
@@ -175,8 +199,11 @@ def main(argv=None):
         print("%-11s %10.3f %10.3f %10.3f %14.7g  %s" % (r["mode"], r["ms_median"], r["ms_mean"],
                                                          r["ms_min"], r["first_step_td_loss"],
                                                          note))
+    ours = parse_foxhunt(args.foxhunt)
+    if ours:
+        print_ratios(ours, results)
     report = {"device": dev_name, "torch": torch.__version__, "tf32": args.tf32,
-              "config": ot.dataclasses.asdict(c), "results": results}
+              "config": ot.dataclasses.asdict(c), "results": results, "foxhunt": ours}
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump(report, f, indent=2)

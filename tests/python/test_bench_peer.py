@@ -21,3 +21,13 @@ def test_bench_eager_smoke_on_cpu(tmp_path):
     report = json.loads(out.read_text())
     (r,) = report["results"]
     assert r["mode"] == "eager" and r["ms_median"] > 0 and r["first_step_td_loss"] > 0
+
+
+def test_ratios_against_foxhunt(capsys):
+    ours = bench_torch_peer.parse_foxhunt("multi-tf32:3.5:4.0,single-tf32:4.2:5.0")
+    assert [o["mode"] for o in ours] == ["multi-tf32", "single-tf32"]
+    bench_torch_peer.print_ratios(ours, [{"mode": "eager", "ms_median": 60.0},
+                                         {"mode": "compile", "error": "x"}])
+    assert ours[0]["peer_over_foxhunt"] == {"eager": 15.0}
+    assert ours[1]["peer_over_foxhunt"] == {"eager": 12.0}
+    assert "15.00x" in capsys.readouterr().out

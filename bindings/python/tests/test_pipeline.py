@@ -30,7 +30,6 @@ def test_wrong_types_and_ranges_refused_before_the_call(fh):
     (dict(gamma=1.5), "ERR_BAD_VALUE"),
     (dict(batch_size=0), "ERR_BAD_DIMENSION"),
     (dict(obs_dim=9), "ERR_INDIVISIBLE"),
-    (dict(backend="cuda"), "ERR_NO_CUDA"),
 ])
 def test_library_refusals_are_foxhunt_errors(fh, override, status):
     with pytest.raises(fh.FoxhuntError) as ei:
@@ -41,6 +40,22 @@ def test_library_refusals_are_foxhunt_errors(fh, override, status):
     assert e.message and str(e).startswith("FH_" + status)
     if "gamma" in override:
         assert "gamma" in e.message
+
+
+def test_cuda_backend_or_no_cuda_error(fh):
+    """backend='cuda' gives a CUDA pipeline where a device is usable, else FH_ERR_NO_CUDA with
+    the reason; 'auto' gives whichever of the two exists."""
+    try:
+        p = fh.Pipeline(**dict(SMALL, backend="cuda"))
+    except fh.FoxhuntError as e:
+        assert e.status == fh.Status.ERR_NO_CUDA and e.message
+        with fh.Pipeline(**dict(SMALL, backend="auto")) as q:
+            assert q.backend == "cpu"
+        return
+    with p:
+        assert p.backend == "cuda"
+        with fh.Pipeline(**dict(SMALL, backend="auto")) as q:
+            assert q.backend == "cuda"
 
 
 def test_enum_names_and_sn_layers(fh):
