@@ -30,8 +30,8 @@
 //
 // One step:
 //   k_attn_comp                                  Wc, Wgc, cc, ebar
-//   k_attn_fwd  (block of 16 transitions, warp per head, lane per token): q, k, v from the
-//               composites, softmax, ā; per transition ē + bo into pool, [stok | g | 1] into aug
+//   k_attn_fwd  (block of ~16 transitions, see wave_spb; warp per head, lane per token): q, k, v
+//               from the composites, softmax, ā; per transition ē + bo into pool, [stok | g | 1] into aug
 //   pool += ā Woᵀ          nt M=B N=d  K=d  (beta 1)
 //   h = pool Wr1ᵀ          nt M=B N=hh K=d
 //   k_attn_head (warp per row): r̂, loss, dr, dh = (dr w_r2) ⊙ SiLU'; partials of br1, w_r2, b_r2
@@ -47,7 +47,7 @@
 // factoring changes the rounding, not the function.
 //
 // Supported on CUDA: T ≤ 64 tokens, d_head ≤ 32, attn_token_dim ≤ 16 and goal_dim ≤ 16, and the
-// per-block shared memory (see attn_layout) within the device's limit; other configs are refused
+// per-block shared memory (see Impl::layout) within the device's limit; other configs are refused
 // at creation with FH_ERR_BAD_DIMENSION (the CPU backend runs them).
 #include <algorithm>
 #include <cmath>
@@ -61,7 +61,7 @@ namespace fh::cuda {
 // Geometry shared by the host code and the kernels (a named namespace: Impl holds these).
 namespace attn_detail {
 
-constexpr int kSamplesPerBlock = 16;   // transitions per block of k_attn_fwd / k_attn_bwd
+constexpr int kSamplesPerBlock = 16;   // about this many transitions per block of k_attn_fwd/bwd
 constexpr int kHeadRowsPerWarp = 8;
 
 struct AttnGeom {
@@ -598,7 +598,7 @@ struct AttentionLearner::Impl {
     size_t smem_f = 0, smem_b = 0;
     FwdKernel fwd = nullptr;
     BwdKernel bwd = nullptr;
-    int nblk = 0;
+    int nblk_f = 0, nblk_b = 0;  // blocks of k_attn_fwd / k_attn_bwd
     aux::RowPlan head;
 
     aux::Arena arena;
@@ -627,6 +627,21 @@ struct AttentionLearner::Impl {
         g.b_acc = g.nw * g.w_size;
         g.pw = g.T * g.d3 + g.d3 * g.td + g.d3 * g.G;
         smem = (size_t)(g.b_acc + (bwd ? g.pw : 0)) * sizeof(float);
+    }
+
+    // Transitions per block: about kSamplesPerBlock, chosen so that the blocks fill whole waves
+    // of the device (resident blocks per SM × SMs). Each block works through its transitions
+    // one after another, so a last, partly filled wave costs a whole wave's time: at B = 16384
+    // on an H200, 1024 blocks of 16 make 2.6 waves of k_attn_bwd, which run as 3.
+    static int wave_spb(const void *kernel, int threads, size_t smem, int B) {
+        int dev = 0, sms = 0, per_sm = 0;
+        FH_CUDA(cudaGetDevice(&dev));
+        FH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        FH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+        const long long slots = (long long)std::max(sms, 1) * std::max(per_sm, 1);
+        const long long waves =
+            std::max(1LL, std::llround((double)B / ((double)kSamplesPerBlock * (double)slots)));
+        return (int)std::max(1LL, ((long long)B + waves * slots - 1) / (waves * slots));
     }
 
     template <int DHM, int TDM, int SLOTS>
@@ -658,7 +673,6 @@ struct AttentionLearner::Impl {
         g.Tp = g.T | 1;
         g.dqp = (3 * g.dh) | 1;
         g.nw = std::min(g.heads, 8);
-        g.spb = kSamplesPerBlock;
         g.scale = (float)(1.0 / std::sqrt((double)d.dh));
         g.c_wg = g.d3 * g.td;
         g.c_cc = g.c_wg + g.d3 * g.G;
@@ -685,7 +699,10 @@ struct AttentionLearner::Impl {
         }
         aux::allow_smem((const void *)fwd, smem_f, "attention forward");
         aux::allow_smem((const void *)bwd, smem_b, "attention backward");
-        nblk = (int)((d.B + kSamplesPerBlock - 1) / kSamplesPerBlock);
+        gf.spb = wave_spb((const void *)fwd, gf.nw * 32, smem_f, g.B);
+        gb.spb = wave_spb((const void *)bwd, gb.nw * 32, smem_b, g.B);
+        nblk_f = (g.B + gf.spb - 1) / gf.spb;
+        nblk_b = (g.B + gb.spb - 1) / gb.spb;
         head = aux::plan_rows(d.B, 2 * (int)d.hh + 2, kHeadRowsPerWarp, 0, "attention head");
 
         const size_t B = d.B;
@@ -698,7 +715,7 @@ struct AttentionLearner::Impl {
         const size_t o_R = arena.reserve_n<float>((size_t)d.d * g.na);
         const size_t o_tot = arena.reserve_n<float>(gb.pw);
         const size_t o_grad = arena.reserve_n<float>(o.total);
-        const size_t o_pb = arena.reserve_n<float>((size_t)nblk * gb.pw);
+        const size_t o_pb = arena.reserve_n<float>((size_t)nblk_b * gb.pw);
         const size_t o_ph = arena.reserve_n<double>((size_t)head.blocks * (2 * d.hh + 2));
         arena.allocate("the attention learner");
         comp = arena.at<float>(o_comp);
@@ -729,7 +746,7 @@ struct AttentionLearner::Impl {
         k_attn_comp<<<(gf.c_total + 255) / 256, 256, 0, s>>>(gf, P + o.Wq, P + o.bq, P + o.Wt,
                                                             P + o.bt, Wg, bg, P + o.P, comp);
         FH_LAUNCHED("k_attn_comp");
-        fwd<<<nblk, gf.nw * 32, smem_f, s>>>(gf, in.x, comp, P + o.Wt, Wg, P + o.bo, abar, pool,
+        fwd<<<nblk_f, gf.nw * 32, smem_f, s>>>(gf, in.x, comp, P + o.Wt, Wg, P + o.bo, abar, pool,
                                              aug);
         FH_LAUNCHED("k_attn_fwd");
         gemm_nt(bl, B, dm, dm, abar, P + o.Wo, pool, 1.0f, "attention pool += abar Wo^T");
@@ -755,12 +772,12 @@ struct AttentionLearner::Impl {
         gemm_nn(bl, B, dm, dm, dpool, P + o.Wo, abar, 0.0f, "attention dabar = dpool Wo");
         gemm_tn(bl, dm, na, B, dpool, aug, R, 0.0f, "attention R = dpool^T aug");
 
-        bwd<<<nblk, gb.nw * 32, smem_b, s>>>(gb, in.x, comp, abar, part_b);
+        bwd<<<nblk_b, gb.nw * 32, smem_b, s>>>(gb, in.x, comp, abar, part_b);
         FH_LAUNCHED("k_attn_bwd");
         {
             aux::Segs g;
             g.add(tot, 0, gb.pw);
-            aux::reduce_partials(part_b, nblk, gb.pw, 1, g, s);
+            aux::reduce_partials(part_b, nblk_b, gb.pw, 1, g, s);
         }
         AttnFinArgs f{};
         f.W = P + o.Wq; f.Wt = P + o.Wt; f.bt = P + o.bt; f.Wg = Wg; f.bg = bg; f.P = P + o.P;
