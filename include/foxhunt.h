@@ -204,9 +204,11 @@ typedef struct fh_config {
 FH_API fh_status fh_config_init(fh_config *config);
 
 /**
- * One step's input, SPEC §2: host arrays of batch_size rows. Optional tensors may be NULL:
- * goal, next_achieved_goal and her_goal when goal_dim = 0 (required otherwise), and regime
- * (then every transition is regime 0).
+ * One step's input, SPEC §2: host arrays of batch_size rows, row-major, owned by the caller and
+ * read only during fh_pipeline_upload() (the library keeps no pointer). Optional tensors may be
+ * NULL: goal, next_achieved_goal and her_goal when goal_dim = 0 (required otherwise; with
+ * goal_dim = 0 they are ignored, not read, whatever they hold), and regime (then every
+ * transition is regime 0).
  */
 typedef struct fh_batch {
     size_t struct_size;                /**< sizeof(fh_batch) */
@@ -328,8 +330,12 @@ FH_API fh_status fh_pipeline_config(const fh_pipeline *pipeline, fh_config *conf
 
 /**
  * Validate and copy one batch (SPEC §2, §8); the next fh_pipeline_step() trains on it, and so
- * does every later step until the next upload. On CUDA the copy to the device is asynchronous
- * and double-buffered: uploading batch t+1 overlaps step t.
+ * does every later step until the next upload. Every element is checked while it is copied
+ * (one pass over the caller's arrays, into a buffer the step does not use). On CUDA the copy
+ * to the device is asynchronous and double-buffered: uploading batch t+1 overlaps step t.
+ * Finite values of any size are accepted; values large enough to overflow the step (around
+ * 1e14 and up at the default sizes) give a non-finite state, which the metrics show and
+ * fh_pipeline_save() refuses.
  * @return FH_OK; FH_ERR_NULL_POINTER (handle, batch, or a required tensor);
  *         FH_ERR_STRUCT_SIZE; FH_ERR_BUFFER_SIZE (batch_size differs from the config);
  *         FH_ERR_NON_FINITE; FH_ERR_OUT_OF_RANGE (action, regime or done);
@@ -404,8 +410,11 @@ FH_API fh_status fh_pipeline_write_tensor(fh_pipeline *pipeline, const char *nam
 /**
  * Save everything a continued run needs (parameters, targets, Adam moments, spectral vectors,
  * regime state, step and act counters, the config) to @p path. A pipeline loaded from it
- * continues bit-for-bit like this one.
- * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_IO; FH_ERR_CUDA.
+ * continues bit-for-bit like this one. A state with a NaN or infinity anywhere (a step does not
+ * check for divergence: extreme inputs or hyperparameters can overflow; the metrics show it)
+ * is refused, since fh_pipeline_load() would refuse it; nothing is written then.
+ * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_NON_FINITE (naming the first such value, e.g.
+ *         "adam_v of q.W1[3, 5] = inf"); FH_ERR_IO; FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_save(fh_pipeline *pipeline, const char *path);
 

@@ -31,6 +31,14 @@ void copy_finite(const char *what, float *dst, const float *src, size_t rows, si
     if (!copy_all_finite(dst, src, rows * cols)) check_finite(what, src, rows, cols);
 }
 
+// A [B] vector: its culprit is named by one index.
+void copy_finite(const char *what, float *dst, const float *src, size_t n) {
+    if (copy_all_finite(dst, src, n)) return;
+    for (size_t i = 0; i < n; ++i)
+        if (!std::isfinite(src[i]))
+            fail(FH_ERR_NON_FINITE, "%s[%zu] = %g is not finite", what, i, (double)src[i]);
+}
+
 void need(const char *what, const void *p) {
     if (!p) fail(FH_ERR_NULL_POINTER, "batch.%s is NULL but required by this config", what);
 }
@@ -71,7 +79,7 @@ void check_batch_header(const Dims &d, const fh_batch *b) {
 void pack_batch(const Dims &d, const fh_batch &b, const BatchDst &o) {
     const size_t B = d.B;
     copy_finite("batch.obs", o.obs, b.obs, B, d.O);
-    copy_finite("batch.reward", o.reward, b.reward, B, 1);
+    copy_finite("batch.reward", o.reward, b.reward, B);
     copy_finite("batch.next_obs", o.next_obs, b.next_obs, B, d.O);
     if (d.G > 0) {
         copy_finite("batch.goal", o.goal, b.goal, B, d.G);

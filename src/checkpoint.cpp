@@ -171,13 +171,66 @@ Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L
             fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': buffer %d has the wrong size", path, b);
         ck.bufs[b].resize(L.buf_size[b]);
         r.take(ck.bufs[b].data(), L.buf_size[b] * sizeof(float));
-        // write_tensor refuses non-finite values; a checkpoint may not smuggle them in.
-        for (size_t i = 0; i < ck.bufs[b].size(); ++i)
-            if (!std::isfinite(ck.bufs[b][i]))
-                fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': buffer %d element %zu is %g, "
-                     "not finite", path, b, i, (double)ck.bufs[b][i]);
     }
+    // write_tensor refuses non-finite values; a checkpoint may not smuggle them in.
+    const std::string bad = first_non_finite(L, ck);
+    if (!bad.empty())
+        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': %s is not finite", path, bad.c_str());
     return ck;
+}
+
+namespace {
+
+// The parameter buffer whose layout an Adam-moment buffer mirrors, and the moment's name.
+struct MomentOf {
+    Buf param;
+    const char *name;
+};
+bool moment_of(Buf b, MomentOf &m) {
+    switch (b) {
+    case BUF_Q_M: m = {BUF_Q, "adam_m"}; return true;
+    case BUF_Q_V: m = {BUF_Q, "adam_v"}; return true;
+    case BUF_IQL_M: m = {BUF_IQL, "adam_m"}; return true;
+    case BUF_IQL_V: m = {BUF_IQL, "adam_v"}; return true;
+    case BUF_IQN_M: m = {BUF_IQN, "adam_m"}; return true;
+    case BUF_IQN_V: m = {BUF_IQN, "adam_v"}; return true;
+    case BUF_ATTN_M: m = {BUF_ATTN, "adam_m"}; return true;
+    case BUF_ATTN_V: m = {BUF_ATTN, "adam_v"}; return true;
+    default: return false;
+    }
+}
+
+// "name[r, c]" of the named tensor that holds element i of buffer b, or "buffer b element i"
+// (padding between nets is not named).
+std::string element_name(const Layout &L, Buf b, size_t i) {
+    char s[160];
+    for (const TensorEntry &t : L.tensors)
+        if (t.buf == b && i >= t.offset && i < t.offset + t.count()) {
+            const size_t k = i - t.offset;
+            snprintf(s, sizeof s, "%s[%zu, %zu]", t.name.c_str(), k / t.cols, k % t.cols);
+            return s;
+        }
+    snprintf(s, sizeof s, "buffer %d element %zu", (int)b, i);
+    return s;
+}
+
+}  // namespace
+
+std::string first_non_finite(const Layout &L, const Checkpoint &ck) {
+    for (int b = 0; b < NUM_PERSISTENT; ++b)
+        for (size_t i = 0; i < ck.bufs[b].size(); ++i) {
+            const float x = ck.bufs[b][i];
+            if (std::isfinite(x)) continue;
+            MomentOf m;
+            const std::string where = moment_of((Buf)b, m)
+                                          ? std::string(m.name) + " of " +
+                                                element_name(L, m.param, i)
+                                          : element_name(L, (Buf)b, i);
+            char v[32];
+            snprintf(v, sizeof v, " = %g", (double)x);
+            return where + v;
+        }
+    return std::string();
 }
 
 }  // namespace fh

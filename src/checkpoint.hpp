@@ -20,6 +20,10 @@ struct Checkpoint {
 std::vector<uint8_t> config_fingerprint(const fh_config &c);
 
 void save_checkpoint(const char *path, const fh_config &c, const Checkpoint &ck);
+
+// The first non-finite value among the persistent buffers of @p ck, as "q.W1[3, 5] = nan" (Adam
+// moments as "adam_m of q.W1[3, 5] = nan"); an empty string when every value is finite.
+std::string first_non_finite(const Layout &L, const Checkpoint &ck);
 // Validates everything (size, magic, checksum, config, buffer sizes) before returning.
 Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L);
 

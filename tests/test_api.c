@@ -190,7 +190,7 @@ static void test_bad_batches_change_nothing(void **state) {
     expect(fh_pipeline_upload(p, &bad.batch), FH_ERR_NON_FINITE, "batch.her_goal[7, 1]");
     bad.her_goal[7 * c.goal_dim + 1] = 0;
     bad.reward[4] = -INFINITY;
-    expect(fh_pipeline_upload(p, &bad.batch), FH_ERR_NON_FINITE, "batch.reward[4");
+    expect(fh_pipeline_upload(p, &bad.batch), FH_ERR_NON_FINITE, "batch.reward[4] = -inf");
     bad.reward[4] = 0;
     bad.action[2 * c.num_branches + 1] = (int32_t)c.actions_per_branch;
     expect(fh_pipeline_upload(p, &bad.batch), FH_ERR_OUT_OF_RANGE, "batch.action[2, 1] = 4");
@@ -336,6 +336,12 @@ static void test_memory_report(void **state) {
     assert_int_equal(fh_pipeline_memory(p, &after), FH_OK);
     assert_true(after.activations > r.activations);
     assert_int_equal(after.parameters, r.parameters);
+    /* The CPU backend holds two batches (current, and the next upload's buffer); one row of
+     * SPEC §2's batch: obs, goal, reward, next_obs, next_achieved_goal, her_goal (f32), action,
+     * regime (i32), done (u8). */
+    const uint64_t row = 4 * (c.obs_dim + c.goal_dim + 1 + c.obs_dim + 2 * c.goal_dim) +
+                         4 * (c.num_branches + 1) + 1;
+    assert_int_equal(after.batch_staging, 2 * row * c.batch_size);
     fh_test_batch_free(&tb);
     r.struct_size = 0;
     expect(fh_pipeline_memory(p, &r), FH_ERR_STRUCT_SIZE, "report");

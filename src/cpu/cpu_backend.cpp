@@ -181,7 +181,12 @@ public:
         const Dims &d = L_.dims;
         r->activations += (uint64_t)4 * d.B * (4 * d.H + d.NB * (2 * d.HB + 2 * d.A) + 2) * sizeof(float);
         r->activations += aux_work_bytes(s_);
-        r->batch_staging = (uint64_t)d.B * (2 * d.O + 3 * d.G + 2 + d.NB + 1) * sizeof(float);
+        // Two batches (the current one and the next upload's buffer): floats obs, next_obs,
+        // goal, next_achieved_goal, her_goal, reward; int32 action and regime; one byte done.
+        const uint64_t batch_bytes =
+            (uint64_t)d.B * ((2 * d.O + 3 * d.G + 1) * sizeof(float) +
+                             (d.NB + 1) * sizeof(int32_t) + 1);
+        r->batch_staging = 2 * batch_bytes;
         r->total = r->parameters + r->activations + r->workspaces + r->batch_staging;
     }
 

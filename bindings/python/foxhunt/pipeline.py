@@ -73,7 +73,16 @@ def _float_array(value, what, shape):
         raise TypeError("%s: expected a real numeric array, got dtype %s" % (what, a.dtype))
     if a.shape != tuple(shape):
         raise ValueError("%s: expected shape %s, got %s" % (what, tuple(shape), a.shape))
-    return np.ascontiguousarray(a, dtype=np.float32)
+    with np.errstate(over="ignore"):
+        out = np.ascontiguousarray(a, dtype=np.float32)
+    if a.dtype.kind == "f" and a.dtype.itemsize > 4:
+        # A finite value beyond float32's range would reach the library as an infinity and be
+        # reported as one; name the value the caller passed instead.
+        over = np.isinf(out) & np.isfinite(a)
+        if over.any():
+            idx = tuple(int(i) for i in np.argwhere(over)[0])
+            raise ValueError("%s%s = %r overflows float32" % (what, list(idx), float(a[idx])))
+    return out
 
 
 def _int_array(value, what, shape, lo, hi, ctype):

@@ -107,6 +107,17 @@ def test_upload_shape_and_dtype_checked_before_the_call(pipe, key, value, exc):
         pipe.upload(**b)
 
 
+def test_float64_beyond_float32_named_not_turned_into_inf(pipe):
+    b = make_batch()
+    b["next_obs"] = np.array(b["next_obs"], dtype=np.float64)
+    b["next_obs"][5, 3] = -1e39
+    with pytest.raises(ValueError, match=r"next_obs\[5, 3\] = -1e\+39 overflows float32"):
+        pipe.upload(**b)
+    b["next_obs"][5, 3] = np.inf  # a real infinity is the library's to refuse
+    with pytest.raises(Exception, match="not finite"):
+        pipe.upload(**b)
+
+
 def test_missing_goal_refused(pipe):
     b = make_batch()
     del b["her_goal"]
