@@ -16,13 +16,13 @@
  *      with the median host time of one upload call beside it (upload overlaps the step on the
  *      GPU, so fed ≈ max(wall, upload + launch)).
  * It prints a table and writes every number to --out (JSON; default
- * bench/results/<machine>-<date>.json, folders created).
+ * bench/results/<machine>-<date>.json under the current directory, folders created).
  *
  * usage: foxhunt-bench [--batch 1024,4096,16384,65536] [--steps 50] [--warmup 5]
  *                      [--modes multi-tf32,single-tf32,multi-strict,single-strict]
  *                      [--iql-gemm auto|grouped|batched|sequential[,...]] [--machine NAME]
  *                      [--out PATH] [--peer]
- *   --iql-gemm  the IQL GEMM strategy dimension (fh_config.iql_gemm; issue 4): each listed value
+ *   --iql-gemm  the IQL GEMM strategy dimension (fh_config.iql_gemm): each listed value
  *               is one more run per batch and mode. Default: auto only.
  *   --peer      after foxhunt's own runs, time the same step written in PyTorch (eager, one CUDA
  *               graph, torch.compile; tests/python/bench_torch_peer.py, run with `python3`)

@@ -3,7 +3,7 @@
  * @brief C ABI of libfoxhunt: one training step of a branching double-DQN agent with HER,
  *        spectral normalisation and auxiliary learners, on the CPU or as CUDA graphs.
  *
- * The math of the step is the foxhunt specification, SPEC.md (version named in docs/design.md).
+ * The math of the step is the foxhunt specification, docs/SPEC.md (v1.2, named in docs/design.md).
  * Section numbers below (SPEC §n) refer to it.
  *
  * How to use it
@@ -107,7 +107,7 @@ typedef enum fh_backend {
 /** How the CUDA executor places its lanes (ignored by the CPU backend). */
 typedef enum fh_exec_mode {
     FH_EXEC_MULTI_STREAM = 0,  /**< each lane on its own stream (default) */
-    FH_EXEC_SINGLE_STREAM = 1  /**< every lane on one stream: the seed design's "before" */
+    FH_EXEC_SINGLE_STREAM = 1  /**< every lane on one stream (same results, bitwise) */
 } fh_exec_mode;
 
 /** Float32 GEMM precision of the CUDA executor (the CPU backend is always strict). */
