@@ -31,6 +31,14 @@ __device__ __forceinline__ float dev_dhuber(float u, float k) {
     return fabsf(u) <= k ? u : (u > 0.0f ? k : -k);
 }
 
+// The first index of the largest of row[0..A) (SPEC's argmax: ties go to the lowest index).
+__device__ __forceinline__ int dev_first_argmax(const float *row, int A) {
+    int best = 0;
+    for (int a = 1; a < A; ++a)
+        if (row[a] > row[best]) best = a;
+    return best;
+}
+
 // Butterfly sums over a full warp: every lane ends with the same bits (a + b == b + a exactly,
 // level by level), so the result does not depend on which lane reads it.
 __device__ __forceinline__ float warp_sum(float v) {

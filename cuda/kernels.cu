@@ -356,11 +356,7 @@ __global__ void k_argmax(const float *q, int M, int NB, int A, int32_t *out) {
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
         const size_t i = k / NB, b = k % NB;
-        const float *row = q + b * (size_t)M * A + i * A;
-        int best = 0;
-        for (int a = 1; a < A; ++a)
-            if (row[a] > row[best]) best = a;
-        out[k] = best;
+        out[k] = dev_first_argmax(q + b * (size_t)M * A + i * A, A);
     }
 }
 
@@ -559,9 +555,7 @@ __global__ void k_act_select(const float *q, int n, int NB, int A, uint64_t seed
          k += (size_t)gridDim.x * blockDim.x) {
         const size_t i = k / NB, b = k % NB;
         const float *row = q + b * (size_t)n * A + i * A;
-        uint32_t best = 0;
-        for (int a = 1; a < A; ++a)
-            if (row[a] > row[best]) best = a;
+        uint32_t best = (uint32_t)dev_first_argmax(row, A);
         const Words w = philox(seed, row0 + (uint32_t)i, (uint32_t)b, act_call, PURPOSE_ACT);
         if (uniform24(w.w[0]) < epsilon) {
             const uint32_t r = (uint32_t)__fmul_rn(uniform24(w.w[1]), (float)A);
