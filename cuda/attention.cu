@@ -746,8 +746,8 @@ struct AttentionLearner::Impl {
         k_attn_comp<<<(gf.c_total + 255) / 256, 256, 0, s>>>(gf, P + o.Wq, P + o.bq, P + o.Wt,
                                                             P + o.bt, Wg, bg, P + o.P, comp);
         FH_LAUNCHED("k_attn_comp");
-        fwd<<<nblk_f, gf.nw * 32, smem_f, s>>>(gf, in.x, comp, P + o.Wt, Wg, P + o.bo, abar, pool,
-                                             aug);
+        fwd<<<nblk_f, gf.nw * 32, smem_f, s>>>(gf, in.x, comp, P + o.Wt, Wg, P + o.bo, abar,
+                                               pool, aug);
         FH_LAUNCHED("k_attn_fwd");
         gemm_nt(bl, B, dm, dm, abar, P + o.Wo, pool, 1.0f, "attention pool += abar Wo^T");
         gemm_nt(bl, B, hh, dm, pool, P + o.Wr1, hbuf, 0.0f, "attention h = pool Wr1^T");

@@ -1,6 +1,7 @@
 // Device functions shared by every kernel of the CUDA backend (cuda/kernels.cu and the auxiliary
-// learners): the activations, the Huber loss, warp sums and the Adam update of one element,
-// each bit for bit the float expression of the CPU reference (src/cpu/nn.hpp, nn.cpp).
+// learners): the activations, the Huber loss, the first-index argmax, warp and column-tile sums
+// and the Adam update of one element, each bit for bit the float expression of the CPU
+// reference (src/cpu/nn.hpp, nn.cpp).
 //
 // Float expressions that the CPU evaluates in a given order are written with __fmul_rn /
 // __fadd_rn / __fdiv_rn so that nvcc cannot contract them into FMAs.
