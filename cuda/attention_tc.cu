@@ -1,0 +1,484 @@
+// The attention learner's per-(transition, head) work on tensor cores (the TC and TC_SPLIT paths
+// of attention_paths.hpp): TF32 mma.sync m16n8k8 (cuda/mma_tf32.cuh), split TF32 for float32
+// accuracy.
+//
+// Tiling. One warp computes one (transition, head) at a time. A block has heads × wph warps;
+// warp w serves head h = w mod heads for every wph-th transition of the block's range (its
+// "slot"), so the warps of a slot cover all heads of one transition. With TP = T rounded up to
+// 16 (MT tiles of 16 tokens), the head's width padded to 16 and KXP = td + G rounded up to 8,
+// the warp holds
+//   X [TP, KXP]     token features (shared memory): obs row t = [tok_t | 0], goal row [0 | g]
+//   q, k, v [TP, 16] = X · W_augᵀ + cc, W_aug = [Wc | Wgc] of the head's channels (shared)
+//   S [TP, TP]      = q kᵀ, then A = softmax(S/√dh) over the T keys (registers)
+// Forward: c = column sums of A (a butterfly over the fragments' rows), ā = c·v / T (SIMT).
+// Backward, recomputing the forward as FlashAttention does: β_s = γ·v_s with γ = dā/T,
+// dS = A ⊙ (β − Σ_s A β) / √dh (registers, and a copy in shared memory), then the per-token
+// gradients transposed, as accumulator fragments with the head's channels as rows and tokens
+// as columns:
+//   dqᵀ = Kᵀ dSᵀ  (dS's accumulator fragments ARE the B fragments: no shared-memory trip)
+//   dkᵀ = Qᵀ dS   (dS read back from shared memory)
+//   dvᵀ = γ cᵀ    (an outer product, no product needed)
+// each added to S_acc (the per-token sums, same fragment layout) and, used directly as the A
+// operand, multiplied by X into M_acc = dqkvᵀ X (M1 | M2 of attention_paths.hpp). Both
+// accumulators stay in registers over the block's transitions; at the end each warp writes its
+// head's columns of its slot's partial row. No atomics; every sum has a fixed order.
+//
+// Why: at the default sizes (T = 32, d_head = 16, td + G = 8) a (transition, head) is 28 tile
+// products forward and 72 backward, small enough for one warp with no block-wide barrier in
+// the loop, and B·heads = 65536 of them at B = 16384 fill the H200 many times. Shared-memory
+// strides are ≡ 4 or 8 (mod 32) words so that the fragment loads hit 32 different banks (the
+// k index of the backward products runs in the permuted order of mma_tf32.cuh).
+#include <algorithm>
+#include <cmath>
+
+#include "attention_paths.hpp"
+#include "aux_common.cuh"
+#include "mma_tf32.cuh"
+
+namespace fh::cuda::attn {
+
+namespace {
+
+constexpr int kDHP = 16;      // head width, padded
+constexpr int kLDQ = kDHP + 4;
+constexpr int kTargetSamples = 16;
+
+template <int MT, int KX>
+struct TcShape {
+    static constexpr int TP = 16 * MT, NT = 2 * MT, KXP = 8 * KX;
+    static constexpr int LDX = KXP + 4, LDS = TP + 4;
+    static constexpr int X = 0, Q = TP * LDX, K = Q + TP * kLDQ, V = K + TP * kLDQ,
+                         VEC = V + TP * kLDQ, DS = VEC + TP;
+    static constexpr int FWD_FLOATS = DS;                 // per warp, forward
+    static constexpr int BWD_FLOATS = DS + TP * LDS;      // per warp, backward
+};
+
+// X of transition i: obs rows [tok_t | 0], the goal row [0 | g], zero padding.
+template <int MT, int KX>
+__device__ __forceinline__ void load_x(const Geom &g, const float *__restrict__ xi, float *X,
+                                       int lane) {
+    using S = TcShape<MT, KX>;
+    for (int e = lane; e < S::TP * S::KXP; e += 32) {
+        const int t = e / S::KXP, f = e - t * S::KXP;
+        float v = 0.0f;
+        if (t < g.To) {
+            if (f < g.td) v = __ldg(xi + t * g.td + f);
+        } else if (t == g.To && f >= g.td && f < g.td + g.G) {
+            v = __ldg(xi + g.O + (f - g.td));
+        }
+        X[t * S::LDX + f] = v;
+    }
+}
+
+// W_aug[c][f] = Wc[c][f] (f < td), Wgc[c][f − td] (td ≤ f < td + G), else 0.
+__device__ __forceinline__ float w_aug(const Geom &g, const float *__restrict__ comp, int c, int f) {
+    if (f < g.td) return __ldg(comp + (size_t)c * g.td + f);
+    f -= g.td;
+    return f < g.G ? __ldg(comp + g.c_wg + (size_t)c * g.G + f) : 0.0f;
+}
+
+// q, k, v of head h for all tokens into shared memory (rows ≥ T and columns ≥ dh are zero).
+template <int MT, int KX, bool SPLIT>
+__device__ __forceinline__ void project_qkv(const Geom &g, int h, const float *__restrict__ comp,
+                                            float *sm, int gi, int tq) {
+    using S = TcShape<MT, KX>;
+    const float *X = sm + S::X;
+    const float *cc = comp + g.c_cc;
+#pragma unroll
+    for (int p = 0; p < 3; ++p) {
+        float *dst = sm + S::Q + p * S::TP * kLDQ;
+        const int cbase = p * g.d + h * g.dh;
+#pragma unroll
+        for (int nu = 0; nu < 2; ++nu) {
+            mma::Op b[KX][2];
+            const int jb = 8 * nu + gi;
+#pragma unroll
+            for (int ka = 0; ka < KX; ++ka) {
+                const bool ok = jb < g.dh;
+                b[ka][0] = mma::op<SPLIT>(ok ? w_aug(g, comp, cbase + jb, 8 * ka + tq) : 0.0f);
+                b[ka][1] = mma::op<SPLIT>(ok ? w_aug(g, comp, cbase + jb, 8 * ka + tq + 4) : 0.0f);
+            }
+            const int jc = 8 * nu + 2 * tq;
+#pragma unroll
+            for (int mu = 0; mu < MT; ++mu) {
+                const int t0 = 16 * mu + gi, t1 = t0 + 8;
+                float acc[4];
+                acc[0] = (t0 < g.T && jc < g.dh) ? __ldg(cc + (size_t)t0 * g.d3 + cbase + jc) : 0.0f;
+                acc[1] = (t0 < g.T && jc + 1 < g.dh) ? __ldg(cc + (size_t)t0 * g.d3 + cbase + jc + 1) : 0.0f;
+                acc[2] = (t1 < g.T && jc < g.dh) ? __ldg(cc + (size_t)t1 * g.d3 + cbase + jc) : 0.0f;
+                acc[3] = (t1 < g.T && jc + 1 < g.dh) ? __ldg(cc + (size_t)t1 * g.d3 + cbase + jc + 1) : 0.0f;
+#pragma unroll
+                for (int ka = 0; ka < KX; ++ka) {
+                    mma::Op a[4];
+                    a[0] = mma::op<SPLIT>(X[t0 * S::LDX + 8 * ka + tq]);
+                    a[1] = mma::op<SPLIT>(X[t1 * S::LDX + 8 * ka + tq]);
+                    a[2] = mma::op<SPLIT>(X[t0 * S::LDX + 8 * ka + tq + 4]);
+                    a[3] = mma::op<SPLIT>(X[t1 * S::LDX + 8 * ka + tq + 4]);
+                    mma::mma<SPLIT>(acc, a, b[ka]);
+                }
+                *reinterpret_cast<float2 *>(dst + t0 * kLDQ + jc) = make_float2(acc[0], acc[1]);
+                *reinterpret_cast<float2 *>(dst + t1 * kLDQ + jc) = make_float2(acc[2], acc[3]);
+            }
+        }
+    }
+}
+
+// A = softmax over the T keys of (q kᵀ)/√dh, as accumulator fragments s[μ][ν] (rows t = 16μ + g
+// and + 8, key columns 8ν + 2t' and + 1); rows ≥ T are zero. Then c[ν] = the column sums of A
+// at this thread's two key columns of tile ν.
+template <int MT, int KX, bool SPLIT>
+__device__ __forceinline__ void softmax_rows(const Geom &g, const float *sm, int gi, int tq,
+                                             float (&s)[MT][2 * MT][4], float (&c)[2 * MT][2]) {
+    using S = TcShape<MT, KX>;
+    const float *q = sm + S::Q, *k = sm + S::K;
+    mma::Op a[MT][2][4];
+#pragma unroll
+    for (int mu = 0; mu < MT; ++mu)
+#pragma unroll
+        for (int ka = 0; ka < 2; ++ka) {
+            const int t0 = 16 * mu + gi, col = 8 * ka + tq;
+            a[mu][ka][0] = mma::op<SPLIT>(q[t0 * kLDQ + col]);
+            a[mu][ka][1] = mma::op<SPLIT>(q[(t0 + 8) * kLDQ + col]);
+            a[mu][ka][2] = mma::op<SPLIT>(q[t0 * kLDQ + col + 4]);
+            a[mu][ka][3] = mma::op<SPLIT>(q[(t0 + 8) * kLDQ + col + 4]);
+        }
+#pragma unroll
+    for (int nu = 0; nu < S::NT; ++nu) {
+        mma::Op b[2][2];
+#pragma unroll
+        for (int ka = 0; ka < 2; ++ka) {
+            b[ka][0] = mma::op<SPLIT>(k[(8 * nu + gi) * kLDQ + 8 * ka + tq]);
+            b[ka][1] = mma::op<SPLIT>(k[(8 * nu + gi) * kLDQ + 8 * ka + tq + 4]);
+        }
+#pragma unroll
+        for (int mu = 0; mu < MT; ++mu) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mu][nu][e] = 0.0f;
+#pragma unroll
+            for (int ka = 0; ka < 2; ++ka) mma::mma<SPLIT>(s[mu][nu], a[mu][ka], b[ka]);
+        }
+    }
+    // Row softmax: a row is spread over the 4 threads of a quad (2 columns per tile each).
+#pragma unroll
+    for (int mu = 0; mu < MT; ++mu)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int t = 16 * mu + gi + 8 * r;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nu = 0; nu < S::NT; ++nu)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int col = 8 * nu + 2 * tq + e;
+                    float &v = s[mu][nu][2 * r + e];
+                    v = col < g.T ? __fmul_rn(v, g.scale) : -INFINITY;
+                    mx = fmaxf(mx, v);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float sum = 0.0f;
+#pragma unroll
+            for (int nu = 0; nu < S::NT; ++nu)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float &v = s[mu][nu][2 * r + e];
+                    v = expf(__fadd_rn(v, -mx));  // exp(−inf) = 0 for the padded keys
+                    sum = __fadd_rn(sum, v);
+                }
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+#pragma unroll
+            for (int nu = 0; nu < S::NT; ++nu)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float &v = s[mu][nu][2 * r + e];
+                    v = t < g.T ? __fdiv_rn(v, sum) : 0.0f;
+                }
+        }
+#pragma unroll
+    for (int nu = 0; nu < S::NT; ++nu)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            float a0 = 0.0f;
+#pragma unroll
+            for (int mu = 0; mu < MT; ++mu)
+                a0 = __fadd_rn(__fadd_rn(a0, s[mu][nu][e]), s[mu][nu][2 + e]);
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) a0 = __fadd_rn(a0, __shfl_xor_sync(0xffffffffu, a0, o));
+            c[nu][e] = a0;
+        }
+}
+
+template <int MT, int KX, bool SPLIT>
+__global__ void __launch_bounds__(256)
+k_attn_tc_fwd(Geom g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
+              float *__restrict__ abar) {
+    using S = TcShape<MT, KX>;
+    extern __shared__ float4 sm4[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int h = warp % g.heads, slot = warp / g.heads;
+    const int gi = lane >> 2, tq = lane & 3;
+    float *sm = reinterpret_cast<float *>(sm4) + warp * S::FWD_FLOATS;
+    const float Tf = (float)g.T;
+    const int i0 = blockIdx.x * spb, i1 = min(g.B, i0 + spb);
+    for (int i = i0 + slot; i < i1; i += wph) {
+        load_x<MT, KX>(g, x + (size_t)i * g.D, sm + S::X, lane);
+        __syncwarp();
+        project_qkv<MT, KX, SPLIT>(g, h, comp, sm, gi, tq);
+        __syncwarp();
+        float s[MT][S::NT][4], c[S::NT][2];
+        softmax_rows<MT, KX, SPLIT>(g, sm, gi, tq, s, c);
+        if (gi == 0)
+#pragma unroll
+            for (int nu = 0; nu < S::NT; ++nu) {
+                sm[S::VEC + 8 * nu + 2 * tq] = c[nu][0];
+                sm[S::VEC + 8 * nu + 2 * tq + 1] = c[nu][1];
+            }
+        __syncwarp();
+        if (lane < g.dh) {
+            const float *v = sm + S::V;
+            float a = 0.0f;
+            for (int t = 0; t < g.T; ++t) a = fmaf(sm[S::VEC + t], v[t * kLDQ + lane], a);
+            abar[(size_t)i * g.d + h * g.dh + lane] = __fdiv_rn(a, Tf);
+        }
+        __syncwarp();
+    }
+}
+
+template <int MT, int KX, bool SPLIT>
+__global__ void __launch_bounds__(256)
+k_attn_tc_bwd(Geom g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
+              const float *__restrict__ dabar, float *__restrict__ partial) {
+    using S = TcShape<MT, KX>;
+    constexpr int NT = S::NT;
+    extern __shared__ float4 sm4[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int h = warp % g.heads, slot = warp / g.heads;
+    const int gi = lane >> 2, tq = lane & 3;
+    float *sm = reinterpret_cast<float *>(sm4) + warp * S::BWD_FLOATS;
+    const float *X = sm + S::X, *q = sm + S::Q, *k = sm + S::K, *v = sm + S::V;
+    float *vec = sm + S::VEC, *dS = sm + S::DS;
+    const float Tf = (float)g.T;
+
+    float sacc[3][NT][4], macc[3][KX][4];
+#pragma unroll
+    for (int p = 0; p < 3; ++p) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sacc[p][n][e] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < KX; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) macc[p][n][e] = 0.0f;
+    }
+
+    const int i0 = blockIdx.x * spb, i1 = min(g.B, i0 + spb);
+    for (int i = i0 + slot; i < i1; i += wph) {
+        const float *dai = dabar + (size_t)i * g.d + h * g.dh;
+        load_x<MT, KX>(g, x + (size_t)i * g.D, sm + S::X, lane);
+        __syncwarp();
+        project_qkv<MT, KX, SPLIT>(g, h, comp, sm, gi, tq);
+        __syncwarp();
+        // β_s = γ · v_s, γ = dā_h / T (the gradient of every query row's attention output).
+        if (lane < S::TP) {
+            float b = 0.0f;
+            if (lane < g.T)
+                for (int j = 0; j < g.dh; ++j)
+                    b = fmaf(__fdiv_rn(__ldg(dai + j), Tf), v[lane * kLDQ + j], b);
+            vec[lane] = b;
+        }
+        const float gam_lo = gi < g.dh ? __fdiv_rn(__ldg(dai + gi), Tf) : 0.0f;
+        const float gam_hi = gi + 8 < g.dh ? __fdiv_rn(__ldg(dai + gi + 8), Tf) : 0.0f;
+        __syncwarp();
+        float s[MT][NT][4], c[NT][2];
+        softmax_rows<MT, KX, SPLIT>(g, sm, gi, tq, s, c);
+        // dS = A (β − Σ_s A β) / √dh, in place; a copy in shared memory for dkᵀ.
+#pragma unroll
+        for (int mu = 0; mu < MT; ++mu)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float rs = 0.0f;
+#pragma unroll
+                for (int nu = 0; nu < NT; ++nu)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        rs = fmaf(s[mu][nu][2 * r + e], vec[8 * nu + 2 * tq + e], rs);
+                rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 1));
+                rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 2));
+#pragma unroll
+                for (int nu = 0; nu < NT; ++nu)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float &a = s[mu][nu][2 * r + e];
+                        a = __fmul_rn(__fmul_rn(a, __fadd_rn(vec[8 * nu + 2 * tq + e], -rs)), g.scale);
+                    }
+            }
+#pragma unroll
+        for (int mu = 0; mu < MT; ++mu)
+#pragma unroll
+            for (int nu = 0; nu < NT; ++nu) {
+                const int t0 = 16 * mu + gi, col = 8 * nu + 2 * tq;
+                *reinterpret_cast<float2 *>(dS + t0 * S::LDS + col) = make_float2(s[mu][nu][0], s[mu][nu][1]);
+                *reinterpret_cast<float2 *>(dS + (t0 + 8) * S::LDS + col) = make_float2(s[mu][nu][2], s[mu][nu][3]);
+            }
+        __syncwarp();
+#pragma unroll
+        for (int p = 0; p < 3; ++p) {
+            float G[NT][4];
+            if (p == 2) {  // dvᵀ[j][s] = γ_j c_s
+#pragma unroll
+                for (int n = 0; n < NT; ++n) {
+                    G[n][0] = __fmul_rn(c[n][0], gam_lo);
+                    G[n][1] = __fmul_rn(c[n][1], gam_lo);
+                    G[n][2] = __fmul_rn(c[n][0], gam_hi);
+                    G[n][3] = __fmul_rn(c[n][1], gam_hi);
+                }
+            } else {
+                // p = 0: dqᵀ = Kᵀ dSᵀ (k index = key s);  p = 1: dkᵀ = Qᵀ dS (k index = query t).
+                const float *src = p == 0 ? k : q;
+                mma::Op a[NT][4];
+#pragma unroll
+                for (int ka = 0; ka < NT; ++ka) {
+                    const int r0 = (8 * ka + 2 * tq) * kLDQ, r1 = r0 + kLDQ;
+                    a[ka][0] = mma::op<SPLIT>(src[r0 + gi]);
+                    a[ka][1] = mma::op<SPLIT>(src[r0 + gi + 8]);
+                    a[ka][2] = mma::op<SPLIT>(src[r1 + gi]);
+                    a[ka][3] = mma::op<SPLIT>(src[r1 + gi + 8]);
+                }
+#pragma unroll
+                for (int n = 0; n < NT; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) G[n][e] = 0.0f;
+#pragma unroll
+                    for (int ka = 0; ka < NT; ++ka) {
+                        mma::Op b[2];
+                        if (p == 0) {  // dSᵀ[s][t]: dS's accumulator fragment, rows t = 8n + g
+                            const int mu = n >> 1, hi = (n & 1) * 2;
+                            b[0] = mma::op<SPLIT>(s[mu][ka][hi]);
+                            b[1] = mma::op<SPLIT>(s[mu][ka][hi + 1]);
+                        } else {       // dS[t][s], t = 8ka + 2t' (+1), s = 8n + g
+                            b[0] = mma::op<SPLIT>(dS[(8 * ka + 2 * tq) * S::LDS + 8 * n + gi]);
+                            b[1] = mma::op<SPLIT>(dS[(8 * ka + 2 * tq + 1) * S::LDS + 8 * n + gi]);
+                        }
+                        mma::mma<SPLIT>(G[n], a[ka], b);
+                    }
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) sacc[p][n][e] = __fadd_rn(sacc[p][n][e], G[n][e]);
+            // M_acc += dpartᵀ X: the contraction runs over tokens, tile n of G's columns.
+#pragma unroll
+            for (int nx = 0; nx < KX; ++nx)
+#pragma unroll
+                for (int ka = 0; ka < NT; ++ka) {
+                    mma::Op a[4], b[2];
+                    mma::a_from_acc<SPLIT>(a, G[ka]);
+                    b[0] = mma::op<SPLIT>(X[(8 * ka + 2 * tq) * S::LDX + 8 * nx + gi]);
+                    b[1] = mma::op<SPLIT>(X[(8 * ka + 2 * tq + 1) * S::LDX + 8 * nx + gi]);
+                    mma::mma<SPLIT>(macc[p][nx], a, b);
+                }
+        }
+        __syncwarp();
+    }
+
+    // This warp's head columns of its slot's partial row: S [T, 3d] | M1 [3d, td] | M2 [3d, G].
+    float *out = partial + (size_t)(blockIdx.x * wph + slot) * g.pw;
+    float *M1 = out + (size_t)g.T * g.d3, *M2 = M1 + (size_t)g.d3 * g.td;
+#pragma unroll
+    for (int p = 0; p < 3; ++p)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int j = gi + (e >> 1) * 8;
+            if (j >= g.dh) continue;
+            const int c = p * g.d + h * g.dh + j;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                const int t = 8 * n + 2 * tq + (e & 1);
+                if (t < g.T) out[(size_t)t * g.d3 + c] = sacc[p][n][e];
+            }
+#pragma unroll
+            for (int nx = 0; nx < KX; ++nx) {
+                const int f = 8 * nx + 2 * tq + (e & 1);
+                if (f < g.td) M1[(size_t)c * g.td + f] = macc[p][nx][e];
+                else if (f < g.td + g.G) M2[(size_t)c * g.G + (f - g.td)] = macc[p][nx][e];
+            }
+        }
+}
+
+using FwdFn = void (*)(Geom, int, int, const float *, const float *, float *);
+using BwdFn = void (*)(Geom, int, int, const float *, const float *, const float *, float *);
+
+template <int MT, int KX, bool SPLIT>
+void pick(FwdFn &f, BwdFn &b, size_t &wf, size_t &wb) {
+    f = k_attn_tc_fwd<MT, KX, SPLIT>;
+    b = k_attn_tc_bwd<MT, KX, SPLIT>;
+    wf = TcShape<MT, KX>::FWD_FLOATS;
+    wb = TcShape<MT, KX>::BWD_FLOATS;
+}
+
+class TcPath final : public Path {
+public:
+    TcPath(const Geom &g, bool split) : g_(g), split_(split) {
+        const int MT = g.T <= 16 ? 1 : 2, KX = g.td + g.G <= 8 ? 1 : 2;
+        const int key = (MT - 1) * 4 + (KX - 1) * 2 + (split ? 1 : 0);
+        size_t wf = 0, wb = 0;
+        switch (key) {
+        case 0: pick<1, 1, false>(fwd_, bwd_, wf, wb); break;
+        case 1: pick<1, 1, true>(fwd_, bwd_, wf, wb); break;
+        case 2: pick<1, 2, false>(fwd_, bwd_, wf, wb); break;
+        case 3: pick<1, 2, true>(fwd_, bwd_, wf, wb); break;
+        case 4: pick<2, 1, false>(fwd_, bwd_, wf, wb); break;
+        case 5: pick<2, 1, true>(fwd_, bwd_, wf, wb); break;
+        case 6: pick<2, 2, false>(fwd_, bwd_, wf, wb); break;
+        default: pick<2, 2, true>(fwd_, bwd_, wf, wb); break;
+        }
+        wph_ = std::max(1, 4 / g.heads);
+        threads_ = g.heads * wph_ * 32;
+        smem_f_ = (size_t)g.heads * wph_ * wf * sizeof(float);
+        smem_b_ = (size_t)g.heads * wph_ * wb * sizeof(float);
+        aux::allow_smem((const void *)fwd_, smem_f_, "attention forward (tensor cores)");
+        aux::allow_smem((const void *)bwd_, smem_b_, "attention backward (tensor cores)");
+        // A block covers wph transitions at a time: its range is a multiple of wph.
+        spb_f_ = round_up(wave_samples_per_block((const void *)fwd_, threads_, smem_f_, g.B,
+                                                 kTargetSamples));
+        spb_b_ = round_up(wave_samples_per_block((const void *)bwd_, threads_, smem_b_, g.B,
+                                                 kTargetSamples));
+        nblk_f_ = (g.B + spb_f_ - 1) / spb_f_;
+        nblk_b_ = (g.B + spb_b_ - 1) / spb_b_;
+    }
+
+    Kernels kind() const override { return split_ ? Kernels::TC_SPLIT : Kernels::TC; }
+    int partial_rows() const override { return nblk_b_ * wph_; }
+
+    void forward(const FwdArgs &a, cudaStream_t s) override {
+        fwd_<<<nblk_f_, threads_, smem_f_, s>>>(g_, wph_, spb_f_, a.x, a.comp, a.abar);
+        FH_LAUNCHED("k_attn_tc_fwd");
+        pool_aug(g_, a, s);
+    }
+    void backward(const BwdArgs &a, cudaStream_t s) override {
+        bwd_<<<nblk_b_, threads_, smem_b_, s>>>(g_, wph_, spb_b_, a.x, a.comp, a.dabar, a.partial);
+        FH_LAUNCHED("k_attn_tc_bwd");
+    }
+
+private:
+    int round_up(int spb) const { return (spb + wph_ - 1) / wph_ * wph_; }
+
+    Geom g_;
+    bool split_;
+    FwdFn fwd_ = nullptr;
+    BwdFn bwd_ = nullptr;
+    int wph_ = 1, threads_ = 32, spb_f_ = 1, spb_b_ = 1, nblk_f_ = 1, nblk_b_ = 1;
+    size_t smem_f_ = 0, smem_b_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Path> make_tc_path(const Geom &g, bool split) {
+    if (g.T > 32 || g.dh > kDHP || g.td + g.G > 16 || g.heads > 8) return nullptr;
+    return std::make_unique<TcPath>(g, split);
+}
+
+}  // namespace fh::cuda::attn
