@@ -42,19 +42,39 @@ namespace {
 constexpr int kDHP = 16;      // head width, padded
 constexpr int kLDQ = kDHP + 4;
 constexpr int kTargetSamples = 16;
+constexpr float kLog2e = 1.4426950408889634f;
 
+// Shared memory: the block's cc of every head (zero-padded), then one region per warp.
 template <int MT, int KX>
 struct TcShape {
     static constexpr int TP = 16 * MT, NT = 2 * MT, KXP = 8 * KX;
     static constexpr int LDX = KXP + 4, LDS = TP + 4;
     static constexpr int X = 0, Q = TP * LDX, K = Q + TP * kLDQ, V = K + TP * kLDQ,
-                         VEC = V + TP * kLDQ, DS = VEC + TP;
+                         VEC = V + TP * kLDQ, GV = VEC + TP, DS = GV + kDHP;
     static constexpr int FWD_FLOATS = DS;                 // per warp, forward
     static constexpr int BWD_FLOATS = DS + TP * LDS;      // per warp, backward
+    // cc of all heads: row t = [head 0: q 16 | k 16 | v 16 | head 1: ...] + 8 (banks)
+    __host__ __device__ static int ldcb(int heads) { return heads * 3 * kDHP + 8; }
+    __host__ __device__ static int cc_floats(int heads) { return TP * ldcb(heads); }
 };
 
-// X of transition i: obs rows [tok_t | 0], the goal row [0 | g], zero padding.
+// The block's cc_t of every head into shared memory (rows ≥ T and channels ≥ dh zero), once
+// per kernel: the projections then read it without bounds checks.
 template <int MT, int KX>
+__device__ __forceinline__ void stage_cc(const Geom &g, const float *__restrict__ comp, float *ccb) {
+    using S = TcShape<MT, KX>;
+    const int w = g.heads * 3 * kDHP, ld = S::ldcb(g.heads);
+    for (int e = threadIdx.x; e < S::TP * w; e += blockDim.x) {
+        const int t = e / w, r = e - t * w, h = r / (3 * kDHP), r2 = r - h * 3 * kDHP;
+        const int p = r2 / kDHP, j = r2 - p * kDHP;
+        ccb[t * ld + r] = (t < g.T && j < g.dh)
+                              ? __ldg(comp + g.c_cc + (size_t)t * g.d3 + p * g.d + h * g.dh + j)
+                              : 0.0f;
+    }
+}
+
+// X of transition i: obs rows [tok_t | 0], the goal row [0 | g], zero padding.
+template <int MT, int KX, bool SPLIT>
 __device__ __forceinline__ void load_x(const Geom &g, const float *__restrict__ xi, float *X,
                                        int lane) {
     using S = TcShape<MT, KX>;
@@ -66,7 +86,7 @@ __device__ __forceinline__ void load_x(const Geom &g, const float *__restrict__ 
         } else if (t == g.To && f >= g.td && f < g.td + g.G) {
             v = __ldg(xi + g.O + (f - g.td));
         }
-        X[t * S::LDX + f] = v;
+        X[t * S::LDX + f] = mma::stored<SPLIT>(v);
     }
 }
 
@@ -77,47 +97,66 @@ __device__ __forceinline__ float w_aug(const Geom &g, const float *__restrict__ 
     return f < g.G ? __ldg(comp + g.c_wg + (size_t)c * g.G + f) : 0.0f;
 }
 
-// q, k, v of head h for all tokens into shared memory (rows ≥ T and columns ≥ dh are zero).
-template <int MT, int KX, bool SPLIT>
-__device__ __forceinline__ void project_qkv(const Geom &g, int h, const float *__restrict__ comp,
-                                            float *sm, int gi, int tq) {
-    using S = TcShape<MT, KX>;
-    const float *X = sm + S::X;
-    const float *cc = comp + g.c_cc;
+// The B fragments of the head's W_augᵀ (the same for every transition: held in registers).
+template <int KX, bool SPLIT>
+struct WFrag {
+    mma::Op b[3][2][KX][2];
+    __device__ __forceinline__ void load(const Geom &g, int h, const float *__restrict__ comp,
+                                         int gi, int tq) {
 #pragma unroll
-    for (int p = 0; p < 3; ++p) {
-        float *dst = sm + S::Q + p * S::TP * kLDQ;
-        const int cbase = p * g.d + h * g.dh;
+        for (int p = 0; p < 3; ++p)
 #pragma unroll
-        for (int nu = 0; nu < 2; ++nu) {
-            mma::Op b[KX][2];
-            const int jb = 8 * nu + gi;
-#pragma unroll
-            for (int ka = 0; ka < KX; ++ka) {
-                const bool ok = jb < g.dh;
-                b[ka][0] = mma::op<SPLIT>(ok ? w_aug(g, comp, cbase + jb, 8 * ka + tq) : 0.0f);
-                b[ka][1] = mma::op<SPLIT>(ok ? w_aug(g, comp, cbase + jb, 8 * ka + tq + 4) : 0.0f);
-            }
-            const int jc = 8 * nu + 2 * tq;
-#pragma unroll
-            for (int mu = 0; mu < MT; ++mu) {
-                const int t0 = 16 * mu + gi, t1 = t0 + 8;
-                float acc[4];
-                acc[0] = (t0 < g.T && jc < g.dh) ? __ldg(cc + (size_t)t0 * g.d3 + cbase + jc) : 0.0f;
-                acc[1] = (t0 < g.T && jc + 1 < g.dh) ? __ldg(cc + (size_t)t0 * g.d3 + cbase + jc + 1) : 0.0f;
-                acc[2] = (t1 < g.T && jc < g.dh) ? __ldg(cc + (size_t)t1 * g.d3 + cbase + jc) : 0.0f;
-                acc[3] = (t1 < g.T && jc + 1 < g.dh) ? __ldg(cc + (size_t)t1 * g.d3 + cbase + jc + 1) : 0.0f;
+            for (int nu = 0; nu < 2; ++nu) {
+                const int j = 8 * nu + gi;
+                const bool ok = j < g.dh;
+                const int c = p * g.d + h * g.dh + j;
 #pragma unroll
                 for (int ka = 0; ka < KX; ++ka) {
-                    mma::Op a[4];
-                    a[0] = mma::op<SPLIT>(X[t0 * S::LDX + 8 * ka + tq]);
-                    a[1] = mma::op<SPLIT>(X[t1 * S::LDX + 8 * ka + tq]);
-                    a[2] = mma::op<SPLIT>(X[t0 * S::LDX + 8 * ka + tq + 4]);
-                    a[3] = mma::op<SPLIT>(X[t1 * S::LDX + 8 * ka + tq + 4]);
-                    mma::mma<SPLIT>(acc, a, b[ka]);
+                    b[p][nu][ka][0] = mma::op<SPLIT>(ok ? w_aug(g, comp, c, 8 * ka + tq) : 0.0f);
+                    b[p][nu][ka][1] = mma::op<SPLIT>(ok ? w_aug(g, comp, c, 8 * ka + tq + 4) : 0.0f);
                 }
-                *reinterpret_cast<float2 *>(dst + t0 * kLDQ + jc) = make_float2(acc[0], acc[1]);
-                *reinterpret_cast<float2 *>(dst + t1 * kLDQ + jc) = make_float2(acc[2], acc[3]);
+            }
+    }
+};
+
+// q, k, v of head h for all tokens into shared memory (rows ≥ T and columns ≥ dh are zero).
+// Plain TF32: q is stored times log2(e)/√dh, so that the softmax is exp2 of the scores as read.
+template <int MT, int KX, bool SPLIT>
+__device__ __forceinline__ void project_qkv(const Geom &g, int h, const float *ccb,
+                                            const WFrag<KX, SPLIT> &w, float *sm, int gi, int tq) {
+    using S = TcShape<MT, KX>;
+    const float *X = sm + S::X;
+    const int ld = S::ldcb(g.heads);
+    const float qscale = SPLIT ? 1.0f : g.scale * kLog2e;
+#pragma unroll
+    for (int mu = 0; mu < MT; ++mu) {
+        const int t0 = 16 * mu + gi, t1 = t0 + 8;
+        mma::Op a[KX][4];
+#pragma unroll
+        for (int ka = 0; ka < KX; ++ka) {
+            a[ka][0] = mma::loaded<SPLIT>(X[t0 * S::LDX + 8 * ka + tq]);
+            a[ka][1] = mma::loaded<SPLIT>(X[t1 * S::LDX + 8 * ka + tq]);
+            a[ka][2] = mma::loaded<SPLIT>(X[t0 * S::LDX + 8 * ka + tq + 4]);
+            a[ka][3] = mma::loaded<SPLIT>(X[t1 * S::LDX + 8 * ka + tq + 4]);
+        }
+#pragma unroll
+        for (int p = 0; p < 3; ++p) {
+            float *dst = sm + S::Q + p * S::TP * kLDQ;
+#pragma unroll
+            for (int nu = 0; nu < 2; ++nu) {
+                const int jc = 8 * nu + 2 * tq, col = h * 3 * kDHP + p * kDHP + jc;
+                const float2 c0 = *reinterpret_cast<const float2 *>(ccb + t0 * ld + col);
+                const float2 c1 = *reinterpret_cast<const float2 *>(ccb + t1 * ld + col);
+                float acc[4] = {c0.x, c0.y, c1.x, c1.y};
+#pragma unroll
+                for (int ka = 0; ka < KX; ++ka) mma::mma<SPLIT>(acc, a[ka], w.b[p][nu][ka]);
+                if (p == 0 && !SPLIT)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[e] *= qscale;
+                *reinterpret_cast<float2 *>(dst + t0 * kLDQ + jc) =
+                    make_float2(mma::stored<SPLIT>(acc[0]), mma::stored<SPLIT>(acc[1]));
+                *reinterpret_cast<float2 *>(dst + t1 * kLDQ + jc) =
+                    make_float2(mma::stored<SPLIT>(acc[2]), mma::stored<SPLIT>(acc[3]));
             }
         }
     }
@@ -125,37 +164,35 @@ __device__ __forceinline__ void project_qkv(const Geom &g, int h, const float *_
 
 // A = softmax over the T keys of (q kᵀ)/√dh, as accumulator fragments s[μ][ν] (rows t = 16μ + g
 // and + 8, key columns 8ν + 2t' and + 1); rows ≥ T are zero. Then c[ν] = the column sums of A
-// at this thread's two key columns of tile ν.
+// at this thread's two key columns of tile ν (a butterfly over the fragments' rows).
 template <int MT, int KX, bool SPLIT>
 __device__ __forceinline__ void softmax_rows(const Geom &g, const float *sm, int gi, int tq,
                                              float (&s)[MT][2 * MT][4], float (&c)[2 * MT][2]) {
     using S = TcShape<MT, KX>;
     const float *q = sm + S::Q, *k = sm + S::K;
-    mma::Op a[MT][2][4];
 #pragma unroll
-    for (int mu = 0; mu < MT; ++mu)
-#pragma unroll
-        for (int ka = 0; ka < 2; ++ka) {
-            const int t0 = 16 * mu + gi, col = 8 * ka + tq;
-            a[mu][ka][0] = mma::op<SPLIT>(q[t0 * kLDQ + col]);
-            a[mu][ka][1] = mma::op<SPLIT>(q[(t0 + 8) * kLDQ + col]);
-            a[mu][ka][2] = mma::op<SPLIT>(q[t0 * kLDQ + col + 4]);
-            a[mu][ka][3] = mma::op<SPLIT>(q[(t0 + 8) * kLDQ + col + 4]);
-        }
-#pragma unroll
-    for (int nu = 0; nu < S::NT; ++nu) {
-        mma::Op b[2][2];
+    for (int mu = 0; mu < MT; ++mu) {
+        const int t0 = 16 * mu + gi;
+        mma::Op a[2][4];
 #pragma unroll
         for (int ka = 0; ka < 2; ++ka) {
-            b[ka][0] = mma::op<SPLIT>(k[(8 * nu + gi) * kLDQ + 8 * ka + tq]);
-            b[ka][1] = mma::op<SPLIT>(k[(8 * nu + gi) * kLDQ + 8 * ka + tq + 4]);
+            const int col = 8 * ka + tq;
+            a[ka][0] = mma::loaded<SPLIT>(q[t0 * kLDQ + col]);
+            a[ka][1] = mma::loaded<SPLIT>(q[(t0 + 8) * kLDQ + col]);
+            a[ka][2] = mma::loaded<SPLIT>(q[t0 * kLDQ + col + 4]);
+            a[ka][3] = mma::loaded<SPLIT>(q[(t0 + 8) * kLDQ + col + 4]);
         }
 #pragma unroll
-        for (int mu = 0; mu < MT; ++mu) {
+        for (int nu = 0; nu < S::NT; ++nu) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[mu][nu][e] = 0.0f;
 #pragma unroll
-            for (int ka = 0; ka < 2; ++ka) mma::mma<SPLIT>(s[mu][nu], a[mu][ka], b[ka]);
+            for (int ka = 0; ka < 2; ++ka) {
+                mma::Op b[2];
+                b[0] = mma::loaded<SPLIT>(k[(8 * nu + gi) * kLDQ + 8 * ka + tq]);
+                b[1] = mma::loaded<SPLIT>(k[(8 * nu + gi) * kLDQ + 8 * ka + tq + 4]);
+                mma::mma<SPLIT>(s[mu][nu], a[ka], b);
+            }
         }
     }
     // Row softmax: a row is spread over the 4 threads of a quad (2 columns per tile each).
@@ -171,7 +208,7 @@ __device__ __forceinline__ void softmax_rows(const Geom &g, const float *sm, int
                 for (int e = 0; e < 2; ++e) {
                     const int col = 8 * nu + 2 * tq + e;
                     float &v = s[mu][nu][2 * r + e];
-                    v = col < g.T ? __fmul_rn(v, g.scale) : -INFINITY;
+                    v = col < g.T ? (SPLIT ? __fmul_rn(v, g.scale) : v) : -INFINITY;
                     mx = fmaxf(mx, v);
                 }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -182,18 +219,17 @@ __device__ __forceinline__ void softmax_rows(const Geom &g, const float *sm, int
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     float &v = s[mu][nu][2 * r + e];
-                    v = expf(__fadd_rn(v, -mx));  // exp(−inf) = 0 for the padded keys
-                    sum = __fadd_rn(sum, v);
+                    // exp(−inf) = 0 for the padded keys
+                    v = SPLIT ? expf(__fadd_rn(v, -mx)) : exp2f(v - mx);
+                    sum += v;
                 }
-            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const float inv = t < g.T ? __frcp_rn(sum) : 0.0f;
 #pragma unroll
             for (int nu = 0; nu < S::NT; ++nu)
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    float &v = s[mu][nu][2 * r + e];
-                    v = t < g.T ? __fdiv_rn(v, sum) : 0.0f;
-                }
+                for (int e = 0; e < 2; ++e) s[mu][nu][2 * r + e] *= inv;
         }
 #pragma unroll
     for (int nu = 0; nu < S::NT; ++nu)
@@ -201,16 +237,17 @@ __device__ __forceinline__ void softmax_rows(const Geom &g, const float *sm, int
         for (int e = 0; e < 2; ++e) {
             float a0 = 0.0f;
 #pragma unroll
-            for (int mu = 0; mu < MT; ++mu)
-                a0 = __fadd_rn(__fadd_rn(a0, s[mu][nu][e]), s[mu][nu][2 + e]);
+            for (int mu = 0; mu < MT; ++mu) a0 += s[mu][nu][e] + s[mu][nu][2 + e];
 #pragma unroll
-            for (int o = 4; o < 32; o <<= 1) a0 = __fadd_rn(a0, __shfl_xor_sync(0xffffffffu, a0, o));
+            for (int o = 4; o < 32; o <<= 1) a0 += __shfl_xor_sync(0xffffffffu, a0, o);
             c[nu][e] = a0;
         }
 }
 
-template <int MT, int KX, bool SPLIT>
-__global__ void __launch_bounds__(256)
+// Blocks of 4 warps (heads ≤ 4) are capped at 168 registers so that 3 fit an SM; WIDE blocks
+// (5 to 8 heads, one warp each) take what they need.
+template <int MT, int KX, bool SPLIT, bool WIDE>
+__global__ void __launch_bounds__(WIDE ? 256 : 128, WIDE ? 1 : 3)
 k_attn_tc_fwd(Geom g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               float *__restrict__ abar) {
     using S = TcShape<MT, KX>;
@@ -218,35 +255,48 @@ k_attn_tc_fwd(Geom g, int wph, int spb, const float *__restrict__ x, const float
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int h = warp % g.heads, slot = warp / g.heads;
     const int gi = lane >> 2, tq = lane & 3;
-    float *sm = reinterpret_cast<float *>(sm4) + warp * S::FWD_FLOATS;
+    float *ccb = reinterpret_cast<float *>(sm4);
+    float *sm = ccb + S::cc_floats(g.heads) + warp * S::FWD_FLOATS;
+    stage_cc<MT, KX>(g, comp, ccb);
+    WFrag<KX, SPLIT> w;
+    w.load(g, h, comp, gi, tq);
+    __syncthreads();
     const float Tf = (float)g.T;
     const int i0 = blockIdx.x * spb, i1 = min(g.B, i0 + spb);
     for (int i = i0 + slot; i < i1; i += wph) {
-        load_x<MT, KX>(g, x + (size_t)i * g.D, sm + S::X, lane);
+        load_x<MT, KX, SPLIT>(g, x + (size_t)i * g.D, sm + S::X, lane);
         __syncwarp();
-        project_qkv<MT, KX, SPLIT>(g, h, comp, sm, gi, tq);
+        project_qkv<MT, KX, SPLIT>(g, h, ccb, w, sm, gi, tq);
         __syncwarp();
         float s[MT][S::NT][4], c[S::NT][2];
         softmax_rows<MT, KX, SPLIT>(g, sm, gi, tq, s, c);
         if (gi == 0)
 #pragma unroll
-            for (int nu = 0; nu < S::NT; ++nu) {
-                sm[S::VEC + 8 * nu + 2 * tq] = c[nu][0];
-                sm[S::VEC + 8 * nu + 2 * tq + 1] = c[nu][1];
-            }
+            for (int nu = 0; nu < S::NT; ++nu)
+                *reinterpret_cast<float2 *>(sm + S::VEC + 8 * nu + 2 * tq) =
+                    make_float2(c[nu][0], c[nu][1]);
         __syncwarp();
-        if (lane < g.dh) {
-            const float *v = sm + S::V;
-            float a = 0.0f;
-            for (int t = 0; t < g.T; ++t) a = fmaf(sm[S::VEC + t], v[t * kLDQ + lane], a);
-            abar[(size_t)i * g.d + h * g.dh + lane] = __fdiv_rn(a, Tf);
+        // ā_h[j] = Σ_s c_s v_s[j] / T: lanes j and j + 16 take half the keys each (padded keys
+        // have c_s = 0 and v_s = 0).
+        {
+            const float *v = sm + S::V, *cv = sm + S::VEC;
+            const int j = lane & 15, s0 = (lane >> 4) * (S::TP / 2);
+            float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+            for (int u = 0; u < S::TP / 2; u += 2) {
+                a0 = fmaf(cv[s0 + u], v[(s0 + u) * kLDQ + j], a0);
+                a1 = fmaf(cv[s0 + u + 1], v[(s0 + u + 1) * kLDQ + j], a1);
+            }
+            float a = a0 + a1;
+            a += __shfl_xor_sync(0xffffffffu, a, 16);
+            if (lane < g.dh) abar[(size_t)i * g.d + h * g.dh + lane] = __fdiv_rn(a, Tf);
         }
         __syncwarp();
     }
 }
 
-template <int MT, int KX, bool SPLIT>
-__global__ void __launch_bounds__(256)
+template <int MT, int KX, bool SPLIT, bool WIDE>
+__global__ void __launch_bounds__(WIDE ? 256 : 128, WIDE ? 1 : 2)
 k_attn_tc_bwd(Geom g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               const float *__restrict__ dabar, float *__restrict__ partial) {
     using S = TcShape<MT, KX>;
@@ -255,9 +305,14 @@ k_attn_tc_bwd(Geom g, int wph, int spb, const float *__restrict__ x, const float
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int h = warp % g.heads, slot = warp / g.heads;
     const int gi = lane >> 2, tq = lane & 3;
-    float *sm = reinterpret_cast<float *>(sm4) + warp * S::BWD_FLOATS;
+    float *ccb = reinterpret_cast<float *>(sm4);
+    float *sm = ccb + S::cc_floats(g.heads) + warp * S::BWD_FLOATS;
     const float *X = sm + S::X, *q = sm + S::Q, *k = sm + S::K, *v = sm + S::V;
-    float *vec = sm + S::VEC, *dS = sm + S::DS;
+    float *vec = sm + S::VEC, *gv = sm + S::GV, *dS = sm + S::DS;
+    stage_cc<MT, KX>(g, comp, ccb);
+    WFrag<KX, SPLIT> w;
+    w.load(g, h, comp, gi, tq);
+    __syncthreads();
     const float Tf = (float)g.T;
 
     float sacc[3][NT][4], macc[3][KX][4];
@@ -275,21 +330,25 @@ k_attn_tc_bwd(Geom g, int wph, int spb, const float *__restrict__ x, const float
 
     const int i0 = blockIdx.x * spb, i1 = min(g.B, i0 + spb);
     for (int i = i0 + slot; i < i1; i += wph) {
-        const float *dai = dabar + (size_t)i * g.d + h * g.dh;
-        load_x<MT, KX>(g, x + (size_t)i * g.D, sm + S::X, lane);
+        load_x<MT, KX, SPLIT>(g, x + (size_t)i * g.D, sm + S::X, lane);
+        // γ = dā_h / T (the gradient of every query row's attention output), zero past dh.
+        if (lane < kDHP)
+            gv[lane] = lane < g.dh ? __fdiv_rn(__ldg(dabar + (size_t)i * g.d + h * g.dh + lane), Tf)
+                                   : 0.0f;
         __syncwarp();
-        project_qkv<MT, KX, SPLIT>(g, h, comp, sm, gi, tq);
+        project_qkv<MT, KX, SPLIT>(g, h, ccb, w, sm, gi, tq);
         __syncwarp();
-        // β_s = γ · v_s, γ = dā_h / T (the gradient of every query row's attention output).
+        // β_s = γ · v_s (rows ≥ T of v are zero).
         if (lane < S::TP) {
-            float b = 0.0f;
-            if (lane < g.T)
-                for (int j = 0; j < g.dh; ++j)
-                    b = fmaf(__fdiv_rn(__ldg(dai + j), Tf), v[lane * kLDQ + j], b);
-            vec[lane] = b;
+            float b0 = 0.0f, b1 = 0.0f;
+#pragma unroll
+            for (int j = 0; j < kDHP; j += 2) {
+                b0 = fmaf(gv[j], v[lane * kLDQ + j], b0);
+                b1 = fmaf(gv[j + 1], v[lane * kLDQ + j + 1], b1);
+            }
+            vec[lane] = b0 + b1;
         }
-        const float gam_lo = gi < g.dh ? __fdiv_rn(__ldg(dai + gi), Tf) : 0.0f;
-        const float gam_hi = gi + 8 < g.dh ? __fdiv_rn(__ldg(dai + gi + 8), Tf) : 0.0f;
+        const float gam_lo = gv[gi], gam_hi = gv[gi + 8];
         __syncwarp();
         float s[MT][NT][4], c[NT][2];
         softmax_rows<MT, KX, SPLIT>(g, sm, gi, tq, s, c);
@@ -304,14 +363,14 @@ k_attn_tc_bwd(Geom g, int wph, int spb, const float *__restrict__ x, const float
 #pragma unroll
                     for (int e = 0; e < 2; ++e)
                         rs = fmaf(s[mu][nu][2 * r + e], vec[8 * nu + 2 * tq + e], rs);
-                rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 1));
-                rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 2));
+                rs += __shfl_xor_sync(0xffffffffu, rs, 1);
+                rs += __shfl_xor_sync(0xffffffffu, rs, 2);
 #pragma unroll
                 for (int nu = 0; nu < NT; ++nu)
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         float &a = s[mu][nu][2 * r + e];
-                        a = __fmul_rn(__fmul_rn(a, __fadd_rn(vec[8 * nu + 2 * tq + e], -rs)), g.scale);
+                        a = (a * (vec[8 * nu + 2 * tq + e] - rs)) * g.scale;
                     }
             }
 #pragma unroll
@@ -319,8 +378,10 @@ k_attn_tc_bwd(Geom g, int wph, int spb, const float *__restrict__ x, const float
 #pragma unroll
             for (int nu = 0; nu < NT; ++nu) {
                 const int t0 = 16 * mu + gi, col = 8 * nu + 2 * tq;
-                *reinterpret_cast<float2 *>(dS + t0 * S::LDS + col) = make_float2(s[mu][nu][0], s[mu][nu][1]);
-                *reinterpret_cast<float2 *>(dS + (t0 + 8) * S::LDS + col) = make_float2(s[mu][nu][2], s[mu][nu][3]);
+                *reinterpret_cast<float2 *>(dS + t0 * S::LDS + col) =
+                    make_float2(mma::stored<SPLIT>(s[mu][nu][0]), mma::stored<SPLIT>(s[mu][nu][1]));
+                *reinterpret_cast<float2 *>(dS + (t0 + 8) * S::LDS + col) =
+                    make_float2(mma::stored<SPLIT>(s[mu][nu][2]), mma::stored<SPLIT>(s[mu][nu][3]));
             }
         __syncwarp();
 #pragma unroll
@@ -329,57 +390,66 @@ k_attn_tc_bwd(Geom g, int wph, int spb, const float *__restrict__ x, const float
             if (p == 2) {  // dvᵀ[j][s] = γ_j c_s
 #pragma unroll
                 for (int n = 0; n < NT; ++n) {
-                    G[n][0] = __fmul_rn(c[n][0], gam_lo);
-                    G[n][1] = __fmul_rn(c[n][1], gam_lo);
-                    G[n][2] = __fmul_rn(c[n][0], gam_hi);
-                    G[n][3] = __fmul_rn(c[n][1], gam_hi);
+                    G[n][0] = c[n][0] * gam_lo;
+                    G[n][1] = c[n][1] * gam_lo;
+                    G[n][2] = c[n][0] * gam_hi;
+                    G[n][3] = c[n][1] * gam_hi;
                 }
             } else {
                 // p = 0: dqᵀ = Kᵀ dSᵀ (k index = key s);  p = 1: dkᵀ = Qᵀ dS (k index = query t).
+                // Plain TF32 stores q times log2(e)/√dh: undo it here.
                 const float *src = p == 0 ? k : q;
-                mma::Op a[NT][4];
 #pragma unroll
-                for (int ka = 0; ka < NT; ++ka) {
-                    const int r0 = (8 * ka + 2 * tq) * kLDQ, r1 = r0 + kLDQ;
-                    a[ka][0] = mma::op<SPLIT>(src[r0 + gi]);
-                    a[ka][1] = mma::op<SPLIT>(src[r0 + gi + 8]);
-                    a[ka][2] = mma::op<SPLIT>(src[r1 + gi]);
-                    a[ka][3] = mma::op<SPLIT>(src[r1 + gi + 8]);
-                }
-#pragma unroll
-                for (int n = 0; n < NT; ++n) {
+                for (int n = 0; n < NT; ++n)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) G[n][e] = 0.0f;
 #pragma unroll
-                    for (int ka = 0; ka < NT; ++ka) {
+                for (int ka = 0; ka < NT; ++ka) {
+                    const int r0 = (8 * ka + 2 * tq) * kLDQ, r1 = r0 + kLDQ;
+                    mma::Op a[4];
+                    a[0] = mma::loaded<SPLIT>(src[r0 + gi]);
+                    a[1] = mma::loaded<SPLIT>(src[r0 + gi + 8]);
+                    a[2] = mma::loaded<SPLIT>(src[r1 + gi]);
+                    a[3] = mma::loaded<SPLIT>(src[r1 + gi + 8]);
+#pragma unroll
+                    for (int n = 0; n < NT; ++n) {
                         mma::Op b[2];
                         if (p == 0) {  // dSᵀ[s][t]: dS's accumulator fragment, rows t = 8n + g
                             const int mu = n >> 1, hi = (n & 1) * 2;
                             b[0] = mma::op<SPLIT>(s[mu][ka][hi]);
                             b[1] = mma::op<SPLIT>(s[mu][ka][hi + 1]);
                         } else {       // dS[t][s], t = 8ka + 2t' (+1), s = 8n + g
-                            b[0] = mma::op<SPLIT>(dS[(8 * ka + 2 * tq) * S::LDS + 8 * n + gi]);
-                            b[1] = mma::op<SPLIT>(dS[(8 * ka + 2 * tq + 1) * S::LDS + 8 * n + gi]);
+                            b[0] = mma::loaded<SPLIT>(dS[(8 * ka + 2 * tq) * S::LDS + 8 * n + gi]);
+                            b[1] = mma::loaded<SPLIT>(dS[(8 * ka + 2 * tq + 1) * S::LDS + 8 * n + gi]);
                         }
-                        mma::mma<SPLIT>(G[n], a[ka], b);
+                        mma::mma<SPLIT>(G[n], a, b);
                     }
+                }
+                if (p == 1 && !SPLIT) {
+                    const float unscale = 1.0f / (g.scale * kLog2e);
+#pragma unroll
+                    for (int n = 0; n < NT; ++n)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) G[n][e] *= unscale;
                 }
             }
 #pragma unroll
             for (int n = 0; n < NT; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) sacc[p][n][e] = __fadd_rn(sacc[p][n][e], G[n][e]);
+                for (int e = 0; e < 4; ++e) sacc[p][n][e] += G[n][e];
             // M_acc += dpartᵀ X: the contraction runs over tokens, tile n of G's columns.
 #pragma unroll
-            for (int nx = 0; nx < KX; ++nx)
+            for (int ka = 0; ka < NT; ++ka) {
+                mma::Op a[4];
+                mma::a_from_acc<SPLIT>(a, G[ka]);
 #pragma unroll
-                for (int ka = 0; ka < NT; ++ka) {
-                    mma::Op a[4], b[2];
-                    mma::a_from_acc<SPLIT>(a, G[ka]);
-                    b[0] = mma::op<SPLIT>(X[(8 * ka + 2 * tq) * S::LDX + 8 * nx + gi]);
-                    b[1] = mma::op<SPLIT>(X[(8 * ka + 2 * tq + 1) * S::LDX + 8 * nx + gi]);
+                for (int nx = 0; nx < KX; ++nx) {
+                    mma::Op b[2];
+                    b[0] = mma::loaded<SPLIT>(X[(8 * ka + 2 * tq) * S::LDX + 8 * nx + gi]);
+                    b[1] = mma::loaded<SPLIT>(X[(8 * ka + 2 * tq + 1) * S::LDX + 8 * nx + gi]);
                     mma::mma<SPLIT>(macc[p][nx], a, b);
                 }
+            }
         }
         __syncwarp();
     }
@@ -412,9 +482,9 @@ using FwdFn = void (*)(Geom, int, int, const float *, const float *, float *);
 using BwdFn = void (*)(Geom, int, int, const float *, const float *, const float *, float *);
 
 template <int MT, int KX, bool SPLIT>
-void pick(FwdFn &f, BwdFn &b, size_t &wf, size_t &wb) {
-    f = k_attn_tc_fwd<MT, KX, SPLIT>;
-    b = k_attn_tc_bwd<MT, KX, SPLIT>;
+void pick(bool wide, FwdFn &f, BwdFn &b, size_t &wf, size_t &wb) {
+    f = wide ? k_attn_tc_fwd<MT, KX, SPLIT, true> : k_attn_tc_fwd<MT, KX, SPLIT, false>;
+    b = wide ? k_attn_tc_bwd<MT, KX, SPLIT, true> : k_attn_tc_bwd<MT, KX, SPLIT, false>;
     wf = TcShape<MT, KX>::FWD_FLOATS;
     wb = TcShape<MT, KX>::BWD_FLOATS;
 }
@@ -424,21 +494,23 @@ public:
     TcPath(const Geom &g, bool split) : g_(g), split_(split) {
         const int MT = g.T <= 16 ? 1 : 2, KX = g.td + g.G <= 8 ? 1 : 2;
         const int key = (MT - 1) * 4 + (KX - 1) * 2 + (split ? 1 : 0);
+        wph_ = std::max(1, 4 / g.heads);
+        const bool wide = g.heads * wph_ > 4;
         size_t wf = 0, wb = 0;
         switch (key) {
-        case 0: pick<1, 1, false>(fwd_, bwd_, wf, wb); break;
-        case 1: pick<1, 1, true>(fwd_, bwd_, wf, wb); break;
-        case 2: pick<1, 2, false>(fwd_, bwd_, wf, wb); break;
-        case 3: pick<1, 2, true>(fwd_, bwd_, wf, wb); break;
-        case 4: pick<2, 1, false>(fwd_, bwd_, wf, wb); break;
-        case 5: pick<2, 1, true>(fwd_, bwd_, wf, wb); break;
-        case 6: pick<2, 2, false>(fwd_, bwd_, wf, wb); break;
-        default: pick<2, 2, true>(fwd_, bwd_, wf, wb); break;
+        case 0: pick<1, 1, false>(wide, fwd_, bwd_, wf, wb); break;
+        case 1: pick<1, 1, true>(wide, fwd_, bwd_, wf, wb); break;
+        case 2: pick<1, 2, false>(wide, fwd_, bwd_, wf, wb); break;
+        case 3: pick<1, 2, true>(wide, fwd_, bwd_, wf, wb); break;
+        case 4: pick<2, 1, false>(wide, fwd_, bwd_, wf, wb); break;
+        case 5: pick<2, 1, true>(wide, fwd_, bwd_, wf, wb); break;
+        case 6: pick<2, 2, false>(wide, fwd_, bwd_, wf, wb); break;
+        default: pick<2, 2, true>(wide, fwd_, bwd_, wf, wb); break;
         }
-        wph_ = std::max(1, 4 / g.heads);
         threads_ = g.heads * wph_ * 32;
-        smem_f_ = (size_t)g.heads * wph_ * wf * sizeof(float);
-        smem_b_ = (size_t)g.heads * wph_ * wb * sizeof(float);
+        const size_t cc = (size_t)(MT * 16) * (g.heads * 3 * kDHP + 8);
+        smem_f_ = (cc + (size_t)g.heads * wph_ * wf) * sizeof(float);
+        smem_b_ = (cc + (size_t)g.heads * wph_ * wb) * sizeof(float);
         aux::allow_smem((const void *)fwd_, smem_f_, "attention forward (tensor cores)");
         aux::allow_smem((const void *)bwd_, smem_b_, "attention backward (tensor cores)");
         // A block covers wph transitions at a time: its range is a multiple of wph.

@@ -41,6 +41,18 @@ __device__ __forceinline__ Op op(float x) {
     return o;
 }
 
+// A value for shared memory that a product reads later: plain TF32 products read operands that
+// were rounded once when stored (no conversion at each load); split products need the float.
+template <bool SPLIT>
+__device__ __forceinline__ float stored(float x) {
+    return SPLIT ? x : __uint_as_float(to_tf32(x));
+}
+// The operand element of a value written by stored<SPLIT>().
+template <bool SPLIT>
+__device__ __forceinline__ Op loaded(float x) {
+    return SPLIT ? op<true>(x) : Op{__float_as_uint(x), 0u};
+}
+
 __device__ __forceinline__ void mma1(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                      uint32_t a3, uint32_t b0, uint32_t b1) {
     asm volatile(
