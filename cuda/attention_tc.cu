@@ -44,15 +44,18 @@ constexpr int kLDQ = kDHP + 4;
 constexpr int kTargetSamples = 16;
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Shared memory: the block's cc of every head (zero-padded), then one region per warp.
+// Shared memory: the block's cc of every head (zero-padded), then one region per warp:
+// X, q, k, then v (forward) or dS (backward, where β comes from v's fragments directly), c or β,
+// and γ.
 template <int MT, int KX>
 struct TcShape {
     static constexpr int TP = 16 * MT, NT = 2 * MT, KXP = 8 * KX;
     static constexpr int LDX = KXP + 4, LDS = TP + 4;
-    static constexpr int X = 0, Q = TP * LDX, K = Q + TP * kLDQ, V = K + TP * kLDQ,
-                         VEC = V + TP * kLDQ, GV = VEC + TP, DS = GV + kDHP;
-    static constexpr int FWD_FLOATS = DS;                 // per warp, forward
-    static constexpr int BWD_FLOATS = DS + TP * LDS;      // per warp, backward
+    static constexpr int X = 0, Q = TP * LDX, K = Q + TP * kLDQ, V = K + TP * kLDQ, DS = V;
+    static constexpr int FWD_VEC = V + TP * kLDQ, BWD_VEC = DS + TP * LDS;
+    static constexpr int FWD_FLOATS = FWD_VEC + TP + kDHP;  // per warp, forward
+    static constexpr int BWD_FLOATS = BWD_VEC + TP + kDHP;  // per warp, backward
+    static constexpr int XPL = TP * KXP / 32;               // X elements per lane
     // cc of all heads: row t = [head 0: q 16 | k 16 | v 16 | head 1: ...] + 8 (banks)
     __host__ __device__ static int ldcb(int heads) { return heads * 3 * kDHP + 8; }
     __host__ __device__ static int cc_floats(int heads) { return TP * ldcb(heads); }
@@ -73,22 +76,33 @@ __device__ __forceinline__ void stage_cc(const Geom &g, const float *__restrict_
     }
 }
 
-// X of transition i: obs rows [tok_t | 0], the goal row [0 | g], zero padding.
+// X of transition i: obs rows [tok_t | 0], the goal row [0 | g], zero padding. fetch() issues
+// the global loads of a transition into registers one transition ahead; store() writes them.
 template <int MT, int KX, bool SPLIT>
-__device__ __forceinline__ void load_x(const Geom &g, const float *__restrict__ xi, float *X,
-                                       int lane) {
+struct XRows {
     using S = TcShape<MT, KX>;
-    for (int e = lane; e < S::TP * S::KXP; e += 32) {
-        const int t = e / S::KXP, f = e - t * S::KXP;
-        float v = 0.0f;
-        if (t < g.To) {
-            if (f < g.td) v = __ldg(xi + t * g.td + f);
-        } else if (t == g.To && f >= g.td && f < g.td + g.G) {
-            v = __ldg(xi + g.O + (f - g.td));
+    float v[S::XPL];
+    __device__ __forceinline__ void fetch(const Geom &g, const float *__restrict__ xi, int lane) {
+#pragma unroll
+        for (int k = 0; k < S::XPL; ++k) {
+            const int e = lane + 32 * k, t = e / S::KXP, f = e - t * S::KXP;
+            float x = 0.0f;
+            if (t < g.To) {
+                if (f < g.td) x = __ldg(xi + t * g.td + f);
+            } else if (t == g.To && f >= g.td && f < g.td + g.G) {
+                x = __ldg(xi + g.O + (f - g.td));
+            }
+            v[k] = x;
         }
-        X[t * S::LDX + f] = mma::stored<SPLIT>(v);
     }
-}
+    __device__ __forceinline__ void store(float *X, int lane) const {
+#pragma unroll
+        for (int k = 0; k < S::XPL; ++k) {
+            const int e = lane + 32 * k, t = e / S::KXP, f = e - t * S::KXP;
+            X[t * S::LDX + f] = mma::stored<SPLIT>(v[k]);
+        }
+    }
+};
 
 // W_aug[c][f] = Wc[c][f] (f < td), Wgc[c][f − td] (td ≤ f < td + G), else 0.
 __device__ __forceinline__ float w_aug(const Geom &g, const float *__restrict__ comp, int c, int f) {
@@ -119,11 +133,14 @@ struct WFrag {
     }
 };
 
-// q, k, v of head h for all tokens into shared memory (rows ≥ T and columns ≥ dh are zero).
+// q, k, v of head h for all tokens (rows ≥ T and columns ≥ dh are zero): q and k into shared
+// memory; v too in the forward (BETA = false), while the backward needs only β_t = γ · v_t,
+// summed straight from v's fragments (a quad holds one row's 16 channels) into beta[t].
 // Plain TF32: q is stored times log2(e)/√dh, so that the softmax is exp2 of the scores as read.
-template <int MT, int KX, bool SPLIT>
+template <int MT, int KX, bool SPLIT, bool BETA>
 __device__ __forceinline__ void project_qkv(const Geom &g, int h, const float *ccb,
-                                            const WFrag<KX, SPLIT> &w, float *sm, int gi, int tq) {
+                                            const WFrag<KX, SPLIT> &w, float *sm,
+                                            const float *gv, float *beta, int gi, int tq) {
     using S = TcShape<MT, KX>;
     const float *X = sm + S::X;
     const int ld = S::ldcb(g.heads);
@@ -139,6 +156,7 @@ __device__ __forceinline__ void project_qkv(const Geom &g, int h, const float *c
             a[ka][2] = mma::loaded<SPLIT>(X[t0 * S::LDX + 8 * ka + tq + 4]);
             a[ka][3] = mma::loaded<SPLIT>(X[t1 * S::LDX + 8 * ka + tq + 4]);
         }
+        float b0 = 0.0f, b1 = 0.0f;  // β partials of rows t0, t1 (BETA)
 #pragma unroll
         for (int p = 0; p < 3; ++p) {
             float *dst = sm + S::Q + p * S::TP * kLDQ;
@@ -153,21 +171,44 @@ __device__ __forceinline__ void project_qkv(const Geom &g, int h, const float *c
                 if (p == 0 && !SPLIT)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) acc[e] *= qscale;
-                *reinterpret_cast<float2 *>(dst + t0 * kLDQ + jc) =
-                    make_float2(mma::stored<SPLIT>(acc[0]), mma::stored<SPLIT>(acc[1]));
-                *reinterpret_cast<float2 *>(dst + t1 * kLDQ + jc) =
-                    make_float2(mma::stored<SPLIT>(acc[2]), mma::stored<SPLIT>(acc[3]));
+                if (BETA && p == 2) {
+                    b0 = fmaf(gv[jc], acc[0], fmaf(gv[jc + 1], acc[1], b0));
+                    b1 = fmaf(gv[jc], acc[2], fmaf(gv[jc + 1], acc[3], b1));
+                } else {
+                    *reinterpret_cast<float2 *>(dst + t0 * kLDQ + jc) =
+                        make_float2(mma::stored<SPLIT>(acc[0]), mma::stored<SPLIT>(acc[1]));
+                    *reinterpret_cast<float2 *>(dst + t1 * kLDQ + jc) =
+                        make_float2(mma::stored<SPLIT>(acc[2]), mma::stored<SPLIT>(acc[3]));
+                }
+            }
+        }
+        if (BETA) {
+            b0 += __shfl_xor_sync(0xffffffffu, b0, 1);
+            b0 += __shfl_xor_sync(0xffffffffu, b0, 2);
+            b1 += __shfl_xor_sync(0xffffffffu, b1, 1);
+            b1 += __shfl_xor_sync(0xffffffffu, b1, 2);
+            if (tq == 0) {
+                beta[t0] = b0;
+                beta[t1] = b1;
             }
         }
     }
 }
 
+// 2^x (the softmax of plain TF32 products works in base 2; its inputs are ≤ 0).
+__device__ __forceinline__ float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // A = softmax over the T keys of (q kᵀ)/√dh, as accumulator fragments s[μ][ν] (rows t = 16μ + g
 // and + 8, key columns 8ν + 2t' and + 1); rows ≥ T are zero. Then c[ν] = the column sums of A
 // at this thread's two key columns of tile ν (a butterfly over the fragments' rows).
-template <int MT, int KX, bool SPLIT>
-__device__ __forceinline__ void softmax_rows(const Geom &g, const float *sm, int gi, int tq,
-                                             float (&s)[MT][2 * MT][4], float (&c)[2 * MT][2]) {
+// FULL: T is a multiple of 16 (no padded keys or queries to mask).
+template <int MT, int KX, bool SPLIT, bool FULL>
+__device__ __forceinline__ void softmax_tiles(const Geom &g, const float *sm, int gi, int tq,
+                                              float (&s)[MT][2 * MT][4], float (&c)[2 * MT][2]) {
     using S = TcShape<MT, KX>;
     const float *q = sm + S::Q, *k = sm + S::K;
 #pragma unroll
@@ -208,7 +249,8 @@ __device__ __forceinline__ void softmax_rows(const Geom &g, const float *sm, int
                 for (int e = 0; e < 2; ++e) {
                     const int col = 8 * nu + 2 * tq + e;
                     float &v = s[mu][nu][2 * r + e];
-                    v = col < g.T ? (SPLIT ? __fmul_rn(v, g.scale) : v) : -INFINITY;
+                    if (SPLIT) v = __fmul_rn(v, g.scale);
+                    if (!FULL && col >= g.T) v = -INFINITY;
                     mx = fmaxf(mx, v);
                 }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -220,12 +262,12 @@ __device__ __forceinline__ void softmax_rows(const Geom &g, const float *sm, int
                 for (int e = 0; e < 2; ++e) {
                     float &v = s[mu][nu][2 * r + e];
                     // exp(−inf) = 0 for the padded keys
-                    v = SPLIT ? expf(__fadd_rn(v, -mx)) : exp2f(v - mx);
+                    v = SPLIT ? expf(__fadd_rn(v, -mx)) : exp2_approx(v - mx);
                     sum += v;
                 }
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            const float inv = t < g.T ? __frcp_rn(sum) : 0.0f;
+            const float inv = (FULL || t < g.T) ? __frcp_rn(sum) : 0.0f;
 #pragma unroll
             for (int nu = 0; nu < S::NT; ++nu)
 #pragma unroll
@@ -244,10 +286,17 @@ __device__ __forceinline__ void softmax_rows(const Geom &g, const float *sm, int
         }
 }
 
-// Blocks of 4 warps (heads ≤ 4) are capped at 168 registers so that 3 fit an SM; WIDE blocks
-// (5 to 8 heads, one warp each) take what they need.
-template <int MT, int KX, bool SPLIT, bool WIDE>
-__global__ void __launch_bounds__(WIDE ? 256 : 128, WIDE ? 1 : 3)
+template <int MT, int KX, bool SPLIT>
+__device__ __forceinline__ void softmax_rows(const Geom &g, const float *sm, int gi, int tq,
+                                             float (&s)[MT][2 * MT][4], float (&c)[2 * MT][2]) {
+    if (g.T == 16 * MT) softmax_tiles<MT, KX, SPLIT, true>(g, sm, gi, tq, s, c);
+    else softmax_tiles<MT, KX, SPLIT, false>(g, sm, gi, tq, s, c);
+}
+
+// The forward: blocks of up to 8 warps (two slots of 4 heads at the default), at most 128
+// registers so that two blocks fit an SM (one for the largest split variant, which would spill).
+template <int MT, int KX, bool SPLIT>
+__global__ void __launch_bounds__(256, (SPLIT && KX == 2) ? 1 : 2)
 k_attn_tc_fwd(Geom g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               float *__restrict__ abar) {
     using S = TcShape<MT, KX>;
@@ -263,23 +312,26 @@ k_attn_tc_fwd(Geom g, int wph, int spb, const float *__restrict__ x, const float
     __syncthreads();
     const float Tf = (float)g.T;
     const int i0 = blockIdx.x * spb, i1 = min(g.B, i0 + spb);
+    XRows<MT, KX, SPLIT> xr;
+    if (i0 + slot < i1) xr.fetch(g, x + (size_t)(i0 + slot) * g.D, lane);
     for (int i = i0 + slot; i < i1; i += wph) {
-        load_x<MT, KX, SPLIT>(g, x + (size_t)i * g.D, sm + S::X, lane);
+        xr.store(sm + S::X, lane);
+        if (i + wph < i1) xr.fetch(g, x + (size_t)(i + wph) * g.D, lane);
         __syncwarp();
-        project_qkv<MT, KX, SPLIT>(g, h, ccb, w, sm, gi, tq);
+        project_qkv<MT, KX, SPLIT, false>(g, h, ccb, w, sm, nullptr, nullptr, gi, tq);
         __syncwarp();
         float s[MT][S::NT][4], c[S::NT][2];
         softmax_rows<MT, KX, SPLIT>(g, sm, gi, tq, s, c);
         if (gi == 0)
 #pragma unroll
             for (int nu = 0; nu < S::NT; ++nu)
-                *reinterpret_cast<float2 *>(sm + S::VEC + 8 * nu + 2 * tq) =
+                *reinterpret_cast<float2 *>(sm + S::FWD_VEC + 8 * nu + 2 * tq) =
                     make_float2(c[nu][0], c[nu][1]);
         __syncwarp();
         // ā_h[j] = Σ_s c_s v_s[j] / T: lanes j and j + 16 take half the keys each (padded keys
         // have c_s = 0 and v_s = 0).
         {
-            const float *v = sm + S::V, *cv = sm + S::VEC;
+            const float *v = sm + S::V, *cv = sm + S::FWD_VEC;
             const int j = lane & 15, s0 = (lane >> 4) * (S::TP / 2);
             float a0 = 0.0f, a1 = 0.0f;
 #pragma unroll
@@ -295,8 +347,11 @@ k_attn_tc_fwd(Geom g, int wph, int spb, const float *__restrict__ x, const float
     }
 }
 
+// The backward: blocks of heads × wph ≤ 4 warps capped at 168 registers so that three fit an
+// SM (two for the split and two-feature-step variants, which would spill at 168); WIDE blocks
+// (5 to 8 heads, one warp each) take what they need.
 template <int MT, int KX, bool SPLIT, bool WIDE>
-__global__ void __launch_bounds__(WIDE ? 256 : 128, WIDE ? 1 : 2)
+__global__ void __launch_bounds__(WIDE ? 256 : 128, WIDE ? 1 : ((SPLIT || KX == 2) ? 2 : 3))
 k_attn_tc_bwd(Geom g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               const float *__restrict__ dabar, float *__restrict__ partial) {
     using S = TcShape<MT, KX>;
@@ -307,8 +362,8 @@ k_attn_tc_bwd(Geom g, int wph, int spb, const float *__restrict__ x, const float
     const int gi = lane >> 2, tq = lane & 3;
     float *ccb = reinterpret_cast<float *>(sm4);
     float *sm = ccb + S::cc_floats(g.heads) + warp * S::BWD_FLOATS;
-    const float *X = sm + S::X, *q = sm + S::Q, *k = sm + S::K, *v = sm + S::V;
-    float *vec = sm + S::VEC, *gv = sm + S::GV, *dS = sm + S::DS;
+    const float *X = sm + S::X, *q = sm + S::Q, *k = sm + S::K;
+    float *vec = sm + S::BWD_VEC, *gv = vec + S::TP, *dS = sm + S::DS;
     stage_cc<MT, KX>(g, comp, ccb);
     WFrag<KX, SPLIT> w;
     w.load(g, h, comp, gi, tq);
@@ -329,25 +384,18 @@ k_attn_tc_bwd(Geom g, int wph, int spb, const float *__restrict__ x, const float
     }
 
     const int i0 = blockIdx.x * spb, i1 = min(g.B, i0 + spb);
+    XRows<MT, KX, SPLIT> xr;
+    if (i0 + slot < i1) xr.fetch(g, x + (size_t)(i0 + slot) * g.D, lane);
     for (int i = i0 + slot; i < i1; i += wph) {
-        load_x<MT, KX, SPLIT>(g, x + (size_t)i * g.D, sm + S::X, lane);
+        xr.store(sm + S::X, lane);
         // γ = dā_h / T (the gradient of every query row's attention output), zero past dh.
         if (lane < kDHP)
             gv[lane] = lane < g.dh ? __fdiv_rn(__ldg(dabar + (size_t)i * g.d + h * g.dh + lane), Tf)
                                    : 0.0f;
+        if (i + wph < i1) xr.fetch(g, x + (size_t)(i + wph) * g.D, lane);
         __syncwarp();
-        project_qkv<MT, KX, SPLIT>(g, h, ccb, w, sm, gi, tq);
-        __syncwarp();
-        // β_s = γ · v_s (rows ≥ T of v are zero).
-        if (lane < S::TP) {
-            float b0 = 0.0f, b1 = 0.0f;
-#pragma unroll
-            for (int j = 0; j < kDHP; j += 2) {
-                b0 = fmaf(gv[j], v[lane * kLDQ + j], b0);
-                b1 = fmaf(gv[j + 1], v[lane * kLDQ + j + 1], b1);
-            }
-            vec[lane] = b0 + b1;
-        }
+        // q, k into shared memory; β_s = γ · v_s into vec (rows ≥ T of v are zero).
+        project_qkv<MT, KX, SPLIT, true>(g, h, ccb, w, sm, gv, vec, gi, tq);
         const float gam_lo = gv[gi], gam_hi = gv[gi + 8];
         __syncwarp();
         float s[MT][NT][4], c[NT][2];
@@ -483,7 +531,7 @@ using BwdFn = void (*)(Geom, int, int, const float *, const float *, const float
 
 template <int MT, int KX, bool SPLIT>
 void pick(bool wide, FwdFn &f, BwdFn &b, size_t &wf, size_t &wb) {
-    f = wide ? k_attn_tc_fwd<MT, KX, SPLIT, true> : k_attn_tc_fwd<MT, KX, SPLIT, false>;
+    f = k_attn_tc_fwd<MT, KX, SPLIT>;
     b = wide ? k_attn_tc_bwd<MT, KX, SPLIT, true> : k_attn_tc_bwd<MT, KX, SPLIT, false>;
     wf = TcShape<MT, KX>::FWD_FLOATS;
     wb = TcShape<MT, KX>::BWD_FLOATS;
@@ -494,6 +542,9 @@ public:
     TcPath(const Geom &g, bool split) : g_(g), split_(split) {
         const int MT = g.T <= 16 ? 1 : 2, KX = g.td + g.G <= 8 ? 1 : 2;
         const int key = (MT - 1) * 4 + (KX - 1) * 2 + (split ? 1 : 0);
+        // Forward blocks: two slots of heads (up to 8 warps) share the staged cc; backward
+        // blocks: one slot of up to 4 warps (its registers and shared memory are larger).
+        wph_f_ = std::max(1, 8 / g.heads);
         wph_ = std::max(1, 4 / g.heads);
         const bool wide = g.heads * wph_ > 4;
         size_t wf = 0, wb = 0;
@@ -507,17 +558,18 @@ public:
         case 6: pick<2, 2, false>(wide, fwd_, bwd_, wf, wb); break;
         default: pick<2, 2, true>(wide, fwd_, bwd_, wf, wb); break;
         }
+        threads_f_ = g.heads * wph_f_ * 32;
         threads_ = g.heads * wph_ * 32;
         const size_t cc = (size_t)(MT * 16) * (g.heads * 3 * kDHP + 8);
-        smem_f_ = (cc + (size_t)g.heads * wph_ * wf) * sizeof(float);
+        smem_f_ = (cc + (size_t)g.heads * wph_f_ * wf) * sizeof(float);
         smem_b_ = (cc + (size_t)g.heads * wph_ * wb) * sizeof(float);
         aux::allow_smem((const void *)fwd_, smem_f_, "attention forward (tensor cores)");
         aux::allow_smem((const void *)bwd_, smem_b_, "attention backward (tensor cores)");
         // A block covers wph transitions at a time: its range is a multiple of wph.
-        spb_f_ = round_up(wave_samples_per_block((const void *)fwd_, threads_, smem_f_, g.B,
-                                                 kTargetSamples));
+        spb_f_ = round_up(wave_samples_per_block((const void *)fwd_, threads_f_, smem_f_, g.B,
+                                                 kTargetSamples), wph_f_);
         spb_b_ = round_up(wave_samples_per_block((const void *)bwd_, threads_, smem_b_, g.B,
-                                                 kTargetSamples));
+                                                 kTargetSamples), wph_);
         nblk_f_ = (g.B + spb_f_ - 1) / spb_f_;
         nblk_b_ = (g.B + spb_b_ - 1) / spb_b_;
     }
@@ -526,7 +578,7 @@ public:
     int partial_rows() const override { return nblk_b_ * wph_; }
 
     void forward(const FwdArgs &a, cudaStream_t s) override {
-        fwd_<<<nblk_f_, threads_, smem_f_, s>>>(g_, wph_, spb_f_, a.x, a.comp, a.abar);
+        fwd_<<<nblk_f_, threads_f_, smem_f_, s>>>(g_, wph_f_, spb_f_, a.x, a.comp, a.abar);
         FH_LAUNCHED("k_attn_tc_fwd");
         pool_aug(g_, a, s);
     }
@@ -536,13 +588,14 @@ public:
     }
 
 private:
-    int round_up(int spb) const { return (spb + wph_ - 1) / wph_ * wph_; }
+    static int round_up(int spb, int wph) { return (spb + wph - 1) / wph * wph; }
 
     Geom g_;
     bool split_;
     FwdFn fwd_ = nullptr;
     BwdFn bwd_ = nullptr;
-    int wph_ = 1, threads_ = 32, spb_f_ = 1, spb_b_ = 1, nblk_f_ = 1, nblk_b_ = 1;
+    int wph_f_ = 1, wph_ = 1, threads_f_ = 32, threads_ = 32, spb_f_ = 1, spb_b_ = 1,
+        nblk_f_ = 1, nblk_b_ = 1;
     size_t smem_f_ = 0, smem_b_ = 0;
 };
 
