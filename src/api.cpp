@@ -58,6 +58,13 @@ void need_size(size_t got, size_t want, const char *what, size_t want_01 = 0) {
         fh::fail(FH_ERR_STRUCT_SIZE, "%s.struct_size = %zu, expected %zu", what, got, want);
 }
 
+// Every entry point that takes a pipeline starts here: the handle, then whatever earlier calls
+// left pending on the device (a device-memory check), whose refusal this call then returns.
+void use(const fh_pipeline *p) {
+    need(p, "pipeline");
+    p->backend->settle();
+}
+
 // Copies @p full into the caller's struct, which may have an older, shorter size.
 template <class T>
 void copy_out(T *dst, const T &full) {
@@ -157,7 +164,7 @@ void fh_pipeline_destroy(fh_pipeline *p) { delete p; }
 
 fh_status fh_pipeline_backend(const fh_pipeline *p, int32_t *backend) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(backend, "backend");
         *backend = p->config.backend;
     });
@@ -165,7 +172,7 @@ fh_status fh_pipeline_backend(const fh_pipeline *p, int32_t *backend) {
 
 fh_status fh_pipeline_config(const fh_pipeline *p, fh_config *config) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(config, "config");
         need_size(config->struct_size, sizeof(fh_config), "config",
                   offsetof(fh_config, replay_capacity));
@@ -175,7 +182,7 @@ fh_status fh_pipeline_config(const fh_pipeline *p, fh_config *config) {
 
 fh_status fh_pipeline_upload(fh_pipeline *p, const fh_batch *batch) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         const fh_batch b = fh::read_batch(batch);
         if (p->layout.dims.K > 0)
             fh::fail(FH_ERR_UNSUPPORTED, "fh_pipeline_upload on a pipeline with a replay: its "
@@ -190,7 +197,7 @@ fh_status fh_pipeline_upload(fh_pipeline *p, const fh_batch *batch) {
 
 fh_status fh_pipeline_step(fh_pipeline *p) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need_batch(p, "fh_pipeline_step");
         p->backend->step(p->step);
         ++p->step;
@@ -200,7 +207,7 @@ fh_status fh_pipeline_step(fh_pipeline *p) {
 
 fh_status fh_pipeline_train(fh_pipeline *p, uint32_t k) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         if (k == 0) fh::fail(FH_ERR_BAD_VALUE, "argument 'k' = 0: train runs at least one step");
         need_batch(p, "fh_pipeline_train");
         p->backend->train(p->step, k);
@@ -211,7 +218,7 @@ fh_status fh_pipeline_train(fh_pipeline *p, uint32_t k) {
 
 fh_status fh_pipeline_insert(fh_pipeline *p, const fh_replay_rows *rows) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         const fh_replay_rows r = fh::read_rows(rows);
         if (p->layout.dims.K == 0)
             fh::fail(FH_ERR_UNSUPPORTED, "fh_pipeline_insert on a pipeline without a replay "
@@ -223,7 +230,7 @@ fh_status fh_pipeline_insert(fh_pipeline *p, const fh_replay_rows *rows) {
 
 fh_status fh_pipeline_sync(fh_pipeline *p) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         p->backend->sync();
     });
 }
@@ -231,7 +238,7 @@ fh_status fh_pipeline_sync(fh_pipeline *p) {
 fh_status fh_pipeline_act(fh_pipeline *p, const float *obs, const float *goal, uint32_t n,
                           float epsilon, int32_t *actions, float *q_values) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(obs, "obs");
         need(actions, "actions");
         const fh::Dims &d = p->layout.dims;
@@ -248,7 +255,7 @@ fh_status fh_pipeline_act(fh_pipeline *p, const float *obs, const float *goal, u
 
 fh_status fh_pipeline_metrics(fh_pipeline *p, fh_metrics *m) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(m, "metrics");
         need_size(m->struct_size, sizeof(fh_metrics), "metrics");
         if (!p->has_metrics) {  // before the first step, and after a load until the next step
@@ -268,7 +275,7 @@ fh_status fh_pipeline_metrics(fh_pipeline *p, fh_metrics *m) {
 
 fh_status fh_pipeline_timings(fh_pipeline *p, fh_timings *t) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(t, "timings");
         need_size(t->struct_size, sizeof(fh_timings), "timings", offsetof(fh_timings, sample_ms));
         fh_timings full{};
@@ -280,7 +287,7 @@ fh_status fh_pipeline_timings(fh_pipeline *p, fh_timings *t) {
 
 fh_status fh_pipeline_num_tensors(const fh_pipeline *p, uint32_t *count) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(count, "count");
         *count = (uint32_t)p->layout.tensors.size();
     });
@@ -288,7 +295,7 @@ fh_status fh_pipeline_num_tensors(const fh_pipeline *p, uint32_t *count) {
 
 fh_status fh_pipeline_tensor_info(const fh_pipeline *p, uint32_t index, fh_tensor_info *info) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(info, "info");
         if (index >= p->layout.tensors.size())
             fh::fail(FH_ERR_OUT_OF_RANGE, "argument 'index' = %u is outside [0, %zu)", index,
@@ -299,7 +306,7 @@ fh_status fh_pipeline_tensor_info(const fh_pipeline *p, uint32_t index, fh_tenso
 
 fh_status fh_pipeline_find_tensor(const fh_pipeline *p, const char *name, fh_tensor_info *info) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(info, "info");
         fill_info(find(p, name), info);
     });
@@ -307,7 +314,7 @@ fh_status fh_pipeline_find_tensor(const fh_pipeline *p, const char *name, fh_ten
 
 fh_status fh_pipeline_read_tensor(fh_pipeline *p, const char *name, float *out, size_t count) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         const fh::TensorEntry &t = find(p, name);
         need(out, "out");
         if (count != t.count())
@@ -320,7 +327,7 @@ fh_status fh_pipeline_read_tensor(fh_pipeline *p, const char *name, float *out, 
 fh_status fh_pipeline_write_tensor(fh_pipeline *p, const char *name, const float *in,
                                    size_t count) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         const fh::TensorEntry &t = find(p, name);
         if (!t.writable)
             fh::fail(FH_ERR_UNKNOWN_NAME, "tensor '%s' is read-only (a step output, or regime "
@@ -337,7 +344,7 @@ fh_status fh_pipeline_write_tensor(fh_pipeline *p, const char *name, const float
 
 fh_status fh_pipeline_save_ex(fh_pipeline *p, const char *path, uint32_t flags) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(path, "path");
         if (flags & ~FH_SAVE_REPLAY)
             fh::fail(FH_ERR_BAD_VALUE, "argument 'flags' = 0x%x has bits other than "
@@ -372,7 +379,7 @@ fh_status fh_pipeline_save(fh_pipeline *p, const char *path) {
 
 fh_status fh_pipeline_load(fh_pipeline *p, const char *path) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(path, "path");
         fh::Checkpoint ck = fh::load_checkpoint(path, p->config, p->layout);
         if (ck.has_replay) p->backend->restore_replay(ck.replay);
@@ -386,7 +393,7 @@ fh_status fh_pipeline_load(fh_pipeline *p, const char *path) {
 
 fh_status fh_pipeline_memory(const fh_pipeline *p, fh_memory_report *r) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(r, "report");
         need_size(r->struct_size, sizeof(fh_memory_report), "report",
                   offsetof(fh_memory_report, replay));
@@ -399,7 +406,7 @@ fh_status fh_pipeline_memory(const fh_pipeline *p, fh_memory_report *r) {
 
 fh_status fh_pipeline_dump_graph(fh_pipeline *p, const char *path) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(path, "path");
         p->backend->dump_graph(path);
     });

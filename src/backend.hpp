@@ -39,7 +39,11 @@ public:
     virtual void restore_replay(const ReplayImage &img);  // img checked by the checkpoint loader
     // A batch in device memory that passed check_batch_header() (memory = FH_MEMORY_DEVICE).
     virtual void upload_device(const fh_batch &batch);
-    // Waits for queued work and throws a pending deferred error (default: nothing is queued).
+    // Called first by every entry point that takes the pipeline: waits until the device has
+    // read the device arrays of earlier calls, and throws the refusal of one whose check failed
+    // there (include/foxhunt.h, "Device memory"). Default: nothing is ever pending.
+    virtual void settle() {}
+    // Waits for all queued work (after settle()). Default: nothing is queued.
     virtual void sync() {}
 
     // SPEC §7; `act_call` is the 0-based number of this act call.
