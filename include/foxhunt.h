@@ -468,8 +468,7 @@ FH_API fh_status fh_pipeline_train(fh_pipeline *pipeline, uint32_t k);
  * rows are the ones steps sample from (SPEC §5.0). Every element is checked (SPEC §8; besides,
  * episode_end is 0 or 1, and done = 1 requires episode_end = 1) before any row is written, so
  * a refused insert changes nothing. Host arrays are checked in one read-only pass, then copied
- * (only the rows that stay); on CUDA through pinned staging and asynchronously: an insert does
- * not wait for a step in flight, and the next step samples from the replay with these rows.
+ * (only the rows that stay). The next step samples from the replay with these rows.
  * Episodes: in each environment's column, an episode is a run of rows of which only the last
  * has episode_end = 1, or the run after the last such row, open at the newest row; a HER goal
  * is drawn from later rows of the same episode only.

@@ -37,9 +37,6 @@ fh_config read_config(const fh_config &in) {
 }
 
 void validate_config(const fh_config &c) {
-    if (c.struct_size != sizeof(fh_config))
-        fail(FH_ERR_STRUCT_SIZE, "config.struct_size = %zu, expected %zu (use fh_config_init)",
-             c.struct_size, sizeof(fh_config));
     if (c.backend < FH_BACKEND_AUTO || c.backend > FH_BACKEND_CUDA)
         fail(FH_ERR_BAD_VALUE, "config.backend = %d is not an fh_backend", c.backend);
     if (c.exec_mode < 0 || c.exec_mode > FH_EXEC_SINGLE_STREAM)

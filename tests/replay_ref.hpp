@@ -10,11 +10,22 @@
 #include <Random123/philox.h>
 #include <foxhunt.h>
 
+#include "testutil.h"
+
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 namespace replay_ref {
+
+// The tests' small config (CPU backend) with a replay of K rows of E environments.
+inline fh_config config(uint32_t K, uint32_t E, uint32_t B = 32) {
+    fh_config c = fh_test_small_config();
+    c.replay_capacity = K;
+    c.replay_envs = E;
+    c.batch_size = B;
+    return c;
+}
 
 // Rows of E transitions with owned arrays ([R, E, ...] each), appendable: the history.
 struct Rows {

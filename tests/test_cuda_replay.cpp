@@ -18,7 +18,7 @@
 #include "batch.hpp"
 #include "error.hpp"
 #include "replay.hpp"
-#include "replay_device.hpp"
+#include "../cuda/replay_device.hpp"
 #endif
 
 extern "C" {
@@ -223,14 +223,6 @@ struct Replays {
     }
 };
 
-fh_config ring_config(uint32_t K, uint32_t E, uint32_t B) {
-    fh_config c = fh_test_small_config();
-    c.replay_capacity = K;
-    c.replay_envs = E;
-    c.batch_size = B;
-    return c;
-}
-
 }  // namespace
 
 static void test_cuda_sample_equals_cpu(void **state) {
@@ -239,7 +231,7 @@ static void test_cuda_sample_equals_cpu(void **state) {
     const uint32_t shapes[][3] = {{7, 3, 64}, {1, 1, 16}, {300, 16, 4096}};
     int which = 0;
     for (const auto &sh : shapes) {
-        Replays r(ring_config(sh[0], sh[1], sh[2]));
+        Replays r(replay_ref::config(sh[0], sh[1], sh[2]));
         uint64_t seed = 17 + which++;
         for (int k = 0; k < 8; ++k) {
             const uint32_t R = 1 + (uint32_t)(replay_ref::splitmix(seed) % (sh[0] + 3));
@@ -254,7 +246,7 @@ static void test_cuda_sample_equals_cpu(void **state) {
 static void test_cuda_refused_device_rows(void **state) {
     (void)state;
     if (!fh_test_have_cuda()) skip();
-    Replays r(ring_config(6, 3, 32));
+    Replays r(replay_ref::config(6, 3, 32));
     r.insert(replay_ref::random_rows(r.c, 5, 1, 0.3), false);
     const uint64_t n_before = r.h.R;
     for (int fault = 0; fault < 6; ++fault) {

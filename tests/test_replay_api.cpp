@@ -31,13 +31,6 @@ fh_pipeline *make(const fh_config &c) {
     return p;
 }
 
-fh_config replay_config(uint32_t K, uint32_t E) {
-    fh_config c = fh_test_small_config();
-    c.replay_capacity = K;
-    c.replay_envs = E;
-    return c;
-}
-
 void expect(fh_status got, fh_status want, const char *must_mention) {
     if (got != want)
         fail_msg("status %s, expected %s (%s)", fh_status_string(got), fh_status_string(want),
@@ -92,17 +85,17 @@ void assert_same(fh_pipeline *a, fh_pipeline *b) {
 static void test_config_and_struct_sizes(void **state) {
     (void)state;
     fh_pipeline *p = nullptr;
-    fh_config c = replay_config(8, 0);
+    fh_config c = replay_ref::config(8, 0);
     expect(fh_pipeline_create(&c, &p), FH_ERR_BAD_DIMENSION, "replay_envs = 0");
-    c = replay_config(0, 3);
+    c = replay_ref::config(0, 3);
     expect(fh_pipeline_create(&c, &p), FH_ERR_BAD_DIMENSION, "replay_capacity = 0");
-    c = replay_config(1u << 31, 3);
+    c = replay_ref::config(1u << 31, 3);
     expect(fh_pipeline_create(&c, &p), FH_ERR_BAD_DIMENSION, "exceeds 2^32");
     assert_null(p);
 
     // A config of the 0.1 size (ending at seed) is a config without a replay; whatever lies
     // beyond its size is not read.
-    c = replay_config(5, 2);
+    c = replay_ref::config(5, 2);
     c.struct_size = offsetof(fh_config, replay_capacity);
     p = make(c);
     fh_config back;
@@ -150,7 +143,7 @@ static void test_config_and_struct_sizes(void **state) {
 // Calls that do not apply refuse with a status that says so and change nothing.
 static void test_calls_that_do_not_apply(void **state) {
     (void)state;
-    const fh_config c = replay_config(6, 3);
+    const fh_config c = replay_ref::config(6, 3);
     fh_pipeline *p = make(c);
     fh_test_batch tb;
     fh_test_batch_make(&tb, &c, 2);
@@ -199,7 +192,7 @@ fh_status insert(fh_pipeline *p, const replay_ref::Rows &rows) {
 // twin's that never saw the refused inserts, and both step alike afterwards).
 static void test_refused_inserts_change_nothing(void **state) {
     (void)state;
-    const fh_config c = replay_config(6, 3);  // O = 8, G = 2, NB = 3, A = 4, 3 regimes
+    const fh_config c = replay_ref::config(6, 3);  // O = 8, G = 2, NB = 3, A = 4, 3 regimes
     fh_pipeline *p = make(c), *twin = make(c);
     const replay_ref::Rows first = replay_ref::random_rows(c, 5, 1, 0.3);
     ok(insert(p, first));
@@ -302,7 +295,7 @@ static void test_refused_inserts_change_nothing(void **state) {
 // them.
 static void test_sampled_step_equals_uploaded_step(void **state) {
     (void)state;
-    const fh_config c = replay_config(7, 3);
+    const fh_config c = replay_ref::config(7, 3);
     fh_config plain = c;
     plain.replay_capacity = plain.replay_envs = 0;
     fh_pipeline *a = make(c), *u = make(plain);
@@ -354,7 +347,7 @@ static void test_train_without_replay(void **state) {
 // The memory report counts the ring (every field of K·E transitions) and its episode table.
 static void test_memory_report(void **state) {
     (void)state;
-    const fh_config c = replay_config(6, 3);
+    const fh_config c = replay_ref::config(6, 3);
     fh_pipeline *p = make(c);
     fh_memory_report r = {sizeof r};
     ok(fh_pipeline_memory(p, &r));
@@ -390,7 +383,7 @@ void write_file(const char *path, const std::vector<uint8_t> &b) {
 // short, or holding rows an insert would refuse are refused and change nothing.
 static void test_checkpoint_with_replay(void **state) {
     (void)state;
-    const fh_config c = replay_config(7, 3);
+    const fh_config c = replay_ref::config(7, 3);
     const char *path = fh_test_tmp_path("replay.ckpt");
     const char *plain_path = fh_test_tmp_path("replay_plain.ckpt");
     fh_pipeline *a = make(c);
@@ -424,7 +417,7 @@ static void test_checkpoint_with_replay(void **state) {
 
     // Refused files change nothing.
     const std::vector<uint8_t> before = digest(e);
-    fh_config other = replay_config(8, 3);
+    fh_config other = replay_ref::config(8, 3);
     fh_pipeline *o = make(other);
     expect(fh_pipeline_load(o, path), FH_ERR_CHECKPOINT_CONFIG, "7 rows x 3 environments");
     fh_pipeline_destroy(o);

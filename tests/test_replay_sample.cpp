@@ -28,14 +28,6 @@ using namespace fh;
 
 namespace {
 
-fh_config ring_config(uint32_t K, uint32_t E, uint32_t B) {
-    fh_config c = fh_test_small_config();
-    c.replay_capacity = K;
-    c.replay_envs = E;
-    c.batch_size = B;
-    return c;
-}
-
 // Draws of the library (host) after the history `h` was inserted, against the reference:
 // every index, and every gathered tensor of the batch bit for bit.
 void expect_same_batch(const fh_config &c, const HostReplay &rp, const replay_ref::Rows &h,
@@ -116,7 +108,7 @@ static void test_spec_known_answers(void **state) {
 // episodes at the newest row, the wrap-around, episodes whose start was overwritten.
 static void test_crafted_ring(void **state) {
     (void)state;
-    const fh_config c = ring_config(5, 3, 64);
+    const fh_config c = replay_ref::config(5, 3, 64);
     const Dims d = make_dims(c);
     HostReplay rp(d);
     replay_ref::Rows h(c);
@@ -160,7 +152,7 @@ static void test_random_rings(void **state) {
     for (uint32_t K : Ks)
         for (uint32_t E : Es)
             for (double p : p_end) {
-                fh_config c = ring_config(K, E, 40);
+                fh_config c = replay_ref::config(K, E, 40);
                 c.seed = seed * 977;
                 HostReplay rp(make_dims(c));
                 replay_ref::Rows h(c);
@@ -179,7 +171,7 @@ static void test_random_rings(void **state) {
 // The ring's image (a checkpoint's replay) restores a replay that samples the same.
 static void test_image_restores(void **state) {
     (void)state;
-    const fh_config c = ring_config(9, 4, 50);
+    const fh_config c = replay_ref::config(9, 4, 50);
     HostReplay a(make_dims(c)), b(make_dims(c));
     replay_ref::Rows h(c);
     for (int k = 0; k < 5; ++k) {
@@ -229,7 +221,7 @@ double chi_square_999(double df) {
 static void test_uniform_chi_square(void **state) {
     (void)state;
     const uint32_t K = 50, E = 4, B = 10000;
-    fh_config c = ring_config(K, E, B);
+    fh_config c = replay_ref::config(K, E, B);
     c.seed = 5;
     const Dims d = make_dims(c);
     HostReplay rp(d);

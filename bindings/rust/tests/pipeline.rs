@@ -14,6 +14,19 @@ fn library() -> Option<Arc<Library>> {
     }
 }
 
+/// Every metric and tensor of the two pipelines equal.
+fn assert_same(p: &Pipeline, q: &Pipeline) {
+    assert_eq!(p.metrics().unwrap(), q.metrics().unwrap());
+    for t in p.tensors().unwrap() {
+        assert_eq!(
+            p.read(&t.name).unwrap(),
+            q.read(&t.name).unwrap(),
+            "{}",
+            t.name
+        );
+    }
+}
+
 fn small(lib: &Library) -> Config {
     let mut c = lib.default_config();
     c.backend = 1; // CPU
@@ -436,15 +449,7 @@ fn checkpoint_with_replay_resumes_bit_for_bit() {
         x.insert(&more.rows()).unwrap();
         x.train(3).unwrap();
     }
-    assert_eq!(p.metrics().unwrap(), q.metrics().unwrap());
-    for t in p.tensors().unwrap() {
-        assert_eq!(
-            p.read(&t.name).unwrap(),
-            q.read(&t.name).unwrap(),
-            "{}",
-            t.name
-        );
-    }
+    assert_same(&p, &q);
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -468,15 +473,7 @@ fn save_load_continues_bit_for_bit() {
         x.upload(&d2.batch()).unwrap();
         x.step().unwrap();
     }
-    assert_eq!(p.metrics().unwrap(), q.metrics().unwrap());
-    for t in p.tensors().unwrap() {
-        assert_eq!(
-            p.read(&t.name).unwrap(),
-            q.read(&t.name).unwrap(),
-            "{}",
-            t.name
-        );
-    }
+    assert_same(&p, &q);
     assert_eq!(
         q.load(dir.join("missing")).unwrap_err().status(),
         Some(Status::Io)
