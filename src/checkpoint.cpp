@@ -16,18 +16,37 @@
 namespace fh {
 
 static const char kMagic[8] = {'F', 'O', 'X', 'H', 'U', 'N', 'T', '1'};
-static const uint32_t kFormat = 1;
+static const uint32_t kFormat = 1;        // no replay
+static const uint32_t kFormatReplay = 2;  // with the replay section
 
 namespace {
-struct Writer {
+
+constexpr uint64_t kFnvBasis = 1469598103934665603ull;
+
+uint64_t fnv1a(const uint8_t *p, size_t n, uint64_t h = kFnvBasis) {
+    for (size_t i = 0; i < n; ++i) { h ^= p[i]; h *= 1099511628211ull; }
+    return h;
+}
+
+struct Bytes {
     std::vector<uint8_t> b;
-    template <class T> void put(const T &v) {
-        const uint8_t *p = reinterpret_cast<const uint8_t *>(&v);
-        b.insert(b.end(), p, p + sizeof(T));
-    }
+    template <class T> void put(const T &v) { put_bytes(&v, sizeof v); }
     void put_bytes(const void *p, size_t n) {
         const uint8_t *q = static_cast<const uint8_t *>(p);
         b.insert(b.end(), q, q + n);
+    }
+};
+
+// Writes through to the file while hashing what it wrote: a replay can be gigabytes, too much
+// to assemble in memory first.
+struct FileWriter {
+    FILE *f;
+    uint64_t hash = kFnvBasis;
+    bool ok = true;
+    template <class T> void put(const T &v) { put_bytes(&v, sizeof v); }
+    void put_bytes(const void *p, size_t n) {
+        hash = fnv1a(static_cast<const uint8_t *>(p), n, hash);
+        ok = ok && fwrite(p, 1, n, f) == n;
     }
 };
 
@@ -45,15 +64,17 @@ struct Reader {
     template <class T> T get() { T v; take(&v, sizeof v); return v; }
 };
 
-uint64_t fnv1a(const uint8_t *p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; ++i) { h ^= p[i]; h *= 1099511628211ull; }
-    return h;
+// Bytes of the valid rows of a replay with `rows` rows of E transitions.
+uint64_t replay_bytes(const Dims &d, uint64_t rows, uint32_t E) {
+    uint64_t per = 0;
+    for (int f = 0; f < RF_COUNT; ++f) per += row_field_bytes(d, f);
+    return rows * E * per;
 }
+
 }  // namespace
 
 std::vector<uint8_t> config_fingerprint(const fh_config &c) {
-    Writer w;
+    Bytes w;
     const uint32_t u[] = {c.batch_size, c.obs_dim, c.goal_dim, c.num_branches,
                           c.actions_per_branch, c.trunk_hidden, c.branch_hidden,
                           (uint32_t)c.her_reward, (uint32_t)c.her_terminal_on_success,
@@ -71,20 +92,6 @@ std::vector<uint8_t> config_fingerprint(const fh_config &c) {
 }
 
 void save_checkpoint(const char *path, const fh_config &c, const Checkpoint &ck) {
-    Writer w;
-    w.put_bytes(kMagic, sizeof kMagic);
-    w.put(kFormat);
-    std::vector<uint8_t> fp = config_fingerprint(c);
-    w.put((uint32_t)fp.size());
-    w.put_bytes(fp.data(), fp.size());
-    w.put(ck.step);
-    w.put(ck.act_calls);
-    for (int b = 0; b < NUM_PERSISTENT; ++b) {
-        w.put((uint64_t)ck.bufs[b].size());
-        w.put_bytes(ck.bufs[b].data(), ck.bufs[b].size() * sizeof(float));
-    }
-    w.put(fnv1a(w.b.data(), w.b.size()));
-
     // Write to a fresh temporary name beside it and rename, so a failed save never leaves half
     // a file behind and never touches another file.
     std::string tmp = std::string(path) + ".XXXXXX";
@@ -96,7 +103,28 @@ void save_checkpoint(const char *path, const fh_config &c, const Checkpoint &ck)
         remove(tmp.c_str());
         fail(FH_ERR_IO, "cannot write beside '%s': %s", path, strerror(errno));
     }
-    bool ok = fwrite(w.b.data(), 1, w.b.size(), f) == w.b.size();
+    FileWriter w{f};
+    w.put_bytes(kMagic, sizeof kMagic);
+    w.put(ck.has_replay ? kFormatReplay : kFormat);
+    const std::vector<uint8_t> fp = config_fingerprint(c);
+    w.put((uint32_t)fp.size());
+    w.put_bytes(fp.data(), fp.size());
+    w.put(ck.step);
+    w.put(ck.act_calls);
+    for (int b = 0; b < NUM_PERSISTENT; ++b) {
+        w.put((uint64_t)ck.bufs[b].size());
+        w.put_bytes(ck.bufs[b].data(), ck.bufs[b].size() * sizeof(float));
+    }
+    if (ck.has_replay) {
+        w.put(c.replay_capacity);
+        w.put(c.replay_envs);
+        w.put(ck.replay.n_ins);
+        for (const std::vector<uint8_t> &field : ck.replay.rows.field)
+            w.put_bytes(field.data(), field.size());
+    }
+    const uint64_t sum = w.hash;  // of every byte before it
+    w.put(sum);
+    bool ok = w.ok;
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp.c_str(), path) != 0) {
         int e = errno;
@@ -105,12 +133,20 @@ void save_checkpoint(const char *path, const fh_config &c, const Checkpoint &ck)
     }
 }
 
-// Bytes a checkpoint of this config and layout has.
-static size_t expected_size(const std::vector<uint8_t> &fp, const Layout &L) {
-    size_t n = sizeof kMagic + 4 + 4 + fp.size() + 8 + 8 + 8;
+// Bytes of a checkpoint of this config and layout before its replay section (if any) and its
+// checksum.
+static size_t size_before_replay(const std::vector<uint8_t> &fp, const Layout &L) {
+    size_t n = sizeof kMagic + 4 + 4 + fp.size() + 8 + 8;
     for (int b = 0; b < NUM_PERSISTENT; ++b) n += 8 + L.buf_size[b] * sizeof(float);
     return n;
 }
+
+// A replay section's header: the shape it was saved with and the rows inserted by then.
+struct ReplayHeader {
+    uint32_t K, E;
+    uint64_t n_ins;
+};
+constexpr size_t kReplayHeaderBytes = 4 + 4 + 8;
 
 Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L) {
     // Only regular files: a device or a pipe would be read until memory runs out, or forever.
@@ -138,7 +174,7 @@ Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L
     // is short but starts with this config's header is a truncated one; any other mismatch is
     // corruption, also when the damage hits a size field.
     const std::vector<uint8_t> fp = config_fingerprint(c);
-    const size_t want = expected_size(fp, L);
+    const size_t before_replay = size_before_replay(fp, L);
     const bool sum_ok = bytes.size() >= sizeof kMagic + 8 &&
                         [&] {
                             uint64_t sum;
@@ -147,9 +183,26 @@ Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L
                         }();
     Reader r{bytes, sizeof kMagic, path};
     const size_t fp_at = sizeof kMagic + 8;
+    uint32_t format = 0;
     const bool same_config = bytes.size() >= fp_at + fp.size() &&
-                             r.get<uint32_t>() == kFormat && r.get<uint32_t>() == fp.size() &&
+                             ((format = r.get<uint32_t>()) == kFormat ||
+                              format == kFormatReplay) &&
+                             r.get<uint32_t>() == fp.size() &&
                              memcmp(bytes.data() + fp_at, fp.data(), fp.size()) == 0;
+    // The replay section's size follows from its header (checked against the checksum below).
+    size_t want = before_replay + 8;
+    ReplayHeader rh{0, 0, 0};
+    if (same_config && format == kFormatReplay) {
+        want += kReplayHeaderBytes;
+        if (bytes.size() >= before_replay + kReplayHeaderBytes) {
+            memcpy(&rh.K, bytes.data() + before_replay, 4);
+            memcpy(&rh.E, bytes.data() + before_replay + 4, 4);
+            memcpy(&rh.n_ins, bytes.data() + before_replay + 8, 8);
+            // A shape beyond SPEC §2.1's bound is damage; bounding it keeps the size exact.
+            if ((uint64_t)rh.K * rh.E <= (1ull << 32))
+                want += replay_bytes(L.dims, replay_valid_rows(rh.n_ins, rh.K), rh.E);
+        }
+    }
     if (same_config && bytes.size() < want)
         fail(FH_ERR_CHECKPOINT_TRUNCATED, "checkpoint '%s' ends at byte %zu of %zu", path,
              bytes.size(), want);
@@ -160,6 +213,13 @@ Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L
     if (bytes.size() != want)
         fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' has %zu bytes, a checkpoint of this "
              "config %zu", path, bytes.size(), want);
+    if (format == kFormatReplay && L.dims.K == 0)
+        fail(FH_ERR_CHECKPOINT_CONFIG, "checkpoint '%s' holds a replay of %u rows x %u "
+             "environments; this pipeline has no replay", path, rh.K, rh.E);
+    if (format == kFormatReplay && (rh.K != L.dims.K || rh.E != L.dims.E))
+        fail(FH_ERR_CHECKPOINT_CONFIG, "checkpoint '%s' holds a replay of %u rows x %u "
+             "environments, this pipeline's replay_capacity x replay_envs is %u x %u", path,
+             rh.K, rh.E, L.dims.K, L.dims.E);
 
     r.pos = fp_at + fp.size();
     Checkpoint ck;
@@ -176,6 +236,22 @@ Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L
     const std::string bad = first_non_finite(L, ck);
     if (!bad.empty())
         fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': %s is not finite", path, bad.c_str());
+    if (format == kFormatReplay) {
+        r.pos += kReplayHeaderBytes;
+        ck.has_replay = true;
+        ck.replay.n_ins = rh.n_ins;
+        ck.replay.rows.resize(L.dims, replay_valid_rows(rh.n_ins, rh.K));
+        for (std::vector<uint8_t> &field : ck.replay.rows.field) r.take(field.data(), field.size());
+        // Nor may it smuggle in rows that an insert would refuse.
+        if (ck.replay.rows.R > 0) {
+            try {
+                check_elements(rows_checks(L.dims, ck.replay.rows.view()));
+            } catch (const Error &e) {
+                fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': replay %s", path,
+                     e.message.c_str());
+            }
+        }
+    }
     return ck;
 }
 

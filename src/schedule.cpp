@@ -12,6 +12,7 @@ unsigned mask_of(int first, int count) { return ((1u << count) - 1u) << first; }
 
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     std::vector<ChildDesc> s;
+    if (d.K > 0) s.push_back({ChildId::SAMPLE, "sample", 1, {run(Task::SAMPLE)}});
     s.push_back({ChildId::HER, "her", 1, {run(Task::HER_RELABEL)}});
     s.push_back({ChildId::SPECTRAL, "spectral", 1, {run(Task::SPECTRAL_POWER)}});
     s.push_back({ChildId::DDQN, "ddqn", 3,

@@ -1,6 +1,7 @@
 // The CPU executor: runs the schedule's tasks in list order (fork and join are no-ops on one
 // thread), times each child and mark with a steady clock, and serves act, reads and writes
-// straight from the host buffers.
+// straight from the host buffers. With a replay it owns a HostReplay (src/replay.hpp) and its
+// SAMPLE task draws the batch from it into the same HostBatch an upload fills.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -38,12 +39,24 @@ class CpuBackend final : public Backend {
 public:
     CpuBackend(const fh_config &c, const Layout &L, HostBuffers init)
         : cfg_(c), L_(L), buf_(std::move(init)), s_(cfg_, L_, buf_),
-          schedule_(build_schedule(L_.dims, cfg_)) {}
+          schedule_(build_schedule(L_.dims, cfg_)) {
+        if (L_.dims.K > 0) replay_ = std::make_unique<HostReplay>(L_.dims);
+    }
 
     void upload(const fh_batch &b) override {
         pack_batch(L_.dims, b, host_batch_dst(L_.dims, spare_));
         std::swap(batch_, spare_);
     }
+
+    void upload_device(const fh_batch &) override { refuse_device("batch"); }
+
+    void insert(const fh_replay_rows &rows) override {
+        if (rows.memory == FH_MEMORY_DEVICE) refuse_device("rows");
+        replay_->insert(rows);
+    }
+    uint64_t replay_rows() const override { return replay_ ? replay_->rows_inserted() : 0; }
+    ReplayImage replay_image() override { return replay_->image(); }
+    void restore_replay(const ReplayImage &img) override { replay_->restore(img); }
 
     void step(uint64_t step) override {
         if (!allocated_) {
@@ -65,6 +78,11 @@ public:
     }
 
 private:
+    [[noreturn]] static void refuse_device(const char *what) {
+        fail(FH_ERR_UNSUPPORTED, "%s.memory = FH_MEMORY_DEVICE, but the CPU backend reads host "
+             "memory only", what);
+    }
+
     void run_step(uint64_t step) {
         s_.batch = &batch_;
         s_.step = step;
@@ -169,6 +187,7 @@ public:
         t->aux_iqn_ms = aux_ms_[2];
         t->aux_attn_ms = aux_ms_[3];
         t->aux_tail_ms = aux_ms_[4];
+        t->sample_ms = child_ms_[(int)ChildId::SAMPLE];
     }
 
     void memory(fh_memory_report *r) const override {
@@ -181,18 +200,23 @@ public:
         const Dims &d = L_.dims;
         r->activations += (uint64_t)4 * d.B * (4 * d.H + d.NB * (2 * d.HB + 2 * d.A) + 2) * sizeof(float);
         r->activations += aux_work_bytes(s_);
-        // Two batches (the current one and the next upload's buffer): floats obs, next_obs,
-        // goal, next_achieved_goal, her_goal, reward; int32 action and regime; one byte done.
+        // Two batches (the current one and the next upload's buffer; one with a replay, which
+        // samples into it): floats obs, next_obs, goal, next_achieved_goal, her_goal, reward;
+        // int32 action and regime; one byte done.
         const uint64_t batch_bytes =
             (uint64_t)d.B * ((2 * d.O + 3 * d.G + 1) * sizeof(float) +
                              (d.NB + 1) * sizeof(int32_t) + 1);
-        r->batch_staging = 2 * batch_bytes;
-        r->total = r->parameters + r->activations + r->workspaces + r->batch_staging;
+        r->batch_staging = (replay_ ? 1 : 2) * batch_bytes;
+        r->replay = replay_ ? replay_->bytes() : 0;
+        r->total = r->parameters + r->activations + r->workspaces + r->batch_staging + r->replay;
     }
 
 private:
     void run(const Op &op) {
         switch (op.task) {
+        case Task::SAMPLE:
+            replay_->sample(cfg_.seed, s_.step, 0, host_batch_dst(L_.dims, batch_));
+            break;
         case Task::HER_RELABEL: her_relabel(s_); break;
         case Task::SPECTRAL_POWER: spectral_power(s_); break;
         case Task::DDQN_ONLINE_NEXT: ddqn_online_next(s_); break;
@@ -225,6 +249,7 @@ private:
     CpuStep s_;
     std::vector<ChildDesc> schedule_;
     HostBatch batch_, spare_;  // the batch the next step trains on; the next upload's buffer
+    std::unique_ptr<HostReplay> replay_;  // with a replay: SAMPLE fills batch_ from it
     float child_ms_[(int)ChildId::COUNT] = {};
     float aux_ms_[5] = {};
     float total_ms_ = 0;

@@ -184,10 +184,10 @@ def test_metrics_timings_memory(pipe):
     t = pipe.timings()
     assert set(t) == {"her_ms", "spectral_ms", "ddqn_ms", "forward_ms", "aux_ms", "adam_ms",
                       "total_ms", "aux_ema_ms", "aux_iql_ms", "aux_iqn_ms", "aux_attn_ms",
-                      "aux_tail_ms"}
-    assert t["total_ms"] > 0
+                      "aux_tail_ms", "sample_ms"}
+    assert t["total_ms"] > 0 and t["sample_ms"] == 0  # no replay
     mem = pipe.memory()
-    assert mem["total"] >= mem["parameters"] > 0
+    assert mem["total"] >= mem["parameters"] > 0 and mem["replay"] == 0
 
 
 def test_tensors_read_shapes(pipe):

@@ -19,7 +19,7 @@ def test_config_size_is_what_fh_config_init_writes(fh):
     assert cfg.struct_size == ctypes.sizeof(_abi.fh_config)
 
 
-@pytest.mark.parametrize("delta", [-8, 8])
+@pytest.mark.parametrize("delta", [-4, 8])
 def test_config_wrong_size_refused(fh, delta):
     from foxhunt import _abi
     lib = fh.load_library()
@@ -45,7 +45,8 @@ def test_config_defaults_are_spec_section_1(fh):
                   attn_d_model=64, attn_heads=4, attn_head_hidden=64, cql_alpha=f32(0.1),
                   num_regimes=4, regime_beta=f32(0.99), regime_min=0.25, regime_max=4.0,
                   ema_tau=f32(0.005), lr_q=f32(3e-4), lr_aux=f32(3e-4), adam_beta1=f32(0.9),
-                  adam_beta2=f32(0.999), adam_eps=f32(1e-8), clip_norm=10.0, seed=0)
+                  adam_beta2=f32(0.999), adam_eps=f32(1e-8), clip_norm=10.0, seed=0,
+                  replay_capacity=0, replay_envs=0)
     assert d == expect
 
 
@@ -86,8 +87,21 @@ def test_output_struct_sizes_confirmed_by_library(fh, pipe, fn, struct_name, arg
     from foxhunt import _abi
     struct = getattr(_abi, struct_name)
     assert _call_with_size(fh, pipe, fn, struct, 0, *args) == 0
-    for delta in (-8, 8):
+    for delta in (-4, 8):
         assert _call_with_size(fh, pipe, fn, struct, delta, *args) == fh.Status.ERR_STRUCT_SIZE
+
+
+@pytest.mark.parametrize("fn,struct_name,last_01", [
+    ("fh_pipeline_timings", "fh_timings", "sample_ms"),
+    ("fh_pipeline_memory", "fh_memory_report", "replay"),
+    ("fh_pipeline_config", "fh_config", "replay_capacity"),
+])
+def test_structs_of_version_0_1_accepted(fh, pipe, fn, struct_name, last_01):
+    """A struct that grew in 0.2 is accepted at its 0.1 size (up to the first new field)."""
+    from foxhunt import _abi
+    struct = getattr(_abi, struct_name)
+    size_01 = getattr(struct, last_01).offset
+    assert _call_with_size(fh, pipe, fn, struct, size_01 - ctypes.sizeof(struct)) == 0
 
 
 def test_batch_struct_size_confirmed_by_library(fh, pipe):
@@ -101,7 +115,7 @@ def test_batch_struct_size_confirmed_by_library(fh, pipe):
     r = np.zeros(16, np.float32)
     done = np.zeros(16, np.uint8)
     fp = lambda a: a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))  # noqa: E731
-    for delta, want in ((0, 0), (-8, 2), (8, 2)):
+    for delta, want in ((0, 0), (-8, 0), (-4, 2), (8, 2)):  # -8: the 0.1 size, host memory
         b = _abi.new(_abi.fh_batch)
         b.struct_size += delta
         b.batch_size = 16
