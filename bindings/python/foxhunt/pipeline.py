@@ -6,6 +6,7 @@ from ctypes import POINTER, byref, c_float, c_int32, c_uint8, c_uint32, c_void_p
 import numpy as np
 
 from . import _abi
+from ._config_doc import document
 from ._loader import load_library
 from .errors import FoxhuntError, status_name
 
@@ -87,6 +88,13 @@ def _float_array(value, what, shape):
 
 def _int_array(value, what, shape, lo, hi, ctype):
     a = np.asarray(value)
+    if what == "done" and a.dtype.kind == "f" and a.shape == tuple(shape):
+        # gym-style float flags: exactly 0.0 or 1.0, or the library would get a truncation
+        bad = (a != 0) & (a != 1)
+        if bad.any():
+            i = int(np.argwhere(bad)[0][0])
+            raise ValueError("done[%d] = %r: a float done must be 0.0 or 1.0" % (i, float(a[i])))
+        a = a.astype(np.uint8)
     if a.dtype.kind not in "iub":
         raise TypeError("%s: expected an integer array, got dtype %s" % (what, a.dtype))
     if a.shape != tuple(shape):
@@ -96,10 +104,19 @@ def _int_array(value, what, shape, lo, hi, ctype):
     return np.ascontiguousarray(a, dtype=np.int32 if ctype == "int32" else np.uint8)
 
 
+def _config_dict(cfg):
+    """An fh_config as a dict; enum fields by name ('cpu', 'dense'), as the keywords take them."""
+    out = {name: getattr(cfg, name) for name in CONFIG_FIELDS}
+    for name, table in _ENUMS.items():
+        out[name] = {v: k for k, v in table.items()}.get(out[name], out[name])
+    return out
+
+
 def _ptr(a, ctype):
     return None if a is None else a.ctypes.data_as(POINTER(ctype))
 
 
+@document
 class Pipeline:
     """One foxhunt pipeline. Configure with the header's field names::
 
@@ -127,7 +144,7 @@ class Pipeline:
         self._handle = handle
         resolved = _abi.new(_abi.fh_config)
         _check(self._lib, self._lib.fh_pipeline_config(self._handle, byref(resolved)))
-        self._config = {name: getattr(resolved, name) for name in CONFIG_FIELDS}
+        self._config = _config_dict(resolved)
         self._tensors = self._list_tensors()
 
     # -- lifetime -----------------------------------------------------------------------------
@@ -164,7 +181,9 @@ class Pipeline:
     # -- description --------------------------------------------------------------------------
     @property
     def config(self):
-        """The pipeline's config (backend resolved) as a dict of the header's field names."""
+        """The pipeline's config (backend resolved) as a dict of the header's field names;
+        enum fields by name, as the keyword arguments take them: Pipeline(**p.config) makes
+        an identical pipeline."""
         return dict(self._config)
 
     @property
@@ -208,7 +227,7 @@ class Pipeline:
             "obs": _float_array(obs, "obs", (B, O)),
             "action": _int_array(action, "action", (B, NB), _INT32_MIN, _INT32_MAX, "int32"),
             "reward": _float_array(reward, "reward", (B,)),
-            "done": _int_array(done, "done", (B,), 0, 255, "uint8"),
+            "done": _int_array(done, "done", (B,), 0, 255, "uint8"),  # bool, int or 0.0/1.0
             "next_obs": _float_array(next_obs, "next_obs", (B, O)),
         }
         for name, value in (("goal", goal), ("next_achieved_goal", next_achieved_goal),
@@ -333,5 +352,5 @@ class Pipeline:
             return "<foxhunt.Pipeline closed>"
         c = self._config
         return "<foxhunt.Pipeline %s B=%d O=%d G=%d NB=%d A=%d>" % (
-            {1: "cpu", 2: "cuda"}.get(c["backend"], c["backend"]), c["batch_size"],
+            c["backend"], c["batch_size"],
             c["obs_dim"], c["goal_dim"], c["num_branches"], c["actions_per_branch"])
