@@ -75,6 +75,8 @@ def plot_equity(rows, path):
               "flat": ("flat", "grey", 1.0)}
     fig, ax = plt.subplots(figsize=(9, 5))
     summary = {}
+    # the seeds in colours that none of the baselines uses
+    palette = iter([plt.cm.tab10(i) for i in (1, 2, 3, 4, 5, 6, 8, 9)] * 100)
     for c in columns:
         values = [float(r[c]) for r in rows]
         summary[c] = values[-1]
@@ -83,7 +85,7 @@ def plot_equity(rows, path):
             ax.plot(years, values, label=label, color=color, linewidth=width)
         else:
             ax.plot(years, values, label=c.replace("agent_seed_", "agent, seed "),
-                    linewidth=0.9, alpha=0.8)
+                    color=next(palette), linewidth=0.9, alpha=0.8)
     ax.axhline(1.0, color="grey", linewidth=0.5)
     ax.set_xlabel("year (test period, out of sample)")
     ax.set_ylabel("value of capital 1")
@@ -98,10 +100,12 @@ def plot_her(rows, path):
         curves[(r["her"], r["seed"])].append((int(r["step"]), float(r["success_rate"])))
     fig, ax = plt.subplots(figsize=(8, 5))
     summary = {}
+    seeds = sorted({seed for _, seed in curves})
     for (her, seed), points in sorted(curves.items()):
         on = her == "1"
         ax.plot([p[0] for p in points], [p[1] for p in points],
                 color="tab:green" if on else "tab:red", alpha=0.8,
+                linestyle=("-", "--", ":", "-.")[seeds.index(seed) % 4],
                 label="HER %s, seed %s" % ("on" if on else "off", seed))
         summary["her=%s seed=%s" % (her, seed)] = points[-1][1]
     ax.set_ylim(-0.02, 1.02)

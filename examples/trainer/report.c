@@ -118,8 +118,8 @@ void report_print(const market *m, const seed_result *s, int n, const baselines 
     printf("  the agent beat buy & hold out of sample in %d of %d seeds\n", beat, n);
     print_period(m, PERIOD_VALID, "Validation (chose the checkpoints: optimistic for the agent)",
                  s, n, b);
-    print_period(m, PERIOD_TRAIN, "In sample (training days, which the agent memorises: not "
-                                  "evidence of skill)", s, n, b);
+    print_period(m, PERIOD_TRAIN, "In sample (the training days, which the agent is fitted "
+                                  "to: not evidence of skill)", s, n, b);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -402,7 +402,6 @@ int train_seed(seed_run *r, int index, const run_plan *plan, const market *m, pr
         }
     }
     feed_prepare(f, p);
-    double t_begin = now_seconds();
     loop_clock *c = &r->clock;
     for (long step = r->step + 1; step <= plan->steps && !r->finished; ++step) {
         float eps = epsilon_at(step, plan->steps);
@@ -444,7 +443,6 @@ int train_seed(seed_run *r, int index, const run_plan *plan, const market *m, pr
         c->checks += t4 - t3;
         c->sample_upload += t5 - t4;
     }
-    r->train_seconds += now_seconds() - t_begin;
     envs_free(&e);
     feed_free(f);
     fh_pipeline_destroy(p);

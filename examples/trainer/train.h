@@ -46,7 +46,6 @@ typedef struct seed_run {
     long checks_since_best;
     curve_row *curve;
     int curve_len, curve_cap;
-    double train_seconds;    /* this process */
     loop_clock clock;
 } seed_run;
 

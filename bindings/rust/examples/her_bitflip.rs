@@ -20,9 +20,9 @@
 //!     FOXHUNT_LIBRARY=$PWD/../../build/libfoxhunt.so cargo run --release --example her_bitflip
 //!
 //! Options: --bits N (8), --steps N (3000), --seeds N (2), --eval-every N (250),
-//! --backend cpu|cuda|auto (auto), --out DIR (her-run). On two CPU cores a run of 3000
-//! steps takes about 15 s; with HER the success rate reaches 1.0 in about 2000 steps at n = 8,
-//! without it stays near 0.01. Larger n needs more steps.
+//! --backend cpu|cuda|auto (auto), --out DIR (her-run). A run of 3000 steps takes about 12 s
+//! of CPU time. At n = 8 the success rate with HER reached 1.00 by step 2500 in both seeds of
+//! our run, and stayed at 0.00 to 0.04 without it. Larger n needs more steps.
 use std::fs::File;
 use std::io::Write;
 use std::time::Instant;
@@ -143,56 +143,9 @@ fn config(lib: &Library, o: &Options, seed: u64, her: bool) -> Config {
     c
 }
 
-/// Finished episodes, transition by transition, with where each episode ends: HER's future
-/// goal for transition t is the achieved goal after a uniformly drawn step in [t, end).
-struct Replay {
-    n: usize,
-    obs: Vec<f32>,
-    goal: Vec<f32>,
-    action: Vec<i32>,
-    reward: Vec<f32>,
-    done: Vec<u8>,
-    next_obs: Vec<f32>,
-    episode_end: Vec<usize>, // index one past the transition's episode
-}
-
-impl Replay {
-    fn len(&self) -> usize {
-        self.reward.len()
-    }
-
-    fn push_episode(&mut self, e: &Episode) {
-        let end = self.len() + e.action.len();
-        self.obs.extend_from_slice(&e.obs);
-        self.goal.extend_from_slice(&e.goal);
-        self.action.extend_from_slice(&e.action);
-        self.reward.extend_from_slice(&e.reward);
-        self.done.extend_from_slice(&e.done);
-        self.next_obs.extend_from_slice(&e.next_obs);
-        self.episode_end
-            .extend(std::iter::repeat(end).take(e.action.len()));
-    }
-
-    /// Uniform with replacement into `b` (the next achieved goal is the next state itself).
-    fn sample(&self, rng: &mut Rng, b: &mut BatchData) {
-        let n = self.n;
-        for i in 0..b.reward.len() {
-            let t = rng.below(self.len());
-            let future = t + rng.below(self.episode_end[t] - t);
-            b.obs[i * n..(i + 1) * n].copy_from_slice(&self.obs[t * n..(t + 1) * n]);
-            b.goal[i * n..(i + 1) * n].copy_from_slice(&self.goal[t * n..(t + 1) * n]);
-            b.next_obs[i * n..(i + 1) * n].copy_from_slice(&self.next_obs[t * n..(t + 1) * n]);
-            b.her_goal[i * n..(i + 1) * n]
-                .copy_from_slice(&self.next_obs[future * n..(future + 1) * n]);
-            b.action[i] = self.action[t];
-            b.reward[i] = self.reward[t];
-            b.done[i] = self.done[t];
-        }
-    }
-}
-
+/// Transitions as columns, row-major: obs, goal and next_obs [len, n], the rest [len].
 #[derive(Default)]
-struct Episode {
+struct Transitions {
     obs: Vec<f32>,
     goal: Vec<f32>,
     action: Vec<i32>,
@@ -201,38 +154,83 @@ struct Episode {
     next_obs: Vec<f32>,
 }
 
-struct BatchData {
-    obs: Vec<f32>,
-    goal: Vec<f32>,
-    action: Vec<i32>,
-    reward: Vec<f32>,
-    done: Vec<u8>,
-    next_obs: Vec<f32>,
-    her_goal: Vec<f32>,
-}
-
-impl BatchData {
-    fn new(rows: usize, n: usize) -> BatchData {
-        BatchData {
+impl Transitions {
+    fn zeroed(rows: usize, n: usize) -> Transitions {
+        Transitions {
             obs: vec![0.0; rows * n],
             goal: vec![0.0; rows * n],
             action: vec![0; rows],
             reward: vec![0.0; rows],
             done: vec![0; rows],
             next_obs: vec![0.0; rows * n],
-            her_goal: vec![0.0; rows * n],
         }
     }
 
+    fn len(&self) -> usize {
+        self.reward.len()
+    }
+
+    fn append(&mut self, other: &Transitions) {
+        self.obs.extend_from_slice(&other.obs);
+        self.goal.extend_from_slice(&other.goal);
+        self.action.extend_from_slice(&other.action);
+        self.reward.extend_from_slice(&other.reward);
+        self.done.extend_from_slice(&other.done);
+        self.next_obs.extend_from_slice(&other.next_obs);
+    }
+}
+
+/// Finished episodes, transition by transition, with where each episode ends: HER's future
+/// goal for transition t is the achieved goal after a uniformly drawn step in [t, end).
+struct Replay {
+    n: usize,
+    stored: Transitions,
+    episode_end: Vec<usize>, // index one past the transition's episode
+}
+
+impl Replay {
+    fn push_episode(&mut self, e: &Transitions) {
+        let end = self.stored.len() + e.len();
+        self.stored.append(e);
+        self.episode_end
+            .extend(std::iter::repeat(end).take(e.len()));
+    }
+
+    /// Uniform with replacement into `b` (the next achieved goal is the next state itself).
+    fn sample(&self, rng: &mut Rng, b: &mut BatchData) {
+        let (n, s, rows) = (self.n, &self.stored, &mut b.rows);
+        for i in 0..rows.len() {
+            let t = rng.below(s.len());
+            let future = t + rng.below(self.episode_end[t] - t);
+            let (to, from) = (i * n..(i + 1) * n, t * n..(t + 1) * n);
+            rows.obs[to.clone()].copy_from_slice(&s.obs[from.clone()]);
+            rows.goal[to.clone()].copy_from_slice(&s.goal[from.clone()]);
+            rows.next_obs[to.clone()].copy_from_slice(&s.next_obs[from]);
+            b.her_goal[to].copy_from_slice(&s.next_obs[future * n..(future + 1) * n]);
+            rows.action[i] = s.action[t];
+            rows.reward[i] = s.reward[t];
+            rows.done[i] = s.done[t];
+        }
+    }
+}
+
+/// One batch: the sampled transitions and the HER goal of each.
+struct BatchData {
+    rows: Transitions,
+    her_goal: Vec<f32>,
+}
+
+impl BatchData {
     fn batch(&self) -> Batch<'_> {
+        let r = &self.rows;
         Batch {
-            obs: &self.obs,
-            goal: Some(&self.goal),
-            action: &self.action,
-            reward: &self.reward,
-            done: &self.done,
-            next_obs: &self.next_obs,
-            next_achieved_goal: Some(&self.next_obs),
+            obs: &r.obs,
+            goal: Some(&r.goal),
+            action: &r.action,
+            reward: &r.reward,
+            done: &r.done,
+            next_obs: &r.next_obs,
+            next_achieved_goal: Some(&r.next_obs),
             her_goal: Some(&self.her_goal),
             regime: None,
         }
@@ -245,7 +243,7 @@ struct Envs {
     state: Vec<f32>,
     goal: Vec<f32>,
     t: Vec<usize>,
-    episodes: Vec<Episode>,
+    episodes: Vec<Transitions>,
 }
 
 impl Envs {
@@ -255,7 +253,7 @@ impl Envs {
             state: vec![0.0; envs * n],
             goal: vec![0.0; envs * n],
             t: vec![0; envs],
-            episodes: (0..envs).map(|_| Episode::default()).collect(),
+            episodes: (0..envs).map(|_| Transitions::default()).collect(),
         };
         for k in 0..envs {
             e.reset(k, rng);
@@ -342,18 +340,17 @@ fn train(
     let mut e = Envs::new(envs, n, &mut rng);
     let mut replay = Replay {
         n,
-        obs: vec![],
-        goal: vec![],
-        action: vec![],
-        reward: vec![],
-        done: vec![],
-        next_obs: vec![],
+        stored: Transitions::default(),
         episode_end: vec![],
     };
-    let mut batch = BatchData::new(cfg.batch_size as usize, n);
+    let rows = cfg.batch_size as usize;
+    let mut batch = BatchData {
+        rows: Transitions::zeroed(rows, n),
+        her_goal: vec![0.0; rows * n],
+    };
     let mut curve = vec![];
     // Random episodes until a batch's worth of transitions is stored.
-    while replay.len() < cfg.batch_size as usize {
+    while replay.stored.len() < rows {
         let actions = p.act(&e.state, Some(&e.goal), 1.0)?;
         e.step(&actions, &mut rng, Some(&mut replay));
     }
