@@ -222,8 +222,9 @@ static void print_speed(const seed_run *runs, int n, long steps_done, double sec
     if (steps_done == 0)
         return;
     double k = 1e3 / (double)steps_done;
-    printf("\nspeed: %ld steps in %.1f s, %.1f steps/s; host ms per step: act %.3f (waits for "
-           "the step in flight), launch %.3f, envs %.3f, sample+upload %.3f, checks %.3f\n",
+    printf("\nspeed: %ld steps in %.1f s, %.1f steps/s; host ms per step: act %.3f (with any "
+           "wait for the step in flight), launch %.3f, envs %.3f, sample+upload %.3f, "
+           "checks %.3f\n",
            steps_done, seconds, (double)steps_done / seconds, c.act * k, c.launch * k,
            c.envs * k, c.sample_upload * k, c.checks * k);
 }

@@ -88,13 +88,6 @@ def _float_array(value, what, shape):
 
 def _int_array(value, what, shape, lo, hi, ctype):
     a = np.asarray(value)
-    if what == "done" and a.dtype.kind == "f" and a.shape == tuple(shape):
-        # gym-style float flags: exactly 0.0 or 1.0, or the library would get a truncation
-        bad = (a != 0) & (a != 1)
-        if bad.any():
-            i = int(np.argwhere(bad)[0][0])
-            raise ValueError("done[%d] = %r: a float done must be 0.0 or 1.0" % (i, float(a[i])))
-        a = a.astype(np.uint8)
     if a.dtype.kind not in "iub":
         raise TypeError("%s: expected an integer array, got dtype %s" % (what, a.dtype))
     if a.shape != tuple(shape):
@@ -110,6 +103,20 @@ def _config_dict(cfg):
     for name, table in _ENUMS.items():
         out[name] = {v: k for k, v in table.items()}.get(out[name], out[name])
     return out
+
+
+def _flag_array(value, what, shape):
+    """uint8 flags (done): bool, integer, or float as gym returns them, which must then be
+    exactly 0.0 or 1.0 (anything else would be truncated on conversion)."""
+    a = np.asarray(value)
+    if a.dtype.kind == "f" and a.shape == tuple(shape):
+        bad = (a != 0) & (a != 1)
+        if bad.any():
+            i = tuple(int(k) for k in np.argwhere(bad)[0])
+            raise ValueError("%s%s = %r: a float flag must be 0.0 or 1.0"
+                             % (what, list(i), float(a[i])))
+        a = a.astype(np.uint8)
+    return _int_array(a, what, shape, 0, 255, "uint8")
 
 
 def _ptr(a, ctype):
@@ -227,7 +234,7 @@ class Pipeline:
             "obs": _float_array(obs, "obs", (B, O)),
             "action": _int_array(action, "action", (B, NB), _INT32_MIN, _INT32_MAX, "int32"),
             "reward": _float_array(reward, "reward", (B,)),
-            "done": _int_array(done, "done", (B,), 0, 255, "uint8"),  # bool, int or 0.0/1.0
+            "done": _flag_array(done, "done", (B,)),
             "next_obs": _float_array(next_obs, "next_obs", (B, O)),
         }
         for name, value in (("goal", goal), ("next_achieved_goal", next_achieved_goal),
