@@ -18,9 +18,25 @@ from conftest import REPO, png_description
 
 DATA = os.path.join(REPO, "examples", "data", "eustockmarkets.csv")
 USAGE = os.path.join(REPO, "examples", "trainer", "usage.txt")
-# A small run: 2 seeds, 4 checks each, on the CPU (a few seconds).
-SMALL = ["--backend", "cpu", "--steps", "40", "--batch", "32", "--seeds", "2",
+# The backend of the runs below: the CPU by default; FOXHUNT_TEST_BACKEND=cuda runs them on the
+# GPU (the trainer's CUDA sizes at batch 32), as the oracle tests do.
+BACKEND = os.environ.get("FOXHUNT_TEST_BACKEND", "cpu")
+# A small run: 2 seeds, 4 checks each (a few seconds).
+SMALL = ["--backend", BACKEND, "--steps", "40", "--batch", "32", "--seeds", "2",
          "--eval-every", "10", "--patience", "0"]
+
+
+@pytest.fixture(scope="session")
+def trainer(trainer, tmp_path_factory):
+    """The trainer, or a skip when FOXHUNT_TEST_BACKEND asks for a backend it cannot have."""
+    if BACKEND != "cpu":
+        r = subprocess.run([trainer, "--backend", BACKEND, "--steps", "1", "--batch", "8",
+                            "--seeds", "1", "--quiet",
+                            "--out", str(tmp_path_factory.mktemp("probe"))],
+                           capture_output=True, text=True)
+        if "FH_ERR_NO_CUDA" in r.stderr:
+            pytest.skip("no CUDA here: " + r.stderr.strip())
+    return trainer
 
 
 def env():
