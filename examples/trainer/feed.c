@@ -56,8 +56,9 @@ uint32_t feed_count(const feed *f)
     return f->count;
 }
 
-void feed_insert(feed *f, const transition *row, int n)
+void feed_insert(feed *f, fh_pipeline *p, const transition *row, int n)
 {
+    (void)p;
     for (int k = 0; k < n; ++k) {
         f->items[f->head] = row[k];
         f->head = (f->head + 1) % f->capacity;

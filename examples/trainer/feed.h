@@ -34,15 +34,17 @@ feed *feed_create(const market *m, uint32_t batch_size, uint32_t capacity, uint6
 void feed_free(feed *f);
 uint32_t feed_count(const feed *f);  /* transitions stored */
 
-/* Store the row of n environments' transitions of one time step. */
-void feed_insert(feed *f, const transition *row, int n);
+/* Store the row of n environments' transitions of one time step (p is unused today; a
+ * replay in the pipeline would receive the row through it). */
+void feed_insert(feed *f, fh_pipeline *p, const transition *row, int n);
 /* Make ready the batch of the next feed_step(): sample it and upload it. */
 void feed_prepare(feed *f, fh_pipeline *p);
 /* Launch one training step on the prepared batch (on CUDA it returns while the step runs). */
 void feed_step(feed *f, fh_pipeline *p);
 
 /* The replay and the sampler's state, for --resume: what feed_prepare() would draw next
- * depends only on them. feed_read() dies on a short or inconsistent file. */
+ * depends only on them. feed_read() dies on a short or inconsistent file. (A replay in the
+ * pipeline would be saved with it, if its checkpoint holds the replay, or here.) */
 void feed_write(const feed *f, FILE *out);
 void feed_read(feed *f, FILE *in, const char *path);
 

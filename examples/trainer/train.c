@@ -80,7 +80,7 @@ static void envs_act(envs *e, const market *m, fh_pipeline *p, float epsilon)
 /* Apply the last actions: one transition per environment into the feed. The episode is the
  * training period; its last transition is terminal (done = 1), because bootstrapping past it
  * would need the first validation day. The environment then starts over, flat. */
-static void envs_advance(envs *e, const market *m, feed *f)
+static void envs_advance(envs *e, const market *m, fh_pipeline *p, feed *f)
 {
     int last = market_period(m, PERIOD_TRAIN).to;
     for (int k = 0; k < e->n; ++k) {
@@ -102,7 +102,7 @@ static void envs_advance(envs *e, const market *m, feed *f)
             memcpy(pos, next_pos, NUM_INDICES);
         }
     }
-    feed_insert(f, e->row, e->n);
+    feed_insert(f, p, e->row, e->n);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -398,7 +398,7 @@ int train_seed(seed_run *r, int index, const run_plan *plan, const market *m, pr
             warm = plan->cfg.batch_size;
         while (feed_count(f) < warm && feed_count(f) < REPLAY_CAPACITY) {
             envs_act(&e, m, p, 1.0f);
-            envs_advance(&e, m, f);
+            envs_advance(&e, m, p, f);
         }
     }
     feed_prepare(f, p);
@@ -410,7 +410,7 @@ int train_seed(seed_run *r, int index, const run_plan *plan, const market *m, pr
         double t1 = now_seconds();
         feed_step(f, p);
         double t2 = now_seconds();
-        envs_advance(&e, m, f);
+        envs_advance(&e, m, p, f);
         double t3 = now_seconds();
         r->step = step;
         ++pg->steps_done;
