@@ -1,13 +1,17 @@
 /**
- * @file foxhunt.h
- * @brief C ABI of libfoxhunt: one training step of a branching double-DQN agent with HER,
- *        spectral normalisation and auxiliary learners, on the CPU or as CUDA graphs.
+ * @mainpage foxhunt
+ *
+ * libfoxhunt runs one training step of a branching double-DQN agent with hindsight experience
+ * replay, spectral normalisation and auxiliary learners (IQL value nets at a high and a low
+ * expectile, IQN, an attention reward model, CQL, an ensemble, a recursive confidence head,
+ * regime scaling), on the CPU (the reference, OpenBLAS GEMMs) or on an NVIDIA GPU as CUDA
+ * graphs, behind the C ABI of foxhunt.h. Trainers drive it from C, Python (bindings/python,
+ * ctypes) or Rust (bindings/rust, dlopen).
  *
  * The math of the step is the foxhunt specification, docs/SPEC.md (v1.3, named in docs/design.md).
  * Section numbers below (SPEC §n) refer to it.
  *
- * How to use it
- * -------------
+ * @section howto How to use it
  * @code
  *   fh_config cfg;
  *   fh_config_init(&cfg);               // SPEC §1 defaults
@@ -22,9 +26,11 @@
  *   fh_pipeline_metrics(p, &m);
  *   fh_pipeline_destroy(p);
  * @endcode
+ * Every call returns an ::fh_status to check. The README has the complete program (the
+ * shapes of ::fh_batch, the goal tensors that goal_dim > 0 requires, the compiler line);
+ * examples/trainer is a whole trainer on real market data.
  *
- * With a replay (SPEC §2.1, §5.0)
- * -------------------------------
+ * @section replay With a replay (SPEC §2.1, §5.0)
  * Set fh_config::replay_capacity (K rows) and fh_config::replay_envs (E environments that step
  * in lockstep). Instead of uploading batches, append rows of transitions as the environments
  * produce them, and let every step draw its batch from the replay:
@@ -37,8 +43,7 @@
  *   fh_pipeline_train(p, 4);                      // 4 x (sample a batch, step)
  * @endcode
  *
- * Conventions
- * -----------
+ * @section conventions Conventions
  * - Every function returns an ::fh_status. On failure, fh_last_error_message() (thread-local)
  *   names the argument, index and value at fault, and no state has changed: the pipeline stays
  *   usable exactly as it was. Nothing aborts, prints, or throws across this boundary.
@@ -61,6 +66,38 @@
  *   accept device memory yet: FH_ERR_UNSUPPORTED.
  * - Structs that may grow begin with `struct_size`; set it to `sizeof` the struct (the
  *   initialisers do). A pipeline is not thread-safe: call it from one thread at a time.
+ *
+ * @section specification The specification
+ * The math of the step is the foxhunt specification, @ref spec "docs/SPEC.md". The library
+ * implements v1.2, i.e. §1 to §8 of the copy here (v1.3 adds the replay of §2.1 and §5.0 and
+ * the data-parallel step of §9 without changing the rest). "SPEC §n" in this reference is:
+ * - @ref spec_1 "§1 Configuration": ::fh_config and its defaults (fh_config_init())
+ * - @ref spec_2 "§2 The batch": ::fh_batch, fh_pipeline_upload()
+ * - @ref spec_3 "§3 Randomness and initialisation": Philox draws, parameter init, tensor names
+ * - @ref spec_4 "§4 Networks": the Q net, IQL, IQN and the attention reward model
+ * - @ref spec_5 "§5 The step", fh_pipeline_step(): @ref spec_5_1 "5.1 her",
+ *   @ref spec_5_2 "5.2 spectral", @ref spec_5_3 "5.3 ddqn", @ref spec_5_4 "5.4 forward",
+ *   @ref spec_5_5 "5.5 aux", @ref spec_5_6 "5.6 adam"
+ * - @ref spec_6 "§6 Readable after a step": ::fh_metrics, ::fh_timings, named tensors
+ * - @ref spec_7 "§7 Acting": fh_pipeline_act()
+ * - @ref spec_8 "§8 Input validity": what uploads refuse
+ *
+ * @section overview Design
+ * One description of the step (the schedule: six child graphs, the lanes inside each, fork and
+ * join points, as plain data built from the config) and two executors: the CPU reference runs
+ * its tasks in order; the CUDA executor captures each child on its lanes (streams) and links the
+ * children into one parent graph, so a step is one graph launch. Every network is one flat
+ * float32 buffer, so EMA, Adam, clipping and checkpoints are single loops. Results are bitwise
+ * reproducible run to run (fixed-order reductions, no atomics). The details, with the measured
+ * speed on an H200: @ref design "docs/design.md" and docs/cuda.md.
+ */
+/**
+ * @file foxhunt.h
+ * @brief C ABI of libfoxhunt: one training step of a branching double-DQN agent with HER,
+ *        spectral normalisation and auxiliary learners, on the CPU or as CUDA graphs.
+ *
+ * How to use it, the conventions every function follows and the specification's sections
+ * (SPEC §n below refers to docs/SPEC.md): see the main page, the comment above.
  */
 #ifndef FOXHUNT_H
 #define FOXHUNT_H

@@ -6,6 +6,7 @@ from ctypes import POINTER, byref, c_float, c_int32, c_uint8, c_uint32, c_void_p
 import numpy as np
 
 from . import _abi, _device
+from ._config_doc import document
 from ._loader import load_library
 from .errors import FoxhuntError, status_name
 
@@ -96,18 +97,42 @@ def _int_array(value, what, shape, lo, hi, ctype):
     return np.ascontiguousarray(a, dtype=np.int32 if ctype == "int32" else np.uint8)
 
 
+def _config_dict(cfg):
+    """An fh_config as a dict; enum fields by name ('cpu', 'dense'), as the keywords take them."""
+    out = {name: getattr(cfg, name) for name in CONFIG_FIELDS}
+    for name, table in _ENUMS.items():
+        out[name] = {v: k for k, v in table.items()}.get(out[name], out[name])
+    return out
+
+
+def _flag_array(value, what, shape):
+    """uint8 flags (done): bool, integer, or float as gym returns them, which must then be
+    exactly 0.0 or 1.0 (anything else would be truncated on conversion)."""
+    a = np.asarray(value)
+    if a.dtype.kind == "f" and a.shape == tuple(shape):
+        bad = (a != 0) & (a != 1)
+        if bad.any():
+            i = tuple(int(k) for k in np.argwhere(bad)[0])
+            raise ValueError("%s%s = %r: a float flag must be 0.0 or 1.0"
+                             % (what, list(i), float(a[i])))
+        a = a.astype(np.uint8)
+    return _int_array(a, what, shape, 0, 255, "uint8")
+
+
 def _ptr(a, ctype):
     return None if a is None else a.ctypes.data_as(POINTER(ctype))
 
 
-_CTYPES = {"f": c_float, "i": ctypes.c_int32, "u8": c_uint8}
+_CTYPES = {"f": c_float, "i": ctypes.c_int32, "u8": c_uint8, "flag": c_uint8}
 _DEVICE_DTYPES = {"f": (np.dtype(np.float32),), "i": (np.dtype(np.int32),),
-                  "u8": (np.dtype(np.uint8), np.dtype(bool))}
+                  "u8": (np.dtype(np.uint8), np.dtype(bool)),
+                  "flag": (np.dtype(np.uint8), np.dtype(bool))}
 
 
 def _gather(specs, values, goal_dim):
     """Pointers to the arrays of a batch or of replay rows: @p specs lists (name, kind, shape,
-    needs) with kind "f" (float32), "i" (int32) or "u8", and needs "always", "goal" (required
+    needs) with kind "f" (float32), "i" (int32), "u8" or "flag" (uint8 0/1; on the host also
+    a float 0.0/1.0 array, as gym returns done), and needs "always", "goal" (required
     iff goal_dim > 0, else None) or "optional". All host arrays (checked and converted by numpy)
     or all device arrays (checked, never converted). Returns (pointers by name, memory kind,
     the device objects that must stay alive after the call, the host arrays that must stay
@@ -145,6 +170,8 @@ def _gather(specs, values, goal_dim):
             a = _float_array(v, name, shape)
         elif kind == "i":
             a = _int_array(v, name, shape, _INT32_MIN, _INT32_MAX, "int32")
+        elif kind == "flag":
+            a = _flag_array(v, name, shape)
         else:
             a = _int_array(v, name, shape, 0, 255, "uint8")
         ptrs[name] = _ptr(a, _CTYPES[kind])
@@ -153,6 +180,7 @@ def _gather(specs, values, goal_dim):
     return ptrs, memory, keep, host
 
 
+@document
 class Pipeline:
     """One foxhunt pipeline. Configure with the header's field names::
 
@@ -181,7 +209,7 @@ class Pipeline:
         self._handle = handle
         resolved = _abi.new(_abi.fh_config)
         _check(self._lib, self._lib.fh_pipeline_config(self._handle, byref(resolved)))
-        self._config = {name: getattr(resolved, name) for name in CONFIG_FIELDS}
+        self._config = _config_dict(resolved)
         self._tensors = self._list_tensors()
 
     # -- lifetime -----------------------------------------------------------------------------
@@ -226,7 +254,9 @@ class Pipeline:
     # -- description --------------------------------------------------------------------------
     @property
     def config(self):
-        """The pipeline's config (backend resolved) as a dict of the header's field names."""
+        """The pipeline's config (backend resolved) as a dict of the header's field names;
+        enum fields by name, as the keyword arguments take them: Pipeline(**p.config) makes
+        an identical pipeline."""
         return dict(self._config)
 
     @property
@@ -272,7 +302,7 @@ class Pipeline:
         B, O, G, NB = c["batch_size"], c["obs_dim"], c["goal_dim"], c["num_branches"]
         specs = [("obs", "f", (B, O), "always"), ("goal", "f", (B, G), "goal"),
                  ("action", "i", (B, NB), "always"), ("reward", "f", (B,), "always"),
-                 ("done", "u8", (B,), "always"), ("next_obs", "f", (B, O), "always"),
+                 ("done", "flag", (B,), "always"), ("next_obs", "f", (B, O), "always"),
                  ("next_achieved_goal", "f", (B, G), "goal"), ("her_goal", "f", (B, G), "goal"),
                  ("regime", "i", (B,), "optional")]
         values = dict(obs=obs, goal=goal, action=action, reward=reward, done=done,
@@ -309,10 +339,10 @@ class Pipeline:
                              % (E, O, E, O, tuple(shape)))
         specs = [("obs", "f", lead + (E, O), "always"), ("goal", "f", lead + (E, G), "goal"),
                  ("action", "i", lead + (E, NB), "always"), ("reward", "f", lead + (E,), "always"),
-                 ("done", "u8", lead + (E,), "always"), ("next_obs", "f", lead + (E, O), "always"),
+                 ("done", "flag", lead + (E,), "always"), ("next_obs", "f", lead + (E, O), "always"),
                  ("next_achieved_goal", "f", lead + (E, G), "goal"),
                  ("regime", "i", lead + (E,), "optional"),
-                 ("episode_end", "u8", lead + (E,), "always")]
+                 ("episode_end", "flag", lead + (E,), "always")]
         ptrs, memory, keep, _host = _gather(specs, values, G)
         rows = _abi.new(_abi.fh_replay_rows)
         rows.num_rows = R
@@ -440,5 +470,5 @@ class Pipeline:
             return "<foxhunt.Pipeline closed>"
         c = self._config
         return "<foxhunt.Pipeline %s B=%d O=%d G=%d NB=%d A=%d>" % (
-            {1: "cpu", 2: "cuda"}.get(c["backend"], c["backend"]), c["batch_size"],
+            c["backend"], c["batch_size"],
             c["obs_dim"], c["goal_dim"], c["num_branches"], c["actions_per_branch"])

@@ -9,6 +9,10 @@ pub const FOXHUNT_VERSION_MINOR: u32 = 2;
 pub const FH_MAX_REGIMES: usize = 64;
 pub const FH_SN_W1: u32 = 1;
 pub const FH_SN_W2: u32 = 2;
+/// `enum fh_backend`
+pub const FH_BACKEND_AUTO: i32 = 0;
+pub const FH_BACKEND_CPU: i32 = 1;
+pub const FH_BACKEND_CUDA: i32 = 2;
 pub const FH_SAVE_REPLAY: u32 = 1;
 pub const FH_MEMORY_HOST: i32 = 0;
 pub const FH_MEMORY_DEVICE: i32 = 1;

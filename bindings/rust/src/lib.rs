@@ -48,11 +48,21 @@ pub struct Library {
 }
 
 impl Library {
-    /// Load from `$FOXHUNT_LIBRARY` if set, else `libfoxhunt.so` through the system loader.
+    /// Load from `$FOXHUNT_LIBRARY` if set, else `libfoxhunt.so` through the system loader
+    /// (`LD_LIBRARY_PATH`, the ld.so cache). A load error says which was tried.
     pub fn load() -> Result<Arc<Library>> {
         match std::env::var_os(ENV_VAR) {
-            Some(p) if !p.is_empty() => Library::open(p),
-            _ => Library::open(DEFAULT_NAME),
+            Some(p) if !p.is_empty() => Library::open(&p).map_err(|e| match e {
+                Error::Load(m) => Error::Load(format!("{} (from ${})", m, ENV_VAR)),
+                e => e,
+            }),
+            _ => Library::open(DEFAULT_NAME).map_err(|e| match e {
+                Error::Load(m) => Error::Load(format!(
+                    "{}; set {} to the library's full path (e.g. build/libfoxhunt.so)",
+                    m, ENV_VAR
+                )),
+                e => e,
+            }),
         }
     }
 
@@ -145,11 +155,18 @@ unsafe fn cstr(p: *const std::os::raw::c_char) -> String {
     }
 }
 
-/// Which executor runs the step.
+/// Which executor runs the step (`fh_backend`). The discriminants are the C values, so
+/// `config.backend = Backend::Cuda as i32` asks for CUDA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
 pub enum Backend {
-    Cpu,
-    Cuda,
+    /// CUDA when the library was built with it and a device exists, else the CPU (the
+    /// default); [`Pipeline::backend`] says which was chosen.
+    Auto = ffi::FH_BACKEND_AUTO,
+    /// The CPU reference (OpenBLAS GEMMs).
+    Cpu = ffi::FH_BACKEND_CPU,
+    /// CUDA graphs; creating a pipeline fails with [`Status::NoCuda`] where unavailable.
+    Cuda = ffi::FH_BACKEND_CUDA,
 }
 
 /// Parameter group of a named tensor (`fh_group`).
@@ -346,7 +363,11 @@ impl Pipeline {
         // SAFETY: live handle.
         self.lib
             .check(unsafe { (self.lib.api.pipeline_backend)(self.h(), &mut b) })?;
-        Ok(if b == 2 { Backend::Cuda } else { Backend::Cpu })
+        Ok(if b == ffi::FH_BACKEND_CUDA {
+            Backend::Cuda
+        } else {
+            Backend::Cpu
+        })
     }
 
     /// Validate and copy one batch; the next steps train on it.
@@ -699,6 +720,14 @@ mod tests {
         assert_eq!(size_of::<ffi::fh_tensor_info>(), 8 + 8 + 16);
         assert_eq!(size_of::<ffi::fh_memory_report>(), 8 + 6 * 8);
         assert_eq!(align_of::<ffi::fh_config>(), 8);
+    }
+
+    #[test]
+    fn backend_discriminants_are_the_c_values() {
+        // `config.backend = Backend::Cuda as i32` must ask for CUDA, not the CPU (1).
+        assert_eq!(Backend::Auto as i32, 0);
+        assert_eq!(Backend::Cpu as i32, 1);
+        assert_eq!(Backend::Cuda as i32, 2);
     }
 
     #[test]
