@@ -52,6 +52,8 @@ CONFIG_DOC = (
     ("adam_eps", 1e-8, "Adam epsilon"),
     ("clip_norm", 10.0, "global-norm clip of the Q-net gradient"),
     ("seed", 0, "all randomness derives from it"),
+    ("replay_capacity", 0, "K rows of the pipeline's replay (SPEC 2.1); 0 = no replay"),
+    ("replay_envs", 0, "E environments per replay row (SPEC 2.1); 0 = no replay"),
 )
 
 
