@@ -53,6 +53,21 @@ __device__ __forceinline__ double warp_sum(double v) {
     return v;
 }
 
+// Fixed-order tree sum of one double per thread over the block (blockDim.x a power of two);
+// `sh` holds blockDim.x doubles. Every thread gets the sum.
+__device__ __forceinline__ double block_sum(double v, double *sh) {
+    const int t = threadIdx.x;
+    sh[t] = v;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (t < w) sh[t] += sh[t + w];
+        __syncthreads();
+    }
+    const double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
 // The end of a column-parallel block of TY row lanes × (up to W) columns, thread (x, y) holding
 // `acc`, its partial sum over some rows of column x: returns Σ_y acc in y order to the threads
 // of lane y = 0 (others get 0). The fixed order makes the column sums the same bits run to run.

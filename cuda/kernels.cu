@@ -16,130 +16,12 @@ namespace fh::cuda::kern {
 
 namespace {
 
-constexpr int kThreads = 256;
-
-int grid_for(size_t n, int threads = kThreads, int cap = 8192) {
-    size_t g = (n + threads - 1) / threads;
-    if (g < 1) g = 1;
-    return (int)std::min<size_t>(g, (size_t)cap);
-}
-
-// Fixed-order tree sum of one double per thread over the block (blockDim.x a power of two).
-__device__ double block_sum(double v, double *sh) {
-    const int t = threadIdx.x;
-    sh[t] = v;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-        if (t < w) sh[t] += sh[t + w];
-        __syncthreads();
-    }
-    const double r = sh[0];
-    __syncthreads();
-    return r;
-}
-
-// ---------------------------------------------------------------------------------------------
 __global__ void k_set_u64(uint64_t *p, uint64_t v) { *p = v; }
 __global__ void k_inc_u64(uint64_t *p) { *p += 1; }
 __global__ void k_fill(float *p, size_t n, float v) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         p[i] = v;
-}
-
-// ---- reductions ---------------------------------------------------------------------------------
-constexpr int kRedThreads = 256;
-constexpr int kRedMaxBlocks = 1024;
-constexpr size_t kRedPerBlock = 4096;  // elements per block before the grid saturates
-
-size_t red_chunk(size_t n, int nb) {
-    size_t c = (n + nb - 1) / nb;
-    return c == 0 ? 1 : c;
-}
-
-template <class T, int OP>
-__global__ void k_reduce_partial(const T *x, size_t n, size_t chunk, double *partial) {
-    __shared__ double sh[kRedThreads];
-    const size_t lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
-    double acc = 0;
-    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        const double v = (double)x[i];
-        acc += OP == 1 ? v * v : v;
-    }
-    const double s = block_sum(acc, sh);
-    if (threadIdx.x == 0) partial[blockIdx.x] = s;
-}
-
-__global__ void k_reduce_dot(const float *a, const float *b, size_t n, size_t chunk,
-                             double *partial) {
-    __shared__ double sh[kRedThreads];
-    const size_t lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
-    double acc = 0;
-    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) acc += (double)a[i] * b[i];
-    const double s = block_sum(acc, sh);
-    if (threadIdx.x == 0) partial[blockIdx.x] = s;
-}
-
-__global__ void k_reduce_final(const double *partial, int nb, float *out, int op, double div,
-                               double mul) {
-    __shared__ double sh[kRedMaxBlocks];
-    double v = 0;
-    for (int i = threadIdx.x; i < nb; i += blockDim.x) v += partial[i];
-    const double s = block_sum(v, sh);
-    if (threadIdx.x == 0) *out = op == 1 ? (float)sqrt(s) : (float)(mul * s / div);
-}
-
-// ---- column sums ---------------------------------------------------------------------------------
-constexpr int kColRows = 256;  // rows per chunk
-constexpr int kColTx = 32, kColTy = 8;
-
-__global__ void k_colsum_partial(const float *X, int M, int N, const float *row_scale,
-                                 double *partial, size_t sX) {
-    __shared__ double sh[kColTy][kColTx + 1];
-    X += blockIdx.z * sX;
-    partial += (size_t)blockIdx.z * gridDim.y * N;
-    const int col = blockIdx.x * kColTx + threadIdx.x;
-    const int r0 = blockIdx.y * kColRows, r1 = min(M, r0 + kColRows);
-    double acc = 0;
-    if (col < N)
-#pragma unroll 4
-        for (int r = r0 + threadIdx.y; r < r1; r += kColTy) {
-            const double v = (double)X[(size_t)r * N + col];
-            acc += row_scale ? (double)row_scale[r] * v : v;
-        }
-    const double s = tile_col_sum(sh, acc);
-    if (threadIdx.y == 0 && col < N) partial[(size_t)blockIdx.y * N + col] = s;
-}
-
-__global__ void k_silu_bwd_colsum_partial(PtrList in, const float *pre, int M, int N, float *dpre,
-                                          double *partial) {
-    __shared__ double sh[kColTy][kColTx + 1];
-    const int col = blockIdx.x * kColTx + threadIdx.x;
-    const int r0 = blockIdx.y * kColRows, r1 = min(M, r0 + kColRows);
-    double acc = 0;
-    if (col < N)
-        for (int r = r0 + threadIdx.y; r < r1; r += kColTy) {
-            const size_t i = (size_t)r * N + col;
-            float g = in.p[0][i];
-            for (int k = 1; k < in.n; ++k) g = __fadd_rn(g, in.p[k][i]);
-            g = __fmul_rn(g, dev_dsilu(pre[i]));
-            dpre[i] = g;
-            acc += (double)g;
-        }
-    const double s = tile_col_sum(sh, acc);
-    if (threadIdx.y == 0 && col < N) partial[(size_t)blockIdx.y * N + col] = s;
-}
-
-__global__ void k_colsum_final(const double *partial, int chunks, int N, float *out,
-                               int accumulate, size_t s_out) {
-    __shared__ double sh[kThreads];
-    const int col = blockIdx.x;
-    partial += (size_t)blockIdx.y * chunks * N;
-    out += blockIdx.y * s_out;
-    double v = 0;
-    for (int c = threadIdx.x; c < chunks; c += blockDim.x) v += partial[(size_t)c * N + col];
-    const double s = block_sum(v, sh);
-    if (threadIdx.x == 0) out[col] = accumulate ? (float)((double)out[col] + s) : (float)s;
 }
 
 // ---- HER ------------------------------------------------------------------------------------------
@@ -584,61 +466,6 @@ void inc_u64(uint64_t *p, cudaStream_t s) {
 void fill(float *p, size_t n, float v, cudaStream_t s) {
     k_fill<<<grid_for(n), kThreads, 0, s>>>(p, n, v);
     FH_LAUNCHED("k_fill");
-}
-
-int reduce_blocks(size_t n) {
-    size_t nb = (n + kRedPerBlock - 1) / kRedPerBlock;
-    return (int)std::max<size_t>(1, std::min<size_t>(nb, kRedMaxBlocks));
-}
-
-void reduce_f32(const float *x, size_t n, int op, double *partial, cudaStream_t s) {
-    const int nb = reduce_blocks(n);
-    if (op == 1)
-        k_reduce_partial<float, 1><<<nb, kRedThreads, 0, s>>>(x, n, red_chunk(n, nb), partial);
-    else
-        k_reduce_partial<float, 0><<<nb, kRedThreads, 0, s>>>(x, n, red_chunk(n, nb), partial);
-    FH_LAUNCHED("k_reduce_partial<float>");
-}
-
-void reduce_f64(const double *x, size_t n, double *partial, cudaStream_t s) {
-    const int nb = reduce_blocks(n);
-    k_reduce_partial<double, 0><<<nb, kRedThreads, 0, s>>>(x, n, red_chunk(n, nb), partial);
-    FH_LAUNCHED("k_reduce_partial<double>");
-}
-
-void reduce_dot(const float *a, const float *b, size_t n, double *partial, cudaStream_t s) {
-    const int nb = reduce_blocks(n);
-    k_reduce_dot<<<nb, kRedThreads, 0, s>>>(a, b, n, red_chunk(n, nb), partial);
-    FH_LAUNCHED("k_reduce_dot");
-}
-
-void reduce_final(const double *partial, int nb, float *out, int final_op, double div,
-                  cudaStream_t s, double mul) {
-    k_reduce_final<<<1, kRedMaxBlocks, 0, s>>>(partial, nb, out, final_op, div, mul);
-    FH_LAUNCHED("k_reduce_final");
-}
-
-int colsum_chunks(int M) { return std::max(1, (M + kColRows - 1) / kColRows); }
-
-void colsum_partial(const float *X, int M, int N, const float *row_scale, double *partial,
-                    cudaStream_t s, int batch, size_t sX) {
-    dim3 grid((N + kColTx - 1) / kColTx, colsum_chunks(M), batch), block(kColTx, kColTy);
-    k_colsum_partial<<<grid, block, 0, s>>>(X, M, N, row_scale, partial, sX);
-    FH_LAUNCHED("k_colsum_partial");
-}
-
-void silu_bwd_colsum_partial(const PtrList &in, const float *pre, int M, int N, float *dpre,
-                             double *partial, cudaStream_t s) {
-    dim3 grid((N + kColTx - 1) / kColTx, colsum_chunks(M)), block(kColTx, kColTy);
-    k_silu_bwd_colsum_partial<<<grid, block, 0, s>>>(in, pre, M, N, dpre, partial);
-    FH_LAUNCHED("k_silu_bwd_colsum_partial");
-}
-
-void colsum_final(const double *partial, int M, int N, float *out, bool accumulate,
-                  cudaStream_t s, int batch, size_t s_out) {
-    k_colsum_final<<<dim3(N, batch), kThreads, 0, s>>>(partial, colsum_chunks(M), N, out,
-                                                        accumulate ? 1 : 0, s_out);
-    FH_LAUNCHED("k_colsum_final");
 }
 
 void her(const HerArgs &a, cudaStream_t s) {

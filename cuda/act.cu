@@ -1,0 +1,100 @@
+#include "act.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common.hpp"
+#include "device_memory.hpp"
+#include "kernels.cuh"
+#include "lanes.hpp"
+
+namespace fh::cuda {
+
+Actor::Actor(const fh_config &c, const Layout &L, DeviceMemory &mem)
+    : cfg_(c), L_(L), d_(L.dims) {
+    const Dims &d = d_;
+    try {
+        FH_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+        const size_t ws_bytes = (size_t)c.workspace_mib << 20;
+        blas_ = make_handle(c, stream_, mem.alloc(MEM_WS, ws_bytes), ws_bytes);
+        alloc_qcache(mem, d, c_, kChunk, false, false);
+        x_ = mem.floats(MEM_ACT, (size_t)kChunk * d.D);
+        const size_t cols[2] = {d.D, d.H};
+        const bool sn[2] = {d.sn1, d.sn2};
+        for (int k = 0; k < 2; ++k)
+            if (sn[k]) weff_[k] = mem.floats(MEM_ACT, (size_t)d.H * cols[k]);
+        u_ = mem.floats(MEM_ACT, d.H);
+        v_ = mem.floats(MEM_ACT, std::max(d.D, d.H));
+        sigma_ = mem.floats(MEM_ACT, 2);
+        row_ = mem.alloc_n<double>(MEM_ACT, d.H);
+        qv_ = mem.floats(MEM_ACT, (size_t)kChunk * d.NB * d.A);
+        actions_ = mem.alloc_n<int32_t>(MEM_ACT, (size_t)kChunk * d.NB);
+        // Pinned host copies, not part of fh_pipeline_memory's device categories.
+        h_x_ = static_cast<float *>(mem.pinned(MEM_CATS, (size_t)kChunk * d.D * 4));
+        h_qv_ = static_cast<float *>(mem.pinned(MEM_CATS, (size_t)kChunk * d.NB * d.A * 4));
+        h_actions_ = static_cast<int32_t *>(mem.pinned(MEM_CATS, (size_t)kChunk * d.NB * 4));
+    } catch (...) {
+        release();
+        throw;
+    }
+}
+
+void Actor::release() noexcept {
+    if (stream_) cudaStreamSynchronize(stream_);
+    if (blas_) cublasDestroy(blas_);
+    if (stream_) cudaStreamDestroy(stream_);
+    blas_ = nullptr;
+    stream_ = nullptr;
+}
+
+void Actor::act(const CudaStep &st, cudaEvent_t step_done, const float *obs, const float *goal,
+                uint32_t n, float epsilon, uint64_t act_call, int32_t *actions,
+                float *q_values) {
+    const Dims &d = d_;
+    cudaStream_t s = stream_;
+    // The parameters of the last launched step: act only reads parameters, so it waits for the
+    // step graph alone, not for an upload.
+    FH_CUDA(cudaStreamWaitEvent(s, step_done, 0));
+    const float *p = st.buf[BUF_Q];
+    const size_t off[2] = {L_.q.W1, L_.q.W2};
+    const int cols[2] = {(int)d.D, (int)d.H};
+    const bool sn[2] = {d.sn1, d.sn2};
+    const float *W[2] = {p + off[0], p + off[1]};
+    for (int k = 0; k < 2; ++k) {
+        if (!sn[k]) continue;
+        // σ from one power iteration on a scratch copy of u: the stored u is not changed.
+        kern::power_iteration(W[k], nullptr, (int)d.H, cols[k], st.buf[BUF_SN_U] + (size_t)k * d.H,
+                              u_, v_, row_, sigma_ + k, nullptr, s);
+        kern::sn_scale(W[k], sigma_ + k, weff_[k], nullptr, nullptr, nullptr,
+                       (size_t)d.H * cols[k], s);
+        W[k] = weff_[k];
+    }
+    const QView w{p, W[0], W[1]};
+    const LaneCtx l{s, Blas{blas_, compute_type(cfg_)}, nullptr, nullptr};
+    for (uint32_t row0 = 0; row0 < n; row0 += kChunk) {
+        const int m = (int)std::min<uint32_t>(kChunk, n - row0);
+        for (int i = 0; i < m; ++i) {
+            float *x = h_x_ + (size_t)i * d.D;
+            memcpy(x, obs + (size_t)(row0 + i) * d.O, d.O * sizeof(float));
+            if (d.G) memcpy(x + d.O, goal + (size_t)(row0 + i) * d.G, d.G * sizeof(float));
+        }
+        FH_CUDA(cudaMemcpyAsync(x_, h_x_, (size_t)m * d.D * 4, cudaMemcpyHostToDevice, s));
+        QCache c = c_;
+        c.M = m;
+        q_forward_trunk(l, d, L_, w, x_, c);
+        for (uint32_t b = 0; b < d.NB; ++b) q_forward_branch(l, d, L_, w, c, (int)b, cfg_.q_clip);
+        kern::act_select(c.q, m, (int)d.NB, (int)d.A, cfg_.seed, row0, (uint32_t)act_call, epsilon,
+                         actions_, q_values ? qv_ : nullptr, s);
+        FH_CUDA(cudaMemcpyAsync(h_actions_, actions_, (size_t)m * d.NB * 4,
+                                cudaMemcpyDeviceToHost, s));
+        if (q_values)
+            FH_CUDA(cudaMemcpyAsync(h_qv_, qv_, (size_t)m * d.NB * d.A * 4,
+                                    cudaMemcpyDeviceToHost, s));
+        FH_CUDA(cudaStreamSynchronize(s));
+        memcpy(actions + (size_t)row0 * d.NB, h_actions_, (size_t)m * d.NB * 4);
+        if (q_values)
+            memcpy(q_values + (size_t)row0 * d.NB * d.A, h_qv_, (size_t)m * d.NB * d.A * 4);
+    }
+}
+
+}  // namespace fh::cuda

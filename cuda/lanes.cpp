@@ -1,0 +1,62 @@
+#include "lanes.hpp"
+
+#include "common.hpp"
+#include "device_memory.hpp"
+#include "reduce.cuh"
+
+namespace fh::cuda {
+
+cublasHandle_t make_handle(const fh_config &c, cudaStream_t s, void *ws, size_t ws_bytes) {
+    cublasHandle_t h = nullptr;
+    FH_CUBLAS(cublasCreate(&h));
+    // cublasSetStream resets the workspace to cuBLAS's own pool: set ours after it, so that
+    // cuBLAS never allocates (not during capture either).
+    const cublasStatus_t st[3] = {
+        cublasSetStream(h, s), cublasSetWorkspace(h, ws, ws_bytes),
+        cublasSetMathMode(h, c.math_mode == FH_MATH_STRICT ? CUBLAS_DEFAULT_MATH
+                                                            : CUBLAS_TF32_TENSOR_OP_MATH)};
+    for (cublasStatus_t e : st)
+        if (e != CUBLAS_STATUS_SUCCESS) {
+            cublasDestroy(h);
+            FH_CUBLAS(e);
+        }
+    return h;
+}
+
+Lanes::Lanes(const fh_config &c, int nlanes, size_t col_doubles, DeviceMemory &mem)
+    : multi_(c.exec_mode == FH_EXEC_MULTI_STREAM), nlanes_(nlanes), compute_(compute_type(c)) {
+    if (nlanes > kMaxLanes) fail(FH_ERR_INTERNAL, "schedule uses %d lanes > %d", nlanes, kMaxLanes);
+    const size_t ws_bytes = (size_t)c.workspace_mib << 20;
+    const int streams = multi_ ? nlanes_ : 1;
+    try {
+        for (int k = 0; k < streams; ++k) {
+            FH_CUDA(cudaStreamCreateWithFlags(&streams_[k], cudaStreamNonBlocking));
+            handles_[k] = make_handle(c, streams_[k], mem.alloc(MEM_WS, ws_bytes), ws_bytes);
+            FH_CUBLAS(cublasSetAtomicsMode(handles_[k], CUBLAS_ATOMICS_NOT_ALLOWED));
+        }
+        // Per logical lane, in both modes.
+        for (int k = 0; k < nlanes_; ++k) {
+            col_[k] = mem.alloc_n<double>(MEM_ACT, col_doubles);
+            red_[k] = mem.alloc_n<double>(MEM_ACT, kRedMaxBlocks);
+        }
+    } catch (...) {
+        release();
+        throw;
+    }
+}
+
+void Lanes::release() noexcept {
+    for (int k = 0; k < kMaxLanes; ++k) {
+        if (handles_[k]) cublasDestroy(handles_[k]);
+        if (streams_[k]) cudaStreamDestroy(streams_[k]);
+        handles_[k] = nullptr;
+        streams_[k] = nullptr;
+    }
+}
+
+LaneCtx Lanes::ctx(int lane) const {
+    return LaneCtx{stream(lane), Blas{multi_ ? handles_[lane] : handles_[0], compute_}, col_[lane],
+                   red_[lane]};
+}
+
+}  // namespace fh::cuda
