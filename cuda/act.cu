@@ -63,10 +63,9 @@ void Actor::act(const CudaStep &st, cudaEvent_t step_done, const float *obs, con
     for (int k = 0; k < 2; ++k) {
         if (!sn[k]) continue;
         // σ from one power iteration on a scratch copy of u: the stored u is not changed.
-        kern::power_iteration(W[k], nullptr, (int)d.H, cols[k], st.buf[BUF_SN_U] + (size_t)k * d.H,
-                              u_, v_, row_, sigma_ + k, nullptr, s);
-        kern::sn_scale(W[k], sigma_ + k, weff_[k], nullptr, nullptr, nullptr,
-                       (size_t)d.H * cols[k], s);
+        power_iteration(W[k], nullptr, (int)d.H, cols[k], st.buf[BUF_SN_U] + (size_t)k * d.H, u_,
+                        v_, row_, sigma_ + k, nullptr, s);
+        sn_scale(W[k], sigma_ + k, weff_[k], nullptr, nullptr, nullptr, (size_t)d.H * cols[k], s);
         W[k] = weff_[k];
     }
     const QView w{p, W[0], W[1]};

@@ -151,6 +151,19 @@ void q_forward_trunk(const LaneCtx &l, const Dims &d, const Layout &L, const QVi
                      const float *x, QCache &c);
 void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
                       QCache &c, int b, float q_clip);
+// spectral.cu: one power iteration on W [rows, cols] from u_in (u_out may alias it):
+// v = normalize(Wᵀu), u = normalize(W v), sigma = uᵀ W v, sigma_t = uᵀ Wt v (Wt may be null).
+// `row` is a [rows] double scratch. Writes v [cols], u_out, sigma[0], and sigma_t[0] when Wt
+// is given.
+void power_iteration(const float *W, const float *Wt, int rows, int cols, const float *u_in,
+                     float *u_out, float *v, double *row, float *sigma, float *sigma_t,
+                     cudaStream_t s);
+// out = W / *sigma (and out_t = Wt / *sigma_t when Wt is given), n elements.
+void sn_scale(const float *W, const float *sigma, float *out, const float *Wt,
+              const float *sigma_t, float *out_t, size_t n, cudaStream_t s);
+// dW = (dW − ip·u vᵀ) / sigma in place (SPEC §5.2 backward; ip = ⟨dWsn, Wsn⟩ on the device).
+void sn_backward(float *dW, const float *ip, const float *u, const float *v, const float *sigma,
+                 int rows, int cols, cudaStream_t s);
 // *counter = v, one thread (step() sets the counter after a checkpoint load).
 void set_step_counter(uint64_t *counter, uint64_t v, cudaStream_t s);
 

@@ -25,160 +25,10 @@ __global__ void k_fill(float *p, size_t n, float v) {
 }
 
 // ---- HER ------------------------------------------------------------------------------------------
-// One warp per transition.
-__global__ void k_her(HerArgs a) {
-    const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (warp >= a.B) return;
-    const size_t i = warp;
-    float *x = a.x2 + i * a.D;
-    float *xn = a.x2 + ((size_t)a.B + i) * a.D;
-    for (uint32_t j = lane; j < a.O; j += 32) {
-        x[j] = a.obs[i * a.O + j];
-        xn[j] = a.next_obs[i * a.O + j];
-    }
-    for (uint32_t b = lane; b < a.NB; b += 32) a.action_out[i * a.NB + b] = a.action[i * a.NB + b];
-    int relabel = 0;
-    if (a.G > 0) {
-        if (lane == 0) {
-            const float u = uniform24(philox(a.seed, (uint32_t)i, 0, (uint32_t)*a.step, PURPOSE_HER).w[0]);
-            relabel = u < a.her_ratio;
-        }
-        relabel = __shfl_sync(0xffffffffu, relabel, 0);
-        const float *g = relabel ? a.her_goal + i * a.G : a.goal + i * a.G;
-        for (uint32_t j = lane; j < a.G; j += 32) {
-            x[a.O + j] = g[j];
-            xn[a.O + j] = g[j];
-        }
-    }
-    if (lane != 0) return;
-    float r = a.reward[i];
-    float done = a.done[i] ? 1.0f : 0.0f;
-    if (relabel) {
-        const float *g = a.her_goal + i * a.G;
-        const float *ag = a.nag + i * a.G;
-        double ss = 0;
-        for (uint32_t j = 0; j < a.G; ++j) {
-            const float diff = __fadd_rn(ag[j], -g[j]);
-            ss += (double)diff * diff;
-        }
-        const float dist = (float)sqrt(ss);
-        const bool reached = dist <= a.her_epsilon;
-        if (a.sparse) {
-            r = reached ? 0.0f : -1.0f;
-            if (reached && a.terminal_on_success) done = 1.0f;
-        } else {
-            r = -dist;
-        }
-    }
-    a.r[i] = r;
-    a.done_f[i] = done;
-    a.relabelled[i] = relabel ? 1.0f : 0.0f;
-    a.regime_out[i] = a.regime[i];
-}
 
-// ---- spectral ------------------------------------------------------------------------------------
-constexpr int kPowerThreads = 1024;
 
-__device__ void normalize_block(float *x, int n, double *sh) {
-    double acc = 0;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) acc += (double)x[j] * x[j];
-    const double ss = block_sum(acc, sh);
-    const float norm = fmaxf((float)sqrt(ss), 1e-12f);
-    for (int j = threadIdx.x; j < n; j += blockDim.x) x[j] = __fdiv_rn(x[j], norm);
-    __syncthreads();
-}
 
-// One block. Columns sums are coalesced (thread per column); row dot products one warp a row.
-__global__ void k_power_iteration(const float *W, const float *Wt, int rows, int cols,
-                                  const float *u_in, float *u_out, float *v, double *row,
-                                  float *sigma, float *sigma_t) {
-    __shared__ double sh[kPowerThreads];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    // v = Wᵀ u. With cols <= blockDim/2 the rows are cut into G contiguous groups (G threads per
-    // column), each summed in row order, then the G partial sums in group order: a fixed order,
-    // G times less serial latency. Otherwise one thread per column sums all rows in order.
-    __shared__ double part[kPowerThreads];
-    const int G = cols <= (int)blockDim.x ? min(8, (int)blockDim.x / cols) : 1;
-    if (G > 1) {
-        const int g = threadIdx.x / cols, j = threadIdx.x % cols;
-        const int rpg = (rows + G - 1) / G;
-        if (g < G) {
-            double acc = 0;
-            const int i1 = min(rows, (g + 1) * rpg);
-#pragma unroll 8
-            for (int i = g * rpg; i < i1; ++i) acc += (double)W[(size_t)i * cols + j] * u_in[i];
-            part[g * cols + j] = acc;
-        }
-        __syncthreads();
-        if (threadIdx.x < cols) {
-            double acc = 0;
-            for (int k = 0; k < G; ++k) acc += part[k * cols + threadIdx.x];
-            v[threadIdx.x] = (float)acc;
-        }
-    } else {
-        for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-            double acc = 0;
-#pragma unroll 8
-            for (int i = 0; i < rows; ++i) acc += (double)W[(size_t)i * cols + j] * u_in[i];
-            v[j] = (float)acc;
-        }
-    }
-    __syncthreads();
-    normalize_block(v, cols, sh);
-    for (int i = warp; i < rows; i += nwarps) {  // row_i = (W v)_i
-        double acc = 0;
-#pragma unroll 4
-        for (int j = lane; j < cols; j += 32) acc += (double)W[(size_t)i * cols + j] * v[j];
-        acc = warp_sum(acc);
-        if (lane == 0) {
-            row[i] = acc;
-            u_out[i] = (float)acc;
-        }
-    }
-    __syncthreads();
-    normalize_block(u_out, rows, sh);
-    double acc = 0;  // sigma = Σ_i u_i (W v)_i
-    for (int i = threadIdx.x; i < rows; i += blockDim.x) acc += (double)u_out[i] * row[i];
-    const double sg = block_sum(acc, sh);
-    if (threadIdx.x == 0) *sigma = (float)sg;
-    if (!Wt) return;
-    acc = 0;
-    for (int i = warp; i < rows; i += nwarps) {
-        double r = 0;
-#pragma unroll 4
-        for (int j = lane; j < cols; j += 32) r += (double)Wt[(size_t)i * cols + j] * v[j];
-        r = warp_sum(r);
-        if (lane == 0) row[i] = r;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < rows; i += blockDim.x) acc += (double)u_out[i] * row[i];
-    const double st = block_sum(acc, sh);
-    if (threadIdx.x == 0) *sigma_t = (float)st;
-}
 
-__global__ void k_sn_scale(const float *W, const float *sigma, float *out, const float *Wt,
-                           const float *sigma_t, float *out_t, size_t n) {
-    const float s = *sigma;
-    const float st = Wt ? *sigma_t : 1.0f;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        out[i] = __fdiv_rn(W[i], s);
-        if (Wt) out_t[i] = __fdiv_rn(Wt[i], st);
-    }
-}
-
-__global__ void k_sn_backward(float *dW, const float *ip, const float *u, const float *v,
-                              const float *sigma, int rows, int cols) {
-    const float p = *ip, s = *sigma;
-    const size_t n = (size_t)rows * cols;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        const size_t i = k / cols, j = k % cols;
-        const float corr = __fmul_rn(__fmul_rn(p, u[i]), v[j]);
-        dW[k] = __fdiv_rn(__fadd_rn(dW[k], -corr), s);
-    }
-}
 
 // ---- network pieces --------------------------------------------------------------------------------
 __global__ void k_bias_silu(float *pre, float *act, const float *b, int M, int N) {
@@ -206,84 +56,10 @@ __global__ void k_bias_silu4(float4 *pre, float4 *act, const float4 *b, int M, i
     }
 }
 
-__global__ void k_bias_clamp(float *z, float *q, const float *e, int M, int N, float clip) {
-    const size_t n = (size_t)M * N;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const float v = __fadd_rn(z[i], e[i % N]);
-        z[i] = v;
-        q[i] = fminf(fmaxf(v, -clip), clip);
-    }
-}
 
-// One warp per row.
-__global__ void k_conf_head(const float *h2, const float *w_u, const float *b_u, int M, int H,
-                            float *pre_u, float *u) {
-    const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (row >= M) return;
-    float acc = 0;
-    for (int j = lane; j < H; j += 32) acc += h2[(size_t)row * H + j] * w_u[j];
-    acc = warp_sum(acc);
-    if (lane == 0) {
-        const float p = __fadd_rn(acc, *b_u);
-        pre_u[row] = p;
-        u[row] = dev_softplus(p);
-    }
-}
 
-// ---- ddqn ----------------------------------------------------------------------------------------
-__global__ void k_argmax(const float *q, int M, int NB, int A, int32_t *out) {
-    const size_t n = (size_t)M * NB;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        const size_t i = k / NB, b = k % NB;
-        out[k] = dev_first_argmax(q + b * (size_t)M * A + i * A, A);
-    }
-}
 
-__global__ void k_ddqn_join(const float *qt, const int32_t *a_star, const int32_t *action,
-                            const float *r, const float *done, int B, int NB, int A, float gamma,
-                            float *y, float *qbar_sa) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)B;
-         i += (size_t)gridDim.x * blockDim.x) {
-        double qsa = 0;
-        const float coef = __fmul_rn(gamma, __fadd_rn(1.0f, -done[i]));
-        for (int b = 0; b < NB; ++b) {
-            const size_t ib = i * NB + b;
-            const float *qb = qt + (size_t)b * 2 * B * A;
-            const float qn = qb[((size_t)B + i) * A + a_star[ib]];
-            y[ib] = __fadd_rn(r[i], __fmul_rn(coef, qn));
-            qsa += qb[i * A + action[ib]];
-        }
-        qbar_sa[i] = (float)(qsa / NB);
-    }
-}
 
-// ---- TD loss ----------------------------------------------------------------------------------------
-__global__ void k_td_loss(const float *q, const float *z, const float *y, const int32_t *action,
-                          const int32_t *regime, const float *rho, int B, int NB, int A,
-                          float kappa, float q_clip, float *delta, float *dz, double *loss_elt,
-                          double *q_elt) {
-    const float scale = __fdiv_rn(1.0f, __fmul_rn((float)B, (float)NB));
-    const size_t n = (size_t)B * NB;
-    for (size_t ib = blockIdx.x * (size_t)blockDim.x + threadIdx.x; ib < n;
-         ib += (size_t)gridDim.x * blockDim.x) {
-        const size_t i = ib / NB, b = ib % NB;
-        const float w = rho[regime[i]];
-        const int a = action[ib];
-        const size_t base = b * (size_t)B * A + i * A;
-        const float qa = q[base + a];
-        const float d = __fadd_rn(qa, -y[ib]);
-        delta[ib] = d;
-        q_elt[ib] = (double)qa;
-        loss_elt[ib] = (double)w * (double)dev_huber(d, kappa);
-        const float za = z[base + a];
-        const bool inside = za > -q_clip && za < q_clip;
-        const float g = inside ? __fmul_rn(__fmul_rn(w, scale), dev_dhuber(d, kappa)) : 0.0f;
-        for (int k = 0; k < A; ++k) dz[base + k] = k == a ? g : 0.0f;
-    }
-}
 
 // ---- aux tail -------------------------------------------------------------------------------------
 __global__ void k_polyak(float *t, const float *o, size_t n, float tau) {
@@ -468,33 +244,9 @@ void fill(float *p, size_t n, float v, cudaStream_t s) {
     FH_LAUNCHED("k_fill");
 }
 
-void her(const HerArgs &a, cudaStream_t s) {
-    const int warps_per_block = kThreads / 32;
-    const int grid = (int)((a.B + warps_per_block - 1) / warps_per_block);
-    k_her<<<grid, kThreads, 0, s>>>(a);
-    FH_LAUNCHED("k_her");
-}
 
-void power_iteration(const float *W, const float *Wt, int rows, int cols, const float *u_in,
-                     float *u_out, float *v, double *row, float *sigma, float *sigma_t,
-                     cudaStream_t s) {
-    k_power_iteration<<<1, kPowerThreads, 0, s>>>(W, Wt, rows, cols, u_in, u_out, v, row, sigma,
-                                                  sigma_t);
-    FH_LAUNCHED("k_power_iteration");
-}
 
-void sn_scale(const float *W, const float *sigma, float *out, const float *Wt,
-              const float *sigma_t, float *out_t, size_t n, cudaStream_t s) {
-    k_sn_scale<<<grid_for(n), kThreads, 0, s>>>(W, sigma, out, Wt, sigma_t, out_t, n);
-    FH_LAUNCHED("k_sn_scale");
-}
 
-void sn_backward(float *dW, const float *ip, const float *u, const float *v, const float *sigma,
-                 int rows, int cols, cudaStream_t s) {
-    k_sn_backward<<<grid_for((size_t)rows * cols), kThreads, 0, s>>>(dW, ip, u, v, sigma, rows,
-                                                                      cols);
-    FH_LAUNCHED("k_sn_backward");
-}
 
 void bias_silu(float *pre, float *act, const float *b, int M, int N, cudaStream_t s) {
     const bool vec = N % 4 == 0 && ((uintptr_t)pre % 16 == 0) && ((uintptr_t)act % 16 == 0) &&
@@ -510,40 +262,10 @@ void bias_silu(float *pre, float *act, const float *b, int M, int N, cudaStream_
     FH_LAUNCHED("k_bias_silu");
 }
 
-void bias_clamp(float *z, float *q, const float *e, int M, int N, float clip, cudaStream_t s) {
-    k_bias_clamp<<<grid_for((size_t)M * N), kThreads, 0, s>>>(z, q, e, M, N, clip);
-    FH_LAUNCHED("k_bias_clamp");
-}
 
-void conf_head(const float *h2, const float *w_u, const float *b_u, int M, int H, float *pre_u,
-               float *u, cudaStream_t s) {
-    const int grid = (M + kThreads / 32 - 1) / (kThreads / 32);
-    k_conf_head<<<grid, kThreads, 0, s>>>(h2, w_u, b_u, M, H, pre_u, u);
-    FH_LAUNCHED("k_conf_head");
-}
 
-void argmax(const float *q, int M, int NB, int A, int32_t *out, cudaStream_t s) {
-    k_argmax<<<grid_for((size_t)M * NB), kThreads, 0, s>>>(q, M, NB, A, out);
-    FH_LAUNCHED("k_argmax");
-}
 
-void ddqn_join(const float *qt, const int32_t *a_star, const int32_t *action, const float *r,
-               const float *done, int B, int NB, int A, float gamma, float *y, float *qbar_sa,
-               cudaStream_t s) {
-    k_ddqn_join<<<grid_for(B), kThreads, 0, s>>>(qt, a_star, action, r, done, B, NB, A, gamma, y,
-                                                 qbar_sa);
-    FH_LAUNCHED("k_ddqn_join");
-}
 
-void td_loss(const float *q, const float *z, const float *y, const int32_t *action,
-             const int32_t *regime, const float *rho, int B, int NB, int A, float kappa,
-             float q_clip, float *delta, float *dz, double *loss_elt, double *q_elt,
-             cudaStream_t s) {
-    k_td_loss<<<grid_for((size_t)B * NB), kThreads, 0, s>>>(q, z, y, action, regime, rho, B, NB,
-                                                            A, kappa, q_clip, delta, dz,
-                                                            loss_elt, q_elt);
-    FH_LAUNCHED("k_td_loss");
-}
 
 void polyak(float *target, const float *online, size_t n, float tau, cudaStream_t s) {
     k_polyak<<<grid_for(n), kThreads, 0, s>>>(target, online, n, tau);

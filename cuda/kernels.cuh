@@ -20,60 +20,9 @@ void set_u64(uint64_t *p, uint64_t v, cudaStream_t s);
 void inc_u64(uint64_t *p, cudaStream_t s);
 void fill(float *p, size_t n, float v, cudaStream_t s);
 
-// ---- §5.1 HER ------------------------------------------------------------------------------------
-struct HerArgs {
-    uint32_t B, O, G, D, NB;
-    uint64_t seed;
-    const uint64_t *step;
-    float her_ratio, her_epsilon;
-    int sparse, terminal_on_success;
-    const float *obs, *next_obs, *reward, *goal, *nag, *her_goal;
-    const int32_t *action, *regime;
-    const uint8_t *done;
-    float *x2;          // [2B, D]: x~ rows 0..B-1, x~' rows B..2B-1
-    float *r, *done_f;  // [B]
-    float *relabelled;  // [B] 0/1, summed for the metric
-    int32_t *action_out, *regime_out;  // private copies: the upload may overwrite the batch
-};
-void her(const HerArgs &a, cudaStream_t s);
-
-// ---- §5.2 spectral ------------------------------------------------------------------------------
-// One power iteration on W [rows, cols] from u_in (u_out may alias it): v = normalize(Wᵀu),
-// u = normalize(W v), sigma = uᵀ W v, sigma_t = uᵀ Wt v (Wt may be null). `row` is a [rows]
-// double scratch. Writes v [cols], u_out, sigma[0], and sigma_t[0] when Wt is given.
-void power_iteration(const float *W, const float *Wt, int rows, int cols, const float *u_in,
-                     float *u_out, float *v, double *row, float *sigma, float *sigma_t,
-                     cudaStream_t s);
-// out = W / *sigma (and out_t = Wt / *sigma_t when Wt is given), n elements.
-void sn_scale(const float *W, const float *sigma, float *out, const float *Wt,
-              const float *sigma_t, float *out_t, size_t n, cudaStream_t s);
-// dW = (dW − ip·u vᵀ) / sigma in place (SPEC §5.2 backward; ip = ⟨dWsn, Wsn⟩ on the device).
-void sn_backward(float *dW, const float *ip, const float *u, const float *v, const float *sigma,
-                 int rows, int cols, cudaStream_t s);
-
 // ---- §4 network pieces ---------------------------------------------------------------------------
 // pre += b (row bias), act = SiLU(pre).
 void bias_silu(float *pre, float *act, const float *b, int M, int N, cudaStream_t s);
-// z += e, q = clamp(z, ±clip).
-void bias_clamp(float *z, float *q, const float *e, int M, int N, float clip, cudaStream_t s);
-// Confidence head: pre_u = h2 · w_u + b_u (float dot), u = softplus(pre_u).
-void conf_head(const float *h2, const float *w_u, const float *b_u, int M, int H, float *pre_u,
-               float *u, cudaStream_t s);
-
-// ---- §5.3 ddqn ------------------------------------------------------------------------------------
-// a*[i, b] = argmax_a q_b[i, a] (ties: lowest); q is [NB][M, A] with branch stride M·A.
-void argmax(const float *q, int M, int NB, int A, int32_t *out, cudaStream_t s);
-// y [B, NB], qbar_sa [B]; qt is the target's [NB][2B, A] (rows B.. are x~').
-void ddqn_join(const float *qt, const int32_t *a_star, const int32_t *action, const float *r,
-               const float *done, int B, int NB, int A, float gamma, float *y, float *qbar_sa,
-               cudaStream_t s);
-
-// ---- §5.4 TD loss ----------------------------------------------------------------------------------
-// Writes delta [B, NB], dz [NB][B, A], loss_elt [B·NB] (w·huber, double) and q_elt [B·NB].
-void td_loss(const float *q, const float *z, const float *y, const int32_t *action,
-             const int32_t *regime, const float *rho, int B, int NB, int A, float kappa,
-             float q_clip, float *delta, float *dz, double *loss_elt, double *q_elt,
-             cudaStream_t s);
 
 // ---- §5.5 aux tail -----------------------------------------------------------------------------------
 // θ̄ ← τθ + (1−τ)θ̄ (the CPU's float expression, unfused).

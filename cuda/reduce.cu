@@ -160,4 +160,16 @@ void colsum_final(const double *partial, int M, int N, float *out, bool accumula
     FH_LAUNCHED("k_colsum_final");
 }
 
+void sum_to(const double *x, size_t n, float *out, double div, double *partial, cudaStream_t s,
+            double mul) {
+    reduce_f64(x, n, partial, s);
+    reduce_final(partial, reduce_blocks(n), out, 0, div, s, mul);
+}
+
+void colsum(const float *X, int M, int N, const float *row_scale, float *out, double *partial,
+            cudaStream_t s) {
+    colsum_partial(X, M, N, row_scale, partial, s);
+    colsum_final(partial, M, N, out, false, s);
+}
+
 }  // namespace fh::cuda

@@ -32,6 +32,10 @@ void reduce_dot(const float *a, const float *b, size_t n, double *partial, cudaS
 void reduce_final(const double *partial, int nb, float *out, int final_op, double div,
                   cudaStream_t s, double mul = 1.0);
 
+// out = (float)(mul · Σ x / div): reduce_f64, then reduce_final.
+void sum_to(const double *x, size_t n, float *out, double div, double *partial, cudaStream_t s,
+            double mul = 1.0);
+
 // Column sums over M rows of [M, N] in row chunks: partial [colsum_chunks(M), N] doubles, then
 // out[j] = (float)(Σ) or (float)(out[j] + Σ) when accumulate (CPU col_sum's order of rounding).
 int colsum_chunks(int M);
@@ -45,6 +49,9 @@ void silu_bwd_colsum_partial(const PtrList &in, const float *pre, int M, int N, 
                              double *partial, cudaStream_t s);
 void colsum_final(const double *partial, int M, int N, float *out, bool accumulate,
                   cudaStream_t s, int batch = 1, size_t s_out = 0);
+// out[j] = (float)Σ_i X[i, j] (· row_scale[i]): colsum_partial, then colsum_final.
+void colsum(const float *X, int M, int N, const float *row_scale, float *out, double *partial,
+            cudaStream_t s);
 
 
 }  // namespace fh::cuda
