@@ -5,10 +5,37 @@
 
 #include "common.hpp"
 #include "device_memory.hpp"
-#include "kernels.cuh"
+#include "device_math.cuh"
+#include "philox.hpp"
 #include "lanes.hpp"
 
 namespace fh::cuda {
+
+namespace {
+
+// Per row and branch: argmax of q (ties lowest), ε-greedy with Philox purpose 5 on
+// (row0 + i, b, act_call); q_values [n, NB, A] when not null.
+__global__ void k_act_select(const float *q, int n, int NB, int A, uint64_t seed, uint32_t row0,
+                             uint32_t act_call, float epsilon, int32_t *actions,
+                             float *q_values) {
+    const size_t total = (size_t)n * NB;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < total;
+         k += (size_t)gridDim.x * blockDim.x) {
+        const size_t i = k / NB, b = k % NB;
+        const float *row = q + b * (size_t)n * A + i * A;
+        uint32_t best = (uint32_t)dev_first_argmax(row, A);
+        const Words w = philox(seed, row0 + (uint32_t)i, (uint32_t)b, act_call, PURPOSE_ACT);
+        if (uniform24(w.w[0]) < epsilon) {
+            const uint32_t r = (uint32_t)__fmul_rn(uniform24(w.w[1]), (float)A);
+            best = r < (uint32_t)A - 1 ? r : (uint32_t)A - 1;
+        }
+        actions[k] = (int32_t)best;
+        if (q_values)
+            for (int a = 0; a < A; ++a) q_values[k * A + a] = row[a];
+    }
+}
+
+}  // namespace
 
 Actor::Actor(const fh_config &c, const Layout &L, DeviceMemory &mem)
     : cfg_(c), L_(L), d_(L.dims) {
@@ -82,8 +109,10 @@ void Actor::act(const CudaStep &st, cudaEvent_t step_done, const float *obs, con
         c.M = m;
         q_forward_trunk(l, d, L_, w, x_, c);
         for (uint32_t b = 0; b < d.NB; ++b) q_forward_branch(l, d, L_, w, c, (int)b, cfg_.q_clip);
-        kern::act_select(c.q, m, (int)d.NB, (int)d.A, cfg_.seed, row0, (uint32_t)act_call, epsilon,
-                         actions_, q_values ? qv_ : nullptr, s);
+        k_act_select<<<grid_for((size_t)m * d.NB), kThreads, 0, s>>>(
+            c.q, m, (int)d.NB, (int)d.A, cfg_.seed, row0, (uint32_t)act_call, epsilon, actions_,
+            q_values ? qv_ : nullptr);
+        FH_LAUNCHED("k_act_select");
         FH_CUDA(cudaMemcpyAsync(h_actions_, actions_, (size_t)m * d.NB * 4,
                                 cudaMemcpyDeviceToHost, s));
         if (q_values)

@@ -13,13 +13,17 @@
 #include "config.hpp"
 #include "gemm.hpp"
 #include "init.hpp"
-#include "kernels.cuh"
 #include "layout.hpp"
 #include "learners.hpp"
 
 namespace fh::cuda {
 
 class DeviceMemory;
+
+// Adam's clip scale and bias corrections, computed on the device (adam_q.cu).
+struct AdamScalars {
+    float scale, bc1, bc2;
+};
 
 // Metrics and small scalars the graph writes: one device struct, read back by metrics().
 struct DevMetrics {
@@ -29,7 +33,7 @@ struct DevMetrics {
     float sigma[2], sigma_t[2];
     float ensemble_std, relabelled;
     float sn_ip[2];  // ⟨dWsn, Wsn⟩ of the spectral backward
-    kern::AdamScalars adam;
+    AdamScalars adam;
 };
 
 // Forward caches of one Q pass on M rows (SPEC §4), device pointers. A forward-only pass
