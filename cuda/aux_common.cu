@@ -31,22 +31,6 @@ __global__ void k_reduce_partials(const T *__restrict__ part, int rows, int widt
     }
 }
 
-// grid (row chunks, column tiles, Z), block (32, 8).
-__global__ void k_bias_silu(float *pre, float *act, const float *__restrict__ bias, size_t rows,
-                            int cols, size_t zbias) {
-    const int col = blockIdx.y * kTx + threadIdx.x, z = blockIdx.z;
-    if (col >= cols) return;
-    const size_t r0 = (size_t)blockIdx.x * kColRows, r1 = min(rows, r0 + kColRows);
-    const size_t zoff = (size_t)z * rows * cols;
-    const float b = bias[(size_t)z * zbias + col];
-    for (size_t r = r0 + threadIdx.y; r < r1; r += kTy) {
-        const size_t i = zoff + r * cols + col;
-        const float v = __fadd_rn(pre[i], b);
-        pre[i] = v;
-        act[i] = dev_silu(v);
-    }
-}
-
 __global__ void k_dsilu_colsum(float *g, const float *__restrict__ pre, size_t rows, int cols,
                                double *partial) {
     __shared__ double sh[kTy][kTx + 1];
@@ -164,13 +148,6 @@ void reduce_partials(const double *part, int rows, int width, int Z, const Segs 
 void reduce_partials(const float *part, int rows, int width, int Z, const Segs &segs,
                      cudaStream_t s) {
     reduce_impl(part, rows, width, Z, segs, s);
-}
-
-void bias_silu(float *pre, float *act, const float *bias, size_t rows, int cols, int Z,
-               size_t zbias, cudaStream_t s) {
-    dim3 grid(col_chunks(rows), (cols + kTx - 1) / kTx, Z), block(kTx, kTy);
-    k_bias_silu<<<grid, block, 0, s>>>(pre, act, bias, rows, cols, zbias);
-    FH_LAUNCHED("k_bias_silu");
 }
 
 void dsilu_colsum(float *g, const float *pre, size_t rows, int cols, int Z, double *partial,

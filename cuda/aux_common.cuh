@@ -1,8 +1,8 @@
 // Shared pieces of the auxiliary learners (cuda/iql.cu, iqn.cu, attention.cu): one device
-// allocation per learner, shared-memory opt-in, and the small kernels every learner uses (bias +
-// SiLU, SiLU' with column sums, fixed-order reduction of per-block partials, Adam). Return-code
-// checks (common.hpp), the GEMM layer (gemm.hpp) and the device math (device_math.cuh) are the
-// core backend's.
+// allocation per learner, shared-memory opt-in, and the small kernels every learner uses (SiLU'
+// with column sums, fixed-order reduction of per-block partials, Adam). Return-code checks
+// (common.hpp), the GEMM layer (gemm.hpp), bias + SiLU (nn.cuh) and the device math
+// (device_math.cuh) are the core backend's.
 //
 // Conventions, shared with the core backend (cuda/kernels.cu):
 // - No atomics. Every reduction over the batch is a fixed grid of blocks, each summing a fixed
@@ -79,10 +79,6 @@ void reduce_partials(const float *part, int rows, int width, int Z, const Segs &
 constexpr int kColRows = 128;
 inline int col_chunks(size_t rows) { return (int)((rows + kColRows - 1) / kColRows); }
 
-// pre[z] += bias[z] (per column), act[z] = SiLU(pre[z]); Z stacked [rows, cols] matrices, the
-// biases zbias floats apart.
-void bias_silu(float *pre, float *act, const float *bias, size_t rows, int cols, int Z,
-               size_t zbias, cudaStream_t s);
 // g[z] = g[z] ⊙ SiLU'(pre[z]) in place, and the column sums of the result as partials
 // [Z][col_chunks(rows)][cols] doubles.
 void dsilu_colsum(float *g, const float *pre, size_t rows, int cols, int Z, double *partial,

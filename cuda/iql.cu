@@ -40,6 +40,7 @@
 
 #include "aux_common.cuh"
 #include "learners.hpp"
+#include "nn.cuh"
 
 namespace fh::cuda {
 
@@ -309,9 +310,9 @@ struct IqlLearner::Impl {
 
         // Forward.
         run(bl, 0);
-        aux::bias_silu(pre1, h1, params + o.b1, B, Hi, 2, total, s);
+        bias_silu(pre1, h1, params + o.b1, B, Hi, s, 2, total);
         run(bl, 1);
-        aux::bias_silu(pre2, h2, params + o.b2, B, Hi, 2, total, s);
+        bias_silu(pre2, h2, params + o.b2, B, Hi, s, 2, total);
 
         // V, loss, ω, and dpre2 with the head's gradient partials.
         IqlHeadArgs a{};
