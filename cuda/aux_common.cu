@@ -50,18 +50,6 @@ __global__ void k_dsilu_colsum(float *g, const float *__restrict__ pre, size_t r
         partial[((size_t)z * gridDim.x + blockIdx.x) * cols + col] = s;
 }
 
-__global__ void k_adam(float *p, float *m, float *v, const float *__restrict__ g, size_t n,
-                       float lr, float beta1, float beta2, float eps, const uint64_t *step) {
-    // As src/cpu/nn.cpp adam(): bc = (float)(1 - pow((double)beta, (double)t)), t = step + 1.
-    const double t = (double)(*step + 1);
-    const float bc1 = (float)(1.0 - pow((double)beta1, t));
-    const float bc2 = (float)(1.0 - pow((double)beta2, t));
-    const float ob1 = __fadd_rn(1.0f, -beta1), ob2 = __fadd_rn(1.0f, -beta2);
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        adam_update(p[i], m[i], v[i], g[i], lr, beta1, beta2, ob1, ob2, bc1, bc2, eps);
-}
-
 template <class T>
 void reduce_impl(const T *part, int rows, int width, int Z, const Segs &segs, cudaStream_t s) {
     if (segs.n < 1 || segs.n > kMaxSegs)
@@ -155,14 +143,6 @@ void dsilu_colsum(float *g, const float *pre, size_t rows, int cols, int Z, doub
     dim3 grid(col_chunks(rows), (cols + kTx - 1) / kTx, Z), block(kTx, kTy);
     k_dsilu_colsum<<<grid, block, 0, s>>>(g, pre, rows, cols, partial);
     FH_LAUNCHED("k_dsilu_colsum");
-}
-
-void adam(float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
-          float beta2, float eps, const uint64_t *step, cudaStream_t s) {
-    const int threads = 256;
-    const int blocks = (int)std::min<size_t>((n + threads - 1) / threads, 2048);
-    k_adam<<<blocks < 1 ? 1 : blocks, threads, 0, s>>>(p, m, v, g, n, lr, beta1, beta2, eps, step);
-    FH_LAUNCHED("k_adam");
 }
 
 }  // namespace fh::cuda::aux

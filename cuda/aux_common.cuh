@@ -21,6 +21,7 @@
 #include "device_math.cuh"
 #include "error.hpp"
 #include "gemm.hpp"
+#include "nn.cuh"
 
 namespace fh::cuda::aux {
 
@@ -84,10 +85,8 @@ inline int col_chunks(size_t rows) { return (int)((rows + kColRows - 1) / kColRo
 void dsilu_colsum(float *g, const float *pre, size_t rows, int cols, int Z, double *partial,
                   cudaStream_t s);
 
-// Adam (SPEC §5.6, the CPU's nn.cpp adam with scale 1) on n flat parameters, t = *step + 1
-// read on the device; 1 − β^t in float64, rounded to float32.
-void adam(float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
-          float beta2, float eps, const uint64_t *step, cudaStream_t s);
+// Adam with scale 1 (nn.cuh): the learners' one update over their flat parameters.
+using cuda::adam;
 
 // ---- warp-per-row kernels: block geometry ------------------------------------------------------
 // A "row kernel" gives each warp whole rows, and each warp accumulates its column sums in its own

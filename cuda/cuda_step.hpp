@@ -20,11 +20,6 @@ namespace fh::cuda {
 
 class DeviceMemory;
 
-// Adam's clip scale and bias corrections, computed on the device (adam_q.cu).
-struct AdamScalars {
-    float scale, bc1, bc2;
-};
-
 // Metrics and small scalars the graph writes: one device struct, read back by metrics().
 struct DevMetrics {
     float td_loss, q_mean, cql_loss;
@@ -33,7 +28,6 @@ struct DevMetrics {
     float sigma[2], sigma_t[2];
     float ensemble_std, relabelled;
     float sn_ip[2];  // ⟨dWsn, Wsn⟩ of the spectral backward
-    AdamScalars adam;
 };
 
 // Forward caches of one Q pass on M rows (SPEC §4), device pointers. A forward-only pass

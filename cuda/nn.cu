@@ -38,6 +38,21 @@ __global__ void k_bias_silu(V *pre, V *act, const V *b, size_t n, int N, size_t 
     }
 }
 
+__global__ void k_adam(float *p, float *m, float *v, const float *g, size_t n, float lr,
+                       float beta1, float beta2, float eps, const uint64_t *step,
+                       const float *norm, float clip) {
+    const double t = (double)(*step + 1);
+    const float bc1 = (float)(1.0 - pow((double)beta1, t));
+    const float bc2 = (float)(1.0 - pow((double)beta2, t));
+    // No epsilon: a zero gradient stays zero (scale 1); g · 1 is g, bit for bit.
+    const float scale = norm && *norm > clip ? __fdiv_rn(clip, *norm) : 1.0f;
+    const float ob1 = __fadd_rn(1.0f, -beta1), ob2 = __fadd_rn(1.0f, -beta2);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        adam_update(p[i], m[i], v[i], __fmul_rn(g[i], scale), lr, beta1, beta2, ob1, ob2, bc1,
+                    bc2, eps);
+}
+
 }  // namespace
 
 void bias_silu(float *pre, float *act, const float *bias, size_t rows, int cols, cudaStream_t s,
@@ -52,6 +67,14 @@ void bias_silu(float *pre, float *act, const float *bias, size_t rows, int cols,
         k_bias_silu<float><<<dim3(grid_for(n, kThreads, 32768), Z), kThreads, 0, s>>>(
             pre, act, bias, n, cols, zbias);
     FH_LAUNCHED("k_bias_silu");
+}
+
+void adam(float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
+          float beta2, float eps, const uint64_t *step, cudaStream_t s, const float *grad_norm,
+          float clip) {
+    k_adam<<<grid_for(n), kThreads, 0, s>>>(p, m, v, g, n, lr, beta1, beta2, eps, step, grad_norm,
+                                            clip);
+    FH_LAUNCHED("k_adam");
 }
 
 }  // namespace fh::cuda
