@@ -22,6 +22,7 @@
 #include "error.hpp"
 #include "gemm.hpp"
 #include "nn.cuh"
+#include "reduce.cuh"
 
 namespace fh::cuda::aux {
 
@@ -52,38 +53,19 @@ size_t max_smem_optin();
 // FH_ERR_BAD_DIMENSION naming `what` when the device cannot give that much.
 void allow_smem(const void *kernel, size_t bytes, const char *what);
 
-// ---- fixed-order reductions --------------------------------------------------------------------
-// Partials are [Z][rows][width] (row = a block's contribution); the final pass sums the rows of
-// each column in a fixed order (8 interleaved double accumulators, then those in order) and
-// writes out = (float)(sum / div) to the segment that owns the column.
-struct Seg {
-    float *dst;      // column col0 + k goes to dst[z * zstride + k]
-    int col0, len;
-    size_t zstride;
-    double div;      // 1 for gradients; the batch for a mean
-};
-constexpr int kMaxSegs = 4;
-struct Segs {
-    Seg s[kMaxSegs];
-    int n = 0;
-    void add(float *dst, int col0, int len, size_t zstride = 0, double div = 1.0) {
-        s[n++] = Seg{dst, col0, len, zstride, div};
-    }
-};
-void reduce_partials(const double *part, int rows, int width, int Z, const Segs &segs,
-                     cudaStream_t s);
-void reduce_partials(const float *part, int rows, int width, int Z, const Segs &segs,
-                     cudaStream_t s);
+// ---- fixed-order reductions (reduce.cuh) ------------------------------------------------------
+// Partials are [Z][rows][width] (row = a block's contribution); reduce_partials() sums the rows
+// of each column in a fixed order and writes out = (float)(sum / div) to the segment that owns
+// the column.
+using cuda::kMaxSegs;
+using cuda::reduce_partials;
+using cuda::Seg;
+using cuda::Segs;
 
-// Rows per block of the column-parallel kernels below (their partials have ceil(rows / this)
-// rows per z).
+// Rows per block of the learners' column-parallel kernels (their partials have
+// ceil(rows / this) rows per z).
 constexpr int kColRows = 128;
 inline int col_chunks(size_t rows) { return (int)((rows + kColRows - 1) / kColRows); }
-
-// g[z] = g[z] ⊙ SiLU'(pre[z]) in place, and the column sums of the result as partials
-// [Z][col_chunks(rows)][cols] doubles.
-void dsilu_colsum(float *g, const float *pre, size_t rows, int cols, int Z, double *partial,
-                  cudaStream_t s);
 
 // Adam with scale 1 (nn.cuh): the learners' one update over their flat parameters.
 using cuda::adam;

@@ -339,7 +339,10 @@ struct IqlLearner::Impl {
         // Backward through layer 2 and layer 1.
         run(bl, 2);
         run(bl, 3);
-        aux::dsilu_colsum(h2, pre1, B, Hi, 2, part_b1, s);
+        PtrList dh1{};
+        dh1.p[0] = h2;
+        dh1.n = 1;
+        dsilu_colsum(dh1, pre1, (int)B, Hi, aux::kColRows, h2, part_b1, s, 2);
         {
             aux::Segs g;
             g.add(grad + o.b1, 0, Hi, total);

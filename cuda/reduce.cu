@@ -4,6 +4,7 @@
 
 #include "common.hpp"
 #include "device_math.cuh"
+#include "error.hpp"
 
 namespace fh::cuda {
 
@@ -51,36 +52,47 @@ __global__ void k_reduce_final(const double *partial, int nb, float *out, int op
 }
 
 // ---- column sums ---------------------------------------------------------------------------------
-constexpr int kColRows = 256;  // rows per chunk
 constexpr int kColTx = 32, kColTy = 8;
 
-__global__ void k_colsum_partial(const float *X, int M, int N, const float *row_scale,
-                                 double *partial, size_t sX) {
+// grid (column tiles, chunks, Z), block (kColTx, kColTy). Writes `partial` when given (pass
+// one), else the segments (the final pass, one chunk).
+template <class T>
+__global__ void k_colsum(const T *X, int rows, int width, int chunk_rows, size_t zstride,
+                         const float *row_scale, double *partial, Segs segs) {
     __shared__ double sh[kColTy][kColTx + 1];
-    X += blockIdx.z * sX;
-    partial += (size_t)blockIdx.z * gridDim.y * N;
-    const int col = blockIdx.x * kColTx + threadIdx.x;
-    const int r0 = blockIdx.y * kColRows, r1 = min(M, r0 + kColRows);
-    double acc = 0;
-    if (col < N)
-#pragma unroll 4
+    const int col = blockIdx.x * kColTx + threadIdx.x, z = blockIdx.z;
+    X += z * zstride;
+    const int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
+    double acc = 0.0;
+    if (col < width)
         for (int r = r0 + threadIdx.y; r < r1; r += kColTy) {
-            const double v = (double)X[(size_t)r * N + col];
-            acc += row_scale ? (double)row_scale[r] * v : v;
+            const double v = (double)X[(size_t)r * width + col];
+            acc = row_scale ? fma((double)row_scale[r], v, acc) : acc + v;
         }
     const double s = tile_col_sum(sh, acc);
-    if (threadIdx.y == 0 && col < N) partial[(size_t)blockIdx.y * N + col] = s;
+    if (threadIdx.y != 0 || col >= width) return;
+    if (partial) {
+        partial[((size_t)z * gridDim.y + blockIdx.y) * width + col] = s;
+        return;
+    }
+    for (int k = 0; k < segs.n; ++k) {
+        const Seg &g = segs.s[k];
+        if (col >= g.col0 && col < g.col0 + g.len)
+            g.dst[(size_t)z * g.zstride + (col - g.col0)] = (float)(s / g.div);
+    }
 }
 
-__global__ void k_silu_bwd_colsum_partial(PtrList in, const float *pre, int M, int N, float *dpre,
-                                          double *partial) {
+// grid (column tiles, chunks, Z), block (kColTx, kColTy).
+__global__ void k_dsilu_colsum(PtrList in, const float *pre, int rows, int cols, int chunk_rows,
+                               float *dpre, double *partial) {
     __shared__ double sh[kColTy][kColTx + 1];
     const int col = blockIdx.x * kColTx + threadIdx.x;
-    const int r0 = blockIdx.y * kColRows, r1 = min(M, r0 + kColRows);
-    double acc = 0;
-    if (col < N)
+    const size_t zoff = (size_t)blockIdx.z * rows * cols;
+    const int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
+    double acc = 0.0;
+    if (col < cols)
         for (int r = r0 + threadIdx.y; r < r1; r += kColTy) {
-            const size_t i = (size_t)r * N + col;
+            const size_t i = zoff + (size_t)r * cols + col;
             float g = in.p[0][i];
             for (int k = 1; k < in.n; ++k) g = __fadd_rn(g, in.p[k][i]);
             g = __fmul_rn(g, dev_dsilu(pre[i]));
@@ -88,7 +100,19 @@ __global__ void k_silu_bwd_colsum_partial(PtrList in, const float *pre, int M, i
             acc += (double)g;
         }
     const double s = tile_col_sum(sh, acc);
-    if (threadIdx.y == 0 && col < N) partial[(size_t)blockIdx.y * N + col] = s;
+    if (threadIdx.y == 0 && col < cols)
+        partial[((size_t)blockIdx.z * gridDim.y + blockIdx.y) * cols + col] = s;
+}
+
+template <class T>
+void reduce_partials_impl(const T *part, int rows, int width, int Z, const Segs &segs,
+                          cudaStream_t s) {
+    if (segs.n < 1 || segs.n > kMaxSegs)
+        fail(FH_ERR_INTERNAL, "reduce_partials: %d segments", segs.n);
+    dim3 grid((width + kColTx - 1) / kColTx, 1, Z), block(kColTx, kColTy);
+    k_colsum<T><<<grid, block, 0, s>>>(part, rows, width, rows, (size_t)rows * width, nullptr,
+                                       nullptr, segs);
+    FH_LAUNCHED("k_colsum (final)");
 }
 
 __global__ void k_colsum_final(const double *partial, int chunks, int N, float *out,
@@ -137,20 +161,33 @@ void reduce_final(const double *partial, int nb, float *out, int final_op, doubl
     FH_LAUNCHED("k_reduce_final");
 }
 
-int colsum_chunks(int M) { return std::max(1, (M + kColRows - 1) / kColRows); }
-
-void colsum_partial(const float *X, int M, int N, const float *row_scale, double *partial,
-                    cudaStream_t s, int batch, size_t sX) {
-    dim3 grid((N + kColTx - 1) / kColTx, colsum_chunks(M), batch), block(kColTx, kColTy);
-    k_colsum_partial<<<grid, block, 0, s>>>(X, M, N, row_scale, partial, sX);
-    FH_LAUNCHED("k_colsum_partial");
+int colsum_chunks(int rows, int chunk_rows) {
+    return std::max(1, (rows + chunk_rows - 1) / chunk_rows);
 }
 
-void silu_bwd_colsum_partial(const PtrList &in, const float *pre, int M, int N, float *dpre,
-                             double *partial, cudaStream_t s) {
-    dim3 grid((N + kColTx - 1) / kColTx, colsum_chunks(M)), block(kColTx, kColTy);
-    k_silu_bwd_colsum_partial<<<grid, block, 0, s>>>(in, pre, M, N, dpre, partial);
-    FH_LAUNCHED("k_silu_bwd_colsum_partial");
+void colsum_partial(const float *X, int rows, int width, const float *row_scale,
+                    double *partial, cudaStream_t s, int Z, size_t zstride) {
+    dim3 grid((width + kColTx - 1) / kColTx, colsum_chunks(rows), Z), block(kColTx, kColTy);
+    k_colsum<float><<<grid, block, 0, s>>>(X, rows, width, kColsumRows, zstride, row_scale,
+                                           partial, Segs{});
+    FH_LAUNCHED("k_colsum");
+}
+
+void dsilu_colsum(const PtrList &in, const float *pre, int rows, int cols, int chunk_rows,
+                  float *dpre, double *partial, cudaStream_t s, int Z) {
+    dim3 grid((cols + kColTx - 1) / kColTx, colsum_chunks(rows, chunk_rows), Z),
+        block(kColTx, kColTy);
+    k_dsilu_colsum<<<grid, block, 0, s>>>(in, pre, rows, cols, chunk_rows, dpre, partial);
+    FH_LAUNCHED("k_dsilu_colsum");
+}
+
+void reduce_partials(const double *part, int rows, int width, int Z, const Segs &segs,
+                     cudaStream_t s) {
+    reduce_partials_impl(part, rows, width, Z, segs, s);
+}
+void reduce_partials(const float *part, int rows, int width, int Z, const Segs &segs,
+                     cudaStream_t s) {
+    reduce_partials_impl(part, rows, width, Z, segs, s);
 }
 
 void colsum_final(const double *partial, int M, int N, float *out, bool accumulate,

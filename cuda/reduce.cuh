@@ -36,22 +36,48 @@ void reduce_final(const double *partial, int nb, float *out, int final_op, doubl
 void sum_to(const double *x, size_t n, float *out, double div, double *partial, cudaStream_t s,
             double mul = 1.0);
 
-// Column sums over M rows of [M, N] in row chunks: partial [colsum_chunks(M), N] doubles, then
-// out[j] = (float)(Σ) or (float)(out[j] + Σ) when accumulate (CPU col_sum's order of rounding).
-int colsum_chunks(int M);
-// Σ_i X[i, j] (· row_scale[i] when row_scale is not null; the product is taken in double).
-// With batch > 1: `batch` matrices X + k·sX, partials [batch][chunks, N].
-void colsum_partial(const float *X, int M, int N, const float *row_scale, double *partial,
-                    cudaStream_t s, int batch = 1, size_t sX = 0);
+// ---- column sums ------------------------------------------------------------------------------
+// Column sums of Z stacked row-major [rows, width] matrices go in chunks of rows: one block
+// sums one chunk of a 32-column tile, each of its 8 row lanes every 8th row in order, then the
+// lanes in order (device_math.cuh tile_col_sum), in double. Partials are [Z][chunks][width];
+// reduce_partials() sums them the same way (all rows of a column in one chunk).
+constexpr int kColsumRows = 256;  // rows per chunk of colsum_partial
+int colsum_chunks(int rows, int chunk_rows = kColsumRows);
+// Σ_i X[i, j] (· row_scale[i] when row_scale is not null: a fused multiply-add in double) per
+// chunk of kColsumRows rows; with Z > 1, matrix z is X + z·zstride.
+void colsum_partial(const float *X, int rows, int width, const float *row_scale,
+                    double *partial, cudaStream_t s, int Z = 1, size_t zstride = 0);
 // dpre = (Σ_k in_k, summed in list order in float) ⊙ SiLU'(pre), written to dpre (which may be
-// in_0 when the list has one entry), and the column sums of dpre.
-void silu_bwd_colsum_partial(const PtrList &in, const float *pre, int M, int N, float *dpre,
-                             double *partial, cudaStream_t s);
+// in_0 when the list has one entry), and the column sums of dpre per chunk of chunk_rows rows;
+// with Z > 1, every pointer advances by rows·cols per matrix.
+void dsilu_colsum(const PtrList &in, const float *pre, int rows, int cols, int chunk_rows,
+                  float *dpre, double *partial, cudaStream_t s, int Z = 1);
+
+// The final pass: the sums of all `rows` rows of each column of Z stacked [rows, width]
+// partials, written as out = (float)(sum / div) to the segment that owns the column.
+struct Seg {
+    float *dst;      // column col0 + k goes to dst[z * zstride + k]
+    int col0, len;
+    size_t zstride;
+    double div;      // 1 for gradients; the batch for a mean
+};
+constexpr int kMaxSegs = 4;
+struct Segs {
+    Seg s[kMaxSegs];
+    int n = 0;
+    void add(float *dst, int col0, int len, size_t zstride = 0, double div = 1.0) {
+        s[n++] = Seg{dst, col0, len, zstride, div};
+    }
+};
+void reduce_partials(const double *part, int rows, int width, int Z, const Segs &segs,
+                     cudaStream_t s);
+void reduce_partials(const float *part, int rows, int width, int Z, const Segs &segs,
+                     cudaStream_t s);
+
 void colsum_final(const double *partial, int M, int N, float *out, bool accumulate,
                   cudaStream_t s, int batch = 1, size_t s_out = 0);
-// out[j] = (float)Σ_i X[i, j] (· row_scale[i]): colsum_partial, then colsum_final.
+// out[j] = (float)Σ_i X[i, j] (· row_scale[i]): colsum_partial, then the final pass.
 void colsum(const float *X, int M, int N, const float *row_scale, float *out, double *partial,
             cudaStream_t s);
-
 
 }  // namespace fh::cuda
