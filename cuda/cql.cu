@@ -78,7 +78,7 @@ void cql(CudaStep &st, const LaneCtx &l) {
         gemm_tn(l.blas, A, HB, B, st.dzc + (size_t)b * B * A, st.on.g + (size_t)b * B * HB,
                 st.cql_dU + (size_t)b * A * HB, 0.0f, "dU_cql = dzc^T g");
     colsum_partial(st.dzc, B, A, nullptr, st.cql_part, s, NB, (size_t)B * A);
-    colsum_final(st.cql_part, B, A, st.cql_de, false, s, NB, (size_t)A);
+    colsum_final(st.cql_part, B, A, st.cql_de, s, NB, (size_t)A);
     add_inplace(st.grad_q + o.U[0], st.cql_dU, (size_t)A * HB, s, NB, br, (size_t)A * HB);
     add_inplace(st.grad_q + o.e[0], st.cql_de, (size_t)A, s, NB, br, (size_t)A);
 }

@@ -115,18 +115,6 @@ void reduce_partials_impl(const T *part, int rows, int width, int Z, const Segs 
     FH_LAUNCHED("k_colsum (final)");
 }
 
-__global__ void k_colsum_final(const double *partial, int chunks, int N, float *out,
-                               int accumulate, size_t s_out) {
-    __shared__ double sh[kThreads];
-    const int col = blockIdx.x;
-    partial += (size_t)blockIdx.y * chunks * N;
-    out += blockIdx.y * s_out;
-    double v = 0;
-    for (int c = threadIdx.x; c < chunks; c += blockDim.x) v += partial[(size_t)c * N + col];
-    const double s = block_sum(v, sh);
-    if (threadIdx.x == 0) out[col] = accumulate ? (float)((double)out[col] + s) : (float)s;
-}
-
 }  // namespace
 
 int reduce_blocks(size_t n) {
@@ -190,11 +178,11 @@ void reduce_partials(const float *part, int rows, int width, int Z, const Segs &
     reduce_partials_impl(part, rows, width, Z, segs, s);
 }
 
-void colsum_final(const double *partial, int M, int N, float *out, bool accumulate,
-                  cudaStream_t s, int batch, size_t s_out) {
-    k_colsum_final<<<dim3(N, batch), kThreads, 0, s>>>(partial, colsum_chunks(M), N, out,
-                                                        accumulate ? 1 : 0, s_out);
-    FH_LAUNCHED("k_colsum_final");
+void colsum_final(const double *partial, int rows, int width, float *out, cudaStream_t s, int Z,
+                  size_t out_stride) {
+    Segs g;
+    g.add(out, 0, width, out_stride);
+    reduce_partials(partial, colsum_chunks(rows), width, Z, g, s);
 }
 
 void sum_to(const double *x, size_t n, float *out, double div, double *partial, cudaStream_t s,
@@ -206,7 +194,7 @@ void sum_to(const double *x, size_t n, float *out, double div, double *partial, 
 void colsum(const float *X, int M, int N, const float *row_scale, float *out, double *partial,
             cudaStream_t s) {
     colsum_partial(X, M, N, row_scale, partial, s);
-    colsum_final(partial, M, N, out, false, s);
+    colsum_final(partial, M, N, out, s);
 }
 
 }  // namespace fh::cuda

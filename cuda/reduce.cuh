@@ -74,8 +74,10 @@ void reduce_partials(const double *part, int rows, int width, int Z, const Segs 
 void reduce_partials(const float *part, int rows, int width, int Z, const Segs &segs,
                      cudaStream_t s);
 
-void colsum_final(const double *partial, int M, int N, float *out, bool accumulate,
-                  cudaStream_t s, int batch = 1, size_t s_out = 0);
+// The final pass after colsum_partial or dsilu_colsum (chunks of kColsumRows rows over `rows`
+// rows): out[j] = (float)Σ; matrix z's sums go to out + z·out_stride.
+void colsum_final(const double *partial, int rows, int width, float *out, cudaStream_t s,
+                  int Z = 1, size_t out_stride = 0);
 // out[j] = (float)Σ_i X[i, j] (· row_scale[i]): colsum_partial, then the final pass.
 void colsum(const float *X, int M, int N, const float *row_scale, float *out, double *partial,
             cudaStream_t s);
