@@ -37,13 +37,12 @@ __global__ void k_act_select(const float *q, int n, int NB, int A, uint64_t seed
 
 }  // namespace
 
-Actor::Actor(const fh_config &c, const Layout &L, DeviceMemory &mem)
+Actor::Actor(const fh_config &c, const Layout &L, DeviceMemory &mem, const Lanes &lanes)
     : cfg_(c), L_(L), d_(L.dims) {
     const Dims &d = d_;
     try {
         FH_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-        const size_t ws_bytes = (size_t)c.workspace_mib << 20;
-        blas_ = make_handle(c, stream_, mem.alloc(MEM_WS, ws_bytes), ws_bytes);
+        blas_ = make_handle(c, stream_, lanes.workspace(0), lanes.workspace_bytes(0));
         alloc_qcache(mem, d, c_, kChunk, false, false);
         x_ = mem.floats(MEM_ACT, (size_t)kChunk * d.D);
         const size_t cols[2] = {d.D, d.H};
@@ -75,6 +74,20 @@ void Actor::release() noexcept {
 }
 
 void Actor::act(const CudaStep &st, cudaEvent_t step_done, const float *obs, const float *goal,
+                uint32_t n, float epsilon, uint64_t act_call, int32_t *actions,
+                float *q_values) {
+    try {
+        run(st, step_done, obs, goal, n, epsilon, act_call, actions, q_values);
+    } catch (...) {
+        // Nothing of act() may still run when it returns: its GEMMs use lane 0's workspace,
+        // which the next step's do too.
+        cudaStreamSynchronize(stream_);
+        cudaGetLastError();
+        throw;
+    }
+}
+
+void Actor::run(const CudaStep &st, cudaEvent_t step_done, const float *obs, const float *goal,
                 uint32_t n, float epsilon, uint64_t act_call, int32_t *actions,
                 float *q_values) {
     const Dims &d = d_;

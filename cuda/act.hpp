@@ -14,10 +14,12 @@
 namespace fh::cuda {
 
 class DeviceMemory;
+class Lanes;
 
 class Actor {
 public:
-    Actor(const fh_config &c, const Layout &L, DeviceMemory &mem);
+    // Borrows lane 0's cuBLAS workspace (lanes.cpp says why that is safe).
+    Actor(const fh_config &c, const Layout &L, DeviceMemory &mem, const Lanes &lanes);
     Actor(const Actor &) = delete;
     Actor &operator=(const Actor &) = delete;
     ~Actor() { release(); }
@@ -29,6 +31,9 @@ public:
              uint32_t n, float epsilon, uint64_t act_call, int32_t *actions, float *q_values);
 
 private:
+    void run(const CudaStep &st, cudaEvent_t step_done, const float *obs, const float *goal,
+             uint32_t n, float epsilon, uint64_t act_call, int32_t *actions, float *q_values);
+
     static constexpr int kChunk = 4096;  // rows per pass
     const fh_config &cfg_;
     const Layout &L_;

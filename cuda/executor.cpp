@@ -133,7 +133,7 @@ void CudaBackend::create(HostBuffers init) {
     lanes_ = std::make_unique<Lanes>(cfg_, nlanes, (size_t)colsum_chunks((int)d_.B) * maxN, mem_);
     FH_CUDA(cudaStreamCreateWithFlags(&launch_, cudaStreamNonBlocking));
     up_ = std::make_unique<Uploader>(d_, mem_);
-    actor_ = std::make_unique<Actor>(cfg_, L_, mem_);
+    actor_ = std::make_unique<Actor>(cfg_, L_, mem_, *lanes_);
 
     // Events: fork/join are dependency-only; child and mark events time the step.
     FH_CUDA(cudaEventCreateWithFlags(&fork_ev_, cudaEventDisableTiming));

@@ -1,5 +1,7 @@
 #include "lanes.hpp"
 
+#include <algorithm>
+
 #include "common.hpp"
 #include "device_memory.hpp"
 #include "reduce.cuh"
@@ -23,19 +25,35 @@ cublasHandle_t make_handle(const fh_config &c, cudaStream_t s, void *ws, size_t 
     return h;
 }
 
+// Which workspace buffer a lane's handle uses. Two cuBLAS calls that may run at the same time
+// must not share one (their split-K partials would race, and results would depend on timing);
+// calls that never overlap may. In the graph:
+// - children run one after another (the parent graph is a chain);
+// - inside a child, lane 0 runs before its FORK and after its JOIN, lanes 1..4 only between
+//   them: lane 0 is idle while they run, and they all run side by side;
+// - act() runs on its own stream after the last launched step (it waits on that step's done
+//   event) and returns only when it has finished, and the API is single-threaded: no step is
+//   launched while act() runs, and none is running when it starts.
+// So lane 0, lane 1 and act() share buffer 0, and lanes 2.. get one each. With a single stream
+// nothing overlaps and every lane uses buffer 0.
+int Lanes::slot(int lane) const { return !multi_ || lane <= 1 ? 0 : lane - 1; }
+
 Lanes::Lanes(const fh_config &c, int nlanes, size_t col_doubles, DeviceMemory &mem)
     : multi_(c.exec_mode == FH_EXEC_MULTI_STREAM), nlanes_(nlanes), compute_(compute_type(c)) {
     if (nlanes > kMaxLanes) fail(FH_ERR_INTERNAL, "schedule uses %d lanes > %d", nlanes, kMaxLanes);
     const size_t ws_bytes = (size_t)c.workspace_mib << 20;
-    const int streams = multi_ ? nlanes_ : 1;
+    for (int k = 0; k < nlanes_; ++k) ws_bytes_[k] = ws_bytes;
     try {
-        for (int k = 0; k < streams; ++k) {
+        size_t slot_bytes[kMaxLanes] = {};
+        for (int k = 0; k < nlanes_; ++k)
+            slot_bytes[slot(k)] = std::max(slot_bytes[slot(k)], ws_bytes_[k]);
+        for (int k = 0; k < kMaxLanes; ++k)
+            if (slot_bytes[k]) ws_[k] = mem.alloc(MEM_WS, slot_bytes[k]);
+        for (int k = 0; k < (multi_ ? nlanes_ : 1); ++k)
             FH_CUDA(cudaStreamCreateWithFlags(&streams_[k], cudaStreamNonBlocking));
-            handles_[k] = make_handle(c, streams_[k], mem.alloc(MEM_WS, ws_bytes), ws_bytes);
-            FH_CUBLAS(cublasSetAtomicsMode(handles_[k], CUBLAS_ATOMICS_NOT_ALLOWED));
-        }
-        // Per logical lane, in both modes.
         for (int k = 0; k < nlanes_; ++k) {
+            handles_[k] = make_handle(c, stream(k), workspace(k), ws_bytes_[k]);
+            FH_CUBLAS(cublasSetAtomicsMode(handles_[k], CUBLAS_ATOMICS_NOT_ALLOWED));
             col_[k] = mem.alloc_n<double>(MEM_ACT, col_doubles);
             red_[k] = mem.alloc_n<double>(MEM_ACT, kRedMaxBlocks);
         }
@@ -55,8 +73,7 @@ void Lanes::release() noexcept {
 }
 
 LaneCtx Lanes::ctx(int lane) const {
-    return LaneCtx{stream(lane), Blas{multi_ ? handles_[lane] : handles_[0], compute_}, col_[lane],
-                   red_[lane]};
+    return LaneCtx{stream(lane), Blas{handles_[lane], compute_}, col_[lane], red_[lane]};
 }
 
 }  // namespace fh::cuda

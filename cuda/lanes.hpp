@@ -1,7 +1,12 @@
-// The lanes of the schedule: up to kMaxLanes streams, each with its own cuBLAS handle (bound
-// to that stream, a user workspace, the pipeline's math mode, no atomics), and each lane's
-// reduction scratch. With FH_EXEC_SINGLE_STREAM every lane runs on lane 0's stream.
+// The lanes of the schedule: up to kMaxLanes logical lanes, each with its own cuBLAS handle
+// (bound to the lane's stream and workspace, the pipeline's math mode, no atomics) and its own
+// reduction scratch. With FH_EXEC_MULTI_STREAM each lane has its own stream; with
+// FH_EXEC_SINGLE_STREAM every lane runs on lane 0's stream (same handles, same workspace sizes,
+// so the GEMMs are the same calls in both modes). Lanes that never run at the same time share
+// a workspace buffer (lanes.cpp says which).
 #pragma once
+#include <cstddef>
+
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -27,13 +32,20 @@ public:
     int count() const { return nlanes_; }
     cudaStream_t stream(int lane) const { return multi_ ? streams_[lane] : streams_[0]; }
     LaneCtx ctx(int lane) const;
+    // Lane `lane`'s cuBLAS workspace (act() borrows lane 0's: see lanes.cpp).
+    void *workspace(int lane) const { return ws_[slot(lane)]; }
+    size_t workspace_bytes(int lane) const { return ws_bytes_[lane]; }
 
 private:
+    int slot(int lane) const;
+
     bool multi_;
     int nlanes_;
     cublasComputeType_t compute_;
     cudaStream_t streams_[kMaxLanes] = {};
     cublasHandle_t handles_[kMaxLanes] = {};
+    void *ws_[kMaxLanes] = {};         // per slot
+    size_t ws_bytes_[kMaxLanes] = {};  // per lane
     double *col_[kMaxLanes] = {}, *red_[kMaxLanes] = {};
 };
 
