@@ -127,10 +127,8 @@ private:
 
 void CudaBackend::create(HostBuffers init) {
     DeviceGuard guard(device_);
-    int nlanes = 1;
-    for (const ChildDesc &c : sched_) nlanes = std::max(nlanes, c.num_lanes);
     const int maxN = (int)std::max({d_.D, d_.H, d_.HB, d_.A, 1u});
-    lanes_ = std::make_unique<Lanes>(cfg_, nlanes, (size_t)colsum_chunks((int)d_.B) * maxN, mem_);
+    lanes_ = std::make_unique<Lanes>(cfg_, sched_, (size_t)colsum_chunks((int)d_.B) * maxN, mem_);
     FH_CUDA(cudaStreamCreateWithFlags(&launch_, cudaStreamNonBlocking));
     up_ = std::make_unique<Uploader>(d_, mem_);
     actor_ = std::make_unique<Actor>(cfg_, L_, mem_, *lanes_);

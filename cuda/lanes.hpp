@@ -3,9 +3,11 @@
 // reduction scratch. With FH_EXEC_MULTI_STREAM each lane has its own stream; with
 // FH_EXEC_SINGLE_STREAM every lane runs on lane 0's stream (same handles, same workspace sizes,
 // so the GEMMs are the same calls in both modes). Lanes that never run at the same time share
-// a workspace buffer (lanes.cpp says which).
+// a workspace buffer, and lanes that run only the branch layers get half a workspace
+// (lanes.cpp says why).
 #pragma once
 #include <cstddef>
+#include <vector>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -20,9 +22,9 @@ class DeviceMemory;
 
 class Lanes {
 public:
-    // `nlanes` logical lanes (the schedule's widest child); `col_doubles` of column-sum
-    // scratch per lane.
-    Lanes(const fh_config &c, int nlanes, size_t col_doubles, DeviceMemory &mem);
+    // The lanes `sched` uses; `col_doubles` of column-sum scratch per lane.
+    Lanes(const fh_config &c, const std::vector<ChildDesc> &sched, size_t col_doubles,
+          DeviceMemory &mem);
     Lanes(const Lanes &) = delete;
     Lanes &operator=(const Lanes &) = delete;
     ~Lanes() { release(); }
