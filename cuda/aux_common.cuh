@@ -1,10 +1,11 @@
 // Shared pieces of the auxiliary learners (cuda/iql.cu, iqn.cu, attention.cu): one device
-// allocation per learner, shared-memory opt-in, and the small kernels every learner uses (SiLU'
-// with column sums, fixed-order reduction of per-block partials, Adam). Return-code checks
-// (common.hpp), the GEMM layer (gemm.hpp), bias + SiLU (nn.cuh) and the device math
-// (device_math.cuh) are the core backend's.
+// allocation per learner, shared-memory opt-in, the geometry of warp-per-row kernels, and the
+// names the learners use for the backend's shared kernels (the fixed-order reduction of
+// per-block partials in reduce.cuh, Adam in nn.cuh). Return-code checks (common.hpp), the GEMM
+// layer (gemm.hpp), bias + SiLU and SiLU' with column sums (nn.cuh, reduce.cuh) and the device
+// math (device_math.cuh) are the same for the Q net and the learners.
 //
-// Conventions, shared with the core backend (cuda/kernels.cu):
+// Conventions, shared with the Q net's tasks (cuda_step.hpp):
 // - No atomics. Every reduction over the batch is a fixed grid of blocks, each summing a fixed
 //   range of rows in a fixed order into a partial (double where the CPU sums in double), then
 //   one fixed-order pass over the partials: the same inputs give the same bits, run to run.
@@ -57,9 +58,7 @@ void allow_smem(const void *kernel, size_t bytes, const char *what);
 // Partials are [Z][rows][width] (row = a block's contribution); reduce_partials() sums the rows
 // of each column in a fixed order and writes out = (float)(sum / div) to the segment that owns
 // the column.
-using cuda::kMaxSegs;
 using cuda::reduce_partials;
-using cuda::Seg;
 using cuda::Segs;
 
 // Rows per block of the learners' column-parallel kernels (their partials have

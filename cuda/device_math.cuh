@@ -1,4 +1,4 @@
-// Device functions shared by every kernel of the CUDA backend (cuda/kernels.cu and the auxiliary
+// Device functions shared by every kernel of the CUDA backend (the tasks and the auxiliary
 // learners): the activations, the Huber loss, the first-index argmax, warp and column-tile sums
 // and the Adam update of one element, each bit for bit the float expression of the CPU
 // reference (src/cpu/nn.hpp, nn.cpp).
