@@ -143,7 +143,7 @@ void confidence(CudaStep &s, const LaneCtx &l);        // confidence.cu
 void regime_scale(CudaStep &s, const LaneCtx &l);      // regime.cu
 void adam_q(CudaStep &s, const LaneCtx &l);            // adam_q.cu
 
-// ---- pieces the tasks share with act() -------------------------------------------------------
+// ---- pieces used by more than one file -----------------------------------------------------
 // qnet.cu: SPEC §4 trunk on c.M rows of x (pre1, h1, pre2, h2), and branch b (preg, g, z, q).
 void q_forward_trunk(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
                      const float *x, QCache &c);

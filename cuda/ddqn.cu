@@ -1,7 +1,8 @@
 // SPEC §5.3 on the GPU: double DQN targets (van Hasselt et al. 2016) per branch, as
 // src/cpu/ddqn.cpp. Lane A: the online net on x̃' and a*_b = argmax (ties: lowest index);
-// lane B: the target net on [x̃; x̃'] (2B rows: its x̃ rows are the CQL/confidence inputs of
-// later children, its x̃' rows evaluate a*); the join: y and Q̄sa.
+// lane B: the target net on [x̃; x̃'] (2B rows: its x̃ rows give Q̄sa, its x̃' rows evaluate a*
+// and, through their trunk features, the confidence target of the aux child); the join: y and
+// Q̄sa.
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"

@@ -1,8 +1,8 @@
 // SPEC §5.2 on the GPU: spectral normalisation (Miyato et al. 2018) as src/cpu/spectral.cpp:
 // one power iteration per step on the persistent u (one block, sums in double), σ and σ̄ of
-// the target with the same u, v, the effective weights W/σ and W̄/σ̄; the backward
-// (dWsn − ⟨dWsn, Wsn⟩ u vᵀ)/σ is td.cu's (backward_trunk). act() reuses the iteration on a
-// scratch u.
+// the target with the same u, v, the effective weights W/σ and W̄/σ̄, and the backward's
+// correction (dWsn − ⟨dWsn, Wsn⟩ u vᵀ)/σ (sn_backward, run by td.cu's backward_trunk). act()
+// reuses the iteration on a scratch u.
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
