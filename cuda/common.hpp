@@ -17,6 +17,15 @@ namespace fh::cuda {
 [[noreturn]] void throw_cuda(cudaError_t e, const char *call, const char *file, int line);
 [[noreturn]] void throw_cublas(cublasStatus_t s, const char *call, const char *file, int line);
 
+// Launch geometry of the grid-stride elementwise kernels: kThreads per block, enough blocks
+// for n elements, at most `cap`.
+constexpr int kThreads = 256;
+inline int grid_for(size_t n, int threads = kThreads, int cap = 8192) {
+    size_t g = (n + threads - 1) / threads;
+    if (g < 1) g = 1;
+    return (int)(g < (size_t)cap ? g : (size_t)cap);
+}
+
 }  // namespace fh::cuda
 
 #define FH_CUDA(call)                                                                      \

@@ -1,6 +1,6 @@
 // The auxiliary learners of SPEC §5.5 on the GPU, each a self-contained module that owns its
 // scratch memory (allocated at construction, never during capture) and enqueues its whole
-// forward, loss, backward and Adam step on one lane. The aux child (cuda_backend) calls them
+// forward, loss, backward and Adam step on one lane. The aux child (executor.cpp) calls them
 // inside stream capture: enqueue() must not synchronise, allocate, or use atomics on gradient
 // or reduction paths.
 #pragma once

@@ -226,7 +226,9 @@ typedef struct fh_config {
     int32_t exec_mode;         /**< ::fh_exec_mode */
     int32_t math_mode;         /**< ::fh_math_mode */
     int32_t iql_gemm;          /**< ::fh_iql_gemm */
-    uint32_t workspace_mib;    /**< cuBLAS workspace per lane, MiB (default 32) */
+    uint32_t workspace_mib;    /**< cuBLAS workspace of a lane, MiB (default 32); a lane that
+                                    runs only branch layers gets half, and lanes that never run
+                                    at the same time share one (docs/cuda.md) */
 
     uint32_t batch_size;       /**< B, transitions per step (16384) */
     uint32_t obs_dim;          /**< O (124) */
