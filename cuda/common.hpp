@@ -48,3 +48,20 @@ inline int grid_for(size_t n, int threads = kThreads, int cap = 8192) {
         cudaError_t fh_e_ = cudaGetLastError();                                            \
         if (fh_e_ != cudaSuccess) ::fh::cuda::throw_cuda(fh_e_, name, __FILE__, __LINE__); \
     } while (0)
+
+namespace fh::cuda {
+
+// Makes `d` the current device for a scope (a pipeline's calls may come from a thread whose
+// current device is another), restoring the previous one.
+struct DeviceGuard {
+    int prev = -1, want;
+    explicit DeviceGuard(int d) : want(d) {
+        FH_CUDA(cudaGetDevice(&prev));
+        if (prev != want) FH_CUDA(cudaSetDevice(want));
+    }
+    ~DeviceGuard() {
+        if (prev >= 0 && prev != want) cudaSetDevice(prev);
+    }
+};
+
+}  // namespace fh::cuda

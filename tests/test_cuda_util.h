@@ -158,6 +158,12 @@ inline Diff compare(fh_pipeline *a, fh_pipeline *b, bool with_outputs = true) {
     return d;
 }
 
+/* Every tensor (outputs included) and every metric of a and b bitwise equal. */
+inline void expect_bitwise(fh_pipeline *a, fh_pipeline *b, const char *what) {
+    const Diff d = compare(a, b);
+    if (!d.bitwise) fail_msg("%s: not bitwise equal (%s %.3e)", what, d.worst.c_str(), d.max_rel);
+}
+
 inline void print_diff(const char *what, const Diff &d) {
     printf("[ACCURACY] %-44s tensors %.3e (%s)  metrics %.3e (%s)  attn.bk |d| %.2e%s\n", what,
            d.max_tensor, d.worst_tensor.c_str(), d.max_metric, d.worst_metric.c_str(), d.bk_abs,

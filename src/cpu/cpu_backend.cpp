@@ -46,7 +46,9 @@ public:
     void upload(const fh_batch &b) override {
         pack_batch(L_.dims, b, host_batch_dst(L_.dims, spare_));
         std::swap(batch_, spare_);
+        has_batch_ = true;
     }
+    bool has_batch() const override { return has_batch_; }
 
     void upload_device(const fh_batch &) override { refuse_device("batch"); }
 
@@ -254,6 +256,7 @@ private:
     float aux_ms_[5] = {};
     float total_ms_ = 0;
     bool allocated_ = false;  // a step has completed: every step buffer exists
+    bool has_batch_ = false;  // an upload was accepted
 };
 
 }  // namespace
