@@ -239,14 +239,13 @@ def test_plots_are_drawn_from_the_run(small_run, python_with_matplotlib):
         assert s["best_valid_sharpe"] == pytest.approx(float(agent[seed]["sharpe"]), rel=1e-12)
 
 
-def read_replay(seed_dir, envs):
+def read_replay(seed_dir):
     """The replay section of latest.ckpt (SPEC §2.1; docs/design.md "Checkpoints": best.ckpt's
     bytes before its checksum, then K, E, rows inserted, then the valid rows oldest first,
     field by field, [N, E, ...] each). With goal_dim = 0 and obs_dim 128, 4 branches."""
     data = open(seed_dir / "latest.ckpt", "rb").read()
     at = os.path.getsize(seed_dir / "best.ckpt") - 8
     K, E, n_ins = struct.unpack_from("<IIQ", data, at)
-    assert E == envs
     N = min(n_ins, K)
     fields = [("obs", "<f4", 128), ("action", "<i4", 4), ("reward", "<f4", 1),
               ("done", "u1", 1), ("next_obs", "<f4", 128), ("regime", "<i4", 1),
@@ -258,22 +257,23 @@ def read_replay(seed_dir, envs):
         rows[name] = a.reshape(N, E, width) if width > 1 else a.reshape(N, E)
         pos += a.nbytes
     assert pos + 8 == len(data)  # only the checksum follows
-    return K, n_ins, rows
+    return K, E, n_ins, rows
 
 
 def test_replay_holds_the_documented_transitions(small_run):
     """The rows the trainer inserted, read back from latest.ckpt, against the environment as
-    trainer.c's header documents it, recomputed in float64 numpy: the 4 environments start at
-    spread-out training days and step through the training period in lockstep; obs = the last
-    31 daily log returns x 100 and the positions held, s' the next day's with the new positions
-    (action - 1), the reward 100 x the sleeves' return net of 5 bp per unit of change, the
-    regime the quartile of the 20-day volatility (thresholds from the training days), and the
-    period's last day ends the episode, terminally, the environment starting over flat."""
+    trainer.c's header documents it, recomputed in float64 numpy: the environments (4 on the
+    CPU, 64 on CUDA) start at spread-out training days and step through the training period in
+    lockstep; obs = the last 31 daily log returns x 100 and the positions held, s' the next
+    day's with the new positions (action - 1), the reward 100 x the sleeves' return net of 5 bp
+    per unit of change, the regime the quartile of the 20-day volatility (thresholds from the
+    training days), and the period's last day ends the episode, terminally, the environment
+    starting over flat."""
     out, _ = small_run
     price, ret, periods = reference_market()
     lo, hi = periods["train"]
-    E = 4
-    K, n_ins, rows = read_replay(out / "seed-0", E)
+    K, E, n_ins, rows = read_replay(out / "seed-0")
+    assert E == {"cpu": 4, "cuda": 64}[BACKEND]
     days = hi - lo + 1
     assert K * E == 1 << 18
     assert n_ins == -(-days // E) + 40  # warm-up: one pass over the training days; 40 steps
