@@ -11,10 +11,10 @@
 // aux learners' timings; the parent graph has an event-record node before the first child and
 // after each child (the per-child timings).
 //
-// The step counter lives on the device (uint64): HER, IQN and Adam read it, the last node of
-// the adam child increments it. step(step) compares the API's count with what the device will
-// hold after the work already launched and, when they differ (a checkpoint was loaded), enqueues
-// a one-thread kernel that sets it before the launch.
+// The step counter lives on the device (uint64): the sample, HER, IQN and Adam read it, the
+// last node of the adam child increments it. train(step, k) compares the API's count with what
+// the device will hold after the work already launched and, when they differ (a checkpoint was
+// loaded), enqueues a one-thread kernel that sets it before the launches.
 //
 // Only read(), write(), metrics(), timings(), act(), sync() and checkpoints wait for the GPU,
 // and settle() for the check of the last call's device arrays (device_input.hpp).
