@@ -6,10 +6,10 @@
 // src/element_check.hpp's, the CPU backend's own, so both backends draw and refuse alike.
 //
 // The executor calls them from replay_lane.cpp (the ring, the sample task, inserts),
-// upload.cpp (device batches) and device_input.cpp (the checks); docs/cuda.md, "The replay",
-// has the streams and events. Every function only enqueues work (no host wait); the sample is
-// captured into the step graph, the appends, checks and batch copy run on the copy stream
-// outside it. A plain C++ header, so host code and tests can include it.
+// upload.cpp (device batches) and device_input.cpp (the checks); docs/cuda.md, "The replay and
+// device input", has the streams and events. Every function only enqueues work (no host
+// wait); the sample is captured into the step graph, the appends, checks and batch copy run
+// on the copy stream outside it. A plain C++ header, so host code and tests can include it.
 #pragma once
 #include <cuda_runtime.h>
 

@@ -1,5 +1,6 @@
 // The replay in the CUDA executor (SPEC §2.1, §5.0): the ring in device memory, the SAMPLE task
-// of the step graph, and inserts on the copy stream (docs/cuda.md, "The replay").
+// of the step graph, and inserts on the copy stream (docs/cuda.md, "The replay and device
+// input").
 //
 // Ordering. Inserts go on the copy stream (upload.hpp), after the event node that ends the
 // sample child of the last launched step, which is the last reader of the ring until the next
