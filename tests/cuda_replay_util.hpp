@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -61,6 +62,24 @@ struct DevRows {
         view.episode_end = (const uint8_t *)ends.p;
     }
 };
+
+// Four rows of config c (replay_ref::config(6, 3): O = 8, G = 2, NB = 3, 3 regimes) with fault
+// number `fault` in [0, kFaults) planted: a NaN obs, a negative action, done = 2, done without
+// episode_end, regime 9, and an infinite next_achieved_goal after a NaN reward (the first
+// check in order, reward's, is the one reported).
+constexpr int kFaults = 6;
+inline replay_ref::Rows faulty_rows(const fh_config &c, int fault) {
+    replay_ref::Rows bad = replay_ref::random_rows(c, 4, 7 + fault, 0.3);
+    switch (fault) {
+    case 0: bad.obs[(2 * 3 + 1) * 8 + 5] = NAN; break;
+    case 1: bad.action[10] = -3; break;
+    case 2: bad.done[4] = 2; break;
+    case 3: bad.done[7] = 1; bad.episode_end[7] = 0; break;
+    case 4: bad.regime[11] = 9; break;
+    default: bad.nag[23] = INFINITY; bad.reward[1] = NAN; break;
+    }
+    return bad;
+}
 
 inline void same_batch(const fh::HostBatch &a, const fh::HostBatch &b) {
     auto same = [](const auto &x, const auto &y, const char *what) {

@@ -192,16 +192,8 @@ static void test_cuda_refused_device_rows(void **state) {
     Replays r(replay_ref::config(6, 3, 32));
     r.insert(replay_ref::random_rows(r.c, 5, 1, 0.3), false);
     const uint64_t n_before = r.h.R;
-    for (int fault = 0; fault < 6; ++fault) {
-        replay_ref::Rows bad = replay_ref::random_rows(r.c, 4, 7 + fault, 0.3);
-        switch (fault) {
-        case 0: bad.obs[(2 * 3 + 1) * 8 + 5] = NAN; break;
-        case 1: bad.action[10] = -3; break;
-        case 2: bad.done[4] = 2; break;
-        case 3: bad.done[7] = 1; bad.episode_end[7] = 0; break;
-        case 4: bad.regime[11] = 9; break;
-        default: bad.nag[23] = INFINITY; bad.reward[1] = NAN; break;  // the first check wins
-        }
+    for (int fault = 0; fault < kFaults; ++fault) {
+        const replay_ref::Rows bad = faulty_rows(r.c, fault);
         fh_status hs = FH_OK, ds = FH_OK;
         const std::string want = host_refusal(rows_checks(r.d, bad.view()), &hs);
         DevRows dr(bad);
