@@ -54,9 +54,9 @@
  * - Device memory (::FH_MEMORY_DEVICE, CUDA backend only; the CPU backend refuses it with
  *   FH_ERR_UNSUPPORTED): the call checks the struct and that every array it reads is device
  *   (or managed) memory of the pipeline's device (FH_ERR_BAD_VALUE naming the array if not),
- *   enqueues the work and returns without waiting for the GPU. The library reads the arrays on its own streams after the call, in
- *   order after the first child (sample or her) of the last step launched before the call, and
- *   checks every element there (SPEC §8, §2.1). So the arrays must be complete when the call is
+ *   enqueues the work and returns without waiting for the GPU. The library reads the arrays
+ *   on its own streams after the call, in order after the first child (sample or her) of the
+ *   last step launched before the call, and checks every element there (SPEC §8, §2.1). So the arrays must be complete when the call is
  *   made (synchronise the stream that wrote them), and must stay allocated and unchanged until
  *   the next call on the same pipeline has returned: every call on a pipeline (any function
  *   taking it, fh_pipeline_sync() included; not fh_pipeline_destroy()) first waits until the
