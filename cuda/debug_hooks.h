@@ -27,6 +27,10 @@ long fh_cuda_debug_child_nodes(int child);
 /* The fh_iql_gemm the most recently created CUDA pipeline's IQL learner actually uses (after
  * AUTO's choice and any fallback); -1 if none was created. */
 int fh_cuda_debug_iql_gemm_mode(void);
+/* NCCL groups (cuda/allreduce.hpp) that CUDA pipelines of this process have enqueued under
+ * stream capture so far, i.e. all-reduce points captured into step graphs: 4 per pipeline with
+ * a communicator (3 with num_regimes = 1), 0 without. */
+long fh_cuda_debug_nccl_groups_captured(void);
 
 #ifdef __cplusplus
 }
