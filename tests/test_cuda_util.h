@@ -4,6 +4,7 @@
 #define FOXHUNT_TEST_CUDA_UTIL_H
 
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -72,6 +73,63 @@ inline std::vector<float> read(fh_pipeline *p, const char *name, size_t n) {
     if (fh_pipeline_read_tensor(p, name, v.data(), n) != FH_OK)
         fail_msg("read %s: %s", name, fh_last_error_message());
     return v;
+}
+
+/* Every tensor and the metrics of a pipeline (waits for its queued work). */
+struct Snapshot {
+    std::vector<std::vector<float>> tensors;
+    std::vector<std::string> names;
+    std::vector<int> groups;
+    fh_metrics m;
+};
+
+inline Snapshot snapshot(fh_pipeline *p) {
+    Snapshot s;
+    uint32_t n = 0;
+    fh_pipeline_num_tensors(p, &n);
+    for (uint32_t i = 0; i < n; ++i) {
+        fh_tensor_info info;
+        info.struct_size = sizeof info;
+        fh_pipeline_tensor_info(p, i, &info);
+        s.names.push_back(info.name);
+        s.groups.push_back(info.group);
+        s.tensors.push_back(read(p, info.name, (size_t)info.rows * info.cols));
+    }
+    memset(&s.m, 0, sizeof s.m);
+    s.m.struct_size = sizeof s.m;
+    if (fh_pipeline_metrics(p, &s.m) != FH_OK) fail_msg("metrics: %s", fh_last_error_message());
+    return s;
+}
+
+/* A pipeline of config c after `steps` steps cycling through bt, then destroyed. */
+inline Snapshot run(const fh_config &c, const Batches &bt, int steps) {
+    fh_pipeline *p = make(c);
+    for (int k = 0; k < steps; ++k) step(p, bt.b[(size_t)k % bt.b.size()]);
+    Snapshot s = snapshot(p);
+    fh_pipeline_destroy(p);
+    return s;
+}
+
+/* Every tensor (outputs too unless with_outputs is false) and every metric bitwise equal. */
+inline void assert_bitwise(const Snapshot &a, const Snapshot &b, const char *what,
+                           bool with_outputs = true) {
+    if (a.tensors.size() != b.tensors.size()) fail_msg("%s: tensor counts differ", what);
+    int differ = 0;
+    for (size_t i = 0; i < a.tensors.size(); ++i) {
+        if (!with_outputs && a.groups[i] == FH_GROUP_OUTPUT) continue;
+        if (a.tensors[i].size() != b.tensors[i].size() ||
+            memcmp(a.tensors[i].data(), b.tensors[i].data(), a.tensors[i].size() * 4) != 0) {
+            if (differ++ < 5) printf("  %s: tensor %s differs\n", what, a.names[i].c_str());
+        }
+    }
+    if (memcmp(&a.m.td_loss, &b.m.td_loss,
+               offsetof(fh_metrics, regime_scale) - offsetof(fh_metrics, td_loss)) != 0) {
+        printf("  %s: metrics differ\n", what);
+        ++differ;
+    }
+    if (differ) fail_msg("%s: %d tensors/metrics not bitwise equal", what, differ);
+    printf("[DETERMINISM] %s: %zu tensors%s and all metrics bitwise equal\n", what,
+           a.tensors.size(), with_outputs ? "" : " (but the per-row outputs)");
 }
 
 /* Result of comparing pipeline a against the reference b. */
