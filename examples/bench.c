@@ -48,6 +48,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
+
 enum { MAX_LIST = 16, NUM_FIELDS = 12 };
 
 static const char *const kFields[NUM_FIELDS] = {"her",     "spectral", "ddqn",     "forward",
@@ -77,101 +79,6 @@ typedef struct {
     double fed_ms, upload_ms;  /* wall per (upload + step); median host time in one upload */
     fh_memory_report mem;
 } result;
-
-static void die(const char *what, fh_status s) {
-    fprintf(stderr, "foxhunt-bench: %s failed (status %d): %s\n", what, (int)s,
-            fh_last_error_message());
-    exit(1);
-}
-#define CHECK(call)                      \
-    do {                                 \
-        fh_status s_ = (call);           \
-        if (s_ != FH_OK) die(#call, s_); \
-    } while (0)
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* xorshift64*: a valid random batch (SPEC §2) */
-static uint64_t rng_state = 88172645463325252ull;
-static double urand(void) {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 2685821657736338717ull) >> 11) * (1.0 / 9007199254740992.0);
-}
-static float nrand(void) { return (float)((urand() + urand() + urand() + urand() - 2.0) * 1.7320508); }
-
-typedef struct {
-    float *obs, *goal, *reward, *next_obs, *nag, *her_goal;
-    int32_t *action, *regime;
-    uint8_t *done;
-    fh_batch b;
-} host_batch;
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "foxhunt-bench: out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
-static void make_batch(host_batch *h, const fh_config *c) {
-    const size_t B = c->batch_size, O = c->obs_dim, G = c->goal_dim, NB = c->num_branches;
-    h->obs = xmalloc(B * O * 4);
-    h->next_obs = xmalloc(B * O * 4);
-    h->goal = xmalloc(B * G * 4);
-    h->nag = xmalloc(B * G * 4);
-    h->her_goal = xmalloc(B * G * 4);
-    h->reward = xmalloc(B * 4);
-    h->action = xmalloc(B * NB * 4);
-    h->regime = xmalloc(B * 4);
-    h->done = xmalloc(B);
-    for (size_t i = 0; i < B * O; ++i) h->obs[i] = nrand();
-    for (size_t i = 0; i < B * O; ++i) h->next_obs[i] = 0.9f * h->obs[i] + 0.3f * nrand();
-    for (size_t i = 0; i < B * G; ++i) {
-        h->goal[i] = nrand();
-        h->nag[i] = nrand();
-        h->her_goal[i] = (i / G) % 2 ? h->nag[i] + 0.05f * nrand() : nrand();
-    }
-    for (size_t i = 0; i < B; ++i) {
-        h->reward[i] = nrand();
-        h->regime[i] = (int32_t)(urand() * c->num_regimes);
-        h->done[i] = urand() < 0.1;
-    }
-    for (size_t i = 0; i < B * NB; ++i) h->action[i] = (int32_t)(urand() * c->actions_per_branch);
-    fh_batch b = FH_BATCH_INIT;
-    b.batch_size = (uint32_t)B;
-    b.obs = h->obs;
-    b.goal = G ? h->goal : NULL;
-    b.action = h->action;
-    b.reward = h->reward;
-    b.done = h->done;
-    b.next_obs = h->next_obs;
-    b.next_achieved_goal = G ? h->nag : NULL;
-    b.her_goal = G ? h->her_goal : NULL;
-    b.regime = h->regime;
-    h->b = b;
-}
-
-static void free_batch(host_batch *h) {
-    free(h->obs); free(h->next_obs); free(h->goal); free(h->nag); free(h->her_goal);
-    free(h->reward); free(h->action); free(h->regime); free(h->done);
-}
 
 static void timings_fields(const fh_timings *t, double *f) {
     f[0] = t->her_ms; f[1] = t->spectral_ms; f[2] = t->ddqn_ms; f[3] = t->forward_ms;
@@ -255,17 +162,6 @@ static int parse_list_u32(const char *s, uint32_t *out) {
         out[n++] = (uint32_t)strtoul(tok, NULL, 10);
     free(copy);
     return n;
-}
-
-static void mkdirs_for(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; ++p)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return;
-            *p = '/';
-        }
 }
 
 int main(int argc, char **argv) {

@@ -1,0 +1,35 @@
+/* Shared by the benchmarks (bench.c, bench_dp.c): status checks, a monotonic clock, medians,
+ * random valid batches (SPEC §2) and output folders. */
+#ifndef FOXHUNT_BENCH_UTIL_H
+#define FOXHUNT_BENCH_UTIL_H
+
+#include <foxhunt.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Prints "<prog>: <what> failed (status s): <message>" and exits 1. */
+void bench_die(const char *what, fh_status s);
+#define CHECK(call)                            \
+    do {                                       \
+        fh_status s_ = (call);                 \
+        if (s_ != FH_OK) bench_die(#call, s_); \
+    } while (0)
+
+void *xmalloc(size_t n);  /* exits on failure */
+double now_ms(void);      /* monotonic */
+double median(double *v, int n);  /* sorts v */
+
+/* A random valid batch of config c (host arrays it owns), b pointing at them. */
+typedef struct {
+    float *obs, *goal, *reward, *next_obs, *nag, *her_goal;
+    int32_t *action, *regime;
+    uint8_t *done;
+    fh_batch b;
+} host_batch;
+void make_batch(host_batch *h, const fh_config *c);
+void free_batch(host_batch *h);
+
+/* Creates the folders of path (everything before its last '/'). */
+void mkdirs_for(const char *path);
+
+#endif
