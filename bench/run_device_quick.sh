@@ -50,7 +50,7 @@ for s in "$@"; do
       --out $OUT/attn_bench.json 2>&1 | tail -22 | tee -a $log ;;
   step-bench)
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
-      --variant FOXHUNT_ATTN_KERNELS=legacy,tc,tc-split --machine h200 \
+      --variant FOXHUNT_ATTN_KERNELS=tc,tc-split --machine h200 \
       --out $OUT/step_bench.json 2>&1 | tail -9 | tee -a $log ;;
   ncu-attn)
     timeout 300 ncu --clock-control none --kernel-name regex:k_attn_tc --launch-count 2 \
@@ -62,7 +62,7 @@ for s in "$@"; do
     grep -E "k_attn_tc|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Issued Ipc|Executed Instructions |Stall|Warp Cycles Per Issued|Bank|Shared Memory Configuration|Dynamic Shared" $OUT/ncu_attn.txt | head -80 | tee -a $log ;;
   iqn-bench)
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
-      --variant FOXHUNT_IQN_KERNELS=legacy,fused --machine h200 \
+      --variant FOXHUNT_IQN_KERNELS=unfused,fused --machine h200 \
       --out $OUT/iqn_bench.json 2>&1 | tail -7 | tee -a $log ;;
   nccl|nccl2)
     bin=test_cuda_nccl; [ "$s" = nccl2 ] && bin=test_cuda_nccl_2gpu

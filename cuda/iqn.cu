@@ -252,7 +252,8 @@ struct IqnLearner::Impl {
     aux::RowPlan head;
     int bwd_chunks;
     // The target pass fused on tensor cores (iqn_target.cu) in TF32 mode at the widths it is
-    // written for; FOXHUNT_IQN_KERNELS=legacy keeps the unfused pass, for side-by-side timing.
+    // written for (strict FP32 and other widths run the unfused pass); FOXHUNT_IQN_KERNELS=unfused
+    // runs the unfused pass in TF32 too, for tests and side-by-side timing.
     bool fused_target = false;
     int target_blocks = 0;
 
@@ -304,10 +305,10 @@ struct IqnLearner::Impl {
         part_bwd = arena.at<double>(o_pb);
         aux::allow_smem((const void *)k_iqn_head, head.smem, "IQN head");
         const char *e = getenv("FOXHUNT_IQN_KERNELS");
-        if (e && *e && strcmp(e, "legacy") && strcmp(e, "fused") && strcmp(e, "auto"))
-            fail(FH_ERR_BAD_VALUE, "FOXHUNT_IQN_KERNELS='%s': expected auto, fused or legacy", e);
+        if (e && *e && strcmp(e, "unfused") && strcmp(e, "fused") && strcmp(e, "auto"))
+            fail(FH_ERR_BAD_VALUE, "FOXHUNT_IQN_KERNELS='%s': expected auto, fused or unfused", e);
         fused_target = c.math_mode == FH_MATH_TF32 && iqn::target_fused_fits(d) &&
-                       !(e && !strcmp(e, "legacy"));
+                       !(e && !strcmp(e, "unfused"));
         if (fused_target) {
             iqn::target_fused_prepare();
             target_blocks = iqn::target_fused_blocks((size_t)d.B * d.Nt);

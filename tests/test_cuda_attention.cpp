@@ -1,7 +1,7 @@
 /* The CUDA attention learner's loss and gradient against the CPU reference
  * (src/cpu/attention.cpp, attn_loss_grad), tensor by tensor, for every kernel path that
  * supports the config (cuda/attention_paths.hpp: tensor cores in TF32 and split TF32, the
- * general float32 path, the legacy SIMT kernels), on the default config and on configs outside
+ * general float32 path), on the default config and on configs outside
  * the tensor-core path: 257 tokens (obs_dim 1024), goal_dim 32, d_head 64 (d_model 128, 2
  * heads), attn_token_dim 32, goal_dim 0 with 3 tokens, 33 tokens. Skipped without a GPU. */
 /* The library's internal headers come before cmocka.h, whose fail() macro clashes with
@@ -47,7 +47,6 @@ const char *kname(AttnKernels k) {
     case AttnKernels::TC: return "tc";
     case AttnKernels::TC_SPLIT: return "tc-split";
     case AttnKernels::GENERAL: return "general";
-    case AttnKernels::LEGACY: return "legacy";
     default: return "auto";
     }
 }
@@ -172,7 +171,7 @@ void run_case(const Case &cs) {
         float *dloss = dev_copy(std::vector<float>(1, 0.0f));
         const fh::cuda::StepInputs in{dx, dx, dr, dr, dr, nullptr};
         for (AttnKernels k : {AttnKernels::AUTO, AttnKernels::TC, AttnKernels::TC_SPLIT,
-                              AttnKernels::GENERAL, AttnKernels::LEGACY}) {
+                              AttnKernels::GENERAL}) {
             try {
                 fh::cuda::AttentionLearner a(d, c, L, dp, dm, dv, k);
                 a.enqueue_loss_grad(fh::cuda::Lane{gpu.s, gpu.h}, in, dloss);

@@ -2,7 +2,7 @@
  * 1. the kernel alone against a float64 evaluation of SPEC §4's Z̄(x̃', τ') from the same ψ̄,
  *    random target weights of a size that gives Z̄ structure, and τ' drawn on the host from
  *    Philox purpose 3 — every row, so a wrong τ, row or column mapping shows;
- * 2. whole steps against the unfused pass (FOXHUNT_IQN_KERNELS=legacy) and the CPU: IQN loss,
+ * 2. whole steps against the unfused pass (FOXHUNT_IQN_KERNELS=unfused) and the CPU: IQN loss,
  *    parameters and the ensemble mean after 1 and 5 steps (TF32 products in both GPU paths, so
  *    they agree to TF32 rounding, not bitwise).
  * Skipped without a GPU. */
@@ -135,7 +135,7 @@ void test_fused_target_agrees(void **) {
         fh_config cc = base;
         cc.backend = FH_BACKEND_CPU;
         fh_pipeline *cpu = make(cc);
-        setenv("FOXHUNT_IQN_KERNELS", "legacy", 1);
+        setenv("FOXHUNT_IQN_KERNELS", "unfused", 1);
         fh_pipeline *old = make(cuda_config(base, FH_MATH_TF32));
         unsetenv("FOXHUNT_IQN_KERNELS");
         fh_pipeline *fused = make(cuda_config(base, FH_MATH_TF32));
