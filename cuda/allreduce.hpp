@@ -39,7 +39,6 @@ struct SumBuf {
 class Allreduce {
 public:
     explicit Allreduce(void *comm) : comm_(comm) {}
-    bool active() const { return comm_ != nullptr; }
     // Every buffer summed in place across the ranks, one NCCL group on stream `s`; nothing
     // without a communicator. Throws FH_ERR_CUDA naming the NCCL call that failed.
     void sum(std::initializer_list<SumBuf> bufs, cudaStream_t s) const;

@@ -390,8 +390,7 @@ void AttentionLearner::enqueue_loss_grad(const Lane &lane, const StepInputs &in,
 
 void AttentionLearner::enqueue_adam(const Lane &lane, const uint64_t *step) {
     Impl &m = *impl_;
-    aux::adam(m.params, m.mom1, m.mom2, m.grad, m.o.total, m.hyp.lr, m.hyp.beta1, m.hyp.beta2,
-              m.hyp.eps, step, lane.stream);
+    aux::adam(m.params, m.mom1, m.mom2, m.grad, m.o.total, m.hyp, step, lane.stream);
 }
 
 float *AttentionLearner::grad_device() { return impl_->grad; }

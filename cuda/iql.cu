@@ -369,8 +369,7 @@ void IqlLearner::enqueue_loss_grad(const Lane &lane, const StepInputs &in, float
 // One Adam over [hi | lo].
 void IqlLearner::enqueue_adam(const Lane &lane, const uint64_t *step) {
     Impl &m = *impl_;
-    aux::adam(m.params, m.mom1, m.mom2, m.grad, 2 * m.total, m.hyp.lr, m.hyp.beta1, m.hyp.beta2,
-              m.hyp.eps, step, lane.stream);
+    aux::adam(m.params, m.mom1, m.mom2, m.grad, 2 * m.total, m.hyp, step, lane.stream);
 }
 
 float *IqlLearner::grad_device() { return impl_->grad; }

@@ -413,8 +413,7 @@ void IqnLearner::enqueue_loss_grad(const Lane &lane, const StepInputs &in, float
 
 void IqnLearner::enqueue_adam(const Lane &lane, const uint64_t *step) {
     Impl &m = *impl_;
-    aux::adam(m.params, m.mom1, m.mom2, m.grad, m.o.total, m.hyp.lr, m.hyp.beta1, m.hyp.beta2,
-              m.hyp.eps, step, lane.stream);
+    aux::adam(m.params, m.mom1, m.mom2, m.grad, m.o.total, m.hyp, step, lane.stream);
 }
 
 float *IqnLearner::grad_device() { return impl_->grad; }

@@ -116,12 +116,7 @@ static void run_one(result *r, int steps, int warmup, const char *variant_var) {
         CHECK(fh_pipeline_timings(p, &t));
         timings_fields(&t, v + (size_t)k * NUM_FIELDS);
     }
-    double *col = xmalloc(sizeof(double) * (size_t)steps);
-    for (int f = 0; f < NUM_FIELDS; ++f) {
-        for (int k = 0; k < steps; ++k) col[k] = v[(size_t)k * NUM_FIELDS + f];
-        r->median[f] = median(col, steps);
-    }
-    free(col);
+    column_medians(v, steps, NUM_FIELDS, r->median);
     free(v);
 
     /* Back to back: the GPU never idles between steps. */

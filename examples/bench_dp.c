@@ -124,12 +124,7 @@ static void run(run_result *r, const fh_config *base, int world, int comm, int s
         CHECK(fh_pipeline_timings(rc[0].p, &t));
         child_fields(&t, v + (size_t)s * NUM_CHILD);
     }
-    double *col = xmalloc(sizeof(double) * (size_t)steps);
-    for (int f = 0; f < NUM_CHILD; ++f) {
-        for (int s = 0; s < steps; ++s) col[s] = v[(size_t)s * NUM_CHILD + f];
-        r->child[f] = median(col, steps);
-    }
-    free(col);
+    column_medians(v, steps, NUM_CHILD, r->child);
     free(v);
     for (int k = 0; k < world; ++k) fh_pipeline_destroy(rc[k].p);  /* before the comms */
     if (comm)

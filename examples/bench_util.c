@@ -31,6 +31,15 @@ double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+void column_medians(const double *v, int rows, int cols, double *out) {
+    double *col = xmalloc(sizeof(double) * (size_t)rows);
+    for (int c = 0; c < cols; ++c) {
+        for (int r = 0; r < rows; ++r) col[r] = v[(size_t)r * cols + c];
+        out[c] = median(col, rows);
+    }
+    free(col);
+}
+
 /* xorshift64*: a valid random batch (SPEC §2) */
 static uint64_t rng_state = 88172645463325252ull;
 static double urand(void) {

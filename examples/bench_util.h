@@ -18,6 +18,8 @@ void bench_die(const char *what, fh_status s);
 void *xmalloc(size_t n);  /* exits on failure */
 double now_ms(void);      /* monotonic */
 double median(double *v, int n);  /* sorts v */
+/* out[c] = the median of column c of v [rows, cols] (row-major). */
+void column_medians(const double *v, int rows, int cols, double *out);
 
 /* A random valid batch of config c (host arrays it owns), b pointing at them. */
 typedef struct {

@@ -315,12 +315,13 @@ typedef struct fh_config {
      *  applies the same update and holds the same parameters after every step. The metrics are
      *  those of the whole step on every rank; d_states, the ensemble outputs and the confidence
      *  stay per row, on the rank that owns the row. W = 1 is exactly a pipeline without a
-     *  communicator. Every rank must use the same config (but device and nccl_comm, seed
-     *  included). fh_pipeline_create, fh_pipeline_step and fh_pipeline_train are collective:
-     *  every rank makes the same sequence of them (creation waits on the host, a step on the
-     *  GPU, until every rank takes part); fh_pipeline_load and fh_pipeline_write_tensor must
-     *  get the same contents on every rank, or the ranks' states part. CUDA backend only, in a build with NCCL >= 2.9 (see the
-     *  README); the CPU backend and builds without NCCL refuse it (FH_ERR_UNSUPPORTED). (NULL) */
+     *  communicator. Every rank must use the same config, seed included (device and
+     *  nccl_comm aside). fh_pipeline_create, fh_pipeline_step and fh_pipeline_train are
+     *  collective: every rank makes the same sequence of them (creation waits on the host, a
+     *  step on the GPU, until every rank takes part); fh_pipeline_load and
+     *  fh_pipeline_write_tensor must get the same contents on every rank, or the ranks'
+     *  states part. CUDA backend only, in a build with NCCL >= 2.9 (see the README); the CPU
+     *  backend and builds without NCCL refuse it (FH_ERR_UNSUPPORTED). (NULL) */
     void *nccl_comm;
 } fh_config;
 

@@ -4,8 +4,9 @@
  * B = 2048 rows per rank, a new batch of 2B rows every step (rank r gets rows r·B ..):
  * - after 1 step: each rank's parameters, targets, moments and state, and every metric, equal
  *   to one pipeline's step at B' = 2B on the whole batch within the strict contract (1e-5 per
- *   tensor; attn.bk, pure rounding noise, within 2·lr per step), and each rank's per-row
- *   outputs (d_states, ensemble, confidence) equal to that pipeline's rows of the rank;
+ *   tensor and metric, as tests/test_cuda_vs_cpu.cpp; attn.bk, pure rounding noise, within
+ *   2·lr per step), and each rank's per-row outputs (d_states, ensemble, confidence) equal to
+ *   that pipeline's rows of the rank;
  * - the graph of each rank holds NCCL kernel nodes (its dot dump names them);
  * - steps 2..20 never block the host (fh_cuda_debug_host_waits stays 0);
  * - after 20 steps both ranks hold bitwise-equal state and metrics, still within 1e-5 of the
@@ -50,60 +51,24 @@ void upload_step(fh_pipeline *p, const fh_batch &b) {
     if (fh_pipeline_step(p) != FH_OK) fail_msg("step: %s", fh_last_error_message());
 }
 
-// Relative error of x against rows [first, first + rows) of the reference's tensor.
-double rows_err(const std::vector<float> &x, const std::vector<float> &ref, size_t first,
-                size_t n) {
-    return fh_test_rel_err(x.data(), ref.data() + first, n);
-}
-
-// A rank (r = 0, 1) against the one pipeline on 2B rows.
+// Rank r (r = 0, 1) against the one pipeline on 2B rows: its per-row outputs against the
+// reference's rows of the rank, everything else whole; attn.bk (rounding noise) within 2·lr per
+// step.
 void check_rank(const Snapshot &rank, const Snapshot &ref, uint32_t r, const char *when,
                 int steps, float lr) {
-    double worst = 0, bk = 0;
-    std::string where;
-    for (size_t i = 0; i < ref.tensors.size(); ++i) {
-        const std::vector<float> &x = rank.tensors[i], &y = ref.tensors[i];
-        double e;
+    Snapshot rows = ref;
+    for (size_t i = 0; i < ref.tensors.size(); ++i)
         if (ref.groups[i] == FH_GROUP_OUTPUT) {
-            const size_t per_row = y.size() / (2 * kB);  // [2B, n] in the reference
-            e = rows_err(x, y, (size_t)r * kB * per_row, x.size());
-        } else if (noise_only(ref.names[i].c_str())) {
-            for (size_t k = 0; k < x.size(); ++k) bk = std::max(bk, (double)std::fabs(x[k] - y[k]));
-            continue;
-        } else {
-            e = fh_test_rel_err(x.data(), y.data(), x.size());
+            const size_t n = rank.tensors[i].size();  // [B, k] of the reference's [2B, k]
+            const float *from = ref.tensors[i].data() + r * n;
+            rows.tensors[i].assign(from, from + n);
         }
-        if (!(e <= worst)) {
-            worst = std::isnan(e) ? INFINITY : e;
-            where = ref.names[i];
-        }
-    }
-    Diff d;
-    metric_cmp(d, "td_loss", rank.m.td_loss, ref.m.td_loss);
-    metric_cmp(d, "cql_loss", rank.m.cql_loss, ref.m.cql_loss);
-    metric_cmp(d, "iql_loss_hi", rank.m.iql_loss_hi, ref.m.iql_loss_hi);
-    metric_cmp(d, "iql_loss_lo", rank.m.iql_loss_lo, ref.m.iql_loss_lo);
-    metric_cmp(d, "iqn_loss", rank.m.iqn_loss, ref.m.iqn_loss);
-    metric_cmp(d, "attn_loss", rank.m.attn_loss, ref.m.attn_loss);
-    metric_cmp(d, "conf_loss", rank.m.conf_loss, ref.m.conf_loss);
-    metric_cmp(d, "grad_norm", rank.m.grad_norm, ref.m.grad_norm);
-    metric_cmp(d, "ensemble_std", rank.m.ensemble_std, ref.m.ensemble_std);
-    for (uint32_t k = 0; k < ref.m.num_regimes; ++k)
-        metric_cmp(d, "regime_scale", rank.m.regime_scale[k], ref.m.regime_scale[k]);
-    // q_mean is a mean of values of either sign: judged against 1e-2, not its own size.
-    const double q_err = std::fabs((double)rank.m.q_mean - ref.m.q_mean) /
-                         std::max(1e-2, std::fabs((double)ref.m.q_mean));
-    printf("[NCCL2] rank %u vs one pipeline at 2B, %s: tensors %.3e (%s), metrics %.3e (%s), "
-           "q_mean %.3e, attn.bk |d| %.2e\n",
-           r, when, worst, where.c_str(), d.max_metric, d.worst_metric.c_str(), q_err, bk);
-    if (rank.m.num_relabelled != ref.m.num_relabelled)
-        fail_msg("num_relabelled %u, one pipeline %u", rank.m.num_relabelled,
-                 ref.m.num_relabelled);
-    assert_true(rank.m.step == ref.m.step);
-    assert_true(worst <= kTol);
-    assert_true(d.max_metric <= kTol);
-    assert_true(q_err <= kTol);
-    assert_true(bk <= 2.0 * lr * steps + 1e-6);
+    const Diff d = compare(rank, rows);
+    char what[96];
+    snprintf(what, sizeof what, "rank %u vs one pipeline at 2B, %s", r, when);
+    print_diff(what, d);
+    if (!(d.max_rel <= kTol)) fail_msg("%s: %s %.3e > %.0e", what, d.worst.c_str(), d.max_rel, kTol);
+    assert_true(d.bk_abs <= 2.0 * lr * steps + 1e-6);
 }
 
 // Lines of the dot dump of p that name an NCCL kernel.

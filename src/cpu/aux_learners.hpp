@@ -2,7 +2,7 @@
 // loss + gradient is a pure function of its flat parameter buffer (no Adam, no CpuStep), so the
 // tests can check every gradient against finite differences. The CpuStep tasks in iql.cpp,
 // iqn.cpp, attention.cpp, cql.cpp and ensemble.cpp are thin wrappers: gather the inputs, call
-// these, apply Adam. (Not named aux.hpp: AUX is a reserved file name on Windows.)
+// these, apply Adam (IQN's and attention's in iqn_adam and attention_adam, after the join). (Not named aux.hpp: AUX is a reserved file name on Windows.)
 //
 // The losses are means over `rows` rows (the last argument): the rows of the whole step, W·B
 // (Dims::Bg, SPEC §9), of which the call sees M; 0, the default, means M. The CPU backend is
