@@ -39,12 +39,10 @@
 
 #include <foxhunt.h>
 
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -323,12 +321,7 @@ int main(int argc, char **argv) {
         else ++npeer;
     }
 
-    mkdirs_for(out);
-    FILE *f = fopen(out, "w");
-    if (!f) {
-        fprintf(stderr, "foxhunt-bench: cannot write %s: %s\n", out, strerror(errno));
-        return 1;
-    }
+    FILE *f = open_output(out);
     fprintf(f, "{\n  \"machine\": \"%s\",\n  \"date\": \"%s\",\n  \"library_version\": %u,\n"
                "  \"steps\": %d,\n  \"warmup\": %d,\n  \"variant_var\": \"%s\",\n  \"peer\": [",
             machine, date, fh_version(), steps, warmup, variant_var);

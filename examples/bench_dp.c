@@ -27,7 +27,6 @@
 #include <foxhunt.h>
 
 #include <cuda_runtime_api.h>
-#include <errno.h>
 #include <nccl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -222,12 +221,7 @@ int main(int argc, char **argv) {
     printf("(medians of per-child graph timings, ms, of rank 0; rows/s from the wall time of "
            "back-to-back steps)\n");
 
-    mkdirs_for(out);
-    FILE *f = fopen(out, "w");
-    if (!f) {
-        fprintf(stderr, "foxhunt-bench-dp: cannot write %s: %s\n", out, strerror(errno));
-        return 1;
-    }
+    FILE *f = open_output(out);
     fprintf(f, "{\n  \"machine\": \"%s\", \"date\": \"%s\", \"batch_per_rank\": %u, "
                "\"mode\": \"%s\", \"steps\": %d, \"gpus\": %d,\n",
             machine, date, batch, mode_name(exec_mode, math_mode), steps, ndev);

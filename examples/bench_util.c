@@ -102,6 +102,17 @@ void free_batch(host_batch *h) {
     free(h->reward); free(h->action); free(h->regime); free(h->done);
 }
 
+FILE *open_output(const char *path) {
+    mkdirs_for(path);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "%s: cannot write %s: %s\n", program_invocation_short_name, path,
+                strerror(errno));
+        exit(1);
+    }
+    return f;
+}
+
 void mkdirs_for(const char *path) {
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", path);

@@ -6,6 +6,7 @@
 #include <foxhunt.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Prints "<prog>: <what> failed (status s): <message>" and exits 1. */
 void bench_die(const char *what, fh_status s);
@@ -33,5 +34,7 @@ void free_batch(host_batch *h);
 
 /* Creates the folders of path (everything before its last '/'). */
 void mkdirs_for(const char *path);
+/* path opened for writing, its folders created first; exits with a message on failure. */
+FILE *open_output(const char *path);
 
 #endif
