@@ -21,7 +21,8 @@
  *
  * Each rank prints its success rate (episodes that reached their goal, over the last report
  * interval, acting epsilon-greedily) and, at the end, a checksum of its parameters: equal on
- * every rank.
+ * every rank. --world 1 runs one pipeline without a communicator (--backend cpu too: the
+ * smoke test runs it so on machines without a GPU).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -142,7 +143,7 @@ static void env_reset(envs *v, int e) {
 }
 
 /* Applies the actions, appends the row of transitions to the replay, resets finished envs. */
-static void env_step(envs *v, replay *r, float eps) {
+static void env_step(envs *v, replay *r, float radius) {
     const long n = r->rows, slot = n % RING_ROWS;
     for (int e = 0; e < v->E; ++e) {
         const size_t i = (size_t)slot * v->E + e;
@@ -152,7 +153,7 @@ static void env_step(envs *v, replay *r, float eps) {
             next[b] = fminf(1.0f, fmaxf(-1.0f, p[b] + kMoves[v->action[e * NB + b]]));
             d2 += (double)(next[b] - v->goal[e * G + b]) * (next[b] - v->goal[e * G + b]);
         }
-        const int reached = sqrt(d2) <= eps, timeout = ++v->t[e] >= EPISODE;
+        const int reached = sqrt(d2) <= radius, timeout = ++v->t[e] >= EPISODE;
         memcpy(r->p + i * G, p, sizeof next);
         memcpy(r->p_next + i * G, next, sizeof next);
         memcpy(r->goal + i * G, v->goal + e * G, sizeof next);
@@ -251,6 +252,7 @@ int main(int argc, char **argv) {
     uint32_t B = 16384;
     uint64_t seed = 0;
     const char *id_path = NULL;
+    int cpu = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
         if (!strcmp(a, "--world")) world = atoi(v);
@@ -262,23 +264,27 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--envs")) envs_n = atoi(v);
         else if (!strcmp(a, "--report")) report = atoi(v);
         else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--backend")) cpu = !strcmp(v, "cpu");
         else die("unknown option %s", a);
     }
-    if (world < 1 || rank < 0 || rank >= world || !id_path || steps < 1 || envs_n < 1 ||
-        report < 1 || (argc - 1) % 2)
+    if (world < 1 || rank < 0 || rank >= world || (world > 1 && (!id_path || cpu)) ||
+        steps < 1 || envs_n < 1 || report < 1 || (argc - 1) % 2)
         die("usage: foxhunt-dp --world W --rank R --id FILE [--device D] [--steps N] "
-            "[--batch B] [--envs E] [--report N] [--seed S]");
+            "[--batch B] [--envs E] [--report N] [--seed S]\n"
+            "       foxhunt-dp --world 1 --rank 0 [--backend cpu|cuda] [...]   (no communicator)");
     if (device < 0) device = rank;
-    if (cudaSetDevice(device) != cudaSuccess) die("cannot use CUDA device %d", device);
+    if (!cpu && cudaSetDevice(device) != cudaSuccess) die("cannot use CUDA device %d", device);
 
-    ncclUniqueId id = rendezvous(id_path, rank);
-    ncclComm_t comm;
-    nccl(ncclCommInitRank(&comm, world, id, rank), "ncclCommInitRank");
-    if (rank == 0) remove(id_path);  /* every rank has read it: the init was collective */
+    ncclComm_t comm = NULL;  /* one rank needs none */
+    if (world > 1) {
+        ncclUniqueId id = rendezvous(id_path, rank);
+        nccl(ncclCommInitRank(&comm, world, id, rank), "ncclCommInitRank");
+        if (rank == 0) remove(id_path);  /* every rank has read it: the init was collective */
+    }
 
     fh_config c;
     check(fh_config_init(&c), "fh_config_init");
-    c.backend = FH_BACKEND_CUDA;
+    c.backend = cpu ? FH_BACKEND_CPU : FH_BACKEND_CUDA;
     c.device = device;
     c.batch_size = B;
     c.seed = seed;  /* the same on every rank: one agent */
@@ -336,10 +342,10 @@ int main(int argc, char **argv) {
     check(fh_pipeline_read_tensor(p, "q.W1", w, n), "fh_pipeline_read_tensor");
     uint64_t h = 1469598103934665603ull;
     for (size_t k = 0; k < 4 * n; ++k) h = (h ^ ((const unsigned char *)w)[k]) * 1099511628211ull;
-    printf("rank %d: %ld steps of %u rows in %.1f s (%.0f rows/s on this GPU, %.0f in all), "
+    printf("rank %d: %ld steps of %u rows in %.1f s (%.0f rows/s on this rank, %.0f in all), "
            "q.W1 checksum %016llx\n", rank, steps, B, dt, (double)steps * B / dt,
            (double)steps * B * world / dt, (unsigned long long)h);
     fh_pipeline_destroy(p);  /* before its communicator */
-    nccl(ncclCommDestroy(comm), "ncclCommDestroy");
+    if (comm) nccl(ncclCommDestroy(comm), "ncclCommDestroy");
     return 0;
 }

@@ -530,7 +530,8 @@ FH_API fh_status fh_pipeline_upload(fh_pipeline *pipeline, const fh_batch *batch
  * Run one training step (SPEC §5) on the current batch, or, with a replay, on a batch drawn
  * from the replay first (SPEC §5.0: the child "sample" at the head of the step). On CUDA this
  * launches the captured graph and returns without waiting for it; reading metrics, timings or
- * tensors waits.
+ * tensors waits. With fh_config::nccl_comm the step is collective (SPEC §9): its all-reduces
+ * wait on the GPU until every rank has launched the same step.
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_NO_BATCH (no batch uploaded yet, or, with a
  *         replay, no row inserted yet: SPEC §2.1; nothing changes); FH_ERR_OUT_OF_MEMORY (the
  *         first step allocates the caches; the state is then left as it was); FH_ERR_CUDA.
