@@ -8,9 +8,10 @@
  *   2·lr per step), and each rank's per-row outputs (d_states, ensemble, confidence) equal to
  *   that pipeline's rows of the rank;
  * - the graph of each rank holds NCCL kernel nodes (its dot dump names them);
- * - steps 2..20 never block the host (fh_cuda_debug_host_waits stays 0);
  * - after 20 steps both ranks hold bitwise-equal state and metrics, still within 1e-5 of the
  *   B' = 2B pipeline;
+ * - no host synchronisation in the loop: 10 more steps of both ranks never block the host
+ *   (fh_cuda_debug_host_waits stays 0) and return while the GPU still runs them;
  * - a communicator on another device than config.device is refused (FH_ERR_BAD_VALUE).
  * Exits 77 (skipped) with fewer than 2 GPUs or without NCCL. */
 #include <cstdio>
@@ -133,19 +134,30 @@ void test_two_ranks_equal_one_pipeline(void **) {
         assert_true(n >= 4);
     }
 
-    const uint64_t waits = fh_cuda_debug_host_waits();
-    for (int k = 1; k < kSteps; ++k)
+    for (int k = 1; k < kSteps; ++k) {
         for (int r = 0; r < 2; ++r) upload_step(p[r], half[k][r]);
-    const uint64_t waited = fh_cuda_debug_host_waits() - waits;
-    printf("[NCCL2] steps 2..%d of both ranks: the host waited %llu times\n", kSteps,
-           (unsigned long long)waited);
-    assert_int_equal(waited, 0);
-    for (int k = 1; k < kSteps; ++k) upload_step(one, bt.b[(size_t)k].batch);
-
+        upload_step(one, bt.b[(size_t)k].batch);
+    }
     const Snapshot a = snapshot(p[0]), b = snapshot(p[1]), ref = snapshot(one);
     assert_bitwise(a, b, "rank 0 vs rank 1 after 20 steps", false);
     for (uint32_t r = 0; r < 2; ++r)
         check_rank(r ? b : a, ref, r, "20 steps", kSteps, whole.lr_aux);
+
+    // No host synchronisation in the loop: 10 more steps of each rank, launched alternately,
+    // never block, and the last one is still running when its launch returns. (Uploads are
+    // left out: the upload's back-pressure, when the host runs two batches ahead of the GPU,
+    // is by design, tests/test_cuda_nosync.cpp.)
+    const uint64_t waits = fh_cuda_debug_host_waits();
+    for (int k = 0; k < 10; ++k)
+        for (int r = 0; r < 2; ++r)
+            if (fh_pipeline_step(p[r]) != FH_OK) fail_msg("step: %s", fh_last_error_message());
+    const int pending = fh_cuda_debug_step_pending();
+    const uint64_t waited = fh_cuda_debug_host_waits() - waits;
+    printf("[NCCL2] 10 more steps of both ranks: the host waited %llu times; the last step was "
+           "%s when its launch returned\n", (unsigned long long)waited,
+           pending == 1 ? "still running" : "done");
+    assert_int_equal(waited, 0);
+    assert_int_equal(pending, 1);
 
     fh_pipeline_destroy(one);
     for (fh_pipeline *x : p) fh_pipeline_destroy(x);  // before their communicators
