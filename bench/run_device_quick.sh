@@ -13,7 +13,7 @@
 #   nccl         test_cuda_nccl: W = 1 with a communicator bitwise equal to none (one GPU)
 #   nccl2        test_cuda_nccl_2gpu: W = 2 against one pipeline at 2B (skips below 2 GPUs)
 #   dp-bench     foxhunt-bench-dp at B = 16384: rows/s at W = 1 and every GPU, all-reduce share
-#   dp-train     foxhunt-dp on every GPU, one process each, 300 steps (the README's launch)
+#   dp-train     foxhunt-dp on every GPU, one process each, 600 steps (the README's launch)
 # NCCL: CMake takes it from PyTorch's wheel (python3's nvidia.nccl) when /usr/local/cuda has
 # none; FOXHUNT_CMAKE_ARGS="-DNCCL_LIBRARY=... -DNCCL_INCLUDE_DIR=..." overrides.
 set -o pipefail
@@ -75,7 +75,7 @@ for s in "$@"; do
   dp-train)
     W=$(nvidia-smi -L | wc -l); id=/tmp/foxhunt-nccl.$$
     for r in $(seq 0 $((W-1))); do
-      timeout 500 build-dev/examples/foxhunt-dp --world $W --rank $r --id $id --steps 300 \
+      timeout 500 build-dev/examples/foxhunt-dp --world $W --rank $r --id $id --steps 600 \
         > $OUT/dp_train_$r.txt 2>&1 &
     done; wait
     tail -n 3 $OUT/dp_train_*.txt | tee -a $log ;;
