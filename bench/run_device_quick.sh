@@ -10,6 +10,12 @@
 #   digest       tests/python/state_digest.py in the four modes (bitwise checks of refactors)
 #   iqn-bench    foxhunt-bench at B = 16384, the unfused and fused IQN target pass side by side
 #   ncu-attn     Nsight Compute on the tensor-core attention kernels at B = 16384
+#   nccl         test_cuda_nccl: W = 1 with a communicator bitwise equal to none (one GPU)
+#   nccl2        test_cuda_nccl_2gpu: W = 2 against one pipeline at 2B (skips below 2 GPUs)
+#   dp-bench     foxhunt-bench-dp at B = 16384: rows/s at W = 1 and every GPU, all-reduce share
+#   dp-train     foxhunt-dp on every GPU, one process each, 600 steps (the README's launch)
+# NCCL: CMake takes it from PyTorch's wheel (python3's nvidia.nccl) when /usr/local/cuda has
+# none; FOXHUNT_CMAKE_ARGS="-DNCCL_LIBRARY=... -DNCCL_INCLUDE_DIR=..." overrides.
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -18,8 +24,10 @@ export CMAKE_PREFIX_PATH=$d/usr LD_LIBRARY_PATH=$d/usr/lib/x86_64-linux-gnu:$LD_
 log=$OUT/log.txt
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv,noheader | tee $log
 t0=$(date +%s)
+# shellcheck disable=SC2086  # FOXHUNT_CMAKE_ARGS is a list of words
 cmake -S . -B build-dev -DFOXHUNT_CUDA=ON -DCMAKE_PREFIX_PATH=$d/usr \
-  -Dcmocka_DIR=$d/usr/lib/x86_64-linux-gnu/cmake/cmocka > $OUT/build.txt 2>&1
+  -Dcmocka_DIR=$d/usr/lib/x86_64-linux-gnu/cmake/cmocka ${FOXHUNT_CMAKE_ARGS:-} > $OUT/build.txt 2>&1
+grep "foxhunt:" $OUT/build.txt | tee -a $log
 cmake --build build-dev -j16 >> $OUT/build.txt 2>&1 || { grep -E "error" $OUT/build.txt | head -30; echo BUILD FAILED; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s" | tee -a $log
 for s in "$@"; do
@@ -56,6 +64,21 @@ for s in "$@"; do
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
       --variant FOXHUNT_IQN_KERNELS=unfused,fused --machine h200 \
       --out $OUT/iqn_bench.json 2>&1 | tail -7 | tee -a $log ;;
+  nccl|nccl2)
+    bin=test_cuda_nccl; [ "$s" = nccl2 ] && bin=test_cuda_nccl_2gpu
+    timeout 400 build-dev/tests/$bin > $OUT/$s.txt 2>&1
+    echo "$s rc=$? (77 = skipped)" | tee -a $log
+    grep -E "\[(NCCL|NCCL2|DETERMINISM)\]|skipped|FAILED|rror|PASSED" $OUT/$s.txt | tee -a $log ;;
+  dp-bench)
+    build-dev/examples/foxhunt-bench-dp --batch 16384 --steps 50 --machine h200 \
+      --out $OUT/dp_bench.json 2>&1 | tail -10 | tee -a $log ;;
+  dp-train)
+    W=$(nvidia-smi -L | wc -l); id=/tmp/foxhunt-nccl.$$
+    for r in $(seq 0 $((W-1))); do
+      timeout 500 build-dev/examples/foxhunt-dp --world $W --rank $r --id $id --steps 600 \
+        > $OUT/dp_train_$r.txt 2>&1 &
+    done; wait
+    tail -n 3 $OUT/dp_train_*.txt | tee -a $log ;;
   digest)
     python3 tests/python/state_digest.py build-dev/libfoxhunt.so 2>&1 | tail -4 | tee -a $log ;;
   *) echo "unknown step $s" | tee -a $log ;;

@@ -1,4 +1,6 @@
-// SPEC §5.6 on the GPU, as src/cpu/adam_q.cpp: the global norm ‖g‖ of the Q-net gradient
+// SPEC §5.6 on the GPU, as src/cpu/adam_q.cpp: in a data-parallel step (SPEC §9) first the
+// sum across the ranks of the Q-net gradient and of the metrics' batch sums (one NCCL group;
+// allreduce.hpp), then the global norm ‖g‖ of the Q-net gradient
 // (TD + CQL + confidence; a fixed-grid reduction in double), then one kernel for the clip
 // scale, the bias corrections 1 − β^t (t = step + 1 read on the device, float64 rounded to
 // float) and Adam over the flat Q buffer (nn.cu), then the device step counter += 1 (the last
@@ -20,6 +22,8 @@ __global__ void k_inc_u64(uint64_t *p) { *p += 1; }
 void adam_q(CudaStep &st, const LaneCtx &l) {
     const fh_config &c = st.cfg;
     const size_t n = st.L.q.total;
+    st.dp.sum({SumBuf::f32s(st.grad_q, n), SumBuf::f32s(&st.dm->td_loss, kSummedMetrics)},
+              l.stream);
     reduce_f32(st.grad_q, n, 1, l.red, l.stream);
     reduce_final(l.red, reduce_blocks(n), &st.dm->grad_norm, 1, 1.0, l.stream);
     adam(st.buf[BUF_Q], st.buf[BUF_Q_M], st.buf[BUF_Q_V], st.grad_q, n, c.lr_q, c.adam_beta1,

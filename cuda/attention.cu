@@ -1,5 +1,6 @@
 // SPEC §5.5 step 4 on the GPU: the attention reward model of SPEC §4 (the CPU reference is
-// src/cpu/attention.cpp), L = mean_i (r̂(x̃_i) − r̃_i)², full backward, Adam (lr_aux).
+// src/cpu/attention.cpp), L = mean_i (r̂(x̃_i) − r̃_i)² (over the Dims::Bg rows of every rank,
+// SPEC §9), full backward; Adam (lr_aux) apart, after the gradient's sum across ranks.
 //
 // The model is evaluated exactly, but factored so that no [B·T, d] tensor is ever stored and no
 // GEMM runs over B·T rows (at the default size those would be 128 MiB each and ~40 GFLOP):
@@ -43,7 +44,7 @@
 //   R = dpoolᵀ aug         tn M=d  N=td+G+1 K=B
 //   path.backward                 recomputes q, k, v and A (as FlashAttention does); per-token
 //                                 dq, dk, dv summed into partial rows of S, M1, M2 (no atomics)
-//   reduce the partial rows; k_attn_fin, k_attn_fin2; Adam.
+//   reduce the partial rows; k_attn_fin, k_attn_fin2.  (enqueue_adam: Adam.)
 // The softmax, sums and products are float32 (the CPU uses float64 inside the softmax); the
 // factoring changes the rounding, not the function. Every config the CPU accepts runs here.
 #include <algorithm>
@@ -104,6 +105,7 @@ struct AttnHeadArgs {
     const float *br1, *wr2, *br2;
     const float *r;
     int B, hh;
+    float rows;                  // W·B, the rows of the mean (SPEC §9)
     double *partial;             // [blocks, 2·hh + 2]: dbr1 | dw_r2 | db_r2 | Σ loss terms
     int rows_per_blk;
 };
@@ -125,7 +127,7 @@ __global__ void k_attn_head(AttnHeadArgs a) {
         s = warp_sum(s);
         const float rhat = __fadd_rn(s, br2);
         const float e = __fadd_rn(rhat, -a.r[i]);
-        const float dr = __fdiv_rn(__fmul_rn(2.0f, e), (float)a.B);
+        const float dr = __fdiv_rn(__fmul_rn(2.0f, e), a.rows);
         for (int j = lane; j < hh; j += 32) {
             const float pre = __fadd_rn(h[j], a.br1[j]);
             const float sg = dev_sigmoid(pre);
@@ -336,7 +338,7 @@ struct AttentionLearner::Impl {
 
         AttnHeadArgs a{};
         a.h = hbuf; a.br1 = P + o.br1; a.wr2 = P + o.w_r2; a.br2 = P + o.b_r2;
-        a.r = in.r; a.B = B; a.hh = hh; a.partial = part_head;
+        a.r = in.r; a.B = B; a.hh = hh; a.rows = (float)d.Bg; a.partial = part_head;
         a.rows_per_blk = head.rows_per_blk;
         k_attn_head<<<head.blocks, head.warps * 32, head.smem, s>>>(a);
         FH_LAUNCHED("k_attn_head");
@@ -345,7 +347,7 @@ struct AttentionLearner::Impl {
             sg.add(grad + o.br1, 0, hh);
             sg.add(grad + o.w_r2, hh, hh);
             sg.add(grad + o.b_r2, 2 * hh, 1);
-            sg.add(loss, 2 * hh + 1, 1, 0, (double)d.B);
+            sg.add(loss, 2 * hh + 1, 1, 0, (double)d.Bg);
             aux::reduce_partials(part_head, head.blocks, 2 * hh + 2, 1, sg, s);
         }
         gemm_tn(bl, hh, dm, B, hbuf, pool, grad + o.Wr1, 0.0f, "attention dWr1 = dh^T pool");
@@ -374,12 +376,6 @@ struct AttentionLearner::Impl {
                                                       d.G > 0 ? grad + o.bg : nullptr);
         FH_LAUNCHED("k_attn_fin2");
     }
-
-    void enqueue(const Lane &lane, const StepInputs &in, float *loss) {
-        loss_grad(lane, in, loss);
-        aux::adam(params, mom1, mom2, grad, o.total, hyp.lr, hyp.beta1, hyp.beta2, hyp.eps,
-                  in.step, lane.stream);
-    }
 };
 
 AttentionLearner::AttentionLearner(const Dims &d, const fh_config &c, const Layout &L,
@@ -388,15 +384,18 @@ AttentionLearner::AttentionLearner(const Dims &d, const fh_config &c, const Layo
 
 AttentionLearner::~AttentionLearner() = default;
 
-void AttentionLearner::enqueue(const Lane &lane, const StepInputs &in, float *loss) {
-    impl_->enqueue(lane, in, loss);
-}
-
 void AttentionLearner::enqueue_loss_grad(const Lane &lane, const StepInputs &in, float *loss) {
     impl_->loss_grad(lane, in, loss);
 }
 
-const float *AttentionLearner::grad_device() const { return impl_->grad; }
+void AttentionLearner::enqueue_adam(const Lane &lane, const uint64_t *step) {
+    Impl &m = *impl_;
+    aux::adam(m.params, m.mom1, m.mom2, m.grad, m.o.total, m.hyp, step, lane.stream);
+}
+
+float *AttentionLearner::grad_device() { return impl_->grad; }
+
+size_t AttentionLearner::grad_floats() const { return impl_->o.total; }
 
 AttnKernels AttentionLearner::kernels() const { return impl_->path->kind(); }
 

@@ -22,6 +22,7 @@
 #include "device_math.cuh"
 #include "error.hpp"
 #include "gemm.hpp"
+#include "learners.hpp"
 #include "nn.cuh"
 #include "reduce.cuh"
 
@@ -66,8 +67,11 @@ using cuda::Segs;
 constexpr int kColRows = 128;
 inline int col_chunks(size_t rows) { return (int)((rows + kColRows - 1) / kColRows); }
 
-// Adam with scale 1 (nn.cuh): the learners' one update over their flat parameters.
-using cuda::adam;
+// Adam with scale 1 (nn.cuh): a learner's one update over its flat parameters (t = *step + 1).
+inline void adam(float *p, float *m, float *v, const float *g, size_t n, const AdamHyper &h,
+                 const uint64_t *step, cudaStream_t s) {
+    cuda::adam(p, m, v, g, n, h.lr, h.beta1, h.beta2, h.eps, step, s);
+}
 
 // ---- warp-per-row kernels: block geometry ------------------------------------------------------
 // A "row kernel" gives each warp whole rows, and each warp accumulates its column sums in its own

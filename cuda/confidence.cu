@@ -14,8 +14,8 @@ namespace {
 // One warp per row: the double dot of the target trunk features with the target head.
 __global__ void k_confidence(const float *h2t_next, const float *wt_u, const float *bt_u,
                              const float *var, const float *done, const float *u,
-                             const float *pre_u, int B, int H, float gamma, float *dpre,
-                             double *loss_elt, float *conf) {
+                             const float *pre_u, int B, int H, float rows, float gamma,
+                             float *dpre, double *loss_elt, float *conf) {
     const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (row >= B) return;
@@ -29,7 +29,7 @@ __global__ void k_confidence(const float *h2t_next, const float *wt_u, const flo
     const float uu = u[row];
     const float e = __fadd_rn(uu, -t);
     loss_elt[row] = 0.5 * (double)e * e;
-    dpre[row] = __fmul_rn(__fdiv_rn(e, (float)B), dev_sigmoid(pre_u[row]));
+    dpre[row] = __fmul_rn(__fdiv_rn(e, rows), dev_sigmoid(pre_u[row]));  // mean over W·B rows
     conf[row] = __fdiv_rn(1.0f, __fadd_rn(1.0f, sqrtf(uu)));
 }
 
@@ -42,10 +42,11 @@ void confidence(CudaStep &st, const LaneCtx &l) {
     const int grid = (B + kThreads / 32 - 1) / (kThreads / 32);
     k_confidence<<<grid, kThreads, 0, l.stream>>>(st.tgt.h2 + (size_t)B * H, wt + o.w_u, wt + o.b_u,
                                                   st.buf[BUF_ENS_VAR], st.done_f, st.on.u,
-                                                  st.on.pre_u, B, H, st.cfg.gamma, st.dpre_u,
-                                                  st.conf_elt, st.buf[BUF_CONFIDENCE]);
+                                                  st.on.pre_u, B, H, (float)st.d.Bg,
+                                                  st.cfg.gamma, st.dpre_u, st.conf_elt,
+                                                  st.buf[BUF_CONFIDENCE]);
     FH_LAUNCHED("k_confidence");
-    sum_to(st.conf_elt, B, &st.dm->conf_loss, (double)B, l.red, l.stream);
+    sum_to(st.conf_elt, B, &st.dm->conf_loss, (double)st.d.Bg, l.red, l.stream);
     colsum(st.on.h2, B, H, st.dpre_u, st.grad_q + o.w_u, l.col, l.stream);
     colsum(st.dpre_u, B, 1, nullptr, st.grad_q + o.b_u, l.col, l.stream);
 }

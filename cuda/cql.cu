@@ -11,9 +11,9 @@ namespace fh::cuda {
 namespace {
 
 __global__ void k_cql(const float *q, const float *z, const int32_t *action, const float *omega,
-                      int B, int NB, int A, float alpha, float q_clip, float *dzc,
+                      int B, int NB, int A, float rows, float alpha, float q_clip, float *dzc,
                       double *loss_elt) {
-    const float scale = __fdiv_rn(1.0f, __fmul_rn((float)B, (float)NB));
+    const float scale = __fdiv_rn(1.0f, __fmul_rn(rows, (float)NB));  // 1/(W·B·NB), SPEC §9
     const size_t n = (size_t)B * NB;
     for (size_t ib = blockIdx.x * (size_t)blockDim.x + threadIdx.x; ib < n;
          ib += (size_t)gridDim.x * blockDim.x) {
@@ -63,10 +63,10 @@ void cql(CudaStep &st, const LaneCtx &l) {
     // As the CPU (cql.cpp): the CQL part of dU_b, de_b is computed apart, then added to
     // the TD part elementwise (one float rounding of the sum).
     k_cql<<<grid_for((size_t)B * NB), kThreads, 0, s>>>(st.on.q, st.on.z, st.action, st.omega, B,
-                                                        NB, A, st.cfg.cql_alpha, st.cfg.q_clip,
-                                                        st.dzc, st.cql_elt);
+                                                        NB, A, (float)d.Bg, st.cfg.cql_alpha,
+                                                        st.cfg.q_clip, st.dzc, st.cql_elt);
     FH_LAUNCHED("k_cql");
-    sum_to(st.cql_elt, (size_t)B * NB, &st.dm->cql_loss, (double)B * NB, l.red, s,
+    sum_to(st.cql_elt, (size_t)B * NB, &st.dm->cql_loss, (double)d.Bg * NB, l.red, s,
            (double)st.cfg.cql_alpha);
     // The branches' blocks in the flat Q buffer are equally spaced (V, c, U, e per branch),
     // so the column sums and the adds of all branches are one launch each. The GEMMs stay

@@ -37,7 +37,7 @@ void alloc_qcache(DeviceMemory &mem, const Dims &d, QCache &c, int M, bool head,
 }
 
 CudaStep::CudaStep(const fh_config &c, const Layout &l, DeviceMemory &mem, const BatchBlock &blk)
-    : cfg(c), L(l), d(l.dims), in(blk) {
+    : cfg(c), L(l), d(l.dims), dp(c.nccl_comm), in(blk) {
     const size_t B = d.B;
     for (int b = 0; b < NUM_BUFS; ++b)
         buf[b] = mem.floats(b < NUM_PERSISTENT ? MEM_PARAMS : MEM_ACT, L.buf_size[b]);

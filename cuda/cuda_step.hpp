@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include "allreduce.hpp"
 #include "config.hpp"
 #include "gemm.hpp"
 #include "init.hpp"
@@ -22,13 +23,20 @@ class DeviceMemory;
 
 // Metrics and small scalars the graph writes: one device struct, read back by metrics().
 struct DevMetrics {
+    // This rank's share of each batch mean (its sum over the global count W·B, SPEC §9) and
+    // its relabel count: the first kSummedMetrics floats, summed across the ranks.
     float td_loss, q_mean, cql_loss;
     float iql_loss[2];
-    float iqn_loss, attn_loss, conf_loss, grad_norm;
-    float sigma[2], sigma_t[2];
+    float iqn_loss, attn_loss, conf_loss;
     float ensemble_std, relabelled;
-    float sn_ip[2];  // ⟨dWsn, Wsn⟩ of the spectral backward
+    // The same on every rank without a sum: of the all-reduced gradient, or of replicated state.
+    float grad_norm;
+    float sigma[2], sigma_t[2];
+    float sn_ip[2];  // ⟨dWsn, Wsn⟩ of the spectral backward (linear in this rank's gradient)
 };
+constexpr size_t kSummedMetrics = 10;  // td_loss .. relabelled
+static_assert(offsetof(DevMetrics, grad_norm) == kSummedMetrics * sizeof(float),
+              "the summed metrics are the first kSummedMetrics floats of DevMetrics");
 
 // Forward caches of one Q pass on M rows (SPEC §4), device pointers. A forward-only pass
 // (ddqn's, act's) computes its pre-activations in place: pre1 = h1, pre2 = h2, preg = g, z = q.
@@ -70,7 +78,8 @@ struct BatchBlock {
 };
 
 struct CudaStep {
-    // Allocates every buffer below from `mem` (zeroed) and creates the learners.
+    // Allocates every buffer below from `mem` (zeroed) and creates the learners; `dp` sums
+    // across the ranks of c.nccl_comm (SPEC §9; nothing without one).
     CudaStep(const fh_config &c, const Layout &l, DeviceMemory &mem, const BatchBlock &in);
     ~CudaStep();
     // The initial state (SPEC §3) and neutral values of the outputs the disabled learners own;
@@ -83,6 +92,7 @@ struct CudaStep {
     const fh_config &cfg;
     const Layout &L;
     const Dims d;
+    const Allreduce dp;
     float *buf[NUM_BUFS] = {};  // the layout's buffers
     float *grad_q = nullptr;    // [layout.q.total]: TD, then + CQL, + confidence
     BatchBlock in;
@@ -142,6 +152,12 @@ void ensemble(CudaStep &s, const LaneCtx &l);          // ensemble.cu
 void confidence(CudaStep &s, const LaneCtx &l);        // confidence.cu
 void regime_scale(CudaStep &s, const LaneCtx &l);      // regime.cu
 void adam_q(CudaStep &s, const LaneCtx &l);            // adam_q.cu
+// learner_tasks.cpp: the aux learners (learners.hpp) as tasks; IQL's Adam follows its
+// all-reduce, IQN's and attention's run after the join (learner_adam), after theirs.
+void learner_iql(CudaStep &s, const LaneCtx &l);
+void learner_iqn(CudaStep &s, const LaneCtx &l);
+void learner_attention(CudaStep &s, const LaneCtx &l);
+void learner_adam(CudaStep &s, const LaneCtx &l);
 
 // ---- pieces used by more than one file -----------------------------------------------------
 // qnet.cu: SPEC §4 trunk on c.M rows of x (pre1, h1, pre2, h2), and branch b (preg, g, z, q).

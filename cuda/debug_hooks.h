@@ -33,6 +33,11 @@ int fh_cuda_debug_iql_gemm_mode(void);
  * fh_pipeline_sync(). */
 void fh_cuda_debug_batch_block(void *fields[9]);
 
+/* NCCL groups (cuda/allreduce.hpp) that CUDA pipelines of this process have enqueued under
+ * stream capture so far, i.e. all-reduce points captured into step graphs: 4 per pipeline with
+ * a communicator (3 with num_regimes = 1), 0 without. */
+long fh_cuda_debug_nccl_groups_captured(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -33,7 +33,7 @@ void ensemble(CudaStep &st, const LaneCtx &l) {
                                                        st.buf[BUF_ENS_MEAN], st.buf[BUF_ENS_VAR],
                                                        st.std_elt);
     FH_LAUNCHED("k_ensemble");
-    sum_to(st.std_elt, B, &st.dm->ensemble_std, (double)B, l.red, l.stream);
+    sum_to(st.std_elt, B, &st.dm->ensemble_std, (double)st.d.Bg, l.red, l.stream);
 }
 
 }  // namespace fh::cuda

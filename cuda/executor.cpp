@@ -331,11 +331,10 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
     case Task::BWD_BRANCH: backward_branch(s, l, arg); break;
     case Task::BWD_TRUNK: backward_trunk(s, l); break;
     case Task::EMA_TARGETS: ema_targets(s, l); break;
-    case Task::IQL:
-        s.iql->enqueue(l.lane(), s.inputs(), s.v_hi, s.v_lo, s.omega, s.dm->iql_loss);
-        break;
-    case Task::IQN: s.iqn->enqueue(l.lane(), s.inputs(), s.z_mean, &s.dm->iqn_loss); break;
-    case Task::ATTENTION: s.attn->enqueue(l.lane(), s.inputs(), &s.dm->attn_loss); break;
+    case Task::IQL: learner_iql(s, l); break;
+    case Task::IQN: learner_iqn(s, l); break;
+    case Task::ATTENTION: learner_attention(s, l); break;
+    case Task::AUX_ADAM: learner_adam(s, l); break;
     case Task::CQL: cql(s, l); break;
     case Task::ENSEMBLE: ensemble(s, l); break;
     case Task::CONFIDENCE: confidence(s, l); break;

@@ -14,6 +14,7 @@ namespace {
 
 struct HerArgs {
     uint32_t B, O, G, D, NB;
+    uint32_t row0;  // SPEC §9: this rank's first row, r·B (Philox c0 = row0 + i)
     uint64_t seed;
     const uint64_t *step;
     float her_ratio, her_epsilon;
@@ -43,7 +44,8 @@ __global__ void k_her(HerArgs a) {
     int relabel = 0;
     if (a.G > 0) {
         if (lane == 0) {
-            const float u = uniform24(philox(a.seed, (uint32_t)i, 0, (uint32_t)*a.step, PURPOSE_HER).w[0]);
+            const float u = uniform24(
+                philox(a.seed, a.row0 + (uint32_t)i, 0, (uint32_t)*a.step, PURPOSE_HER).w[0]);
             relabel = u < a.her_ratio;
         }
         relabel = __shfl_sync(0xffffffffu, relabel, 0);
@@ -86,6 +88,7 @@ void her_relabel(CudaStep &st, const LaneCtx &l) {
     const fh_config &cfg = st.cfg;
     HerArgs a{};
     a.B = d.B; a.O = d.O; a.G = d.G; a.D = d.D; a.NB = d.NB;
+    a.row0 = d.row0;
     a.seed = cfg.seed;
     a.step = st.step;
     a.her_ratio = cfg.her_ratio;

@@ -1,7 +1,8 @@
 // SPEC §5.5 step 2 on the GPU: the two IQL expectile value nets V_hi, V_lo (Kostrikov et al.
 // 2021), D → Hi → Hi → 1 with SiLU, as src/cpu/iql.cpp computes them:
 //     ũ = Q̄sa − V_τ(x̃),  L_τ = mean_i |τ − [ũ < 0]| ũ²,  ω_i = min(exp(β (Q̄sa_i − V_hi(x̃_i))), ω_max)
-// then one Adam step (lr_aux) over the whole [hi | lo] buffer.
+// then one Adam step (lr_aux) over the whole [hi | lo] buffer (enqueue_adam, after the gradient's
+// sum across ranks in a data-parallel step). The means are over Dims::Bg rows (SPEC §9).
 //
 // Both nets live in one buffer [hi | lo] of identical layouts (lo at +layout.iql.total), and so
 // do their activations ([2, B, Hi], lo at +B·Hi), their gradient and their Adam moments. Every
@@ -27,7 +28,7 @@
 // Kernels and GEMMs of one step (Hi = iql_hidden, z = net):
 //   F1  pre1[z] = x̃ W1[z]ᵀ              nt  M=B N=Hi K=D      then pre1 += b1, h1 = SiLU(pre1)
 //   F2  pre2[z] = h1[z] W2[z]ᵀ           nt  M=B N=Hi K=Hi     then pre2 += b2, h2 = SiLU(pre2)
-//   head (warp per row): V = h2·w3 + b3, ũ, loss, ω, dV = −2|τ−[ũ<0]|ũ/B,
+//   head (warp per row): V = h2·w3 + b3, ũ, loss, ω, dV = −2|τ−[ũ<0]|ũ/(W·B),
 //        dpre2 = (dV w3) ⊙ SiLU'(pre2) in place of pre2; block partials of db2, dw3, db3, loss
 //   B2w dW2[z] = dpre2[z]ᵀ h1[z]          tn  M=Hi N=Hi K=B
 //   B2x dh1[z] = dpre2[z] W2[z]           nn  M=B N=Hi K=Hi     (into the dead h2 buffer)
@@ -55,6 +56,7 @@ struct IqlHeadArgs {
     size_t total, off_w3, off_b3;
     const float *qsa;     // [B]
     int B, Hi;
+    float rows;           // W·B, the rows of the mean (SPEC §9)
     float tau[2];
     float awr_beta, awr_max;
     float *v_out[2];      // v_hi, v_lo [B]
@@ -89,7 +91,7 @@ __global__ void k_iql_head(IqlHeadArgs a) {
         const float u = __fadd_rn(q, -V);
         const float w = u < 0.0f ? __fadd_rn(1.0f, -tau) : tau;  // |τ − [ũ < 0]|
         const float li = __fmul_rn(__fmul_rn(w, u), u);
-        const float dV = __fdiv_rn(__fmul_rn(__fmul_rn(-2.0f, w), u), (float)a.B);
+        const float dV = __fdiv_rn(__fmul_rn(__fmul_rn(-2.0f, w), u), a.rows);
         for (int j = lane; j < Hi; j += 32) {
             const float dp = __fmul_rn(__fmul_rn(dV, w3[j]), dev_dsilu(prow[j]));
             prow[j] = dp;
@@ -285,8 +287,8 @@ struct IqlLearner::Impl {
         strided(bl, s);
     }
 
-    void enqueue(const Lane &lane, const StepInputs &in, float *v_hi, float *v_lo, float *omega,
-                 float *loss) {
+    void loss_grad(const Lane &lane, const StepInputs &in, float *v_hi, float *v_lo,
+                   float *omega, float *loss) {
         cudaStream_t s = lane.stream;
         cudaStream_t hs = nullptr;
         FH_CUBLAS(cublasGetStream(lane.blas, &hs));
@@ -320,6 +322,7 @@ struct IqlLearner::Impl {
         a.total = total; a.off_w3 = o.w3; a.off_b3 = o.b3;
         a.qsa = in.qbar_sa;
         a.B = (int)d.B; a.Hi = Hi;
+        a.rows = (float)d.Bg;
         a.tau[0] = tau[0]; a.tau[1] = tau[1];
         a.awr_beta = awr_beta; a.awr_max = awr_max;
         a.v_out[0] = v_hi; a.v_out[1] = v_lo; a.omega = omega;
@@ -332,7 +335,7 @@ struct IqlLearner::Impl {
             g.add(grad + o.b2, 0, Hi, total);
             g.add(grad + o.w3, Hi, Hi, total);
             g.add(grad + o.b3, 2 * Hi, 1, total);
-            g.add(loss, 2 * Hi + 1, 1, 1, (double)d.B);  // loss[0] hi, loss[1] lo
+            g.add(loss, 2 * Hi + 1, 1, 1, (double)d.Bg);  // loss[0] hi, loss[1] lo
             aux::reduce_partials(part_head, head.blocks, 2 * Hi + 2, 2, g, s);
         }
 
@@ -349,10 +352,6 @@ struct IqlLearner::Impl {
             aux::reduce_partials(part_b1, b1_chunks, Hi, 2, g, s);
         }
         run(bl, 4);
-
-        // One Adam over [hi | lo].
-        aux::adam(params, mom1, mom2, grad, 2 * total, hyp.lr, hyp.beta1, hyp.beta2, hyp.eps,
-                  in.step, s);
     }
 };
 
@@ -362,10 +361,20 @@ IqlLearner::IqlLearner(const Dims &d, const fh_config &c, const Layout &L, float
 
 IqlLearner::~IqlLearner() = default;
 
-void IqlLearner::enqueue(const Lane &lane, const StepInputs &in, float *v_hi, float *v_lo,
-                         float *omega, float *loss) {
-    impl_->enqueue(lane, in, v_hi, v_lo, omega, loss);
+void IqlLearner::enqueue_loss_grad(const Lane &lane, const StepInputs &in, float *v_hi,
+                                   float *v_lo, float *omega, float *loss) {
+    impl_->loss_grad(lane, in, v_hi, v_lo, omega, loss);
 }
+
+// One Adam over [hi | lo].
+void IqlLearner::enqueue_adam(const Lane &lane, const uint64_t *step) {
+    Impl &m = *impl_;
+    aux::adam(m.params, m.mom1, m.mom2, m.grad, 2 * m.total, m.hyp, step, lane.stream);
+}
+
+float *IqlLearner::grad_device() { return impl_->grad; }
+
+size_t IqlLearner::grad_floats() const { return 2 * impl_->total; }
 
 size_t IqlLearner::bytes() const { return impl_->arena.bytes(); }
 

@@ -4,8 +4,10 @@
 //     Z(x, τ) = SiLU(m Wmᵀ + bm) · w_z + b_z
 //     T_im = r̃_i + γ (1 − d̃_i) Z̄(x̃'_i, τ'_im)      (target net, already EMA-updated this step)
 //     L = mean_i Σ_n (1/N') Σ_m |τ_in − [T_im − Z_in < 0]| huber_κ(T_im − Z_in) / κ
-// then Adam (lr_aux). τ_in = Philox purpose 2 at (i, n, step), τ'_im purpose 3 at (i, m, step),
-// with `step` read from the device counter (the graph is captured once and replayed).
+// then Adam (lr_aux; enqueue_adam, after the gradient's sum across ranks in a data-parallel
+// step). τ_in = Philox purpose 2 at (row0 + i, n, step), τ'_im purpose 3 at (row0 + i, m, step),
+// with `step` read from the device counter (the graph is captured once and replayed); the
+// mean is over Dims::Bg rows and row0 is this rank's first row (SPEC §9).
 // Rows of the per-quantile tensors are i·N + n (i·N' + m for the target).
 //
 // One step (Nr = N' for the target pass, N for the online pass; rows R = B·Nr):
@@ -18,7 +20,7 @@
 //   dWm = dhpreᵀ m (tn M=Hq N=Hq K=R);  dm = dhpre Wm (nn M=R N=Hq K=Hq, into hraw's buffer)
 //   dφpre = (dm ⊙ ψ) ⊙ SiLU'(φpre) (in place of φraw), dψpre = (Σ_n dm ⊙ φ) ⊙ SiLU'(ψpre),
 //            with the column-sum partials of dbφ and dbψ
-//   dWφ = dφpreᵀ cos (tn M=Hq N=C K=R);  dWψ = dψpreᵀ x̃ (tn M=Hq N=D K=B);  Adam.
+//   dWφ = dφpreᵀ cos (tn M=Hq N=C K=R);  dWψ = dψpreᵀ x̃ (tn M=Hq N=D K=B);  (Adam apart).
 // The target pass runs first in the same scratch buffers; only Z̄ [B, N'] survives it. In TF32
 // mode at iqn_hidden = 128, iqn_cos = 64 the target pass after ψ̄ is one fused tensor-core
 // kernel instead (iqn_target.cu), which writes Z̄ alone.
@@ -44,10 +46,11 @@ constexpr int kHeadSamplesPerWarp = 4;
 constexpr int kBwdSamples = 32;       // transitions per block of the ψ/φ backward
 constexpr int kTx = 32, kTy = 8;
 
-// τ = uniform24(philox(seed, i, n, step, purpose).w[0]) for rows i·Nr + n, and the features
-// cos(π k τ) evaluated in double and rounded once (as the CPU: (float)cos(kPi·k·τ)).
-__global__ void k_taucos(uint64_t seed, const uint64_t *step, uint32_t purpose, size_t rows,
-                         int Nr, int C, float *cosf_out, float *tau_out) {
+// τ = uniform24(philox(seed, c0 + i, n, step, purpose).w[0]) for rows i·Nr + n (c0: this
+// rank's first row, SPEC §9), and the features cos(π k τ) evaluated in double and rounded once
+// (as the CPU: (float)cos(kPi·k·τ)).
+__global__ void k_taucos(uint64_t seed, const uint64_t *step, uint32_t purpose, uint32_t c0,
+                         size_t rows, int Nr, int C, float *cosf_out, float *tau_out) {
     __shared__ float tau_s[kTauRows];
     const size_t row0 = (size_t)blockIdx.x * kTauRows;
     const uint32_t st = (uint32_t)*step;
@@ -55,7 +58,7 @@ __global__ void k_taucos(uint64_t seed, const uint64_t *step, uint32_t purpose, 
         const size_t row = row0 + rr;
         float t = 0.0f;
         if (row < rows) {
-            const uint32_t i = (uint32_t)(row / Nr), n = (uint32_t)(row % Nr);
+            const uint32_t i = c0 + (uint32_t)(row / Nr), n = (uint32_t)(row % Nr);
             t = uniform24(philox(seed, i, n, st, purpose).w[0]);
             if (tau_out) tau_out[row] = t;
         }
@@ -109,7 +112,7 @@ struct IqnHeadArgs {
     const float *r, *done;
     float gamma, kappa;
     int B, N, Nt, Hq;
-    double scale;        // 1 / (B·N')
+    double scale;        // 1 / (W·B·N'), SPEC §9
     float *z_mean;       // [B]
     float *dh;           // [B·N, Hq] out: dL/d(m Wmᵀ + bm)
     double *partial;     // [blocks, 2·Hq + 2]: dbm | dw_z | db_z | Σ loss terms
@@ -145,7 +148,7 @@ __global__ void k_iqn_head(IqnHeadArgs a) {
         for (int m = lane; m < Nt; m += 32)
             tg[m] = __fadd_rn(ri, __fmul_rn(disc, a.zt[(size_t)i * Nt + m]));
         __syncwarp();
-        // Loss terms and dZ_in = −(Σ_m ρ'(u)) / (B N'), sums over m in order in double.
+        // Loss terms and dZ_in = −(Σ_m ρ'(u)) / (W B N'), sums over m in order in double.
         double lsum = 0.0;
         for (int n = lane; n < N; n += 32) {
             const float t = a.tau[(size_t)i * N + n], z = zs[n];
@@ -319,7 +322,7 @@ struct IqnLearner::Impl {
         const int B = (int)d.B, Hq = (int)d.Hq, C = (int)d.C, D = (int)d.D;
         const size_t R = (size_t)d.B * Nr;
         k_taucos<<<(unsigned)((R + kTauRows - 1) / kTauRows), 256, 0, s>>>(
-            seed, step, purpose, R, Nr, C, cosb, tau_out);
+            seed, step, purpose, d.row0, R, Nr, C, cosb, tau_out);
         FH_LAUNCHED("k_taucos");
         gemm_nt(bl, B, Hq, D, x, P + o.Wpsi, psi_pre, 0.0f, "IQN psi = x Wpsi^T");
         bias_silu(psi_pre, psi, P + o.bpsi, d.B, Hq, s);
@@ -330,7 +333,7 @@ struct IqnLearner::Impl {
         gemm_nt(bl, (int)R, Hq, Hq, mbuf, P + o.Wm, hraw, 0.0f, "IQN h = m Wm^T");
     }
 
-    void enqueue(const Lane &lane, const StepInputs &in, float *z_mean, float *loss) {
+    void loss_grad(const Lane &lane, const StepInputs &in, float *z_mean, float *loss) {
         cudaStream_t s = lane.stream;
         cudaStream_t hs = nullptr;
         FH_CUBLAS(cublasGetStream(lane.blas, &hs));
@@ -346,7 +349,7 @@ struct IqnLearner::Impl {
             bias_silu(psi_pre, psi, target + o.bpsi, d.B, Hq, s);
             iqn::TargetArgs t{psi, target + o.Wphi, target + o.bphi, target + o.Wm,
                               target + o.bm, target + o.w_z, target + o.b_z, seed, in.step,
-                              B, Nt, zt};
+                              B, Nt, d.row0, zt};
             iqn::target_fused(t, target_blocks, s);
         } else {
             forward(bl, s, target, in.xn, Nt, PURPOSE_IQN_TARGET, in.step, nullptr);
@@ -366,7 +369,7 @@ struct IqnLearner::Impl {
         a.zt = zt; a.tau = tau; a.r = in.r; a.done = in.done;
         a.gamma = gamma; a.kappa = kappa;
         a.B = B; a.N = N; a.Nt = Nt; a.Hq = Hq;
-        a.scale = 1.0 / ((double)d.B * d.Nt);
+        a.scale = 1.0 / ((double)d.Bg * d.Nt);
         a.z_mean = z_mean; a.dh = dh; a.partial = part_head;
         a.samples_per_blk = head.rows_per_blk;
         k_iqn_head<<<head.blocks, head.warps * 32, head.smem, s>>>(a);
@@ -376,7 +379,7 @@ struct IqnLearner::Impl {
             g.add(grad + o.bm, 0, Hq);
             g.add(grad + o.w_z, Hq, Hq);
             g.add(grad + o.b_z, 2 * Hq, 1);
-            g.add(loss, 2 * Hq + 1, 1, 0, (double)d.B * d.Nt);
+            g.add(loss, 2 * Hq + 1, 1, 0, (double)d.Bg * d.Nt);
             aux::reduce_partials(part_head, head.blocks, 2 * Hq + 2, 1, g, s);
         }
 
@@ -394,9 +397,6 @@ struct IqnLearner::Impl {
         }
         gemm_tn(bl, Hq, C, (int)RN, phi, cosb, grad + o.Wphi, 0.0f, "IQN dWphi = dphi^T cos");
         gemm_tn(bl, Hq, D, B, dpsi, in.x, grad + o.Wpsi, 0.0f, "IQN dWpsi = dpsi^T x");
-
-        aux::adam(params, mom1, mom2, grad, o.total, hyp.lr, hyp.beta1, hyp.beta2, hyp.eps,
-                  in.step, s);
     }
 };
 
@@ -406,9 +406,19 @@ IqnLearner::IqnLearner(const Dims &d, const fh_config &c, const Layout &L, float
 
 IqnLearner::~IqnLearner() = default;
 
-void IqnLearner::enqueue(const Lane &lane, const StepInputs &in, float *z_mean, float *loss) {
-    impl_->enqueue(lane, in, z_mean, loss);
+void IqnLearner::enqueue_loss_grad(const Lane &lane, const StepInputs &in, float *z_mean,
+                                   float *loss) {
+    impl_->loss_grad(lane, in, z_mean, loss);
 }
+
+void IqnLearner::enqueue_adam(const Lane &lane, const uint64_t *step) {
+    Impl &m = *impl_;
+    aux::adam(m.params, m.mom1, m.mom2, m.grad, m.o.total, m.hyp, step, lane.stream);
+}
+
+float *IqnLearner::grad_device() { return impl_->grad; }
+
+size_t IqnLearner::grad_floats() const { return impl_->o.total; }
 
 size_t IqnLearner::bytes() const { return impl_->arena.bytes(); }
 

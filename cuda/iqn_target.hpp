@@ -17,6 +17,7 @@ struct TargetArgs {
     uint64_t seed;
     const uint64_t *step;                   // device step counter (Philox c2)
     int B, Nt;
+    uint32_t row0;                          // Philox c0 of row i is row0 + i (SPEC §9)
     float *zt;                              // out [B, N'], row i·N' + m
 };
 

@@ -1,8 +1,10 @@
 // The auxiliary learners of SPEC §5.5 on the GPU, each a self-contained module that owns its
-// scratch memory (allocated at construction, never during capture) and enqueues its whole
-// forward, loss, backward and Adam step on one lane. The aux child (executor.cpp) calls them
-// inside stream capture: enqueue() must not synchronise, allocate, or use atomics on gradient
-// or reduction paths.
+// scratch memory (allocated at construction, never during capture) and its gradient. Each
+// enqueues its forward, loss and backward (enqueue_loss_grad) and, apart, its Adam step over
+// that gradient (enqueue_adam): in a data-parallel step (SPEC §9) the gradient is summed across
+// the ranks in between (cuda/learners.cu). The aux child calls them inside stream capture: they
+// must not synchronise, allocate, or use atomics on gradient or reduction paths. Batch means
+// divide by Dims::Bg (all ranks' rows) and Philox counters start at Dims::row0.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -44,9 +46,13 @@ public:
     IqlLearner(const Dims &d, const fh_config &c, const Layout &L, float *params, float *m,
                float *v);
     ~IqlLearner();
-    // Writes v_hi, v_lo [B] (before the update), omega [B] and loss[2] (hi, lo) in device memory.
-    void enqueue(const Lane &lane, const StepInputs &in, float *v_hi, float *v_lo, float *omega,
-                 float *loss);
+    // Writes v_hi, v_lo [B] (before the update), omega [B], loss[2] (hi, lo) and the gradient
+    // of both nets, [hi | lo] as layout.iql (grad_device(), grad_floats() floats).
+    void enqueue_loss_grad(const Lane &lane, const StepInputs &in, float *v_hi, float *v_lo,
+                           float *omega, float *loss);
+    void enqueue_adam(const Lane &lane, const uint64_t *step);  // Adam t = *step + 1
+    float *grad_device();
+    size_t grad_floats() const;
     size_t bytes() const;
     int gemm_mode() const;  // the fh_iql_gemm actually used
 
@@ -61,8 +67,12 @@ public:
     IqnLearner(const Dims &d, const fh_config &c, const Layout &L, float *params, float *target,
                float *m, float *v);
     ~IqnLearner();
-    // Writes z_mean [B] = mean_n Z(x~, tau_n) before the update, and loss[1].
-    void enqueue(const Lane &lane, const StepInputs &in, float *z_mean, float *loss);
+    // Writes z_mean [B] = mean_n Z(x~, tau_n) before the update, loss[1] and the gradient
+    // (layout.iqn, grad_floats() floats at grad_device()).
+    void enqueue_loss_grad(const Lane &lane, const StepInputs &in, float *z_mean, float *loss);
+    void enqueue_adam(const Lane &lane, const uint64_t *step);  // Adam t = *step + 1
+    float *grad_device();
+    size_t grad_floats() const;
     size_t bytes() const;
 
 private:
@@ -82,11 +92,12 @@ public:
     AttentionLearner(const Dims &d, const fh_config &c, const Layout &L, float *params, float *m,
                      float *v, AttnKernels kernels = AttnKernels::AUTO);
     ~AttentionLearner();
-    void enqueue(const Lane &lane, const StepInputs &in, float *loss);
-    // The loss and its gradient only (no Adam step): the gradient, laid out as layout.attn,
-    // stays in grad_device() until the next call. For tests and benchmarks.
+    // The loss and its gradient: the gradient, laid out as layout.attn, stays in
+    // grad_device() (grad_floats() floats) until the next call.
     void enqueue_loss_grad(const Lane &lane, const StepInputs &in, float *loss);
-    const float *grad_device() const;
+    void enqueue_adam(const Lane &lane, const uint64_t *step);  // Adam t = *step + 1
+    float *grad_device();
+    size_t grad_floats() const;
     AttnKernels kernels() const;  // the kernels in use (never AUTO)
     // Benchmarks: when on, enqueue_loss_grad() records events around the per-(transition, head)
     // forward and backward kernels; phase_ms() waits for the last call's and reads them.

@@ -1,6 +1,8 @@
 // SPEC §5.5 step 8 on the GPU, as src/cpu/regime.cpp: per regime the EMA s_k of its mean
 // squared TD error (one block per regime, rows in a fixed order, double), then
 // ρ_k = clamp(sqrt(mean_k s_k / (s_k + 1e-8)), min, max), which weights the next step's TD loss.
+// In a data-parallel step (SPEC §9) the sums and counts are summed across the ranks (float64,
+// exact for the counts) before the update, so m_k is the mean over every rank's rows.
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
@@ -58,6 +60,7 @@ void regime_scale(CudaStep &st, const LaneCtx &l) {
     k_regime_partial<<<d.R, kThreads, 0, l.stream>>>(st.delta, st.regime, (int)d.B, (int)d.NB,
                                                      st.regime_scr);
     FH_LAUNCHED("k_regime_partial");
+    st.dp.sum({SumBuf::f64s(st.regime_scr, 2 * (size_t)d.R)}, l.stream);
     k_regime_update<<<1, 1, 0, l.stream>>>(st.regime_scr, (int)d.R, c.regime_beta, c.regime_min,
                                            c.regime_max, st.buf[BUF_REGIME]);
     FH_LAUNCHED("k_regime_update");

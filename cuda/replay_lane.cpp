@@ -39,8 +39,8 @@ ReplayLane::ReplayLane(const fh_config &c, const Dims &d, DeviceMemory &mem,
 }
 
 void ReplayLane::sample(const uint64_t *step, cudaStream_t s) const {
-    // row0 = 0: SPEC §9's rank offset of a pipeline that is not one of several ranks.
-    replay::enqueue_sample(ring_, cfg_.seed, step, 0, d_.B, out_, nullptr, s);
+    // row0 = rank·B: SPEC §9's rank offset (0 for a pipeline that is not one of several ranks).
+    replay::enqueue_sample(ring_, cfg_.seed, step, d_.row0, d_.B, out_, nullptr, s);
 }
 
 void ReplayLane::stage(const fh_replay_rows &r, uint64_t first, uint64_t n,

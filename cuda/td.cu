@@ -14,9 +14,10 @@ namespace {
 
 __global__ void k_td_loss(const float *q, const float *z, const float *y, const int32_t *action,
                           const int32_t *regime, const float *rho, int B, int NB, int A,
-                          float kappa, float q_clip, float *delta, float *dz, double *loss_elt,
-                          double *q_elt) {
-    const float scale = __fdiv_rn(1.0f, __fmul_rn((float)B, (float)NB));
+                          float rows, float kappa, float q_clip, float *delta, float *dz,
+                          double *loss_elt, double *q_elt) {
+    // 1/(W·B·NB): the mean is over the rows of every rank (SPEC §9; rows = B when W = 1).
+    const float scale = __fdiv_rn(1.0f, __fmul_rn(rows, (float)NB));
     const size_t n = (size_t)B * NB;
     for (size_t ib = blockIdx.x * (size_t)blockDim.x + threadIdx.x; ib < n;
          ib += (size_t)gridDim.x * blockDim.x) {
@@ -43,10 +44,10 @@ void td_loss(CudaStep &st, const LaneCtx &l) {
     const int B = (int)d.B, NB = (int)d.NB;
     k_td_loss<<<grid_for((size_t)B * NB), kThreads, 0, l.stream>>>(
         st.on.q, st.on.z, st.y, st.action, st.regime, st.buf[BUF_REGIME] + d.R, B, NB, (int)d.A,
-        st.cfg.huber_kappa, st.cfg.q_clip, st.delta, st.dz, st.td_elt, st.q_elt);
+        (float)d.Bg, st.cfg.huber_kappa, st.cfg.q_clip, st.delta, st.dz, st.td_elt, st.q_elt);
     FH_LAUNCHED("k_td_loss");
-    sum_to(st.td_elt, (size_t)B * NB, &st.dm->td_loss, (double)B * NB, l.red, l.stream);
-    sum_to(st.q_elt, (size_t)B * NB, &st.dm->q_mean, (double)B * NB, l.red, l.stream);
+    sum_to(st.td_elt, (size_t)B * NB, &st.dm->td_loss, (double)d.Bg * NB, l.red, l.stream);
+    sum_to(st.q_elt, (size_t)B * NB, &st.dm->q_mean, (double)d.Bg * NB, l.red, l.stream);
 }
 
 // SPEC §5.4 backward of branch b (CPU: td.cpp backward_branch).

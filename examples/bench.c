@@ -49,14 +49,14 @@
 
 #include "bench.h"
 
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "bench_util.h"
 
 enum { MAX_LIST = 16 };
 
@@ -109,12 +109,7 @@ static void run_one(result *r, int steps, int warmup, const char *variant_var,
         CHECK(fh_pipeline_timings(p, &t));
         timings_fields(&t, v + (size_t)k * NUM_FIELDS);
     }
-    double *col = xmalloc(sizeof(double) * (size_t)steps);
-    for (int f = 0; f < NUM_FIELDS; ++f) {
-        for (int k = 0; k < steps; ++k) col[k] = v[(size_t)k * NUM_FIELDS + f];
-        r->median[f] = median(col, steps);
-    }
-    free(col);
+    column_medians(v, steps, NUM_FIELDS, r->median);
     free(v);
 
     /* Back to back: the GPU never idles between steps. */
@@ -145,17 +140,6 @@ static int parse_list_u32(const char *s, uint32_t *out) {
         out[n++] = (uint32_t)strtoul(tok, NULL, 10);
     free(copy);
     return n;
-}
-
-static void mkdirs_for(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; ++p)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return;
-            *p = '/';
-        }
 }
 
 int main(int argc, char **argv) {
@@ -337,12 +321,7 @@ int main(int argc, char **argv) {
         else ++npeer;
     }
 
-    mkdirs_for(out);
-    FILE *f = fopen(out, "w");
-    if (!f) {
-        fprintf(stderr, "foxhunt-bench: cannot write %s: %s\n", out, strerror(errno));
-        return 1;
-    }
+    FILE *f = open_output(out);
     fprintf(f, "{\n  \"machine\": \"%s\",\n  \"date\": \"%s\",\n  \"library_version\": %u,\n"
                "  \"steps\": %d,\n  \"warmup\": %d,\n  \"variant_var\": \"%s\",\n"
                "  \"replay\": {\"capacity\": %u, \"envs\": %u, \"insert_rows\": %u},\n"

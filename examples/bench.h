@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "bench_util.h"
+
 enum { NUM_FIELDS = 12 };
 
 typedef struct {
@@ -33,28 +35,6 @@ typedef struct {
     double insert_tps;         /* host inserts into that replay, transitions per second */
     fh_memory_report mem;
 } result;
-
-typedef struct {
-    float *obs, *goal, *reward, *next_obs, *nag, *her_goal;
-    int32_t *action, *regime;
-    uint8_t *done;
-    fh_batch b;
-} host_batch;
-
-void die(const char *what, fh_status s);
-#define CHECK(call)                      \
-    do {                                 \
-        fh_status s_ = (call);           \
-        if (s_ != FH_OK) die(#call, s_); \
-    } while (0)
-
-double now_ms(void);
-double median(double *v, int n);
-void *xmalloc(size_t n);
-
-/* A valid random batch (SPEC §2) for config c; free_batch() releases its arrays. */
-void make_batch(host_batch *h, const fh_config *c);
-void free_batch(host_batch *h);
 
 /* `steps` times: upload one of two batches (alternating), then step; wall ms per step and the
  * median host ms of one upload call into r->fed_ms / r->upload_ms, and, in a build with CUDA,

@@ -1,4 +1,4 @@
-/* foxhunt-bench: random data and the ways of feeding the step (bench.h). */
+/* foxhunt-bench: the ways of feeding the step (bench.h); random data from bench_util.c. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "bench.h"
@@ -11,95 +11,6 @@
 #ifdef FOXHUNT_BENCH_CUDA
 #include <cuda_runtime_api.h>
 #endif
-
-void die(const char *what, fh_status s) {
-    fprintf(stderr, "foxhunt-bench: %s failed (status %d): %s\n", what, (int)s,
-            fh_last_error_message());
-    exit(1);
-}
-
-double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "foxhunt-bench: out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
-/* xorshift64*: valid random batches and rows (SPEC §2, §2.1) */
-static uint64_t rng_state = 88172645463325252ull;
-static double urand(void) {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 2685821657736338717ull) >> 11) * (1.0 / 9007199254740992.0);
-}
-static float nrand(void) { return (float)((urand() + urand() + urand() + urand() - 2.0) * 1.7320508); }
-
-/* n transitions of config c into h's arrays (allocated here). */
-static void fill(host_batch *h, const fh_config *c, size_t n) {
-    const size_t O = c->obs_dim, G = c->goal_dim, NB = c->num_branches;
-    h->obs = xmalloc(n * O * 4);
-    h->next_obs = xmalloc(n * O * 4);
-    h->goal = xmalloc(n * G * 4);
-    h->nag = xmalloc(n * G * 4);
-    h->her_goal = xmalloc(n * G * 4);
-    h->reward = xmalloc(n * 4);
-    h->action = xmalloc(n * NB * 4);
-    h->regime = xmalloc(n * 4);
-    h->done = xmalloc(n);
-    for (size_t i = 0; i < n * O; ++i) h->obs[i] = nrand();
-    for (size_t i = 0; i < n * O; ++i) h->next_obs[i] = 0.9f * h->obs[i] + 0.3f * nrand();
-    for (size_t i = 0; i < n * G; ++i) {
-        h->goal[i] = nrand();
-        h->nag[i] = nrand();
-        h->her_goal[i] = (i / G) % 2 ? h->nag[i] + 0.05f * nrand() : nrand();
-    }
-    for (size_t i = 0; i < n; ++i) {
-        h->reward[i] = nrand();
-        h->regime[i] = (int32_t)(urand() * c->num_regimes);
-        h->done[i] = urand() < 0.1;
-    }
-    for (size_t i = 0; i < n * NB; ++i) h->action[i] = (int32_t)(urand() * c->actions_per_branch);
-}
-
-void make_batch(host_batch *h, const fh_config *c) {
-    const size_t G = c->goal_dim;
-    fill(h, c, c->batch_size);
-    fh_batch b = FH_BATCH_INIT;
-    b.batch_size = c->batch_size;
-    b.obs = h->obs;
-    b.goal = G ? h->goal : NULL;
-    b.action = h->action;
-    b.reward = h->reward;
-    b.done = h->done;
-    b.next_obs = h->next_obs;
-    b.next_achieved_goal = G ? h->nag : NULL;
-    b.her_goal = G ? h->her_goal : NULL;
-    b.regime = h->regime;
-    h->b = b;
-}
-
-void free_batch(host_batch *h) {
-    free(h->obs); free(h->next_obs); free(h->goal); free(h->nag); free(h->her_goal);
-    free(h->reward); free(h->action); free(h->regime); free(h->done);
-}
 
 /* Wall ms per (upload + step) over `steps` alternating uploads of a and b; *upload_ms = the
  * median host time of one upload call. */
@@ -191,7 +102,7 @@ void measure_replay(result *r, fh_config c, const replay_opts *o, int steps, int
     fh_replay_rows v[SETS];
     const size_t n = (size_t)o->insert_rows * o->envs;
     for (int k = 0; k < SETS; ++k) {
-        fill(&rows[k], &c, n);
+        make_rows(&rows[k], &c, n);
         for (size_t i = 0; i < n; ++i) rows[k].done[i] = 0;  /* episodes end by time limit */
         fh_replay_rows x = FH_REPLAY_ROWS_INIT;
         x.num_rows = o->insert_rows;

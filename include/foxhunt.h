@@ -43,6 +43,22 @@
  *   fh_pipeline_train(p, 4);                      // 4 x (sample a batch, step)
  * @endcode
  *
+ * @section data_parallel Over several GPUs (SPEC §9)
+ * W processes (or threads), one GPU each, train one agent on W batches at once: each creates an
+ * NCCL communicator of W ranks (ncclCommInitRank with a unique id shared by any means, or
+ * ncclCommInitAll in one process) and passes it in fh_config::nccl_comm. Every rank uploads its
+ * own batch of batch_size rows; together they take the step of SPEC §5 on the W·B rows, and
+ * every rank ends each step with the same parameters (the gradients and batch sums are
+ * all-reduced inside the step graph). examples/dp_trainer.c is a whole program:
+ * @code
+ *   ncclComm_t comm;                               // rank r of W, on GPU `dev`
+ *   ncclCommInitRank(&comm, W, id, r);
+ *   cfg.backend = FH_BACKEND_CUDA; cfg.device = dev; cfg.nccl_comm = comm;
+ *   fh_pipeline_create(&cfg, &p);                  // collective: every rank at the same time
+ *   for (...) { fh_pipeline_upload(p, &my_batch); fh_pipeline_step(p); }
+ *   fh_pipeline_destroy(p);                        // then ncclCommDestroy(comm)
+ * @endcode
+ *
  * @section conventions Conventions
  * - Every function returns an ::fh_status. On failure, fh_last_error_message() (thread-local)
  *   names the argument, index and value at fault, and no state has changed: the pipeline stays
@@ -70,8 +86,9 @@
  *
  * @section specification The specification
  * The math of the step is the foxhunt specification, @ref spec "docs/SPEC.md". The library
- * implements v1.3 except the data-parallel step of §9 (v1.3 added the replay of §2.1 and
- * §5.0, and §9, without changing the rest of v1.2). "SPEC §n" in this reference is:
+ * implements v1.3: the replay of §2.1 and §5.0 on both backends, and the data-parallel step of
+ * §9 on the CUDA backend (v1.3 added those without changing the rest of v1.2). "SPEC §n" in
+ * this reference is:
  * - @ref spec_1 "§1 Configuration": ::fh_config and its defaults (fh_config_init())
  * - @ref spec_2 "§2 The batch": ::fh_batch, fh_pipeline_upload()
  * - @ref spec_3 "§3 Randomness and initialisation": Philox draws, parameter init, tensor names
@@ -82,6 +99,7 @@
  * - @ref spec_6 "§6 Readable after a step": ::fh_metrics, ::fh_timings, named tensors
  * - @ref spec_7 "§7 Acting": fh_pipeline_act()
  * - @ref spec_8 "§8 Input validity": what uploads refuse
+ * - @ref spec_9 "§9 Data-parallel steps": fh_config::nccl_comm
  *
  * @section overview Design
  * One description of the step (the schedule: six child graphs, the lanes inside each, fork and
@@ -148,13 +166,14 @@ typedef enum fh_status {
     FH_ERR_CHECKPOINT_CORRUPT = 13,   /**< bad magic, version or checksum */
     FH_ERR_CHECKPOINT_CONFIG = 14,    /**< the checkpoint was written by a different config */
     FH_ERR_NO_CUDA = 15,           /**< CUDA was requested but this build or machine has none */
-    FH_ERR_CUDA = 16,              /**< a CUDA or cuBLAS call failed (message names it) */
+    FH_ERR_CUDA = 16,              /**< a CUDA, cuBLAS or NCCL call failed (message names it) */
     FH_ERR_OUT_OF_MEMORY = 17,     /**< host or device allocation failed */
     FH_ERR_INTERNAL = 18,          /**< a bug in foxhunt; please report the message */
     FH_ERR_UNSUPPORTED = 19        /**< the request does not apply to this pipeline: an upload
                                         to a pipeline with a replay, an insert to one without,
-                                        or device memory on the CPU backend (message says
-                                        which) */
+                                        device memory on the CPU backend, or an NCCL
+                                        communicator where there is no data-parallel step
+                                        (message says which) */
 } fh_status;
 
 /** Static English name of a status ("FH_ERR_NON_FINITE: ..."); never NULL. */
@@ -284,6 +303,26 @@ typedef struct fh_config {
                                     train on uploaded batches (0) */
     uint32_t replay_envs;      /**< E, transitions per row (environments stepping in lockstep);
                                     0 exactly when replay_capacity is 0, and K * E <= 2^32 (0) */
+    /** Data-parallel steps (SPEC §9): an `ncclComm_t` of W ranks, or NULL (the default) for a
+     *  pipeline of its own. Opaque here (foxhunt.h does not include nccl.h): pass the
+     *  communicator itself, cast to `void *`. The caller creates it (ncclCommInitRank,
+     *  ncclCommInitAll, ...) on config.device and owns it: it must outlive the pipeline
+     *  (destroy the pipeline, then the communicator) and carry no other NCCL work while the
+     *  pipeline's steps run. Rank r and W come from ncclCommUserRank and ncclCommCount. Each
+     *  rank's pipeline has its own batch of batch_size rows; the ranks together take the step
+     *  of SPEC §5 on the W·batch_size rows (rank r's row i is row r·batch_size + i: Philox
+     *  counters, SPEC §9), every batch mean and gradient over all of them, so every rank
+     *  applies the same update and holds the same parameters after every step. The metrics are
+     *  those of the whole step on every rank; d_states, the ensemble outputs and the confidence
+     *  stay per row, on the rank that owns the row. W = 1 is exactly a pipeline without a
+     *  communicator. Every rank must use the same config, seed included (device and
+     *  nccl_comm aside). fh_pipeline_create, fh_pipeline_step and fh_pipeline_train are
+     *  collective: every rank makes the same sequence of them (creation waits on the host, a
+     *  step on the GPU, until every rank takes part); fh_pipeline_load and
+     *  fh_pipeline_write_tensor must get the same contents on every rank, or the ranks'
+     *  states part. CUDA backend only, in a build with NCCL >= 2.9 (see the README); the CPU
+     *  backend and builds without NCCL refuse it (FH_ERR_UNSUPPORTED). (NULL) */
+    void *nccl_comm;
 } fh_config;
 
 /** Fill @p config with SPEC §1's defaults and struct_size. FH_ERR_NULL_POINTER if NULL. */
@@ -389,9 +428,10 @@ typedef struct fh_timings {
     float total_ms;     /**< first child's start to last child's end */
     float aux_ema_ms;   /**< aux main lane: EMA of the target nets */
     float aux_iql_ms;   /**< aux main lane: both IQL trainers */
-    float aux_iqn_ms;   /**< aux IQN lane */
-    float aux_attn_ms;  /**< aux attention lane */
-    float aux_tail_ms;  /**< after the join: CQL, ensemble, confidence, regime scale */
+    float aux_iqn_ms;   /**< aux IQN lane: loss and gradient */
+    float aux_attn_ms;  /**< aux attention lane: loss and gradient */
+    float aux_tail_ms;  /**< after the join: the Adam steps of IQN and attention, CQL,
+                             ensemble, confidence, regime scale */
     /* Added in 0.2; timings of the 0.1 size (ending at aux_tail_ms) get the fields above. */
     float sample_ms;    /**< child sample: the batch drawn from the replay, SPEC §5.0 (0
                              without a replay) */
@@ -442,9 +482,16 @@ typedef struct fh_pipeline fh_pipeline;
  * @param config  filled by fh_config_init() and edited; copied. The 0.1 size of the struct is
  *                accepted (no replay).
  * @param out     receives the handle (NULL on failure).
+ * With fh_config::nccl_comm set, creation is collective: every rank of the communicator must
+ * create its pipeline at the same time (from its own process or thread), since the step graph
+ * is run once and captured with the communicator's all-reduces in it.
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_STRUCT_SIZE; FH_ERR_BAD_DIMENSION (also: only
- *         one of replay_capacity and replay_envs is 0, or their product exceeds 2^32);
- *         FH_ERR_INDIVISIBLE; FH_ERR_BAD_VALUE; FH_ERR_NO_CUDA; FH_ERR_CUDA;
+ *         one of replay_capacity and replay_envs is 0, or their product exceeds 2^32, or
+ *         W·batch_size exceeds 2^32 with a communicator of W ranks);
+ *         FH_ERR_INDIVISIBLE; FH_ERR_BAD_VALUE (also: the communicator's device is not
+ *         config.device); FH_ERR_NO_CUDA; FH_ERR_UNSUPPORTED (a communicator with the CPU
+ *         backend, AUTO resolving to it included, or in a build without NCCL);
+ *         FH_ERR_CUDA (a CUDA, cuBLAS or NCCL call failed: the message names it);
  *         FH_ERR_OUT_OF_MEMORY.
  */
 FH_API fh_status fh_pipeline_create(const fh_config *config, fh_pipeline **out);
@@ -486,7 +533,8 @@ FH_API fh_status fh_pipeline_upload(fh_pipeline *pipeline, const fh_batch *batch
  * Run one training step (SPEC §5) on the current batch, or, with a replay, on a batch drawn
  * from the replay first (SPEC §5.0: the child "sample" at the head of the step). On CUDA this
  * launches the captured graph and returns without waiting for it; reading metrics, timings or
- * tensors waits.
+ * tensors waits. With fh_config::nccl_comm the step is collective (SPEC §9): its all-reduces
+ * wait on the GPU until every rank has launched the same step.
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_NO_BATCH (no batch uploaded yet, or, with a
  *         replay, no row inserted yet: SPEC §2.1; nothing changes); FH_ERR_OUT_OF_MEMORY (the
  *         first step allocates the caches; the state is then left as it was); FH_ERR_CUDA.

@@ -141,10 +141,19 @@ fh_status fh_pipeline_create(const fh_config *config, fh_pipeline **out) {
         else if (backend == FH_BACKEND_CUDA && !fh::cuda_available(c.device))
             fh::fail(FH_ERR_NO_CUDA, "config.backend = FH_BACKEND_CUDA but this build or "
                      "machine has no CUDA device %d", c.device);
+        uint32_t rank = 0, world = 1;
+        if (c.nccl_comm) {
+            if (backend != FH_BACKEND_CUDA)
+                fh::fail(FH_ERR_UNSUPPORTED, "config.nccl_comm is set, but the pipeline would "
+                         "run on the CPU backend%s, which has no data-parallel step (SPEC §9 "
+                         "runs on FH_BACKEND_CUDA)", c.backend == FH_BACKEND_AUTO ?
+                         " (FH_BACKEND_AUTO found no CUDA device)" : "");
+            fh::nccl_rank_world(c.nccl_comm, c.device, &rank, &world);
+        }
         c.backend = backend;
         auto p = std::make_unique<fh_pipeline>();
         p->config = c;
-        p->layout = fh::make_layout(fh::make_dims(c));
+        p->layout = fh::make_layout(fh::make_dims(c, rank, world));
         fh::HostBuffers init = fh::initial_state(p->layout, c.seed);
         p->backend = backend == FH_BACKEND_CUDA
                          ? fh::make_cuda_backend(c, p->layout, std::move(init))

@@ -65,4 +65,9 @@ std::unique_ptr<Backend> make_cpu_backend(const fh_config &c, const Layout &L, H
 bool cuda_available(int device);
 std::unique_ptr<Backend> make_cuda_backend(const fh_config &c, const Layout &L, HostBuffers init);
 
+// SPEC §9: rank and size of the NCCL communicator `comm` (an ncclComm_t), which must live on
+// CUDA device `device` (FH_ERR_BAD_VALUE otherwise). Defined in cuda/allreduce.cpp; in a build
+// without NCCL (or without CUDA) it fails with FH_ERR_UNSUPPORTED.
+void nccl_rank_world(void *comm, int device, uint32_t *rank, uint32_t *world);
+
 }  // namespace fh

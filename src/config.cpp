@@ -114,7 +114,11 @@ void validate_config(const fh_config &c) {
     check_range("clip_norm", c.clip_norm, 0, INFINITY, true, true);
 }
 
-Dims make_dims(const fh_config &c) {
+Dims make_dims(const fh_config &c, uint32_t rank, uint32_t world) {
+    if ((uint64_t)world * c.batch_size > (1ull << 32))
+        fail(FH_ERR_BAD_DIMENSION, "config.batch_size = %u on each of %u ranks: %llu rows "
+             "exceed 2^32 (SPEC §9: a row's Philox counter r·B + i is 32 bits)", c.batch_size,
+             world, (unsigned long long)world * c.batch_size);
     Dims d{};
     d.B = c.batch_size;
     d.O = c.obs_dim;
@@ -141,6 +145,10 @@ Dims make_dims(const fh_config &c) {
     d.sn2 = (c.sn_layers & FH_SN_W2) != 0;
     d.K = c.replay_capacity;
     d.E = c.replay_envs;
+    d.world = world;
+    d.rank = rank;
+    d.row0 = rank * c.batch_size;
+    d.Bg = (uint64_t)world * c.batch_size;
     return d;
 }
 

@@ -15,9 +15,16 @@ struct Dims {
     uint32_t R;
     bool sn1, sn2;          // W1, W2 under spectral normalisation
     uint32_t K, E;          // replay rows and environments (SPEC §2.1); both 0 without a replay
+    // SPEC §9: this pipeline is rank `rank` of `world` (1 without a communicator). Every batch
+    // mean divides by Bg = world·B, the rows of the whole step; every per-row Philox draw of
+    // row i uses c0 = row0 + i with row0 = rank·B. With world = 1 these are B and 0, and every
+    // formula evaluates exactly as it would with B.
+    uint32_t world, rank, row0;
+    uint64_t Bg;
 };
 
-Dims make_dims(const fh_config &c);
+// Throws FH_ERR_BAD_DIMENSION when world·B exceeds 2^32 (SPEC §9: c0 = r·B + i is 32 bits).
+Dims make_dims(const fh_config &c, uint32_t rank = 0, uint32_t world = 1);
 
 // fh_config as this version lays it out, from a caller's struct of this or the 0.1 size (which
 // ends at `seed`: no replay). Throws FH_ERR_STRUCT_SIZE for any other size.

@@ -42,7 +42,7 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
                mark(Mark::AUX_IQN_BEGIN, 1), run(Task::IQN, 1), mark(Mark::AUX_IQN_END, 1),
                mark(Mark::AUX_ATTN_BEGIN, 2), run(Task::ATTENTION, 2), mark(Mark::AUX_ATTN_END, 2),
                join(mask_of(1, 2)),
-               mark(Mark::AUX_TAIL_BEGIN)};
+               mark(Mark::AUX_TAIL_BEGIN), run(Task::AUX_ADAM)};
     if (c.cql_alpha > 0) aux.ops.push_back(run(Task::CQL));
     aux.ops.push_back(run(Task::ENSEMBLE));
     aux.ops.push_back(run(Task::CONFIDENCE));

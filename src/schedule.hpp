@@ -27,8 +27,10 @@ enum class Task : int {
     BWD_TRUNK,         // §5.4: dh2 = sum_b dh2_b in branch order, trunk backward, d_states
     EMA_TARGETS,       // §5.5.1: Polyak update of the Q and IQN targets
     IQL,               // §5.5.2: both expectile nets, their Adam, advantage weights
-    IQN,               // §5.5.3
-    ATTENTION,         // §5.5.4
+    IQN,               // §5.5.3: loss and gradient
+    ATTENTION,         // §5.5.4: loss and gradient
+    AUX_ADAM,          // §5.5.3–4: the Adam steps of IQN and attention, after the join (so that
+                       // a data-parallel step sums both gradients across ranks at once, §9)
     CQL,               // §5.5.5
     ENSEMBLE,          // §5.5.6
     CONFIDENCE,        // §5.5.7

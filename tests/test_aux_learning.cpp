@@ -150,6 +150,7 @@ static void check_iqn_quantiles(float kappa, bool huber_quantile, double tol) {
         for (uint32_t i = 0; i < d.B; ++i) s.r[i] = (float)(0.5 * s.x[(size_t)i * d.D] + t.eps());
         s.step = k;
         cpu::iqn(s);
+        cpu::iqn_adam(s);
     }
     const uint32_t M = 256, NT = 5;
     const float grid[NT] = {0.1f, 0.25f, 0.5f, 0.75f, 0.9f};
@@ -211,6 +212,7 @@ static void test_attention_learns_token_reward(void **) {
         for (uint32_t i = 0; i < d.B; ++i) s.r[i] = reward(&s.x[(size_t)i * d.D]);
         s.step = k;
         cpu::attention(s);
+        cpu::attention_adam(s);
     }
     const double after = eval();
     printf("attention: eval MSE %.5f -> %.5f (reward variance %.5f), factor %.0f\n", before, after,

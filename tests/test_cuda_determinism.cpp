@@ -18,50 +18,6 @@ using namespace fhtest;
 
 namespace {
 
-struct Snapshot {
-    std::vector<std::vector<float>> tensors;
-    std::vector<std::string> names;
-    fh_metrics m;
-};
-
-Snapshot run(const fh_config &c, const Batches &bt, int steps) {
-    fh_pipeline *p = make(c);
-    for (int k = 0; k < steps; ++k) step(p, bt.b[(size_t)k % bt.b.size()]);
-    Snapshot s;
-    uint32_t n = 0;
-    fh_pipeline_num_tensors(p, &n);
-    for (uint32_t i = 0; i < n; ++i) {
-        fh_tensor_info info;
-        info.struct_size = sizeof info;
-        fh_pipeline_tensor_info(p, i, &info);
-        s.names.push_back(info.name);
-        s.tensors.push_back(read(p, info.name, (size_t)info.rows * info.cols));
-    }
-    memset(&s.m, 0, sizeof s.m);
-    s.m.struct_size = sizeof s.m;
-    assert_int_equal(fh_pipeline_metrics(p, &s.m), FH_OK);
-    fh_pipeline_destroy(p);
-    return s;
-}
-
-void assert_bitwise(const Snapshot &a, const Snapshot &b, const char *what) {
-    assert_int_equal(a.tensors.size(), b.tensors.size());
-    int differ = 0;
-    for (size_t i = 0; i < a.tensors.size(); ++i)
-        if (a.tensors[i].size() != b.tensors[i].size() ||
-            memcmp(a.tensors[i].data(), b.tensors[i].data(), a.tensors[i].size() * 4) != 0) {
-            if (differ++ < 5) printf("  %s: tensor %s differs\n", what, a.names[i].c_str());
-        }
-    if (memcmp(&a.m.td_loss, &b.m.td_loss,
-               offsetof(fh_metrics, regime_scale) - offsetof(fh_metrics, td_loss)) != 0) {
-        printf("  %s: metrics differ\n", what);
-        ++differ;
-    }
-    if (differ) fail_msg("%s: %d tensors/metrics not bitwise equal", what, differ);
-    printf("[DETERMINISM] %s: %zu tensors and all metrics bitwise equal\n", what,
-           a.tensors.size());
-}
-
 void test_bitwise_default_20_steps(void **) {
     if (!fh_test_have_cuda()) skip();
     const fh_config base = default_config(16384);

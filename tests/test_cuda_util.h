@@ -4,6 +4,7 @@
 #define FOXHUNT_TEST_CUDA_UTIL_H
 
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -74,6 +75,63 @@ inline std::vector<float> read(fh_pipeline *p, const char *name, size_t n) {
     return v;
 }
 
+/* Every tensor and the metrics of a pipeline (waits for its queued work). */
+struct Snapshot {
+    std::vector<std::vector<float>> tensors;
+    std::vector<std::string> names;
+    std::vector<int> groups;
+    fh_metrics m;
+};
+
+inline Snapshot snapshot(fh_pipeline *p) {
+    Snapshot s;
+    uint32_t n = 0;
+    fh_pipeline_num_tensors(p, &n);
+    for (uint32_t i = 0; i < n; ++i) {
+        fh_tensor_info info;
+        info.struct_size = sizeof info;
+        fh_pipeline_tensor_info(p, i, &info);
+        s.names.push_back(info.name);
+        s.groups.push_back(info.group);
+        s.tensors.push_back(read(p, info.name, (size_t)info.rows * info.cols));
+    }
+    memset(&s.m, 0, sizeof s.m);
+    s.m.struct_size = sizeof s.m;
+    if (fh_pipeline_metrics(p, &s.m) != FH_OK) fail_msg("metrics: %s", fh_last_error_message());
+    return s;
+}
+
+/* A pipeline of config c after `steps` steps cycling through bt, then destroyed. */
+inline Snapshot run(const fh_config &c, const Batches &bt, int steps) {
+    fh_pipeline *p = make(c);
+    for (int k = 0; k < steps; ++k) step(p, bt.b[(size_t)k % bt.b.size()]);
+    Snapshot s = snapshot(p);
+    fh_pipeline_destroy(p);
+    return s;
+}
+
+/* Every tensor (outputs too unless with_outputs is false) and every metric bitwise equal. */
+inline void assert_bitwise(const Snapshot &a, const Snapshot &b, const char *what,
+                           bool with_outputs = true) {
+    if (a.tensors.size() != b.tensors.size()) fail_msg("%s: tensor counts differ", what);
+    int differ = 0;
+    for (size_t i = 0; i < a.tensors.size(); ++i) {
+        if (!with_outputs && a.groups[i] == FH_GROUP_OUTPUT) continue;
+        if (a.tensors[i].size() != b.tensors[i].size() ||
+            memcmp(a.tensors[i].data(), b.tensors[i].data(), a.tensors[i].size() * 4) != 0) {
+            if (differ++ < 5) printf("  %s: tensor %s differs\n", what, a.names[i].c_str());
+        }
+    }
+    if (memcmp(&a.m.td_loss, &b.m.td_loss,
+               offsetof(fh_metrics, regime_scale) - offsetof(fh_metrics, td_loss)) != 0) {
+        printf("  %s: metrics differ\n", what);
+        ++differ;
+    }
+    if (differ) fail_msg("%s: %d tensors/metrics not bitwise equal", what, differ);
+    printf("[DETERMINISM] %s: %zu tensors%s and all metrics bitwise equal\n", what,
+           a.tensors.size(), with_outputs ? "" : " (but the per-row outputs)");
+}
+
 /* Result of comparing pipeline a against the reference b. */
 struct Diff {
     double max_rel = 0;          /* over tensors (except the noise-only ones) and metrics */
@@ -101,19 +159,45 @@ inline void metric_cmp(Diff &d, const char *name, double a, double b) {
     }
 }
 
-inline Diff compare(fh_pipeline *a, fh_pipeline *b, bool with_outputs = true) {
+/* Every metric of a against the reference b (step and relabel count exactly). */
+inline void compare_metrics(Diff &d, const fh_metrics &ma, const fh_metrics &mb) {
+    if (ma.step != mb.step) fail_msg("metrics.step %llu vs %llu", (unsigned long long)ma.step,
+                                     (unsigned long long)mb.step);
+    if (ma.num_relabelled != mb.num_relabelled)
+        fail_msg("num_relabelled %u vs %u", ma.num_relabelled, mb.num_relabelled);
+    metric_cmp(d, "td_loss", ma.td_loss, mb.td_loss);
+    metric_cmp(d, "q_mean", ma.q_mean, mb.q_mean);
+    metric_cmp(d, "cql_loss", ma.cql_loss, mb.cql_loss);
+    metric_cmp(d, "iql_loss_hi", ma.iql_loss_hi, mb.iql_loss_hi);
+    metric_cmp(d, "iql_loss_lo", ma.iql_loss_lo, mb.iql_loss_lo);
+    metric_cmp(d, "iqn_loss", ma.iqn_loss, mb.iqn_loss);
+    metric_cmp(d, "attn_loss", ma.attn_loss, mb.attn_loss);
+    metric_cmp(d, "conf_loss", ma.conf_loss, mb.conf_loss);
+    metric_cmp(d, "grad_norm", ma.grad_norm, mb.grad_norm);
+    metric_cmp(d, "sigma[0]", ma.sigma[0], mb.sigma[0]);
+    metric_cmp(d, "sigma[1]", ma.sigma[1], mb.sigma[1]);
+    metric_cmp(d, "sigma_target[0]", ma.sigma_target[0], mb.sigma_target[0]);
+    metric_cmp(d, "sigma_target[1]", ma.sigma_target[1], mb.sigma_target[1]);
+    metric_cmp(d, "ensemble_std", ma.ensemble_std, mb.ensemble_std);
+    for (uint32_t k = 0; k < ma.num_regimes; ++k) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "regime_scale[%u]", k);
+        metric_cmp(d, nm, ma.regime_scale[k], mb.regime_scale[k]);
+    }
+}
+
+/* Snapshot a against the reference b: per tensor ||a - b|| / ||b|| (outputs and metrics too
+ * unless with_outputs is false; attn.bk apart). */
+inline Diff compare(const Snapshot &a, const Snapshot &b, bool with_outputs = true) {
     Diff d;
-    uint32_t n = 0;
-    fh_pipeline_num_tensors(a, &n);
-    for (uint32_t i = 0; i < n; ++i) {
-        fh_tensor_info info;
-        info.struct_size = sizeof info;
-        fh_pipeline_tensor_info(a, i, &info);
-        if (info.group == FH_GROUP_OUTPUT && !with_outputs) continue;
-        const size_t c = (size_t)info.rows * info.cols;
-        std::vector<float> x = read(a, info.name, c), y = read(b, info.name, c);
+    if (a.tensors.size() != b.tensors.size()) fail_msg("compare: tensor counts differ");
+    for (size_t i = 0; i < a.tensors.size(); ++i) {
+        if (a.groups[i] == FH_GROUP_OUTPUT && !with_outputs) continue;
+        const std::vector<float> &x = a.tensors[i], &y = b.tensors[i];
+        if (x.size() != y.size()) fail_msg("compare: %s sizes differ", a.names[i].c_str());
+        const size_t c = x.size();
         if (memcmp(x.data(), y.data(), c * sizeof(float)) != 0) d.bitwise = false;
-        if (noise_only(info.name)) {
+        if (noise_only(a.names[i].c_str())) {
             for (size_t k = 0; k < c; ++k)
                 d.bk_abs = std::max(d.bk_abs, (double)std::fabs(x[k] - y[k]));
             continue;
@@ -121,41 +205,17 @@ inline Diff compare(fh_pipeline *a, fh_pipeline *b, bool with_outputs = true) {
         const double e = fh_test_rel_err(x.data(), y.data(), c);
         if (!(e <= d.max_tensor)) {  /* NaN counts as worst */
             d.max_tensor = std::isnan(e) ? INFINITY : e;
-            d.worst_tensor = info.name;
+            d.worst_tensor = a.names[i];
         }
     }
-    if (with_outputs) {
-        fh_metrics ma, mb;
-        ma.struct_size = mb.struct_size = sizeof(fh_metrics);
-        if (fh_pipeline_metrics(a, &ma) != FH_OK || fh_pipeline_metrics(b, &mb) != FH_OK)
-            fail_msg("metrics: %s", fh_last_error_message());
-        if (ma.step != mb.step) fail_msg("metrics.step %llu vs %llu", (unsigned long long)ma.step,
-                                         (unsigned long long)mb.step);
-        if (ma.num_relabelled != mb.num_relabelled)
-            fail_msg("num_relabelled %u vs %u", ma.num_relabelled, mb.num_relabelled);
-        metric_cmp(d, "td_loss", ma.td_loss, mb.td_loss);
-        metric_cmp(d, "q_mean", ma.q_mean, mb.q_mean);
-        metric_cmp(d, "cql_loss", ma.cql_loss, mb.cql_loss);
-        metric_cmp(d, "iql_loss_hi", ma.iql_loss_hi, mb.iql_loss_hi);
-        metric_cmp(d, "iql_loss_lo", ma.iql_loss_lo, mb.iql_loss_lo);
-        metric_cmp(d, "iqn_loss", ma.iqn_loss, mb.iqn_loss);
-        metric_cmp(d, "attn_loss", ma.attn_loss, mb.attn_loss);
-        metric_cmp(d, "conf_loss", ma.conf_loss, mb.conf_loss);
-        metric_cmp(d, "grad_norm", ma.grad_norm, mb.grad_norm);
-        metric_cmp(d, "sigma[0]", ma.sigma[0], mb.sigma[0]);
-        metric_cmp(d, "sigma[1]", ma.sigma[1], mb.sigma[1]);
-        metric_cmp(d, "sigma_target[0]", ma.sigma_target[0], mb.sigma_target[0]);
-        metric_cmp(d, "sigma_target[1]", ma.sigma_target[1], mb.sigma_target[1]);
-        metric_cmp(d, "ensemble_std", ma.ensemble_std, mb.ensemble_std);
-        for (uint32_t k = 0; k < ma.num_regimes; ++k) {
-            char nm[32];
-            snprintf(nm, sizeof nm, "regime_scale[%u]", k);
-            metric_cmp(d, nm, ma.regime_scale[k], mb.regime_scale[k]);
-        }
-    }
+    if (with_outputs) compare_metrics(d, a.m, b.m);
     d.max_rel = std::max(d.max_tensor, d.max_metric);
     d.worst = d.max_tensor >= d.max_metric ? d.worst_tensor : d.worst_metric;
     return d;
+}
+
+inline Diff compare(fh_pipeline *a, fh_pipeline *b, bool with_outputs = true) {
+    return compare(snapshot(a), snapshot(b), with_outputs);
 }
 
 /* Every tensor (outputs included) and every metric of a and b bitwise equal. */

@@ -86,6 +86,24 @@ void fh_test_batch_make(fh_test_batch *tb, const fh_config *c, uint64_t seed) {
     tb->batch = b;
 }
 
+fh_batch fh_test_batch_rows(const fh_test_batch *tb, const fh_config *c, uint32_t first) {
+    const size_t i = first, O = c->obs_dim, G = c->goal_dim, NB = c->num_branches;
+    fh_batch b = tb->batch;
+    b.batch_size = c->batch_size;
+    b.obs = tb->obs + i * O;
+    b.next_obs = tb->next_obs + i * O;
+    if (G > 0) {
+        b.goal = tb->goal + i * G;
+        b.next_achieved_goal = tb->next_achieved_goal + i * G;
+        b.her_goal = tb->her_goal + i * G;
+    }
+    b.action = tb->action + i * NB;
+    b.reward = tb->reward + i;
+    b.done = tb->done + i;
+    b.regime = tb->regime + i;
+    return b;
+}
+
 void fh_test_batch_free(fh_test_batch *tb) {
     free(tb->obs); free(tb->goal); free(tb->reward); free(tb->next_obs);
     free(tb->next_achieved_goal); free(tb->her_goal); free(tb->action); free(tb->regime);

@@ -24,6 +24,9 @@ fh_config fh_test_small_config(void);
  * regimes, ~10% done, her_goal sometimes near next_achieved_goal so sparse HER rewards vary). */
 void fh_test_batch_make(fh_test_batch *tb, const fh_config *cfg, uint64_t seed);
 void fh_test_batch_free(fh_test_batch *tb);
+/* Rows first .. first + c->batch_size - 1 of @p tb as a batch of config @p c (views into tb's
+ * arrays): a rank's share of a bigger batch (SPEC §9). */
+fh_batch fh_test_batch_rows(const fh_test_batch *tb, const fh_config *c, uint32_t first);
 
 /* 1 if this build has CUDA and a device answers. */
 int fh_test_have_cuda(void);

@@ -141,7 +141,9 @@ void attn_forward(const Dims &d, const AttnOffsets &o, const float *p, const flo
 }  // namespace
 
 double attn_loss_grad(const Dims &d, const AttnOffsets &o, const float *p, const float *x,
-                      const float *r, uint32_t M, float *grad, float *rhat, AttnWork *work) {
+                      const float *r, uint32_t M, float *grad, float *rhat, AttnWork *work,
+                      uint64_t rows) {
+    const uint64_t n = rows ? rows : M;  // the mean's count
     AttnWork local;
     AttnWork &w = work ? *work : local;
     AttnCache &c = w.c;
@@ -153,9 +155,9 @@ double attn_loss_grad(const Dims &d, const AttnOffsets &o, const float *p, const
     for (uint32_t i = 0; i < M; ++i) {
         const float e = c.rhat[i] - r[i];
         loss += (double)(e * e);
-        dr[i] = 2.0f * e / (float)M;  // dL/dr̂_i
+        dr[i] = 2.0f * e / (float)n;  // dL/dr̂_i
     }
-    loss /= M;
+    loss /= (double)n;
     if (!grad) return loss;
 
     const uint32_t T = d.T, To = d.To, dm = d.d;
@@ -256,15 +258,16 @@ double attn_loss_grad(const Dims &d, const AttnOffsets &o, const float *p, const
 
 void attention(CpuStep &s) {
     const Dims &d = s.d;
-    const fh_config &c = s.cfg;
     const AttnOffsets &o = s.L.attn;
     AuxWork &w = aux_work(s);
     Vec &grad = w.attn_grad;
     grad.resize(o.total);
     s.attn_loss = (float)attn_loss_grad(d, o, s.buf[BUF_ATTN].data(), s.x.data(), s.r.data(), d.B,
-                                        grad.data(), nullptr, &w.attn);
-    adam(s.buf[BUF_ATTN].data(), s.buf[BUF_ATTN_M].data(), s.buf[BUF_ATTN_V].data(), grad.data(),
-         o.total, c.lr_aux, c.adam_beta1, c.adam_beta2, c.adam_eps, s.step + 1);
+                                        grad.data(), nullptr, &w.attn, d.Bg);
+}
+
+void attention_adam(CpuStep &s) {
+    aux_adam(s, BUF_ATTN, BUF_ATTN_M, BUF_ATTN_V, aux_work(s).attn_grad);
 }
 
 }  // namespace fh::cpu

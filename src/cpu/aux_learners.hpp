@@ -2,7 +2,11 @@
 // loss + gradient is a pure function of its flat parameter buffer (no Adam, no CpuStep), so the
 // tests can check every gradient against finite differences. The CpuStep tasks in iql.cpp,
 // iqn.cpp, attention.cpp, cql.cpp and ensemble.cpp are thin wrappers: gather the inputs, call
-// these, apply Adam. (Not named aux.hpp: AUX is a reserved file name on Windows.)
+// these, apply Adam (IQN's and attention's in iqn_adam and attention_adam, after the join). (Not named aux.hpp: AUX is a reserved file name on Windows.)
+//
+// The losses are means over `rows` rows (the last argument): the rows of the whole step, W·B
+// (Dims::Bg, SPEC §9), of which the call sees M; 0, the default, means M. The CPU backend is
+// one rank, so its tasks' M = B = Bg; tests/test_data_parallel_cpu.cpp runs them as two.
 //
 // Scratch: each loss+gradient function takes an optional *Work struct holding its temporaries.
 // The tasks pass the ones kept in CpuStep::aux_work, so the large [B·…] buffers are allocated
@@ -59,7 +63,7 @@ struct IqlWork {
 // is not null, V(x) [M] is written there.
 double iql_loss_grad(const Dims &d, const IqlOffsets &o, const float *p, const float *x,
                      const float *target, uint32_t M, float tau, float *grad, float *v_out,
-                     IqlWork *work = nullptr);
+                     IqlWork *work = nullptr, uint64_t rows = 0);
 
 // ω_i = min(exp(β (Q̄sa_i − V_hi(x_i))), ω_max)
 float awr_weight(float qbar, float v_hi, float beta, float omega_max);
@@ -78,9 +82,10 @@ struct IqnCache {
 };
 
 // τ for M rows × N samples of one purpose (PURPOSE_IQN_ONLINE or PURPOSE_IQN_TARGET):
-// tau[i·N + n] = uniform24(philox(seed, i, n, (uint32_t)step, purpose).w[0]).
+// tau[i·N + n] = uniform24(philox(seed, row0 + i, n, (uint32_t)step, purpose).w[0]) (row0:
+// the first row's global index, SPEC §9).
 void iqn_draw_taus(uint64_t seed, uint64_t step, uint32_t purpose, uint32_t M, uint32_t N,
-                   float *tau);
+                   float *tau, uint32_t row0 = 0);
 
 // Z(x_i, τ_in) for tau [M, N]; the result is c.z [M·N].
 void iqn_forward(const Dims &d, const IqnOffsets &o, const float *p, const float *x, uint32_t M,
@@ -96,7 +101,7 @@ struct IqnWork {
 // z_mean (if not null) gets mean_n Z(x_i, τ_in) [M].
 double iqn_loss_grad(const Dims &d, const IqnOffsets &o, const float *p, const float *x,
                      uint32_t M, const float *tau, const float *T, float kappa, float *grad,
-                     float *z_mean, IqnWork *work = nullptr);
+                     float *z_mean, IqnWork *work = nullptr, uint64_t rows = 0);
 
 // ---- Attention reward model (attention.cpp) ----------------------------------------------
 
@@ -122,15 +127,17 @@ struct AttnWork {
 // [o.total]; rhat (if not null) gets r̂ [M].
 double attn_loss_grad(const Dims &d, const AttnOffsets &o, const float *p, const float *x,
                       const float *r, uint32_t M, float *grad, float *rhat,
-                      AttnWork *work = nullptr);
+                      AttnWork *work = nullptr, uint64_t rows = 0);
 
 // ---- CQL (cql.cpp) ------------------------------------------------------------------------
 
-// L_cql = α (1/(M·NB)) Σ_i ω_i Σ_b [logsumexp_a q_b(x_i) − q_b(x_i)[a_ib]] on the clamped q of
-// the cache c (M = c.M rows), as double. If grad (a flat Q-net gradient, layout q offsets) is
-// not null, the gradient w.r.t. U_b and e_b is ADDED to its U_b, e_b slices, branch by branch.
+// L_cql = α (1/(rows·NB)) Σ_i ω_i Σ_b [logsumexp_a q_b(x_i) − q_b(x_i)[a_ib]] on the clamped q
+// of the cache c (its c.M rows; rows = 0 means c.M), as double. If grad (a flat Q-net gradient,
+// layout q offsets) is not null, the gradient w.r.t. U_b and e_b is ADDED to its U_b, e_b
+// slices, branch by branch.
 double cql_loss_grad(const Dims &d, const QOffsets &o, const QCache &c, const int32_t *action,
-                     const float *omega, float alpha, float q_clip, float *grad);
+                     const float *omega, float alpha, float q_clip, float *grad,
+                     uint64_t rows = 0);
 
 // log Σ_a exp(q_a) of n values, stable for large q (the maximum is subtracted first).
 double logsumexp(const float *q, uint32_t n);
@@ -148,6 +155,9 @@ struct AuxWork {
 };
 // s.aux_work, created on first use.
 AuxWork &aux_work(CpuStep &s);
+// Adam (lr_aux, t = step + 1) of the learner with parameters p and moments m, v (buffers of
+// the layout) over the whole of grad.
+void aux_adam(CpuStep &s, Buf p, Buf m, Buf v, const Vec &grad);
 // Bytes its buffers hold (for the memory report); 0 before the first step.
 size_t aux_work_bytes(const CpuStep &s);
 

@@ -27,10 +27,10 @@ void confidence(CpuStep &s) {
         const float u = s.online.u[i];
         const float e = u - t;
         loss += 0.5 * (double)e * e;
-        dpre[i] = e / (float)d.B * sigmoid(s.online.pre_u[i]);  // softplus' = sigmoid
+        dpre[i] = e / (float)d.Bg * sigmoid(s.online.pre_u[i]);  // softplus' = sigmoid
         conf[i] = 1.0f / (1.0f + std::sqrt(u));
     }
-    s.conf_loss = (float)(loss / d.B);
+    s.conf_loss = (float)(loss / d.Bg);
     gemm_tn(1, d.H, d.B, dpre.data(), s.online.h2.data(), g + o.w_u);  // dw_u = Σ_i dpre_i h2_i
     col_sum(dpre.data(), d.B, 1, g + o.b_u);
 }

@@ -217,7 +217,7 @@ private:
     void run(const Op &op) {
         switch (op.task) {
         case Task::SAMPLE:
-            replay_->sample(cfg_.seed, s_.step, 0, host_batch_dst(L_.dims, batch_));
+            replay_->sample(cfg_.seed, s_.step, L_.dims.row0, host_batch_dst(L_.dims, batch_));
             break;
         case Task::HER_RELABEL: her_relabel(s_); break;
         case Task::SPECTRAL_POWER: spectral_power(s_); break;
@@ -237,6 +237,10 @@ private:
         case Task::IQL: iql(s_); break;
         case Task::IQN: iqn(s_); break;
         case Task::ATTENTION: attention(s_); break;
+        case Task::AUX_ADAM:
+            iqn_adam(s_);
+            attention_adam(s_);
+            break;
         case Task::CQL: cql(s_); break;
         case Task::ENSEMBLE: ensemble(s_); break;
         case Task::CONFIDENCE: confidence(s_); break;

@@ -122,6 +122,10 @@ void adam_q(CpuStep &s);
 void iql(CpuStep &s);
 void iqn(CpuStep &s);
 void attention(CpuStep &s);
+// The Adam steps of IQN and attention on their tasks' gradients (the schedule runs them after
+// the join: SPEC §9's step sums both gradients across ranks first).
+void iqn_adam(CpuStep &s);
+void attention_adam(CpuStep &s);
 void cql(CpuStep &s);
 void ensemble(CpuStep &s);
 

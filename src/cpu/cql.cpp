@@ -27,11 +27,13 @@ double logsumexp(const float *q, uint32_t n) {
 }
 
 double cql_loss_grad(const Dims &d, const QOffsets &o, const QCache &c, const int32_t *action,
-                     const float *omega, float alpha, float q_clip, float *grad) {
+                     const float *omega, float alpha, float q_clip, float *grad,
+                     uint64_t rows) {
     // (Small buffers: [M, A] and [A, HB]; not worth a scratch struct.)
     const uint32_t M = c.M, A = d.A;
-    // Same per-sample factor as td_loss's: 1/(B·NB) rounded to float32 once.
-    const float scale = 1.0f / ((float)M * (float)d.NB);
+    const uint64_t n = rows ? rows : M;  // the mean's count
+    // Same per-sample factor as td_loss's: 1/(W·B·NB) rounded to float32 once.
+    const float scale = 1.0f / ((float)n * (float)d.NB);
     double loss = 0;
     Vec dz((size_t)M * A), dU((size_t)A * d.HB), de(A);
     for (uint32_t b = 0; b < d.NB; ++b) {
@@ -57,13 +59,13 @@ double cql_loss_grad(const Dims &d, const QOffsets &o, const QCache &c, const in
         for (size_t k = 0; k < dU.size(); ++k) grad[o.U[b] + k] += dU[k];
         for (uint32_t a = 0; a < A; ++a) grad[o.e[b] + a] += de[a];
     }
-    return (double)alpha * loss / ((double)M * d.NB);
+    return (double)alpha * loss / ((double)n * d.NB);
 }
 
 void cql(CpuStep &s) {
     const Dims &d = s.d;
     s.cql_loss = (float)cql_loss_grad(d, s.L.q, s.online, s.batch->action.data(), s.omega.data(),
-                                      s.cfg.cql_alpha, s.cfg.q_clip, s.grad.data());
+                                      s.cfg.cql_alpha, s.cfg.q_clip, s.grad.data(), d.Bg);
 }
 
 }  // namespace fh::cpu

@@ -26,7 +26,7 @@ void ensemble(CpuStep &s) {
         var[i] = (float)(ss / 4.0);
         std_sum += std::sqrt((double)var[i]);  // of the stored (rounded) variance
     }
-    s.ensemble_std = (float)(std_sum / d.B);
+    s.ensemble_std = (float)(std_sum / d.Bg);
 }
 
 }  // namespace fh::cpu

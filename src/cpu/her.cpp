@@ -23,7 +23,8 @@ void her_relabel(CpuStep &s) {
         s.done[i] = b.done[i] ? 1.0f : 0.0f;
         if (d.G == 0) continue;
 
-        const float u = uniform24(philox(c.seed, i, 0, (uint32_t)s.step, PURPOSE_HER).w[0]);
+        const float u =
+            uniform24(philox(c.seed, d.row0 + i, 0, (uint32_t)s.step, PURPOSE_HER).w[0]);
         const bool relabel = u < c.her_ratio;
         const float *g = relabel ? &b.her_goal[(size_t)i * d.G] : &b.goal[(size_t)i * d.G];
         memcpy(x + d.O, g, d.G * sizeof(float));

@@ -27,14 +27,15 @@ void iql_forward(const Dims &d, const IqlOffsets &o, const float *p, const float
 
 double iql_loss_grad(const Dims &d, const IqlOffsets &o, const float *p, const float *x,
                      const float *target, uint32_t M, float tau, float *grad, float *v_out,
-                     IqlWork *work) {
+                     IqlWork *work, uint64_t rows) {
+    const uint64_t n = rows ? rows : M;  // the mean's count
     IqlWork local;
     IqlWork &w = work ? *work : local;
     IqlCache &c = w.c;
     iql_forward(d, o, p, x, M, c);
     if (v_out) std::copy(c.v.begin(), c.v.end(), v_out);
 
-    // Loss and dL/dV_i = −2 |τ − [ũ_i < 0]| ũ_i / M (ũ = target − V, so dũ/dV = −1).
+    // Loss and dL/dV_i = −2 |τ − [ũ_i < 0]| ũ_i / n (ũ = target − V, so dũ/dV = −1).
     // ũ = 0 exactly takes the weight τ; its gradient is 0 either way.
     Vec &dv = w.dv;
     dv.resize(M);
@@ -43,9 +44,9 @@ double iql_loss_grad(const Dims &d, const IqlOffsets &o, const float *p, const f
         const float u = target[i] - c.v[i];
         const float wt = expectile_weight(u, tau);
         loss += (double)(wt * u * u);
-        dv[i] = -2.0f * wt * u / (float)M;
+        dv[i] = -2.0f * wt * u / (float)n;
     }
-    loss /= M;
+    loss /= (double)n;
     if (!grad) return loss;
 
     const size_t MH = (size_t)M * d.Hi;
@@ -85,12 +86,12 @@ void iql(CpuStep &s) {
     for (int net = 0; net < 2; ++net)
         s.iql_loss[net] = (float)iql_loss_grad(d, o, p + net * o.total, s.x.data(),
                                                s.qbar_sa.data(), d.B, tau[net],
-                                               grad.data() + net * o.total, v_out[net], &w.iql[net]);
+                                               grad.data() + net * o.total, v_out[net],
+                                               &w.iql[net], d.Bg);
     // Advantage weights from V_hi before its update (v_hi was computed by the forward above).
     for (uint32_t i = 0; i < d.B; ++i)
         s.omega[i] = awr_weight(s.qbar_sa[i], s.v_hi[i], c.awr_beta, c.awr_max);
-    adam(p, s.buf[BUF_IQL_M].data(), s.buf[BUF_IQL_V].data(), grad.data(), 2 * o.total, c.lr_aux,
-         c.adam_beta1, c.adam_beta2, c.adam_eps, s.step + 1);
+    aux_adam(s, BUF_IQL, BUF_IQL_M, BUF_IQL_V, grad);
 }
 
 }  // namespace fh::cpu

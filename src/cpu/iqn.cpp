@@ -21,10 +21,11 @@ namespace fh::cpu {
 static constexpr double kPi = 3.14159265358979323846;
 
 void iqn_draw_taus(uint64_t seed, uint64_t step, uint32_t purpose, uint32_t M, uint32_t N,
-                   float *tau) {
+                   float *tau, uint32_t row0) {
     for (uint32_t i = 0; i < M; ++i)
         for (uint32_t n = 0; n < N; ++n)
-            tau[(size_t)i * N + n] = uniform24(philox(seed, i, n, (uint32_t)step, purpose).w[0]);
+            tau[(size_t)i * N + n] =
+                uniform24(philox(seed, row0 + i, n, (uint32_t)step, purpose).w[0]);
 }
 
 void iqn_forward(const Dims &d, const IqnOffsets &o, const float *p, const float *x, uint32_t M,
@@ -61,7 +62,7 @@ void iqn_forward(const Dims &d, const IqnOffsets &o, const float *p, const float
 
 double iqn_loss_grad(const Dims &d, const IqnOffsets &o, const float *p, const float *x,
                      uint32_t M, const float *tau, const float *T, float kappa, float *grad,
-                     float *z_mean, IqnWork *work) {
+                     float *z_mean, IqnWork *work, uint64_t rows) {
     const uint32_t N = d.N, Nt = d.Nt;
     const size_t MN = (size_t)M * N, Hq = d.Hq;
     IqnWork local;
@@ -69,12 +70,12 @@ double iqn_loss_grad(const Dims &d, const IqnOffsets &o, const float *p, const f
     IqnCache &c = w.c;
     iqn_forward(d, o, p, x, M, tau, N, c);
 
-    // Loss and dL/dZ_in = −(1/(M N')) Σ_m ρ'(T_im − Z_in): the TD error u = T − Z falls as Z
+    // Loss and dL/dZ_in = −(1/(rows N')) Σ_m ρ'(T_im − Z_in): the TD error u = T − Z falls as Z
     // rises. Terms are float32, sums over m (and the loss over i, n, m) in order in double.
     Vec &dz = w.dz;
     dz.resize(MN);
     double loss = 0;
-    const double scale = 1.0 / ((double)M * Nt);
+    const double scale = 1.0 / ((double)(rows ? rows : M) * Nt);
     for (uint32_t i = 0; i < M; ++i) {
         double zsum = 0;
         for (uint32_t n = 0; n < N; ++n) {
@@ -141,8 +142,8 @@ void iqn(CpuStep &s) {
     tau_t.resize((size_t)d.B * d.Nt);
     T.resize((size_t)d.B * d.Nt);
     grad.resize(o.total);
-    iqn_draw_taus(c.seed, s.step, PURPOSE_IQN_ONLINE, d.B, d.N, tau.data());
-    iqn_draw_taus(c.seed, s.step, PURPOSE_IQN_TARGET, d.B, d.Nt, tau_t.data());
+    iqn_draw_taus(c.seed, s.step, PURPOSE_IQN_ONLINE, d.B, d.N, tau.data(), d.row0);
+    iqn_draw_taus(c.seed, s.step, PURPOSE_IQN_TARGET, d.B, d.Nt, tau_t.data(), d.row0);
 
     // Targets from the target net (already EMA-updated this step) on x̃'; written the same way
     // as ddqn_join's y so the two bootstraps round alike.
@@ -156,9 +157,9 @@ void iqn(CpuStep &s) {
 
     s.iqn_loss = (float)iqn_loss_grad(d, o, s.buf[BUF_IQN].data(), s.x.data(), d.B, tau.data(),
                                       T.data(), c.huber_kappa, grad.data(), s.z_mean.data(),
-                                      &w.iqn);
-    adam(s.buf[BUF_IQN].data(), s.buf[BUF_IQN_M].data(), s.buf[BUF_IQN_V].data(), grad.data(),
-         o.total, c.lr_aux, c.adam_beta1, c.adam_beta2, c.adam_eps, s.step + 1);
+                                      &w.iqn, d.Bg);
 }
+
+void iqn_adam(CpuStep &s) { aux_adam(s, BUF_IQN, BUF_IQN_M, BUF_IQN_V, aux_work(s).iqn_grad); }
 
 }  // namespace fh::cpu

@@ -12,7 +12,7 @@ void td_loss(CpuStep &s) {
     const fh_config &c = s.cfg;
     const float *rho = s.buf[BUF_REGIME].data() + d.R;  // from the previous step
     const bool scaled = d.R > 1;                          // with R = 1, rho ≡ 1 (SPEC §5.5.8)
-    const float scale = 1.0f / ((float)d.B * (float)d.NB);
+    const float scale = 1.0f / ((float)d.Bg * (float)d.NB);  // mean over W·B rows (SPEC §9)
     double loss = 0, qsum = 0;
     for (uint32_t b = 0; b < d.NB; ++b) s.dz[b].assign((size_t)d.B * d.A, 0.0f);
     for (uint32_t i = 0; i < d.B; ++i) {
@@ -32,8 +32,8 @@ void td_loss(CpuStep &s) {
             s.dz[b][ia] = inside ? w * scale * dhuber(delta, c.huber_kappa) : 0.0f;
         }
     }
-    s.td_loss = (float)(loss / ((double)d.B * d.NB));
-    s.q_mean = (float)(qsum / ((double)d.B * d.NB));
+    s.td_loss = (float)(loss / ((double)d.Bg * d.NB));
+    s.q_mean = (float)(qsum / ((double)d.Bg * d.NB));
 }
 
 void backward_branch(CpuStep &s, uint32_t b) {

@@ -11,4 +11,9 @@ std::unique_ptr<Backend> make_cuda_backend(const fh_config &, const Layout &, Ho
          "or without nvcc)");
 }
 
+void nccl_rank_world(void *, int, uint32_t *, uint32_t *) {
+    fail(FH_ERR_UNSUPPORTED, "config.nccl_comm is set, but this build of libfoxhunt has no CUDA "
+         "backend, so no data-parallel step (SPEC §9)");
+}
+
 }  // namespace fh

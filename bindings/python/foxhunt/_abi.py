@@ -78,6 +78,7 @@ class fh_config(Structure):
         ("seed", c_uint64),
         ("replay_capacity", c_uint32),
         ("replay_envs", c_uint32),
+        ("nccl_comm", c_void_p),
     ]
 
 

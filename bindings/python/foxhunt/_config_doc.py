@@ -54,6 +54,8 @@ CONFIG_DOC = (
     ("seed", 0, "all randomness derives from it"),
     ("replay_capacity", 0, "K rows of the pipeline's replay (SPEC 2.1); 0 = no replay"),
     ("replay_envs", 0, "E environments per replay row (SPEC 2.1); 0 = no replay"),
+    ("nccl_comm", 0, "address of the caller's ncclComm_t (an int) for data-parallel steps "
+                     "(SPEC 9, CUDA backend); 0 = none"),
 )
 
 

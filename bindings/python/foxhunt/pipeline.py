@@ -14,7 +14,7 @@ CONFIG_FIELDS = tuple(name for name, _ in _abi.fh_config._fields_ if name != "st
 _ENUMS = {"backend": _abi.BACKENDS, "exec_mode": _abi.EXEC_MODES, "math_mode": _abi.MATH_MODES,
           "iql_gemm": _abi.IQL_GEMMS, "her_reward": _abi.HER_REWARDS}
 _INT_RANGES = {ctypes.c_int32: (-2**31, 2**31 - 1), ctypes.c_uint32: (0, 2**32 - 1),
-               ctypes.c_uint64: (0, 2**64 - 1)}
+               ctypes.c_uint64: (0, 2**64 - 1), ctypes.c_void_p: (0, 2**64 - 1)}
 _FIELD_TYPES = dict(_abi.fh_config._fields_)
 _INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
 
@@ -100,6 +100,7 @@ def _int_array(value, what, shape, lo, hi, ctype):
 def _config_dict(cfg):
     """An fh_config as a dict; enum fields by name ('cpu', 'dense'), as the keywords take them."""
     out = {name: getattr(cfg, name) for name in CONFIG_FIELDS}
+    out["nccl_comm"] = out["nccl_comm"] or 0  # ctypes reads a NULL c_void_p as None
     for name, table in _ENUMS.items():
         out[name] = {v: k for k, v in table.items()}.get(out[name], out[name])
     return out

@@ -30,6 +30,8 @@ def test_wrong_types_and_ranges_refused_before_the_call(fh):
     (dict(gamma=1.5), "ERR_BAD_VALUE"),
     (dict(batch_size=0), "ERR_BAD_DIMENSION"),
     (dict(obs_dim=9), "ERR_INDIVISIBLE"),
+    # An NCCL communicator (SPEC §9) on the CPU backend; the address is never dereferenced.
+    (dict(nccl_comm=0x1000), "ERR_UNSUPPORTED"),
 ])
 def test_library_refusals_are_foxhunt_errors(fh, override, status):
     with pytest.raises(fh.FoxhuntError) as ei:
@@ -38,8 +40,8 @@ def test_library_refusals_are_foxhunt_errors(fh, override, status):
     assert e.status == getattr(fh.Status, status)
     assert e.name == "FH_" + status
     assert e.message and str(e).startswith("FH_" + status)
-    if "gamma" in override:
-        assert "gamma" in e.message
+    if "gamma" in override or "nccl_comm" in override:
+        assert next(iter(override)) in e.message
 
 
 def test_cuda_backend_or_no_cuda_error(fh):

@@ -48,7 +48,7 @@ def test_config_defaults_are_spec_section_1(fh):
                   num_regimes=4, regime_beta=f32(0.99), regime_min=0.25, regime_max=4.0,
                   ema_tau=f32(0.005), lr_q=f32(3e-4), lr_aux=f32(3e-4), adam_beta1=f32(0.9),
                   adam_beta2=f32(0.999), adam_eps=f32(1e-8), clip_norm=10.0, seed=0,
-                  replay_capacity=0, replay_envs=0)
+                  replay_capacity=0, replay_envs=0, nccl_comm=0)
     assert d == expect
     # help(Pipeline) shows the same defaults
     from foxhunt._config_doc import CONFIG_DOC

@@ -74,7 +74,14 @@ pub struct fh_config {
     pub seed: u64,
     pub replay_capacity: u32,
     pub replay_envs: u32,
+    /// `ncclComm_t` of a data-parallel pipeline (SPEC §9), or null.
+    pub nccl_comm: *mut c_void,
 }
+
+// The communicator pointer is the caller's and opaque here (the library reads it only while
+// fh_pipeline_create runs), so a config stays as movable and shareable as its numbers.
+unsafe impl Send for fh_config {}
+unsafe impl Sync for fh_config {}
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]

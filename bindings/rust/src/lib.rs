@@ -709,7 +709,7 @@ mod tests {
     // tests confirm them against the library itself.
     #[test]
     fn struct_sizes_lp64() {
-        assert_eq!(size_of::<ffi::fh_config>(), 8 + 46 * 4 + 8 + 2 * 4);
+        assert_eq!(size_of::<ffi::fh_config>(), 8 + 46 * 4 + 8 + 2 * 4 + 8);
         assert_eq!(size_of::<ffi::fh_batch>(), 8 + 8 + 9 * 8 + 8);
         assert_eq!(size_of::<ffi::fh_replay_rows>(), 8 + 3 * 4 + 4 + 9 * 8);
         assert_eq!(

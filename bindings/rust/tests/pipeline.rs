@@ -252,6 +252,13 @@ fn bad_input_refused() {
     let e = Pipeline::new(&lib, &c).err().unwrap();
     assert_eq!(e.status(), Some(Status::BadValue));
     assert!(e.to_string().starts_with("FH_ERR_BAD_VALUE"), "{}", e);
+    // An NCCL communicator (SPEC §9) on the CPU backend: refused before it is dereferenced.
+    let mut c = small(&lib);
+    let mut not_a_communicator = 0u8;
+    c.nccl_comm = &mut not_a_communicator as *mut u8 as *mut std::os::raw::c_void;
+    let e = Pipeline::new(&lib, &c).err().unwrap();
+    assert_eq!(e.status(), Some(Status::Unsupported));
+    assert!(e.message().contains("nccl_comm"), "{}", e);
 }
 
 #[test]
@@ -311,7 +318,7 @@ fn version_0_1_struct_sizes_accepted() {
     let api = lib.raw();
     let mut raw: *mut ffi::fh_pipeline = std::ptr::null_mut();
     let mut cfg = small(&lib);
-    cfg.struct_size -= 8; // ends at `seed`: no replay
+    cfg.struct_size = std::mem::offset_of!(ffi::fh_config, replay_capacity); // ends at `seed`
     unsafe {
         assert_eq!((api.pipeline_create)(&cfg, &mut raw), 0);
         let mut t = ffi::fh_timings::zeroed();

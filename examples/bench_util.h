@@ -1,0 +1,42 @@
+/* Shared by the benchmarks (bench.c, bench_dp.c): status checks, a monotonic clock, medians,
+ * random valid batches (SPEC §2) and output folders. */
+#ifndef FOXHUNT_BENCH_UTIL_H
+#define FOXHUNT_BENCH_UTIL_H
+
+#include <foxhunt.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Prints "<prog>: <what> failed (status s): <message>" and exits 1. */
+void bench_die(const char *what, fh_status s);
+#define CHECK(call)                            \
+    do {                                       \
+        fh_status s_ = (call);                 \
+        if (s_ != FH_OK) bench_die(#call, s_); \
+    } while (0)
+
+void *xmalloc(size_t n);  /* exits on failure */
+double now_ms(void);      /* monotonic */
+double median(double *v, int n);  /* sorts v */
+/* out[c] = the median of column c of v [rows, cols] (row-major). */
+void column_medians(const double *v, int rows, int cols, double *out);
+
+/* A random valid batch of config c (host arrays it owns), b pointing at them. */
+typedef struct {
+    float *obs, *goal, *reward, *next_obs, *nag, *her_goal;
+    int32_t *action, *regime;
+    uint8_t *done;
+    fh_batch b;
+} host_batch;
+void make_batch(host_batch *h, const fh_config *c);
+/* n random valid transitions (SPEC §2, §2.1) into h's arrays; h->b is left empty. */
+void make_rows(host_batch *h, const fh_config *c, size_t n);
+void free_batch(host_batch *h);
+
+/* Creates the folders of path (everything before its last '/'). */
+void mkdirs_for(const char *path);
+/* path opened for writing, its folders created first; exits with a message on failure. */
+FILE *open_output(const char *path);
+
+#endif
