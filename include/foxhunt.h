@@ -87,7 +87,8 @@ typedef enum fh_status {
     FH_ERR_INTERNAL = 18           /**< a bug in foxhunt; please report the message */
 } fh_status;
 
-/** Static English name of a status ("FH_ERR_NON_FINITE: ..."); never NULL. */
+/** The name of a status as a static string, e.g. "FH_ERR_NON_FINITE"; "FH_ERR_UNKNOWN_STATUS"
+ *  for a value that is no ::fh_status. Never NULL. */
 FH_API const char *fh_status_string(fh_status status);
 
 /** Message of the last failed call on this thread (empty string after a success); never NULL.
@@ -410,21 +411,33 @@ FH_API fh_status fh_pipeline_write_tensor(fh_pipeline *pipeline, const char *nam
 /**
  * Save everything a continued run needs (parameters, targets, Adam moments, spectral vectors,
  * regime state, step and act counters, the config) to @p path. A pipeline loaded from it
- * continues bit-for-bit like this one. A state with a NaN or infinity anywhere (a step does not
- * check for divergence: extreme inputs or hyperparameters can overflow; the metrics show it)
- * is refused, since fh_pipeline_load() would refuse it; nothing is written then.
+ * continues bit-for-bit like this one.
+ *
+ * The file appears whole or not at all: it is written unnamed beside @p path (O_TMPFILE) and
+ * given the name, replacing a regular file of that name, only after every byte is on disk
+ * (fsync), so a save that fails or is killed leaves no partial or temporary file (on a file
+ * system without O_TMPFILE a killed save can leave `path.fhtmp.PID.N`). A new file gets mode
+ * 0666 less the umask, as fopen() gives. The state is streamed through a fixed 2 MiB of buffers,
+ * whatever its size. A state with a NaN or infinity anywhere (which the divergence guard of
+ * fh_pipeline_step() keeps out; write_tensor and load refuse them) is refused; nothing is written then.
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_NON_FINITE (naming the first such value, e.g.
- *         "adam_v of q.W1[3, 5] = inf"); FH_ERR_IO; FH_ERR_CUDA.
+ *         "adam_v of q.W1[3, 5] = inf"); FH_ERR_IO (also: @p path exists and is not a regular
+ *         file: a device, FIFO, directory or symbolic link is never replaced);
+ *         FH_ERR_OUT_OF_MEMORY (the 2 MiB of buffers); FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_save(fh_pipeline *pipeline, const char *path);
 
 /**
  * Load a checkpoint written by fh_pipeline_save() from a pipeline of the same config (the
- * backend, device and execution switches may differ). On any error nothing changes.
+ * backend, device and execution switches may differ). On any error nothing changes. The header
+ * (magic, format, config fingerprint) is read first and the rest only when the file's size is
+ * the one its header implies, so a large file that is no checkpoint of a valid config is
+ * refused after reading a few hundred bytes.
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_IO (also: not a regular file);
  *         FH_ERR_CHECKPOINT_TRUNCATED (this config's header, but the file ends early);
- *         FH_ERR_CHECKPOINT_CORRUPT (bad magic, checksum or size, or a non-finite value);
- *         FH_ERR_CHECKPOINT_CONFIG; FH_ERR_OUT_OF_MEMORY; FH_ERR_CUDA.
+ *         FH_ERR_CHECKPOINT_CORRUPT (bad magic, format, checksum or size, or a non-finite value);
+ *         FH_ERR_CHECKPOINT_CONFIG (an intact checkpoint of another config);
+ *         FH_ERR_OUT_OF_MEMORY; FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_load(fh_pipeline *pipeline, const char *path);
 

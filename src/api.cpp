@@ -274,20 +274,10 @@ fh_status fh_pipeline_save(fh_pipeline *p, const char *path) {
     return guard([&] {
         need(p, "pipeline");
         need(path, "path");
-        fh::Checkpoint ck;
-        ck.step = p->step;
-        ck.act_calls = p->act_calls;
-        ck.bufs.resize(fh::NUM_BUFS);
-        for (int b = 0; b < fh::NUM_PERSISTENT; ++b) {
-            ck.bufs[b].resize(p->layout.buf_size[b]);
-            p->backend->read((fh::Buf)b, 0, ck.bufs[b].size(), ck.bufs[b].data());
-        }
-        // A load refuses non-finite values, so a diverged state is refused here, not later.
-        const std::string bad = fh::first_non_finite(p->layout, ck);
-        if (!bad.empty())
-            fh::fail(FH_ERR_NON_FINITE, "cannot save: %s is not finite (the training has "
-                     "diverged; metrics show where)", bad.c_str());
-        fh::save_checkpoint(path, p->config, ck);
+        fh::save_checkpoint(path, p->config, p->layout, p->step, p->act_calls,
+                            [&](fh::Buf b, size_t offset, size_t count, float *out) {
+                                p->backend->read(b, offset, count, out);
+                            });
     });
 }
 

@@ -9,8 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <unistd.h>
 
+#include "atomic_file.hpp"
+#include "config.hpp"
 #include "error.hpp"
 
 namespace fh {
@@ -19,17 +20,52 @@ static const char kMagic[8] = {'F', 'O', 'X', 'H', 'U', 'N', 'T', '1'};
 static const uint32_t kFormat = 1;
 
 namespace {
-struct Writer {
+
+uint64_t fnv1a(const uint8_t *p, size_t n, uint64_t h = 1469598103934665603ull) {
+    for (size_t i = 0; i < n; ++i) { h ^= p[i]; h *= 1099511628211ull; }
+    return h;
+}
+
+// Bytes in memory (the config fingerprint).
+struct Bytes {
     std::vector<uint8_t> b;
-    template <class T> void put(const T &v) {
-        const uint8_t *p = reinterpret_cast<const uint8_t *>(&v);
-        b.insert(b.end(), p, p + sizeof(T));
-    }
     void put_bytes(const void *p, size_t n) {
         const uint8_t *q = static_cast<const uint8_t *>(p);
         b.insert(b.end(), q, q + n);
     }
 };
+
+// Bytes on their way into an AtomicFile through a fixed buffer, checksummed as they pass.
+class FileWriter {
+public:
+    explicit FileWriter(AtomicFile &f) : f_(f) { buf_.reserve(kBuf); }
+    void put_bytes(const void *p, size_t n) {
+        if (buf_.size() + n > kBuf) flush();
+        if (n >= kBuf) {
+            sum_ = fnv1a(static_cast<const uint8_t *>(p), n, sum_);
+            f_.write(p, n);
+            return;
+        }
+        const uint8_t *q = static_cast<const uint8_t *>(p);
+        buf_.insert(buf_.end(), q, q + n);
+    }
+    template <class T> void put(const T &v) { put_bytes(&v, sizeof v); }
+    void flush() {
+        sum_ = fnv1a(buf_.data(), buf_.size(), sum_);
+        f_.write(buf_.data(), buf_.size());
+        buf_.clear();
+    }
+    uint64_t sum() const { return sum_; }  // of every byte flushed
+
+private:
+    static constexpr size_t kBuf = 1 << 20;
+    AtomicFile &f_;
+    std::vector<uint8_t> buf_;
+    uint64_t sum_ = 1469598103934665603ull;
+};
+
+// Floats the save reads from the backend at a time.
+constexpr size_t kChunkFloats = 1 << 18;
 
 struct Reader {
     const std::vector<uint8_t> &b;
@@ -45,15 +81,10 @@ struct Reader {
     template <class T> T get() { T v; take(&v, sizeof v); return v; }
 };
 
-uint64_t fnv1a(const uint8_t *p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; ++i) { h ^= p[i]; h *= 1099511628211ull; }
-    return h;
-}
 }  // namespace
 
 std::vector<uint8_t> config_fingerprint(const fh_config &c) {
-    Writer w;
+    Bytes w;
     const uint32_t u[] = {c.batch_size, c.obs_dim, c.goal_dim, c.num_branches,
                           c.actions_per_branch, c.trunk_hidden, c.branch_hidden,
                           (uint32_t)c.her_reward, (uint32_t)c.her_terminal_on_success,
@@ -66,51 +97,96 @@ std::vector<uint8_t> config_fingerprint(const fh_config &c) {
                        c.adam_beta1, c.adam_beta2, c.adam_eps, c.clip_norm};
     w.put_bytes(u, sizeof u);
     w.put_bytes(f, sizeof f);
-    w.put(c.seed);
+    w.put_bytes(&c.seed, sizeof c.seed);
     return w.b;
 }
 
-void save_checkpoint(const char *path, const fh_config &c, const Checkpoint &ck) {
-    Writer w;
+void save_checkpoint(const char *path, const fh_config &c, const Layout &L, uint64_t step,
+                     uint64_t act_calls, const StateReader &read) {
+    AtomicFile file(path);
+    FileWriter w(file);
     w.put_bytes(kMagic, sizeof kMagic);
     w.put(kFormat);
-    std::vector<uint8_t> fp = config_fingerprint(c);
+    const std::vector<uint8_t> fp = config_fingerprint(c);
     w.put((uint32_t)fp.size());
     w.put_bytes(fp.data(), fp.size());
-    w.put(ck.step);
-    w.put(ck.act_calls);
+    w.put(step);
+    w.put(act_calls);
+    std::vector<float> chunk(kChunkFloats);
     for (int b = 0; b < NUM_PERSISTENT; ++b) {
-        w.put((uint64_t)ck.bufs[b].size());
-        w.put_bytes(ck.bufs[b].data(), ck.bufs[b].size() * sizeof(float));
+        const size_t n = L.buf_size[b];
+        w.put((uint64_t)n);
+        for (size_t at = 0; at < n; at += kChunkFloats) {
+            const size_t k = std::min(kChunkFloats, n - at);
+            read((Buf)b, at, k, chunk.data());
+            for (size_t j = 0; j < k; ++j)
+                if (!std::isfinite(chunk[j]))
+                    // A load refuses non-finite values, so such a state is refused here.
+                    fail(FH_ERR_NON_FINITE, "cannot save: %s = %g is not finite",
+                         state_element_name(L, (Buf)b, at + j).c_str(), (double)chunk[j]);
+            w.put_bytes(chunk.data(), k * sizeof(float));
+        }
     }
-    w.put(fnv1a(w.b.data(), w.b.size()));
-
-    // Write to a fresh temporary name beside it and rename, so a failed save never leaves half
-    // a file behind and never touches another file.
-    std::string tmp = std::string(path) + ".XXXXXX";
-    const int fd = mkstemp(&tmp[0]);
-    if (fd < 0) fail(FH_ERR_IO, "cannot create a file beside '%s': %s", path, strerror(errno));
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        close(fd);
-        remove(tmp.c_str());
-        fail(FH_ERR_IO, "cannot write beside '%s': %s", path, strerror(errno));
-    }
-    bool ok = fwrite(w.b.data(), 1, w.b.size(), f) == w.b.size();
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp.c_str(), path) != 0) {
-        int e = errno;
-        remove(tmp.c_str());
-        fail(FH_ERR_IO, "cannot write checkpoint '%s': %s", path, strerror(e));
-    }
+    w.flush();
+    const uint64_t sum = w.sum();
+    file.write(&sum, sizeof sum);
+    file.commit();
 }
 
+namespace {
+
 // Bytes a checkpoint of this config and layout has.
-static size_t expected_size(const std::vector<uint8_t> &fp, const Layout &L) {
-    size_t n = sizeof kMagic + 4 + 4 + fp.size() + 8 + 8 + 8;
+size_t expected_size(size_t fp_bytes, const Layout &L) {
+    size_t n = sizeof kMagic + 4 + 4 + fp_bytes + 8 + 8 + 8;
     for (int b = 0; b < NUM_PERSISTENT; ++b) n += 8 + L.buf_size[b] * sizeof(float);
     return n;
 }
+
+// The size of a checkpoint whose header (magic, format, fingerprint) is @p head and whose
+// config is not ours: from the config its fingerprint describes. 0 when the header is not one
+// this library writes (another format, a damaged field, a config that does not validate).
+size_t size_from_header(const std::vector<uint8_t> &head, size_t fp_bytes) {
+    if (head.size() != sizeof kMagic + 8 + fp_bytes) return 0;
+    uint32_t format, n;
+    memcpy(&format, head.data() + sizeof kMagic, 4);
+    memcpy(&n, head.data() + sizeof kMagic + 4, 4);
+    if (format != kFormat || n != fp_bytes) return 0;
+    fh_config c;
+    fh_config_init(&c);
+    const uint8_t *p = head.data() + sizeof kMagic + 8;
+    uint32_t u[20];
+    float f[20];
+    memcpy(u, p, sizeof u);
+    memcpy(f, p + sizeof u, sizeof f);
+    memcpy(&c.seed, p + sizeof u + sizeof f, sizeof c.seed);
+    uint32_t *const us[20] = {&c.batch_size, &c.obs_dim, &c.goal_dim, &c.num_branches,
+                              &c.actions_per_branch, &c.trunk_hidden, &c.branch_hidden,
+                              (uint32_t *)&c.her_reward, (uint32_t *)&c.her_terminal_on_success,
+                              &c.sn_layers, &c.iql_hidden, &c.iqn_hidden, &c.iqn_cos, &c.iqn_n,
+                              &c.iqn_n_target, &c.attn_token_dim, &c.attn_d_model,
+                              &c.attn_heads, &c.attn_head_hidden, &c.num_regimes};
+    float *const fs[20] = {&c.q_clip, &c.gamma, &c.huber_kappa, &c.her_ratio, &c.her_epsilon,
+                           &c.iql_tau_hi, &c.iql_tau_lo, &c.awr_beta, &c.awr_max,
+                           &c.cql_alpha, &c.regime_beta, &c.regime_min, &c.regime_max,
+                           &c.ema_tau, &c.lr_q, &c.lr_aux, &c.adam_beta1, &c.adam_beta2,
+                           &c.adam_eps, &c.clip_norm};
+    for (int k = 0; k < 20; ++k) {
+        *us[k] = u[k];
+        *fs[k] = f[k];
+    }
+    try {
+        validate_config(c);
+    } catch (const Error &) {
+        return 0;
+    }
+    return expected_size(fp_bytes, make_layout(make_dims(c)));
+}
+
+void read_exactly(FILE *f, void *out, size_t n, const char *path) {
+    if (fread(out, 1, n, f) != n) fail(FH_ERR_IO, "cannot read checkpoint '%s'", path);
+}
+
+}  // namespace
 
 Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L) {
     // Only regular files: a device or a pipe would be read until memory runs out, or forever.
@@ -119,49 +195,55 @@ Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L
     if (!S_ISREG(st.st_mode)) fail(FH_ERR_IO, "checkpoint '%s' is not a regular file", path);
     std::unique_ptr<FILE, int (*)(FILE *)> f(fopen(path, "rb"), fclose);
     if (!f) fail(FH_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
+    const size_t size = (size_t)st.st_size;
 
-    // The magic first, so that a large file that is no checkpoint is refused without reading it.
-    std::vector<uint8_t> bytes(std::min<size_t>((size_t)st.st_size, sizeof kMagic));
-    if (fread(bytes.data(), 1, bytes.size(), f.get()) != bytes.size())
-        fail(FH_ERR_IO, "cannot read checkpoint '%s'", path);
-    if (bytes.size() < sizeof kMagic)
-        fail(FH_ERR_CHECKPOINT_TRUNCATED, "checkpoint '%s' has %zu bytes, less than its magic",
-             path, bytes.size());
-    if (memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
-        fail(FH_ERR_CHECKPOINT_CORRUPT, "'%s' is not a foxhunt checkpoint (bad magic)", path);
-    bytes.resize((size_t)st.st_size);
-    const size_t rest = bytes.size() - sizeof kMagic;
-    if (fread(bytes.data() + sizeof kMagic, 1, rest, f.get()) != rest)
-        fail(FH_ERR_IO, "cannot read checkpoint '%s'", path);
-
-    // Intact (checksum), written by this config (fingerprint), then its contents. A file that
-    // is short but starts with this config's header is a truncated one; any other mismatch is
-    // corruption, also when the damage hits a size field.
+    // The header first (magic, format, config fingerprint): the file is read whole only when
+    // its size is the one its header implies, so a large file is refused without reading it.
     const std::vector<uint8_t> fp = config_fingerprint(c);
-    const size_t want = expected_size(fp, L);
-    const bool sum_ok = bytes.size() >= sizeof kMagic + 8 &&
-                        [&] {
-                            uint64_t sum;
-                            memcpy(&sum, bytes.data() + bytes.size() - 8, 8);
-                            return sum == fnv1a(bytes.data(), bytes.size() - 8);
-                        }();
-    Reader r{bytes, sizeof kMagic, path};
     const size_t fp_at = sizeof kMagic + 8;
-    const bool same_config = bytes.size() >= fp_at + fp.size() &&
-                             r.get<uint32_t>() == kFormat && r.get<uint32_t>() == fp.size() &&
-                             memcmp(bytes.data() + fp_at, fp.data(), fp.size()) == 0;
-    if (same_config && bytes.size() < want)
-        fail(FH_ERR_CHECKPOINT_TRUNCATED, "checkpoint '%s' ends at byte %zu of %zu", path,
-             bytes.size(), want);
-    if (!sum_ok) fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' fails its checksum", path);
+    std::vector<uint8_t> head(std::min(size, fp_at + fp.size()));
+    read_exactly(f.get(), head.data(), head.size(), path);
+    if (size < sizeof kMagic)
+        fail(FH_ERR_CHECKPOINT_TRUNCATED, "checkpoint '%s' has %zu bytes, less than its magic",
+             path, size);
+    if (memcmp(head.data(), kMagic, sizeof kMagic) != 0)
+        fail(FH_ERR_CHECKPOINT_CORRUPT, "'%s' is not a foxhunt checkpoint (bad magic)", path);
+    uint32_t format = 0, fp_size = 0;
+    if (head.size() >= fp_at) {
+        memcpy(&format, head.data() + sizeof kMagic, 4);
+        memcpy(&fp_size, head.data() + sizeof kMagic + 4, 4);
+    }
+    const bool same_config = head.size() == fp_at + fp.size() && format == kFormat &&
+                             fp_size == fp.size() &&
+                             memcmp(head.data() + fp_at, fp.data(), fp.size()) == 0;
+    const size_t want = expected_size(fp.size(), L);
+    // A file that is short but starts with this config's header is a truncated one; any other
+    // mismatch is corruption, also when the damage hits a size field.
+    if (same_config && size < want)
+        fail(FH_ERR_CHECKPOINT_TRUNCATED, "checkpoint '%s' ends at byte %zu of %zu", path, size,
+             want);
+    const size_t implied = same_config ? want : size_from_header(head, fp.size());
+    if (implied == 0)
+        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' has a header this library does not "
+             "write (format %u, %u fingerprint bytes): damaged, or another format", path,
+             format, fp_size);
+    if (size != implied)
+        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' has %zu bytes, its header implies %zu",
+             path, size, implied);
+
+    // Intact (checksum), written by this config (fingerprint), then its contents.
+    std::vector<uint8_t> bytes(size);
+    memcpy(bytes.data(), head.data(), head.size());
+    read_exactly(f.get(), bytes.data() + head.size(), size - head.size(), path);
+    uint64_t sum;
+    memcpy(&sum, bytes.data() + size - 8, 8);
+    if (sum != fnv1a(bytes.data(), size - 8))
+        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' fails its checksum", path);
     if (!same_config)
         fail(FH_ERR_CHECKPOINT_CONFIG, "checkpoint '%s' was written by a pipeline with a "
-             "different config (dimensions, hyperparameters or seed) or format", path);
-    if (bytes.size() != want)
-        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' has %zu bytes, a checkpoint of this "
-             "config %zu", path, bytes.size(), want);
+             "different config (dimensions, hyperparameters or seed)", path);
 
-    r.pos = fp_at + fp.size();
+    Reader r{bytes, fp_at + fp.size(), path};
     Checkpoint ck;
     ck.step = r.get<uint64_t>();
     ck.act_calls = r.get<uint64_t>();
@@ -173,7 +255,7 @@ Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L
         r.take(ck.bufs[b].data(), L.buf_size[b] * sizeof(float));
     }
     // write_tensor refuses non-finite values; a checkpoint may not smuggle them in.
-    const std::string bad = first_non_finite(L, ck);
+    const std::string bad = first_non_finite(L, ck.bufs);
     if (!bad.empty())
         fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': %s is not finite", path, bad.c_str());
     return ck;
@@ -216,19 +298,20 @@ std::string element_name(const Layout &L, Buf b, size_t i) {
 
 }  // namespace
 
-std::string first_non_finite(const Layout &L, const Checkpoint &ck) {
+std::string state_element_name(const Layout &L, Buf b, size_t i) {
+    MomentOf m;
+    return moment_of(b, m) ? std::string(m.name) + " of " + element_name(L, m.param, i)
+                           : element_name(L, b, i);
+}
+
+std::string first_non_finite(const Layout &L, const HostBuffers &bufs) {
     for (int b = 0; b < NUM_PERSISTENT; ++b)
-        for (size_t i = 0; i < ck.bufs[b].size(); ++i) {
-            const float x = ck.bufs[b][i];
+        for (size_t i = 0; i < bufs[b].size(); ++i) {
+            const float x = bufs[b][i];
             if (std::isfinite(x)) continue;
-            MomentOf m;
-            const std::string where = moment_of((Buf)b, m)
-                                          ? std::string(m.name) + " of " +
-                                                element_name(L, m.param, i)
-                                          : element_name(L, (Buf)b, i);
             char v[32];
             snprintf(v, sizeof v, " = %g", (double)x);
-            return where + v;
+            return state_element_name(L, (Buf)b, i) + v;
         }
     return std::string();
 }

@@ -3,6 +3,7 @@
 //   | for each persistent buffer: u64 count, count float32 | u64 FNV-1a of all preceding bytes
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,12 +20,24 @@ struct Checkpoint {
 // The config fields that change the math (not backend, device or execution switches).
 std::vector<uint8_t> config_fingerprint(const fh_config &c);
 
-void save_checkpoint(const char *path, const fh_config &c, const Checkpoint &ck);
+// Copies @p count floats at @p offset of persistent buffer @p b to @p out (a backend's read()).
+using StateReader = std::function<void(Buf b, size_t offset, size_t count, float *out)>;
 
-// The first non-finite value among the persistent buffers of @p ck, as "q.W1[3, 5] = nan" (Adam
-// moments as "adam_m of q.W1[3, 5] = nan"); an empty string when every value is finite.
-std::string first_non_finite(const Layout &L, const Checkpoint &ck);
-// Validates everything (size, magic, checksum, config, buffer sizes) before returning.
+// Streams the state through a fixed 1 MiB buffer into an AtomicFile (atomic_file.hpp), so the
+// extra memory does not grow with the checkpoint. A non-finite value anywhere is refused
+// (FH_ERR_NON_FINITE, naming it; load would refuse the file), and then no file appears.
+void save_checkpoint(const char *path, const fh_config &c, const Layout &L, uint64_t step,
+                     uint64_t act_calls, const StateReader &read);
+
+// Element i of buffer b as "q.W1[3, 5]"; Adam moments as "adam_m of q.W1[3, 5]"; padding between
+// nets as "buffer b element i".
+std::string state_element_name(const Layout &L, Buf b, size_t i);
+// The first non-finite value among the persistent buffers, as "q.W1[3, 5] = nan"; an empty
+// string when every value is finite.
+std::string first_non_finite(const Layout &L, const HostBuffers &bufs);
+// Validates everything (size, magic, checksum, config, buffer sizes) before returning. A file
+// is read whole only when its size is the one its own header implies, so a large file that
+// merely starts with the magic is refused after reading its header.
 Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L);
 
 }  // namespace fh
