@@ -230,7 +230,8 @@ typedef struct fh_batch {
 
 /**
  * Metrics of the last completed step, SPEC §6. Losses are the values whose gradients that step
- * applied. A learner the config disables reports 0.
+ * applied (or, for a step the divergence guard skipped, would have applied). A learner the
+ * config disables reports 0.
  */
 typedef struct fh_metrics {
     size_t struct_size;        /**< sizeof(fh_metrics) */
@@ -250,6 +251,10 @@ typedef struct fh_metrics {
     uint32_t num_relabelled;   /**< transitions whose goal HER relabelled */
     uint32_t num_regimes;      /**< R: entries of regime_scale that are set */
     float regime_scale[FH_MAX_REGIMES]; /**< rho_k after this step's update */
+    uint64_t steps_skipped;    /**< steps the divergence guard skipped since the pipeline was
+                                    created (see fh_pipeline_step()) */
+    uint32_t last_step_skipped; /**< 1 if the step these metrics describe applied no update
+                                     (its losses may then read NaN or infinity), else 0 */
 } fh_metrics;
 
 /**
@@ -298,24 +303,49 @@ typedef struct fh_tensor_info {
 /** Memory a pipeline holds, in bytes, by category. */
 typedef struct fh_memory_report {
     size_t struct_size;        /**< sizeof(fh_memory_report) */
-    uint64_t parameters;       /**< parameters, targets, gradients, Adam moments */
+    uint64_t parameters;       /**< parameters, targets, gradients, Adam moments, and the
+                                    divergence guard's copy of the state */
     uint64_t activations;      /**< forward caches and intermediates */
     uint64_t workspaces;       /**< cuBLAS workspaces, all lanes (0 on the CPU) */
     uint64_t batch_staging;    /**< batch buffers (pinned host + device on CUDA) */
     uint64_t total;            /**< the sum of the above */
 } fh_memory_report;
 
+/**
+ * The memory plan of a config: the bytes a pipeline created from @p config would hold once it
+ * has stepped, by category, computed from the dimensions without creating it (nothing large is
+ * allocated). FH_BACKEND_AUTO resolves as in fh_pipeline_create(). On the CPU the numbers are
+ * exactly fh_pipeline_memory()'s after the first step; on CUDA an upper bound of it within a
+ * few MiB (a scratch buffer of the attention backward follows the device's occupancy). Includes
+ * the divergence guard's copy of the state (in parameters).
+ * @param config  as for fh_pipeline_create(); validated the same way.
+ * @param report  out; its struct_size must be set.
+ * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_STRUCT_SIZE (of @p config or @p report);
+ *         FH_ERR_BAD_DIMENSION; FH_ERR_INDIVISIBLE; FH_ERR_BAD_VALUE; FH_ERR_NO_CUDA.
+ */
+FH_API fh_status fh_memory_plan(const struct fh_config *config,
+                                struct fh_memory_report *report);
+
 /** Opaque pipeline handle. */
 typedef struct fh_pipeline fh_pipeline;
 
 /**
- * Create a pipeline: validate @p config, allocate, initialise parameters from the seed (SPEC §3)
- * and, on CUDA, capture the step graph.
+ * Create a pipeline: validate @p config, check that the memory it needs is there, allocate,
+ * initialise parameters from the seed (SPEC §3) and, on CUDA, capture the step graph.
+ *
+ * Before allocating anything, the memory the config needs (fh_memory_plan(), plus the largest
+ * scratch a step holds briefly) is compared with what is available: host memory (MemAvailable,
+ * or less under a cgroup v2 memory.max) and, on CUDA, the device's free memory
+ * (cudaMemGetInfo). A config that does not fit is refused at once with FH_ERR_OUT_OF_MEMORY and
+ * a message "config needs X bytes of host memory (...), Y available (...)". Allocation can still
+ * fail later if other processes take the memory meanwhile; then too nothing is left allocated.
  * @param config  filled by fh_config_init() and edited; copied.
  * @param out     receives the handle (NULL on failure).
- * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_STRUCT_SIZE; FH_ERR_BAD_DIMENSION;
- *         FH_ERR_INDIVISIBLE; FH_ERR_BAD_VALUE; FH_ERR_NO_CUDA; FH_ERR_CUDA;
- *         FH_ERR_OUT_OF_MEMORY.
+ * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_STRUCT_SIZE; FH_ERR_BAD_DIMENSION (a dimension out
+ *         of its range, or dimensions whose product makes an array of more than 2^31 - 1
+ *         elements); FH_ERR_INDIVISIBLE; FH_ERR_BAD_VALUE; FH_ERR_NO_CUDA; FH_ERR_CUDA;
+ *         FH_ERR_OUT_OF_MEMORY (the config needs more than is available, or an allocation
+ *         failed).
  */
 FH_API fh_status fh_pipeline_create(const fh_config *config, fh_pipeline **out);
 
@@ -335,8 +365,7 @@ FH_API fh_status fh_pipeline_config(const fh_pipeline *pipeline, fh_config *conf
  * (one pass over the caller's arrays, into a buffer the step does not use). On CUDA the copy
  * to the device is asynchronous and double-buffered: uploading batch t+1 overlaps step t.
  * Finite values of any size are accepted; values large enough to overflow the step (around
- * 1e14 and up at the default sizes) give a non-finite state, which the metrics show and
- * fh_pipeline_save() refuses.
+ * 1e11 and up at the default sizes) make the divergence guard skip the step (fh_pipeline_step()).
  * @return FH_OK; FH_ERR_NULL_POINTER (handle, batch, or a required tensor);
  *         FH_ERR_STRUCT_SIZE; FH_ERR_BUFFER_SIZE (batch_size differs from the config);
  *         FH_ERR_NON_FINITE; FH_ERR_OUT_OF_RANGE (action, regime or done);
@@ -348,8 +377,20 @@ FH_API fh_status fh_pipeline_upload(fh_pipeline *pipeline, const fh_batch *batch
 /**
  * Run one training step (SPEC §5) on the current batch. On CUDA this launches the captured
  * graph and returns without waiting for it; reading metrics, timings or tensors waits.
- * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_NO_BATCH; FH_ERR_OUT_OF_MEMORY (the first step
- *         allocates the caches; the state is then left as it was); FH_ERR_CUDA.
+ *
+ * Divergence guard: a step whose losses, gradient norm or resulting state (parameters, targets,
+ * Adam moments, spectral vectors, regime state) hold a NaN or infinity applies no update: all of
+ * that state stays bitwise as it was before the step, as a mixed-precision loss scaler
+ * (PyTorch's GradScaler) skips an optimizer step. The step counter still advances (the next
+ * step draws new random numbers; Adam's t = step + 1 counts it), the step's outputs (d_states,
+ * ensemble, confidence) and metrics describe the skipped step, fh_metrics::last_step_skipped is
+ * 1 and fh_metrics::steps_skipped counts it. The decision is made where the step runs (on CUDA
+ * on the device), so this call cannot report it: fh_pipeline_check() does. Extreme but finite
+ * inputs (obs around 1e11 with rewards around 1e12 at the default sizes) or hyperparameters
+ * (lr_q = 1e20) trigger it.
+ * @return FH_OK (also for a step the guard skips); FH_ERR_NULL_POINTER; FH_ERR_NO_BATCH;
+ *         FH_ERR_OUT_OF_MEMORY (the first step allocates the caches; the state is then left as
+ *         it was and what the step allocated is freed); FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_step(fh_pipeline *pipeline);
 
@@ -364,10 +405,29 @@ FH_API fh_status fh_pipeline_step(fh_pipeline *pipeline);
  * @param actions    out [n, NB] int32
  * @param q_values   out [n, NB, A] clamped q, or NULL
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_BUFFER_SIZE (n = 0); FH_ERR_BAD_VALUE (epsilon);
- *         FH_ERR_NON_FINITE; FH_ERR_OUT_OF_MEMORY (scratch for n rows); FH_ERR_CUDA.
+ *         FH_ERR_NON_FINITE (a NaN or infinity in obs or goal, or a q-value that is not finite,
+ *         naming its row, branch and action: finite parameters so large that the net overflows;
+ *         then no action is chosen, the act counter does not advance, and the contents of
+ *         @p actions and @p q_values are unspecified); FH_ERR_OUT_OF_MEMORY (scratch for n
+ *         rows); FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_act(fh_pipeline *pipeline, const float *obs, const float *goal,
                                  uint32_t n, float epsilon, int32_t *actions, float *q_values);
+
+/**
+ * Report divergence: whether the divergence guard skipped a step since the last call of this
+ * function (or since creation, or the last fh_pipeline_load()); then starts afresh. Waits for
+ * the steps launched so far (on CUDA, a host synchronisation).
+ * @return FH_OK: no step was skipped; FH_ERR_NON_FINITE: at least one was, and the message names
+ *         the first non-finite quantity of the first one and its value, e.g. "step 7 applied no
+ *         update: adam_v of attn.w_r2[0, 6] = inf is not finite (...)"; the quantities are
+ *         checked in the order td_loss, q_mean, cql_loss, iql_loss_hi, iql_loss_lo, iqn_loss,
+ *         attn_loss, conf_loss, grad_norm, sigma, sigma_target, ensemble_std, then every state
+ *         element (parameters, targets, Adam moments, spectral u, regime state, in checkpoint
+ *         order); FH_ERR_NULL_POINTER; FH_ERR_INTERNAL (an executor built without the guard);
+ *         FH_ERR_CUDA.
+ */
+FH_API fh_status fh_pipeline_check(fh_pipeline *pipeline);
 
 /** Metrics of the last completed step. Before the first step, and after fh_pipeline_load()
  *  until the next step, every loss reads 0 while step and regime_scale give the current state.
@@ -441,7 +501,9 @@ FH_API fh_status fh_pipeline_save(fh_pipeline *pipeline, const char *path);
  */
 FH_API fh_status fh_pipeline_load(fh_pipeline *pipeline, const char *path);
 
-/** Bytes held by the pipeline, by category. FH_ERR_NULL_POINTER, FH_ERR_STRUCT_SIZE. */
+/** Bytes held by the pipeline, by category; on the CPU, the first step's caches and scratch
+ *  count from that step on (before it, activations are fh_memory_plan()'s less those).
+ *  FH_ERR_NULL_POINTER, FH_ERR_STRUCT_SIZE. */
 FH_API fh_status fh_pipeline_memory(const fh_pipeline *pipeline, fh_memory_report *report);
 
 /**

@@ -6,13 +6,17 @@
 #include <cmath>
 #include <cstring>
 #include <new>
+#include <string>
+#include <vector>
 
 #include "backend.hpp"
 #include "batch.hpp"
 #include "checkpoint.hpp"
 #include "config.hpp"
 #include "error.hpp"
+#include "guard.hpp"
 #include "layout.hpp"
+#include "memory_plan.hpp"
 
 struct fh_pipeline {
     fh_config config;
@@ -22,6 +26,7 @@ struct fh_pipeline {
     uint64_t act_calls = 0;  // act calls completed
     bool has_batch = false;
     bool has_metrics = false;  // a step ran since creation or the last load
+    std::vector<float> act_q;  // act's q values when the caller wants none (checked anyway)
 };
 
 namespace {
@@ -95,29 +100,63 @@ void fill_info(const fh::TensorEntry &t, fh_tensor_info *info) {
     info->writable = t.writable ? 1 : 0;
 }
 
+// A validated copy of @p config with the backend resolved (AUTO: CUDA where there is a device).
+fh_config resolved(const fh_config *config) {
+    need(config, "config");
+    fh::validate_config(*config);
+    fh_config c = *config;
+    if (c.backend == FH_BACKEND_AUTO)
+        c.backend = fh::cuda_available(c.device) ? FH_BACKEND_CUDA : FH_BACKEND_CPU;
+    else if (c.backend == FH_BACKEND_CUDA && !fh::cuda_available(c.device))
+        fh::fail(FH_ERR_NO_CUDA, "config.backend = FH_BACKEND_CUDA but this build or machine "
+                 "has no CUDA device %d", c.device);
+    return c;
+}
+
+void fill_report(const fh::MemoryPlan &m, fh_memory_report *r) {
+    *r = fh_memory_report{};
+    r->struct_size = sizeof(fh_memory_report);
+    r->parameters = m.parameters;
+    r->activations = m.activations;
+    r->workspaces = m.workspaces;
+    r->batch_staging = m.batch_staging;
+    r->total = m.total();
+}
+
 }  // namespace
 
 extern "C" {
 
 uint32_t fh_version(void) { return FOXHUNT_VERSION_NUMBER; }
 
+fh_status fh_memory_plan(const fh_config *config, fh_memory_report *report) {
+    return guard([&] {
+        need(report, "report");
+        need_size(report->struct_size, sizeof(fh_memory_report), "report");
+        const fh_config c = resolved(config);
+        fill_report(fh::plan_memory(c, fh::make_layout(fh::make_dims(c)), c.backend), report);
+    });
+}
+
 fh_status fh_pipeline_create(const fh_config *config, fh_pipeline **out) {
     if (out) *out = nullptr;
     return guard([&] {
         need(config, "config");
         need(out, "out");
-        fh::validate_config(*config);
-        fh_config c = *config;
-        int backend = c.backend;
-        if (backend == FH_BACKEND_AUTO)
-            backend = fh::cuda_available(c.device) ? FH_BACKEND_CUDA : FH_BACKEND_CPU;
-        else if (backend == FH_BACKEND_CUDA && !fh::cuda_available(c.device))
-            fh::fail(FH_ERR_NO_CUDA, "config.backend = FH_BACKEND_CUDA but this build or "
-                     "machine has no CUDA device %d", c.device);
-        c.backend = backend;
+        const fh_config c = resolved(config);
+        const int backend = c.backend;
         auto p = std::make_unique<fh_pipeline>();
         p->config = c;
         p->layout = fh::make_layout(fh::make_dims(c));
+        // Refuse before allocating what the machine does not have (a config can need tens of
+        // GiB; allocating until failure took minutes).
+        const fh::MemoryPlan plan = fh::plan_memory(c, p->layout, backend);
+        std::string source;
+        fh::check_fits(plan.host, fh::host_available_bytes(&source), "host memory", source, plan);
+        if (backend == FH_BACKEND_CUDA)
+            fh::check_fits(plan.device, fh::cuda_free_bytes(c.device),
+                           "device memory of CUDA device " + std::to_string(c.device),
+                           "cudaMemGetInfo", plan);
         fh::HostBuffers init = fh::initial_state(p->layout, c.seed);
         p->backend = backend == FH_BACKEND_CUDA
                          ? fh::make_cuda_backend(c, p->layout, std::move(init))
@@ -177,7 +216,20 @@ fh_status fh_pipeline_act(fh_pipeline *p, const float *obs, const float *goal, u
             fh::fail(FH_ERR_BAD_VALUE, "argument 'epsilon' = %g is outside [0, 1]", (double)epsilon);
         fh::check_finite("obs", obs, n, d.O);
         if (d.G > 0) fh::check_finite("goal", goal, n, d.G);
-        p->backend->act(obs, d.G > 0 ? goal : nullptr, n, epsilon, p->act_calls, actions, q_values);
+        const size_t nq = (size_t)n * d.NB * d.A;
+        float *q = q_values;
+        if (!q) {
+            p->act_q.resize(nq);
+            q = p->act_q.data();
+        }
+        p->backend->act(obs, d.G > 0 ? goal : nullptr, n, epsilon, p->act_calls, actions, q);
+        // An argmax over NaN picks an arbitrary action: refuse rather than act on it.
+        const size_t bad = fh::first_non_finite_index(q, nq);
+        if (bad < nq)
+            fh::fail(FH_ERR_NON_FINITE, "the q-value of row %zu, branch %zu, action %zu is %g: "
+                     "the Q net gives no finite value for this input (its parameters may be "
+                     "too large); no action was chosen", bad / ((size_t)d.NB * d.A),
+                     bad / d.A % d.NB, bad % d.A, (double)q[bad]);
         ++p->act_calls;
     });
 }
@@ -194,11 +246,25 @@ fh_status fh_pipeline_metrics(fh_pipeline *p, fh_metrics *m) {
             m->step = p->step;
             const fh::TensorEntry &rho = *p->layout.find("regime.scale");
             p->backend->read(rho.buf, rho.offset, rho.count(), m->regime_scale);
-            return;
+        } else {
+            p->backend->metrics(m);
+            m->struct_size = sizeof(fh_metrics);
+            m->step = p->step;
         }
-        p->backend->metrics(m);
-        m->struct_size = sizeof(fh_metrics);
-        m->step = p->step;
+        const fh::GuardReport g = p->backend->guard_report(false);
+        m->steps_skipped = g.skipped;
+        m->last_step_skipped = p->has_metrics && g.last_skipped ? 1 : 0;
+    });
+}
+
+fh_status fh_pipeline_check(fh_pipeline *p) {
+    return guard([&] {
+        need(p, "pipeline");
+        const fh::GuardReport g = p->backend->guard_report(true);
+        if (!g.available)
+            fh::fail(FH_ERR_INTERNAL, "this build's %s executor does not run the divergence "
+                     "guard", p->config.backend == FH_BACKEND_CUDA ? "CUDA" : "CPU");
+        if (g.pending > 0) fh::fail(FH_ERR_NON_FINITE, "%s", fh::guard_message(p->layout, g).c_str());
     });
 }
 
@@ -291,6 +357,7 @@ fh_status fh_pipeline_load(fh_pipeline *p, const char *path) {
         p->step = ck.step;
         p->act_calls = ck.act_calls;
         p->has_metrics = false;
+        p->backend->guard_report(true);  // a skip before the load says nothing about this state
     });
 }
 
@@ -315,6 +382,7 @@ fh_status fh_pipeline_dump_graph(fh_pipeline *p, const char *path) {
 }  // extern "C"
 
 namespace fh {
+GuardReport Backend::guard_report(bool) { return GuardReport{}; }
 void Backend::dump_graph(const char *) {
     fail(FH_ERR_NO_CUDA, "this pipeline runs on the CPU backend: there is no CUDA graph to dump");
 }

@@ -45,15 +45,20 @@ void need(const char *what, const void *p) {
 
 }  // namespace
 
-void check_finite(const char *what, const float *x, size_t rows, size_t cols) {
-    const size_t n = rows * cols;
+size_t first_non_finite_index(const float *x, size_t n) {
     uint32_t bad = 0;
     for (size_t i = 0; i < n; ++i) bad |= non_finite_bit(x, i);
-    if (!bad) return;
-    for (size_t i = 0; i < n; ++i)
-        if (!std::isfinite(x[i]))
-            fail(FH_ERR_NON_FINITE, "%s[%zu, %zu] = %g is not finite", what, i / cols, i % cols,
-                 (double)x[i]);
+    if (!bad) return n;
+    size_t i = 0;
+    while (std::isfinite(x[i])) ++i;
+    return i;
+}
+
+void check_finite(const char *what, const float *x, size_t rows, size_t cols) {
+    const size_t i = first_non_finite_index(x, rows * cols);
+    if (i < rows * cols)
+        fail(FH_ERR_NON_FINITE, "%s[%zu, %zu] = %g is not finite", what, i / cols, i % cols,
+             (double)x[i]);
 }
 
 void check_batch_header(const Dims &d, const fh_batch *b) {

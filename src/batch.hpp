@@ -41,6 +41,9 @@ BatchDst host_batch_dst(const Dims &d, HostBatch &h);
 // with it).
 HostBatch copy_batch(const Dims &d, const fh_batch *b);
 
+// Index of the first NaN or infinity of x[0, n), or n if there is none (fast when there is none).
+size_t first_non_finite_index(const float *x, size_t n);
+
 // Throws FH_ERR_NON_FINITE naming @p what and the first bad element of [rows, cols].
 void check_finite(const char *what, const float *x, size_t rows, size_t cols);
 

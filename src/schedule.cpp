@@ -13,7 +13,10 @@ unsigned mask_of(int first, int count) { return ((1u << count) - 1u) << first; }
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     std::vector<ChildDesc> s;
     s.push_back({ChildId::HER, "her", 1, {run(Task::HER_RELABEL)}});
-    s.push_back({ChildId::SPECTRAL, "spectral", 1, {run(Task::SPECTRAL_POWER)}});
+    // The divergence guard (guard.hpp) brackets everything that changes the state: HER does
+    // not, so the snapshot opens the spectral child and the upload's wait on HER stays short.
+    s.push_back({ChildId::SPECTRAL, "spectral", 1,
+                 {run(Task::GUARD_SNAPSHOT), run(Task::SPECTRAL_POWER)}});
     s.push_back({ChildId::DDQN, "ddqn", 3,
                  {fork(mask_of(1, 2)), run(Task::DDQN_ONLINE_NEXT, 1), run(Task::DDQN_TARGET, 2),
                   join(mask_of(1, 2)), run(Task::DDQN_JOIN)}});
@@ -49,7 +52,7 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     aux.ops.push_back(mark(Mark::AUX_TAIL_END));
     s.push_back(aux);
 
-    s.push_back({ChildId::ADAM, "adam", 1, {run(Task::ADAM_Q)}});
+    s.push_back({ChildId::ADAM, "adam", 1, {run(Task::ADAM_Q), run(Task::GUARD_CHECK)}});
     return s;
 }
 

@@ -31,6 +31,8 @@ enum class Task : int {
     CONFIDENCE,        // §5.5.7
     REGIME_SCALE,      // §5.5.8
     ADAM_Q,            // §5.6: clip and Adam over the flat Q-net buffer
+    GUARD_SNAPSHOT,    // guard.hpp: copy the persistent buffers aside (first in spectral)
+    GUARD_CHECK,       // guard.hpp: first non-finite quantity; if any, restore (last in adam)
 };
 
 // Timing marks inside the aux child (fh_timings.aux_*_ms are differences of these).

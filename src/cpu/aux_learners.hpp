@@ -148,7 +148,5 @@ struct AuxWork {
 };
 // s.aux_work, created on first use.
 AuxWork &aux_work(CpuStep &s);
-// Bytes its buffers hold (for the memory report); 0 before the first step.
-size_t aux_work_bytes(const CpuStep &s);
 
 }  // namespace fh::cpu
