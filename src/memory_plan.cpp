@@ -44,7 +44,7 @@ MemoryPlan plan_cpu(const Layout &L) {
     first += MN + 2 * MNt + L.iqn.total;                                            // τ, T, grad
     const uint64_t MT = B * d.T, dm = d.d, To = d.To;
     first += B * d.O + B * d.G + B * To * dm + (d.G ? B * dm : 0) + 6 * MT * dm + B * dm +
-             3 * B * d.hh + B;                                                      // forward
+             2 * B * d.hh + B;                                                      // forward
     first += B + B * d.hh + B * dm + 6 * MT * dm + B * To * dm + (d.G ? B * dm : 0) +
              L.attn.total;                                                          // backward
     p.first_step = first * F;
@@ -181,7 +181,6 @@ uint64_t largest_array(const Dims &d, const char **name) {
         {"the IQN features (batch_size x iqn_n x max(iqn_hidden, iqn_cos))",
          B * std::max(d.N, d.Nt) * std::max(d.Hq, d.C)},
         {"the IQL activations (2 batch_size x iql_hidden)", 2 * B * d.Hi},
-        {"the attention tokens (batch_size x tokens x attn_d_model)", B * d.T * d.d},
     };
     size_t best = 0;
     for (size_t k = 1; k < sizeof arrays / sizeof arrays[0]; ++k)

@@ -33,9 +33,11 @@ struct MemoryPlan {
 // @p backend is FH_BACKEND_CPU or FH_BACKEND_CUDA (resolved).
 MemoryPlan plan_memory(const fh_config &c, const Layout &L, int backend);
 
-// The largest single array a config's step uses, in elements, and its name: both executors
-// index with 32-bit integers in places, so a config whose arrays exceed 2^31 − 1 elements is
-// refused (FH_ERR_BAD_DIMENSION) even where each dimension is within its own limit.
+// The largest single array of a config's step that the CUDA executor indexes with 32-bit
+// integers, in elements, and its name. A config whose arrays exceed 2^31 − 1 elements is
+// refused (FH_ERR_BAD_DIMENSION) on both backends, so that a checkpoint moves between them,
+// even where each dimension is within its own limit. (The CPU's attention tensors, [B·T, d],
+// are larger but size_t-indexed, and the CUDA executor factors them away.)
 uint64_t largest_array(const Dims &d, const char **name);
 
 // Bytes of host memory available to this process now: MemAvailable (/proc/meminfo), less

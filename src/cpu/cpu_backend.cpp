@@ -32,7 +32,11 @@ void CpuStep::release_scratch() {
     next = QCache{};
     target = QCache{};
     online = QCache{};
-    for (int k = 0; k < 2; ++k) w_eff[k] = w_eff_t[k] = sn_v[k] = Vec();
+    for (int k = 0; k < 2; ++k) {  // moved-from temporaries: a copy of an empty one keeps capacity
+        w_eff[k] = Vec();
+        w_eff_t[k] = Vec();
+        sn_v[k] = Vec();
+    }
     for (Vec &v : dz) v = Vec();
     for (Vec &v : dh2_b) v = Vec();
     aux_work.reset();
