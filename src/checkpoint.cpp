@@ -58,14 +58,14 @@ public:
     uint64_t sum() const { return sum_; }  // of every byte flushed
 
 private:
-    static constexpr size_t kBuf = 1 << 20;
+    static constexpr size_t kBuf = 1 << 18;
     AtomicFile &f_;
     std::vector<uint8_t> buf_;
     uint64_t sum_ = 1469598103934665603ull;
 };
 
 // Floats the save reads from the backend at a time.
-constexpr size_t kChunkFloats = 1 << 18;
+constexpr size_t kChunkFloats = 1 << 16;
 
 struct Reader {
     const std::vector<uint8_t> &b;

@@ -23,7 +23,7 @@ std::vector<uint8_t> config_fingerprint(const fh_config &c);
 // Copies @p count floats at @p offset of persistent buffer @p b to @p out (a backend's read()).
 using StateReader = std::function<void(Buf b, size_t offset, size_t count, float *out)>;
 
-// Streams the state through a fixed 1 MiB buffer into an AtomicFile (atomic_file.hpp), so the
+// Streams the state through fixed 256 KiB buffers into an AtomicFile (atomic_file.hpp), so the
 // extra memory does not grow with the checkpoint. A non-finite value anywhere is refused
 // (FH_ERR_NON_FINITE, naming it; load would refuse the file), and then no file appears.
 void save_checkpoint(const char *path, const fh_config &c, const Layout &L, uint64_t step,
