@@ -477,9 +477,10 @@ FH_API fh_status fh_pipeline_write_tensor(fh_pipeline *pipeline, const char *nam
  * given the name, replacing a regular file of that name, only after every byte is on disk
  * (fsync), so a save that fails or is killed leaves no partial or temporary file (on a file
  * system without O_TMPFILE a killed save can leave `path.fhtmp.PID.N`). A new file gets mode
- * 0666 less the umask, as fopen() gives. The state is streamed through a fixed 512 KiB of buffers,
- * whatever its size. A state with a NaN or infinity anywhere (which the divergence guard of
- * fh_pipeline_step() keeps out; write_tensor and load refuse them) is refused; nothing is written then.
+ * 0666 less the umask, as fopen() gives. The state is streamed through a fixed 512 KiB of
+ * buffers, whatever its size. A state with a NaN or infinity anywhere (which the divergence
+ * guard of fh_pipeline_step() keeps out; write_tensor and load refuse them) is refused; nothing
+ * is written then.
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_NON_FINITE (naming the first such value, e.g.
  *         "adam_v of q.W1[3, 5] = inf"); FH_ERR_IO (also: @p path exists and is not a regular
  *         file: a device, FIFO, directory or symbolic link is never replaced);
