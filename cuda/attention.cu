@@ -29,9 +29,10 @@
 //    (e_t's gradient is de_t = Wᵀ dqkv_t + dpool / T, the second term from the residual.)
 //
 // One step:
-//   k_attn_comp                                  Wc, Wgc, cc, ebar
-//   k_attn_fwd  (block of ~16 transitions, see wave_spb; warp per head, lane per token): q, k, v
-//               from the composites, softmax, ā; per transition ē + bo into pool, [stok | g | 1] into aug
+//   k_attn_comp                   Wc, Wgc, cc, ebar
+//   path.forward                  ā per (transition, head) (attention_paths.hpp; tensor cores at
+//                                 the default sizes); per transition ē + bo into pool,
+//                                 [stok | g | 1] into aug
 //   pool += ā Woᵀ          nt M=B N=d  K=d  (beta 1)
 //   h = pool Wr1ᵀ          nt M=B N=hh K=d
 //   k_attn_head (warp per row): r̂, loss, dr, dh = (dr w_r2) ⊙ SiLU'; partials of br1, w_r2, b_r2
@@ -40,405 +41,32 @@
 //   dWo = dpoolᵀ ā         tn M=d  N=d K=B
 //   dā = dpool Wo          nn M=B N=d  K=d   (into ā's buffer)
 //   R = dpoolᵀ aug         tn M=d  N=td+G+1 K=B
-//   k_attn_bwd  (as k_attn_fwd, recomputing q, k, v and A): dq, dk, dv per token, accumulated
-//               into per-block S, M1, M2 (each warp owns its heads' columns: no atomics)
-//   reduce the block partials; k_attn_fin, k_attn_fin2; Adam.
+//   path.backward                 recomputes q, k, v and A (as FlashAttention does); per-token
+//                                 dq, dk, dv summed into partial rows of S, M1, M2 (no atomics)
+//   reduce the partial rows; k_attn_fin, k_attn_fin2; Adam.
 // The softmax, sums and products are float32 (the CPU uses float64 inside the softmax); the
-// factoring changes the rounding, not the function.
-//
-// Supported on CUDA: T ≤ 64 tokens, d_head ≤ 32, attn_token_dim ≤ 16 and goal_dim ≤ 16, and the
-// per-block shared memory (see Impl::layout) within the device's limit; other configs are refused
-// at creation with FH_ERR_BAD_DIMENSION (the CPU backend runs them).
+// factoring changes the rounding, not the function. Every config the CPU accepts runs here.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 
+#include "attention_paths.hpp"
 #include "aux_common.cuh"
 #include "learners.hpp"
 
 namespace fh::cuda {
 
-// Geometry shared by the host code and the kernels (a named namespace: Impl holds these).
-namespace attn_detail {
-
-constexpr int kSamplesPerBlock = 16;   // about this many transitions per block of k_attn_fwd/bwd
-constexpr int kHeadRowsPerWarp = 8;
-
-struct AttnGeom {
-    int B, D, O, G, td, To, T, d, d3, heads, dh, hh, na;
-    int tdm;    // floats per token row in shared memory: max(td, G)
-    int Tp;     // row stride of the [T, T] probabilities: T | 1 (odd: no bank conflicts)
-    int dqp;    // row stride of the [T, 3 dh] dqkv rows: (3 dh) | 1
-    int nw;     // warps per block (warp w takes heads w, w + nw, ...)
-    int spb;    // transitions per block
-    float scale;  // 1/√dh, as the CPU's score_scale
-    // composite buffer: Wc [3d, td] at 0, Wgc [3d, G] at c_wg, cc [T, 3d] at c_cc, ebar [d] at c_eb
-    int c_wg, c_cc, c_eb, c_total;
-    // per-warp shared memory (floats from the warp's base)
-    int w_size, w_tok, w_stok, w_q, w_k, w_v, w_p, w_csum, w_bet;
-    // k_attn_bwd: block accumulators S | M1 | M2 after the warps, pw floats
-    int b_acc, pw;
-};
-
-__host__ __device__ inline int al4(int x) { return (x + 3) & ~3; }
-
-using FwdKernel = void (*)(AttnGeom, const float *, const float *, const float *, const float *,
-                           const float *, float *, float *, float *);
-using BwdKernel = void (*)(AttnGeom, const float *, const float *, const float *, float *);
-
-}  // namespace attn_detail
+using attn::Geom;
+using attn::Kernels;
 
 namespace {
 
-using namespace attn_detail;
-
-// ---- per-warp building blocks --------------------------------------------------------------
-
-// Token rows of transition x̃_i: tok[t][k] = x̃[t·td + k] (t < To), tok[To][k] = x̃[O + k].
-__device__ __forceinline__ void load_tokens(const AttnGeom &g, const float *__restrict__ xi,
-                                            float *tok, int lane) {
-    for (int f = lane; f < g.To * g.td; f += 32) {
-        const int t = f / g.td;
-        tok[t * g.tdm + (f - t * g.td)] = xi[f];
-    }
-    for (int k = lane; k < g.G; k += 32) tok[g.To * g.tdm + k] = xi[g.O + k];
-}
-
-// q, k, v of head h for all tokens: [T, DHM] rows (columns ≥ dh zero), lane = output column.
-template <int DHM, int TDM>
-__device__ __forceinline__ void head_qkv(const AttnGeom &g, int h, const float *tok,
-                                         const float *__restrict__ comp, float *q, float *k,
-                                         float *v, int lane) {
-    const int dh = g.dh;
-    for (int lc = lane; lc < 3 * dh; lc += 32) {
-        const int part = lc / dh, j = lc - part * dh;
-        const int c = part * g.d + h * dh + j;  // row of W = [Wq; Wk; Wv]
-        float wo[TDM], wgl[TDM];
-#pragma unroll
-        for (int kk = 0; kk < TDM; ++kk) {
-            wo[kk] = kk < g.td ? __ldg(comp + (size_t)c * g.td + kk) : 0.0f;
-            wgl[kk] = kk < g.G ? __ldg(comp + g.c_wg + (size_t)c * g.G + kk) : 0.0f;
-        }
-        float *dst = part == 0 ? q : (part == 1 ? k : v);
-        const float *cc = comp + g.c_cc + c;
-#pragma unroll 4
-        for (int t = 0; t < g.To; ++t) {
-            float acc = __ldg(cc + (size_t)t * g.d3);
-            const float *tk = tok + t * g.tdm;
-#pragma unroll
-            for (int kk = 0; kk < TDM; ++kk)
-                if (kk < g.td) acc = fmaf(wo[kk], tk[kk], acc);
-            dst[t * DHM + j] = acc;
-        }
-        if (g.G > 0) {
-            const int t = g.To;
-            float acc = __ldg(cc + (size_t)t * g.d3);
-            const float *tk = tok + t * g.tdm;
-#pragma unroll
-            for (int kk = 0; kk < TDM; ++kk)
-                if (kk < g.G) acc = fmaf(wgl[kk], tk[kk], acc);
-            dst[t * DHM + j] = acc;
-        }
-    }
-    if (dh < DHM) {
-        const int pad = DHM - dh;
-        for (int idx = lane; idx < g.T * pad; idx += 32) {
-            const int t = idx / pad, j = dh + (idx - t * pad);
-            q[t * DHM + j] = 0.0f;
-            k[t * DHM + j] = 0.0f;
-            v[t * DHM + j] = 0.0f;
-        }
-    }
-}
-
-// A[t, :] = softmax_s(q_t · k_s · scale), lane = query row t (+32 per slot); row stride Tp.
-template <int DHM, int SLOTS>
-__device__ __forceinline__ void head_probs(const AttnGeom &g, const float *q, const float *k,
-                                           float *P, int lane) {
-#pragma unroll
-    for (int r = 0; r < SLOTS; ++r) {
-        const int t = lane + 32 * r;
-        if (t < g.T) {
-            float qr[DHM];
-            const float4 *q4 = reinterpret_cast<const float4 *>(q + t * DHM);
-#pragma unroll
-            for (int j4 = 0; j4 < DHM / 4; ++j4) {
-                const float4 a = q4[j4];
-                qr[4 * j4] = a.x; qr[4 * j4 + 1] = a.y; qr[4 * j4 + 2] = a.z; qr[4 * j4 + 3] = a.w;
-            }
-            float *row = P + t * g.Tp;
-            float mx = -INFINITY;
-#pragma unroll 4
-            for (int s = 0; s < g.T; ++s) {
-                const float4 *k4 = reinterpret_cast<const float4 *>(k + s * DHM);
-                float acc = 0.0f;
-#pragma unroll
-                for (int j4 = 0; j4 < DHM / 4; ++j4) {
-                    const float4 b = k4[j4];
-                    acc = fmaf(qr[4 * j4], b.x, acc);
-                    acc = fmaf(qr[4 * j4 + 1], b.y, acc);
-                    acc = fmaf(qr[4 * j4 + 2], b.z, acc);
-                    acc = fmaf(qr[4 * j4 + 3], b.w, acc);
-                }
-                acc = __fmul_rn(acc, g.scale);
-                row[s] = acc;
-                mx = fmaxf(mx, acc);
-            }
-            float sum = 0.0f;
-            for (int s = 0; s < g.T; ++s) {
-                const float e = expf(__fadd_rn(row[s], -mx));
-                row[s] = e;
-                sum = __fadd_rn(sum, e);
-            }
-            for (int s = 0; s < g.T; ++s) row[s] = __fdiv_rn(row[s], sum);
-        }
-    }
-}
-
-// csum[s] = Σ_t A[t, s] (t in order), lane = key s.
-template <int SLOTS>
-__device__ __forceinline__ void head_colsums(const AttnGeom &g, const float *P, float *csum,
-                                             int lane) {
-#pragma unroll
-    for (int r = 0; r < SLOTS; ++r) {
-        const int s = lane + 32 * r;
-        if (s < g.T) {
-            float a = 0.0f;
-            for (int t = 0; t < g.T; ++t) a = __fadd_rn(a, P[t * g.Tp + s]);
-            csum[s] = a;
-        }
-    }
-}
-
-__device__ __forceinline__ float *warp_base(const AttnGeom &g, float *sm) {
-    return sm + (threadIdx.x >> 5) * g.w_size;
-}
-
-// ---- forward: ā, pool = ē + bo, aug ------------------------------------------------------------
-template <int DHM, int TDM, int SLOTS>
-__global__ void __launch_bounds__(256, 1)
-k_attn_fwd(AttnGeom g, const float *__restrict__ x, const float *__restrict__ comp,
-           const float *__restrict__ Wt, const float *__restrict__ Wg,
-           const float *__restrict__ bo, float *__restrict__ abar, float *__restrict__ pool,
-           float *__restrict__ aug) {
-    extern __shared__ float4 sm4[];
-    float *wb = warp_base(g, reinterpret_cast<float *>(sm4));
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float *tok = wb + g.w_tok, *stok = wb + g.w_stok, *q = wb + g.w_q, *k = wb + g.w_k,
-          *v = wb + g.w_v, *P = wb + g.w_p, *csum = wb + g.w_csum;
-    const float Tf = (float)g.T;
-
-    const int i0 = blockIdx.x * g.spb, i1 = min(g.B, i0 + g.spb);
-    for (int i = i0; i < i1; ++i) {
-        load_tokens(g, x + (size_t)i * g.D, tok, lane);
-        __syncwarp();
-        if (warp == 0) {
-            // stok = Σ_{t<To} tok_t; aug_i = [stok | g | 1]; pool_i = ē_i + bo.
-            for (int kk = lane; kk < g.td; kk += 32) {
-                float s = 0.0f;
-                for (int t = 0; t < g.To; ++t) s = __fadd_rn(s, tok[t * g.tdm + kk]);
-                stok[kk] = s;
-            }
-            __syncwarp();
-            float *ai = aug + (size_t)i * g.na;
-            for (int c = lane; c < g.na; c += 32)
-                ai[c] = c < g.td ? stok[c]
-                                 : (c < g.td + g.G ? tok[g.To * g.tdm + (c - g.td)] : 1.0f);
-            for (int a = lane; a < g.d; a += 32) {
-                float e = comp[g.c_eb + a];
-                for (int kk = 0; kk < g.td; ++kk) e = fmaf(Wt[a * g.td + kk], stok[kk], e);
-                for (int kk = 0; kk < g.G; ++kk)
-                    e = fmaf(Wg[a * g.G + kk], tok[g.To * g.tdm + kk], e);
-                pool[(size_t)i * g.d + a] = __fadd_rn(__fdiv_rn(e, Tf), bo[a]);
-            }
-        }
-        for (int h = warp; h < g.heads; h += g.nw) {
-            head_qkv<DHM, TDM>(g, h, tok, comp, q, k, v, lane);
-            __syncwarp();
-            head_probs<DHM, SLOTS>(g, q, k, P, lane);
-            __syncwarp();
-            head_colsums<SLOTS>(g, P, csum, lane);
-            __syncwarp();
-            // ā_h[j] = (Σ_s csum_s v_s[j]) / T
-            for (int j = lane; j < g.dh; j += 32) {
-                float a = 0.0f;
-                for (int s = 0; s < g.T; ++s) a = fmaf(csum[s], v[s * DHM + j], a);
-                abar[(size_t)i * g.d + h * g.dh + j] = __fdiv_rn(a, Tf);
-            }
-            __syncwarp();
-        }
-    }
-}
-
-// ---- backward: block partials of S | M1 | M2 ------------------------------------------------
-template <int DHM, int TDM, int SLOTS>
-__global__ void __launch_bounds__(256, 1)
-k_attn_bwd(AttnGeom g, const float *__restrict__ x, const float *__restrict__ comp,
-           const float *__restrict__ dabar, float *__restrict__ partial) {
-    extern __shared__ float4 sm4[];
-    float *sm = reinterpret_cast<float *>(sm4);
-    float *wb = warp_base(g, sm);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float *tok = wb + g.w_tok, *q = wb + g.w_q, *k = wb + g.w_k, *P = wb + g.w_p,
-          *csum = wb + g.w_csum, *bet = wb + g.w_bet;
-    float *v = P;   // v lives where A will be: it is dead once β is known
-    float *dq = q;  // [T, dqp] dqkv rows, over q | k | P once those are dead
-    float *S = sm + g.b_acc, *M1 = S + g.T * g.d3, *M2 = M1 + g.d3 * g.td;
-    for (int idx = threadIdx.x; idx < g.pw; idx += blockDim.x) S[idx] = 0.0f;
-    __syncthreads();
-    const float Tf = (float)g.T;
-    const int dh = g.dh;
-
-    const int i0 = blockIdx.x * g.spb, i1 = min(g.B, i0 + g.spb);
-    for (int i = i0; i < i1; ++i) {
-        load_tokens(g, x + (size_t)i * g.D, tok, lane);
-        __syncwarp();
-        for (int h = warp; h < g.heads; h += g.nw) {
-            // γ = dā_h / T (the gradient of every row of the head's attention output)
-            float gr[DHM];
-#pragma unroll
-            for (int j = 0; j < DHM; ++j)
-                gr[j] = j < dh ? __fdiv_rn(__ldg(dabar + (size_t)i * g.d + h * dh + j), Tf) : 0.0f;
-
-            head_qkv<DHM, TDM>(g, h, tok, comp, q, k, v, lane);
-            __syncwarp();
-            // β_s = γ · v_s
-#pragma unroll
-            for (int r = 0; r < SLOTS; ++r) {
-                const int t = lane + 32 * r;
-                if (t < g.T) {
-                    const float4 *v4 = reinterpret_cast<const float4 *>(v + t * DHM);
-                    float b = 0.0f;
-#pragma unroll
-                    for (int j4 = 0; j4 < DHM / 4; ++j4) {
-                        const float4 a = v4[j4];
-                        b = fmaf(gr[4 * j4], a.x, b);
-                        b = fmaf(gr[4 * j4 + 1], a.y, b);
-                        b = fmaf(gr[4 * j4 + 2], a.z, b);
-                        b = fmaf(gr[4 * j4 + 3], a.w, b);
-                    }
-                    bet[t] = b;
-                }
-            }
-            __syncwarp();
-            head_probs<DHM, SLOTS>(g, q, k, P, lane);
-            __syncwarp();
-            head_colsums<SLOTS>(g, P, csum, lane);
-            float gam[SLOTS];
-#pragma unroll
-            for (int r = 0; r < SLOTS; ++r) {
-                const int t = lane + 32 * r;
-                gam[r] = 0.0f;
-                if (t < g.T) {
-                    const float *row = P + t * g.Tp;
-                    float a = 0.0f;
-                    for (int s = 0; s < g.T; ++s) a = fmaf(row[s], bet[s], a);
-                    gam[r] = a;
-                }
-            }
-            __syncwarp();
-            // dS = A (β − γ_t) · scale, in place (lane t owns row t)
-#pragma unroll
-            for (int r = 0; r < SLOTS; ++r) {
-                const int t = lane + 32 * r;
-                if (t < g.T) {
-                    float *row = P + t * g.Tp;
-                    for (int s = 0; s < g.T; ++s)
-                        row[s] = __fmul_rn(__fmul_rn(row[s], __fadd_rn(bet[s], -gam[r])), g.scale);
-                }
-            }
-            __syncwarp();
-            // dq_t = Σ_s dS[t, s] k_s (lane t);  dk_s = Σ_t dS[t, s] q_t (lane s)
-            float dqr[SLOTS][DHM], dkr[SLOTS][DHM];
-#pragma unroll
-            for (int r = 0; r < SLOTS; ++r) {
-                const int t = lane + 32 * r;
-#pragma unroll
-                for (int j = 0; j < DHM; ++j) dqr[r][j] = dkr[r][j] = 0.0f;
-                if (t < g.T) {
-                    const float *row = P + t * g.Tp;
-                    for (int s = 0; s < g.T; ++s) {
-                        const float p = row[s];
-                        const float4 *k4 = reinterpret_cast<const float4 *>(k + s * DHM);
-#pragma unroll
-                        for (int j4 = 0; j4 < DHM / 4; ++j4) {
-                            const float4 b = k4[j4];
-                            dqr[r][4 * j4] = fmaf(p, b.x, dqr[r][4 * j4]);
-                            dqr[r][4 * j4 + 1] = fmaf(p, b.y, dqr[r][4 * j4 + 1]);
-                            dqr[r][4 * j4 + 2] = fmaf(p, b.z, dqr[r][4 * j4 + 2]);
-                            dqr[r][4 * j4 + 3] = fmaf(p, b.w, dqr[r][4 * j4 + 3]);
-                        }
-                    }
-                    for (int tt = 0; tt < g.T; ++tt) {
-                        const float p = P[tt * g.Tp + t];
-                        const float4 *q4 = reinterpret_cast<const float4 *>(q + tt * DHM);
-#pragma unroll
-                        for (int j4 = 0; j4 < DHM / 4; ++j4) {
-                            const float4 b = q4[j4];
-                            dkr[r][4 * j4] = fmaf(p, b.x, dkr[r][4 * j4]);
-                            dkr[r][4 * j4 + 1] = fmaf(p, b.y, dkr[r][4 * j4 + 1]);
-                            dkr[r][4 * j4 + 2] = fmaf(p, b.z, dkr[r][4 * j4 + 2]);
-                            dkr[r][4 * j4 + 3] = fmaf(p, b.w, dkr[r][4 * j4 + 3]);
-                        }
-                    }
-                }
-            }
-            __syncwarp();  // q, k and dS are dead from here: dq rows overwrite them
-#pragma unroll
-            for (int r = 0; r < SLOTS; ++r) {
-                const int t = lane + 32 * r;
-                if (t < g.T) {
-                    float *row = dq + t * g.dqp;
-                    const float cs = csum[t];
-#pragma unroll
-                    for (int j = 0; j < DHM; ++j)
-                        if (j < dh) {
-                            row[j] = dqr[r][j];
-                            row[dh + j] = dkr[r][j];
-                            row[2 * dh + j] = __fmul_rn(cs, gr[j]);  // dv_t = (Σ_t' A[t', t]) γ
-                        }
-                }
-            }
-            __syncwarp();
-            // Accumulate, lane = column of the head: S[t][c] += dqkv_t[c];
-            // M1[c][k] += Σ_{t<To} dqkv_t[c] tok_t[k];  M2[c][k] += dqkv_To[c] g[k].
-            for (int lc = lane; lc < 3 * dh; lc += 32) {
-                const int part = lc / dh, j = lc - part * dh;
-                const int c = part * g.d + h * dh + j;
-                float loc[TDM];
-#pragma unroll
-                for (int kk = 0; kk < TDM; ++kk) loc[kk] = 0.0f;
-                for (int t = 0; t < g.To; ++t) {
-                    const float val = dq[t * g.dqp + lc];
-                    S[t * g.d3 + c] = __fadd_rn(S[t * g.d3 + c], val);
-                    const float *tk = tok + t * g.tdm;
-#pragma unroll
-                    for (int kk = 0; kk < TDM; ++kk)
-                        if (kk < g.td) loc[kk] = fmaf(val, tk[kk], loc[kk]);
-                }
-#pragma unroll
-                for (int kk = 0; kk < TDM; ++kk)
-                    if (kk < g.td) M1[c * g.td + kk] = __fadd_rn(M1[c * g.td + kk], loc[kk]);
-                if (g.G > 0) {
-                    const int t = g.To;
-                    const float val = dq[t * g.dqp + lc];
-                    S[t * g.d3 + c] = __fadd_rn(S[t * g.d3 + c], val);
-                    for (int kk = 0; kk < g.G; ++kk)
-                        M2[c * g.G + kk] = fmaf(val, tok[t * g.tdm + kk], M2[c * g.G + kk]);
-                }
-            }
-            __syncwarp();
-        }
-    }
-    __syncthreads();
-    float *out = partial + (size_t)blockIdx.x * g.pw;
-    for (int idx = threadIdx.x; idx < g.pw; idx += blockDim.x) out[idx] = S[idx];
-}
-
-// ---- composites, reward head, finalisation -------------------------------------------------
+constexpr int kHeadRowsPerWarp = 8;
 
 // Wc = W Wt, Wgc = W Wg, cc_t = W e0_t + b, ebar = Σ_t e0_t (float64 sums, rounded once).
-__global__ void k_attn_comp(AttnGeom g, const float *__restrict__ W, const float *__restrict__ b,
+__global__ void k_attn_comp(Geom g, const float *__restrict__ W, const float *__restrict__ b,
                             const float *__restrict__ Wt, const float *__restrict__ bt,
                             const float *__restrict__ Wg, const float *__restrict__ bg,
                             const float *__restrict__ P, float *__restrict__ comp) {
@@ -521,7 +149,7 @@ struct AttnFinArgs {
     float *gW, *gb, *gP, *gWt, *gWg, *gbo;   // gradient slices
 };
 
-__global__ void k_attn_fin(AttnGeom g, AttnFinArgs f) {
+__global__ void k_attn_fin(Geom g, AttnFinArgs f) {
     const float *S = f.tot, *M1 = S + g.T * g.d3, *M2 = M1 + g.d3 * g.td;
     const int d = g.d, d3 = g.d3, td = g.td, G = g.G, T = g.T, na = g.na;
     const int n1 = d3 * d, n2 = d3, n3 = T * d, n4 = d * td, n5 = d * G, n6 = d;
@@ -574,7 +202,7 @@ __global__ void k_attn_fin(AttnGeom g, AttnFinArgs f) {
 }
 
 // dbt = Σ_{t<To} dP[t], dbg = dP[To].
-__global__ void k_attn_fin2(AttnGeom g, const float *__restrict__ gP, float *gbt, float *gbg) {
+__global__ void k_attn_fin2(Geom g, const float *__restrict__ gP, float *gbt, float *gbg) {
     for (int a = blockIdx.x * blockDim.x + threadIdx.x; a < g.d; a += gridDim.x * blockDim.x) {
         double s = 0.0;
         for (int t = 0; t < g.To; ++t) s += (double)gP[t * g.d + a];
@@ -585,8 +213,6 @@ __global__ void k_attn_fin2(AttnGeom g, const float *__restrict__ gP, float *gbt
 
 }  // namespace
 
-using namespace attn_detail;
-
 struct AttentionLearner::Impl {
     Dims d;
     AttnOffsets o;
@@ -594,115 +220,70 @@ struct AttentionLearner::Impl {
     AdamHyper hyp;
     cublasComputeType_t compute;
 
-    AttnGeom gf{}, gb{};  // geometry of k_attn_fwd / k_attn_bwd
-    size_t smem_f = 0, smem_b = 0;
-    FwdKernel fwd = nullptr;
-    BwdKernel bwd = nullptr;
-    int nblk_f = 0, nblk_b = 0;  // blocks of k_attn_fwd / k_attn_bwd
+    Geom g{};
+    std::unique_ptr<attn::Path> path;
     aux::RowPlan head;
 
     aux::Arena arena;
-    float *comp, *abar, *pool, *aug, *hbuf, *dpool, *R, *tot, *grad, *part_b;
+    float *comp, *abar, *pool, *aug, *hbuf, *dpool, *R, *tot, *grad, *part;
     double *part_head;
+    cudaEvent_t ev[4] = {};  // time_phases(): forward begin/end, backward begin/end
 
-    // Per-warp and per-block shared memory of one kernel variant (DHM = head width rounded up).
-    static void layout(AttnGeom &g, int DHM, bool bwd, size_t &smem) {
-        int off = 0;
-        g.w_tok = off; off += al4(g.T * g.tdm);
-        g.w_stok = off; off += al4(g.tdm);
-        g.w_q = off; off += g.T * DHM;
-        g.w_k = off; off += g.T * DHM;
-        if (!bwd) {
-            g.w_v = off; off += g.T * DHM;
-            g.w_p = off; off += al4(g.T * g.Tp);
-        } else {
-            g.w_v = g.w_p = off;  // v, then A / dS; the dqkv rows span q | k | this
-            const int need = std::max(g.T * DHM, g.T * g.Tp);
-            const int dq_rest = g.T * g.dqp - 2 * g.T * DHM;
-            off += al4(std::max(need, dq_rest));
+    ~Impl() {
+        for (cudaEvent_t e : ev)
+            if (e) cudaEventDestroy(e);
+    }
+    void mark(int k, cudaStream_t s) {
+        if (ev[0]) FH_CUDA(cudaEventRecord(ev[k], s));
+    }
+
+    static Kernels requested(Kernels k) {
+        if (k != Kernels::AUTO) return k;
+        const char *e = getenv("FOXHUNT_ATTN_KERNELS");
+        if (!e || !*e || !strcmp(e, "auto")) return Kernels::AUTO;
+        for (Kernels c : {Kernels::TC, Kernels::TC_SPLIT, Kernels::GENERAL, Kernels::LEGACY})
+            if (!strcmp(e, attn::kernels_name(c))) return c;
+        fail(FH_ERR_BAD_VALUE,
+             "FOXHUNT_ATTN_KERNELS='%s': expected auto, tc, tc-split, general or legacy", e);
+    }
+
+    void choose(Kernels want, bool strict) {
+        switch (want) {
+        case Kernels::AUTO:
+            path = attn::make_tc_path(g, strict);
+            if (!path) path = attn::make_general_path(g);
+            return;
+        case Kernels::TC:
+        case Kernels::TC_SPLIT: path = attn::make_tc_path(g, want == Kernels::TC_SPLIT); break;
+        case Kernels::LEGACY: path = attn::make_legacy_path(g); break;
+        case Kernels::GENERAL: path = attn::make_general_path(g); break;
         }
-        g.w_csum = off; off += al4(g.T);
-        g.w_bet = off; off += al4(g.T);
-        g.w_size = off;
-        g.b_acc = g.nw * g.w_size;
-        g.pw = g.T * g.d3 + g.d3 * g.td + g.d3 * g.G;
-        smem = (size_t)(g.b_acc + (bwd ? g.pw : 0)) * sizeof(float);
+        if (!path)
+            fail(FH_ERR_BAD_DIMENSION,
+                 "the attention kernels '%s' do not support this config (%d tokens, d_head %d, "
+                 "attn_token_dim %d, goal_dim %d, %d heads)",
+                 attn::kernels_name(want), g.T, g.dh, g.td, g.G, g.heads);
     }
 
-    // Transitions per block: about kSamplesPerBlock, chosen so that the blocks fill whole waves
-    // of the device (resident blocks per SM × SMs). Each block works through its transitions
-    // one after another, so a last, partly filled wave costs a whole wave's time: at B = 16384
-    // on an H200, 1024 blocks of 16 make 2.6 waves of k_attn_bwd, which run as 3.
-    static int wave_spb(const void *kernel, int threads, size_t smem, int B) {
-        int dev = 0, sms = 0, per_sm = 0;
-        FH_CUDA(cudaGetDevice(&dev));
-        FH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        FH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-        const long long slots = (long long)std::max(sms, 1) * std::max(per_sm, 1);
-        const long long waves =
-            std::max(1LL, std::llround((double)B / ((double)kSamplesPerBlock * (double)slots)));
-        return (int)std::max(1LL, ((long long)B + waves * slots - 1) / (waves * slots));
-    }
-
-    template <int DHM, int TDM, int SLOTS>
-    void pick() {
-        fwd = k_attn_fwd<DHM, TDM, SLOTS>;
-        bwd = k_attn_bwd<DHM, TDM, SLOTS>;
-    }
-
-    Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *m, float *v)
+    Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *m, float *v,
+         Kernels kernels)
         : d(dd), o(L.attn), params(p), mom1(m), mom2(v) {
         hyp = AdamHyper{c.lr_aux, c.adam_beta1, c.adam_beta2, c.adam_eps};
         compute = compute_type(c);
         if (o.Wk != o.Wq + (size_t)d.d * d.d || o.Wv != o.Wk + (size_t)d.d * d.d ||
             o.bk != o.bq + d.d || o.bv != o.bk + d.d)
             fail(FH_ERR_INTERNAL, "attention: Wq|Wk|Wv and bq|bk|bv are not contiguous in the layout");
-        if (d.T > 64 || d.dh > 32 || d.td > 16 || d.G > 16)
-            fail(FH_ERR_BAD_DIMENSION,
-                 "config: the CUDA attention learner supports at most 64 tokens (obs_dim / "
-                 "attn_token_dim + 1 = %u), d_head <= 32 (%u), attn_token_dim <= 16 (%u) and "
-                 "goal_dim <= 16 (%u); use the CPU backend for this config",
-                 d.T, d.dh, d.td, d.G);
-
-        AttnGeom g{};
         g.B = (int)d.B; g.D = (int)d.D; g.O = (int)d.O; g.G = (int)d.G; g.td = (int)d.td;
         g.To = (int)d.To; g.T = (int)d.T; g.d = (int)d.d; g.d3 = 3 * (int)d.d;
         g.heads = (int)d.heads; g.dh = (int)d.dh; g.hh = (int)d.hh;
         g.na = g.td + g.G + 1;
-        g.tdm = std::max(g.td, std::max(g.G, 1));
-        g.Tp = g.T | 1;
-        g.dqp = (3 * g.dh) | 1;
-        g.nw = std::min(g.heads, 8);
         g.scale = (float)(1.0 / std::sqrt((double)d.dh));
         g.c_wg = g.d3 * g.td;
         g.c_cc = g.c_wg + g.d3 * g.G;
         g.c_eb = g.c_cc + g.T * g.d3;
         g.c_total = g.c_eb + g.d;
-
-        const int DHM = d.dh <= 16 ? 16 : 32;
-        const int TDM = std::max(d.td, d.G) <= 4 ? 4 : 16;
-        const int SLOTS = d.T <= 32 ? 1 : 2;
-        gf = g;
-        gb = g;
-        layout(gf, DHM, false, smem_f);
-        layout(gb, DHM, true, smem_b);
-        const int key = (DHM == 16 ? 0 : 4) + (TDM == 4 ? 0 : 2) + (SLOTS == 1 ? 0 : 1);
-        switch (key) {
-        case 0: pick<16, 4, 1>(); break;
-        case 1: pick<16, 4, 2>(); break;
-        case 2: pick<16, 16, 1>(); break;
-        case 3: pick<16, 16, 2>(); break;
-        case 4: pick<32, 4, 1>(); break;
-        case 5: pick<32, 4, 2>(); break;
-        case 6: pick<32, 16, 1>(); break;
-        default: pick<32, 16, 2>(); break;
-        }
-        aux::allow_smem((const void *)fwd, smem_f, "attention forward");
-        aux::allow_smem((const void *)bwd, smem_b, "attention backward");
-        gf.spb = wave_spb((const void *)fwd, gf.nw * 32, smem_f, g.B);
-        gb.spb = wave_spb((const void *)bwd, gb.nw * 32, smem_b, g.B);
-        nblk_f = (g.B + gf.spb - 1) / gf.spb;
-        nblk_b = (g.B + gb.spb - 1) / gb.spb;
+        g.pw = g.T * g.d3 + g.d3 * g.td + g.d3 * g.G;
+        choose(requested(kernels), c.math_mode == FH_MATH_STRICT);
         head = aux::plan_rows(d.B, 2 * (int)d.hh + 2, kHeadRowsPerWarp, 0, "attention head");
 
         const size_t B = d.B;
@@ -713,10 +294,11 @@ struct AttentionLearner::Impl {
         const size_t o_h = arena.reserve_n<float>(B * d.hh);
         const size_t o_dpool = arena.reserve_n<float>(B * d.d);
         const size_t o_R = arena.reserve_n<float>((size_t)d.d * g.na);
-        const size_t o_tot = arena.reserve_n<float>(gb.pw);
+        const size_t o_tot = arena.reserve_n<float>(g.pw);
         const size_t o_grad = arena.reserve_n<float>(o.total);
-        const size_t o_pb = arena.reserve_n<float>((size_t)nblk_b * gb.pw);
+        const size_t o_part = arena.reserve_n<float>((size_t)path->partial_rows() * g.pw);
         const size_t o_ph = arena.reserve_n<double>((size_t)head.blocks * (2 * d.hh + 2));
+        const size_t o_scr = arena.reserve(path->scratch_bytes());
         arena.allocate("the attention learner");
         comp = arena.at<float>(o_comp);
         abar = arena.at<float>(o_abar);
@@ -727,28 +309,29 @@ struct AttentionLearner::Impl {
         R = arena.at<float>(o_R);
         tot = arena.at<float>(o_tot);
         grad = arena.at<float>(o_grad);
-        part_b = arena.at<float>(o_pb);
+        part = arena.at<float>(o_part);
         part_head = arena.at<double>(o_ph);
+        if (path->scratch_bytes()) path->bind_scratch(arena.at<char>(o_scr));
         aux::allow_smem((const void *)k_attn_head, head.smem, "attention head");
     }
 
-    void enqueue(const Lane &lane, const StepInputs &in, float *loss) {
+    void loss_grad(const Lane &lane, const StepInputs &in, float *loss) {
         cudaStream_t s = lane.stream;
         cudaStream_t hs = nullptr;
         FH_CUBLAS(cublasGetStream(lane.blas, &hs));
         if (hs != s)
             fail(FH_ERR_INTERNAL, "attention: the lane's cuBLAS handle is not bound to its stream");
         const Blas bl{lane.blas, compute};
-        const int B = (int)d.B, dm = (int)d.d, hh = (int)d.hh, na = gf.na;
+        const int B = (int)d.B, dm = (int)d.d, hh = (int)d.hh, na = g.na;
         const float *P = params;
         const float *Wg = d.G > 0 ? P + o.Wg : nullptr, *bg = d.G > 0 ? P + o.bg : nullptr;
 
-        k_attn_comp<<<(gf.c_total + 255) / 256, 256, 0, s>>>(gf, P + o.Wq, P + o.bq, P + o.Wt,
-                                                            P + o.bt, Wg, bg, P + o.P, comp);
+        k_attn_comp<<<(g.c_total + 255) / 256, 256, 0, s>>>(g, P + o.Wq, P + o.bq, P + o.Wt,
+                                                           P + o.bt, Wg, bg, P + o.P, comp);
         FH_LAUNCHED("k_attn_comp");
-        fwd<<<nblk_f, gf.nw * 32, smem_f, s>>>(gf, in.x, comp, P + o.Wt, Wg, P + o.bo, abar,
-                                               pool, aug);
-        FH_LAUNCHED("k_attn_fwd");
+        mark(0, s);
+        path->forward(attn::FwdArgs{in.x, comp, P + o.Wt, Wg, P + o.bo, abar, pool, aug}, s);
+        mark(1, s);
         gemm_nt(bl, B, dm, dm, abar, P + o.Wo, pool, 1.0f, "attention pool += abar Wo^T");
         gemm_nt(bl, B, hh, dm, pool, P + o.Wr1, hbuf, 0.0f, "attention h = pool Wr1^T");
 
@@ -759,12 +342,12 @@ struct AttentionLearner::Impl {
         k_attn_head<<<head.blocks, head.warps * 32, head.smem, s>>>(a);
         FH_LAUNCHED("k_attn_head");
         {
-            aux::Segs g;
-            g.add(grad + o.br1, 0, hh);
-            g.add(grad + o.w_r2, hh, hh);
-            g.add(grad + o.b_r2, 2 * hh, 1);
-            g.add(loss, 2 * hh + 1, 1, 0, (double)d.B);
-            aux::reduce_partials(part_head, head.blocks, 2 * hh + 2, 1, g, s);
+            aux::Segs sg;
+            sg.add(grad + o.br1, 0, hh);
+            sg.add(grad + o.w_r2, hh, hh);
+            sg.add(grad + o.b_r2, 2 * hh, 1);
+            sg.add(loss, 2 * hh + 1, 1, 0, (double)d.B);
+            aux::reduce_partials(part_head, head.blocks, 2 * hh + 2, 1, sg, s);
         }
         gemm_tn(bl, hh, dm, B, hbuf, pool, grad + o.Wr1, 0.0f, "attention dWr1 = dh^T pool");
         gemm_nn(bl, B, dm, hh, hbuf, P + o.Wr1, dpool, 0.0f, "attention dpool = dh Wr1");
@@ -772,38 +355,68 @@ struct AttentionLearner::Impl {
         gemm_nn(bl, B, dm, dm, dpool, P + o.Wo, abar, 0.0f, "attention dabar = dpool Wo");
         gemm_tn(bl, dm, na, B, dpool, aug, R, 0.0f, "attention R = dpool^T aug");
 
-        bwd<<<nblk_b, gb.nw * 32, smem_b, s>>>(gb, in.x, comp, abar, part_b);
-        FH_LAUNCHED("k_attn_bwd");
+        mark(2, s);
+        path->backward(attn::BwdArgs{in.x, comp, abar, part}, s);
+        mark(3, s);
         {
-            aux::Segs g;
-            g.add(tot, 0, gb.pw);
-            aux::reduce_partials(part_b, nblk_b, gb.pw, 1, g, s);
+            aux::Segs sg;
+            sg.add(tot, 0, g.pw);
+            aux::reduce_partials(part, path->partial_rows(), g.pw, 1, sg, s);
         }
         AttnFinArgs f{};
         f.W = P + o.Wq; f.Wt = P + o.Wt; f.bt = P + o.bt; f.Wg = Wg; f.bg = bg; f.P = P + o.P;
         f.tot = tot; f.R = R;
         f.gW = grad + o.Wq; f.gb = grad + o.bq; f.gP = grad + o.P; f.gWt = grad + o.Wt;
         f.gWg = d.G > 0 ? grad + o.Wg : nullptr; f.gbo = grad + o.bo;
-        const int nfin = gf.d3 * dm + gf.d3 + gf.T * dm + dm * gf.td + dm * gf.G + dm;
-        k_attn_fin<<<(nfin + 255) / 256, 256, 0, s>>>(gf, f);
+        const int nfin = g.d3 * dm + g.d3 + g.T * dm + dm * g.td + dm * g.G + dm;
+        k_attn_fin<<<(nfin + 255) / 256, 256, 0, s>>>(g, f);
         FH_LAUNCHED("k_attn_fin");
-        k_attn_fin2<<<(dm + 127) / 128, 128, 0, s>>>(gf, grad + o.P, grad + o.bt,
+        k_attn_fin2<<<(dm + 127) / 128, 128, 0, s>>>(g, grad + o.P, grad + o.bt,
                                                       d.G > 0 ? grad + o.bg : nullptr);
         FH_LAUNCHED("k_attn_fin2");
+    }
 
+    void enqueue(const Lane &lane, const StepInputs &in, float *loss) {
+        loss_grad(lane, in, loss);
         aux::adam(params, mom1, mom2, grad, o.total, hyp.lr, hyp.beta1, hyp.beta2, hyp.eps,
-                  in.step, s);
+                  in.step, lane.stream);
     }
 };
 
 AttentionLearner::AttentionLearner(const Dims &d, const fh_config &c, const Layout &L,
-                                   float *params, float *m, float *v)
-    : impl_(std::make_unique<Impl>(d, c, L, params, m, v)) {}
+                                   float *params, float *m, float *v, AttnKernels kernels)
+    : impl_(std::make_unique<Impl>(d, c, L, params, m, v, kernels)) {}
 
 AttentionLearner::~AttentionLearner() = default;
 
 void AttentionLearner::enqueue(const Lane &lane, const StepInputs &in, float *loss) {
     impl_->enqueue(lane, in, loss);
+}
+
+void AttentionLearner::enqueue_loss_grad(const Lane &lane, const StepInputs &in, float *loss) {
+    impl_->loss_grad(lane, in, loss);
+}
+
+const float *AttentionLearner::grad_device() const { return impl_->grad; }
+
+AttnKernels AttentionLearner::kernels() const { return impl_->path->kind(); }
+
+void AttentionLearner::time_phases(bool on) {
+    for (cudaEvent_t &e : impl_->ev) {
+        if (on && !e) FH_CUDA(cudaEventCreate(&e));
+        if (!on && e) {
+            FH_CUDA(cudaEventDestroy(e));
+            e = nullptr;
+        }
+    }
+}
+
+void AttentionLearner::phase_ms(float *forward, float *backward) const {
+    const cudaEvent_t *ev = impl_->ev;
+    if (!ev[0]) fail(FH_ERR_INTERNAL, "attention: phase_ms() without time_phases(true)");
+    FH_CUDA(cudaEventSynchronize(ev[3]));
+    FH_CUDA(cudaEventElapsedTime(forward, ev[0], ev[1]));
+    FH_CUDA(cudaEventElapsedTime(backward, ev[2], ev[3]));
 }
 
 size_t AttentionLearner::bytes() const { return impl_->arena.bytes(); }

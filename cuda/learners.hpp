@@ -70,13 +70,28 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
+// Which kernels compute the attention learner's per-(transition, head) part (see
+// cuda/attention_paths.hpp): AUTO picks tensor cores where the config allows (split TF32 in
+// strict mode), else the general float32 path; the environment variable FOXHUNT_ATTN_KERNELS
+// (tc, tc-split, general, legacy) overrides AUTO, for benchmarks and tests.
+enum class AttnKernels { AUTO = 0, TC, TC_SPLIT, GENERAL, LEGACY };
+
 // Attention reward model (SPEC §4), MSE to r~.
 class AttentionLearner {
 public:
     AttentionLearner(const Dims &d, const fh_config &c, const Layout &L, float *params, float *m,
-                     float *v);
+                     float *v, AttnKernels kernels = AttnKernels::AUTO);
     ~AttentionLearner();
     void enqueue(const Lane &lane, const StepInputs &in, float *loss);
+    // The loss and its gradient only (no Adam step): the gradient, laid out as layout.attn,
+    // stays in grad_device() until the next call. For tests and benchmarks.
+    void enqueue_loss_grad(const Lane &lane, const StepInputs &in, float *loss);
+    const float *grad_device() const;
+    AttnKernels kernels() const;  // the kernels in use (never AUTO)
+    // Benchmarks: when on, enqueue_loss_grad() records events around the per-(transition, head)
+    // forward and backward kernels; phase_ms() waits for the last call's and reads them.
+    void time_phases(bool on);
+    void phase_ms(float *forward, float *backward) const;
     size_t bytes() const;
 
 private:

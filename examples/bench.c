@@ -21,9 +21,13 @@
  * usage: foxhunt-bench [--batch 1024,4096,16384,65536] [--steps 50] [--warmup 5]
  *                      [--modes multi-tf32,single-tf32,multi-strict,single-strict]
  *                      [--iql-gemm auto|grouped|batched|sequential[,...]] [--machine NAME]
- *                      [--out PATH] [--peer]
+ *                      [--out PATH] [--peer] [--variant VAR=a,b,...]
  *   --iql-gemm  the IQL GEMM strategy dimension (fh_config.iql_gemm): each listed value
  *               is one more run per batch and mode. Default: auto only.
+ *   --variant   a dimension over the values of one environment variable that the library reads
+ *               at pipeline creation (e.g. FOXHUNT_ATTN_KERNELS=legacy,tc to time an old and a
+ *               new kernel path side by side in one run); each value is set before creating the
+ *               pipeline ("auto" unsets it). Default: none.
  *   --peer      after foxhunt's own runs, time the same step written in PyTorch (eager, one CUDA
  *               graph, torch.compile; tests/python/bench_torch_peer.py, run with `python3`)
  *               at each batch size, in the same math (TF32 if any TF32 mode ran): its table,
@@ -67,6 +71,7 @@ typedef struct {
     uint32_t batch;
     const mode_t_ *mode;
     int iql_gemm;
+    const char *variant;  /* value of the --variant variable, or "" */
     double median[NUM_FIELDS];
     double wall_ms, steps_per_s;
     double fed_ms, upload_ms;  /* wall per (upload + step); median host time in one upload */
@@ -174,7 +179,11 @@ static void timings_fields(const fh_timings *t, double *f) {
     f[8] = t->aux_attn_ms; f[9] = t->aux_tail_ms; f[10] = t->adam_ms; f[11] = t->total_ms;
 }
 
-static void run_one(result *r, int steps, int warmup) {
+static void run_one(result *r, int steps, int warmup, const char *variant_var) {
+    if (variant_var) {
+        if (!strcmp(r->variant, "auto")) unsetenv(variant_var);
+        else setenv(variant_var, r->variant, 1);
+    }
     fh_config c;
     fh_config_init(&c);
     c.backend = FH_BACKEND_CUDA;
@@ -267,6 +276,9 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < sizeof kModes / sizeof kModes[0]; ++k) modes[nmodes++] = &kModes[k];
     int iql[4] = {FH_IQL_GEMM_AUTO}, niql = 1;
     char machine[256] = "", out[4096] = "";
+    char variant_var[256] = "";
+    const char *variants[MAX_LIST] = {""};
+    int nvar = 1;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--batch") && v) {
@@ -318,12 +330,20 @@ int main(int argc, char **argv) {
             ++i;
         } else if (!strcmp(a, "--peer")) {
             peer = 1;
+        } else if (!strcmp(a, "--variant") && v && strchr(v, '=')) {
+            const char *eq = strchr(v, '=');
+            snprintf(variant_var, sizeof variant_var, "%.*s", (int)(eq - v), v);
+            nvar = 0;
+            char *copy = strdup(eq + 1), *save = NULL;
+            for (char *tok = strtok_r(copy, ",", &save); tok && nvar < MAX_LIST; tok = strtok_r(NULL, ",", &save))
+                variants[nvar++] = tok;  /* copy is kept: the strings live until exit */
+            ++i;
         } else {
             fprintf(stderr,
                     "usage: foxhunt-bench [--batch 1024,4096,16384,65536] [--steps 50] "
                     "[--warmup 5]\n  [--modes multi-tf32,single-tf32,multi-strict,single-strict] "
                     "[--iql-gemm auto|grouped|batched|sequential[,...]]\n  [--machine NAME] "
-                    "[--out PATH] [--peer]\n");
+                    "[--out PATH] [--peer] [--variant VAR=a,b,...]\n");
             return 2;
         }
     }
@@ -337,36 +357,43 @@ int main(int argc, char **argv) {
     strftime(date, sizeof date, "%Y-%m-%d", localtime(&now));
     if (!out[0]) snprintf(out, sizeof out, "bench/results/%s-%s.json", machine, date);
 
-    const int nres = nbatch * nmodes * niql;
+    if (nvar < 1) {
+        fprintf(stderr, "foxhunt-bench: --variant needs at least one value\n");
+        return 2;
+    }
+    const int nres = nbatch * nmodes * niql * nvar;
     result *res = xmalloc(sizeof(result) * (size_t)nres);
     int nr = 0;
     for (int bi = 0; bi < nbatch; ++bi)
         for (int q = 0; q < niql; ++q)
-            for (int mi = 0; mi < nmodes; ++mi) {
-                result *r = &res[nr++];
-                memset(r, 0, sizeof *r);
-                r->batch = batches[bi];
-                r->mode = modes[mi];
-                r->iql_gemm = iql[q];
-                run_one(r, steps, warmup);
-                fprintf(stderr, "  B=%u %s iql=%s: %.3f ms/step\n", r->batch, r->mode->name,
-                        kIqlGemm[r->iql_gemm], r->median[11]);
-            }
+            for (int mi = 0; mi < nmodes; ++mi)
+                for (int vi = 0; vi < nvar; ++vi) {
+                    result *r = &res[nr++];
+                    memset(r, 0, sizeof *r);
+                    r->batch = batches[bi];
+                    r->mode = modes[mi];
+                    r->iql_gemm = iql[q];
+                    r->variant = variants[vi];
+                    run_one(r, steps, warmup, variant_var[0] ? variant_var : NULL);
+                    fprintf(stderr, "  B=%u %s iql=%s %s: %.3f ms/step\n", r->batch,
+                            r->mode->name, kIqlGemm[r->iql_gemm], r->variant, r->median[11]);
+                }
 
     printf("\nfoxhunt-bench (libfoxhunt %u) on %s, %s: median ms per child graph over %d "
            "steps; wall = back-to-back steps on one batch; fed = upload + step back to back, "
            "upload = median host ms per upload call\n",
            fh_version(), machine, date, steps);
-    printf("%7s %-13s %-5s %6s %6s %6s %7s %7s (%5s %6s %6s %6s %6s) %6s %7s | %7s %8s | "
+    if (variant_var[0]) printf("variant = %s\n", variant_var);
+    printf("%7s %-13s %-5s %-9s %6s %6s %6s %7s %7s (%5s %6s %6s %6s %6s) %6s %7s | %7s %8s | "
            "%7s %7s | %8s\n",
-           "batch", "mode", "iql", "her", "spec", "ddqn", "forward", "aux", "ema", "iql", "iqn",
+           "batch", "mode", "iql", "variant", "her", "spec", "ddqn", "forward", "aux", "ema", "iql", "iqn",
            "attn", "tail", "adam", "total", "wall", "steps/s", "fed", "upload", "mem MiB");
     for (int k = 0; k < nr; ++k) {
         const result *r = &res[k];
         const double *m = r->median;
-        printf("%7u %-13s %-5s %6.3f %6.3f %6.3f %7.3f %7.3f (%5.3f %6.3f %6.3f %6.3f %6.3f) "
-               "%6.3f %7.3f | %7.3f %8.1f | %7.3f %7.3f | %8.1f\n",
-               r->batch, r->mode->name, kIqlGemm[r->iql_gemm], m[0], m[1], m[2], m[3], m[4],
+        printf("%7u %-13s %-5s %-9s %6.3f %6.3f %6.3f %7.3f %7.3f (%5.3f %6.3f %6.3f %6.3f "
+               "%6.3f) %6.3f %7.3f | %7.3f %8.1f | %7.3f %7.3f | %8.1f\n",
+               r->batch, r->mode->name, kIqlGemm[r->iql_gemm], r->variant[0] ? r->variant : "-", m[0], m[1], m[2], m[3], m[4],
                m[5], m[6], m[7], m[8], m[9], m[10], m[11], r->wall_ms, r->steps_per_s,
                r->fed_ms, r->upload_ms, r->mem.total / 1048576.0);
     }
@@ -386,7 +413,7 @@ int main(int argc, char **argv) {
         size_t len = 0;
         for (int k = 0; k < nr; ++k) {
             const result *r = &res[k];
-            if (r->batch != batches[bi] || r->iql_gemm != iql[0] ||
+            if (r->batch != batches[bi] || r->iql_gemm != iql[0] || r->variant != variants[0] ||
                 r->mode->math_mode != peer_math || len >= sizeof ours)
                 continue;
             len += (size_t)snprintf(ours + len, sizeof ours - len, "%s%s:%.5f:%.5f",
@@ -412,14 +439,15 @@ int main(int argc, char **argv) {
         return 1;
     }
     fprintf(f, "{\n  \"machine\": \"%s\",\n  \"date\": \"%s\",\n  \"library_version\": %u,\n"
-               "  \"steps\": %d,\n  \"warmup\": %d,\n  \"peer\": [",
-            machine, date, fh_version(), steps, warmup);
+               "  \"steps\": %d,\n  \"warmup\": %d,\n  \"variant_var\": \"%s\",\n  \"peer\": [",
+            machine, date, fh_version(), steps, warmup, variant_var);
     for (int k = 0; k < npeer; ++k) fprintf(f, "%s\"%s\"", k ? ", " : "", peer_json[k]);
     fprintf(f, "],\n  \"runs\": [\n");
     for (int k = 0; k < nr; ++k) {
         const result *r = &res[k];
-        fprintf(f, "    {\"batch\": %u, \"mode\": \"%s\", \"iql_gemm\": \"%s\", \"median_ms\": {",
-                r->batch, r->mode->name, kIqlGemm[r->iql_gemm]);
+        fprintf(f, "    {\"batch\": %u, \"mode\": \"%s\", \"iql_gemm\": \"%s\", \"variant\": \"%s\", "
+                   "\"median_ms\": {",
+                r->batch, r->mode->name, kIqlGemm[r->iql_gemm], r->variant);
         for (int j = 0; j < NUM_FIELDS; ++j)
             fprintf(f, "%s\"%s\": %.5f", j ? ", " : "", kFields[j], r->median[j]);
         fprintf(f, "},\n     \"wall_ms_per_step\": %.5f, \"steps_per_s\": %.2f,\n"

@@ -1,0 +1,609 @@
+// The attention learner's per-(transition, head) work on tensor cores (the TC and TC_SPLIT paths
+// of attention_paths.hpp): TF32 mma.sync m16n8k8 (cuda/mma_tf32.cuh), split TF32 for float32
+// accuracy.
+//
+// Tiling. One warp computes one (transition, head) at a time. A block has heads × wph warps;
+// warp w serves head h = w mod heads for every wph-th transition of the block's range (its
+// "slot"), so the warps of a slot cover all heads of one transition. With TP = T rounded up to
+// 16 (MT tiles of 16 tokens), the head's width padded to 16 and KXP = td + G rounded up to 8,
+// the warp holds
+//   X [TP, KXP]     token features (shared memory): obs row t = [tok_t | 0], goal row [0 | g]
+//   q, k, v [TP, 16] = X · W_augᵀ + cc, W_aug = [Wc | Wgc] of the head's channels (shared)
+//   S [TP, TP]      = q kᵀ, then A = softmax(S/√dh) over the T keys (registers)
+// Forward: c = column sums of A (a butterfly over the fragments' rows), ā = c·v / T (SIMT).
+// Backward, recomputing the forward as FlashAttention does: β_s = γ·v_s with γ = dā/T,
+// dS = A ⊙ (β − Σ_s A β) / √dh (registers, and a copy in shared memory), then the per-token
+// gradients transposed, as accumulator fragments with the head's channels as rows and tokens
+// as columns:
+//   dqᵀ = Kᵀ dSᵀ  (dS's accumulator fragments ARE the B fragments: no shared-memory trip)
+//   dkᵀ = Qᵀ dS   (dS read back from shared memory)
+//   dvᵀ = γ cᵀ    (an outer product, no product needed)
+// each added to S_acc (the per-token sums, same fragment layout) and, used directly as the A
+// operand, multiplied by X into M_acc = dqkvᵀ X (M1 | M2 of attention_paths.hpp). Both
+// accumulators stay in registers over the block's transitions; at the end each warp writes its
+// head's columns of its slot's partial row. No atomics; every sum has a fixed order.
+//
+// Why: at the default sizes (T = 32, d_head = 16, td + G = 8) a (transition, head) is 28 tile
+// products forward and 72 backward, small enough for one warp with no block-wide barrier in
+// the loop, and B·heads = 65536 of them at B = 16384 fill the H200 many times. Shared-memory
+// strides are ≡ 4 or 8 (mod 32) words so that the fragment loads hit 32 different banks (the
+// k index of the backward products runs in the permuted order of mma_tf32.cuh).
+#include <algorithm>
+#include <cmath>
+
+#include "attention_paths.hpp"
+#include "aux_common.cuh"
+#include "mma_tf32.cuh"
+
+namespace fh::cuda::attn {
+
+namespace {
+
+constexpr int kDHP = 16;      // head width, padded
+constexpr int kLDQ = kDHP + 4;
+constexpr int kTargetSamples = 16;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Shared memory: the block's cc of every head (zero-padded), then one region per warp:
+// X, q, k, then v (forward) or dS (backward, where β comes from v's fragments directly), c or β,
+// and γ.
+template <int MT, int KX>
+struct TcShape {
+    static constexpr int TP = 16 * MT, NT = 2 * MT, KXP = 8 * KX;
+    static constexpr int LDX = KXP + 4, LDS = TP + 4;
+    static constexpr int X = 0, Q = TP * LDX, K = Q + TP * kLDQ, V = K + TP * kLDQ, DS = V;
+    static constexpr int FWD_VEC = V + TP * kLDQ, BWD_VEC = DS + TP * LDS;
+    static constexpr int FWD_FLOATS = FWD_VEC + TP + kDHP;  // per warp, forward
+    static constexpr int BWD_FLOATS = BWD_VEC + TP + kDHP;  // per warp, backward
+    static constexpr int XPL = TP * KXP / 32;               // X elements per lane
+    // cc of all heads: row t = [head 0: q 16 | k 16 | v 16 | head 1: ...] + 8 (banks)
+    __host__ __device__ static int ldcb(int heads) { return heads * 3 * kDHP + 8; }
+    __host__ __device__ static int cc_floats(int heads) { return TP * ldcb(heads); }
+};
+
+// The block's cc_t of every head into shared memory (rows ≥ T and channels ≥ dh zero), once
+// per kernel: the projections then read it without bounds checks.
+template <int MT, int KX>
+__device__ __forceinline__ void stage_cc(const Geom &g, const float *__restrict__ comp, float *ccb) {
+    using S = TcShape<MT, KX>;
+    const int w = g.heads * 3 * kDHP, ld = S::ldcb(g.heads);
+    for (int e = threadIdx.x; e < S::TP * w; e += blockDim.x) {
+        const int t = e / w, r = e - t * w, h = r / (3 * kDHP), r2 = r - h * 3 * kDHP;
+        const int p = r2 / kDHP, j = r2 - p * kDHP;
+        ccb[t * ld + r] = (t < g.T && j < g.dh)
+                              ? __ldg(comp + g.c_cc + (size_t)t * g.d3 + p * g.d + h * g.dh + j)
+                              : 0.0f;
+    }
+}
+
+// X of transition i: obs rows [tok_t | 0], the goal row [0 | g], zero padding. fetch() issues
+// the global loads of a transition into registers one transition ahead; store() writes them.
+template <int MT, int KX, bool SPLIT>
+struct XRows {
+    using S = TcShape<MT, KX>;
+    float v[S::XPL];
+    __device__ __forceinline__ void fetch(const Geom &g, const float *__restrict__ xi, int lane) {
+#pragma unroll
+        for (int k = 0; k < S::XPL; ++k) {
+            const int e = lane + 32 * k, t = e / S::KXP, f = e - t * S::KXP;
+            float x = 0.0f;
+            if (t < g.To) {
+                if (f < g.td) x = __ldg(xi + t * g.td + f);
+            } else if (t == g.To && f >= g.td && f < g.td + g.G) {
+                x = __ldg(xi + g.O + (f - g.td));
+            }
+            v[k] = x;
+        }
+    }
+    __device__ __forceinline__ void store(float *X, int lane) const {
+#pragma unroll
+        for (int k = 0; k < S::XPL; ++k) {
+            const int e = lane + 32 * k, t = e / S::KXP, f = e - t * S::KXP;
+            X[t * S::LDX + f] = mma::stored<SPLIT>(v[k]);
+        }
+    }
+};
+
+// W_aug[c][f] = Wc[c][f] (f < td), Wgc[c][f − td] (td ≤ f < td + G), else 0.
+__device__ __forceinline__ float w_aug(const Geom &g, const float *__restrict__ comp, int c, int f) {
+    if (f < g.td) return __ldg(comp + (size_t)c * g.td + f);
+    f -= g.td;
+    return f < g.G ? __ldg(comp + g.c_wg + (size_t)c * g.G + f) : 0.0f;
+}
+
+// The B fragments of the head's W_augᵀ (the same for every transition: held in registers).
+template <int KX, bool SPLIT>
+struct WFrag {
+    mma::Op b[3][2][KX][2];
+    __device__ __forceinline__ void load(const Geom &g, int h, const float *__restrict__ comp,
+                                         int gi, int tq) {
+#pragma unroll
+        for (int p = 0; p < 3; ++p)
+#pragma unroll
+            for (int nu = 0; nu < 2; ++nu) {
+                const int j = 8 * nu + gi;
+                const bool ok = j < g.dh;
+                const int c = p * g.d + h * g.dh + j;
+#pragma unroll
+                for (int ka = 0; ka < KX; ++ka) {
+                    b[p][nu][ka][0] = mma::op<SPLIT>(ok ? w_aug(g, comp, c, 8 * ka + tq) : 0.0f);
+                    b[p][nu][ka][1] = mma::op<SPLIT>(ok ? w_aug(g, comp, c, 8 * ka + tq + 4) : 0.0f);
+                }
+            }
+    }
+};
+
+// q, k, v of head h for all tokens (rows ≥ T and columns ≥ dh are zero): q and k into shared
+// memory; v too in the forward (BETA = false), while the backward needs only β_t = γ · v_t,
+// summed straight from v's fragments (a quad holds one row's 16 channels) into beta[t].
+// Plain TF32: q is stored times log2(e)/√dh, so that the softmax is exp2 of the scores as read.
+template <int MT, int KX, bool SPLIT, bool BETA>
+__device__ __forceinline__ void project_qkv(const Geom &g, int h, const float *ccb,
+                                            const WFrag<KX, SPLIT> &w, float *sm,
+                                            const float *gv, float *beta, int gi, int tq) {
+    using S = TcShape<MT, KX>;
+    const float *X = sm + S::X;
+    const int ld = S::ldcb(g.heads);
+    const float qscale = SPLIT ? 1.0f : g.scale * kLog2e;
+#pragma unroll
+    for (int mu = 0; mu < MT; ++mu) {
+        const int t0 = 16 * mu + gi, t1 = t0 + 8;
+        mma::Op a[KX][4];
+#pragma unroll
+        for (int ka = 0; ka < KX; ++ka) {
+            a[ka][0] = mma::loaded<SPLIT>(X[t0 * S::LDX + 8 * ka + tq]);
+            a[ka][1] = mma::loaded<SPLIT>(X[t1 * S::LDX + 8 * ka + tq]);
+            a[ka][2] = mma::loaded<SPLIT>(X[t0 * S::LDX + 8 * ka + tq + 4]);
+            a[ka][3] = mma::loaded<SPLIT>(X[t1 * S::LDX + 8 * ka + tq + 4]);
+        }
+        float b0 = 0.0f, b1 = 0.0f;  // β partials of rows t0, t1 (BETA)
+#pragma unroll
+        for (int p = 0; p < 3; ++p) {
+            float *dst = sm + S::Q + p * S::TP * kLDQ;
+#pragma unroll
+            for (int nu = 0; nu < 2; ++nu) {
+                const int jc = 8 * nu + 2 * tq, col = h * 3 * kDHP + p * kDHP + jc;
+                const float2 c0 = *reinterpret_cast<const float2 *>(ccb + t0 * ld + col);
+                const float2 c1 = *reinterpret_cast<const float2 *>(ccb + t1 * ld + col);
+                float acc[4] = {c0.x, c0.y, c1.x, c1.y};
+#pragma unroll
+                for (int ka = 0; ka < KX; ++ka) mma::mma<SPLIT>(acc, a[ka], w.b[p][nu][ka]);
+                if (p == 0 && !SPLIT)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[e] *= qscale;
+                if (BETA && p == 2) {
+                    b0 = fmaf(gv[jc], acc[0], fmaf(gv[jc + 1], acc[1], b0));
+                    b1 = fmaf(gv[jc], acc[2], fmaf(gv[jc + 1], acc[3], b1));
+                } else {
+                    *reinterpret_cast<float2 *>(dst + t0 * kLDQ + jc) =
+                        make_float2(mma::stored<SPLIT>(acc[0]), mma::stored<SPLIT>(acc[1]));
+                    *reinterpret_cast<float2 *>(dst + t1 * kLDQ + jc) =
+                        make_float2(mma::stored<SPLIT>(acc[2]), mma::stored<SPLIT>(acc[3]));
+                }
+            }
+        }
+        if (BETA) {
+            b0 += __shfl_xor_sync(0xffffffffu, b0, 1);
+            b0 += __shfl_xor_sync(0xffffffffu, b0, 2);
+            b1 += __shfl_xor_sync(0xffffffffu, b1, 1);
+            b1 += __shfl_xor_sync(0xffffffffu, b1, 2);
+            if (tq == 0) {
+                beta[t0] = b0;
+                beta[t1] = b1;
+            }
+        }
+    }
+}
+
+// 2^x (the softmax of plain TF32 products works in base 2; its inputs are ≤ 0).
+__device__ __forceinline__ float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// A = softmax over the T keys of (q kᵀ)/√dh, as accumulator fragments s[μ][ν] (rows t = 16μ + g
+// and + 8, key columns 8ν + 2t' and + 1); rows ≥ T are zero. Then c[ν] = the column sums of A
+// at this thread's two key columns of tile ν (a butterfly over the fragments' rows).
+// FULL: T is a multiple of 16 (no padded keys or queries to mask).
+template <int MT, int KX, bool SPLIT, bool FULL>
+__device__ __forceinline__ void softmax_tiles(const Geom &g, const float *sm, int gi, int tq,
+                                              float (&s)[MT][2 * MT][4], float (&c)[2 * MT][2]) {
+    using S = TcShape<MT, KX>;
+    const float *q = sm + S::Q, *k = sm + S::K;
+#pragma unroll
+    for (int mu = 0; mu < MT; ++mu) {
+        const int t0 = 16 * mu + gi;
+        mma::Op a[2][4];
+#pragma unroll
+        for (int ka = 0; ka < 2; ++ka) {
+            const int col = 8 * ka + tq;
+            a[ka][0] = mma::loaded<SPLIT>(q[t0 * kLDQ + col]);
+            a[ka][1] = mma::loaded<SPLIT>(q[(t0 + 8) * kLDQ + col]);
+            a[ka][2] = mma::loaded<SPLIT>(q[t0 * kLDQ + col + 4]);
+            a[ka][3] = mma::loaded<SPLIT>(q[(t0 + 8) * kLDQ + col + 4]);
+        }
+#pragma unroll
+        for (int nu = 0; nu < S::NT; ++nu) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mu][nu][e] = 0.0f;
+#pragma unroll
+            for (int ka = 0; ka < 2; ++ka) {
+                mma::Op b[2];
+                b[0] = mma::loaded<SPLIT>(k[(8 * nu + gi) * kLDQ + 8 * ka + tq]);
+                b[1] = mma::loaded<SPLIT>(k[(8 * nu + gi) * kLDQ + 8 * ka + tq + 4]);
+                mma::mma<SPLIT>(s[mu][nu], a[ka], b);
+            }
+        }
+    }
+    // Row softmax: a row is spread over the 4 threads of a quad (2 columns per tile each).
+#pragma unroll
+    for (int mu = 0; mu < MT; ++mu)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int t = 16 * mu + gi + 8 * r;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nu = 0; nu < S::NT; ++nu)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int col = 8 * nu + 2 * tq + e;
+                    float &v = s[mu][nu][2 * r + e];
+                    if (SPLIT) v = __fmul_rn(v, g.scale);
+                    if (!FULL && col >= g.T) v = -INFINITY;
+                    mx = fmaxf(mx, v);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float sum = 0.0f;
+#pragma unroll
+            for (int nu = 0; nu < S::NT; ++nu)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float &v = s[mu][nu][2 * r + e];
+                    // exp(−inf) = 0 for the padded keys
+                    v = SPLIT ? expf(__fadd_rn(v, -mx)) : exp2_approx(v - mx);
+                    sum += v;
+                }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const float inv = (FULL || t < g.T) ? __frcp_rn(sum) : 0.0f;
+#pragma unroll
+            for (int nu = 0; nu < S::NT; ++nu)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) s[mu][nu][2 * r + e] *= inv;
+        }
+#pragma unroll
+    for (int nu = 0; nu < S::NT; ++nu)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            float a0 = 0.0f;
+#pragma unroll
+            for (int mu = 0; mu < MT; ++mu) a0 += s[mu][nu][e] + s[mu][nu][2 + e];
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) a0 += __shfl_xor_sync(0xffffffffu, a0, o);
+            c[nu][e] = a0;
+        }
+}
+
+template <int MT, int KX, bool SPLIT>
+__device__ __forceinline__ void softmax_rows(const Geom &g, const float *sm, int gi, int tq,
+                                             float (&s)[MT][2 * MT][4], float (&c)[2 * MT][2]) {
+    if (g.T == 16 * MT) softmax_tiles<MT, KX, SPLIT, true>(g, sm, gi, tq, s, c);
+    else softmax_tiles<MT, KX, SPLIT, false>(g, sm, gi, tq, s, c);
+}
+
+// The forward: blocks of up to 8 warps (two slots of 4 heads at the default), at most 128
+// registers so that two blocks fit an SM (one for the largest split variant, which would spill).
+template <int MT, int KX, bool SPLIT>
+__global__ void __launch_bounds__(256, (SPLIT && KX == 2) ? 1 : 2)
+k_attn_tc_fwd(Geom g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
+              float *__restrict__ abar) {
+    using S = TcShape<MT, KX>;
+    extern __shared__ float4 sm4[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int h = warp % g.heads, slot = warp / g.heads;
+    const int gi = lane >> 2, tq = lane & 3;
+    float *ccb = reinterpret_cast<float *>(sm4);
+    float *sm = ccb + S::cc_floats(g.heads) + warp * S::FWD_FLOATS;
+    stage_cc<MT, KX>(g, comp, ccb);
+    WFrag<KX, SPLIT> w;
+    w.load(g, h, comp, gi, tq);
+    __syncthreads();
+    const float Tf = (float)g.T;
+    const int i0 = blockIdx.x * spb, i1 = min(g.B, i0 + spb);
+    XRows<MT, KX, SPLIT> xr;
+    if (i0 + slot < i1) xr.fetch(g, x + (size_t)(i0 + slot) * g.D, lane);
+    for (int i = i0 + slot; i < i1; i += wph) {
+        xr.store(sm + S::X, lane);
+        if (i + wph < i1) xr.fetch(g, x + (size_t)(i + wph) * g.D, lane);
+        __syncwarp();
+        project_qkv<MT, KX, SPLIT, false>(g, h, ccb, w, sm, nullptr, nullptr, gi, tq);
+        __syncwarp();
+        float s[MT][S::NT][4], c[S::NT][2];
+        softmax_rows<MT, KX, SPLIT>(g, sm, gi, tq, s, c);
+        if (gi == 0)
+#pragma unroll
+            for (int nu = 0; nu < S::NT; ++nu)
+                *reinterpret_cast<float2 *>(sm + S::FWD_VEC + 8 * nu + 2 * tq) =
+                    make_float2(c[nu][0], c[nu][1]);
+        __syncwarp();
+        // ā_h[j] = Σ_s c_s v_s[j] / T: lanes j and j + 16 take half the keys each (padded keys
+        // have c_s = 0 and v_s = 0).
+        {
+            const float *v = sm + S::V, *cv = sm + S::FWD_VEC;
+            const int j = lane & 15, s0 = (lane >> 4) * (S::TP / 2);
+            float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+            for (int u = 0; u < S::TP / 2; u += 2) {
+                a0 = fmaf(cv[s0 + u], v[(s0 + u) * kLDQ + j], a0);
+                a1 = fmaf(cv[s0 + u + 1], v[(s0 + u + 1) * kLDQ + j], a1);
+            }
+            float a = a0 + a1;
+            a += __shfl_xor_sync(0xffffffffu, a, 16);
+            if (lane < g.dh) abar[(size_t)i * g.d + h * g.dh + lane] = __fdiv_rn(a, Tf);
+        }
+        __syncwarp();
+    }
+}
+
+// The backward: blocks of heads × wph ≤ 4 warps capped at 168 registers so that three fit an
+// SM (two for the split and two-feature-step variants, which would spill at 168); WIDE blocks
+// (5 to 8 heads, one warp each) take what they need.
+template <int MT, int KX, bool SPLIT, bool WIDE>
+__global__ void __launch_bounds__(WIDE ? 256 : 128, WIDE ? 1 : ((SPLIT || KX == 2) ? 2 : 3))
+k_attn_tc_bwd(Geom g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
+              const float *__restrict__ dabar, float *__restrict__ partial) {
+    using S = TcShape<MT, KX>;
+    constexpr int NT = S::NT;
+    extern __shared__ float4 sm4[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int h = warp % g.heads, slot = warp / g.heads;
+    const int gi = lane >> 2, tq = lane & 3;
+    float *ccb = reinterpret_cast<float *>(sm4);
+    float *sm = ccb + S::cc_floats(g.heads) + warp * S::BWD_FLOATS;
+    const float *X = sm + S::X, *q = sm + S::Q, *k = sm + S::K;
+    float *vec = sm + S::BWD_VEC, *gv = vec + S::TP, *dS = sm + S::DS;
+    stage_cc<MT, KX>(g, comp, ccb);
+    WFrag<KX, SPLIT> w;
+    w.load(g, h, comp, gi, tq);
+    __syncthreads();
+    const float Tf = (float)g.T;
+
+    float sacc[3][NT][4], macc[3][KX][4];
+#pragma unroll
+    for (int p = 0; p < 3; ++p) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sacc[p][n][e] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < KX; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) macc[p][n][e] = 0.0f;
+    }
+
+    const int i0 = blockIdx.x * spb, i1 = min(g.B, i0 + spb);
+    XRows<MT, KX, SPLIT> xr;
+    if (i0 + slot < i1) xr.fetch(g, x + (size_t)(i0 + slot) * g.D, lane);
+    for (int i = i0 + slot; i < i1; i += wph) {
+        xr.store(sm + S::X, lane);
+        // γ = dā_h / T (the gradient of every query row's attention output), zero past dh.
+        if (lane < kDHP)
+            gv[lane] = lane < g.dh ? __fdiv_rn(__ldg(dabar + (size_t)i * g.d + h * g.dh + lane), Tf)
+                                   : 0.0f;
+        if (i + wph < i1) xr.fetch(g, x + (size_t)(i + wph) * g.D, lane);
+        __syncwarp();
+        // q, k into shared memory; β_s = γ · v_s into vec (rows ≥ T of v are zero).
+        project_qkv<MT, KX, SPLIT, true>(g, h, ccb, w, sm, gv, vec, gi, tq);
+        const float gam_lo = gv[gi], gam_hi = gv[gi + 8];
+        __syncwarp();
+        float s[MT][NT][4], c[NT][2];
+        softmax_rows<MT, KX, SPLIT>(g, sm, gi, tq, s, c);
+        // dS = A (β − Σ_s A β) / √dh, in place; a copy in shared memory for dkᵀ.
+#pragma unroll
+        for (int mu = 0; mu < MT; ++mu)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float rs = 0.0f;
+#pragma unroll
+                for (int nu = 0; nu < NT; ++nu)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        rs = fmaf(s[mu][nu][2 * r + e], vec[8 * nu + 2 * tq + e], rs);
+                rs += __shfl_xor_sync(0xffffffffu, rs, 1);
+                rs += __shfl_xor_sync(0xffffffffu, rs, 2);
+#pragma unroll
+                for (int nu = 0; nu < NT; ++nu)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float &a = s[mu][nu][2 * r + e];
+                        a = (a * (vec[8 * nu + 2 * tq + e] - rs)) * g.scale;
+                    }
+            }
+#pragma unroll
+        for (int mu = 0; mu < MT; ++mu)
+#pragma unroll
+            for (int nu = 0; nu < NT; ++nu) {
+                const int t0 = 16 * mu + gi, col = 8 * nu + 2 * tq;
+                *reinterpret_cast<float2 *>(dS + t0 * S::LDS + col) =
+                    make_float2(mma::stored<SPLIT>(s[mu][nu][0]), mma::stored<SPLIT>(s[mu][nu][1]));
+                *reinterpret_cast<float2 *>(dS + (t0 + 8) * S::LDS + col) =
+                    make_float2(mma::stored<SPLIT>(s[mu][nu][2]), mma::stored<SPLIT>(s[mu][nu][3]));
+            }
+        __syncwarp();
+#pragma unroll
+        for (int p = 0; p < 3; ++p) {
+            float G[NT][4];
+            if (p == 2) {  // dvᵀ[j][s] = γ_j c_s
+#pragma unroll
+                for (int n = 0; n < NT; ++n) {
+                    G[n][0] = c[n][0] * gam_lo;
+                    G[n][1] = c[n][1] * gam_lo;
+                    G[n][2] = c[n][0] * gam_hi;
+                    G[n][3] = c[n][1] * gam_hi;
+                }
+            } else {
+                // p = 0: dqᵀ = Kᵀ dSᵀ (k index = key s);  p = 1: dkᵀ = Qᵀ dS (k index = query t).
+                // Plain TF32 stores q times log2(e)/√dh: undo it here.
+                const float *src = p == 0 ? k : q;
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) G[n][e] = 0.0f;
+#pragma unroll
+                for (int ka = 0; ka < NT; ++ka) {
+                    const int r0 = (8 * ka + 2 * tq) * kLDQ, r1 = r0 + kLDQ;
+                    mma::Op a[4];
+                    a[0] = mma::loaded<SPLIT>(src[r0 + gi]);
+                    a[1] = mma::loaded<SPLIT>(src[r0 + gi + 8]);
+                    a[2] = mma::loaded<SPLIT>(src[r1 + gi]);
+                    a[3] = mma::loaded<SPLIT>(src[r1 + gi + 8]);
+#pragma unroll
+                    for (int n = 0; n < NT; ++n) {
+                        mma::Op b[2];
+                        if (p == 0) {  // dSᵀ[s][t]: dS's accumulator fragment, rows t = 8n + g
+                            const int mu = n >> 1, hi = (n & 1) * 2;
+                            b[0] = mma::op<SPLIT>(s[mu][ka][hi]);
+                            b[1] = mma::op<SPLIT>(s[mu][ka][hi + 1]);
+                        } else {       // dS[t][s], t = 8ka + 2t' (+1), s = 8n + g
+                            b[0] = mma::loaded<SPLIT>(dS[(8 * ka + 2 * tq) * S::LDS + 8 * n + gi]);
+                            b[1] = mma::loaded<SPLIT>(dS[(8 * ka + 2 * tq + 1) * S::LDS + 8 * n + gi]);
+                        }
+                        mma::mma<SPLIT>(G[n], a, b);
+                    }
+                }
+                if (p == 1 && !SPLIT) {
+                    const float unscale = 1.0f / (g.scale * kLog2e);
+#pragma unroll
+                    for (int n = 0; n < NT; ++n)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) G[n][e] *= unscale;
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) sacc[p][n][e] += G[n][e];
+            // M_acc += dpartᵀ X: the contraction runs over tokens, tile n of G's columns.
+#pragma unroll
+            for (int ka = 0; ka < NT; ++ka) {
+                mma::Op a[4];
+                mma::a_from_acc<SPLIT>(a, G[ka]);
+#pragma unroll
+                for (int nx = 0; nx < KX; ++nx) {
+                    mma::Op b[2];
+                    b[0] = mma::loaded<SPLIT>(X[(8 * ka + 2 * tq) * S::LDX + 8 * nx + gi]);
+                    b[1] = mma::loaded<SPLIT>(X[(8 * ka + 2 * tq + 1) * S::LDX + 8 * nx + gi]);
+                    mma::mma<SPLIT>(macc[p][nx], a, b);
+                }
+            }
+        }
+        __syncwarp();
+    }
+
+    // This warp's head columns of its slot's partial row: S [T, 3d] | M1 [3d, td] | M2 [3d, G].
+    float *out = partial + (size_t)(blockIdx.x * wph + slot) * g.pw;
+    float *M1 = out + (size_t)g.T * g.d3, *M2 = M1 + (size_t)g.d3 * g.td;
+#pragma unroll
+    for (int p = 0; p < 3; ++p)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int j = gi + (e >> 1) * 8;
+            if (j >= g.dh) continue;
+            const int c = p * g.d + h * g.dh + j;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                const int t = 8 * n + 2 * tq + (e & 1);
+                if (t < g.T) out[(size_t)t * g.d3 + c] = sacc[p][n][e];
+            }
+#pragma unroll
+            for (int nx = 0; nx < KX; ++nx) {
+                const int f = 8 * nx + 2 * tq + (e & 1);
+                if (f < g.td) M1[(size_t)c * g.td + f] = macc[p][nx][e];
+                else if (f < g.td + g.G) M2[(size_t)c * g.G + (f - g.td)] = macc[p][nx][e];
+            }
+        }
+}
+
+using FwdFn = void (*)(Geom, int, int, const float *, const float *, float *);
+using BwdFn = void (*)(Geom, int, int, const float *, const float *, const float *, float *);
+
+template <int MT, int KX, bool SPLIT>
+void pick(bool wide, FwdFn &f, BwdFn &b, size_t &wf, size_t &wb) {
+    f = k_attn_tc_fwd<MT, KX, SPLIT>;
+    b = wide ? k_attn_tc_bwd<MT, KX, SPLIT, true> : k_attn_tc_bwd<MT, KX, SPLIT, false>;
+    wf = TcShape<MT, KX>::FWD_FLOATS;
+    wb = TcShape<MT, KX>::BWD_FLOATS;
+}
+
+class TcPath final : public Path {
+public:
+    TcPath(const Geom &g, bool split) : g_(g), split_(split) {
+        const int MT = g.T <= 16 ? 1 : 2, KX = g.td + g.G <= 8 ? 1 : 2;
+        const int key = (MT - 1) * 4 + (KX - 1) * 2 + (split ? 1 : 0);
+        // Forward blocks: two slots of heads (up to 8 warps) share the staged cc; backward
+        // blocks: one slot of up to 4 warps (its registers and shared memory are larger).
+        wph_f_ = std::max(1, 8 / g.heads);
+        wph_ = std::max(1, 4 / g.heads);
+        const bool wide = g.heads * wph_ > 4;
+        size_t wf = 0, wb = 0;
+        switch (key) {
+        case 0: pick<1, 1, false>(wide, fwd_, bwd_, wf, wb); break;
+        case 1: pick<1, 1, true>(wide, fwd_, bwd_, wf, wb); break;
+        case 2: pick<1, 2, false>(wide, fwd_, bwd_, wf, wb); break;
+        case 3: pick<1, 2, true>(wide, fwd_, bwd_, wf, wb); break;
+        case 4: pick<2, 1, false>(wide, fwd_, bwd_, wf, wb); break;
+        case 5: pick<2, 1, true>(wide, fwd_, bwd_, wf, wb); break;
+        case 6: pick<2, 2, false>(wide, fwd_, bwd_, wf, wb); break;
+        default: pick<2, 2, true>(wide, fwd_, bwd_, wf, wb); break;
+        }
+        threads_f_ = g.heads * wph_f_ * 32;
+        threads_ = g.heads * wph_ * 32;
+        const size_t cc = (size_t)(MT * 16) * (g.heads * 3 * kDHP + 8);
+        smem_f_ = (cc + (size_t)g.heads * wph_f_ * wf) * sizeof(float);
+        smem_b_ = (cc + (size_t)g.heads * wph_ * wb) * sizeof(float);
+        aux::allow_smem((const void *)fwd_, smem_f_, "attention forward (tensor cores)");
+        aux::allow_smem((const void *)bwd_, smem_b_, "attention backward (tensor cores)");
+        // A block covers wph transitions at a time: its range is a multiple of wph.
+        spb_f_ = round_up(wave_samples_per_block((const void *)fwd_, threads_f_, smem_f_, g.B,
+                                                 kTargetSamples), wph_f_);
+        spb_b_ = round_up(wave_samples_per_block((const void *)bwd_, threads_, smem_b_, g.B,
+                                                 kTargetSamples), wph_);
+        nblk_f_ = (g.B + spb_f_ - 1) / spb_f_;
+        nblk_b_ = (g.B + spb_b_ - 1) / spb_b_;
+    }
+
+    Kernels kind() const override { return split_ ? Kernels::TC_SPLIT : Kernels::TC; }
+    int partial_rows() const override { return nblk_b_ * wph_; }
+
+    void forward(const FwdArgs &a, cudaStream_t s) override {
+        fwd_<<<nblk_f_, threads_f_, smem_f_, s>>>(g_, wph_f_, spb_f_, a.x, a.comp, a.abar);
+        FH_LAUNCHED("k_attn_tc_fwd");
+        pool_aug(g_, a, s);
+    }
+    void backward(const BwdArgs &a, cudaStream_t s) override {
+        bwd_<<<nblk_b_, threads_, smem_b_, s>>>(g_, wph_, spb_b_, a.x, a.comp, a.dabar, a.partial);
+        FH_LAUNCHED("k_attn_tc_bwd");
+    }
+
+private:
+    static int round_up(int spb, int wph) { return (spb + wph - 1) / wph * wph; }
+
+    Geom g_;
+    bool split_;
+    FwdFn fwd_ = nullptr;
+    BwdFn bwd_ = nullptr;
+    int wph_f_ = 1, wph_ = 1, threads_f_ = 32, threads_ = 32, spb_f_ = 1, spb_b_ = 1,
+        nblk_f_ = 1, nblk_b_ = 1;
+    size_t smem_f_ = 0, smem_b_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Path> make_tc_path(const Geom &g, bool split) {
+    if (g.T > 32 || g.dh > kDHP || g.td + g.G > 16 || g.heads > 8) return nullptr;
+    return std::make_unique<TcPath>(g, split);
+}
+
+}  // namespace fh::cuda::attn

@@ -1,0 +1,85 @@
+// Warp-level TF32 tensor-core products: mma.sync.m16n8k8 (PTX ISA, "Matrix Fragments for
+// mma.m16n8k8", .tf32) and the split-TF32 ("3xTF32") variant that gives float32 accuracy.
+//
+// Fragments of one m16n8k8 product, with g = lane / 4 ("groupID") and t = lane % 4:
+//   A [16 x 8], row-major:  a0 = A[g][t],  a1 = A[g+8][t],  a2 = A[g][t+4],  a3 = A[g+8][t+4]
+//   B [8 x 8],  "col":      b0 = B[t][g],  b1 = B[t+4][g]
+//   C [16 x 8]:             c0 = C[g][2t], c1 = C[g][2t+1], c2 = C[g+8][2t], c3 = C[g+8][2t+1]
+//
+// A product's contraction index k may be numbered in any order, as long as A and B use the same
+// order. The kernels use that: with logical k = t ↔ physical column 2t and k = t+4 ↔ 2t+1, the
+// accumulator fragment of one 8-column tile (c0, c1 / c2, c3) IS the A fragment of the next
+// product (a0 = c0, a2 = c1, a1 = c2, a3 = c3) and IS a B fragment (b0 = c0, b1 = c1 for rows
+// g, b0 = c2, b1 = c3 for rows g + 8): results feed the next product without a shared-memory
+// round trip, as long as the other operand is read with the same column order.
+//
+// Split TF32: x = hi + lo with hi = tf32(x), lo = tf32(x − hi); a·b ≈ hi·hi + hi·lo + lo·hi
+// (lo·lo is below float32 rounding). Three products per tile; the small terms go first.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace fh::cuda::mma {
+
+// Round to TF32 (10-bit mantissa, round to nearest, ties away), as the tensor cores read it.
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// One operand element as the product reads it: `hi` alone (TF32) or hi + lo (split).
+struct Op {
+    uint32_t hi, lo;
+};
+template <bool SPLIT>
+__device__ __forceinline__ Op op(float x) {
+    Op o;
+    o.hi = to_tf32(x);
+    o.lo = SPLIT ? to_tf32(x - __uint_as_float(o.hi)) : 0u;
+    return o;
+}
+
+// A value for shared memory that a product reads later: plain TF32 products read operands that
+// were rounded once when stored (no conversion at each load); split products need the float.
+template <bool SPLIT>
+__device__ __forceinline__ float stored(float x) {
+    return SPLIT ? x : __uint_as_float(to_tf32(x));
+}
+// The operand element of a value written by stored<SPLIT>().
+template <bool SPLIT>
+__device__ __forceinline__ Op loaded(float x) {
+    return SPLIT ? op<true>(x) : Op{__float_as_uint(x), 0u};
+}
+
+__device__ __forceinline__ void mma1(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                     uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// c += A·B for one 16x8x8 tile from the operands' elements (see the fragment table above).
+template <bool SPLIT>
+__device__ __forceinline__ void mma(float (&c)[4], const Op (&a)[4], const Op (&b)[2]) {
+    if (SPLIT) {
+        mma1(c, a[0].lo, a[1].lo, a[2].lo, a[3].lo, b[0].hi, b[1].hi);
+        mma1(c, a[0].hi, a[1].hi, a[2].hi, a[3].hi, b[0].lo, b[1].lo);
+    }
+    mma1(c, a[0].hi, a[1].hi, a[2].hi, a[3].hi, b[0].hi, b[1].hi);
+}
+
+// The A fragment of a product whose contraction runs over the 8 columns of accumulator tile c
+// (in the permuted order described above).
+template <bool SPLIT>
+__device__ __forceinline__ void a_from_acc(Op (&a)[4], const float (&c)[4]) {
+    a[0] = op<SPLIT>(c[0]);
+    a[1] = op<SPLIT>(c[2]);
+    a[2] = op<SPLIT>(c[1]);
+    a[3] = op<SPLIT>(c[3]);
+}
+
+}  // namespace fh::cuda::mma

@@ -1,0 +1,266 @@
+/* The CUDA attention learner's loss and gradient against the CPU reference
+ * (src/cpu/attention.cpp, attn_loss_grad), tensor by tensor, for every kernel path that
+ * supports the config (cuda/attention_paths.hpp: tensor cores in TF32 and split TF32, the
+ * general float32 path, the legacy SIMT kernels), on the default config and on configs outside
+ * the tensor-core path: 257 tokens (obs_dim 1024), goal_dim 32, d_head 64 (d_model 128, 2
+ * heads), attn_token_dim 32, goal_dim 0 with 3 tokens, 33 tokens. Skipped without a GPU. */
+/* The library's internal headers come before cmocka.h, whose fail() macro clashes with
+ * fh::fail. */
+#if FOXHUNT_HAVE_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "../cuda/learners.hpp"
+#include "config.hpp"
+#include "cpu/aux_learners.hpp"
+#include "error.hpp"
+#include "init.hpp"
+#include "layout.hpp"
+#endif
+
+extern "C" {
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+}
+
+#include <cmath>
+#include <cstdio>
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "testutil.h"
+#include "test_cuda_util.h"
+
+#if FOXHUNT_HAVE_CUDA
+namespace {
+
+using fh::cuda::AttnKernels;
+
+const char *kname(AttnKernels k) {
+    switch (k) {
+    case AttnKernels::TC: return "tc";
+    case AttnKernels::TC_SPLIT: return "tc-split";
+    case AttnKernels::GENERAL: return "general";
+    case AttnKernels::LEGACY: return "legacy";
+    default: return "auto";
+    }
+}
+
+#define CK(call)                                                                   \
+    do {                                                                           \
+        cudaError_t e_ = (call);                                                   \
+        if (e_ != cudaSuccess) fail_msg("%s: %s", #call, cudaGetErrorString(e_));  \
+    } while (0)
+
+struct Case {
+    std::string name;
+    fh_config cfg;
+};
+
+fh_config base(uint32_t B) {
+    fh_config c;
+    fh_config_init(&c);
+    c.batch_size = B;
+    return c;
+}
+
+std::vector<Case> cases() {
+    std::vector<Case> v;
+    v.push_back({"default, B=2048", base(2048)});
+    { fh_config c = base(48); c.obs_dim = 1024; v.push_back({"obs_dim 1024 (257 tokens)", c}); }
+    { fh_config c = base(256); c.goal_dim = 32; v.push_back({"goal_dim 32", c}); }
+    { fh_config c = base(256); c.attn_d_model = 128; c.attn_heads = 2;
+      v.push_back({"d_model 128, 2 heads (d_head 64)", c}); }
+    { fh_config c = base(256); c.obs_dim = 128; c.attn_token_dim = 32;
+      v.push_back({"attn_token_dim 32", c}); }
+    { fh_config c = base(256); c.obs_dim = 12; c.goal_dim = 0;
+      v.push_back({"obs_dim 12, goal_dim 0 (3 tokens)", c}); }
+    { fh_config c = base(256); c.obs_dim = 128; v.push_back({"33 tokens", c}); }
+    { fh_config c = base(512); c.obs_dim = 60; v.push_back({"16 tokens (one row tile)", c}); }
+    { fh_config c = base(256); c.obs_dim = 128; c.attn_token_dim = 8; c.goal_dim = 8;
+      v.push_back({"td + G = 16 (two feature steps)", c}); }
+    { fh_config c = base(256); c.attn_d_model = 32; v.push_back({"d_head 8", c}); }
+    { fh_config c = base(300); c.attn_heads = 8; c.attn_d_model = 64;
+      v.push_back({"8 heads of 8, B = 300", c}); }
+    return v;
+}
+
+struct Gpu {
+    cudaStream_t s = nullptr;
+    cublasHandle_t h = nullptr;
+    void *ws = nullptr;
+    Gpu() {
+        CK(cudaStreamCreate(&s));
+        if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) fail_msg("cublasCreate");
+        CK(cudaMalloc(&ws, 32u << 20));
+        cublasSetStream(h, s);
+        cublasSetWorkspace(h, ws, 32u << 20);
+    }
+    ~Gpu() {
+        cublasDestroy(h);
+        cudaFree(ws);
+        cudaStreamDestroy(s);
+    }
+};
+
+template <class T>
+T *dev_copy(const std::vector<T> &v) {
+    T *p = nullptr;
+    CK(cudaMalloc(&p, std::max<size_t>(1, v.size()) * sizeof(T)));
+    CK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return p;
+}
+
+/* Largest per-tensor ||gpu − cpu|| / ||cpu|| over the attention parameters (attn.bk, whose true
+ * gradient is exactly zero, is bounded against the scale of attn.bq instead). */
+double compare(const fh::Layout &L, const std::vector<float> &gpu, const std::vector<float> &cpu,
+               std::string &worst) {
+    double mx = 0;
+    double bq_norm = 0;
+    for (const fh::TensorEntry &t : L.tensors)
+        if (t.name == "attn.bq")
+            for (size_t k = 0; k < t.count(); ++k) bq_norm += (double)cpu[t.offset + k] * cpu[t.offset + k];
+    for (const fh::TensorEntry &t : L.tensors) {
+        if (t.group != FH_GROUP_ATTN) continue;
+        const float *g = gpu.data() + t.offset, *c = cpu.data() + t.offset;
+        double e;
+        if (t.name == "attn.bk") {
+            double n = 0;
+            for (size_t k = 0; k < t.count(); ++k) n += (double)g[k] * g[k];
+            e = std::sqrt(n) / std::max(1e-30, std::sqrt(bq_norm)) * 1e-2;  // noise vs signal
+        } else {
+            e = fh_test_rel_err(g, c, t.count());
+        }
+        if (!(e <= mx)) {
+            mx = e;
+            worst = t.name;
+        }
+    }
+    return mx;
+}
+
+void run_case(const Case &cs) {
+    for (int strict = 0; strict < 2; ++strict) {
+        fh_config c = cs.cfg;
+        c.math_mode = strict ? FH_MATH_STRICT : FH_MATH_TF32;
+        const fh::Dims d = fh::make_dims(c);
+        const fh::Layout L = fh::make_layout(d);
+        const fh::AttnOffsets &o = L.attn;
+        fh::HostBuffers init = fh::initial_state(L, 7);
+        std::vector<float> p = init[fh::BUF_ATTN];
+        std::mt19937 rng(11);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        for (float &v : p) v += 0.05f * nd(rng);  // biases and P away from their zero init
+        std::vector<float> x((size_t)d.B * d.D), r(d.B);
+        for (float &v : x) v = nd(rng);
+        for (float &v : r) v = nd(rng);
+        std::vector<float> gcpu(o.total, 0.0f);
+        const double lcpu =
+            fh::cpu::attn_loss_grad(d, o, p.data(), x.data(), r.data(), d.B, gcpu.data(), nullptr);
+
+        Gpu gpu;
+        cublasSetMathMode(gpu.h, strict ? CUBLAS_DEFAULT_MATH : CUBLAS_TF32_TENSOR_OP_MATH);
+        float *dp = dev_copy(p), *dm = dev_copy(std::vector<float>(o.total, 0.0f));
+        float *dv = dev_copy(std::vector<float>(o.total, 0.0f));
+        float *dx = dev_copy(x), *dr = dev_copy(r);
+        float *dloss = dev_copy(std::vector<float>(1, 0.0f));
+        const fh::cuda::StepInputs in{dx, dx, dr, dr, dr, nullptr};
+        for (AttnKernels k : {AttnKernels::AUTO, AttnKernels::TC, AttnKernels::TC_SPLIT,
+                              AttnKernels::GENERAL, AttnKernels::LEGACY}) {
+            try {
+                fh::cuda::AttentionLearner a(d, c, L, dp, dm, dv, k);
+                a.enqueue_loss_grad(fh::cuda::Lane{gpu.s, gpu.h}, in, dloss);
+                CK(cudaStreamSynchronize(gpu.s));
+                std::vector<float> g(o.total);
+                float loss = 0;
+                CK(cudaMemcpy(g.data(), a.grad_device(), o.total * 4, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(&loss, dloss, 4, cudaMemcpyDeviceToHost));
+                std::string worst;
+                const double eg = compare(L, g, gcpu, worst);
+                const double el = std::fabs(loss - lcpu) / std::max(1e-30, std::fabs(lcpu));
+                const AttnKernels used = a.kernels();
+                printf("[ATTN] %-34s %-6s asked %-8s uses %-8s loss %.3e grad %.3e (%s)\n",
+                       cs.name.c_str(), strict ? "strict" : "tf32", kname(k), kname(used), el, eg,
+                       worst.c_str());
+                if (k != AttnKernels::AUTO) assert_int_equal((int)used, (int)k);
+                /* AUTO: tensor cores where the config allows, split in strict mode. */
+                const bool tc_fits = d.T <= 32 && d.dh <= 16 && d.td + d.G <= 16 && d.heads <= 8;
+                if (k == AttnKernels::AUTO)
+                    assert_int_equal((int)used, (int)(tc_fits ? (strict ? AttnKernels::TC_SPLIT
+                                                                        : AttnKernels::TC)
+                                                              : AttnKernels::GENERAL));
+                /* Float32 paths agree with the float32/64 CPU reference to float32 summation
+                 * order; TF32 operands carry 2^-11 relative rounding into every product. */
+                const bool tf32 = used == AttnKernels::TC || !strict;
+                const double tol = tf32 ? 3e-2 : 1e-4;
+                if (!(eg <= tol) || !(el <= tol))
+                    fail_msg("%s, %s kernels: gradient %.3e (%s), loss %.3e > %.1e", cs.name.c_str(),
+                             kname(used), eg, worst.c_str(), el, tol);
+            } catch (const fh::Error &e) {
+                /* Only the special-purpose paths may refuse a config; GENERAL and AUTO never. */
+                if (k == AttnKernels::GENERAL || k == AttnKernels::AUTO || e.status != FH_ERR_BAD_DIMENSION)
+                    fail_msg("%s, %s kernels: %s", cs.name.c_str(), kname(k), e.message.c_str());
+                printf("[ATTN] %-34s %-6s %-8s not for this config\n", cs.name.c_str(),
+                       strict ? "strict" : "tf32", kname(k));
+            }
+        }
+        for (void *q : {(void *)dp, (void *)dm, (void *)dv, (void *)dx, (void *)dr, (void *)dloss})
+            cudaFree(q);
+    }
+}
+
+void test_attention_paths(void **) {
+    if (!fh_test_have_cuda()) skip();
+    for (const Case &cs : cases()) run_case(cs);
+}
+
+/* Whole steps on the configs outside the tensor-core path: every config the CPU accepts runs on
+ * CUDA, within the strict contract (1e-5 per tensor after one step) and the TF32 bound of
+ * test_cuda_vs_cpu. */
+void test_configs_step_like_cpu(void **) {
+    if (!fh_test_have_cuda()) skip();
+    for (const Case &cs0 : cases()) {
+        if (cs0.name.rfind("default", 0) == 0) continue;  /* test_cuda_vs_cpu's */
+        fh_config base = cs0.cfg;
+        base.batch_size = std::min<uint32_t>(base.batch_size, 64);
+        fh_config cc = base;
+        cc.backend = FH_BACKEND_CPU;
+        fh_pipeline *cpu = fhtest::make(cc);
+        fhtest::Batches bt(base, 500, 1);
+        fhtest::step(cpu, bt.b[0]);
+        for (int strict = 1; strict >= 0; --strict) {
+            fh_pipeline *g = fhtest::make(fhtest::cuda_config(base, strict ? FH_MATH_STRICT : FH_MATH_TF32));
+            fhtest::step(g, bt.b[0]);
+            fhtest::Diff d = fhtest::compare(g, cpu);
+            char what[160];
+            snprintf(what, sizeof what, "%s, B=%u, %s, 1 step", cs0.name.c_str(), base.batch_size,
+                     strict ? "strict" : "tf32");
+            fhtest::print_diff(what, d);
+            const double tol = strict ? 1e-5 : 5e-2;
+            if (!(d.max_rel <= tol))
+                fail_msg("%s: %s rel. error %.3e > %.1e", what, d.worst.c_str(), d.max_rel, tol);
+            if (!(d.bk_abs <= 2.0 * base.lr_aux + 1e-6))
+                fail_msg("%s: attn.bk |diff| %.3e", what, d.bk_abs);
+            fh_pipeline_destroy(g);
+        }
+        fh_pipeline_destroy(cpu);
+    }
+}
+
+}  // namespace
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_attention_paths),
+                                       cmocka_unit_test(test_configs_step_like_cpu)};
+    return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
+}
+
+#else  /* a build without CUDA */
+int main(void) { return FH_TEST_SKIPPED; }
+#endif
