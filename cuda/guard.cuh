@@ -35,9 +35,9 @@ public:
     size_t bytes() const;  // device memory held: the shadow copy and kScratchBytes
 
     static constexpr size_t kScratchBytes = 64 * 1024;  // memory_plan.cpp counts this
+    struct Dev;  // the device-side state (guard.cu), public for its kernels
 
 private:
-    struct Dev;  // guard.cu
     float *shadow_ = nullptr;
     unsigned char *scratch_ = nullptr;
     size_t shadow_floats_ = 0;

@@ -129,12 +129,15 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L) {
     iqn.add(L.iqn.total * F);
     iqn.add((uint64_t)row_blocks(B, Wq, 4, (2 * (uint64_t)d.N + d.Nt) * F) * Wq * D8);
     iqn.add(chunks(B, 32) * 2 * Hq * D8);
-    // Attention (attention.cu). Its backward keeps one partial of pw floats per block, and
-    // the block count follows the device's occupancy (about B/16, whole waves): bounded here
-    // by B/8 + 4096 blocks.
+    // Attention (attention.cu and its paths, attention_paths.hpp). The backward keeps one
+    // partial row of pw floats per block (per warp group on the tensor-core path), and the
+    // block count follows the device's occupancy: bounded here from the paths' sizing (about
+    // 16 transitions per block, up to 4 row groups each; the general path at most 8 blocks per
+    // SM, plus its scratch of at most 64 MiB).
     Arena at;
     const uint64_t d3 = 3 * (uint64_t)d.d, na = d.td + d.G + 1;
     const uint64_t pw = d.T * d3 + d3 * d.td + d3 * d.G;
+    const bool tc = d.T <= 32 && d.dh <= 16 && d.td + d.G <= 16 && d.heads <= 8;
     at.add((d3 * d.td + d3 * d.G + d.T * d3 + d.d) * F);
     at.add(B * d.d * F);
     at.add(B * d.d * F);
@@ -144,8 +147,12 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L) {
     at.add(d.d * na * F);
     at.add(pw * F);
     at.add(L.attn.total * F);
-    at.add(std::min(B, B / 8 + 4096) * pw * F);
+    at.add((tc ? std::min(B + 64, B / 4 + 4096) : 4096) * pw * F);
     at.add((uint64_t)row_blocks(B, 2 * (uint64_t)d.hh + 2, 8, 0) * (2 * d.hh + 2) * D8);
+    if (!tc) {
+        const uint64_t slot = (2 * (uint64_t)d.T * 3 * d.dh + d.T * d.T + 3 * d.T + 63) / 64 * 64;
+        at.add(std::min<uint64_t>(64ull << 20, B * d.heads * slot * F));
+    }
     a += iql.size + iqn.size + at.size;
     a += 64 * 1024;  // the guard's partials (guard.cu kScratchBytes)
     p.activations = a;
