@@ -8,14 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
-pkgs=(clang libclang-rt-dev cmake pkgconf libopenblas-dev libcmocka-dev librandom123-dev)
-missing=()
-for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null; then
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+bash scripts/apt-install.sh clang libclang-rt-dev cmake pkgconf libopenblas-dev libcmocka-dev \
+  librandom123-dev
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFOXHUNT_CUDA=OFF \
   -DFOXHUNT_FUZZ=ON -DFOXHUNT_TESTS=OFF -DFOXHUNT_EXAMPLES=OFF >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target fuzz_load fuzz_upload_step fuzz_write_tensor \

@@ -8,6 +8,7 @@
 #include <foxhunt.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -36,6 +37,13 @@ inline bool read_state(fh_pipeline *p, const std::string &path, fh::Checkpoint &
         return false;
     }
     return true;
+}
+
+/* read_state() that aborts the test program (a failure under cmocka) when it cannot. */
+inline fh::Checkpoint state_of(fh_pipeline *p, const std::string &path) {
+    fh::Checkpoint ck;
+    if (!read_state(p, path, ck)) abort();
+    return ck;
 }
 
 /* Index of the first persistent buffer where a and b differ, or -1. */

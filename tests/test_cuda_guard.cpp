@@ -20,25 +20,8 @@ using namespace fhtest;
 
 namespace {
 
-fh_metrics metrics(fh_pipeline *p) {
-    fh_metrics m;
-    m.struct_size = sizeof m;
-    assert_int_equal(fh_pipeline_metrics(p, &m), FH_OK);
-    return m;
-}
-
 fh::Checkpoint state(fh_pipeline *p, const char *name) {
-    fh::Checkpoint ck;
-    if (!read_state(p, fh_test_tmp_path(name), ck)) fail_msg("cannot read the state");
-    return ck;
-}
-
-void scale(fh_test_batch &tb, const fh_config &c, float reward_x, float obs_x) {
-    for (size_t i = 0; i < (size_t)c.batch_size; ++i) tb.reward[i] *= reward_x;
-    for (size_t i = 0; i < (size_t)c.batch_size * c.obs_dim; ++i) {
-        tb.obs[i] *= obs_x;
-        tb.next_obs[i] *= obs_x;
-    }
+    return state_of(p, fh_test_tmp_path(name));
 }
 
 /* A normal step, an extreme one (skipped), a normal one: on CUDA and on the CPU. */
@@ -48,12 +31,12 @@ void check_config(const char *what, const fh_config &cpu, float reward_x, float 
     Batches bt(cpu, 3, 2);
     fh_test_batch big;
     fh_test_batch_make(&big, &cpu, 9);
-    scale(big, cpu, reward_x, obs_x);
+    scale_batch(big, cpu, reward_x, obs_x);
     for (fh_pipeline *p : {g, r}) step(p, bt.b[0]);
     assert_int_equal(fh_pipeline_check(g), FH_OK);
     const fh::Checkpoint before = state(g, "cuda_guard_before.ckpt");
     for (fh_pipeline *p : {g, r}) step(p, big);
-    const fh_metrics mg = metrics(g), mr = metrics(r);
+    const fh_metrics mg = metrics_of(g), mr = metrics_of(r);
     printf("[GUARD] %s: CUDA last_step_skipped %u (steps_skipped %llu), CPU %u\n", what,
            mg.last_step_skipped, (unsigned long long)mg.steps_skipped, mr.last_step_skipped);
     assert_int_equal(mr.last_step_skipped, 1);  /* the CPU reference diverges here */
@@ -70,7 +53,7 @@ void check_config(const char *what, const fh_config &cpu, float reward_x, float 
     printf("[GUARD] CPU:  %s\n", fh_last_error_message());
     assert_int_equal(fh_pipeline_check(g), FH_OK);
     for (fh_pipeline *p : {g, r}) step(p, bt.b[1]);
-    assert_int_equal(metrics(g).last_step_skipped, 0);
+    assert_int_equal(metrics_of(g).last_step_skipped, 0);
     const Diff d = compare(g, r);
     print_diff(what, d);
     if (!(d.max_rel < 1e-4)) fail_msg("CUDA and CPU differ after the skipped step: %s %.3e",

@@ -18,32 +18,18 @@ extern "C" {
 #include <cstring>
 #include <string>
 
-#include "testutil.h"
+#include "test_cuda_util.h"
 
 namespace {
 
-fh_pipeline *make(const fh_config &c) {
-    fh_pipeline *p = nullptr;
-    if (fh_pipeline_create(&c, &p) != FH_OK) fail_msg("create: %s", fh_last_error_message());
-    return p;
-}
+using fhtest::make;
+using fhtest::metrics_of;
+using fhtest::scale_batch;
 
-void upload_step(fh_pipeline *p, const fh_test_batch &tb) {
-    if (fh_pipeline_upload(p, &tb.batch) != FH_OK) fail_msg("upload: %s", fh_last_error_message());
-    if (fh_pipeline_step(p) != FH_OK) fail_msg("step: %s", fh_last_error_message());
-}
-
-fh_metrics metrics(fh_pipeline *p) {
-    fh_metrics m;
-    m.struct_size = sizeof m;
-    assert_int_equal(fh_pipeline_metrics(p, &m), FH_OK);
-    return m;
-}
+void upload_step(fh_pipeline *p, const fh_test_batch &tb) { fhtest::step(p, tb); }
 
 fh::Checkpoint state(fh_pipeline *p, const char *name) {
-    fh::Checkpoint ck;
-    if (!fhtest::read_state(p, fh_test_tmp_path(name), ck)) fail_msg("cannot read the state");
-    return ck;
+    return fhtest::state_of(p, fh_test_tmp_path(name));
 }
 
 /* The metric a guard message names ("the metric td_loss = nan"), or "" for a state element. */
@@ -71,9 +57,9 @@ float named_metric(const fh_metrics &m, const std::string &msg, bool &found) {
 /* One step on an extreme batch: skipped, state bitwise unchanged, counted, reported once. */
 void expect_skipped_step(fh_pipeline *p, const fh_test_batch &extreme, std::string *msg_out) {
     const fh::Checkpoint before = state(p, "guard_before.ckpt");
-    const uint64_t step0 = metrics(p).step;
+    const uint64_t step0 = metrics_of(p).step;
     upload_step(p, extreme);
-    const fh_metrics m = metrics(p);
+    const fh_metrics m = metrics_of(p);
     assert_int_equal(m.step, step0 + 1);
     if (m.last_step_skipped != 1)
         fail_msg("the step was applied (td_loss %g, grad_norm %g): this test needs a larger input",
@@ -96,14 +82,6 @@ void expect_skipped_step(fh_pipeline *p, const fh_test_batch &extreme, std::stri
     if (msg_out) *msg_out = msg;
 }
 
-void scale_batch(fh_test_batch &tb, const fh_config &c, float reward_x, float obs_x) {
-    for (size_t i = 0; i < (size_t)c.batch_size; ++i) tb.reward[i] *= reward_x;
-    for (size_t i = 0; i < (size_t)c.batch_size * c.obs_dim; ++i) {
-        tb.obs[i] *= obs_x;
-        tb.next_obs[i] *= obs_x;
-    }
-}
-
 /* Extreme but finite inputs (M3's rewards x1e12 and obs x1e11): the step is skipped and
  * training goes on with the next ordinary batch. */
 void test_extreme_inputs_skip_the_step(void **) {
@@ -119,8 +97,8 @@ void test_extreme_inputs_skip_the_step(void **) {
 
     const fh::Checkpoint before = state(p, "guard_before.ckpt");
     upload_step(p, tb);
-    assert_int_equal(metrics(p).last_step_skipped, 0);
-    assert_int_equal(metrics(p).steps_skipped, 1);
+    assert_int_equal(metrics_of(p).last_step_skipped, 0);
+    assert_int_equal(metrics_of(p).steps_skipped, 1);
     assert_int_equal(fh_pipeline_check(p), FH_OK);
     assert_true(fhtest::first_different_buffer(before, state(p, "guard_after.ckpt")) == 0);
     fh_test_batch_free(&tb);
@@ -142,7 +120,7 @@ void test_state_checked_when_metrics_are_finite(void **) {
     scale_batch(big, c, 1e13f, 1e10f);
     std::string msg;
     expect_skipped_step(p, big, &msg);
-    const fh_metrics m = metrics(p);
+    const fh_metrics m = metrics_of(p);
     const float all[] = {m.td_loss, m.q_mean, m.cql_loss, m.iql_loss_hi, m.iql_loss_lo,
                          m.iqn_loss, m.attn_loss, m.conf_loss, m.grad_norm, m.ensemble_std};
     for (float v : all)
@@ -179,7 +157,7 @@ void test_huge_learning_rate(void **) {
     fh_test_batch tb;
     fh_test_batch_make(&tb, &c, 3);
     for (int k = 0; k < 3; ++k) upload_step(p, tb);
-    const fh_metrics m = metrics(p);
+    const fh_metrics m = metrics_of(p);
     if (m.steps_skipped == 0) fail_msg("no step was skipped");
     assert_int_equal(fh_pipeline_check(p), FH_ERR_NON_FINITE);
     printf("[GUARD] lr_q = 1e20: %llu of 3 steps skipped: %s\n",
@@ -232,9 +210,9 @@ void test_ordinary_steps_are_applied(void **) {
         fh_test_batch_make(&tb, &c, 10 + k);
         upload_step(p, tb);
         fh_test_batch_free(&tb);
-        assert_int_equal(metrics(p).last_step_skipped, 0);
+        assert_int_equal(metrics_of(p).last_step_skipped, 0);
     }
-    assert_int_equal(metrics(p).steps_skipped, 0);
+    assert_int_equal(metrics_of(p).steps_skipped, 0);
     assert_int_equal(fh_pipeline_check(p), FH_OK);
     assert_int_equal(fh_pipeline_check(NULL), FH_ERR_NULL_POINTER);
     fh_pipeline_destroy(p);
