@@ -17,7 +17,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     std::string name = info.name;
     if ((flags & 7) == 7) name += (char)('a' + in.u8() % 26);  // an unknown name
     size_t count = (size_t)info.rows * info.cols;
-    if ((flags & 0x18) == 0x18) count += (size_t)(int8_t)in.u8();
+    if ((flags & 0x18) == 0x18) {  // a wrong count, never below 0
+        const long delta = (int8_t)in.u8();
+        count = delta < 0 && (size_t)-delta > count ? 0 : (size_t)((long)count + delta);
+    }
     std::vector<float> values(count + 1);
     const int mode = (flags >> 5) & 3;
     for (float &x : values) {
