@@ -315,8 +315,9 @@ typedef struct fh_memory_report {
  * The memory plan of a config: the bytes a pipeline created from @p config would hold once it
  * has stepped, by category, computed from the dimensions without creating it (nothing large is
  * allocated). FH_BACKEND_AUTO resolves as in fh_pipeline_create(). On the CPU the numbers are
- * exactly fh_pipeline_memory()'s after the first step; on CUDA an upper bound of it within a
- * few MiB (a scratch buffer of the attention backward follows the device's occupancy). Includes
+ * exactly fh_pipeline_memory()'s after the first step; on CUDA, computed from the executor's
+ * allocations, it is meant as an upper bound of fh_pipeline_memory() within a few MiB (the
+ * attention backward's partial sums follow the device's occupancy and are bounded). Includes
  * the divergence guard's copy of the state (in parameters).
  * @param config  as for fh_pipeline_create(); validated the same way.
  * @param report  out; its struct_size must be set.
