@@ -150,6 +150,31 @@ void test_plan_matches_what_a_pipeline_holds(void **) {
     check_plan("defaults, B = 1024", c);
 }
 
+/* The CUDA plan's categories that do not depend on the device, computed here without one:
+ * one cuBLAS workspace per stream plus act's, the state twice (the guard's copy) with the
+ * Q-net gradient and the step counter, and the device input block plus two pinned slots. */
+void test_cuda_plan_categories(void **) {
+    fh_config c;
+    fh_config_init(&c);
+    c.batch_size = 1000;
+    const fh::Layout L = fh::make_layout(fh::make_dims(c));
+    uint64_t state = 0;
+    for (int b = 0; b < fh::NUM_PERSISTENT; ++b) state += L.buf_size[b];
+    const fh::MemoryPlan multi = fh::plan_memory(c, L, FH_BACKEND_CUDA);
+    assert_int_equal(multi.workspaces, (5 + 1) * (32ull << 20));  /* 5 lanes (forward's) + act */
+    assert_int_equal(multi.parameters, (2 * state + L.q.total) * 4 + 8);
+    auto r256 = [](uint64_t n) { return (n + 255) / 256 * 256; };
+    const uint64_t B = c.batch_size;
+    const uint64_t in = r256(B * 124 * 4) * 2 + r256(B * 4) + r256(B * 4 * 4) * 3 +
+                        r256(B * 4 * 4) + r256(B * 4) + r256(B);
+    assert_int_equal(multi.batch_staging, 3 * in);
+    assert_int_equal(multi.device, multi.total() - 2 * in);
+    c.exec_mode = FH_EXEC_SINGLE_STREAM;
+    const fh::MemoryPlan single = fh::plan_memory(c, L, FH_BACKEND_CUDA);
+    assert_int_equal(single.workspaces, 2 * (32ull << 20));
+    assert_int_equal(single.activations, multi.activations);
+}
+
 /* L3: B = 2^20 with obs_dim = 1024 passed every per-dimension check and then spent ~80 s and
  * 12.7 GB before failing: its [x~; x~'] array alone has 2^21 x 1028 elements, more than a
  * 32-bit index reaches, so it is refused outright. With the default obs_dim the arrays fit the
@@ -278,6 +303,7 @@ void test_load_of_a_large_file_reads_its_header_only(void **) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_matches_what_a_pipeline_holds),
+        cmocka_unit_test(test_cuda_plan_categories),
         cmocka_unit_test(test_creation_refused_before_allocating),
         cmocka_unit_test(test_failed_first_step_frees_its_memory),
         cmocka_unit_test(test_save_memory_does_not_grow_with_the_checkpoint),
