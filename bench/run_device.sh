@@ -72,10 +72,12 @@ fi
 if [ "$1" != early ]; then
   t2=$(date +%s)
   FOXHUNT_LIBRARY=$PWD/build-dev/libfoxhunt.so FOXHUNT_TEST_BACKEND=cuda PYTHONUNBUFFERED=1 \
+    FOXHUNT_ORACLE_REPORT=$OUT/oracle_errors_cuda.txt \
     timeout 300 python3 -m pytest -q -p no:cacheprovider bindings/python/tests tests/python \
     > $OUT/pytest_cuda.txt 2>&1
   echo "pytest (oracle, cuda backend): rc=$? in $(( $(date +%s) - t2 )) s" | tee -a $log
-  sed -n "/vs oracle/,\$p" $OUT/pytest_cuda.txt | tail -40 | tee -a $log
+  tail -3 $OUT/pytest_cuda.txt | tee -a $log
+  tail -40 $OUT/oracle_errors_cuda.txt | tee -a $log
 fi
 
 # The benchmark, with the GPU to itself.

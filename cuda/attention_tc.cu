@@ -32,6 +32,7 @@
 #include <cmath>
 
 #include "attention_paths.hpp"
+#include "attention_pool.cuh"
 #include "aux_common.cuh"
 #include "mma_tf32.cuh"
 
@@ -41,7 +42,9 @@ namespace {
 
 constexpr int kDHP = 16;      // head width, padded
 constexpr int kLDQ = kDHP + 4;
-constexpr int kTargetSamples = 16;
+// About this many transitions per block: at B = 16384 one wave of resident blocks covers the
+// batch, so each block stages cc once and the backward writes few partial rows.
+constexpr int kTargetSamples = 64;
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Shared memory: the block's cc of every head (zero-padded), then one region per warp:
@@ -298,7 +301,8 @@ __device__ __forceinline__ void softmax_rows(const Geom &g, const float *sm, int
 template <int MT, int KX, bool SPLIT>
 __global__ void __launch_bounds__(256, (SPLIT && KX == 2) ? 1 : 2)
 k_attn_tc_fwd(Geom g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
-              float *__restrict__ abar) {
+              float *__restrict__ abar, const float *__restrict__ Wt, const float *__restrict__ Wg,
+              const float *__restrict__ bo, float *__restrict__ pool, float *__restrict__ aug) {
     using S = TcShape<MT, KX>;
     extern __shared__ float4 sm4[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -343,6 +347,10 @@ k_attn_tc_fwd(Geom g, int wph, int spb, const float *__restrict__ x, const float
             a += __shfl_xor_sync(0xffffffffu, a, 16);
             if (lane < g.dh) abar[(size_t)i * g.d + h * g.dh + lane] = __fdiv_rn(a, Tf);
         }
+        // The slot's head-0 warp also writes the transition's pool and aug rows.
+        if (h == 0)
+            pool_aug_row(g, x + (size_t)i * g.D, comp, Wt, Wg, bo, pool + (size_t)i * g.d,
+                         aug + (size_t)i * g.na, lane);
         __syncwarp();
     }
 }
@@ -526,7 +534,8 @@ k_attn_tc_bwd(Geom g, int wph, int spb, const float *__restrict__ x, const float
         }
 }
 
-using FwdFn = void (*)(Geom, int, int, const float *, const float *, float *);
+using FwdFn = void (*)(Geom, int, int, const float *, const float *, float *, const float *,
+                      const float *, const float *, float *, float *);
 using BwdFn = void (*)(Geom, int, int, const float *, const float *, const float *, float *);
 
 template <int MT, int KX, bool SPLIT>
@@ -578,9 +587,9 @@ public:
     int partial_rows() const override { return nblk_b_ * wph_; }
 
     void forward(const FwdArgs &a, cudaStream_t s) override {
-        fwd_<<<nblk_f_, threads_f_, smem_f_, s>>>(g_, wph_f_, spb_f_, a.x, a.comp, a.abar);
+        fwd_<<<nblk_f_, threads_f_, smem_f_, s>>>(g_, wph_f_, spb_f_, a.x, a.comp, a.abar, a.Wt,
+                                                  a.Wg, a.bo, a.pool, a.aug);
         FH_LAUNCHED("k_attn_tc_fwd");
-        pool_aug(g_, a, s);
     }
     void backward(const BwdArgs &a, cudaStream_t s) override {
         bwd_<<<nblk_b_, threads_, smem_b_, s>>>(g_, wph_, spb_b_, a.x, a.comp, a.dabar, a.partial);

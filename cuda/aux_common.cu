@@ -7,88 +7,6 @@
 
 namespace fh::cuda::aux {
 
-namespace {
-
-constexpr int kTx = 32, kTy = 8;  // column-parallel blocks: 32 columns x 8 row lanes
-
-// ---- kernels ----------------------------------------------------------------------------------
-
-template <class T>
-__global__ void k_reduce_partials(const T *__restrict__ part, int rows, int width, Segs segs) {
-    __shared__ double sh[kTy][kTx + 1];
-    const int col = blockIdx.x * kTx + threadIdx.x, z = blockIdx.y;
-    const T *p = part + (size_t)z * rows * width;
-    double acc = 0.0;
-    if (col < width)
-        for (int r = threadIdx.y; r < rows; r += kTy) acc += (double)p[(size_t)r * width + col];
-    const double s = tile_col_sum(sh, acc);
-    if (threadIdx.y == 0 && col < width) {
-        for (int k = 0; k < segs.n; ++k) {
-            const Seg &g = segs.s[k];
-            if (col >= g.col0 && col < g.col0 + g.len)
-                g.dst[(size_t)z * g.zstride + (col - g.col0)] = (float)(s / g.div);
-        }
-    }
-}
-
-// grid (row chunks, column tiles, Z), block (32, 8).
-__global__ void k_bias_silu(float *pre, float *act, const float *__restrict__ bias, size_t rows,
-                            int cols, size_t zbias) {
-    const int col = blockIdx.y * kTx + threadIdx.x, z = blockIdx.z;
-    if (col >= cols) return;
-    const size_t r0 = (size_t)blockIdx.x * kColRows, r1 = min(rows, r0 + kColRows);
-    const size_t zoff = (size_t)z * rows * cols;
-    const float b = bias[(size_t)z * zbias + col];
-    for (size_t r = r0 + threadIdx.y; r < r1; r += kTy) {
-        const size_t i = zoff + r * cols + col;
-        const float v = __fadd_rn(pre[i], b);
-        pre[i] = v;
-        act[i] = dev_silu(v);
-    }
-}
-
-__global__ void k_dsilu_colsum(float *g, const float *__restrict__ pre, size_t rows, int cols,
-                               double *partial) {
-    __shared__ double sh[kTy][kTx + 1];
-    const int col = blockIdx.y * kTx + threadIdx.x, z = blockIdx.z;
-    const size_t r0 = (size_t)blockIdx.x * kColRows, r1 = min(rows, r0 + kColRows);
-    const size_t zoff = (size_t)z * rows * cols;
-    double acc = 0.0;
-    if (col < cols)
-        for (size_t r = r0 + threadIdx.y; r < r1; r += kTy) {
-            const size_t i = zoff + r * cols + col;
-            const float v = __fmul_rn(g[i], dev_dsilu(pre[i]));
-            g[i] = v;
-            acc += (double)v;
-        }
-    const double s = tile_col_sum(sh, acc);
-    if (threadIdx.y == 0 && col < cols)
-        partial[((size_t)z * gridDim.x + blockIdx.x) * cols + col] = s;
-}
-
-__global__ void k_adam(float *p, float *m, float *v, const float *__restrict__ g, size_t n,
-                       float lr, float beta1, float beta2, float eps, const uint64_t *step) {
-    // As src/cpu/nn.cpp adam(): bc = (float)(1 - pow((double)beta, (double)t)), t = step + 1.
-    const double t = (double)(*step + 1);
-    const float bc1 = (float)(1.0 - pow((double)beta1, t));
-    const float bc2 = (float)(1.0 - pow((double)beta2, t));
-    const float ob1 = __fadd_rn(1.0f, -beta1), ob2 = __fadd_rn(1.0f, -beta2);
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        adam_update(p[i], m[i], v[i], g[i], lr, beta1, beta2, ob1, ob2, bc1, bc2, eps);
-}
-
-template <class T>
-void reduce_impl(const T *part, int rows, int width, int Z, const Segs &segs, cudaStream_t s) {
-    if (segs.n < 1 || segs.n > kMaxSegs)
-        fail(FH_ERR_INTERNAL, "reduce_partials: %d segments", segs.n);
-    dim3 grid((width + kTx - 1) / kTx, Z), block(kTx, kTy);
-    k_reduce_partials<T><<<grid, block, 0, s>>>(part, rows, width, segs);
-    FH_LAUNCHED("k_reduce_partials");
-}
-
-}  // namespace
-
 // ---- memory -----------------------------------------------------------------------------------
 
 Arena::~Arena() {
@@ -153,39 +71,6 @@ RowPlan plan_rows(size_t rows, int width, int per_warp, size_t extra_per_warp_by
              "config: the CUDA %s kernel needs %zu bytes of shared memory per block (use "
              "smaller dimensions or the CPU backend)", what, p.smem);
     return p;
-}
-
-// ---- launchers --------------------------------------------------------------------------------
-
-void reduce_partials(const double *part, int rows, int width, int Z, const Segs &segs,
-                     cudaStream_t s) {
-    reduce_impl(part, rows, width, Z, segs, s);
-}
-void reduce_partials(const float *part, int rows, int width, int Z, const Segs &segs,
-                     cudaStream_t s) {
-    reduce_impl(part, rows, width, Z, segs, s);
-}
-
-void bias_silu(float *pre, float *act, const float *bias, size_t rows, int cols, int Z,
-               size_t zbias, cudaStream_t s) {
-    dim3 grid(col_chunks(rows), (cols + kTx - 1) / kTx, Z), block(kTx, kTy);
-    k_bias_silu<<<grid, block, 0, s>>>(pre, act, bias, rows, cols, zbias);
-    FH_LAUNCHED("k_bias_silu");
-}
-
-void dsilu_colsum(float *g, const float *pre, size_t rows, int cols, int Z, double *partial,
-                  cudaStream_t s) {
-    dim3 grid(col_chunks(rows), (cols + kTx - 1) / kTx, Z), block(kTx, kTy);
-    k_dsilu_colsum<<<grid, block, 0, s>>>(g, pre, rows, cols, partial);
-    FH_LAUNCHED("k_dsilu_colsum");
-}
-
-void adam(float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
-          float beta2, float eps, const uint64_t *step, cudaStream_t s) {
-    const int threads = 256;
-    const int blocks = (int)std::min<size_t>((n + threads - 1) / threads, 2048);
-    k_adam<<<blocks < 1 ? 1 : blocks, threads, 0, s>>>(p, m, v, g, n, lr, beta1, beta2, eps, step);
-    FH_LAUNCHED("k_adam");
 }
 
 }  // namespace fh::cuda::aux

@@ -1,10 +1,11 @@
 // Shared pieces of the auxiliary learners (cuda/iql.cu, iqn.cu, attention.cu): one device
-// allocation per learner, shared-memory opt-in, and the small kernels every learner uses (bias +
-// SiLU, SiLU' with column sums, fixed-order reduction of per-block partials, Adam). Return-code
-// checks (common.hpp), the GEMM layer (gemm.hpp) and the device math (device_math.cuh) are the
-// core backend's.
+// allocation per learner, shared-memory opt-in, the geometry of warp-per-row kernels, and the
+// names the learners use for the backend's shared kernels (the fixed-order reduction of
+// per-block partials in reduce.cuh, Adam in nn.cuh). Return-code checks (common.hpp), the GEMM
+// layer (gemm.hpp), bias + SiLU and SiLU' with column sums (nn.cuh, reduce.cuh) and the device
+// math (device_math.cuh) are the same for the Q net and the learners.
 //
-// Conventions, shared with the core backend (cuda/kernels.cu):
+// Conventions, shared with the Q net's tasks (cuda_step.hpp):
 // - No atomics. Every reduction over the batch is a fixed grid of blocks, each summing a fixed
 //   range of rows in a fixed order into a partial (double where the CPU sums in double), then
 //   one fixed-order pass over the partials: the same inputs give the same bits, run to run.
@@ -21,6 +22,8 @@
 #include "device_math.cuh"
 #include "error.hpp"
 #include "gemm.hpp"
+#include "nn.cuh"
+#include "reduce.cuh"
 
 namespace fh::cuda::aux {
 
@@ -51,47 +54,20 @@ size_t max_smem_optin();
 // FH_ERR_BAD_DIMENSION naming `what` when the device cannot give that much.
 void allow_smem(const void *kernel, size_t bytes, const char *what);
 
-// ---- fixed-order reductions --------------------------------------------------------------------
-// Partials are [Z][rows][width] (row = a block's contribution); the final pass sums the rows of
-// each column in a fixed order (8 interleaved double accumulators, then those in order) and
-// writes out = (float)(sum / div) to the segment that owns the column.
-struct Seg {
-    float *dst;      // column col0 + k goes to dst[z * zstride + k]
-    int col0, len;
-    size_t zstride;
-    double div;      // 1 for gradients; the batch for a mean
-};
-constexpr int kMaxSegs = 4;
-struct Segs {
-    Seg s[kMaxSegs];
-    int n = 0;
-    void add(float *dst, int col0, int len, size_t zstride = 0, double div = 1.0) {
-        s[n++] = Seg{dst, col0, len, zstride, div};
-    }
-};
-void reduce_partials(const double *part, int rows, int width, int Z, const Segs &segs,
-                     cudaStream_t s);
-void reduce_partials(const float *part, int rows, int width, int Z, const Segs &segs,
-                     cudaStream_t s);
+// ---- fixed-order reductions (reduce.cuh) ------------------------------------------------------
+// Partials are [Z][rows][width] (row = a block's contribution); reduce_partials() sums the rows
+// of each column in a fixed order and writes out = (float)(sum / div) to the segment that owns
+// the column.
+using cuda::reduce_partials;
+using cuda::Segs;
 
-// Rows per block of the column-parallel kernels below (their partials have ceil(rows / this)
-// rows per z).
+// Rows per block of the learners' column-parallel kernels (their partials have
+// ceil(rows / this) rows per z).
 constexpr int kColRows = 128;
 inline int col_chunks(size_t rows) { return (int)((rows + kColRows - 1) / kColRows); }
 
-// pre[z] += bias[z] (per column), act[z] = SiLU(pre[z]); Z stacked [rows, cols] matrices, the
-// biases zbias floats apart.
-void bias_silu(float *pre, float *act, const float *bias, size_t rows, int cols, int Z,
-               size_t zbias, cudaStream_t s);
-// g[z] = g[z] ⊙ SiLU'(pre[z]) in place, and the column sums of the result as partials
-// [Z][col_chunks(rows)][cols] doubles.
-void dsilu_colsum(float *g, const float *pre, size_t rows, int cols, int Z, double *partial,
-                  cudaStream_t s);
-
-// Adam (SPEC §5.6, the CPU's nn.cpp adam with scale 1) on n flat parameters, t = *step + 1
-// read on the device; 1 − β^t in float64, rounded to float32.
-void adam(float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
-          float beta2, float eps, const uint64_t *step, cudaStream_t s);
+// Adam with scale 1 (nn.cuh): the learners' one update over their flat parameters.
+using cuda::adam;
 
 // ---- warp-per-row kernels: block geometry ------------------------------------------------------
 // A "row kernel" gives each warp whole rows, and each warp accumulates its column sums in its own

@@ -17,6 +17,15 @@ namespace fh::cuda {
 [[noreturn]] void throw_cuda(cudaError_t e, const char *call, const char *file, int line);
 [[noreturn]] void throw_cublas(cublasStatus_t s, const char *call, const char *file, int line);
 
+// Launch geometry of the grid-stride elementwise kernels: kThreads per block, enough blocks
+// for n elements, at most `cap`.
+constexpr int kThreads = 256;
+inline int grid_for(size_t n, int threads = kThreads, int cap = 8192) {
+    size_t g = (n + threads - 1) / threads;
+    if (g < 1) g = 1;
+    return (int)(g < (size_t)cap ? g : (size_t)cap);
+}
+
 }  // namespace fh::cuda
 
 #define FH_CUDA(call)                                                                      \
@@ -39,3 +48,19 @@ namespace fh::cuda {
         cudaError_t fh_e_ = cudaGetLastError();                                            \
         if (fh_e_ != cudaSuccess) ::fh::cuda::throw_cuda(fh_e_, name, __FILE__, __LINE__); \
     } while (0)
+
+namespace fh::cuda {
+
+// Makes device @p d current for the scope, and the previous one current again after it.
+struct DeviceGuard {
+    int prev = -1, want;
+    explicit DeviceGuard(int d) : want(d) {
+        FH_CUDA(cudaGetDevice(&prev));
+        if (prev != want) FH_CUDA(cudaSetDevice(want));
+    }
+    ~DeviceGuard() {
+        if (prev >= 0 && prev != want) cudaSetDevice(prev);
+    }
+};
+
+}  // namespace fh::cuda

@@ -1,4 +1,4 @@
-// Device functions shared by every kernel of the CUDA backend (cuda/kernels.cu and the auxiliary
+// Device functions shared by every kernel of the CUDA backend (the tasks and the auxiliary
 // learners): the activations, the Huber loss, the first-index argmax, warp and column-tile sums
 // and the Adam update of one element, each bit for bit the float expression of the CPU
 // reference (src/cpu/nn.hpp, nn.cpp).
@@ -51,6 +51,21 @@ __device__ __forceinline__ double warp_sum(double v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
+}
+
+// Fixed-order tree sum of one double per thread over the block (blockDim.x a power of two);
+// `sh` holds blockDim.x doubles. Every thread gets the sum.
+__device__ __forceinline__ double block_sum(double v, double *sh) {
+    const int t = threadIdx.x;
+    sh[t] = v;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (t < w) sh[t] += sh[t + w];
+        __syncthreads();
+    }
+    const double r = sh[0];
+    __syncthreads();
+    return r;
 }
 
 // The end of a column-parallel block of TY row lanes × (up to W) columns, thread (x, y) holding

@@ -1,21 +1,38 @@
-// Free device memory, for the check fh_pipeline_create() makes before allocating
-// (src/memory_plan.hpp).
+#include "device_memory.hpp"
+
+#include <cstring>
+
 #include <cuda_runtime.h>
 
-#include "backend.hpp"
 #include "common.hpp"
 
-namespace fh {
+namespace fh::cuda {
 
-uint64_t cuda_free_bytes(int device) {
-    int prev = -1;
-    FH_CUDA(cudaGetDevice(&prev));
-    if (prev != device) FH_CUDA(cudaSetDevice(device));
-    size_t free_b = 0, total_b = 0;
-    const cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
-    if (prev != device) cudaSetDevice(prev);
-    FH_CUDA(e);
-    return free_b;
+void *DeviceMemory::alloc(MemCat cat, size_t bytes) {
+    void *p = nullptr;
+    if (bytes == 0) bytes = 256;
+    FH_CUDA(cudaMalloc(&p, bytes));
+    dev_.push_back(p);
+    FH_CUDA(cudaMemset(p, 0, bytes));
+    bytes_[cat] += bytes;
+    return p;
 }
 
-}  // namespace fh
+void *DeviceMemory::pinned(MemCat cat, size_t bytes) {
+    void *h = nullptr;
+    FH_CUDA(cudaHostAlloc(&h, bytes, cudaHostAllocDefault));
+    host_.push_back(h);
+    memset(h, 0, bytes);
+    if (cat != MEM_CATS) bytes_[cat] += bytes;
+    return h;
+}
+
+void DeviceMemory::release() noexcept {
+    for (void *p : dev_) cudaFree(p);
+    for (void *p : host_) cudaFreeHost(p);
+    dev_.clear();
+    host_.clear();
+    for (size_t &b : bytes_) b = 0;
+}
+
+}  // namespace fh::cuda

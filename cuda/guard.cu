@@ -10,7 +10,6 @@ namespace fh::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
 constexpr int kBlocks = 1024;       // partial minima of the search
 constexpr int kCopyBlocks = 256;    // per segment, grid-stride, for snapshot and restore
 constexpr long long kNone = LLONG_MAX;

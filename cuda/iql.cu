@@ -40,6 +40,7 @@
 
 #include "aux_common.cuh"
 #include "learners.hpp"
+#include "nn.cuh"
 
 namespace fh::cuda {
 
@@ -309,9 +310,9 @@ struct IqlLearner::Impl {
 
         // Forward.
         run(bl, 0);
-        aux::bias_silu(pre1, h1, params + o.b1, B, Hi, 2, total, s);
+        bias_silu(pre1, h1, params + o.b1, B, Hi, s, 2, total);
         run(bl, 1);
-        aux::bias_silu(pre2, h2, params + o.b2, B, Hi, 2, total, s);
+        bias_silu(pre2, h2, params + o.b2, B, Hi, s, 2, total);
 
         // V, loss, ω, and dpre2 with the head's gradient partials.
         IqlHeadArgs a{};
@@ -338,7 +339,10 @@ struct IqlLearner::Impl {
         // Backward through layer 2 and layer 1.
         run(bl, 2);
         run(bl, 3);
-        aux::dsilu_colsum(h2, pre1, B, Hi, 2, part_b1, s);
+        PtrList dh1{};
+        dh1.p[0] = h2;
+        dh1.n = 1;
+        dsilu_colsum(dh1, pre1, (int)B, Hi, aux::kColRows, h2, part_b1, s, 2);
         {
             aux::Segs g;
             g.add(grad + o.b1, 0, Hi, total);

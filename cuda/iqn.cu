@@ -25,6 +25,7 @@
 
 #include "aux_common.cuh"
 #include "learners.hpp"
+#include "nn.cuh"
 #include "philox.hpp"
 
 namespace fh::cuda {
@@ -301,7 +302,7 @@ struct IqnLearner::Impl {
             seed, step, purpose, R, Nr, C, cosb, tau_out);
         FH_LAUNCHED("k_taucos");
         gemm_nt(bl, B, Hq, D, x, P + o.Wpsi, psi_pre, 0.0f, "IQN psi = x Wpsi^T");
-        aux::bias_silu(psi_pre, psi, P + o.bpsi, d.B, Hq, 1, 0, s);
+        bias_silu(psi_pre, psi, P + o.bpsi, d.B, Hq, s);
         gemm_nt(bl, (int)R, Hq, C, cosb, P + o.Wphi, phi, 0.0f, "IQN phi = cos Wphi^T");
         k_merge<<<dim3(aux::col_chunks(R), (Hq + kTx - 1) / kTx), dim3(kTx, kTy), 0, s>>>(
             phi, P + o.bphi, psi, mbuf, R, Nr, Hq);

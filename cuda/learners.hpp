@@ -1,6 +1,6 @@
 // The auxiliary learners of SPEC §5.5 on the GPU, each a self-contained module that owns its
 // scratch memory (allocated at construction, never during capture) and enqueues its whole
-// forward, loss, backward and Adam step on one lane. The aux child (cuda_backend) calls them
+// forward, loss, backward and Adam step on one lane. The aux child (executor.cpp) calls them
 // inside stream capture: enqueue() must not synchronise, allocate, or use atomics on gradient
 // or reduction paths.
 #pragma once
@@ -93,6 +93,11 @@ public:
     void time_phases(bool on);
     void phase_ms(float *forward, float *backward) const;
     size_t bytes() const;
+    // The device-dependent sizes of the kernel path a learner for @p c (AUTO kernels) picks on
+    // the current device: its backward's partial rows (of pw floats, attention_paths.hpp) and
+    // its scratch bytes. For the memory plan (src/memory_plan.cpp); allocates nothing.
+    static void path_sizes(const Dims &d, const fh_config &c, size_t *partial_rows,
+                           size_t *scratch_bytes);
 
 private:
     struct Impl;  // cuda/attention.cu

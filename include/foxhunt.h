@@ -1,13 +1,17 @@
 /**
- * @file foxhunt.h
- * @brief C ABI of libfoxhunt: one training step of a branching double-DQN agent with HER,
- *        spectral normalisation and auxiliary learners, on the CPU or as CUDA graphs.
+ * @mainpage foxhunt
  *
- * The math of the step is the foxhunt specification, docs/SPEC.md (v1.2, named in docs/design.md).
+ * libfoxhunt runs one training step of a branching double-DQN agent with hindsight experience
+ * replay, spectral normalisation and auxiliary learners (IQL value nets at a high and a low
+ * expectile, IQN, an attention reward model, CQL, an ensemble, a recursive confidence head,
+ * regime scaling), on the CPU (the reference, OpenBLAS GEMMs) or on an NVIDIA GPU as CUDA
+ * graphs, behind the C ABI of foxhunt.h. Trainers drive it from C, Python (bindings/python,
+ * ctypes) or Rust (bindings/rust, dlopen).
+ *
+ * The math of the step is the foxhunt specification, docs/SPEC.md (v1.3, named in docs/design.md).
  * Section numbers below (SPEC §n) refer to it.
  *
- * How to use it
- * -------------
+ * @section howto How to use it
  * @code
  *   fh_config cfg;
  *   fh_config_init(&cfg);               // SPEC §1 defaults
@@ -22,17 +26,78 @@
  *   fh_pipeline_metrics(p, &m);
  *   fh_pipeline_destroy(p);
  * @endcode
+ * Every call returns an ::fh_status to check. The README has the complete program (the
+ * shapes of ::fh_batch, the goal tensors that goal_dim > 0 requires, the compiler line);
+ * examples/trainer is a whole trainer on real market data.
  *
- * Conventions
- * -----------
+ * @section replay With a replay (SPEC §2.1, §5.0)
+ * Set fh_config::replay_capacity (K rows) and fh_config::replay_envs (E environments that step
+ * in lockstep). Instead of uploading batches, append rows of transitions as the environments
+ * produce them, and let every step draw its batch from the replay:
+ * @code
+ *   cfg.replay_capacity = 100000; cfg.replay_envs = 16;
+ *   ...
+ *   fh_replay_rows rows = FH_REPLAY_ROWS_INIT;   // [R, E, ...] arrays, episode_end included
+ *   rows.num_rows = 1; rows.num_envs = 16; ...
+ *   fh_pipeline_insert(p, &rows);                 // validates and appends; arrays yours again
+ *   fh_pipeline_train(p, 4);                      // 4 x (sample a batch, step)
+ * @endcode
+ *
+ * @section conventions Conventions
  * - Every function returns an ::fh_status. On failure, fh_last_error_message() (thread-local)
  *   names the argument, index and value at fault, and no state has changed: the pipeline stays
  *   usable exactly as it was. Nothing aborts, prints, or throws across this boundary.
- * - Tensors are float32, row-major, host memory. `[B, n]` is B rows of n floats.
- * - The caller owns every buffer it passes; the library copies what it needs before returning
- *   and keeps no caller pointer.
+ * - Tensors are float32, row-major, host memory unless a struct's `memory` field says
+ *   ::FH_MEMORY_DEVICE. `[B, n]` is B rows of n floats.
+ * - The caller owns every buffer it passes. Host arrays are read during the call only: the
+ *   library copies what it needs before returning and keeps no caller pointer.
+ * - Device memory (::FH_MEMORY_DEVICE, CUDA backend only; the CPU backend refuses it with
+ *   FH_ERR_UNSUPPORTED): the call checks the struct, enqueues the work and returns without
+ *   waiting for the GPU. The library reads the arrays on its own streams after the call, in
+ *   order after the first child (sample or her) of the last step launched before the call, and
+ *   checks every element there (SPEC §8, §2.1). So the arrays must be complete when the call is
+ *   made (synchronise the stream that wrote them), and must stay allocated and unchanged until
+ *   the next call on the same pipeline has returned: every call on a pipeline (any function
+ *   taking it, fh_pipeline_sync() included; not fh_pipeline_destroy()) first waits until the
+ *   device has finished reading the arrays of earlier calls. A refused device array changes
+ *   nothing, exactly like refused host input, and the status and message that the same host
+ *   input would have given ("rows.obs[3, 1, 7] = nan is not finite") are returned by that next
+ *   call, which then does nothing else (call it again). This build's CUDA backend does not
+ *   accept device memory yet: FH_ERR_UNSUPPORTED.
  * - Structs that may grow begin with `struct_size`; set it to `sizeof` the struct (the
  *   initialisers do). A pipeline is not thread-safe: call it from one thread at a time.
+ *
+ * @section specification The specification
+ * The math of the step is the foxhunt specification, @ref spec "docs/SPEC.md". The library
+ * implements v1.2, i.e. §1 to §8 of the copy here (v1.3 adds the replay of §2.1 and §5.0 and
+ * the data-parallel step of §9 without changing the rest). "SPEC §n" in this reference is:
+ * - @ref spec_1 "§1 Configuration": ::fh_config and its defaults (fh_config_init())
+ * - @ref spec_2 "§2 The batch": ::fh_batch, fh_pipeline_upload()
+ * - @ref spec_3 "§3 Randomness and initialisation": Philox draws, parameter init, tensor names
+ * - @ref spec_4 "§4 Networks": the Q net, IQL, IQN and the attention reward model
+ * - @ref spec_5 "§5 The step", fh_pipeline_step(): @ref spec_5_1 "5.1 her",
+ *   @ref spec_5_2 "5.2 spectral", @ref spec_5_3 "5.3 ddqn", @ref spec_5_4 "5.4 forward",
+ *   @ref spec_5_5 "5.5 aux", @ref spec_5_6 "5.6 adam"
+ * - @ref spec_6 "§6 Readable after a step": ::fh_metrics, ::fh_timings, named tensors
+ * - @ref spec_7 "§7 Acting": fh_pipeline_act()
+ * - @ref spec_8 "§8 Input validity": what uploads refuse
+ *
+ * @section overview Design
+ * One description of the step (the schedule: six child graphs, the lanes inside each, fork and
+ * join points, as plain data built from the config) and two executors: the CPU reference runs
+ * its tasks in order; the CUDA executor captures each child on its lanes (streams) and links the
+ * children into one parent graph, so a step is one graph launch. Every network is one flat
+ * float32 buffer, so EMA, Adam, clipping and checkpoints are single loops. Results are bitwise
+ * reproducible run to run (fixed-order reductions, no atomics). The details, with the measured
+ * speed on an H200: @ref design "docs/design.md" and docs/cuda.md.
+ */
+/**
+ * @file foxhunt.h
+ * @brief C ABI of libfoxhunt: one training step of a branching double-DQN agent with HER,
+ *        spectral normalisation and auxiliary learners, on the CPU or as CUDA graphs.
+ *
+ * How to use it, the conventions every function follows and the specification's sections
+ * (SPEC §n below refers to docs/SPEC.md): see the main page, the comment above.
  */
 #ifndef FOXHUNT_H
 #define FOXHUNT_H
@@ -56,7 +121,7 @@ extern "C" {
 /** @name Version
  *  Semantic version of the library; fh_version() returns the same at run time. @{ */
 #define FOXHUNT_VERSION_MAJOR 0 /**< incompatible ABI changes */
-#define FOXHUNT_VERSION_MINOR 1 /**< compatible additions */
+#define FOXHUNT_VERSION_MINOR 2 /**< compatible additions */
 #define FOXHUNT_VERSION_PATCH 0 /**< fixes */
 /** Packed version: major * 10000 + minor * 100 + patch. */
 #define FOXHUNT_VERSION_NUMBER \
@@ -84,7 +149,11 @@ typedef enum fh_status {
     FH_ERR_NO_CUDA = 15,           /**< CUDA was requested but this build or machine has none */
     FH_ERR_CUDA = 16,              /**< a CUDA or cuBLAS call failed (message names it) */
     FH_ERR_OUT_OF_MEMORY = 17,     /**< host or device allocation failed */
-    FH_ERR_INTERNAL = 18           /**< a bug in foxhunt; please report the message */
+    FH_ERR_INTERNAL = 18,          /**< a bug in foxhunt; please report the message */
+    FH_ERR_UNSUPPORTED = 19        /**< the request does not apply to this pipeline: an upload
+                                        to a pipeline with a replay, an insert to one without,
+                                        device memory on the CPU backend, or a replay on a
+                                        backend that does not have it yet (message says which) */
 } fh_status;
 
 /** The name of a status as a static string, e.g. "FH_ERR_NON_FINITE"; "FH_ERR_UNKNOWN_STATUS"
@@ -126,6 +195,14 @@ typedef enum fh_iql_gemm {
     FH_IQL_GEMM_SEQUENTIAL = 3  /**< two plain GEMMs per layer */
 } fh_iql_gemm;
 
+/** Where the arrays of an ::fh_batch or ::fh_replay_rows live. */
+typedef enum fh_memory_kind {
+    FH_MEMORY_HOST = 0,  /**< host memory (pageable or pinned), read during the call */
+    FH_MEMORY_DEVICE = 1 /**< CUDA device (or managed) memory of the pipeline's device, read
+                              asynchronously (see "Device memory" in the conventions above);
+                              CUDA backend only */
+} fh_memory_kind;
+
 /** HER relabelled reward (SPEC §1 her_reward). */
 typedef enum fh_her_reward {
     FH_HER_REWARD_SPARSE = 0, /**< r = 0 if ||ag' - g||_2 <= eps else -1 */
@@ -150,7 +227,9 @@ typedef struct fh_config {
     int32_t exec_mode;         /**< ::fh_exec_mode */
     int32_t math_mode;         /**< ::fh_math_mode */
     int32_t iql_gemm;          /**< ::fh_iql_gemm */
-    uint32_t workspace_mib;    /**< cuBLAS workspace per lane, MiB (default 32) */
+    uint32_t workspace_mib;    /**< cuBLAS workspace of a lane, MiB (default 32); a lane that
+                                    runs only branch layers gets half, and lanes that never run
+                                    at the same time share one (docs/cuda.md) */
 
     uint32_t batch_size;       /**< B, transitions per step (16384) */
     uint32_t obs_dim;          /**< O (124) */
@@ -199,14 +278,21 @@ typedef struct fh_config {
     float adam_eps;            /**< > 0 (1e-8) */
     float clip_norm;           /**< global-norm clip of the Q-net gradient, > 0 (10) */
     uint64_t seed;             /**< all randomness derives from it (0) */
+
+    /* Added in 0.2; a config of the 0.1 size (ending at seed) is accepted as having no replay. */
+    uint32_t replay_capacity;  /**< K, rows the replay keeps (SPEC §2.1); 0 = no replay: steps
+                                    train on uploaded batches (0) */
+    uint32_t replay_envs;      /**< E, transitions per row (environments stepping in lockstep);
+                                    0 exactly when replay_capacity is 0, and K * E <= 2^32 (0) */
 } fh_config;
 
 /** Fill @p config with SPEC §1's defaults and struct_size. FH_ERR_NULL_POINTER if NULL. */
 FH_API fh_status fh_config_init(fh_config *config);
 
 /**
- * One step's input, SPEC §2: host arrays of batch_size rows, row-major, owned by the caller and
- * read only during fh_pipeline_upload() (the library keeps no pointer). Optional tensors may be
+ * One step's input, SPEC §2: arrays of batch_size rows, row-major, owned by the caller. Host
+ * arrays are read only during fh_pipeline_upload() (the library keeps no pointer); device
+ * arrays (memory = ::FH_MEMORY_DEVICE) as the conventions above say. Optional tensors may be
  * NULL: goal, next_achieved_goal and her_goal when goal_dim = 0 (required otherwise; with
  * goal_dim = 0 they are ignored, not read, whatever they hold), and regime (then every
  * transition is regime 0).
@@ -223,10 +309,46 @@ typedef struct fh_batch {
     const float *next_achieved_goal;   /**< [B, G] ag', achieved goal at s' */
     const float *her_goal;             /**< [B, G] a future achieved goal of the episode */
     const int32_t *regime;             /**< [B] in [0, R), or NULL */
+    /* Added in 0.2; a batch of the 0.1 size (ending at regime) is host memory. */
+    int32_t memory;                    /**< ::fh_memory_kind of every array above (host) */
 } fh_batch;
 
-/** Static initialiser of ::fh_batch: struct_size set, everything else zero. */
-#define FH_BATCH_INIT {sizeof(fh_batch), 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL}
+/** Static initialiser of ::fh_batch: struct_size set, host memory, everything else zero. */
+#define FH_BATCH_INIT \
+    {sizeof(fh_batch), 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, FH_MEMORY_HOST}
+
+/**
+ * Rows to append to the pipeline's replay (SPEC §2.1): num_rows rows of num_envs transitions,
+ * every array row-major [R, E, ...], so element (r, e) is environment e's transition in row r.
+ * Rows are in time order (row R - 1 is the newest). The fields are those of ::fh_batch without
+ * her_goal (the step draws HER goals from the replay, SPEC §5.0), plus episode_end. Host arrays
+ * are read only during fh_pipeline_insert(); device arrays as the conventions above say.
+ * Optional: goal and next_achieved_goal when goal_dim = 0 (required otherwise; ignored, not
+ * read, with goal_dim = 0), and regime (then 0).
+ */
+typedef struct fh_replay_rows {
+    size_t struct_size;                /**< sizeof(fh_replay_rows) */
+    uint32_t num_rows;                 /**< R >= 1 rows (more than replay_capacity is allowed:
+                                            only the newest replay_capacity stay) */
+    uint32_t num_envs;                 /**< E; must equal the config's replay_envs */
+    int32_t memory;                    /**< ::fh_memory_kind of every array below (host) */
+    const float *obs;                  /**< [R, E, O] state s */
+    const float *goal;                 /**< [R, E, G] desired goal g */
+    const int32_t *action;             /**< [R, E, NB], each in [0, A) */
+    const float *reward;               /**< [R, E] environment reward */
+    const uint8_t *done;               /**< [R, E], 0 or 1: s' terminal (1 requires
+                                            episode_end = 1) */
+    const float *next_obs;             /**< [R, E, O] s' */
+    const float *next_achieved_goal;   /**< [R, E, G] ag', achieved goal at s' */
+    const int32_t *regime;             /**< [R, E] in [0, num_regimes), or NULL */
+    const uint8_t *episode_end;        /**< [R, E], 0 or 1: the environment's episode ended with
+                                            this transition (termination or time limit) */
+} fh_replay_rows;
+
+/** Static initialiser of ::fh_replay_rows: struct_size set, host memory, the rest zero. */
+#define FH_REPLAY_ROWS_INIT \
+    {sizeof(fh_replay_rows), 0, 0, FH_MEMORY_HOST, NULL, NULL, NULL, NULL, NULL, NULL, NULL, \
+     NULL, NULL}
 
 /**
  * Metrics of the last completed step, SPEC §6. Losses are the values whose gradients that step
@@ -251,6 +373,7 @@ typedef struct fh_metrics {
     uint32_t num_relabelled;   /**< transitions whose goal HER relabelled */
     uint32_t num_regimes;      /**< R: entries of regime_scale that are set */
     float regime_scale[FH_MAX_REGIMES]; /**< rho_k after this step's update */
+    /* Added in 0.2; metrics of the 0.1 size (ending at regime_scale) get the fields above. */
     uint64_t steps_skipped;    /**< steps the divergence guard skipped since the pipeline was
                                     created (see fh_pipeline_step()) */
     uint32_t last_step_skipped; /**< 1 if the step these metrics describe applied no update
@@ -275,6 +398,9 @@ typedef struct fh_timings {
     float aux_iqn_ms;   /**< aux IQN lane */
     float aux_attn_ms;  /**< aux attention lane */
     float aux_tail_ms;  /**< after the join: CQL, ensemble, confidence, regime scale */
+    /* Added in 0.2; timings of the 0.1 size (ending at aux_tail_ms) get the fields above. */
+    float sample_ms;    /**< child sample: the batch drawn from the replay, SPEC §5.0 (0
+                             without a replay) */
 } fh_timings;
 
 /** Parameter groups of fh_tensor_info::group. */
@@ -308,7 +434,9 @@ typedef struct fh_memory_report {
     uint64_t activations;      /**< forward caches and intermediates */
     uint64_t workspaces;       /**< cuBLAS workspaces, all lanes (0 on the CPU) */
     uint64_t batch_staging;    /**< batch buffers (pinned host + device on CUDA) */
-    uint64_t total;            /**< the sum of the above */
+    uint64_t total;            /**< the sum of every other field, replay included */
+    /* Added in 0.2; a report of the 0.1 size (ending at total) gets the fields above. */
+    uint64_t replay;           /**< the replay's rows and episode table (0 without a replay) */
 } fh_memory_report;
 
 /**
@@ -318,9 +446,11 @@ typedef struct fh_memory_report {
  * exactly fh_pipeline_memory()'s after the first step; on CUDA, computed from the executor's
  * allocations, it is meant as an upper bound of fh_pipeline_memory() within a few MiB (the
  * attention backward's partial sums follow the device's occupancy and are bounded). Includes
- * the divergence guard's copy of the state (in parameters).
+ * the divergence guard's copy of the state (in parameters) and, with replay_capacity > 0, the
+ * replay (its rows and episode table; on CUDA the device ring, although this build's CUDA
+ * backend does not create pipelines with a replay yet).
  * @param config  as for fh_pipeline_create(); validated the same way.
- * @param report  out; its struct_size must be set.
+ * @param report  out; its struct_size must be set (the 0.1 size, without replay, is accepted).
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_STRUCT_SIZE (of @p config or @p report);
  *         FH_ERR_BAD_DIMENSION; FH_ERR_INDIVISIBLE; FH_ERR_BAD_VALUE; FH_ERR_NO_CUDA.
  */
@@ -331,8 +461,9 @@ FH_API fh_status fh_memory_plan(const struct fh_config *config,
 typedef struct fh_pipeline fh_pipeline;
 
 /**
- * Create a pipeline: validate @p config, check that the memory it needs is there, allocate,
- * initialise parameters from the seed (SPEC §3) and, on CUDA, capture the step graph.
+ * Create a pipeline: validate @p config, check that the memory it needs is there, allocate (the
+ * replay too, when the config has one), initialise parameters from the seed (SPEC §3) and, on
+ * CUDA, capture the step graph.
  *
  * Before allocating anything, the memory the config needs (fh_memory_plan(), plus the largest
  * scratch a step holds briefly) is compared with what is available: host memory (MemAvailable,
@@ -340,13 +471,16 @@ typedef struct fh_pipeline fh_pipeline;
  * (cudaMemGetInfo). A config that does not fit is refused at once with FH_ERR_OUT_OF_MEMORY and
  * a message "config needs X bytes of host memory (...), Y available (...)". Allocation can still
  * fail later if other processes take the memory meanwhile; then too nothing is left allocated.
- * @param config  filled by fh_config_init() and edited; copied.
+ * @param config  filled by fh_config_init() and edited; copied. The 0.1 size of the struct is
+ *                accepted (no replay).
  * @param out     receives the handle (NULL on failure).
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_STRUCT_SIZE; FH_ERR_BAD_DIMENSION (a dimension out
  *         of its range, or dimensions whose product makes an array of more than 2^31 - 1
- *         elements); FH_ERR_INDIVISIBLE; FH_ERR_BAD_VALUE; FH_ERR_NO_CUDA; FH_ERR_CUDA;
- *         FH_ERR_OUT_OF_MEMORY (the config needs more than is available, or an allocation
- *         failed).
+ *         elements; also: only one of replay_capacity and replay_envs is 0, or their product
+ *         exceeds 2^32); FH_ERR_INDIVISIBLE; FH_ERR_BAD_VALUE; FH_ERR_NO_CUDA;
+ *         FH_ERR_UNSUPPORTED (a replay on the CUDA backend, which this build does not have yet;
+ *         AUTO included); FH_ERR_CUDA; FH_ERR_OUT_OF_MEMORY (the config needs more than is
+ *         available, or an allocation failed).
  */
 FH_API fh_status fh_pipeline_create(const fh_config *config, fh_pipeline **out);
 
@@ -356,8 +490,8 @@ FH_API void fh_pipeline_destroy(fh_pipeline *pipeline);
 /** The backend actually in use (::fh_backend, never AUTO). FH_ERR_NULL_POINTER. */
 FH_API fh_status fh_pipeline_backend(const fh_pipeline *pipeline, int32_t *backend);
 
-/** A copy of the pipeline's config, with backend resolved. FH_ERR_NULL_POINTER,
- *  FH_ERR_STRUCT_SIZE. */
+/** A copy of the pipeline's config, with backend resolved (a config of the 0.1 size gets the
+ *  fields it has). FH_ERR_NULL_POINTER, FH_ERR_STRUCT_SIZE. */
 FH_API fh_status fh_pipeline_config(const fh_pipeline *pipeline, fh_config *config);
 
 /**
@@ -367,33 +501,81 @@ FH_API fh_status fh_pipeline_config(const fh_pipeline *pipeline, fh_config *conf
  * to the device is asynchronous and double-buffered: uploading batch t+1 overlaps step t.
  * Finite values of any size are accepted; values large enough to overflow the step (around
  * 1e11 and up at the default sizes) make the divergence guard skip the step (fh_pipeline_step()).
+ * A pipeline with a replay draws its batches from it and refuses uploads (FH_ERR_UNSUPPORTED).
  * @return FH_OK; FH_ERR_NULL_POINTER (handle, batch, or a required tensor);
- *         FH_ERR_STRUCT_SIZE; FH_ERR_BUFFER_SIZE (batch_size differs from the config);
+ *         FH_ERR_STRUCT_SIZE (neither the 0.1 nor the current size);
+ *         FH_ERR_BUFFER_SIZE (batch_size differs from the config);
+ *         FH_ERR_BAD_VALUE (memory is not an ::fh_memory_kind);
  *         FH_ERR_NON_FINITE; FH_ERR_OUT_OF_RANGE (action, regime or done);
- *         FH_ERR_OUT_OF_MEMORY.
+ *         FH_ERR_UNSUPPORTED (the pipeline has a replay; device memory on the CPU backend or
+ *         on this build's CUDA backend); FH_ERR_OUT_OF_MEMORY.
  *         A refused batch changes nothing: the previous batch stays current.
  */
 FH_API fh_status fh_pipeline_upload(fh_pipeline *pipeline, const fh_batch *batch);
 
 /**
- * Run one training step (SPEC §5) on the current batch. On CUDA this launches the captured
- * graph and returns without waiting for it; reading metrics, timings or tensors waits.
+ * Run one training step (SPEC §5) on the current batch, or, with a replay, on a batch drawn
+ * from the replay first (SPEC §5.0: the child "sample" at the head of the step). On CUDA this
+ * launches the captured graph and returns without waiting for it; reading metrics, timings or
+ * tensors waits.
  *
  * Divergence guard: a step whose losses, gradient norm or resulting state (parameters, targets,
  * Adam moments, spectral vectors, regime state) hold a NaN or infinity applies no update: all of
  * that state stays bitwise as it was before the step, as a mixed-precision loss scaler
  * (PyTorch's GradScaler) skips an optimizer step. The step counter still advances (the next
- * step draws new random numbers; Adam's t = step + 1 counts it), the step's outputs (d_states,
- * ensemble, confidence) and metrics describe the skipped step, fh_metrics::last_step_skipped is
- * 1 and fh_metrics::steps_skipped counts it. The decision is made where the step runs (on CUDA
- * on the device), so this call cannot report it: fh_pipeline_check() does. Extreme but finite
- * inputs (obs around 1e11 with rewards around 1e12 at the default sizes) or hyperparameters
- * (lr_q = 1e20) trigger it.
- * @return FH_OK (also for a step the guard skips); FH_ERR_NULL_POINTER; FH_ERR_NO_BATCH;
- *         FH_ERR_OUT_OF_MEMORY (the first step allocates the caches; the state is then left as
- *         it was and what the step allocated is freed); FH_ERR_CUDA.
+ * step draws new random numbers, and with a replay a new batch; Adam's t = step + 1 counts it),
+ * the step's outputs (d_states, ensemble, confidence) and metrics describe the skipped step,
+ * fh_metrics::last_step_skipped is 1 and fh_metrics::steps_skipped counts it. A step never
+ * changes the replay (only inserts and loads do), so a skipped step leaves it as it was too.
+ * The decision is made where the step runs (on CUDA on the device), so this call cannot report
+ * it: fh_pipeline_check() does. Extreme but finite inputs (obs around 1e11 with rewards around
+ * 1e12 at the default sizes) or hyperparameters (lr_q = 1e20) trigger it.
+ * @return FH_OK (also for a step the guard skips); FH_ERR_NULL_POINTER; FH_ERR_NO_BATCH (no
+ *         batch uploaded yet, or, with a replay, no row inserted yet: SPEC §2.1; nothing
+ *         changes); FH_ERR_OUT_OF_MEMORY (the first step allocates the caches; the state is then
+ *         left as it was and what the step allocated is freed); FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_step(fh_pipeline *pipeline);
+
+/**
+ * Run @p k steps back to back, exactly as k calls of fh_pipeline_step() would (each draws its
+ * own batch from the replay, with a replay; all train on the current batch without), but with
+ * no host round trip between them. Metrics and timings afterwards are those of the last step.
+ * @param pipeline  the pipeline
+ * @param k         steps, >= 1
+ * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_BAD_VALUE (k = 0); FH_ERR_NO_BATCH (as
+ *         fh_pipeline_step(); nothing runs); FH_ERR_OUT_OF_MEMORY (the first step ever
+ *         allocates; then no step has run); FH_ERR_CUDA.
+ */
+FH_API fh_status fh_pipeline_train(fh_pipeline *pipeline, uint32_t k);
+
+/**
+ * Append rows to the pipeline's replay (SPEC §2.1): rows are numbered in insertion order, row
+ * n lives in slot n mod replay_capacity, and the newest min(rows inserted, replay_capacity)
+ * rows are the ones steps sample from (SPEC §5.0). Every element is checked (SPEC §8; besides,
+ * episode_end is 0 or 1, and done = 1 requires episode_end = 1) before any row is written, so
+ * a refused insert changes nothing. Host arrays are checked in one read-only pass, then copied
+ * (only the rows that stay). The next step samples from the replay with these rows.
+ * Episodes: in each environment's column, an episode is a run of rows of which only the last
+ * has episode_end = 1, or the run after the last such row, open at the newest row; a HER goal
+ * is drawn from later rows of the same episode only.
+ * @return FH_OK; FH_ERR_NULL_POINTER (handle, rows, or a required array);
+ *         FH_ERR_STRUCT_SIZE; FH_ERR_BUFFER_SIZE (num_rows = 0, or num_envs differs from the
+ *         config's replay_envs); FH_ERR_BAD_VALUE (memory is not an ::fh_memory_kind);
+ *         FH_ERR_NON_FINITE; FH_ERR_OUT_OF_RANGE (action, regime, done or episode_end out of
+ *         range, or done = 1 with episode_end = 0); FH_ERR_UNSUPPORTED (the pipeline has no
+ *         replay; device memory on the CPU backend or on this build's CUDA backend);
+ *         FH_ERR_CUDA.
+ */
+FH_API fh_status fh_pipeline_insert(fh_pipeline *pipeline, const fh_replay_rows *rows);
+
+/**
+ * Wait until the pipeline's queued work (steps, uploads, inserts) has finished, and return the
+ * error of a refused device-memory upload or insert if one is pending (see "Device memory"
+ * above). Returns at once on the CPU backend, where every call finishes before it returns.
+ * @return FH_OK; FH_ERR_NULL_POINTER; a pending refusal's status; FH_ERR_CUDA.
+ */
+FH_API fh_status fh_pipeline_sync(fh_pipeline *pipeline);
 
 /**
  * Greedy / epsilon-greedy action of the online net (SPEC §7). Changes no training state
@@ -432,11 +614,13 @@ FH_API fh_status fh_pipeline_check(fh_pipeline *pipeline);
 
 /** Metrics of the last completed step. Before the first step, and after fh_pipeline_load()
  *  until the next step, every loss reads 0 while step and regime_scale give the current state.
- *  FH_ERR_NULL_POINTER, FH_ERR_STRUCT_SIZE, FH_ERR_CUDA. */
+ *  The 0.1 size of the struct is accepted too. FH_ERR_NULL_POINTER, FH_ERR_STRUCT_SIZE,
+ *  FH_ERR_CUDA. */
 FH_API fh_status fh_pipeline_metrics(fh_pipeline *pipeline, fh_metrics *metrics);
 
 /** Timings of the last completed step (all zero before the first, and after a load until the
- *  next step). FH_ERR_NULL_POINTER, FH_ERR_STRUCT_SIZE, FH_ERR_CUDA. */
+ *  next step). The 0.1 size of the struct is accepted too. FH_ERR_NULL_POINTER,
+ *  FH_ERR_STRUCT_SIZE, FH_ERR_CUDA. */
 FH_API fh_status fh_pipeline_timings(fh_pipeline *pipeline, fh_timings *timings);
 
 /** Number of named tensors (parameters, targets, state, outputs). FH_ERR_NULL_POINTER. */
@@ -471,8 +655,9 @@ FH_API fh_status fh_pipeline_write_tensor(fh_pipeline *pipeline, const char *nam
 
 /**
  * Save everything a continued run needs (parameters, targets, Adam moments, spectral vectors,
- * regime state, step and act counters, the config) to @p path. A pipeline loaded from it
- * continues bit-for-bit like this one.
+ * regime state, step and act counters, the config) to @p path; the replay is not saved (see
+ * fh_pipeline_save_ex()). A pipeline loaded from it continues bit-for-bit like this one when it
+ * is fed the same batches.
  *
  * The file appears whole or not at all: it is written unnamed beside @p path (O_TMPFILE) and
  * given the name, replacing a regular file of that name, only after every byte is on disk
@@ -489,22 +674,41 @@ FH_API fh_status fh_pipeline_write_tensor(fh_pipeline *pipeline, const char *nam
  */
 FH_API fh_status fh_pipeline_save(fh_pipeline *pipeline, const char *path);
 
+/** Bit of fh_pipeline_save_ex()'s flags: also save the replay (its valid rows, the number of
+ *  rows inserted, and so the episode bookkeeping), so that a run that samples from it resumes
+ *  bit-for-bit. The file then holds about replay_capacity * replay_envs transitions. */
+#define FH_SAVE_REPLAY 1u
+
 /**
- * Load a checkpoint written by fh_pipeline_save() from a pipeline of the same config (the
- * backend, device and execution switches may differ). On any error nothing changes. The header
- * (magic, format, config fingerprint) is read first and the rest only when the file's size is
- * the one its header implies, so a large file that is no checkpoint of a valid config is
- * refused after reading a few hundred bytes.
+ * fh_pipeline_save() with options: @p flags is 0 (exactly fh_pipeline_save(): a file that
+ * foxhunt 0.1 also reads) or ::FH_SAVE_REPLAY (format 2, read by 0.2 and later). The replay's
+ * valid rows are copied once (on CUDA from the device) and written from that copy.
+ * @return as fh_pipeline_save(); also FH_ERR_BAD_VALUE (an unknown flag bit) and
+ *         FH_ERR_UNSUPPORTED (FH_SAVE_REPLAY on a pipeline without a replay).
+ */
+FH_API fh_status fh_pipeline_save_ex(fh_pipeline *pipeline, const char *path, uint32_t flags);
+
+/**
+ * Load a checkpoint written by fh_pipeline_save() or fh_pipeline_save_ex() from a pipeline of
+ * the same config (the backend, device and execution switches may differ). A checkpoint with
+ * a replay needs a pipeline with the same replay_capacity and replay_envs and replaces its
+ * replay; one without leaves the pipeline's replay as it is. On any error nothing changes. The
+ * header (magic, format, config fingerprint, and the replay section's shape) is read first and
+ * the rest only when the file's size is the one its header implies, so a large file that is no
+ * checkpoint of a valid config is refused after reading a few hundred bytes.
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_IO (also: not a regular file);
  *         FH_ERR_CHECKPOINT_TRUNCATED (this config's header, but the file ends early);
- *         FH_ERR_CHECKPOINT_CORRUPT (bad magic, format, checksum or size, or a non-finite value);
- *         FH_ERR_CHECKPOINT_CONFIG (an intact checkpoint of another config);
- *         FH_ERR_OUT_OF_MEMORY; FH_ERR_CUDA.
+ *         FH_ERR_CHECKPOINT_CORRUPT (bad magic, format, checksum or size, a non-finite value,
+ *         or replay rows that an insert would refuse);
+ *         FH_ERR_CHECKPOINT_CONFIG (an intact checkpoint of another config, or a replay of
+ *         another shape, or a replay and a pipeline without one); FH_ERR_OUT_OF_MEMORY;
+ *         FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_load(fh_pipeline *pipeline, const char *path);
 
 /** Bytes held by the pipeline, by category; on the CPU, the first step's caches and scratch
- *  count from that step on (before it, activations are fh_memory_plan()'s less those).
+ *  count from that step on (before it, activations are fh_memory_plan()'s less those). The 0.1
+ *  size of the report is accepted too.
  *  FH_ERR_NULL_POINTER, FH_ERR_STRUCT_SIZE. */
 FH_API fh_status fh_pipeline_memory(const fh_pipeline *pipeline, fh_memory_report *report);
 

@@ -1,9 +1,11 @@
 // The C ABI boundary: argument checks, the step and act counters, tensor names, checkpoints.
 // Every entry point runs its body through guard(), which turns any exception into a status and
-// the thread-local message; nothing escapes into the caller.
+// the thread-local message; nothing escapes into the caller. Structs that grew in 0.2 are
+// accepted at their 0.1 size too (read into, or copied out of, a struct of today's size).
 #include <foxhunt.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <new>
 #include <string>
@@ -56,9 +58,35 @@ void need(const void *p, const char *arg) {
     if (!p) fh::fail(FH_ERR_NULL_POINTER, "argument '%s' is NULL", arg);
 }
 
-void need_size(size_t got, size_t want, const char *what) {
-    if (got != want)
+void need_size(size_t got, size_t want, const char *what, size_t want_01 = 0) {
+    if (got != want && (want_01 == 0 || got != want_01))
         fh::fail(FH_ERR_STRUCT_SIZE, "%s.struct_size = %zu, expected %zu", what, got, want);
+}
+
+// Every entry point that takes a pipeline starts here: the handle, then whatever earlier calls
+// left pending on the device (a device-memory check), whose refusal this call then returns.
+void use(const fh_pipeline *p) {
+    need(p, "pipeline");
+    p->backend->settle();
+}
+
+// Copies @p full into the caller's struct, which may have an older, shorter size.
+template <class T>
+void copy_out(T *dst, const T &full) {
+    const size_t n = dst->struct_size;
+    memcpy(dst, &full, n);
+    dst->struct_size = n;
+}
+
+// Steps draw from the replay, or train on the uploaded batch: either must exist (SPEC §2.1).
+void need_batch(const fh_pipeline *p, const char *call) {
+    if (p->layout.dims.K > 0) {
+        if (p->backend->replay_rows() == 0)
+            fh::fail(FH_ERR_NO_BATCH, "%s with an empty replay: insert rows first "
+                     "(fh_pipeline_insert, SPEC §2.1)", call);
+    } else if (!p->has_batch) {
+        fh::fail(FH_ERR_NO_BATCH, "%s before any fh_pipeline_upload", call);
+    }
 }
 
 const fh::TensorEntry &find(const fh_pipeline *p, const char *name) {
@@ -103,8 +131,8 @@ void fill_info(const fh::TensorEntry &t, fh_tensor_info *info) {
 // A validated copy of @p config with the backend resolved (AUTO: CUDA where there is a device).
 fh_config resolved(const fh_config *config) {
     need(config, "config");
-    fh::validate_config(*config);
-    fh_config c = *config;
+    fh_config c = fh::read_config(*config);
+    fh::validate_config(c);
     if (c.backend == FH_BACKEND_AUTO)
         c.backend = fh::cuda_available(c.device) ? FH_BACKEND_CUDA : FH_BACKEND_CPU;
     else if (c.backend == FH_BACKEND_CUDA && !fh::cuda_available(c.device))
@@ -114,13 +142,15 @@ fh_config resolved(const fh_config *config) {
 }
 
 void fill_report(const fh::MemoryPlan &m, fh_memory_report *r) {
-    *r = fh_memory_report{};
-    r->struct_size = sizeof(fh_memory_report);
-    r->parameters = m.parameters;
-    r->activations = m.activations;
-    r->workspaces = m.workspaces;
-    r->batch_staging = m.batch_staging;
-    r->total = m.total();
+    fh_memory_report full{};
+    full.struct_size = sizeof(fh_memory_report);
+    full.parameters = m.parameters;
+    full.activations = m.activations;
+    full.workspaces = m.workspaces;
+    full.batch_staging = m.batch_staging;
+    full.replay = m.replay;
+    full.total = m.total();
+    copy_out(r, full);
 }
 
 }  // namespace
@@ -132,7 +162,8 @@ uint32_t fh_version(void) { return FOXHUNT_VERSION_NUMBER; }
 fh_status fh_memory_plan(const fh_config *config, fh_memory_report *report) {
     return guard([&] {
         need(report, "report");
-        need_size(report->struct_size, sizeof(fh_memory_report), "report");
+        need_size(report->struct_size, sizeof(fh_memory_report), "report",
+                  offsetof(fh_memory_report, replay));
         const fh_config c = resolved(config);
         fill_report(fh::plan_memory(c, fh::make_layout(fh::make_dims(c)), c.backend), report);
     });
@@ -145,6 +176,12 @@ fh_status fh_pipeline_create(const fh_config *config, fh_pipeline **out) {
         need(out, "out");
         const fh_config c = resolved(config);
         const int backend = c.backend;
+        // The CUDA executor does not sample from a replay yet (cuda/replay.cu holds the
+        // kernels; wiring them into the graph is still to come).
+        if (backend == FH_BACKEND_CUDA && c.replay_capacity > 0)
+            fh::fail(FH_ERR_UNSUPPORTED, "config.replay_capacity = %u: the CUDA backend of this "
+                     "build has no replay yet; use backend = FH_BACKEND_CPU",
+                     c.replay_capacity);
         auto p = std::make_unique<fh_pipeline>();
         p->config = c;
         p->layout = fh::make_layout(fh::make_dims(c));
@@ -169,7 +206,7 @@ void fh_pipeline_destroy(fh_pipeline *p) { delete p; }
 
 fh_status fh_pipeline_backend(const fh_pipeline *p, int32_t *backend) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(backend, "backend");
         *backend = p->config.backend;
     });
@@ -177,36 +214,73 @@ fh_status fh_pipeline_backend(const fh_pipeline *p, int32_t *backend) {
 
 fh_status fh_pipeline_config(const fh_pipeline *p, fh_config *config) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(config, "config");
-        need_size(config->struct_size, sizeof(fh_config), "config");
-        *config = p->config;
+        need_size(config->struct_size, sizeof(fh_config), "config",
+                  offsetof(fh_config, replay_capacity));
+        copy_out(config, p->config);
     });
 }
 
 fh_status fh_pipeline_upload(fh_pipeline *p, const fh_batch *batch) {
     return guard([&] {
-        need(p, "pipeline");
-        fh::check_batch_header(p->layout.dims, batch);
-        p->backend->upload(*batch);
+        use(p);
+        const fh_batch b = fh::read_batch(batch);
+        if (p->layout.dims.K > 0)
+            fh::fail(FH_ERR_UNSUPPORTED, "fh_pipeline_upload on a pipeline with a replay: its "
+                     "steps draw their batches from the replay (SPEC §5.0); append rows with "
+                     "fh_pipeline_insert");
+        fh::check_batch_header(p->layout.dims, &b);
+        if (b.memory == FH_MEMORY_DEVICE) p->backend->upload_device(b);
+        else p->backend->upload(b);
         p->has_batch = true;
     });
 }
 
 fh_status fh_pipeline_step(fh_pipeline *p) {
     return guard([&] {
-        need(p, "pipeline");
-        if (!p->has_batch) fh::fail(FH_ERR_NO_BATCH, "fh_pipeline_step before any fh_pipeline_upload");
+        use(p);
+        need_batch(p, "fh_pipeline_step");
         p->backend->step(p->step);
         ++p->step;
         p->has_metrics = true;
     });
 }
 
+fh_status fh_pipeline_train(fh_pipeline *p, uint32_t k) {
+    return guard([&] {
+        use(p);
+        if (k == 0) fh::fail(FH_ERR_BAD_VALUE, "argument 'k' = 0: train runs at least one step");
+        need_batch(p, "fh_pipeline_train");
+        p->backend->train(p->step, k);
+        p->step += k;
+        p->has_metrics = true;
+    });
+}
+
+fh_status fh_pipeline_insert(fh_pipeline *p, const fh_replay_rows *rows) {
+    return guard([&] {
+        use(p);
+        const fh_replay_rows r = fh::read_rows(rows);
+        if (p->layout.dims.K == 0)
+            fh::fail(FH_ERR_UNSUPPORTED, "fh_pipeline_insert on a pipeline without a replay "
+                     "(config.replay_capacity = 0)");
+        fh::check_rows_header(p->layout.dims, r);
+        p->backend->insert(r);
+    });
+}
+
+fh_status fh_pipeline_sync(fh_pipeline *p) {
+    return guard([&] {
+        use(p);
+        p->backend->sync();
+    });
+}
+
 fh_status fh_pipeline_act(fh_pipeline *p, const float *obs, const float *goal, uint32_t n,
                           float epsilon, int32_t *actions, float *q_values) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(obs, "obs");
         need(actions, "actions");
         const fh::Dims &d = p->layout.dims;
@@ -236,30 +310,30 @@ fh_status fh_pipeline_act(fh_pipeline *p, const float *obs, const float *goal, u
 
 fh_status fh_pipeline_metrics(fh_pipeline *p, fh_metrics *m) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(m, "metrics");
-        need_size(m->struct_size, sizeof(fh_metrics), "metrics");
+        need_size(m->struct_size, sizeof(fh_metrics), "metrics",
+                  offsetof(fh_metrics, steps_skipped));
+        fh_metrics full{};
         if (!p->has_metrics) {  // before the first step, and after a load until the next step
-            *m = fh_metrics{};
-            m->struct_size = sizeof(fh_metrics);
-            m->num_regimes = p->layout.dims.R;
-            m->step = p->step;
+            full.num_regimes = p->layout.dims.R;
             const fh::TensorEntry &rho = *p->layout.find("regime.scale");
-            p->backend->read(rho.buf, rho.offset, rho.count(), m->regime_scale);
+            p->backend->read(rho.buf, rho.offset, rho.count(), full.regime_scale);
         } else {
-            p->backend->metrics(m);
-            m->struct_size = sizeof(fh_metrics);
-            m->step = p->step;
+            p->backend->metrics(&full);
         }
+        full.struct_size = sizeof(fh_metrics);
+        full.step = p->step;
         const fh::GuardReport g = p->backend->guard_report(false);
-        m->steps_skipped = g.skipped;
-        m->last_step_skipped = p->has_metrics && g.last_skipped ? 1 : 0;
+        full.steps_skipped = g.skipped;
+        full.last_step_skipped = p->has_metrics && g.last_skipped ? 1 : 0;
+        copy_out(m, full);
     });
 }
 
 fh_status fh_pipeline_check(fh_pipeline *p) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         const fh::GuardReport g = p->backend->guard_report(true);
         if (!g.available)
             fh::fail(FH_ERR_INTERNAL, "this build's %s executor does not run the divergence "
@@ -270,18 +344,19 @@ fh_status fh_pipeline_check(fh_pipeline *p) {
 
 fh_status fh_pipeline_timings(fh_pipeline *p, fh_timings *t) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(t, "timings");
-        need_size(t->struct_size, sizeof(fh_timings), "timings");
-        *t = fh_timings{};
-        t->struct_size = sizeof(fh_timings);
-        if (p->has_metrics) p->backend->timings(t);
+        need_size(t->struct_size, sizeof(fh_timings), "timings", offsetof(fh_timings, sample_ms));
+        fh_timings full{};
+        full.struct_size = sizeof(fh_timings);
+        if (p->has_metrics) p->backend->timings(&full);
+        copy_out(t, full);
     });
 }
 
 fh_status fh_pipeline_num_tensors(const fh_pipeline *p, uint32_t *count) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(count, "count");
         *count = (uint32_t)p->layout.tensors.size();
     });
@@ -289,7 +364,7 @@ fh_status fh_pipeline_num_tensors(const fh_pipeline *p, uint32_t *count) {
 
 fh_status fh_pipeline_tensor_info(const fh_pipeline *p, uint32_t index, fh_tensor_info *info) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(info, "info");
         if (index >= p->layout.tensors.size())
             fh::fail(FH_ERR_OUT_OF_RANGE, "argument 'index' = %u is outside [0, %zu)", index,
@@ -300,7 +375,7 @@ fh_status fh_pipeline_tensor_info(const fh_pipeline *p, uint32_t index, fh_tenso
 
 fh_status fh_pipeline_find_tensor(const fh_pipeline *p, const char *name, fh_tensor_info *info) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(info, "info");
         fill_info(find(p, name), info);
     });
@@ -308,7 +383,7 @@ fh_status fh_pipeline_find_tensor(const fh_pipeline *p, const char *name, fh_ten
 
 fh_status fh_pipeline_read_tensor(fh_pipeline *p, const char *name, float *out, size_t count) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         const fh::TensorEntry &t = find(p, name);
         need(out, "out");
         if (count != t.count())
@@ -321,7 +396,7 @@ fh_status fh_pipeline_read_tensor(fh_pipeline *p, const char *name, float *out, 
 fh_status fh_pipeline_write_tensor(fh_pipeline *p, const char *name, const float *in,
                                    size_t count) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         const fh::TensorEntry &t = find(p, name);
         if (!t.writable)
             fh::fail(FH_ERR_UNKNOWN_NAME, "tensor '%s' is read-only (a step output, or regime "
@@ -336,22 +411,36 @@ fh_status fh_pipeline_write_tensor(fh_pipeline *p, const char *name, const float
     });
 }
 
-fh_status fh_pipeline_save(fh_pipeline *p, const char *path) {
+fh_status fh_pipeline_save_ex(fh_pipeline *p, const char *path, uint32_t flags) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(path, "path");
+        if (flags & ~FH_SAVE_REPLAY)
+            fh::fail(FH_ERR_BAD_VALUE, "argument 'flags' = 0x%x has bits other than "
+                     "FH_SAVE_REPLAY", flags);
+        if ((flags & FH_SAVE_REPLAY) && p->layout.dims.K == 0)
+            fh::fail(FH_ERR_UNSUPPORTED, "FH_SAVE_REPLAY on a pipeline without a replay "
+                     "(config.replay_capacity = 0)");
+        fh::ReplayImage replay;
+        if (flags & FH_SAVE_REPLAY) replay = p->backend->replay_image();
         fh::save_checkpoint(path, p->config, p->layout, p->step, p->act_calls,
                             [&](fh::Buf b, size_t offset, size_t count, float *out) {
                                 p->backend->read(b, offset, count, out);
-                            });
+                            },
+                            (flags & FH_SAVE_REPLAY) ? &replay : nullptr);
     });
+}
+
+fh_status fh_pipeline_save(fh_pipeline *p, const char *path) {
+    return fh_pipeline_save_ex(p, path, 0);
 }
 
 fh_status fh_pipeline_load(fh_pipeline *p, const char *path) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(path, "path");
         fh::Checkpoint ck = fh::load_checkpoint(path, p->config, p->layout);
+        if (ck.has_replay) p->backend->restore_replay(ck.replay);
         for (int b = 0; b < fh::NUM_PERSISTENT; ++b)
             p->backend->write((fh::Buf)b, 0, ck.bufs[b].size(), ck.bufs[b].data());
         p->step = ck.step;
@@ -363,17 +452,20 @@ fh_status fh_pipeline_load(fh_pipeline *p, const char *path) {
 
 fh_status fh_pipeline_memory(const fh_pipeline *p, fh_memory_report *r) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(r, "report");
-        need_size(r->struct_size, sizeof(fh_memory_report), "report");
-        p->backend->memory(r);
-        r->struct_size = sizeof(fh_memory_report);
+        need_size(r->struct_size, sizeof(fh_memory_report), "report",
+                  offsetof(fh_memory_report, replay));
+        fh_memory_report full{};
+        p->backend->memory(&full);
+        full.struct_size = sizeof(fh_memory_report);
+        copy_out(r, full);
     });
 }
 
 fh_status fh_pipeline_dump_graph(fh_pipeline *p, const char *path) {
     return guard([&] {
-        need(p, "pipeline");
+        use(p);
         need(path, "path");
         p->backend->dump_graph(path);
     });
@@ -382,8 +474,29 @@ fh_status fh_pipeline_dump_graph(fh_pipeline *p, const char *path) {
 }  // extern "C"
 
 namespace fh {
+
 GuardReport Backend::guard_report(bool) { return GuardReport{}; }
+
 void Backend::dump_graph(const char *) {
     fail(FH_ERR_NO_CUDA, "this pipeline runs on the CPU backend: there is no CUDA graph to dump");
 }
+
+void Backend::train(uint64_t step0, uint32_t k) {
+    for (uint32_t i = 0; i < k; ++i) step(step0 + i);
+}
+
+// Reached only on a backend that lacks the feature: today the CUDA backend, whose pipelines
+// have no replay (refused at creation), and which reads host batches only.
+void Backend::insert(const fh_replay_rows &) {
+    fail(FH_ERR_UNSUPPORTED, "this backend has no replay");
+}
+ReplayImage Backend::replay_image() { fail(FH_ERR_UNSUPPORTED, "this backend has no replay"); }
+void Backend::restore_replay(const ReplayImage &) {
+    fail(FH_ERR_UNSUPPORTED, "this backend has no replay");
+}
+void Backend::upload_device(const fh_batch &) {
+    fail(FH_ERR_UNSUPPORTED, "batch.memory = FH_MEMORY_DEVICE: the CUDA backend of this build "
+         "does not read device memory yet");
+}
+
 }  // namespace fh

@@ -9,6 +9,7 @@
 #include "guard.hpp"
 #include "init.hpp"
 #include "layout.hpp"
+#include "replay.hpp"
 #include "schedule.hpp"
 
 namespace fh {
@@ -21,8 +22,31 @@ public:
     // is not in use, so a refused batch leaves the previous one in place. The step after this
     // call trains on it.
     virtual void upload(const fh_batch &batch) = 0;
-    // One training step; `step` = steps completed before it (SPEC §3).
+    // One training step; `step` = steps completed before it (SPEC §3). With a replay the step
+    // first draws its batch from it (SPEC §5.0); the pipeline calls it only when
+    // replay_rows() >= 1.
     virtual void step(uint64_t step) = 0;
+    // `k` steps from `step` on, as k calls of step() (the default); all or nothing when one
+    // fails (only the first step ever can: it allocates).
+    virtual void train(uint64_t step, uint32_t k);
+
+    // The replay (SPEC §2.1); backends without it keep the defaults, which fail with
+    // FH_ERR_UNSUPPORTED (the pipeline refuses replay calls on a config without a replay
+    // before they get here).
+    // Rows that passed read_rows() and check_rows_header(), host or device memory.
+    virtual void insert(const fh_replay_rows &rows);
+    virtual uint64_t replay_rows() const { return 0; }  // rows inserted so far
+    virtual ReplayImage replay_image();
+    virtual void restore_replay(const ReplayImage &img);  // img checked by the checkpoint loader
+    // A batch in device memory that passed check_batch_header() (memory = FH_MEMORY_DEVICE).
+    virtual void upload_device(const fh_batch &batch);
+    // Called first by every entry point that takes the pipeline: waits until the device has
+    // read the device arrays of earlier calls, and throws the refusal of one whose check failed
+    // there (include/foxhunt.h, "Device memory"). Default: nothing is ever pending.
+    virtual void settle() {}
+    // Waits for all queued work (after settle()). Default: nothing is queued.
+    virtual void sync() {}
+
     // SPEC §7; `act_call` is the 0-based number of this act call.
     virtual void act(const float *obs, const float *goal, uint32_t n, float epsilon,
                      uint64_t act_call, int32_t *actions, float *q_values) = 0;

@@ -1,6 +1,6 @@
 #include "batch.hpp"
 
-#include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "error.hpp"
@@ -9,63 +9,19 @@ namespace fh {
 
 namespace {
 
-// An all-ones exponent is NaN or infinity. OR-ing that test over the array is integer work the
-// compiler vectorises (alongside the copy, if any); the element-by-element search for the
-// message runs only when something is bad.
-inline uint32_t non_finite_bit(const float *x, size_t i) {
-    uint32_t bits;
-    memcpy(&bits, &x[i], sizeof bits);
-    return (bits & 0x7f800000u) == 0x7f800000u;
-}
-
-bool copy_all_finite(float *dst, const float *src, size_t n) {
-    uint32_t bad = 0;
-    for (size_t i = 0; i < n; ++i) {
-        dst[i] = src[i];
-        bad |= non_finite_bit(src, i);
-    }
-    return !bad;
-}
-
-void copy_finite(const char *what, float *dst, const float *src, size_t rows, size_t cols) {
-    if (!copy_all_finite(dst, src, rows * cols)) check_finite(what, src, rows, cols);
-}
-
-// A [B] vector: its culprit is named by one index.
-void copy_finite(const char *what, float *dst, const float *src, size_t n) {
-    if (copy_all_finite(dst, src, n)) return;
-    for (size_t i = 0; i < n; ++i)
-        if (!std::isfinite(src[i]))
-            fail(FH_ERR_NON_FINITE, "%s[%zu] = %g is not finite", what, i, (double)src[i]);
-}
-
 void need(const char *what, const void *p) {
     if (!p) fail(FH_ERR_NULL_POINTER, "batch.%s is NULL but required by this config", what);
 }
 
 }  // namespace
 
-size_t first_non_finite_index(const float *x, size_t n) {
-    uint32_t bad = 0;
-    for (size_t i = 0; i < n; ++i) bad |= non_finite_bit(x, i);
-    if (!bad) return n;
-    size_t i = 0;
-    while (std::isfinite(x[i])) ++i;
-    return i;
-}
-
 void check_finite(const char *what, const float *x, size_t rows, size_t cols) {
-    const size_t i = first_non_finite_index(x, rows * cols);
-    if (i < rows * cols)
-        fail(FH_ERR_NON_FINITE, "%s[%zu, %zu] = %g is not finite", what, i / cols, i % cols,
-             (double)x[i]);
+    const ElementCheck c = make_check(what, x, CHECK_FINITE, 0, (uint32_t)rows, (uint32_t)cols);
+    check_elements(&c, 1);
 }
 
 void check_batch_header(const Dims &d, const fh_batch *b) {
     if (!b) fail(FH_ERR_NULL_POINTER, "argument 'batch' is NULL");
-    if (b->struct_size != sizeof(fh_batch))
-        fail(FH_ERR_STRUCT_SIZE, "batch.struct_size = %zu, expected %zu (use FH_BATCH_INIT)",
-             b->struct_size, sizeof(fh_batch));
     if (b->batch_size != d.B)
         fail(FH_ERR_BUFFER_SIZE, "batch.batch_size = %u but the pipeline's batch_size is %u",
              b->batch_size, d.B);
@@ -79,41 +35,52 @@ void check_batch_header(const Dims &d, const fh_batch *b) {
         need("next_achieved_goal", b->next_achieved_goal);
         need("her_goal", b->her_goal);
     }
+    if (b->memory != FH_MEMORY_HOST && b->memory != FH_MEMORY_DEVICE)
+        fail(FH_ERR_BAD_VALUE, "batch.memory = %d is not an fh_memory_kind", b->memory);
+}
+
+fh_batch read_batch(const fh_batch *b) {
+    constexpr size_t kSize01 = offsetof(fh_batch, memory);
+    if (!b) fail(FH_ERR_NULL_POINTER, "argument 'batch' is NULL");
+    if (b->struct_size != sizeof(fh_batch) && b->struct_size != kSize01)
+        fail(FH_ERR_STRUCT_SIZE, "batch.struct_size = %zu, expected %zu (use FH_BATCH_INIT)",
+             b->struct_size, sizeof(fh_batch));
+    fh_batch out{};  // memory = FH_MEMORY_HOST for a 0.1 batch
+    memcpy(&out, b, b->struct_size);
+    out.struct_size = sizeof(fh_batch);
+    return out;
+}
+
+std::vector<ElementCheck> batch_checks(const Dims &d, const fh_batch &b) {
+    std::vector<ElementCheck> v = {
+        make_check("batch.obs", b.obs, CHECK_FINITE, 0, d.B, d.O),
+        make_check("batch.reward", b.reward, CHECK_FINITE, 0, d.B),
+        make_check("batch.next_obs", b.next_obs, CHECK_FINITE, 0, d.B, d.O)};
+    if (d.G > 0) {
+        v.push_back(make_check("batch.goal", b.goal, CHECK_FINITE, 0, d.B, d.G));
+        v.push_back(make_check("batch.next_achieved_goal", b.next_achieved_goal, CHECK_FINITE,
+                               0, d.B, d.G));
+        v.push_back(make_check("batch.her_goal", b.her_goal, CHECK_FINITE, 0, d.B, d.G));
+    }
+    v.push_back(make_check("batch.action", b.action, CHECK_BELOW, d.A, d.B, d.NB));
+    v.push_back(make_check("batch.done", b.done, CHECK_FLAG, 0, d.B));
+    if (b.regime) v.push_back(make_check("batch.regime", b.regime, CHECK_BELOW, d.R, d.B));
+    return v;
 }
 
 void pack_batch(const Dims &d, const fh_batch &b, const BatchDst &o) {
-    const size_t B = d.B;
-    copy_finite("batch.obs", o.obs, b.obs, B, d.O);
-    copy_finite("batch.reward", o.reward, b.reward, B);
-    copy_finite("batch.next_obs", o.next_obs, b.next_obs, B, d.O);
-    if (d.G > 0) {
-        copy_finite("batch.goal", o.goal, b.goal, B, d.G);
-        copy_finite("batch.next_achieved_goal", o.next_achieved_goal, b.next_achieved_goal, B,
-                    d.G);
-        copy_finite("batch.her_goal", o.her_goal, b.her_goal, B, d.G);
-    }
-    for (size_t i = 0; i < B * d.NB; ++i) {
-        const int32_t a = b.action[i];
-        if (a < 0 || (uint32_t)a >= d.A)
-            fail(FH_ERR_OUT_OF_RANGE, "batch.action[%zu, %zu] = %d is outside [0, %u)", i / d.NB,
-                 i % d.NB, a, d.A);
-        o.action[i] = a;
-    }
-    for (size_t i = 0; i < B; ++i) {
-        if (b.done[i] > 1)
-            fail(FH_ERR_OUT_OF_RANGE, "batch.done[%zu] = %u is not 0 or 1", i, b.done[i]);
-        o.done[i] = b.done[i];
-    }
-    if (b.regime) {
-        for (size_t i = 0; i < B; ++i) {
-            const int32_t z = b.regime[i];
-            if (z < 0 || (uint32_t)z >= d.R)
-                fail(FH_ERR_OUT_OF_RANGE, "batch.regime[%zu] = %d is outside [0, %u)", i, z, d.R);
-            o.regime[i] = z;
-        }
-    } else {
-        memset(o.regime, 0, B * sizeof(int32_t));
-    }
+    // Destinations in batch_checks()' order.
+    void *dst[] = {o.obs, o.reward, o.next_obs};
+    void *goal_dst[] = {o.goal, o.next_achieved_goal, o.her_goal};
+    const std::vector<ElementCheck> checks = batch_checks(d, b);
+    size_t k = 0;
+    for (void *p : dst) copy_checked(checks[k++], p);
+    if (d.G > 0)
+        for (void *p : goal_dst) copy_checked(checks[k++], p);
+    copy_checked(checks[k++], o.action);
+    copy_checked(checks[k++], o.done);
+    if (b.regime) copy_checked(checks[k++], o.regime);
+    else memset(o.regime, 0, (size_t)d.B * sizeof(int32_t));
 }
 
 BatchDst host_batch_dst(const Dims &d, HostBatch &h) {
@@ -133,9 +100,10 @@ BatchDst host_batch_dst(const Dims &d, HostBatch &h) {
 }
 
 HostBatch copy_batch(const Dims &d, const fh_batch *b) {
-    check_batch_header(d, b);
+    const fh_batch full = read_batch(b);
+    check_batch_header(d, &full);
     HostBatch h;
-    pack_batch(d, *b, host_batch_dst(d, h));
+    pack_batch(d, full, host_batch_dst(d, h));
     return h;
 }
 

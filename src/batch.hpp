@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "element_check.hpp"
 
 namespace fh {
 
@@ -23,9 +24,17 @@ struct BatchDst {
     uint8_t *done;
 };
 
-// Checks what needs no element read: the pointer, struct_size, batch_size and that every tensor
-// the config needs is present. Throws fh::Error naming the field.
+// The caller's batch as this version lays it out (a 0.1 batch, without `memory`, is host
+// memory). Throws FH_ERR_NULL_POINTER or FH_ERR_STRUCT_SIZE.
+fh_batch read_batch(const fh_batch *b);
+
+// Checks what needs no element read, on read_batch()'s result: batch_size, that every tensor
+// the config needs is present, the memory kind. Throws fh::Error naming the field.
 void check_batch_header(const Dims &d, const fh_batch *b);
+
+// SPEC §8's element checks of a batch, in the order pack_batch() makes them (the CUDA backend
+// checks device batches with the same list).
+std::vector<ElementCheck> batch_checks(const Dims &d, const fh_batch &b);
 
 // Copies every tensor of a batch that passed check_batch_header() to @p dst and checks every
 // element on the way (floats finite, actions, regimes and done flags in range): one pass over the
@@ -40,9 +49,6 @@ BatchDst host_batch_dst(const Dims &d, HostBatch &h);
 // check_batch_header() then pack_batch() into a new HostBatch (tests build CPU-step inputs
 // with it).
 HostBatch copy_batch(const Dims &d, const fh_batch *b);
-
-// Index of the first NaN or infinity of x[0, n), or n if there is none (fast when there is none).
-size_t first_non_finite_index(const float *x, size_t n);
 
 // Throws FH_ERR_NON_FINITE naming @p what and the first bad element of [rows, cols].
 void check_finite(const char *what, const float *x, size_t rows, size_t cols);

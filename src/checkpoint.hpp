@@ -1,6 +1,11 @@
 // Checkpoint file: everything a continued run needs, with a checksum (SPEC-independent format).
 //   "FOXHUNT1" | u32 format version | u32 config bytes | config fields | u64 step | u64 act calls
-//   | for each persistent buffer: u64 count, count float32 | u64 FNV-1a of all preceding bytes
+//   | for each persistent buffer: u64 count, count float32
+//   | format 2 only, the replay: u32 K | u32 E | u64 rows inserted | the N = min(rows, K) valid
+//     rows, oldest first, field by field in fh_replay_rows' order ([N, E, ...] each; the goal
+//     fields only when goal_dim > 0; regime always)
+//   | u64 FNV-1a of all preceding bytes
+// Format 1 is written whenever the replay is not saved, so that 0.1 libraries read those files.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -9,12 +14,15 @@
 
 #include "init.hpp"
 #include "layout.hpp"
+#include "replay.hpp"
 
 namespace fh {
 
 struct Checkpoint {
     uint64_t step = 0, act_calls = 0;
     HostBuffers bufs;  // persistent buffers only are filled
+    bool has_replay = false;
+    ReplayImage replay;
 };
 
 // The config fields that change the math (not backend, device or execution switches).
@@ -24,20 +32,21 @@ std::vector<uint8_t> config_fingerprint(const fh_config &c);
 using StateReader = std::function<void(Buf b, size_t offset, size_t count, float *out)>;
 
 // Streams the state through fixed 256 KiB buffers into an AtomicFile (atomic_file.hpp), so the
-// extra memory does not grow with the checkpoint. A non-finite value anywhere is refused
+// extra memory does not grow with the checkpoint; with @p replay (not null) writes format 2,
+// its rows straight from the image. A non-finite value anywhere in the state is refused
 // (FH_ERR_NON_FINITE, naming it; load would refuse the file), and then no file appears.
 void save_checkpoint(const char *path, const fh_config &c, const Layout &L, uint64_t step,
-                     uint64_t act_calls, const StateReader &read);
+                     uint64_t act_calls, const StateReader &read, const ReplayImage *replay);
 
 // Element i of buffer b as "q.W1[3, 5]"; Adam moments as "adam_m of q.W1[3, 5]"; padding between
 // nets as "buffer b element i".
 std::string state_element_name(const Layout &L, Buf b, size_t i);
-// The first non-finite value among the persistent buffers, as "q.W1[3, 5] = nan"; an empty
-// string when every value is finite.
-std::string first_non_finite(const Layout &L, const HostBuffers &bufs);
-// Validates everything (size, magic, checksum, config, buffer sizes) before returning. A file
-// is read whole only when its size is the one its own header implies, so a large file that
-// merely starts with the magic is refused after reading its header.
+
+// Validates everything (size, magic, checksum, config, buffer sizes, the replay's shape against
+// L.dims and its rows as an insert would) before returning. The body is read only when the
+// file's size is the one its own header implies (the replay section's header included), so a
+// large file that merely starts with the magic is refused after reading its header; it is read
+// once, straight into the result, hashed on the way.
 Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L);
 
 }  // namespace fh

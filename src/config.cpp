@@ -1,6 +1,8 @@
 #include "config.hpp"
 
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 
 #include "error.hpp"
 #include "memory_plan.hpp"
@@ -24,10 +26,18 @@ static void check_range(const char *name, float v, float lo, float hi, bool lo_o
              lo_open ? '(' : '[', (double)lo, (double)hi, hi_open ? ')' : ']');
 }
 
-void validate_config(const fh_config &c) {
-    if (c.struct_size != sizeof(fh_config))
+fh_config read_config(const fh_config &in) {
+    constexpr size_t kSize01 = offsetof(fh_config, replay_capacity);
+    if (in.struct_size != sizeof(fh_config) && in.struct_size != kSize01)
         fail(FH_ERR_STRUCT_SIZE, "config.struct_size = %zu, expected %zu (use fh_config_init)",
-             c.struct_size, sizeof(fh_config));
+             in.struct_size, sizeof(fh_config));
+    fh_config c{};
+    memcpy(&c, &in, in.struct_size);
+    c.struct_size = sizeof(fh_config);
+    return c;
+}
+
+void validate_config(const fh_config &c) {
     if (c.backend < FH_BACKEND_AUTO || c.backend > FH_BACKEND_CUDA)
         fail(FH_ERR_BAD_VALUE, "config.backend = %d is not an fh_backend", c.backend);
     if (c.exec_mode < 0 || c.exec_mode > FH_EXEC_SINGLE_STREAM)
@@ -66,6 +76,14 @@ void validate_config(const fh_config &c) {
     if (tokens > 1024)
         fail(FH_ERR_BAD_DIMENSION, "config: %llu attention tokens (obs_dim / attn_token_dim) "
              "exceed 1024", (unsigned long long)tokens);
+    // SPEC §2.1: K·E <= 2^32, so that the sample index j = (w0·N·E) >> 32 of §5.0 reaches
+    // every transition and its product fits 64 bits.
+    if ((c.replay_capacity == 0) != (c.replay_envs == 0))
+        fail(FH_ERR_BAD_DIMENSION, "config.replay_capacity = %u and config.replay_envs = %u: "
+             "both are 0 (no replay) or neither is", c.replay_capacity, c.replay_envs);
+    if ((uint64_t)c.replay_capacity * c.replay_envs > (1ull << 32))
+        fail(FH_ERR_BAD_DIMENSION, "config.replay_capacity * replay_envs = %u * %u exceeds 2^32 "
+             "(SPEC §2.1)", c.replay_capacity, c.replay_envs);
     if (c.sn_layers & ~(FH_SN_W1 | FH_SN_W2))
         fail(FH_ERR_BAD_VALUE, "config.sn_layers = 0x%x has bits other than FH_SN_W1|FH_SN_W2",
              c.sn_layers);
@@ -129,6 +147,8 @@ Dims make_dims(const fh_config &c) {
     d.R = c.num_regimes;
     d.sn1 = (c.sn_layers & FH_SN_W1) != 0;
     d.sn2 = (c.sn_layers & FH_SN_W2) != 0;
+    d.K = c.replay_capacity;
+    d.E = c.replay_envs;
     return d;
 }
 

@@ -54,6 +54,7 @@ extern "C" const char *fh_status_string(fh_status status) {
     case FH_ERR_CUDA: return "FH_ERR_CUDA";
     case FH_ERR_OUT_OF_MEMORY: return "FH_ERR_OUT_OF_MEMORY";
     case FH_ERR_INTERNAL: return "FH_ERR_INTERNAL";
+    case FH_ERR_UNSUPPORTED: return "FH_ERR_UNSUPPORTED";
     }
     return "FH_ERR_UNKNOWN_STATUS";
 }

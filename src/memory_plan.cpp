@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "error.hpp"
+#include "replay.hpp"
 #include "schedule.hpp"
 
 namespace fh {
@@ -24,7 +25,14 @@ uint64_t output_floats(const Layout &L) {
     return n;
 }
 
-// src/cpu: CpuBackend, CpuStep and the learners' AuxWork (aux_learners.hpp).
+// Bytes of one transition in a replay row (fh_replay_rows' fields).
+uint64_t transition_bytes(const Dims &d) {
+    uint64_t n = 0;
+    for (int f = 0; f < RF_COUNT; ++f) n += row_field_bytes(d, f);
+    return n;
+}
+
+// src/cpu: CpuBackend, CpuStep, the learners' AuxWork (aux_learners.hpp), HostReplay.
 MemoryPlan plan_cpu(const Layout &L) {
     const Dims &d = L.dims;
     const uint64_t B = d.B, D = d.D, H = d.H, NB = d.NB, A = d.A, HB = d.HB;
@@ -49,8 +57,13 @@ MemoryPlan plan_cpu(const Layout &L) {
              L.attn.total;                                                          // backward
     p.first_step = first * F;
     p.activations = base * F + p.first_step;
-    // Two batches: the current one and the next upload's.
-    p.batch_staging = 2 * B * ((2 * d.O + 3 * d.G + 1) * F + (NB + 1) * I + 1);
+    // Two batches, the current one and the next upload's; with a replay one, which the step
+    // samples into (allocated by the first step).
+    p.batch_staging = (d.K > 0 ? 1 : 2) * B * ((2 * d.O + 3 * d.G + 1) * F + (NB + 1) * I + 1);
+    // The replay's ring (K rows of E transitions), its episode table [K, E] of uint32 slots
+    // and its per-environment open-episode starts (uint64), allocated at creation.
+    const uint64_t KE = (uint64_t)d.K * d.E;
+    p.replay = KE * (transition_bytes(d) + sizeof(uint32_t)) + (uint64_t)d.E * sizeof(uint64_t);
     // Locals of td.cpp (dpre of a branch) and cql.cpp (dz, dU, de).
     p.transient = std::max(B * HB, B * A + A * HB + A) * F;
     p.host = p.total() + p.transient;
@@ -69,23 +82,26 @@ struct Arena {
     void add(uint64_t bytes) { size = (size + 255) / 256 * 256 + bytes; }
 };
 
-// cuda/cuda_backend.cu create(), the learners' arenas, cuda/guard.cu.
-MemoryPlan plan_cuda(const fh_config &c, const Layout &L) {
+}  // namespace
+
+// cuda/cuda_step.cpp (CudaStep), lanes.cpp, upload.cpp, act.cu, the learners' arenas,
+// guard.cu, replay.cu.
+MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &attn) {
     const Dims &d = L.dims;
     const uint64_t B = d.B, D = d.D, H = d.H, NB = d.NB, A = d.A, HB = d.HB, R = d.R;
     MemoryPlan p;
+    const std::vector<ChildDesc> sched = build_schedule(d, c);
     int nlanes = 1;
-    for (const ChildDesc &cd : build_schedule(d, c)) nlanes = std::max(nlanes, cd.num_lanes);
-    const uint64_t streams = c.exec_mode == FH_EXEC_MULTI_STREAM ? (uint64_t)nlanes : 1;
-    p.workspaces = (streams + 1) * ((uint64_t)c.workspace_mib << 20);  // lanes and act
+    for (const ChildDesc &cd : sched) nlanes = std::max(nlanes, cd.num_lanes);
+    p.workspaces = workspace_total_bytes(c, sched);  // act() borrows lane 0's
 
     // State, the Q-net gradient, the step counter; the guard's copy of the state.
     p.parameters = (2 * persistent_floats(L) + L.q.total) * F + 8;
 
     auto chunks = [](uint64_t M, uint64_t per) { return std::max<uint64_t>(1, (M + per - 1) / per); };
-    const uint64_t colch = chunks(B, 256);  // kern::colsum_chunks
+    const uint64_t colch = chunks(B, 256);  // colsum_chunks
     const uint64_t cols[2] = {D, H};
-    uint64_t a = output_floats(L) * F + 80;            // outputs, DevMetrics
+    uint64_t a = output_floats(L) * F + 17 * F;        // outputs, DevMetrics (17 floats)
     a += (2 * B * D + 3 * B) * F + (B * NB + B) * I;   // HER outputs
     for (int k = 0; k < 2; ++k)
         if (k == 0 ? d.sn1 : d.sn2) a += (2 * H * cols[k] + cols[k]) * F;
@@ -129,15 +145,11 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L) {
     iqn.add(L.iqn.total * F);
     iqn.add((uint64_t)row_blocks(B, Wq, 4, (2 * (uint64_t)d.N + d.Nt) * F) * Wq * D8);
     iqn.add(chunks(B, 32) * 2 * Hq * D8);
-    // Attention (attention.cu and its paths, attention_paths.hpp). The backward keeps one
-    // partial row of pw floats per block (per warp group on the tensor-core path), and the
-    // block count follows the device's occupancy: bounded here from the paths' sizing (about
-    // 16 transitions per block, up to 4 row groups each; the general path at most 8 blocks per
-    // SM, plus its scratch of at most 64 MiB).
+    // Attention (attention.cu and the kernel path it picks, attention_paths.hpp): the partial
+    // rows of the backward and the path's scratch follow the device's occupancy (@p attn).
     Arena at;
     const uint64_t d3 = 3 * (uint64_t)d.d, na = d.td + d.G + 1;
     const uint64_t pw = d.T * d3 + d3 * d.td + d3 * d.G;
-    const bool tc = d.T <= 32 && d.dh <= 16 && d.td + d.G <= 16 && d.heads <= 8;
     at.add((d3 * d.td + d3 * d.G + d.T * d3 + d.d) * F);
     at.add(B * d.d * F);
     at.add(B * d.d * F);
@@ -147,12 +159,9 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L) {
     at.add(d.d * na * F);
     at.add(pw * F);
     at.add(L.attn.total * F);
-    at.add((tc ? std::min(B + 64, B / 4 + 4096) : 4096) * pw * F);
+    at.add(attn.partial_rows * pw * F);
     at.add((uint64_t)row_blocks(B, 2 * (uint64_t)d.hh + 2, 8, 0) * (2 * d.hh + 2) * D8);
-    if (!tc) {
-        const uint64_t slot = (2 * (uint64_t)d.T * 3 * d.dh + d.T * d.T + 3 * d.T + 63) / 64 * 64;
-        at.add(std::min<uint64_t>(64ull << 20, B * d.heads * slot * F));
-    }
+    at.add(attn.scratch_bytes);
     a += iql.size + iqn.size + at.size;
     a += 64 * 1024;  // the guard's partials (guard.cu kScratchBytes)
     p.activations = a;
@@ -162,6 +171,13 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L) {
     const uint64_t in = 2 * r256(B * d.O * F) + r256(B * F) + 3 * r256(B * d.G * F) +
                         r256(B * NB * I) + r256(B * I) + r256(B);
     p.batch_staging = 3 * in;
+    // The replay's ring in one allocation (replay.cu ring_bytes()): every field, the episode
+    // table, the open-episode starts and the row count, each 256-byte aligned.
+    if (d.K > 0) {
+        const uint64_t KE = (uint64_t)d.K * d.E;
+        for (int f = 0; f < RF_COUNT; ++f) p.replay += r256(KE * row_field_bytes(d, f));
+        p.replay += r256(KE * sizeof(uint32_t)) + r256((uint64_t)d.E * sizeof(uint64_t)) + 256;
+    }
     const uint64_t pinned = 2 * in + (AC * D + AC * NB * A) * F + AC * NB * I;
     p.device = p.total() - 2 * in;
     // The initial state is built in host memory and uploaded at creation.
@@ -170,10 +186,9 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L) {
     return p;
 }
 
-}  // namespace
-
 MemoryPlan plan_memory(const fh_config &c, const Layout &L, int backend) {
-    return backend == FH_BACKEND_CUDA ? plan_cuda(c, L) : plan_cpu(L);
+    if (backend == FH_BACKEND_CUDA) return plan_cuda(c, L, cuda_attention_sizes(c, L.dims));
+    return plan_cpu(L);
 }
 
 uint64_t largest_array(const Dims &d, const char **name) {

@@ -2,12 +2,15 @@
 // fh_memory_plan() reports it, fh_pipeline_create() refuses a config that needs more than the
 // machine has, and the CPU backend's fh_pipeline_memory() is this same count.
 //
-// CPU: every buffer the CPU backend and its step hold (src/cpu), exactly.
-// CUDA: cuda_backend.cu's create(), the learners' arenas (iql.cu, iqn.cu, attention.cu) and
-// the divergence guard (guard.cu), buffer by buffer. Two small scratch terms depend on the
-// device (the attention backward's per-block partials, sized by occupancy) and are bounded from
-// above, so the plan is an upper bound of fh_pipeline_memory() within a few MiB
-// (tests/test_cuda_memory_plan.cpp compares them on a GPU). Keep it in step with those files.
+// CPU: every buffer the CPU backend and its step hold (src/cpu), the replay included, exactly.
+// CUDA: the executor's allocations buffer by buffer (cuda/cuda_step.cpp, lanes.cpp with the
+// workspaces of schedule.cpp, upload.cpp, act.cu), the learners' arenas (iql.cu, iqn.cu,
+// attention.cu), the divergence guard (guard.cu) and the replay's ring (replay.cu). The
+// attention learner's partial rows and scratch follow the device's occupancy: the device is
+// asked (cuda_attention_sizes), so the plan is what fh_pipeline_memory() reports plus the
+// guard's copy and scratch, which the executor does not allocate yet, and a replay, which it
+// does not have yet (tests/test_cuda_memory_plan.cpp compares them on a GPU). Keep it in step
+// with those files.
 #pragma once
 #include <foxhunt.h>
 #include <cstdint>
@@ -19,19 +22,32 @@
 namespace fh {
 
 struct MemoryPlan {
-    // As fh_memory_report: parameters, activations, workspaces, batch_staging.
-    uint64_t parameters = 0, activations = 0, workspaces = 0, batch_staging = 0;
+    // As fh_memory_report: parameters, activations, workspaces, batch_staging, replay.
+    uint64_t parameters = 0, activations = 0, workspaces = 0, batch_staging = 0, replay = 0;
     // CPU: of activations, what the first step allocates (caches, learners' scratch).
     uint64_t first_step = 0;
     // The largest scratch a task holds only while it runs (not in the total).
     uint64_t transient = 0;
     // Where the total and the transient scratch live: host memory (pinned on CUDA) and device.
     uint64_t host = 0, device = 0;
-    uint64_t total() const { return parameters + activations + workspaces + batch_staging; }
+    uint64_t total() const {
+        return parameters + activations + workspaces + batch_staging + replay;
+    }
 };
 
-// @p backend is FH_BACKEND_CPU or FH_BACKEND_CUDA (resolved).
+// @p backend is FH_BACKEND_CPU or FH_BACKEND_CUDA (resolved; CUDA asks the device).
 MemoryPlan plan_memory(const fh_config &c, const Layout &L, int backend);
+
+// The attention learner's sizes that depend on the device: the partial rows of its backward
+// and its kernel path's scratch bytes (cuda/attention_paths.hpp).
+struct AttentionSizes {
+    uint64_t partial_rows = 0, scratch_bytes = 0;
+};
+// Those of the path a CUDA pipeline of @p c would use on c.device (cuda/device_queries.cpp;
+// FH_ERR_NO_CUDA in a build without CUDA).
+AttentionSizes cuda_attention_sizes(const fh_config &c, const Dims &d);
+// The CUDA plan with those sizes given (plan_memory() asks the device for them).
+MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &attn);
 
 // The largest single array of a config's step that the CUDA executor indexes with 32-bit
 // integers, in elements, and its name. A config whose arrays exceed 2^31 − 1 elements is

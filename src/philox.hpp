@@ -5,11 +5,7 @@
 
 #include <Random123/philox.h>
 
-#if defined(__CUDACC__)
-#define FH_HD __host__ __device__ __forceinline__
-#else
-#define FH_HD inline
-#endif
+#include "hd.hpp"
 
 namespace fh {
 
@@ -19,7 +15,8 @@ enum Purpose : uint32_t {
     PURPOSE_IQN_TARGET = 3, // (i, m, step)
     PURPOSE_INIT = 4,       // (element, tensor id, 0)
     PURPOSE_ACT = 5,        // (row, branch, act call)
-    PURPOSE_SN_INIT = 6     // (element, tensor id, 0)
+    PURPOSE_SN_INIT = 6,    // (element, tensor id, 0)
+    PURPOSE_REPLAY = 7      // (i, 0, step): row from word 0, HER offset from word 1 (§5.0)
 };
 
 struct Words { uint32_t w[4]; };

@@ -1,17 +1,22 @@
-// The step of SPEC §5 as plain data: six child graphs, each a list of operations on lanes.
+// The step of SPEC §5 as plain data: six child graphs (seven with a replay: "sample" first),
+// each a list of operations on lanes.
 // Built once from the config; the CPU executor runs the tasks in list order (fork and join are
 // no-ops there), the CUDA executor captures each child with its lanes on streams. Single-stream
 // execution is the same list with every lane mapped to one stream.
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "config.hpp"
 
 namespace fh {
 
-enum class ChildId : int { HER = 0, SPECTRAL, DDQN, FORWARD, AUX, ADAM, COUNT };
+// SAMPLE runs first when it exists; it is numbered last so that the others keep their numbers.
+enum class ChildId : int { HER = 0, SPECTRAL, DDQN, FORWARD, AUX, ADAM, SAMPLE, COUNT };
 
 enum class Task : int {
+    SAMPLE,            // §5.0: the batch drawn from the replay (only with a replay)
     HER_RELABEL,       // §5.1: x~, x~', r~, d~
     SPECTRAL_POWER,    // §5.2: one power iteration, sigma, sigma_target, W/sigma
     DDQN_ONLINE_NEXT,  // §5.3 lane A: online forward on x~', argmax a*
@@ -61,5 +66,12 @@ struct ChildDesc {
 constexpr int kMaxLanes = 5;
 
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c);
+
+// The CUDA executor's cuBLAS workspaces (cuda/lanes.cpp allocates them; plain data here so
+// that the memory plan counts the same bytes): the workspace bytes lane @p lane's handle gets,
+// the buffer ("slot") it uses, and the bytes of all slots together (act() borrows lane 0's).
+size_t lane_workspace_bytes(const fh_config &c, const std::vector<ChildDesc> &sched, int lane);
+int workspace_slot(bool multi_stream, int lane);
+uint64_t workspace_total_bytes(const fh_config &c, const std::vector<ChildDesc> &sched);
 
 }  // namespace fh

@@ -88,7 +88,9 @@ static void test_bad_configs(void **state) {
     assert_null(p);
     expect(fh_pipeline_create(&c, NULL), FH_ERR_NULL_POINTER, "out");
 
-    c.struct_size = sizeof c - 8;
+    c.struct_size = sizeof c - 4;
+    expect(fh_pipeline_create(&c, &p), FH_ERR_STRUCT_SIZE, "struct_size");
+    c.struct_size = sizeof c + 8;
     expect(fh_pipeline_create(&c, &p), FH_ERR_STRUCT_SIZE, "struct_size");
     c = fh_test_small_config();
     c.batch_size = 0;

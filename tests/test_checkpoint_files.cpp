@@ -1,6 +1,9 @@
 /* Checkpoints and the file system: what a save may replace (only regular files), the mode it
  * gives a new file (the umask's), that a save killed half way leaves no file behind, and that a
- * large file which merely starts like a checkpoint is refused from its header. */
+ * large file which merely starts like a checkpoint is refused from its header (the replay
+ * section's header included). */
+#include "replay_ref.hpp"  // before cmocka.h
+
 extern "C" {
 #include <setjmp.h>
 #include <stdarg.h>
@@ -193,6 +196,61 @@ void test_large_file_refused_from_header(void **) {
     fh_pipeline_destroy(p);
 }
 
+/* M2 with a replay (format 2): the size follows from the header and the replay section's own
+ * header (K, E, rows inserted), both read before the body. A 4 GiB file that starts like such
+ * a checkpoint is refused from its size; a replay header that implies more rows than the file
+ * holds makes a truncated file, one with fewer rows or an impossible shape (K·E > 2^32) a
+ * damaged one; an intact checkpoint with the replay of another config is sized from its own
+ * header's config and refused as another config's. None of them changes the pipeline. */
+void test_replay_section_sized_from_its_header(void **) {
+    const fh_config c = replay_ref::config(7, 3);
+    fh_pipeline *p = nullptr;
+    assert_int_equal(fh_pipeline_create(&c, &p), FH_OK);
+    const replay_ref::Rows rows = replay_ref::random_rows(c, 9, 1, 0.2);
+    const fh_replay_rows v = rows.view();
+    assert_int_equal(fh_pipeline_insert(p, &v), FH_OK);
+    assert_int_equal(fh_pipeline_train(p, 2), FH_OK);
+    const std::string dir = fresh_dir("replay_sized");
+    const std::string with = dir + "/with.ckpt", plain = dir + "/plain.ckpt", x = dir + "/x.ckpt";
+    assert_int_equal(fh_pipeline_save_ex(p, with.c_str(), FH_SAVE_REPLAY), FH_OK);
+    assert_int_equal(fh_pipeline_save(p, plain.c_str()), FH_OK);
+    const std::string w = slurp(with);
+    const size_t rh = slurp(plain).size() - 8;  // format 1 less its checksum: the replay's header
+    auto load = [&](const std::string &bytes, off_t extend_to, fh_status want, const char *msg) {
+        FILE *f = fopen(x.c_str(), "wb");
+        fwrite(bytes.data(), 1, bytes.size(), f);
+        fclose(f);
+        if (extend_to) assert_int_equal(truncate(x.c_str(), extend_to), 0);
+        const fh_status s = fh_pipeline_load(p, x.c_str());
+        if (s != want || !strstr(fh_last_error_message(), msg))
+            fail_msg("%s: %s (%s), expected %s with '%s'", msg, fh_status_string(s),
+                     fh_last_error_message(), fh_status_string(want), msg);
+    };
+    auto with_header = [&](uint32_t K, uint32_t E) {
+        std::string b = w;
+        memcpy(&b[rh], &K, 4);
+        memcpy(&b[rh + 4], &E, 4);
+        return b;
+    };
+    load(w, (off_t)4 << 30, FH_ERR_CHECKPOINT_CORRUPT, "its header implies");
+    load(with_header(8, 3), 0, FH_ERR_CHECKPOINT_TRUNCATED, "ends at byte");  // 8 valid rows
+    load(with_header(7, 2), 0, FH_ERR_CHECKPOINT_CORRUPT, "its header implies");
+    load(with_header(0xffffffffu, 3), 0, FH_ERR_CHECKPOINT_CORRUPT, "damaged replay shape");
+    fh_config other = c;
+    other.gamma = 0.5f;
+    fh_pipeline *o = nullptr;
+    assert_int_equal(fh_pipeline_create(&other, &o), FH_OK);
+    assert_int_equal(fh_pipeline_insert(o, &v), FH_OK);
+    assert_int_equal(fh_pipeline_save_ex(o, x.c_str(), FH_SAVE_REPLAY), FH_OK);
+    load(slurp(x), 0, FH_ERR_CHECKPOINT_CONFIG, "different config");
+    load(slurp(x), (off_t)1 << 30, FH_ERR_CHECKPOINT_CORRUPT, "its header implies");
+    /* The state, counters and replay are what they were: the same checkpoint again. */
+    assert_int_equal(fh_pipeline_save_ex(p, x.c_str(), FH_SAVE_REPLAY), FH_OK);
+    assert_true(slurp(x) == w);
+    fh_pipeline_destroy(o);
+    fh_pipeline_destroy(p);
+}
+
 }  // namespace
 
 int main(void) {
@@ -201,6 +259,7 @@ int main(void) {
         cmocka_unit_test(test_mode_follows_umask),
         cmocka_unit_test(test_killed_save_leaves_nothing),
         cmocka_unit_test(test_large_file_refused_from_header),
+        cmocka_unit_test(test_replay_section_sized_from_its_header),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

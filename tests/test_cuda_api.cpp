@@ -1,6 +1,7 @@
 /* The CUDA backend through the C API: act (against the CPU's, more rows than one act chunk,
- * greedy and ε-greedy, no state change), tensor writes, timings, the memory report, graph dumps
- * (the call and FOXHUNT_DUMP_GRAPH), backend selection and a bad device, refused batches.
+ * greedy and ε-greedy, no state change), tensor writes, timings, the memory report (and what
+ * multi-stream costs over single-stream), graph dumps (the call and FOXHUNT_DUMP_GRAPH),
+ * backend selection and a bad device, refused batches.
  * Skipped without a CUDA device. */
 extern "C" {
 #include <setjmp.h>
@@ -133,6 +134,34 @@ void test_write_timings_memory_dump(void **) {
     fh_pipeline_destroy(s);
 }
 
+/* Lanes that never run at the same time share a cuBLAS workspace, and the lanes that run only
+ * branch layers (3 and 4 at the defaults) get half a one (cuda/lanes.cpp). Default config:
+ * multi-stream holds lanes {0, 1, act} 32 + lane 2 32 + lanes 3, 4 16 each = 96 MiB,
+ * single-stream one 32 MiB buffer; everything else is the same in both modes. */
+void test_memory_multi_vs_single(void **) {
+    if (!fh_test_have_cuda()) skip();
+    const fh_config cc = default_config(16384);
+    fh_memory_report r[2];
+    const int modes[2] = {FH_EXEC_MULTI_STREAM, FH_EXEC_SINGLE_STREAM};
+    for (int k = 0; k < 2; ++k) {
+        fh_pipeline *p = make(cuda_config(cc, FH_MATH_TF32, modes[k]));
+        r[k].struct_size = sizeof r[k];
+        assert_int_equal(fh_pipeline_memory(p, &r[k]), FH_OK);
+        fh_pipeline_destroy(p);
+    }
+    const uint64_t MiB = 1u << 20;
+    printf("[MEMORY] B=16384: workspaces %.0f MiB multi-stream, %.0f MiB single-stream; "
+           "total %.2f vs %.2f MiB (+%.2f MiB)\n",
+           r[0].workspaces / 1048576.0, r[1].workspaces / 1048576.0, r[0].total / 1048576.0,
+           r[1].total / 1048576.0, (r[0].total - r[1].total) / 1048576.0);
+    assert_int_equal(r[0].workspaces, 96 * MiB);
+    assert_int_equal(r[1].workspaces, 32 * MiB);
+    assert_int_equal(r[0].parameters, r[1].parameters);
+    assert_int_equal(r[0].activations, r[1].activations);
+    assert_int_equal(r[0].batch_staging, r[1].batch_staging);
+    assert_int_equal(r[0].total - r[1].total, 64 * MiB);
+}
+
 void test_backend_selection(void **) {
     if (!fh_test_have_cuda()) skip();
     fh_config c = fh_test_small_config();
@@ -197,6 +226,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_act_matches_cpu),
         cmocka_unit_test(test_write_timings_memory_dump),
+        cmocka_unit_test(test_memory_multi_vs_single),
         cmocka_unit_test(test_backend_selection),
         cmocka_unit_test(test_refused_batch_changes_nothing),
     };

@@ -3,7 +3,7 @@
  *
  * Error per tensor: ||gpu - cpu||_2 / ||cpu||_2; per metric |gpu - cpu| / |cpu|. Bounds:
  * - strict FP32, after 1 step: <= 1e-5 (the contract). The GEMMs sum in another order than
- *   OpenBLAS; everything else mirrors the CPU's arithmetic (kernels.cuh).
+ *   OpenBLAS; everything else mirrors the CPU's arithmetic (the task files in cuda/).
  * - after 20 steps (strict) and with TF32: the measured numbers are printed ([ACCURACY] lines),
  *   the asserted bounds are below kBounds' comment and in docs/cuda.md. (Adam's first steps
  *   turn any gradient into ±lr, so a gradient element near zero whose sign differs would move

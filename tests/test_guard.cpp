@@ -1,9 +1,10 @@
 /* The divergence guard (src/guard.hpp): inputs and hyperparameters that made the state
- * non-finite before it existed now leave the whole state bitwise as it was, the metrics count
- * the skipped step, fh_pipeline_check() names the first non-finite quantity, and act refuses a
- * q-value that is not finite (M4). */
+ * non-finite before it existed now leave the whole state bitwise as it was (and the replay,
+ * which no step changes), the metrics count the skipped step, fh_pipeline_check() names the
+ * first non-finite quantity, and act refuses a q-value that is not finite (M4). */
 /* Library headers before cmocka.h, whose fail() macro clashes with fh::fail. */
 #include "guard.hpp"
+#include "replay_ref.hpp"
 #include "state_io.hpp"
 
 extern "C" {
@@ -103,6 +104,51 @@ void test_extreme_inputs_skip_the_step(void **) {
     assert_true(fhtest::first_different_buffer(before, state(p, "guard_after.ckpt")) == 0);
     fh_test_batch_free(&tb);
     fh_test_batch_free(&big);
+    fh_pipeline_destroy(p);
+}
+
+/* With a replay the batch is drawn inside the step (SPEC §5.0). A ring of extreme rows makes
+ * every sampled batch extreme: the step is skipped, the state is bitwise as it was, and the
+ * replay holds exactly the rows inserted (no step writes it; the guard restores only the
+ * state). The step counter advanced, so the next step draws another batch; after ordinary rows
+ * are inserted over the extreme ones, training goes on. */
+void test_skipped_step_leaves_the_replay(void **) {
+    const fh_config c = replay_ref::config(16, 2);
+    fh_pipeline *p = make(c);
+    auto insert = [&](const replay_ref::Rows &r) {
+        const fh_replay_rows v = r.view();
+        assert_int_equal(fh_pipeline_insert(p, &v), FH_OK);
+    };
+    insert(replay_ref::random_rows(c, 16, 1, 0.2));
+    assert_int_equal(fh_pipeline_train(p, 2), FH_OK);  /* non-zero moments */
+    replay_ref::Rows big = replay_ref::random_rows(c, 16, 2, 0.2);
+    for (float &x : big.obs) x *= 1e11f;
+    for (float &x : big.reward) x *= 1e12f;
+    insert(big);
+    const fh::Checkpoint before = state(p, "guard_replay_before.ckpt");
+    assert_int_equal(fh_pipeline_train(p, 1), FH_OK);
+    const fh_metrics m = metrics_of(p);
+    if (m.last_step_skipped != 1) fail_msg("the step was applied (td_loss %g)", (double)m.td_loss);
+    assert_int_equal(m.steps_skipped, 1);
+    assert_int_equal(m.step, 3);
+    const fh::Checkpoint after = state(p, "guard_replay_after.ckpt");
+    assert_int_equal(fhtest::first_different_buffer(before, after), -1);
+    assert_true(fhtest::same_replay(before, after));
+    /* Independently of the checkpoint before: the ring is the 16 extreme rows, oldest first. */
+    assert_int_equal(after.replay.n_ins, 32);
+    assert_true(after.replay.rows.field[fh::RF_OBS].size() == big.obs.size() * sizeof(float));
+    assert_int_equal(memcmp(after.replay.rows.field[fh::RF_OBS].data(), big.obs.data(),
+                            big.obs.size() * sizeof(float)), 0);
+    assert_int_equal(memcmp(after.replay.rows.field[fh::RF_REWARD].data(), big.reward.data(),
+                            big.reward.size() * sizeof(float)), 0);
+    assert_int_equal(fh_pipeline_check(p), FH_ERR_NON_FINITE);
+    printf("[GUARD] replay: %s\n", fh_last_error_message());
+
+    insert(replay_ref::random_rows(c, 16, 3, 0.2));
+    assert_int_equal(fh_pipeline_train(p, 1), FH_OK);
+    assert_int_equal(metrics_of(p).last_step_skipped, 0);
+    assert_int_equal(fh_pipeline_check(p), FH_OK);
+    assert_true(fhtest::first_different_buffer(after, state(p, "guard_replay_after.ckpt")) == 0);
     fh_pipeline_destroy(p);
 }
 
@@ -223,6 +269,7 @@ void test_ordinary_steps_are_applied(void **) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_extreme_inputs_skip_the_step),
+        cmocka_unit_test(test_skipped_step_leaves_the_replay),
         cmocka_unit_test(test_state_checked_when_metrics_are_finite),
         cmocka_unit_test(test_overflowing_obs_keep_the_initial_state),
         cmocka_unit_test(test_huge_learning_rate),

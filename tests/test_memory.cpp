@@ -4,6 +4,7 @@
  * failed first step that gives back what it allocated (L4), a save whose extra memory does not
  * grow with the checkpoint (L2), and a load that refuses a large file from its header (M2). */
 #include "memory_plan.hpp"
+#include "replay_ref.hpp"  // before cmocka.h
 
 extern "C" {
 #include <setjmp.h>
@@ -96,12 +97,19 @@ void check_plan(const char *what, const fh_config &c) {
     const fh::MemoryPlan internal = plan_of(c);
     fh_test_batch tb;
     fh_test_batch_make(&tb, &c, 1);  /* malloc'd: not counted */
+    replay_ref::Rows rows;
+    if (c.replay_capacity > 0) rows = replay_ref::random_rows(c, c.replay_capacity + 7, 3, 0.1);
     const size_t live0 = g_live.load();
     fh_pipeline *p = make(c);
     const size_t created = g_live.load() - live0;
     PeakScope scope;
-    for (int k = 0; k < 2; ++k)  /* two uploads: both batch buffers exist */
-        assert_int_equal(fh_pipeline_upload(p, &tb.batch), FH_OK);
+    if (c.replay_capacity > 0) {  /* more rows than the ring keeps: it wraps */
+        const fh_replay_rows v = rows.view();
+        assert_int_equal(fh_pipeline_insert(p, &v), FH_OK);
+    } else {
+        for (int k = 0; k < 2; ++k)  /* two uploads: both batch buffers exist */
+            assert_int_equal(fh_pipeline_upload(p, &tb.batch), FH_OK);
+    }
     assert_int_equal(fh_pipeline_step(p), FH_OK);
     const size_t held = g_live.load() - live0, peak = scope.peak() + (scope.start - live0);
     fh_memory_report rep;
@@ -116,13 +124,14 @@ void check_plan(const char *what, const fh_config &c) {
            (unsigned long long)created, (unsigned long long)peak,
            (unsigned long long)(plan.total + internal.transient));
     assert_int_equal(rep.total, plan.total);
+    assert_int_equal(rep.replay, plan.replay);
     if (std::abs((double)held - (double)plan.total) > slack)
         fail_msg("%s: held %zu bytes, the plan says %llu", what, held,
                  (unsigned long long)plan.total);
     if ((double)peak > (double)(plan.total + internal.transient) + slack)
         fail_msg("%s: peak %zu bytes above the plan's %llu + %llu", what, peak,
                  (unsigned long long)plan.total, (unsigned long long)internal.transient);
-    /* Before the first upload and step, their parts are not held yet. */
+    /* Before the first upload (insert) and step, their parts are not held yet; the replay is. */
     const uint64_t at_creation = plan.total - internal.first_step - plan.batch_staging;
     if (std::abs((double)created - (double)at_creation) > slack)
         fail_msg("%s: %zu bytes at creation, the plan without the first step and batches %llu",
@@ -130,6 +139,15 @@ void check_plan(const char *what, const fh_config &c) {
     fh_pipeline_destroy(p);
     fh_test_batch_free(&tb);
     assert_int_equal(g_live.load(), live0);
+}
+
+/* The replay's bytes as SPEC §2.1 lays it out, by hand: per transition obs and next_obs
+ * (O floats each), goal and next_achieved_goal (G floats each), NB int32 actions, reward,
+ * regime (4 bytes each), done and episode_end (1 byte each), and the episode table's uint32
+ * slot; per environment one uint64 (the open episode's first row). */
+uint64_t replay_bytes_by_hand(const fh_config &c) {
+    const uint64_t per = 8 * c.obs_dim + 8 * c.goal_dim + 4 * c.num_branches + 4 + 4 + 1 + 1;
+    return (uint64_t)c.replay_capacity * c.replay_envs * (per + 4) + 8ull * c.replay_envs;
 }
 
 void test_plan_matches_what_a_pipeline_holds(void **) {
@@ -148,11 +166,24 @@ void test_plan_matches_what_a_pipeline_holds(void **) {
     c.iqn_n = 16;
     c.iqn_n_target = 4;
     check_plan("defaults, B = 1024", c);
+    c = replay_ref::config(64, 5);
+    fh_memory_report r;
+    r.struct_size = sizeof r;
+    assert_int_equal(fh_memory_plan(&c, &r), FH_OK);
+    assert_int_equal(r.replay, replay_bytes_by_hand(c));
+    check_plan("small, replay 64 x 5", c);
+    c.goal_dim = 0;
+    assert_int_equal(fh_memory_plan(&c, &r), FH_OK);
+    assert_int_equal(r.replay, replay_bytes_by_hand(c));
+    check_plan("no goal, replay 64 x 5", c);
 }
 
-/* The CUDA plan's categories that do not depend on the device, computed here without one:
- * one cuBLAS workspace per stream plus act's, the state twice (the guard's copy) with the
- * Q-net gradient and the step counter, and the device input block plus two pinned slots. */
+/* The CUDA plan, computed here without a device from the attention path's sizes (on a GPU,
+ * test_cuda_memory_plan compares it with what the executor allocates): the cuBLAS workspaces
+ * as docs/cuda.md describes them (lanes 0 and 1 and act share one, lane 2 has its own, lanes 3
+ * and 4 run only branch layers and get half each; one with a single stream), the state twice
+ * (the guard's copy) with the Q-net gradient and the step counter, the device input block plus
+ * two pinned slots, the attention's partial rows and scratch as given, and the replay's ring. */
 void test_cuda_plan_categories(void **) {
     fh_config c;
     fh_config_init(&c);
@@ -160,19 +191,36 @@ void test_cuda_plan_categories(void **) {
     const fh::Layout L = fh::make_layout(fh::make_dims(c));
     uint64_t state = 0;
     for (int b = 0; b < fh::NUM_PERSISTENT; ++b) state += L.buf_size[b];
-    const fh::MemoryPlan multi = fh::plan_memory(c, L, FH_BACKEND_CUDA);
-    assert_int_equal(multi.workspaces, (5 + 1) * (32ull << 20));  /* 5 lanes (forward's) + act */
+    const fh::AttentionSizes attn{100, 4096};
+    const fh::MemoryPlan multi = fh::plan_cuda(c, L, attn);
+    assert_int_equal(multi.workspaces, (32ull + 32 + 16 + 16) << 20);
     assert_int_equal(multi.parameters, (2 * state + L.q.total) * 4 + 8);
     auto r256 = [](uint64_t n) { return (n + 255) / 256 * 256; };
     const uint64_t B = c.batch_size;
     const uint64_t in = r256(B * 124 * 4) * 2 + r256(B * 4) + r256(B * 4 * 4) * 3 +
                         r256(B * 4 * 4) + r256(B * 4) + r256(B);
     assert_int_equal(multi.batch_staging, 3 * in);
+    assert_int_equal(multi.replay, 0);
     assert_int_equal(multi.device, multi.total() - 2 * in);
+    /* 64 more partial rows of T·3d + 3d·td + 3d·G = 32·192 + 192·4 + 192·4 floats (a multiple
+     * of 256 bytes, so no alignment moves), and 1000 more bytes of scratch (the last part). */
+    const fh::MemoryPlan more = fh::plan_cuda(c, L, fh::AttentionSizes{164, 5096});
+    assert_int_equal(more.activations - multi.activations, 64ull * 7680 * 4 + 1000);
     c.exec_mode = FH_EXEC_SINGLE_STREAM;
-    const fh::MemoryPlan single = fh::plan_memory(c, L, FH_BACKEND_CUDA);
-    assert_int_equal(single.workspaces, 2 * (32ull << 20));
+    const fh::MemoryPlan single = fh::plan_cuda(c, L, attn);
+    assert_int_equal(single.workspaces, 32ull << 20);
     assert_int_equal(single.activations, multi.activations);
+    /* The ring of cuda/replay.cu: each of the nine fields, the episode table [K, E] of uint32
+     * and the E uint64 starts 256-byte aligned, then 256 bytes for the row count. */
+    c = replay_ref::config(1000, 3);
+    c.backend = FH_BACKEND_CUDA;
+    const fh::Layout Lr = fh::make_layout(fh::make_dims(c));
+    const uint64_t KE = 3000, O = c.obs_dim, G = c.goal_dim, NB = c.num_branches;
+    const uint64_t ring = 2 * r256(KE * O * 4) + 2 * r256(KE * G * 4) + r256(KE * NB * 4) +
+                          2 * r256(KE * 4) + 2 * r256(KE) + r256(KE * 4) + r256(3 * 8) + 256;
+    const fh::MemoryPlan withr = fh::plan_cuda(c, Lr, attn);
+    assert_int_equal(withr.replay, ring);
+    assert_int_equal(withr.device, withr.total() - 2 * (withr.batch_staging / 3));
 }
 
 /* L3: B = 2^20 with obs_dim = 1024 passed every per-dimension check and then spent ~80 s and
@@ -274,6 +322,39 @@ void test_save_memory_does_not_grow_with_the_checkpoint(void **) {
     fh_pipeline_destroy(p);
 }
 
+/* L2 with the replay: a save holds one copy of the replay's rows (the image it writes from)
+ * besides its 512 KiB, and a load holds the checkpoint's contents once (it used to read the
+ * whole file and then copy it into the state: twice the file). */
+void test_checkpoint_with_replay_holds_it_once(void **) {
+    const fh_config c = replay_ref::config(50000, 8);
+    fh_pipeline *p = make(c);
+    {
+        const replay_ref::Rows rows = replay_ref::random_rows(c, 50000, 5, 0.05);
+        const fh_replay_rows v = rows.view();
+        assert_int_equal(fh_pipeline_insert(p, &v), FH_OK);
+    }
+    const uint64_t image = 50000ull * 8 * (8 * 8 + 8 * 2 + 4 * 3 + 4 + 4 + 1 + 1);
+    const char *path = fh_test_tmp_path("memory_replay.ckpt");
+    PeakScope save_scope;
+    assert_int_equal(fh_pipeline_save_ex(p, path, FH_SAVE_REPLAY), FH_OK);
+    const size_t save_peak = save_scope.peak();
+    FILE *f = fopen(path, "rb");
+    fseek(f, 0, SEEK_END);
+    const long size = ftell(f);
+    fclose(f);
+    PeakScope load_scope;
+    assert_int_equal(fh_pipeline_load(p, path), FH_OK);
+    const size_t load_peak = load_scope.peak();
+    printf("[MEMORY] a %.1f MB checkpoint with %.1f MB of replay rows: save peaked at %.2f MB, "
+           "load at %.2f MB of extra memory\n", size / 1e6, image / 1e6, save_peak / 1e6,
+           load_peak / 1e6);
+    assert_true((uint64_t)size > image);
+    assert_true(save_peak >= image && save_peak < image + (1u << 20));
+    assert_true(load_peak >= (size_t)size - (1u << 20) && load_peak < (size_t)size + (1u << 20));
+    remove(path);
+    fh_pipeline_destroy(p);
+}
+
 /* M2: loading a 4 GiB sparse file that starts with this config's header allocates nothing of
  * its size (before the fix: 4.1 GB and 37-50 s). */
 void test_load_of_a_large_file_reads_its_header_only(void **) {
@@ -307,6 +388,7 @@ int main(void) {
         cmocka_unit_test(test_creation_refused_before_allocating),
         cmocka_unit_test(test_failed_first_step_frees_its_memory),
         cmocka_unit_test(test_save_memory_does_not_grow_with_the_checkpoint),
+        cmocka_unit_test(test_checkpoint_with_replay_holds_it_once),
         cmocka_unit_test(test_load_of_a_large_file_reads_its_header_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

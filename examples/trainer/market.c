@@ -13,6 +13,7 @@
 #include "common.h"
 
 const char *const INDEX_NAMES[NUM_INDICES] = {"DAX", "SMI", "CAC", "FTSE"};
+const char *const PERIOD_NAMES[NUM_PERIODS] = {"train", "valid", "test"};
 
 static char *skip_space(char *s)
 {
@@ -148,10 +149,10 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Thresholds from the training days only; the test period reuses them unchanged. */
+/* Thresholds from the training days only; validation and test reuse them unchanged. */
 static void compute_regimes(market *m)
 {
-    int count = m->test_start - m->first;
+    int count = m->valid_start - m->first;
     double *sorted = xcalloc((size_t)count, sizeof *sorted);
     memcpy(sorted, m->vol + m->first, (size_t)count * sizeof *sorted);
     qsort(sorted, (size_t)count, sizeof *sorted, cmp_double);
@@ -179,21 +180,27 @@ static void compute_features(market *m)
     }
 }
 
+static int first_day_of(const market *m, double year)
+{
+    for (int i = 0; i < m->n; ++i)
+        if (m->year[i] >= year - 1e-9)
+            return i;
+    return m->n;
+}
+
 void market_load(market *m, const char *path)
 {
     memset(m, 0, sizeof *m);
     load_csv(m, path);
     /* A return window needs WINDOW returns, i.e. WINDOW + 1 prices. */
     m->first = WINDOW > VOL_WINDOW ? WINDOW : VOL_WINDOW;
-    m->test_start = m->n;
-    for (int i = 0; i < m->n; ++i)
-        if (m->year[i] >= TEST_START_YEAR - 1e-9) {
-            m->test_start = i;
-            break;
-        }
-    if (m->test_start - m->first < 100 || m->n - m->test_start < 20)
-        die("%s: need >= 100 training days before %.0f and >= 20 test days after (have %d, %d)",
-            path, TEST_START_YEAR, m->test_start - m->first, m->n - m->test_start);
+    m->valid_start = first_day_of(m, VALID_START_YEAR);
+    m->test_start = first_day_of(m, TEST_START_YEAR);
+    if (m->valid_start - m->first < 100 || m->test_start - m->valid_start < 20 ||
+        m->n - m->test_start < 20)
+        die("%s: need >= 100 training days before %.0f, >= 20 validation days before %.0f and "
+            ">= 20 test days after (have %d, %d, %d)", path, VALID_START_YEAR, TEST_START_YEAR,
+            m->valid_start - m->first, m->test_start - m->valid_start, m->n - m->test_start);
     compute_returns(m);
     compute_volatility(m);
     compute_regimes(m);
@@ -218,7 +225,7 @@ void build_obs(const market *m, int day, const int8_t *pos, float *obs)
 }
 
 double sleeves_return(const market *m, int day, const int8_t *old_pos,
-                             const int8_t *new_pos, int *trades)
+                      const int8_t *new_pos, int *trades)
 {
     double r = 0.0;
     for (int b = 0; b < NUM_INDICES; ++b) {
@@ -234,4 +241,24 @@ void actions_to_positions(const int32_t *action, int8_t *pos)
 {
     for (int b = 0; b < NUM_INDICES; ++b)
         pos[b] = (int8_t)(action[b] - 1);
+}
+
+period market_period(const market *m, period_id which)
+{
+    int ends[NUM_PERIODS + 1] = {m->first, m->valid_start, m->test_start, m->n};
+    period p = {ends[which] - 1, ends[which + 1] - 2};
+    if (which == PERIOD_TRAIN)
+        p.from = m->first; /* the first day with a full observation window */
+    return p;
+}
+
+/* Compares closes rather than summing the window's log returns: the sign of a sum that is
+ * zero in exact arithmetic would be rounding noise. */
+void momentum_positions(const market *m, int day, int8_t *pos)
+{
+    for (int b = 0; b < NUM_INDICES; ++b) {
+        double now = m->price[day * NUM_INDICES + b];
+        double then = m->price[(day - WINDOW) * NUM_INDICES + b];
+        pos[b] = (int8_t)((now > then) - (now < then));
+    }
 }

@@ -1,6 +1,9 @@
 // The CPU executor: runs the schedule's tasks in list order (fork and join are no-ops on one
 // thread), times each child and mark with a steady clock, and serves act, reads and writes
-// straight from the host buffers.
+// straight from the host buffers. With a replay it owns a HostReplay (src/replay.hpp) and its
+// SAMPLE task draws the batch from it into the same HostBatch an upload fills. The divergence
+// guard's tasks (src/guard.hpp) copy the persistent buffers aside and restore them when the
+// step went non-finite; the replay is not among them (no step writes it).
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -56,12 +59,23 @@ public:
           schedule_(build_schedule(L_.dims, cfg_)),
           shadow_(buf_.begin(), buf_.begin() + NUM_PERSISTENT) {
         guard_.available = true;
+        if (L_.dims.K > 0) replay_ = std::make_unique<HostReplay>(L_.dims);
     }
 
     void upload(const fh_batch &b) override {
         pack_batch(L_.dims, b, host_batch_dst(L_.dims, spare_));
         std::swap(batch_, spare_);
     }
+
+    void upload_device(const fh_batch &) override { refuse_device("batch"); }
+
+    void insert(const fh_replay_rows &rows) override {
+        if (rows.memory == FH_MEMORY_DEVICE) refuse_device("rows");
+        replay_->insert(rows);
+    }
+    uint64_t replay_rows() const override { return replay_ ? replay_->rows_inserted() : 0; }
+    ReplayImage replay_image() override { return replay_->image(); }
+    void restore_replay(const ReplayImage &img) override { replay_->restore(img); }
 
     void step(uint64_t step) override {
         try {
@@ -91,6 +105,11 @@ public:
     }
 
 private:
+    [[noreturn]] static void refuse_device(const char *what) {
+        fail(FH_ERR_UNSUPPORTED, "%s.memory = FH_MEMORY_DEVICE, but the CPU backend reads host "
+             "memory only", what);
+    }
+
     void restore() {
         for (int b = 0; b < NUM_PERSISTENT; ++b)
             std::copy(shadow_[b].begin(), shadow_[b].end(), buf_[b].begin());
@@ -240,6 +259,7 @@ public:
         t->aux_iqn_ms = aux_ms_[2];
         t->aux_attn_ms = aux_ms_[3];
         t->aux_tail_ms = aux_ms_[4];
+        t->sample_ms = child_ms_[(int)ChildId::SAMPLE];
     }
 
     void memory(fh_memory_report *r) const override {
@@ -248,12 +268,16 @@ public:
         r->parameters = p.parameters;
         r->activations = p.activations - (allocated_ ? 0 : p.first_step);
         r->batch_staging = p.batch_staging;
-        r->total = r->parameters + r->activations + r->workspaces + r->batch_staging;
+        r->replay = p.replay;
+        r->total = r->parameters + r->activations + r->workspaces + r->batch_staging + r->replay;
     }
 
 private:
     void run(const Op &op) {
         switch (op.task) {
+        case Task::SAMPLE:
+            replay_->sample(cfg_.seed, s_.step, 0, host_batch_dst(L_.dims, batch_));
+            break;
         case Task::HER_RELABEL: her_relabel(s_); break;
         case Task::SPECTRAL_POWER: spectral_power(s_); break;
         case Task::DDQN_ONLINE_NEXT: ddqn_online_next(s_); break;
@@ -288,6 +312,7 @@ private:
     CpuStep s_;
     std::vector<ChildDesc> schedule_;
     HostBatch batch_, spare_;  // the batch the next step trains on; the next upload's buffer
+    std::unique_ptr<HostReplay> replay_;  // with a replay: SAMPLE fills batch_ from it
     float child_ms_[(int)ChildId::COUNT] = {};
     float aux_ms_[5] = {};
     float total_ms_ = 0;

@@ -48,6 +48,14 @@ inline fh_config tiny_config() {
     return c;
 }
 
+// tiny_config() with a replay of 6 rows of 2 environments (SPEC §2.1).
+inline fh_config tiny_replay_config() {
+    fh_config c = tiny_config();
+    c.replay_capacity = 6;
+    c.replay_envs = 2;
+    return c;
+}
+
 inline uint64_t fnv1a(const void *data, size_t n, uint64_t h = 1469598103934665603ull) {
     const uint8_t *p = static_cast<const uint8_t *>(data);
     for (size_t i = 0; i < n; ++i) { h ^= p[i]; h *= 1099511628211ull; }
@@ -80,7 +88,7 @@ inline void write_file(const std::string &path, const void *data, size_t n) {
 
 // Digest of everything fh_pipeline's refused calls promise to keep: every named tensor
 // (parameters, targets, state, step outputs), the metrics, and the checkpoint (which adds the
-// Adam moments and the step and act counters).
+// Adam moments, the step and act counters, and the replay if there is one).
 inline uint64_t digest(fh_pipeline *p) {
     uint64_t h = 1469598103934665603ull;
     uint32_t n = 0;
@@ -100,8 +108,12 @@ inline uint64_t digest(fh_pipeline *p) {
     m.struct_size = sizeof m;
     FUZZ_ASSERT(fh_pipeline_metrics(p, &m) == FH_OK, "metrics: %s", fh_last_error_message());
     h = fnv1a(&m, sizeof m, h);
+    fh_config c;
+    c.struct_size = sizeof c;
+    FUZZ_ASSERT(fh_pipeline_config(p, &c) == FH_OK, "config");
     const std::string path = scratch_path("digest.ckpt");
-    FUZZ_ASSERT(fh_pipeline_save(p, path.c_str()) == FH_OK, "save: %s", fh_last_error_message());
+    FUZZ_ASSERT(fh_pipeline_save_ex(p, path.c_str(), c.replay_capacity ? FH_SAVE_REPLAY : 0) ==
+                    FH_OK, "save: %s", fh_last_error_message());
     const std::vector<uint8_t> bytes = read_file(path);
     unlink(path.c_str());
     return fnv1a(bytes.data(), bytes.size(), h);
@@ -140,26 +152,87 @@ inline void fill_valid_batch(const fh_config &c, uint32_t seed, std::vector<floa
     b.done = done.data();
 }
 
-inline Start &start() {
-    static Start s;
-    if (s.p) return s;
-    const fh_config c = tiny_config();
-    FUZZ_ASSERT(fh_pipeline_create(&c, &s.p) == FH_OK, "create: %s", fh_last_error_message());
+// R valid rows of c's replay ([R, E, ...] arrays in `rows`, which `r` points at): small
+// floats, valid actions and regimes, an episode ending every third transition, terminal every
+// other time.
+struct Rows {
+    std::vector<float> obs, goal, reward, next_obs, nag;
+    std::vector<int32_t> action, regime;
+    std::vector<uint8_t> done, episode_end;
+    fh_replay_rows r;
+};
+inline void fill_valid_rows(const fh_config &c, uint32_t R, uint32_t seed, Rows &w) {
+    const size_t n = (size_t)R * c.replay_envs, O = c.obs_dim, G = c.goal_dim;
+    auto fill = [&](std::vector<float> &v, size_t count) {
+        v.resize(count);
+        for (size_t i = 0; i < count; ++i) v[i] = (float)((i * 2654435761u + seed) % 2000) / 1000 - 1;
+    };
+    fill(w.obs, n * O);
+    fill(w.next_obs, n * O);
+    fill(w.goal, n * G);
+    fill(w.nag, n * G);
+    fill(w.reward, n);
+    w.action.resize(n * c.num_branches);
+    for (size_t i = 0; i < w.action.size(); ++i) w.action[i] = (int32_t)((i + seed) % c.actions_per_branch);
+    w.regime.resize(n);
+    for (size_t i = 0; i < n; ++i) w.regime[i] = (int32_t)((i + seed) % c.num_regimes);
+    w.done.resize(n);
+    w.episode_end.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+        w.episode_end[i] = (i + seed) % 3 == 0;
+        w.done[i] = w.episode_end[i] && (i + seed) % 2 == 0;
+    }
+    const fh_replay_rows init = FH_REPLAY_ROWS_INIT;
+    w.r = init;
+    w.r.num_rows = R;
+    w.r.num_envs = c.replay_envs;
+    w.r.obs = w.obs.data();
+    w.r.goal = G ? w.goal.data() : nullptr;
+    w.r.action = w.action.data();
+    w.r.reward = w.reward.data();
+    w.r.done = w.done.data();
+    w.r.next_obs = w.next_obs.data();
+    w.r.next_achieved_goal = G ? w.nag.data() : nullptr;
+    w.r.regime = w.regime.data();
+    w.r.episode_end = w.episode_end.data();
+}
+
+// Feeds a pipeline of @p c one valid input: two uploads, or with a replay one insert of more
+// rows than it keeps.
+inline void feed_valid(fh_pipeline *p, const fh_config &c, uint32_t seed) {
+    if (c.replay_capacity > 0) {
+        Rows w;
+        fill_valid_rows(c, c.replay_capacity + 2, seed, w);
+        FUZZ_ASSERT(fh_pipeline_insert(p, &w.r) == FH_OK, "insert: %s", fh_last_error_message());
+        return;
+    }
     std::vector<float> f;
     std::vector<int32_t> ints;
     std::vector<uint8_t> done;
     fh_batch b;
-    fill_valid_batch(c, 1, f, ints, done, b);
-    FUZZ_ASSERT(fh_pipeline_upload(s.p, &b) == FH_OK, "upload: %s", fh_last_error_message());
+    fill_valid_batch(c, seed, f, ints, done, b);
+    if (c.goal_dim == 0) b.goal = b.next_achieved_goal = b.her_goal = nullptr;
+    for (int k = 0; k < 2; ++k)
+        FUZZ_ASSERT(fh_pipeline_upload(p, &b) == FH_OK, "upload: %s", fh_last_error_message());
+}
+
+// The start pipeline of @p c (tiny_config() or tiny_replay_config(); one per harness) after one
+// step on valid input, with its checkpoint (the replay included).
+inline Start &start(const fh_config &c) {
+    static Start s;
+    if (s.p) return s;
+    FUZZ_ASSERT(fh_pipeline_create(&c, &s.p) == FH_OK, "create: %s", fh_last_error_message());
+    feed_valid(s.p, c, 1);
     FUZZ_ASSERT(fh_pipeline_step(s.p) == FH_OK, "step: %s", fh_last_error_message());
     s.ckpt = scratch_path("start.ckpt");
-    FUZZ_ASSERT(fh_pipeline_save(s.p, s.ckpt.c_str()) == FH_OK, "save");
+    FUZZ_ASSERT(fh_pipeline_save_ex(s.p, s.ckpt.c_str(), c.replay_capacity ? FH_SAVE_REPLAY : 0) ==
+                    FH_OK, "save");
     return s;
 }
 
 // The start state, whatever the last input did to the pipeline.
-inline fh_pipeline *load_start() {
-    Start &s = start();
+inline fh_pipeline *load_start(const fh_config &c = tiny_config()) {
+    Start &s = start(c);
     FUZZ_ASSERT(fh_pipeline_load(s.p, s.ckpt.c_str()) == FH_OK, "load start: %s",
                 fh_last_error_message());
     fh_pipeline_check(s.p);  // forget skips of the last input

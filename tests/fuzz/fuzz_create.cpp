@@ -1,7 +1,7 @@
 // fh_memory_plan and fh_pipeline_create on fuzzed configs: raw field bytes (mostly refused by
-// validation) or small dimensions with fuzzed hyperparameters. Promises checked: the plan and
-// creation agree on every refusal (same status, no handle); a created pipeline steps and then
-// holds exactly the plan's bytes (CPU).
+// validation) or small dimensions, sometimes a replay, with fuzzed hyperparameters. Promises
+// checked: the plan and creation agree on every refusal (same status, no handle); a created
+// pipeline steps and then holds exactly the plan's bytes (CPU), its replay included.
 #include "fuzz_common.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -41,6 +41,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (float *f : scalars)
             if (in.u8() < 32) *f = in.f32();
         c.seed = in.u32();
+        if (in.u8() & 1) {
+            c.replay_capacity = 1 + in.u8() % 8;
+            c.replay_envs = 1 + in.u8() % 3;
+        }
     }
     if (mode & 4) c.struct_size = in.u32();
 
@@ -61,14 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     FUZZ_ASSERT(s == FH_OK, "plan accepted, create returned %s: %s", fh_status_string(s),
                 fh_last_error_message());
-    std::vector<float> f;
-    std::vector<int32_t> ints;
-    std::vector<uint8_t> done;
-    fh_batch b;
-    fuzz::fill_valid_batch(c, in.u8(), f, ints, done, b);
-    if (c.goal_dim == 0) b.goal = b.next_achieved_goal = b.her_goal = nullptr;
-    FUZZ_ASSERT(fh_pipeline_upload(p, &b) == FH_OK, "upload: %s", fh_last_error_message());
-    FUZZ_ASSERT(fh_pipeline_upload(p, &b) == FH_OK, "upload: %s", fh_last_error_message());
+    fuzz::feed_valid(p, c, in.u8());
     FUZZ_ASSERT(fh_pipeline_step(p) == FH_OK, "step: %s", fh_last_error_message());
     fh_memory_report r;
     r.struct_size = sizeof r;

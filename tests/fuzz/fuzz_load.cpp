@@ -1,11 +1,12 @@
-// fh_pipeline_load on arbitrary files. The first input byte's bit 0 asks the harness to write a
-// correct checksum over the rest, so mutations reach the structure behind the checksum.
+// fh_pipeline_load on arbitrary files, into a pipeline with a replay (so that both formats, with
+// and without the replay section, load). The first input byte's bit 0 asks the harness to write
+// a correct checksum over the rest, so mutations reach the structure behind the checksum.
 // Promise checked: a refused load changes nothing (digest of every tensor, the metrics and the
-// checkpoint); a load that succeeds gives a pipeline that steps.
+// checkpoint with the replay); a load that succeeds gives a pipeline that steps.
 #include "fuzz_common.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    fh_pipeline *p = fuzz::load_start();
+    fh_pipeline *p = fuzz::load_start(fuzz::tiny_replay_config());
     const uint64_t before = fuzz::digest(p);
     std::vector<uint8_t> file(data + (size ? 1 : 0), data + size);
     if (size && (data[0] & 1) && file.size() >= 16) {

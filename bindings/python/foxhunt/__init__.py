@@ -20,7 +20,8 @@ def status_string(status):
 
 
 def default_config():
-    """SPEC §1 defaults as filled by fh_config_init(), as a dict of the header's field names."""
+    """SPEC §1 defaults as filled by fh_config_init(), as a dict of the header's field names
+    (enum fields by name, as Pipeline.config gives them)."""
     import ctypes
     from . import _abi
     lib = load_library()
@@ -29,7 +30,8 @@ def default_config():
     if status != 0:
         from .pipeline import _check
         _check(lib, status)
-    return {name: getattr(cfg, name) for name in CONFIG_FIELDS}
+    from .pipeline import _config_dict
+    return _config_dict(cfg)
 
 
 __all__ = ["Pipeline", "FoxhuntError", "LibraryVersionError", "Status", "load_library",

@@ -6,11 +6,12 @@ from ctypes import (POINTER, Structure, c_char_p, c_float, c_int32, c_size_t, c_
 
 #: The version these bindings were written for (FOXHUNT_VERSION_MAJOR / _MINOR).
 VERSION_MAJOR = 0
-VERSION_MINOR = 1
+VERSION_MINOR = 2
 
 FH_MAX_REGIMES = 64
 FH_SN_W1 = 1
 FH_SN_W2 = 2
+FH_SAVE_REPLAY = 1
 
 # enum fh_backend, fh_exec_mode, fh_math_mode, fh_iql_gemm, fh_her_reward, fh_group
 BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2}
@@ -18,6 +19,7 @@ EXEC_MODES = {"multi_stream": 0, "single_stream": 1}
 MATH_MODES = {"tf32": 0, "strict": 1}
 IQL_GEMMS = {"auto": 0, "grouped": 1, "batched": 2, "sequential": 3}
 HER_REWARDS = {"sparse": 0, "dense": 1}
+MEMORY_KINDS = {"host": 0, "device": 1}
 GROUPS = {0: "q", 1: "iql_hi", 2: "iql_lo", 3: "iqn", 4: "attn", 5: "q_target",
           6: "iqn_target", 7: "state", 8: "output"}
 GROUP_OUTPUT = 8
@@ -74,6 +76,8 @@ class fh_config(Structure):
         ("adam_eps", c_float),
         ("clip_norm", c_float),
         ("seed", c_uint64),
+        ("replay_capacity", c_uint32),
+        ("replay_envs", c_uint32),
     ]
 
 
@@ -90,6 +94,25 @@ class fh_batch(Structure):
         ("next_achieved_goal", POINTER(c_float)),
         ("her_goal", POINTER(c_float)),
         ("regime", POINTER(c_int32)),
+        ("memory", c_int32),
+    ]
+
+
+class fh_replay_rows(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("num_rows", c_uint32),
+        ("num_envs", c_uint32),
+        ("memory", c_int32),
+        ("obs", POINTER(c_float)),
+        ("goal", POINTER(c_float)),
+        ("action", POINTER(c_int32)),
+        ("reward", POINTER(c_float)),
+        ("done", POINTER(c_uint8)),
+        ("next_obs", POINTER(c_float)),
+        ("next_achieved_goal", POINTER(c_float)),
+        ("regime", POINTER(c_int32)),
+        ("episode_end", POINTER(c_uint8)),
     ]
 
 
@@ -132,6 +155,7 @@ class fh_timings(Structure):
         ("aux_iqn_ms", c_float),
         ("aux_attn_ms", c_float),
         ("aux_tail_ms", c_float),
+        ("sample_ms", c_float),
     ]
 
 
@@ -154,10 +178,12 @@ class fh_memory_report(Structure):
         ("workspaces", c_uint64),
         ("batch_staging", c_uint64),
         ("total", c_uint64),
+        ("replay", c_uint64),
     ]
 
 
-STRUCTS = (fh_config, fh_batch, fh_metrics, fh_timings, fh_tensor_info, fh_memory_report)
+STRUCTS = (fh_config, fh_batch, fh_replay_rows, fh_metrics, fh_timings, fh_tensor_info,
+           fh_memory_report)
 
 _P = c_void_p  # fh_pipeline* (opaque)
 _F = POINTER(c_float)
@@ -174,6 +200,9 @@ PROTOTYPES = {
     "fh_pipeline_config": (c_int32, [_P, POINTER(fh_config)]),
     "fh_pipeline_upload": (c_int32, [_P, POINTER(fh_batch)]),
     "fh_pipeline_step": (c_int32, [_P]),
+    "fh_pipeline_train": (c_int32, [_P, c_uint32]),
+    "fh_pipeline_insert": (c_int32, [_P, POINTER(fh_replay_rows)]),
+    "fh_pipeline_sync": (c_int32, [_P]),
     "fh_pipeline_act": (c_int32, [_P, _F, _F, c_uint32, c_float, POINTER(c_int32), _F]),
     "fh_pipeline_metrics": (c_int32, [_P, POINTER(fh_metrics)]),
     "fh_pipeline_timings": (c_int32, [_P, POINTER(fh_timings)]),
@@ -183,6 +212,7 @@ PROTOTYPES = {
     "fh_pipeline_read_tensor": (c_int32, [_P, c_char_p, _F, c_size_t]),
     "fh_pipeline_write_tensor": (c_int32, [_P, c_char_p, _F, c_size_t]),
     "fh_pipeline_save": (c_int32, [_P, c_char_p]),
+    "fh_pipeline_save_ex": (c_int32, [_P, c_char_p, c_uint32]),
     "fh_pipeline_load": (c_int32, [_P, c_char_p]),
     "fh_pipeline_memory": (c_int32, [_P, POINTER(fh_memory_report)]),
     "fh_pipeline_dump_graph": (c_int32, [_P, c_char_p]),

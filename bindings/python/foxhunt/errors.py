@@ -24,6 +24,7 @@ class Status(enum.IntEnum):
     ERR_CUDA = 16
     ERR_OUT_OF_MEMORY = 17
     ERR_INTERNAL = 18
+    ERR_UNSUPPORTED = 19
 
     @property
     def c_name(self):

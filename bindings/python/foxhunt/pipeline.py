@@ -5,7 +5,8 @@ from ctypes import POINTER, byref, c_float, c_int32, c_uint8, c_uint32, c_void_p
 
 import numpy as np
 
-from . import _abi
+from . import _abi, _device
+from ._config_doc import document
 from ._loader import load_library
 from .errors import FoxhuntError, status_name
 
@@ -96,6 +97,28 @@ def _int_array(value, what, shape, lo, hi, ctype):
     return np.ascontiguousarray(a, dtype=np.int32 if ctype == "int32" else np.uint8)
 
 
+def _config_dict(cfg):
+    """An fh_config as a dict; enum fields by name ('cpu', 'dense'), as the keywords take them."""
+    out = {name: getattr(cfg, name) for name in CONFIG_FIELDS}
+    for name, table in _ENUMS.items():
+        out[name] = {v: k for k, v in table.items()}.get(out[name], out[name])
+    return out
+
+
+def _flag_array(value, what, shape):
+    """uint8 flags (done): bool, integer, or float as gym returns them, which must then be
+    exactly 0.0 or 1.0 (anything else would be truncated on conversion)."""
+    a = np.asarray(value)
+    if a.dtype.kind == "f" and a.shape == tuple(shape):
+        bad = (a != 0) & (a != 1)
+        if bad.any():
+            i = tuple(int(k) for k in np.argwhere(bad)[0])
+            raise ValueError("%s%s = %r: a float flag must be 0.0 or 1.0"
+                             % (what, list(i), float(a[i])))
+        a = a.astype(np.uint8)
+    return _int_array(a, what, shape, 0, 255, "uint8")
+
+
 def _ptr(a, ctype):
     return None if a is None else a.ctypes.data_as(POINTER(ctype))
 
@@ -120,6 +143,64 @@ def memory_plan(library=None, **config):
     return {name: getattr(r, name) for name, _ in _abi.fh_memory_report._fields_[1:]}
 
 
+_CTYPES = {"f": c_float, "i": ctypes.c_int32, "u8": c_uint8, "flag": c_uint8}
+_DEVICE_DTYPES = {"f": (np.dtype(np.float32),), "i": (np.dtype(np.int32),),
+                  "u8": (np.dtype(np.uint8), np.dtype(bool)),
+                  "flag": (np.dtype(np.uint8), np.dtype(bool))}
+
+
+def _gather(specs, values, goal_dim):
+    """Pointers to the arrays of a batch or of replay rows: @p specs lists (name, kind, shape,
+    needs) with kind "f" (float32), "i" (int32), "u8" or "flag" (uint8 0/1; on the host also
+    a float 0.0/1.0 array, as gym returns done), and needs "always", "goal" (required
+    iff goal_dim > 0, else None) or "optional". All host arrays (checked and converted by numpy)
+    or all device arrays (checked, never converted). Returns (pointers by name, memory kind,
+    the device objects that must stay alive after the call, the host arrays that must stay
+    alive during it)."""
+    device = {}
+    for name, _, _, _ in specs:
+        v = values.get(name)
+        if v is not None:
+            device[name] = _device.device_array(v)
+    on_device = {n for n, d in device.items() if d is not None}
+    if on_device and len(on_device) != len(device):
+        raise ValueError("%s in device memory but %s not: pass all arrays from one side"
+                         % (sorted(on_device), sorted(set(device) - on_device)))
+    ptrs, keep, host = {}, [], []
+    for name, kind, shape, needs in specs:
+        v = values.get(name)
+        if needs == "goal" and goal_dim == 0:
+            if v is not None and not on_device and np.asarray(v).size != 0:
+                raise ValueError("%s: goal_dim is 0, pass None" % name)
+            ptrs[name] = None
+            continue
+        if v is None:
+            if needs == "optional":
+                ptrs[name] = None
+                continue
+            raise TypeError("missing %r%s" % (name, " (goal_dim = %d)" % goal_dim
+                                                  if needs == "goal" else ""))
+        if on_device:
+            d = device[name]
+            _device.check(d, name, shape, _DEVICE_DTYPES[kind])
+            ptrs[name] = ctypes.cast(c_void_p(d.ptr), POINTER(_CTYPES[kind]))
+            keep.extend(d.keep)
+            continue
+        if kind == "f":
+            a = _float_array(v, name, shape)
+        elif kind == "i":
+            a = _int_array(v, name, shape, _INT32_MIN, _INT32_MAX, "int32")
+        elif kind == "flag":
+            a = _flag_array(v, name, shape)
+        else:
+            a = _int_array(v, name, shape, 0, 255, "uint8")
+        ptrs[name] = _ptr(a, _CTYPES[kind])
+        host.append(a)
+    memory = _abi.MEMORY_KINDS["device" if on_device else "host"]
+    return ptrs, memory, keep, host
+
+
+@document
 class Pipeline:
     """One foxhunt pipeline. Configure with the header's field names::
 
@@ -136,13 +217,14 @@ class Pipeline:
     def __init__(self, library=None, **config):
         self._lib = load_library(library) if library is not None else load_library()
         self._handle = None
+        self._device_refs = []
         cfg = _make_config(self._lib, config, "Pipeline")
         handle = c_void_p()
         _check(self._lib, self._lib.fh_pipeline_create(byref(cfg), byref(handle)))
         self._handle = handle
         resolved = _abi.new(_abi.fh_config)
         _check(self._lib, self._lib.fh_pipeline_config(self._handle, byref(resolved)))
-        self._config = {name: getattr(resolved, name) for name in CONFIG_FIELDS}
+        self._config = _config_dict(resolved)
         self._tensors = self._list_tensors()
 
     # -- lifetime -----------------------------------------------------------------------------
@@ -151,6 +233,7 @@ class Pipeline:
         if getattr(self, "_handle", None) is not None:
             self._lib.fh_pipeline_destroy(self._handle)
             self._handle = None
+            self._device_refs = []
 
     def __enter__(self):
         return self
@@ -173,13 +256,22 @@ class Pipeline:
             raise ValueError("the pipeline is closed")
         return self._handle
 
-    def _call(self, fn, *args):
-        _check(self._lib, getattr(self._lib, fn)(self._h(), *args))
+    def _call(self, fn, *args, keep=()):
+        """Call @p fn on the handle. Device arrays the library may still read are held until
+        the next call has returned (@p keep: those of this call)."""
+        held = self._device_refs
+        try:
+            _check(self._lib, getattr(self._lib, fn)(self._h(), *args))
+        finally:
+            self._device_refs = list(keep)
+        del held
 
     # -- description --------------------------------------------------------------------------
     @property
     def config(self):
-        """The pipeline's config (backend resolved) as a dict of the header's field names."""
+        """The pipeline's config (backend resolved) as a dict of the header's field names;
+        enum fields by name, as the keyword arguments take them: Pipeline(**p.config) makes
+        an identical pipeline."""
         return dict(self._config)
 
     @property
@@ -215,41 +307,83 @@ class Pipeline:
     # -- data in ------------------------------------------------------------------------------
     def upload(self, *, obs, action, reward, done, next_obs, goal=None, next_achieved_goal=None,
                her_goal=None, regime=None):
-        """Validate and copy one batch (SPEC §2). Shapes and dtypes are checked here
-        (ValueError/TypeError); values (finite floats, ranges) by the library (FoxhuntError)."""
+        """Validate and copy one batch (SPEC §2). Host arrays: shapes and dtypes are checked
+        here (ValueError/TypeError) and converted; values (finite floats, ranges) by the library
+        (FoxhuntError). Device arrays (``__cuda_array_interface__`` or DLPack, all of them on
+        the device) must be C-contiguous float32 / int32 / uint8 (or bool) already; the library
+        reads them after the call, so they are kept alive until the next call returns
+        (include/foxhunt.h, "Device memory")."""
         c = self._config
         B, O, G, NB = c["batch_size"], c["obs_dim"], c["goal_dim"], c["num_branches"]
-        arrays = {
-            "obs": _float_array(obs, "obs", (B, O)),
-            "action": _int_array(action, "action", (B, NB), _INT32_MIN, _INT32_MAX, "int32"),
-            "reward": _float_array(reward, "reward", (B,)),
-            "done": _int_array(done, "done", (B,), 0, 255, "uint8"),
-            "next_obs": _float_array(next_obs, "next_obs", (B, O)),
-        }
-        for name, value in (("goal", goal), ("next_achieved_goal", next_achieved_goal),
-                            ("her_goal", her_goal)):
-            if G == 0:
-                if value is not None and np.asarray(value).size != 0:
-                    raise ValueError("%s: goal_dim is 0, pass None" % name)
-                arrays[name] = None
-            elif value is None:
-                raise TypeError("upload() missing %r (goal_dim = %d)" % (name, G))
-            else:
-                arrays[name] = _float_array(value, name, (B, G))
-        arrays["regime"] = None if regime is None else _int_array(
-            regime, "regime", (B,), _INT32_MIN, _INT32_MAX, "int32")
+        specs = [("obs", "f", (B, O), "always"), ("goal", "f", (B, G), "goal"),
+                 ("action", "i", (B, NB), "always"), ("reward", "f", (B,), "always"),
+                 ("done", "flag", (B,), "always"), ("next_obs", "f", (B, O), "always"),
+                 ("next_achieved_goal", "f", (B, G), "goal"), ("her_goal", "f", (B, G), "goal"),
+                 ("regime", "i", (B,), "optional")]
+        values = dict(obs=obs, goal=goal, action=action, reward=reward, done=done,
+                      next_obs=next_obs, next_achieved_goal=next_achieved_goal,
+                      her_goal=her_goal, regime=regime)
+        ptrs, memory, keep, _host = _gather(specs, values, G)
         batch = _abi.new(_abi.fh_batch)
         batch.batch_size = B
-        for name in ("obs", "goal", "reward", "next_obs", "next_achieved_goal", "her_goal"):
-            setattr(batch, name, _ptr(arrays[name], c_float))
-        batch.action = _ptr(arrays["action"], ctypes.c_int32)
-        batch.regime = _ptr(arrays["regime"], ctypes.c_int32)
-        batch.done = _ptr(arrays["done"], c_uint8)
-        self._call("fh_pipeline_upload", byref(batch))
+        batch.memory = memory
+        for name, _, _, _ in specs:
+            setattr(batch, name, ptrs[name])
+        self._call("fh_pipeline_upload", byref(batch), keep=keep)
+
+    def insert(self, *, obs, action, reward, done, next_obs, episode_end, goal=None,
+               next_achieved_goal=None, regime=None):
+        """Append rows to the replay (SPEC §2.1; the pipeline needs replay_capacity and
+        replay_envs). Arrays are [R, E, ...]: R rows of E environments' transitions, in time
+        order (obs [R, E, O], reward [R, E], ...); [E, ...] is one row. episode_end [R, E]
+        marks each environment's last transition of an episode (termination or time limit);
+        done = 1 requires episode_end = 1. Host and device arrays as upload() says."""
+        c = self._config
+        E, O, G, NB = c["replay_envs"], c["obs_dim"], c["goal_dim"], c["num_branches"]
+        values = dict(obs=obs, goal=goal, action=action, reward=reward, done=done,
+                      next_obs=next_obs, next_achieved_goal=next_achieved_goal, regime=regime,
+                      episode_end=episode_end)
+        dev = _device.device_array(obs)
+        shape = dev.shape if dev is not None else np.shape(obs)
+        if len(shape) == 2:  # one row: [E, O]
+            R, lead = 1, ()
+        elif len(shape) == 3:
+            R, lead = shape[0], (shape[0],)
+        else:
+            raise ValueError("obs: expected shape (R, %d, %d) or (%d, %d), got %s"
+                             % (E, O, E, O, tuple(shape)))
+        specs = [("obs", "f", lead + (E, O), "always"), ("goal", "f", lead + (E, G), "goal"),
+                 ("action", "i", lead + (E, NB), "always"), ("reward", "f", lead + (E,), "always"),
+                 ("done", "flag", lead + (E,), "always"), ("next_obs", "f", lead + (E, O), "always"),
+                 ("next_achieved_goal", "f", lead + (E, G), "goal"),
+                 ("regime", "i", lead + (E,), "optional"),
+                 ("episode_end", "flag", lead + (E,), "always")]
+        ptrs, memory, keep, _host = _gather(specs, values, G)
+        rows = _abi.new(_abi.fh_replay_rows)
+        rows.num_rows = R
+        rows.num_envs = E
+        rows.memory = memory
+        for name, _, _, _ in specs:
+            setattr(rows, name, ptrs[name])
+        self._call("fh_pipeline_insert", byref(rows), keep=keep)
 
     def step(self):
-        """One training step (SPEC §5) on the current batch."""
+        """One training step (SPEC §5) on the current batch, or on one drawn from the replay
+        (SPEC §5.0) when the pipeline has one."""
         self._call("fh_pipeline_step")
+
+    def train(self, k):
+        """k steps back to back (each draws its own batch from the replay, with one), with no
+        host round trip between them; metrics and timings are the last step's."""
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+            raise TypeError("k must be an int")
+        if not 0 <= int(k) <= 2**32 - 1:
+            raise ValueError("k=%r is outside [0, 2**32 - 1]" % (k,))
+        self._call("fh_pipeline_train", c_uint32(int(k)))
+
+    def sync(self):
+        """Wait for the pipeline's queued work; raises a pending refusal of device input."""
+        self._call("fh_pipeline_sync")
 
     def act(self, obs, goal=None, epsilon=0.0, return_q=False):
         """Greedy / epsilon-greedy actions (SPEC §7). obs [n, O] (or [O] for one row) ->
@@ -339,8 +473,11 @@ class Pipeline:
         return {name: self.read(name) for name, _, _ in self.tensors()}
 
     # -- checkpoints --------------------------------------------------------------------------
-    def save(self, path):
-        self._call("fh_pipeline_save", os.fsencode(path))
+    def save(self, path, include_replay=False):
+        """Save the state (fh_pipeline_save); with include_replay, the replay too
+        (FH_SAVE_REPLAY), so that a run that samples from it resumes bit for bit."""
+        flags = _abi.FH_SAVE_REPLAY if include_replay else 0
+        self._call("fh_pipeline_save_ex", os.fsencode(path), c_uint32(flags))
 
     def load(self, path):
         self._call("fh_pipeline_load", os.fsencode(path))
@@ -353,5 +490,5 @@ class Pipeline:
             return "<foxhunt.Pipeline closed>"
         c = self._config
         return "<foxhunt.Pipeline %s B=%d O=%d G=%d NB=%d A=%d>" % (
-            {1: "cpu", 2: "cuda"}.get(c["backend"], c["backend"]), c["batch_size"],
+            c["backend"], c["batch_size"],
             c["obs_dim"], c["goal_dim"], c["num_branches"], c["actions_per_branch"])

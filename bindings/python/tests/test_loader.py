@@ -38,11 +38,11 @@ class _FakeLib:
         return self.v
 
 
-@pytest.mark.parametrize("v,ok", [(100, True), (105, True), (200, False), (10100, False),
-                                  (0, False)])
+@pytest.mark.parametrize("v,ok", [(200, True), (205, True), (100, False), (300, False),
+                                  (10200, False), (0, False)])
 def test_version_check(v, ok):
     if ok:
-        assert _loader.check_version(_FakeLib(v)) == (0, 1, v % 100)
+        assert _loader.check_version(_FakeLib(v)) == (0, 2, v % 100)
     else:
         with pytest.raises(foxhunt.LibraryVersionError):
             _loader.check_version(_FakeLib(v))

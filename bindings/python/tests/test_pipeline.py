@@ -62,15 +62,17 @@ def test_enum_names_and_sn_layers(fh):
     with fh.Pipeline(**dict(SMALL, her_reward="dense", sn_layers=("W1", "W2"),
                             her_terminal_on_success=False)) as p:
         c = p.config
-        assert (c["her_reward"], c["sn_layers"], c["her_terminal_on_success"]) == (1, 3, 0)
+        assert (c["her_reward"], c["sn_layers"], c["her_terminal_on_success"]) == ("dense", 3, 0)
         names = [n for n, _, _ in p.tensors()]
         assert "sn.u.W1" in names and "sn.u.W2" in names
     assert fh.status_string(6).startswith("FH_ERR_NON_FINITE")
 
 
-def test_backend_and_repr(pipe):
+def test_backend_and_repr(fh, pipe):
     assert pipe.backend == "cpu"
-    assert pipe.config["backend"] == 1
+    assert pipe.config["backend"] == "cpu"  # as .backend says it, and as Pipeline() takes it
+    with fh.Pipeline(**pipe.config) as same:
+        assert same.config == pipe.config
     assert "B=16" in repr(pipe)
 
 
@@ -87,6 +89,23 @@ def test_upload_accepts_any_real_dtype_and_converts(pipe):
     pipe.upload(**b)
     pipe.step()
     assert pipe.metrics()["step"] == 1
+
+
+def test_float_done_as_gym_returns_it(fh, pipe):
+    """done as float 0.0/1.0 (gym's habit) trains exactly as the uint8 flags do."""
+    b = make_batch()
+    b["done"][::3] = 1
+    with fh.Pipeline(**pipe.config) as twin:
+        pipe.upload(**b)
+        twin.upload(**dict(b, done=b["done"].astype(np.float32)))
+        pipe.step()
+        twin.step()
+        assert pipe.metrics() == twin.metrics()
+    for bad in (0.5, 2.0, np.nan):
+        done = b["done"].astype(np.float64)
+        done[7] = bad
+        with pytest.raises(ValueError, match=r"done\[7\] = .*must be 0.0 or 1.0"):
+            pipe.upload(**dict(b, done=done))
 
 
 @pytest.mark.parametrize("key,value,exc", [
@@ -184,10 +203,10 @@ def test_metrics_timings_memory(pipe):
     t = pipe.timings()
     assert set(t) == {"her_ms", "spectral_ms", "ddqn_ms", "forward_ms", "aux_ms", "adam_ms",
                       "total_ms", "aux_ema_ms", "aux_iql_ms", "aux_iqn_ms", "aux_attn_ms",
-                      "aux_tail_ms"}
-    assert t["total_ms"] > 0
+                      "aux_tail_ms", "sample_ms"}
+    assert t["total_ms"] > 0 and t["sample_ms"] == 0  # no replay
     mem = pipe.memory()
-    assert mem["total"] >= mem["parameters"] > 0
+    assert mem["total"] >= mem["parameters"] > 0 and mem["replay"] == 0
 
 
 def test_tensors_read_shapes(pipe):

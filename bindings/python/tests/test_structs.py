@@ -1,6 +1,7 @@
 """The ctypes structs mirror foxhunt.h exactly: sizes confirmed by the library itself, field
 offsets by the C compiler (when one is present), defaults by fh_config_init."""
 import ctypes
+import inspect
 import os
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ def test_config_size_is_what_fh_config_init_writes(fh):
     assert cfg.struct_size == ctypes.sizeof(_abi.fh_config)
 
 
-@pytest.mark.parametrize("delta", [-8, 8])
+@pytest.mark.parametrize("delta", [-4, 8])
 def test_config_wrong_size_refused(fh, delta):
     from foxhunt import _abi
     lib = fh.load_library()
@@ -35,18 +36,27 @@ def test_config_defaults_are_spec_section_1(fh):
     """Reading every default through the ctypes struct checks every field's offset and type."""
     d = fh.default_config()
     f32 = lambda x: ctypes.c_float(x).value  # noqa: E731
-    expect = dict(backend=0, device=0, exec_mode=0, math_mode=0, iql_gemm=0, workspace_mib=32,
+    expect = dict(backend="auto", device=0, exec_mode="multi_stream", math_mode="tf32",
+                  iql_gemm="auto", workspace_mib=32,
                   batch_size=16384, obs_dim=124, goal_dim=4, num_branches=4,
                   actions_per_branch=8, trunk_hidden=256, branch_hidden=128, q_clip=100.0,
                   gamma=f32(0.99), huber_kappa=1.0, her_ratio=f32(0.8), her_epsilon=f32(0.05),
-                  her_reward=0, her_terminal_on_success=1, sn_layers=2, iql_hidden=128,
+                  her_reward="sparse", her_terminal_on_success=1, sn_layers=2, iql_hidden=128,
                   iql_tau_hi=f32(0.9), iql_tau_lo=f32(0.1), awr_beta=3.0, awr_max=100.0,
                   iqn_hidden=128, iqn_cos=64, iqn_n=8, iqn_n_target=8, attn_token_dim=4,
                   attn_d_model=64, attn_heads=4, attn_head_hidden=64, cql_alpha=f32(0.1),
                   num_regimes=4, regime_beta=f32(0.99), regime_min=0.25, regime_max=4.0,
                   ema_tau=f32(0.005), lr_q=f32(3e-4), lr_aux=f32(3e-4), adam_beta1=f32(0.9),
-                  adam_beta2=f32(0.999), adam_eps=f32(1e-8), clip_norm=10.0, seed=0)
+                  adam_beta2=f32(0.999), adam_eps=f32(1e-8), clip_norm=10.0, seed=0,
+                  replay_capacity=0, replay_envs=0)
     assert d == expect
+    # help(Pipeline) shows the same defaults
+    from foxhunt._config_doc import CONFIG_DOC
+    assert [name for name, _, _ in CONFIG_DOC] == list(fh.CONFIG_FIELDS)
+    assert {name: f32(v) if isinstance(v, float) else v for name, v, _ in CONFIG_DOC} == expect
+    sig = inspect.signature(fh.Pipeline)
+    assert sig.parameters["backend"].default == "auto"
+    assert sig.parameters["seed"].kind is inspect.Parameter.KEYWORD_ONLY
 
 
 def test_config_round_trips_every_field(fh):
@@ -60,13 +70,10 @@ def test_config_round_trips_every_field(fh):
                exec_mode=1, math_mode=1, iql_gemm=3)
     with fh.Pipeline(**cfg) as p:
         got = p.config
+    names = {"backend": "cpu", "exec_mode": "single_stream", "math_mode": "strict",
+             "iql_gemm": "sequential"}
     for k, v in cfg.items():
-        if k == "backend":
-            assert got[k] == 1
-        elif k == "her_reward":
-            assert got[k] == 1
-        else:
-            assert got[k] == v, k
+        assert got[k] == names.get(k, v), k
 
 
 def _call_with_size(fh, p, fn, struct, delta, *args):
@@ -86,8 +93,21 @@ def test_output_struct_sizes_confirmed_by_library(fh, pipe, fn, struct_name, arg
     from foxhunt import _abi
     struct = getattr(_abi, struct_name)
     assert _call_with_size(fh, pipe, fn, struct, 0, *args) == 0
-    for delta in (-8, 8):
+    for delta in (-4, 8):
         assert _call_with_size(fh, pipe, fn, struct, delta, *args) == fh.Status.ERR_STRUCT_SIZE
+
+
+@pytest.mark.parametrize("fn,struct_name,last_01", [
+    ("fh_pipeline_timings", "fh_timings", "sample_ms"),
+    ("fh_pipeline_memory", "fh_memory_report", "replay"),
+    ("fh_pipeline_config", "fh_config", "replay_capacity"),
+])
+def test_structs_of_version_0_1_accepted(fh, pipe, fn, struct_name, last_01):
+    """A struct that grew in 0.2 is accepted at its 0.1 size (up to the first new field)."""
+    from foxhunt import _abi
+    struct = getattr(_abi, struct_name)
+    size_01 = getattr(struct, last_01).offset
+    assert _call_with_size(fh, pipe, fn, struct, size_01 - ctypes.sizeof(struct)) == 0
 
 
 def test_batch_struct_size_confirmed_by_library(fh, pipe):
@@ -101,7 +121,7 @@ def test_batch_struct_size_confirmed_by_library(fh, pipe):
     r = np.zeros(16, np.float32)
     done = np.zeros(16, np.uint8)
     fp = lambda a: a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))  # noqa: E731
-    for delta, want in ((0, 0), (-8, 2), (8, 2)):
+    for delta, want in ((0, 0), (-8, 0), (-4, 2), (8, 2)):  # -8: the 0.1 size, host memory
         b = _abi.new(_abi.fh_batch)
         b.struct_size += delta
         b.batch_size = 16

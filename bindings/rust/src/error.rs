@@ -24,10 +24,11 @@ pub enum Status {
     Cuda,
     OutOfMemory,
     Internal,
+    Unsupported,
     Other(i32),
 }
 
-const NAMES: [(Status, &str); 19] = [
+const NAMES: [(Status, &str); 20] = [
     (Status::Ok, "FH_OK"),
     (Status::NullPointer, "FH_ERR_NULL_POINTER"),
     (Status::StructSize, "FH_ERR_STRUCT_SIZE"),
@@ -47,6 +48,7 @@ const NAMES: [(Status, &str); 19] = [
     (Status::Cuda, "FH_ERR_CUDA"),
     (Status::OutOfMemory, "FH_ERR_OUT_OF_MEMORY"),
     (Status::Internal, "FH_ERR_INTERNAL"),
+    (Status::Unsupported, "FH_ERR_UNSUPPORTED"),
 ];
 
 impl Status {

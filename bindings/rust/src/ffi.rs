@@ -5,10 +5,17 @@
 use std::os::raw::{c_char, c_void};
 
 pub const FOXHUNT_VERSION_MAJOR: u32 = 0;
-pub const FOXHUNT_VERSION_MINOR: u32 = 1;
+pub const FOXHUNT_VERSION_MINOR: u32 = 2;
 pub const FH_MAX_REGIMES: usize = 64;
 pub const FH_SN_W1: u32 = 1;
 pub const FH_SN_W2: u32 = 2;
+/// `enum fh_backend`
+pub const FH_BACKEND_AUTO: i32 = 0;
+pub const FH_BACKEND_CPU: i32 = 1;
+pub const FH_BACKEND_CUDA: i32 = 2;
+pub const FH_SAVE_REPLAY: u32 = 1;
+pub const FH_MEMORY_HOST: i32 = 0;
+pub const FH_MEMORY_DEVICE: i32 = 1;
 
 pub type fh_status = i32;
 /// Opaque `fh_pipeline`.
@@ -65,6 +72,8 @@ pub struct fh_config {
     pub adam_eps: f32,
     pub clip_norm: f32,
     pub seed: u64,
+    pub replay_capacity: u32,
+    pub replay_envs: u32,
 }
 
 #[repr(C)]
@@ -81,6 +90,25 @@ pub struct fh_batch {
     pub next_achieved_goal: *const f32,
     pub her_goal: *const f32,
     pub regime: *const i32,
+    pub memory: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct fh_replay_rows {
+    pub struct_size: usize,
+    pub num_rows: u32,
+    pub num_envs: u32,
+    pub memory: i32,
+    pub obs: *const f32,
+    pub goal: *const f32,
+    pub action: *const i32,
+    pub reward: *const f32,
+    pub done: *const u8,
+    pub next_obs: *const f32,
+    pub next_achieved_goal: *const f32,
+    pub regime: *const i32,
+    pub episode_end: *const u8,
 }
 
 #[repr(C)]
@@ -123,6 +151,7 @@ pub struct fh_timings {
     pub aux_iqn_ms: f32,
     pub aux_attn_ms: f32,
     pub aux_tail_ms: f32,
+    pub sample_ms: f32,
 }
 
 #[repr(C)]
@@ -145,6 +174,7 @@ pub struct fh_memory_report {
     pub workspaces: u64,
     pub batch_staging: u64,
     pub total: u64,
+    pub replay: u64,
 }
 
 macro_rules! zeroed_with_size {
@@ -164,6 +194,7 @@ macro_rules! zeroed_with_size {
 zeroed_with_size!(
     fh_config,
     fh_batch,
+    fh_replay_rows,
     fh_metrics,
     fh_timings,
     fh_tensor_info,
@@ -180,6 +211,9 @@ pub type FnBackend = unsafe extern "C" fn(*const fh_pipeline, *mut i32) -> fh_st
 pub type FnConfig = unsafe extern "C" fn(*const fh_pipeline, *mut fh_config) -> fh_status;
 pub type FnUpload = unsafe extern "C" fn(*mut fh_pipeline, *const fh_batch) -> fh_status;
 pub type FnStep = unsafe extern "C" fn(*mut fh_pipeline) -> fh_status;
+pub type FnTrain = unsafe extern "C" fn(*mut fh_pipeline, u32) -> fh_status;
+pub type FnInsert = unsafe extern "C" fn(*mut fh_pipeline, *const fh_replay_rows) -> fh_status;
+pub type FnSaveEx = unsafe extern "C" fn(*mut fh_pipeline, *const c_char, u32) -> fh_status;
 pub type FnAct = unsafe extern "C" fn(
     *mut fh_pipeline,
     *const f32,
@@ -218,6 +252,9 @@ pub struct Api {
     pub pipeline_config: FnConfig,
     pub pipeline_upload: FnUpload,
     pub pipeline_step: FnStep,
+    pub pipeline_train: FnTrain,
+    pub pipeline_insert: FnInsert,
+    pub pipeline_sync: FnStep,
     pub pipeline_act: FnAct,
     pub pipeline_metrics: FnMetrics,
     pub pipeline_timings: FnTimings,
@@ -227,6 +264,7 @@ pub struct Api {
     pub pipeline_read_tensor: FnReadTensor,
     pub pipeline_write_tensor: FnWriteTensor,
     pub pipeline_save: FnPath,
+    pub pipeline_save_ex: FnSaveEx,
     pub pipeline_load: FnPath,
     pub pipeline_memory: FnMemory,
     pub pipeline_dump_graph: FnPath,
@@ -257,6 +295,9 @@ impl Api {
             pipeline_config: sym!("fh_pipeline_config"),
             pipeline_upload: sym!("fh_pipeline_upload"),
             pipeline_step: sym!("fh_pipeline_step"),
+            pipeline_train: sym!("fh_pipeline_train"),
+            pipeline_insert: sym!("fh_pipeline_insert"),
+            pipeline_sync: sym!("fh_pipeline_sync"),
             pipeline_act: sym!("fh_pipeline_act"),
             pipeline_metrics: sym!("fh_pipeline_metrics"),
             pipeline_timings: sym!("fh_pipeline_timings"),
@@ -266,6 +307,7 @@ impl Api {
             pipeline_read_tensor: sym!("fh_pipeline_read_tensor"),
             pipeline_write_tensor: sym!("fh_pipeline_write_tensor"),
             pipeline_save: sym!("fh_pipeline_save"),
+            pipeline_save_ex: sym!("fh_pipeline_save_ex"),
             pipeline_load: sym!("fh_pipeline_load"),
             pipeline_memory: sym!("fh_pipeline_memory"),
             pipeline_dump_graph: sym!("fh_pipeline_dump_graph"),

@@ -48,11 +48,21 @@ pub struct Library {
 }
 
 impl Library {
-    /// Load from `$FOXHUNT_LIBRARY` if set, else `libfoxhunt.so` through the system loader.
+    /// Load from `$FOXHUNT_LIBRARY` if set, else `libfoxhunt.so` through the system loader
+    /// (`LD_LIBRARY_PATH`, the ld.so cache). A load error says which was tried.
     pub fn load() -> Result<Arc<Library>> {
         match std::env::var_os(ENV_VAR) {
-            Some(p) if !p.is_empty() => Library::open(p),
-            _ => Library::open(DEFAULT_NAME),
+            Some(p) if !p.is_empty() => Library::open(&p).map_err(|e| match e {
+                Error::Load(m) => Error::Load(format!("{} (from ${})", m, ENV_VAR)),
+                e => e,
+            }),
+            _ => Library::open(DEFAULT_NAME).map_err(|e| match e {
+                Error::Load(m) => Error::Load(format!(
+                    "{}; set {} to the library's full path (e.g. build/libfoxhunt.so)",
+                    m, ENV_VAR
+                )),
+                e => e,
+            }),
         }
     }
 
@@ -156,11 +166,18 @@ unsafe fn cstr(p: *const std::os::raw::c_char) -> String {
     }
 }
 
-/// Which executor runs the step.
+/// Which executor runs the step (`fh_backend`). The discriminants are the C values, so
+/// `config.backend = Backend::Cuda as i32` asks for CUDA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
 pub enum Backend {
-    Cpu,
-    Cuda,
+    /// CUDA when the library was built with it and a device exists, else the CPU (the
+    /// default); [`Pipeline::backend`] says which was chosen.
+    Auto = ffi::FH_BACKEND_AUTO,
+    /// The CPU reference (OpenBLAS GEMMs).
+    Cpu = ffi::FH_BACKEND_CPU,
+    /// CUDA graphs; creating a pipeline fails with [`Status::NoCuda`] where unavailable.
+    Cuda = ffi::FH_BACKEND_CUDA,
 }
 
 /// Parameter group of a named tensor (`fh_group`).
@@ -256,6 +273,24 @@ pub struct Batch<'a> {
     pub regime: Option<&'a [i32]>,
 }
 
+/// Rows to append to the replay (SPEC §2.1), borrowed: R rows of `replay_envs` (E)
+/// transitions, row-major [R, E, ...] (obs [R, E, O], reward [R, E], ...), oldest row first;
+/// R = obs.len() / (E * obs_dim). `episode_end` marks each environment's last transition of
+/// an episode; `done` = 1 requires `episode_end` = 1. Goals as in [`Batch`]; `regime: None`
+/// means 0.
+#[derive(Debug, Clone, Copy)]
+pub struct Rows<'a> {
+    pub obs: &'a [f32],
+    pub goal: Option<&'a [f32]>,
+    pub action: &'a [i32],
+    pub reward: &'a [f32],
+    pub done: &'a [u8],
+    pub next_obs: &'a [f32],
+    pub next_achieved_goal: Option<&'a [f32]>,
+    pub regime: Option<&'a [i32]>,
+    pub episode_end: &'a [u8],
+}
+
 /// One foxhunt pipeline; dropping it destroys the handle.
 pub struct Pipeline {
     lib: Arc<Library>,
@@ -274,6 +309,21 @@ fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
             "{} has {} elements, expected {}",
             what, got, want
         )))
+    }
+}
+
+/// The pointer of a goal tensor of `n` rows: required (n * goal_dim elements) when goal_dim > 0,
+/// absent (or empty) otherwise.
+fn goal_ptr(goal_dim: usize, what: &str, s: Option<&[f32]>, n: usize) -> Result<*const f32> {
+    match (goal_dim, s) {
+        (0, None) => Ok(ptr::null()),
+        (0, Some([])) => Ok(ptr::null()),
+        (0, Some(_)) => Err(Error::Argument(format!("{}: goal_dim is 0", what))),
+        (_, None) => Err(Error::Argument(format!(
+            "{} is required (goal_dim > 0)",
+            what
+        ))),
+        (_, Some(s)) => check_len(what, s.len(), n * goal_dim).map(|_| s.as_ptr()),
     }
 }
 
@@ -328,7 +378,11 @@ impl Pipeline {
         // SAFETY: live handle.
         self.lib
             .check(unsafe { (self.lib.api.pipeline_backend)(self.h(), &mut b) })?;
-        Ok(if b == 2 { Backend::Cuda } else { Backend::Cpu })
+        Ok(if b == ffi::FH_BACKEND_CUDA {
+            Backend::Cuda
+        } else {
+            Backend::Cpu
+        })
     }
 
     /// Validate and copy one batch; the next steps train on it.
@@ -348,18 +402,6 @@ impl Pipeline {
         if let Some(r) = b.regime {
             check_len("regime", r.len(), bs)?;
         }
-        let goal_ptr = |what: &str, s: Option<&[f32]>| -> Result<*const f32> {
-            match (g, s) {
-                (0, None) => Ok(ptr::null()),
-                (0, Some([])) => Ok(ptr::null()),
-                (0, Some(_)) => Err(Error::Argument(format!("{}: goal_dim is 0", what))),
-                (_, None) => Err(Error::Argument(format!(
-                    "{} is required (goal_dim > 0)",
-                    what
-                ))),
-                (_, Some(s)) => check_len(what, s.len(), bs * g).map(|_| s.as_ptr()),
-            }
-        };
         let mut raw = ffi::fh_batch::zeroed();
         raw.batch_size = c.batch_size;
         raw.obs = b.obs.as_ptr();
@@ -367,20 +409,78 @@ impl Pipeline {
         raw.action = b.action.as_ptr();
         raw.reward = b.reward.as_ptr();
         raw.done = b.done.as_ptr();
-        raw.goal = goal_ptr("goal", b.goal)?;
-        raw.next_achieved_goal = goal_ptr("next_achieved_goal", b.next_achieved_goal)?;
-        raw.her_goal = goal_ptr("her_goal", b.her_goal)?;
+        raw.goal = goal_ptr(g, "goal", b.goal, bs)?;
+        raw.next_achieved_goal = goal_ptr(g, "next_achieved_goal", b.next_achieved_goal, bs)?;
+        raw.her_goal = goal_ptr(g, "her_goal", b.her_goal, bs)?;
         raw.regime = b.regime.map_or(ptr::null(), |r| r.as_ptr());
         // SAFETY: every pointer is valid for the lengths checked above for this call.
         self.lib
             .check(unsafe { (self.lib.api.pipeline_upload)(self.h(), &raw) })
     }
 
-    /// One training step (SPEC §5).
+    /// One training step (SPEC §5), on a batch drawn from the replay when the pipeline has
+    /// one (SPEC §5.0).
     pub fn step(&mut self) -> Result<()> {
         // SAFETY: live handle.
         self.lib
             .check(unsafe { (self.lib.api.pipeline_step)(self.h()) })
+    }
+
+    /// `k` steps back to back with no host round trip between them (`fh_pipeline_train`).
+    pub fn train(&mut self, k: u32) -> Result<()> {
+        // SAFETY: live handle.
+        self.lib
+            .check(unsafe { (self.lib.api.pipeline_train)(self.h(), k) })
+    }
+
+    /// Append rows to the replay (SPEC §2.1); a refused insert changes nothing.
+    pub fn insert(&mut self, r: &Rows<'_>) -> Result<()> {
+        let c = &self.config;
+        let (e, o, g, nb) = (
+            c.replay_envs as usize,
+            c.obs_dim as usize,
+            c.goal_dim as usize,
+            c.num_branches as usize,
+        );
+        if e == 0 || r.obs.is_empty() || r.obs.len() % (e * o) != 0 {
+            return Err(Error::Argument(format!(
+                "obs has {} elements, expected a positive multiple of replay_envs * obs_dim \
+                 = {} (a pipeline with a replay)",
+                r.obs.len(),
+                e * o
+            )));
+        }
+        let n = r.obs.len() / o; // transitions: R * E
+        check_len("next_obs", r.next_obs.len(), n * o)?;
+        check_len("action", r.action.len(), n * nb)?;
+        check_len("reward", r.reward.len(), n)?;
+        check_len("done", r.done.len(), n)?;
+        check_len("episode_end", r.episode_end.len(), n)?;
+        if let Some(z) = r.regime {
+            check_len("regime", z.len(), n)?;
+        }
+        let mut raw = ffi::fh_replay_rows::zeroed();
+        raw.num_rows = u32::try_from(n / e).map_err(|_| Error::Argument("too many rows".into()))?;
+        raw.num_envs = c.replay_envs;
+        raw.obs = r.obs.as_ptr();
+        raw.next_obs = r.next_obs.as_ptr();
+        raw.goal = goal_ptr(g, "goal", r.goal, n)?;
+        raw.next_achieved_goal = goal_ptr(g, "next_achieved_goal", r.next_achieved_goal, n)?;
+        raw.action = r.action.as_ptr();
+        raw.reward = r.reward.as_ptr();
+        raw.done = r.done.as_ptr();
+        raw.regime = r.regime.map_or(ptr::null(), |z| z.as_ptr());
+        raw.episode_end = r.episode_end.as_ptr();
+        // SAFETY: every pointer is valid for the lengths checked above for this call.
+        self.lib
+            .check(unsafe { (self.lib.api.pipeline_insert)(self.h(), &raw) })
+    }
+
+    /// Wait for queued work (`fh_pipeline_sync`).
+    pub fn sync(&mut self) -> Result<()> {
+        // SAFETY: live handle.
+        self.lib
+            .check(unsafe { (self.lib.api.pipeline_sync)(self.h()) })
     }
 
     fn act_raw(
@@ -583,12 +683,22 @@ impl Pipeline {
         })
     }
 
-    /// Save everything a continued run needs.
+    /// Save everything a continued run needs (not the replay).
     pub fn save<P: AsRef<Path>>(&self, path: P) -> Result<()> {
         let p = c_path(path.as_ref())?;
         // SAFETY: live handle, NUL-terminated path.
         self.lib
             .check(unsafe { (self.lib.api.pipeline_save)(self.h(), p.as_ptr()) })
+    }
+
+    /// Save with the replay too (`FH_SAVE_REPLAY`): a run that samples from it resumes bit
+    /// for bit.
+    pub fn save_with_replay<P: AsRef<Path>>(&self, path: P) -> Result<()> {
+        let p = c_path(path.as_ref())?;
+        // SAFETY: live handle, NUL-terminated path.
+        self.lib.check(unsafe {
+            (self.lib.api.pipeline_save_ex)(self.h(), p.as_ptr(), ffi::FH_SAVE_REPLAY)
+        })
     }
 
     /// Load a checkpoint of a pipeline with the same config; on error nothing changes.
@@ -624,21 +734,30 @@ mod tests {
     // tests confirm them against the library itself.
     #[test]
     fn struct_sizes_lp64() {
-        assert_eq!(size_of::<ffi::fh_config>(), 8 + 46 * 4 + 8);
-        assert_eq!(size_of::<ffi::fh_batch>(), 8 + 8 + 9 * 8);
+        assert_eq!(size_of::<ffi::fh_config>(), 8 + 46 * 4 + 8 + 2 * 4);
+        assert_eq!(size_of::<ffi::fh_batch>(), 8 + 8 + 9 * 8 + 8);
+        assert_eq!(size_of::<ffi::fh_replay_rows>(), 8 + 3 * 4 + 4 + 9 * 8);
         assert_eq!(
             size_of::<ffi::fh_metrics>(),
             8 + 8 + 9 * 4 + 16 + 4 + 8 + 64 * 4 + 8 + 4 + 4 // steps_skipped, last_step_skipped, padding
         );
-        assert_eq!(size_of::<ffi::fh_timings>(), 8 + 12 * 4);
+        assert_eq!(size_of::<ffi::fh_timings>(), 8 + 14 * 4); // 13 floats, padded
         assert_eq!(size_of::<ffi::fh_tensor_info>(), 8 + 8 + 16);
-        assert_eq!(size_of::<ffi::fh_memory_report>(), 8 + 5 * 8);
+        assert_eq!(size_of::<ffi::fh_memory_report>(), 8 + 6 * 8);
         assert_eq!(align_of::<ffi::fh_config>(), 8);
     }
 
     #[test]
+    fn backend_discriminants_are_the_c_values() {
+        // `config.backend = Backend::Cuda as i32` must ask for CUDA, not the CPU (1).
+        assert_eq!(Backend::Auto as i32, 0);
+        assert_eq!(Backend::Cpu as i32, 1);
+        assert_eq!(Backend::Cuda as i32, 2);
+    }
+
+    #[test]
     fn status_codes_round_trip() {
-        for code in 0..19 {
+        for code in 0..20 {
             assert_eq!(Status::from_code(code).code(), code);
         }
         assert_eq!(Status::from_code(6).name(), "FH_ERR_NON_FINITE");

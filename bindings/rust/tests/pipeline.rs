@@ -2,7 +2,7 @@
 //! skip, saying so, when it is unset).
 use std::sync::Arc;
 
-use foxhunt::{ffi, Batch, Config, Error, Library, Pipeline, Status};
+use foxhunt::{ffi, Batch, Config, Error, Library, Pipeline, Rows, Status};
 
 fn library() -> Option<Arc<Library>> {
     match std::env::var("FOXHUNT_LIBRARY") {
@@ -11,6 +11,19 @@ fn library() -> Option<Arc<Library>> {
             eprintln!("skipping: set FOXHUNT_LIBRARY to the full path of libfoxhunt.so");
             None
         }
+    }
+}
+
+/// Every metric and tensor of the two pipelines equal.
+fn assert_same(p: &Pipeline, q: &Pipeline) {
+    assert_eq!(p.metrics().unwrap(), q.metrics().unwrap());
+    for t in p.tensors().unwrap() {
+        assert_eq!(
+            p.read(&t.name).unwrap(),
+            q.read(&t.name).unwrap(),
+            "{}",
+            t.name
+        );
     }
 }
 
@@ -145,7 +158,9 @@ fn struct_sizes_confirmed_by_library() {
         raw
     };
     unsafe {
-        for delta in [0isize, -8, 8] {
+        // -4 and +8 match no size; the 0.1 sizes (8 bytes less for timings, memory report
+        // and batch) are accepted, see version_0_1_struct_sizes_accepted.
+        for delta in [0isize, -4, 8] {
             let want = if delta == 0 {
                 0
             } else {
@@ -289,6 +304,161 @@ fn act_read_write() {
 }
 
 #[test]
+fn version_0_1_struct_sizes_accepted() {
+    let lib = match library() {
+        Some(l) => l,
+        None => return,
+    };
+    let mut p = Pipeline::new(&lib, &small(&lib)).unwrap();
+    let d = Data::new(2);
+    p.upload(&d.batch()).unwrap();
+    p.step().unwrap();
+    let api = lib.raw();
+    let mut raw: *mut ffi::fh_pipeline = std::ptr::null_mut();
+    let mut cfg = small(&lib);
+    cfg.struct_size -= 8; // ends at `seed`: no replay
+    unsafe {
+        assert_eq!((api.pipeline_create)(&cfg, &mut raw), 0);
+        let mut t = ffi::fh_timings::zeroed();
+        t.struct_size -= 8;
+        t.sample_ms = 7.0;
+        assert_eq!((api.pipeline_timings)(raw, &mut t), 0);
+        assert_eq!(t.sample_ms, 7.0); // beyond the 0.1 size: not written
+        let mut r = ffi::fh_memory_report::zeroed();
+        r.struct_size -= 8;
+        assert_eq!((api.pipeline_memory)(raw, &mut r), 0);
+        assert!(r.total > 0);
+        (api.pipeline_destroy)(raw);
+    }
+}
+
+/// Rows of E = 3 environments for `small` with a replay; every 4th transition ends its
+/// episode.
+struct RowData {
+    obs: Vec<f32>,
+    goal: Vec<f32>,
+    action: Vec<i32>,
+    reward: Vec<f32>,
+    done: Vec<u8>,
+    next_obs: Vec<f32>,
+    ag: Vec<f32>,
+    ends: Vec<u8>,
+}
+
+impl RowData {
+    fn new(rows: usize, seed: u64) -> RowData {
+        let n = rows * 3;
+        let mut r = Rng(seed.wrapping_mul(0x9E3779B97F4A7C15) | 1);
+        let ends: Vec<u8> = (0..n).map(|i| (i % 4 == 3) as u8).collect();
+        RowData {
+            obs: r.fs(n * 8),
+            goal: r.fs(n * 2),
+            action: r.below(3, n * 2),
+            reward: r.fs(n),
+            done: ends
+                .iter()
+                .enumerate()
+                .map(|(i, e)| e & (i % 8 == 7) as u8)
+                .collect(),
+            next_obs: r.fs(n * 8),
+            ag: r.fs(n * 2),
+            ends,
+        }
+    }
+    fn rows(&self) -> Rows<'_> {
+        Rows {
+            obs: &self.obs,
+            goal: Some(&self.goal),
+            action: &self.action,
+            reward: &self.reward,
+            done: &self.done,
+            next_obs: &self.next_obs,
+            next_achieved_goal: Some(&self.ag),
+            regime: None,
+            episode_end: &self.ends,
+        }
+    }
+}
+
+fn with_replay(lib: &Library) -> Config {
+    let mut c = small(lib);
+    c.replay_capacity = 5;
+    c.replay_envs = 3;
+    c
+}
+
+#[test]
+fn replay_insert_train_and_refusals() {
+    let lib = match library() {
+        Some(l) => l,
+        None => return,
+    };
+    let mut p = Pipeline::new(&lib, &with_replay(&lib)).unwrap();
+    let mut twin = Pipeline::new(&lib, &with_replay(&lib)).unwrap();
+    assert_eq!(p.train(2).unwrap_err().status(), Some(Status::NoBatch));
+    let first = RowData::new(7, 1);
+    p.insert(&first.rows()).unwrap();
+    twin.insert(&first.rows()).unwrap();
+    let mut bad = RowData::new(2, 2);
+    bad.obs[8 * 3 + 5] = f32::NAN; // row 1, env 0, column 5
+    let e = p.insert(&bad.rows()).unwrap_err();
+    assert_eq!(e.status(), Some(Status::NonFinite));
+    assert!(e.to_string().contains("rows.obs[1, 0, 5] = nan"), "{}", e);
+    assert!(matches!(
+        p.insert(&Rows {
+            reward: &bad.reward[..5],
+            ..bad.rows()
+        }),
+        Err(Error::Argument(_))
+    ));
+    let d = Data::new(3);
+    assert_eq!(
+        p.upload(&d.batch()).unwrap_err().status(),
+        Some(Status::Unsupported)
+    );
+    p.train(3).unwrap();
+    for _ in 0..3 {
+        twin.step().unwrap();
+    }
+    p.sync().unwrap();
+    assert_eq!(p.metrics().unwrap(), twin.metrics().unwrap());
+    assert!(p.timings().unwrap().sample_ms > 0.0);
+    assert!(p.memory().unwrap().replay > 0);
+    let mut plain = Pipeline::new(&lib, &small(&lib)).unwrap();
+    assert_eq!(
+        plain.insert(&first.rows()).unwrap_err().status(),
+        None // refused by the crate: no replay_envs
+    );
+    plain.upload(&d.batch()).unwrap();
+    plain.train(2).unwrap();
+    assert_eq!(plain.metrics().unwrap().step, 2);
+}
+
+#[test]
+fn checkpoint_with_replay_resumes_bit_for_bit() {
+    let lib = match library() {
+        Some(l) => l,
+        None => return,
+    };
+    let dir = std::env::temp_dir().join(format!("foxhunt-rs-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("r.ckpt");
+    let mut p = Pipeline::new(&lib, &with_replay(&lib)).unwrap();
+    let mut q = Pipeline::new(&lib, &with_replay(&lib)).unwrap();
+    p.insert(&RowData::new(6, 4).rows()).unwrap();
+    p.train(2).unwrap();
+    p.save_with_replay(&path).unwrap();
+    q.load(&path).unwrap();
+    let more = RowData::new(2, 5);
+    for x in [&mut p, &mut q] {
+        x.insert(&more.rows()).unwrap();
+        x.train(3).unwrap();
+    }
+    assert_same(&p, &q);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn save_load_continues_bit_for_bit() {
     let lib = match library() {
         Some(l) => l,
@@ -308,15 +478,7 @@ fn save_load_continues_bit_for_bit() {
         x.upload(&d2.batch()).unwrap();
         x.step().unwrap();
     }
-    assert_eq!(p.metrics().unwrap(), q.metrics().unwrap());
-    for t in p.tensors().unwrap() {
-        assert_eq!(
-            p.read(&t.name).unwrap(),
-            q.read(&t.name).unwrap(),
-            "{}",
-            t.name
-        );
-    }
+    assert_same(&p, &q);
     assert_eq!(
         q.load(dir.join("missing")).unwrap_err().status(),
         Some(Status::Io)

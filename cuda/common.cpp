@@ -1,0 +1,21 @@
+#include "common.hpp"
+
+#include <cstring>
+
+namespace fh::cuda {
+
+void throw_cuda(cudaError_t e, const char *call, const char *file, int line) {
+    const char *base = strrchr(file, '/');
+    fail(e == cudaErrorMemoryAllocation ? FH_ERR_OUT_OF_MEMORY : FH_ERR_CUDA,
+         "%s failed: %s (%s) at %s:%d", call, cudaGetErrorName(e), cudaGetErrorString(e),
+         base ? base + 1 : file, line);
+}
+
+void throw_cublas(cublasStatus_t s, const char *call, const char *file, int line) {
+    const char *base = strrchr(file, '/');
+    fail(s == CUBLAS_STATUS_ALLOC_FAILED ? FH_ERR_OUT_OF_MEMORY : FH_ERR_CUDA,
+         "%s failed: %s (%s) at %s:%d", call, cublasGetStatusName(s), cublasGetStatusString(s),
+         base ? base + 1 : file, line);
+}
+
+}  // namespace fh::cuda

@@ -1,0 +1,70 @@
+// SPEC §5.3 on the GPU: double DQN targets (van Hasselt et al. 2016) per branch, as
+// src/cpu/ddqn.cpp. Lane A: the online net on x̃' and a*_b = argmax (ties: lowest index);
+// lane B: the target net on [x̃; x̃'] (2B rows: its x̃ rows give Q̄sa, its x̃' rows evaluate a*
+// and, through their trunk features, the confidence target of the aux child); the join: y and
+// Q̄sa.
+#include "common.hpp"
+#include "cuda_step.hpp"
+#include "device_math.cuh"
+
+namespace fh::cuda {
+
+namespace {
+
+__global__ void k_argmax(const float *q, int M, int NB, int A, int32_t *out) {
+    const size_t n = (size_t)M * NB;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        const size_t i = k / NB, b = k % NB;
+        out[k] = dev_first_argmax(q + b * (size_t)M * A + i * A, A);
+    }
+}
+
+__global__ void k_ddqn_join(const float *qt, const int32_t *a_star, const int32_t *action,
+                            const float *r, const float *done, int B, int NB, int A, float gamma,
+                            float *y, float *qbar_sa) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)B;
+         i += (size_t)gridDim.x * blockDim.x) {
+        double qsa = 0;
+        const float coef = __fmul_rn(gamma, __fadd_rn(1.0f, -done[i]));
+        for (int b = 0; b < NB; ++b) {
+            const size_t ib = i * NB + b;
+            const float *qb = qt + (size_t)b * 2 * B * A;
+            const float qn = qb[((size_t)B + i) * A + a_star[ib]];
+            y[ib] = __fadd_rn(r[i], __fmul_rn(coef, qn));
+            qsa += qb[i * A + action[ib]];
+        }
+        qbar_sa[i] = (float)(qsa / NB);
+    }
+}
+
+}  // namespace
+
+void ddqn_online_next(CudaStep &st, const LaneCtx &l) {
+    const QView w = st.online_view();
+    q_forward_trunk(l, st.d, st.L, w, st.inputs().xn, st.next);
+    for (uint32_t b = 0; b < st.d.NB; ++b)
+        q_forward_branch(l, st.d, st.L, w, st.next, (int)b, st.cfg.q_clip);
+    const size_t n = (size_t)st.d.B * st.d.NB;
+    k_argmax<<<grid_for(n), kThreads, 0, l.stream>>>(st.next.q, (int)st.d.B, (int)st.d.NB,
+                                                     (int)st.d.A, st.a_star);
+    FH_LAUNCHED("k_argmax");
+}
+
+void ddqn_target(CudaStep &st, const LaneCtx &l) {
+    const QView w = st.target_view();
+    q_forward_trunk(l, st.d, st.L, w, st.x2, st.tgt);
+    for (uint32_t b = 0; b < st.d.NB; ++b)
+        q_forward_branch(l, st.d, st.L, w, st.tgt, (int)b, st.cfg.q_clip);
+}
+
+void ddqn_join(CudaStep &st, const LaneCtx &l) {
+    const Dims &d = st.d;
+    k_ddqn_join<<<grid_for(d.B), kThreads, 0, l.stream>>>(st.tgt.q, st.a_star, st.action, st.r,
+                                                          st.done_f, (int)d.B, (int)d.NB,
+                                                          (int)d.A, st.cfg.gamma, st.y,
+                                                          st.qbar_sa);
+    FH_LAUNCHED("k_ddqn_join");
+}
+
+}  // namespace fh::cuda

@@ -1,0 +1,439 @@
+// The CUDA executor of SPEC §5: one parent graph of six child graphs (her, spectral, ddqn,
+// forward, aux, adam), each captured once at creation from build_schedule()'s plain-data
+// description, instantiated once and launched by every step(). The math is in the task files
+// (cuda_step.hpp); this file runs the schedule on the lanes (lanes.hpp), captures it, and
+// serves the Backend interface, with the upload (upload.hpp) and act() (act.hpp) beside it.
+//
+// FORK records an event on lane 0 that the forked lanes wait on; JOIN records one event per
+// joined lane that lane 0 waits on; with FH_EXEC_SINGLE_STREAM both vanish. MARK ops become
+// external event-record nodes (cudaEventRecordWithFlags(..., cudaEventRecordExternal)) for the
+// aux learners' timings; the parent graph has an event-record node before the first child and
+// after each child (the per-child timings).
+//
+// The step counter lives on the device (uint64): HER, IQN and Adam read it, the last node of
+// the adam child increments it. step(step) compares the API's count with what the device will
+// hold after the work already launched and, when they differ (a checkpoint was loaded), enqueues
+// a one-thread kernel that sets it before the launch.
+//
+// Only read(), write(), metrics(), timings() and act() wait for the GPU.
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "act.hpp"
+#include "backend.hpp"
+#include "common.hpp"
+#include "cuda_step.hpp"
+#include "debug_hooks.h"
+#include "device_memory.hpp"
+#include "error.hpp"
+#include "lanes.hpp"
+#include "reduce.cuh"
+#include "schedule.hpp"
+#include "upload.hpp"
+
+namespace fh {
+
+namespace cuda {
+
+namespace {
+
+std::mutex g_last_mu;
+cudaEvent_t g_last_done = nullptr;  // guarded by g_last_mu
+const void *g_last_owner = nullptr;
+std::atomic<long> g_child_nodes[(int)ChildId::COUNT] = {-1, -1, -1, -1, -1, -1};
+std::atomic<int> g_iql_gemm_mode{-1};  // fh_iql_gemm of the most recently created pipeline
+
+class CudaBackend final : public Backend {
+public:
+    CudaBackend(const fh_config &c, const Layout &L, HostBuffers init)
+        : cfg_(c), L_(L), d_(L.dims), sched_(build_schedule(L.dims, c)), device_(c.device) {
+        try {
+            create(std::move(init));
+        } catch (...) {
+            release();
+            throw;
+        }
+    }
+    ~CudaBackend() override { release(); }
+
+    void upload(const fh_batch &b) override {
+        DeviceGuard guard(device_);
+        up_->upload(b, child_ev_[her_end_ev_]);
+    }
+    void step(uint64_t step) override;
+    void act(const float *obs, const float *goal, uint32_t n, float epsilon, uint64_t act_call,
+             int32_t *actions, float *q_values) override {
+        DeviceGuard guard(device_);
+        actor_->act(*st_, done_ev_, obs, goal, n, epsilon, act_call, actions, q_values);
+    }
+    void read(Buf b, size_t offset, size_t count, float *out) override;
+    void write(Buf b, size_t offset, size_t count, const float *in) override;
+    void metrics(fh_metrics *m) override;
+    void timings(fh_timings *t) override;
+    void memory(fh_memory_report *r) const override;
+    void dump_graph(const char *path) override;
+
+private:
+    void create(HostBuffers init);
+    void release() noexcept;
+    void capture_all();
+    void sync_all();
+    void run_child(const ChildDesc &c, bool capturing);
+    void run_task(Task t, int lane, int arg);
+
+    fh_config cfg_;
+    const Layout &L_;
+    Dims d_;
+    std::vector<ChildDesc> sched_;
+    int device_;
+
+    DeviceMemory mem_;
+    std::unique_ptr<Lanes> lanes_;
+    std::unique_ptr<Uploader> up_;
+    std::unique_ptr<Actor> actor_;
+    std::unique_ptr<CudaStep> st_;
+    cudaStream_t launch_ = nullptr;
+
+    cudaEvent_t fork_ev_ = nullptr;
+    cudaEvent_t join_ev_[kMaxLanes] = {};
+    cudaEvent_t child_ev_[(int)ChildId::COUNT + 1] = {};
+    cudaEvent_t mark_ev_[(int)Mark::COUNT] = {};
+    cudaEvent_t done_ev_ = nullptr;
+    int her_end_ev_ = 1;  // index into child_ev_ of the event after the HER child
+
+    cudaGraph_t child_[(int)ChildId::COUNT] = {};
+    cudaGraph_t parent_ = nullptr;
+    cudaGraphExec_t exec_ = nullptr;
+    uint64_t dev_step_ = 0;  // what the device counter holds after the launched work
+};
+
+void CudaBackend::create(HostBuffers init) {
+    DeviceGuard guard(device_);
+    const int maxN = (int)std::max({d_.D, d_.H, d_.HB, d_.A, 1u});
+    lanes_ = std::make_unique<Lanes>(cfg_, sched_, (size_t)colsum_chunks((int)d_.B) * maxN, mem_);
+    FH_CUDA(cudaStreamCreateWithFlags(&launch_, cudaStreamNonBlocking));
+    up_ = std::make_unique<Uploader>(d_, mem_);
+    actor_ = std::make_unique<Actor>(cfg_, L_, mem_, *lanes_);
+
+    // Events: fork/join are dependency-only; child and mark events time the step.
+    FH_CUDA(cudaEventCreateWithFlags(&fork_ev_, cudaEventDisableTiming));
+    for (cudaEvent_t &e : join_ev_) FH_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (cudaEvent_t &e : child_ev_) FH_CUDA(cudaEventCreate(&e));
+    for (cudaEvent_t &e : mark_ev_) FH_CUDA(cudaEventCreate(&e));
+    FH_CUDA(cudaEventCreateWithFlags(&done_ev_, cudaEventDisableTiming));
+    for (size_t k = 0; k < sched_.size(); ++k)
+        if (sched_[k].id == ChildId::HER) her_end_ev_ = (int)k + 1;
+
+    st_ = std::make_unique<CudaStep>(cfg_, L_, mem_, up_->block());
+    g_iql_gemm_mode = st_->iql->gemm_mode();
+
+    // One eager run of the whole schedule on zeroed buffers before capture: every kernel and
+    // every cuBLAS kernel the step uses is loaded (lazy module loading) and cuBLAS has chosen
+    // its algorithms, so capture does nothing but record. Its results are then overwritten by
+    // the initial state.
+    for (const ChildDesc &c : sched_) run_child(c, false);
+    FH_CUDA(cudaDeviceSynchronize());
+
+    st_->reset(init);
+    dev_step_ = 0;
+    capture_all();
+
+    if (const char *p = getenv("FOXHUNT_DUMP_GRAPH"))
+        if (*p) dump_graph(p);
+}
+
+void CudaBackend::capture_all() {
+    cudaStream_t s0 = lanes_->stream(0);
+    for (size_t k = 0; k < sched_.size(); ++k) {
+        FH_CUDA(cudaStreamBeginCapture(s0, cudaStreamCaptureModeRelaxed));
+        try {
+            run_child(sched_[k], true);
+        } catch (...) {
+            cudaGraph_t g = nullptr;
+            cudaStreamEndCapture(s0, &g);
+            if (g) cudaGraphDestroy(g);
+            cudaGetLastError();
+            throw;
+        }
+        cudaGraph_t g = nullptr;
+        FH_CUDA(cudaStreamEndCapture(s0, &g));
+        child_[k] = g;
+        size_t nodes = 0;
+        FH_CUDA(cudaGraphGetNodes(g, nullptr, &nodes));
+        g_child_nodes[k] = (long)nodes;
+    }
+    FH_CUDA(cudaGraphCreate(&parent_, 0));
+    cudaGraphNode_t prev = nullptr, node = nullptr;
+    FH_CUDA(cudaGraphAddEventRecordNode(&prev, parent_, nullptr, 0, child_ev_[0]));
+    for (size_t k = 0; k < sched_.size(); ++k) {
+        FH_CUDA(cudaGraphAddChildGraphNode(&node, parent_, &prev, 1, child_[k]));
+        FH_CUDA(cudaGraphAddEventRecordNode(&prev, parent_, &node, 1, child_ev_[k + 1]));
+    }
+    FH_CUDA(cudaGraphInstantiate(&exec_, parent_, 0));
+    FH_CUDA(cudaGraphUpload(exec_, launch_));
+    FH_CUDA(cudaStreamSynchronize(launch_));
+}
+
+void CudaBackend::release() noexcept {
+    int prev = -1;
+    cudaGetDevice(&prev);
+    cudaSetDevice(device_);
+    {
+        std::lock_guard<std::mutex> lk(g_last_mu);
+        if (g_last_owner == this) {
+            g_last_owner = nullptr;
+            g_last_done = nullptr;
+        }
+    }
+    if (launch_) cudaStreamSynchronize(launch_);
+    if (up_) up_->release();
+    if (actor_) actor_->release();
+    st_.reset();  // the learners free their scratch
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (parent_) cudaGraphDestroy(parent_);
+    for (cudaGraph_t &g : child_)
+        if (g) cudaGraphDestroy(g);
+    if (lanes_) lanes_->release();
+    if (launch_) cudaStreamDestroy(launch_);
+    for (cudaEvent_t e : join_ev_)
+        if (e) cudaEventDestroy(e);
+    for (cudaEvent_t e : child_ev_)
+        if (e) cudaEventDestroy(e);
+    for (cudaEvent_t e : mark_ev_)
+        if (e) cudaEventDestroy(e);
+    for (cudaEvent_t e : {fork_ev_, done_ev_})
+        if (e) cudaEventDestroy(e);
+    mem_.release();
+    cudaGetLastError();
+    if (prev >= 0) cudaSetDevice(prev);
+}
+
+void CudaBackend::sync_all() {
+    FH_CUDA(cudaStreamSynchronize(launch_));
+    up_->sync();
+}
+
+// ------------------------------------------------------------------------------------------------
+// The schedule (eagerly or under capture)
+// ------------------------------------------------------------------------------------------------
+
+void CudaBackend::run_child(const ChildDesc &c, bool capturing) {
+    const bool multi = lanes_->multi();
+    cudaStream_t s0 = lanes_->stream(0);
+    for (const Op &op : c.ops) {
+        switch (op.kind) {
+        case Op::RUN:
+            if (op.lane >= lanes_->count())
+                fail(FH_ERR_INTERNAL, "task on lane %d >= %d", op.lane, lanes_->count());
+            run_task(op.task, op.lane, op.arg);
+            break;
+        case Op::FORK:
+            if (!multi) break;
+            FH_CUDA(cudaEventRecord(fork_ev_, s0));
+            for (int k = 1; k < kMaxLanes; ++k)
+                if (op.lanes & (1u << k))
+                    FH_CUDA(cudaStreamWaitEvent(lanes_->stream(k), fork_ev_, 0));
+            break;
+        case Op::JOIN:
+            if (!multi) break;
+            for (int k = 1; k < kMaxLanes; ++k)
+                if (op.lanes & (1u << k)) {
+                    FH_CUDA(cudaEventRecord(join_ev_[k], lanes_->stream(k)));
+                    FH_CUDA(cudaStreamWaitEvent(s0, join_ev_[k], 0));
+                }
+            break;
+        case Op::MARK:
+            if (capturing)
+                FH_CUDA(cudaEventRecordWithFlags(mark_ev_[op.arg], lanes_->stream(op.lane),
+                                                 cudaEventRecordExternal));
+            else
+                FH_CUDA(cudaEventRecord(mark_ev_[op.arg], lanes_->stream(op.lane)));
+            break;
+        }
+    }
+}
+
+void CudaBackend::run_task(Task t, int lane, int arg) {
+    CudaStep &s = *st_;
+    const LaneCtx l = lanes_->ctx(lane);
+    switch (t) {
+    case Task::HER_RELABEL: her_relabel(s, l); break;
+    case Task::SPECTRAL_POWER: spectral_power(s, l); break;
+    case Task::DDQN_ONLINE_NEXT: ddqn_online_next(s, l); break;
+    case Task::DDQN_TARGET: ddqn_target(s, l); break;
+    case Task::DDQN_JOIN: ddqn_join(s, l); break;
+    case Task::FWD_TRUNK: forward_trunk(s, l); break;
+    case Task::FWD_BRANCH: forward_branch(s, l, arg); break;
+    case Task::TD_LOSS: td_loss(s, l); break;
+    case Task::BWD_BRANCH: backward_branch(s, l, arg); break;
+    case Task::BWD_TRUNK: backward_trunk(s, l); break;
+    case Task::EMA_TARGETS: ema_targets(s, l); break;
+    case Task::IQL:
+        s.iql->enqueue(l.lane(), s.inputs(), s.v_hi, s.v_lo, s.omega, s.dm->iql_loss);
+        break;
+    case Task::IQN: s.iqn->enqueue(l.lane(), s.inputs(), s.z_mean, &s.dm->iqn_loss); break;
+    case Task::ATTENTION: s.attn->enqueue(l.lane(), s.inputs(), &s.dm->attn_loss); break;
+    case Task::CQL: cql(s, l); break;
+    case Task::ENSEMBLE: ensemble(s, l); break;
+    case Task::CONFIDENCE: confidence(s, l); break;
+    case Task::REGIME_SCALE: regime_scale(s, l); break;
+    case Task::ADAM_Q: adam_q(s, l); break;
+    // The divergence guard (cuda/guard.cu) is not wired yet: docs/cuda.md, "What the executor
+    // must call".
+    case Task::GUARD_SNAPSHOT: case Task::GUARD_CHECK: break;
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Backend interface
+// ------------------------------------------------------------------------------------------------
+
+void CudaBackend::step(uint64_t step) {
+    DeviceGuard guard(device_);
+    if (step != dev_step_) set_step_counter(st_->step, step, launch_);
+    FH_CUDA(cudaStreamWaitEvent(launch_, up_->uploaded(), 0));
+    FH_CUDA(cudaGraphLaunch(exec_, launch_));
+    FH_CUDA(cudaEventRecord(done_ev_, launch_));
+    dev_step_ = step + 1;
+    std::lock_guard<std::mutex> lk(g_last_mu);
+    g_last_done = done_ev_;
+    g_last_owner = this;
+}
+
+void CudaBackend::read(Buf b, size_t offset, size_t count, float *out) {
+    DeviceGuard guard(device_);
+    sync_all();
+    FH_CUDA(cudaMemcpy(out, st_->buf[b] + offset, count * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+void CudaBackend::write(Buf b, size_t offset, size_t count, const float *in) {
+    DeviceGuard guard(device_);
+    sync_all();
+    FH_CUDA(cudaMemcpy(st_->buf[b] + offset, in, count * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+void CudaBackend::metrics(fh_metrics *m) {
+    DeviceGuard guard(device_);
+    sync_all();
+    DevMetrics h{};
+    FH_CUDA(cudaMemcpy(&h, st_->dm, sizeof h, cudaMemcpyDeviceToHost));
+    *m = fh_metrics{};
+    m->td_loss = h.td_loss;
+    m->q_mean = h.q_mean;
+    m->cql_loss = h.cql_loss;
+    m->iql_loss_hi = h.iql_loss[0];
+    m->iql_loss_lo = h.iql_loss[1];
+    m->iqn_loss = h.iqn_loss;
+    m->attn_loss = h.attn_loss;
+    m->conf_loss = h.conf_loss;
+    m->grad_norm = h.grad_norm;
+    for (int k = 0; k < 2; ++k) {
+        m->sigma[k] = h.sigma[k];
+        m->sigma_target[k] = h.sigma_t[k];
+    }
+    m->ensemble_std = h.ensemble_std;
+    m->num_relabelled = (uint32_t)h.relabelled;
+    m->num_regimes = d_.R;
+    FH_CUDA(cudaMemcpy(m->regime_scale, st_->buf[BUF_REGIME] + d_.R, d_.R * sizeof(float),
+                       cudaMemcpyDeviceToHost));
+}
+
+void CudaBackend::timings(fh_timings *t) {
+    DeviceGuard guard(device_);
+    sync_all();
+    auto ms = [](cudaEvent_t a, cudaEvent_t b) {
+        float v = 0;
+        FH_CUDA(cudaEventElapsedTime(&v, a, b));
+        return v;
+    };
+    for (size_t k = 0; k < sched_.size(); ++k) {
+        const float v = ms(child_ev_[k], child_ev_[k + 1]);
+        switch (sched_[k].id) {
+        case ChildId::HER: t->her_ms = v; break;
+        case ChildId::SPECTRAL: t->spectral_ms = v; break;
+        case ChildId::DDQN: t->ddqn_ms = v; break;
+        case ChildId::FORWARD: t->forward_ms = v; break;
+        case ChildId::AUX: t->aux_ms = v; break;
+        case ChildId::ADAM: t->adam_ms = v; break;
+        default: break;
+        }
+    }
+    t->total_ms = ms(child_ev_[0], child_ev_[sched_.size()]);
+    auto span = [&](Mark a, Mark b) { return ms(mark_ev_[(int)a], mark_ev_[(int)b]); };
+    t->aux_ema_ms = span(Mark::AUX_EMA_BEGIN, Mark::AUX_EMA_END);
+    t->aux_iql_ms = span(Mark::AUX_EMA_END, Mark::AUX_IQL_END);
+    t->aux_iqn_ms = span(Mark::AUX_IQN_BEGIN, Mark::AUX_IQN_END);
+    t->aux_attn_ms = span(Mark::AUX_ATTN_BEGIN, Mark::AUX_ATTN_END);
+    t->aux_tail_ms = span(Mark::AUX_TAIL_BEGIN, Mark::AUX_TAIL_END);
+}
+
+void CudaBackend::memory(fh_memory_report *r) const {
+    *r = fh_memory_report{};
+    r->parameters = mem_.bytes(MEM_PARAMS);
+    r->activations = mem_.bytes(MEM_ACT) + st_->iql->bytes() + st_->iqn->bytes() +
+                     st_->attn->bytes();
+    r->workspaces = mem_.bytes(MEM_WS);
+    r->batch_staging = mem_.bytes(MEM_STAGING);
+    r->total = r->parameters + r->activations + r->workspaces + r->batch_staging;
+}
+
+void CudaBackend::dump_graph(const char *path) {
+    DeviceGuard guard(device_);
+    // cudaGraphDebugDotPrint reports an unwritable path as a generic error: check it first.
+    FILE *f = fopen(path, "w");
+    if (!f) fail(FH_ERR_IO, "cannot write the graph dump '%s': %s", path, strerror(errno));
+    fclose(f);
+    FH_CUDA(cudaGraphDebugDotPrint(parent_, path, 0));
+}
+
+}  // namespace
+
+}  // namespace cuda
+
+bool cuda_available(int device) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    if (device < 0 || device >= n) return false;
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    // The library carries sm_90 code and compute_90 PTX: Hopper or newer.
+    return prop.major >= 9;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const fh_config &c, const Layout &L, HostBuffers init) {
+    if (!cuda_available(c.device))
+        fail(FH_ERR_NO_CUDA, "no usable CUDA device %d (compute capability 9.0 or newer needed)",
+             c.device);
+    return std::make_unique<cuda::CudaBackend>(c, L, std::move(init));
+}
+
+}  // namespace fh
+
+extern "C" long fh_cuda_debug_child_nodes(int child) {
+    if (child < 0 || child >= (int)fh::ChildId::COUNT) return -1;
+    return fh::cuda::g_child_nodes[child].load();
+}
+
+extern "C" int fh_cuda_debug_iql_gemm_mode(void) { return fh::cuda::g_iql_gemm_mode; }
+
+extern "C" int fh_cuda_debug_step_pending(void) {
+    std::lock_guard<std::mutex> lk(fh::cuda::g_last_mu);
+    if (!fh::cuda::g_last_done) return -1;
+    const cudaError_t e = cudaEventQuery(fh::cuda::g_last_done);
+    if (e == cudaErrorNotReady) return 1;
+    cudaGetLastError();
+    return e == cudaSuccess ? 0 : -2;
+}

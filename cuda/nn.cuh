@@ -1,0 +1,25 @@
+// The layer pieces the Q net and the auxiliary learners share (as src/cpu/nn.hpp is the
+// CPU's): bias + SiLU, and Adam.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace fh::cuda {
+
+// pre += bias (per column), act = SiLU(pre), on Z stacked row-major [rows, cols] matrices
+// (matrix z at z·rows·cols) whose biases lie zbias floats apart. The float expression of
+// src/cpu/nn.hpp, element by element (vectorised by four where alignment allows).
+void bias_silu(float *pre, float *act, const float *bias, size_t rows, int cols, cudaStream_t s,
+               int Z = 1, size_t zbias = 0);
+
+// Adam (Kingma & Ba 2015, Algorithm 1; SPEC §5.6) on n flat parameters, as src/cpu/nn.cpp
+// adam(): t = *step + 1 read on the device, 1 − β^t in float64 rounded to float32. With
+// grad_norm given (on the device), g is first scaled by clip / ‖g‖ when ‖g‖ > clip (SPEC §5.6
+// global-norm clipping); without, by 1.
+void adam(float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
+          float beta2, float eps, const uint64_t *step, cudaStream_t s,
+          const float *grad_norm = nullptr, float clip = 0.0f);
+
+}  // namespace fh::cuda

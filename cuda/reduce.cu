@@ -1,0 +1,200 @@
+#include "reduce.cuh"
+
+#include <algorithm>
+
+#include "common.hpp"
+#include "device_math.cuh"
+#include "error.hpp"
+
+namespace fh::cuda {
+
+namespace {
+
+// ---- reductions ---------------------------------------------------------------------------------
+constexpr int kRedThreads = 256;
+constexpr size_t kRedPerBlock = 4096;  // elements per block before the grid saturates
+
+size_t red_chunk(size_t n, int nb) {
+    size_t c = (n + nb - 1) / nb;
+    return c == 0 ? 1 : c;
+}
+
+template <class T, int OP>
+__global__ void k_reduce_partial(const T *x, size_t n, size_t chunk, double *partial) {
+    __shared__ double sh[kRedThreads];
+    const size_t lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
+    double acc = 0;
+    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        const double v = (double)x[i];
+        acc += OP == 1 ? v * v : v;
+    }
+    const double s = block_sum(acc, sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void k_reduce_dot(const float *a, const float *b, size_t n, size_t chunk,
+                             double *partial) {
+    __shared__ double sh[kRedThreads];
+    const size_t lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
+    double acc = 0;
+    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) acc += (double)a[i] * b[i];
+    const double s = block_sum(acc, sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void k_reduce_final(const double *partial, int nb, float *out, int op, double div,
+                               double mul) {
+    __shared__ double sh[kRedMaxBlocks];
+    double v = 0;
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) v += partial[i];
+    const double s = block_sum(v, sh);
+    if (threadIdx.x == 0) *out = op == 1 ? (float)sqrt(s) : (float)(mul * s / div);
+}
+
+// ---- column sums ---------------------------------------------------------------------------------
+constexpr int kColTx = 32, kColTy = 8;
+
+// grid (column tiles, chunks, Z), block (kColTx, kColTy). Writes `partial` when given (pass
+// one), else the segments (the final pass, one chunk).
+template <class T>
+__global__ void k_colsum(const T *X, int rows, int width, int chunk_rows, size_t zstride,
+                         const float *row_scale, double *partial, Segs segs) {
+    __shared__ double sh[kColTy][kColTx + 1];
+    const int col = blockIdx.x * kColTx + threadIdx.x, z = blockIdx.z;
+    X += z * zstride;
+    const int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
+    double acc = 0.0;
+    if (col < width)
+        for (int r = r0 + threadIdx.y; r < r1; r += kColTy) {
+            const double v = (double)X[(size_t)r * width + col];
+            acc = row_scale ? fma((double)row_scale[r], v, acc) : acc + v;
+        }
+    const double s = tile_col_sum(sh, acc);
+    if (threadIdx.y != 0 || col >= width) return;
+    if (partial) {
+        partial[((size_t)z * gridDim.y + blockIdx.y) * width + col] = s;
+        return;
+    }
+    for (int k = 0; k < segs.n; ++k) {
+        const Seg &g = segs.s[k];
+        if (col >= g.col0 && col < g.col0 + g.len)
+            g.dst[(size_t)z * g.zstride + (col - g.col0)] = (float)(s / g.div);
+    }
+}
+
+// grid (column tiles, chunks, Z), block (kColTx, kColTy).
+__global__ void k_dsilu_colsum(PtrList in, const float *pre, int rows, int cols, int chunk_rows,
+                               float *dpre, double *partial) {
+    __shared__ double sh[kColTy][kColTx + 1];
+    const int col = blockIdx.x * kColTx + threadIdx.x;
+    const size_t zoff = (size_t)blockIdx.z * rows * cols;
+    const int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
+    double acc = 0.0;
+    if (col < cols)
+        for (int r = r0 + threadIdx.y; r < r1; r += kColTy) {
+            const size_t i = zoff + (size_t)r * cols + col;
+            float g = in.p[0][i];
+            for (int k = 1; k < in.n; ++k) g = __fadd_rn(g, in.p[k][i]);
+            g = __fmul_rn(g, dev_dsilu(pre[i]));
+            dpre[i] = g;
+            acc += (double)g;
+        }
+    const double s = tile_col_sum(sh, acc);
+    if (threadIdx.y == 0 && col < cols)
+        partial[((size_t)blockIdx.z * gridDim.y + blockIdx.y) * cols + col] = s;
+}
+
+template <class T>
+void reduce_partials_impl(const T *part, int rows, int width, int Z, const Segs &segs,
+                          cudaStream_t s) {
+    if (segs.n < 1 || segs.n > kMaxSegs)
+        fail(FH_ERR_INTERNAL, "reduce_partials: %d segments", segs.n);
+    dim3 grid((width + kColTx - 1) / kColTx, 1, Z), block(kColTx, kColTy);
+    k_colsum<T><<<grid, block, 0, s>>>(part, rows, width, rows, (size_t)rows * width, nullptr,
+                                       nullptr, segs);
+    FH_LAUNCHED("k_colsum (final)");
+}
+
+}  // namespace
+
+int reduce_blocks(size_t n) {
+    size_t nb = (n + kRedPerBlock - 1) / kRedPerBlock;
+    return (int)std::max<size_t>(1, std::min<size_t>(nb, kRedMaxBlocks));
+}
+
+void reduce_f32(const float *x, size_t n, int op, double *partial, cudaStream_t s) {
+    const int nb = reduce_blocks(n);
+    if (op == 1)
+        k_reduce_partial<float, 1><<<nb, kRedThreads, 0, s>>>(x, n, red_chunk(n, nb), partial);
+    else
+        k_reduce_partial<float, 0><<<nb, kRedThreads, 0, s>>>(x, n, red_chunk(n, nb), partial);
+    FH_LAUNCHED("k_reduce_partial<float>");
+}
+
+void reduce_f64(const double *x, size_t n, double *partial, cudaStream_t s) {
+    const int nb = reduce_blocks(n);
+    k_reduce_partial<double, 0><<<nb, kRedThreads, 0, s>>>(x, n, red_chunk(n, nb), partial);
+    FH_LAUNCHED("k_reduce_partial<double>");
+}
+
+void reduce_dot(const float *a, const float *b, size_t n, double *partial, cudaStream_t s) {
+    const int nb = reduce_blocks(n);
+    k_reduce_dot<<<nb, kRedThreads, 0, s>>>(a, b, n, red_chunk(n, nb), partial);
+    FH_LAUNCHED("k_reduce_dot");
+}
+
+void reduce_final(const double *partial, int nb, float *out, int final_op, double div,
+                  cudaStream_t s, double mul) {
+    k_reduce_final<<<1, kRedMaxBlocks, 0, s>>>(partial, nb, out, final_op, div, mul);
+    FH_LAUNCHED("k_reduce_final");
+}
+
+int colsum_chunks(int rows, int chunk_rows) {
+    return std::max(1, (rows + chunk_rows - 1) / chunk_rows);
+}
+
+void colsum_partial(const float *X, int rows, int width, const float *row_scale,
+                    double *partial, cudaStream_t s, int Z, size_t zstride) {
+    dim3 grid((width + kColTx - 1) / kColTx, colsum_chunks(rows), Z), block(kColTx, kColTy);
+    k_colsum<float><<<grid, block, 0, s>>>(X, rows, width, kColsumRows, zstride, row_scale,
+                                           partial, Segs{});
+    FH_LAUNCHED("k_colsum");
+}
+
+void dsilu_colsum(const PtrList &in, const float *pre, int rows, int cols, int chunk_rows,
+                  float *dpre, double *partial, cudaStream_t s, int Z) {
+    dim3 grid((cols + kColTx - 1) / kColTx, colsum_chunks(rows, chunk_rows), Z),
+        block(kColTx, kColTy);
+    k_dsilu_colsum<<<grid, block, 0, s>>>(in, pre, rows, cols, chunk_rows, dpre, partial);
+    FH_LAUNCHED("k_dsilu_colsum");
+}
+
+void reduce_partials(const double *part, int rows, int width, int Z, const Segs &segs,
+                     cudaStream_t s) {
+    reduce_partials_impl(part, rows, width, Z, segs, s);
+}
+void reduce_partials(const float *part, int rows, int width, int Z, const Segs &segs,
+                     cudaStream_t s) {
+    reduce_partials_impl(part, rows, width, Z, segs, s);
+}
+
+void colsum_final(const double *partial, int rows, int width, float *out, cudaStream_t s, int Z,
+                  size_t out_stride) {
+    Segs g;
+    g.add(out, 0, width, out_stride);
+    reduce_partials(partial, colsum_chunks(rows), width, Z, g, s);
+}
+
+void sum_to(const double *x, size_t n, float *out, double div, double *partial, cudaStream_t s,
+            double mul) {
+    reduce_f64(x, n, partial, s);
+    reduce_final(partial, reduce_blocks(n), out, 0, div, s, mul);
+}
+
+void colsum(const float *X, int M, int N, const float *row_scale, float *out, double *partial,
+            cudaStream_t s) {
+    colsum_partial(X, M, N, row_scale, partial, s);
+    colsum_final(partial, M, N, out, s);
+}
+
+}  // namespace fh::cuda

@@ -1,0 +1,156 @@
+// SPEC §5.2 on the GPU: spectral normalisation (Miyato et al. 2018) as src/cpu/spectral.cpp:
+// one power iteration per step on the persistent u (one block, sums in double), σ and σ̄ of
+// the target with the same u, v, the effective weights W/σ and W̄/σ̄, and the backward's
+// correction (dWsn − ⟨dWsn, Wsn⟩ u vᵀ)/σ (sn_backward, run by td.cu's backward_trunk). act()
+// reuses the iteration on a scratch u.
+#include "common.hpp"
+#include "cuda_step.hpp"
+#include "device_math.cuh"
+
+namespace fh::cuda {
+
+namespace {
+
+constexpr int kPowerThreads = 1024;
+
+__device__ void normalize_block(float *x, int n, double *sh) {
+    double acc = 0;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) acc += (double)x[j] * x[j];
+    const double ss = block_sum(acc, sh);
+    const float norm = fmaxf((float)sqrt(ss), 1e-12f);
+    for (int j = threadIdx.x; j < n; j += blockDim.x) x[j] = __fdiv_rn(x[j], norm);
+    __syncthreads();
+}
+
+// One block. Columns sums are coalesced (thread per column); row dot products one warp a row.
+__global__ void k_power_iteration(const float *W, const float *Wt, int rows, int cols,
+                                  const float *u_in, float *u_out, float *v, double *row,
+                                  float *sigma, float *sigma_t) {
+    __shared__ double sh[kPowerThreads];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    // v = Wᵀ u. With cols <= blockDim/2 the rows are cut into G contiguous groups (G threads per
+    // column), each summed in row order, then the G partial sums in group order: a fixed order,
+    // G times less serial latency. Otherwise one thread per column sums all rows in order.
+    __shared__ double part[kPowerThreads];
+    const int G = cols <= (int)blockDim.x ? min(8, (int)blockDim.x / cols) : 1;
+    if (G > 1) {
+        const int g = threadIdx.x / cols, j = threadIdx.x % cols;
+        const int rpg = (rows + G - 1) / G;
+        if (g < G) {
+            double acc = 0;
+            const int i1 = min(rows, (g + 1) * rpg);
+#pragma unroll 8
+            for (int i = g * rpg; i < i1; ++i) acc += (double)W[(size_t)i * cols + j] * u_in[i];
+            part[g * cols + j] = acc;
+        }
+        __syncthreads();
+        if (threadIdx.x < cols) {
+            double acc = 0;
+            for (int k = 0; k < G; ++k) acc += part[k * cols + threadIdx.x];
+            v[threadIdx.x] = (float)acc;
+        }
+    } else {
+        for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+            double acc = 0;
+#pragma unroll 8
+            for (int i = 0; i < rows; ++i) acc += (double)W[(size_t)i * cols + j] * u_in[i];
+            v[j] = (float)acc;
+        }
+    }
+    __syncthreads();
+    normalize_block(v, cols, sh);
+    for (int i = warp; i < rows; i += nwarps) {  // row_i = (W v)_i
+        double acc = 0;
+#pragma unroll 4
+        for (int j = lane; j < cols; j += 32) acc += (double)W[(size_t)i * cols + j] * v[j];
+        acc = warp_sum(acc);
+        if (lane == 0) {
+            row[i] = acc;
+            u_out[i] = (float)acc;
+        }
+    }
+    __syncthreads();
+    normalize_block(u_out, rows, sh);
+    double acc = 0;  // sigma = Σ_i u_i (W v)_i
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) acc += (double)u_out[i] * row[i];
+    const double sg = block_sum(acc, sh);
+    if (threadIdx.x == 0) *sigma = (float)sg;
+    if (!Wt) return;
+    acc = 0;
+    for (int i = warp; i < rows; i += nwarps) {
+        double r = 0;
+#pragma unroll 4
+        for (int j = lane; j < cols; j += 32) r += (double)Wt[(size_t)i * cols + j] * v[j];
+        r = warp_sum(r);
+        if (lane == 0) row[i] = r;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) acc += (double)u_out[i] * row[i];
+    const double st = block_sum(acc, sh);
+    if (threadIdx.x == 0) *sigma_t = (float)st;
+}
+
+__global__ void k_sn_scale(const float *W, const float *sigma, float *out, const float *Wt,
+                           const float *sigma_t, float *out_t, size_t n) {
+    const float s = *sigma;
+    const float st = Wt ? *sigma_t : 1.0f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        out[i] = __fdiv_rn(W[i], s);
+        if (Wt) out_t[i] = __fdiv_rn(Wt[i], st);
+    }
+}
+
+__global__ void k_sn_backward(float *dW, const float *ip, const float *u, const float *v,
+                              const float *sigma, int rows, int cols) {
+    const float p = *ip, s = *sigma;
+    const size_t n = (size_t)rows * cols;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        const size_t i = k / cols, j = k % cols;
+        const float corr = __fmul_rn(__fmul_rn(p, u[i]), v[j]);
+        dW[k] = __fdiv_rn(__fadd_rn(dW[k], -corr), s);
+    }
+}
+
+}  // namespace
+
+void power_iteration(const float *W, const float *Wt, int rows, int cols, const float *u_in,
+                     float *u_out, float *v, double *row, float *sigma, float *sigma_t,
+                     cudaStream_t s) {
+    k_power_iteration<<<1, kPowerThreads, 0, s>>>(W, Wt, rows, cols, u_in, u_out, v, row, sigma,
+                                                  sigma_t);
+    FH_LAUNCHED("k_power_iteration");
+}
+
+void sn_scale(const float *W, const float *sigma, float *out, const float *Wt,
+              const float *sigma_t, float *out_t, size_t n, cudaStream_t s) {
+    k_sn_scale<<<grid_for(n), kThreads, 0, s>>>(W, sigma, out, Wt, sigma_t, out_t, n);
+    FH_LAUNCHED("k_sn_scale");
+}
+
+void sn_backward(float *dW, const float *ip, const float *u, const float *v, const float *sigma,
+                 int rows, int cols, cudaStream_t s) {
+    k_sn_backward<<<grid_for((size_t)rows * cols), kThreads, 0, s>>>(dW, ip, u, v, sigma, rows,
+                                                                      cols);
+    FH_LAUNCHED("k_sn_backward");
+}
+
+void spectral_power(CudaStep &st, const LaneCtx &l) {
+    const Dims &d = st.d;
+    const int H = (int)d.H;
+    const size_t off[2] = {st.L.q.W1, st.L.q.W2};
+    const int cols[2] = {(int)d.D, H};
+    const bool sn[2] = {d.sn1, d.sn2};
+    for (int k = 0; k < 2; ++k) {
+        if (!sn[k]) continue;
+        const float *W = st.buf[BUF_Q] + off[k], *Wt = st.buf[BUF_Q_TARGET] + off[k];
+        float *u = st.buf[BUF_SN_U] + (size_t)k * H;
+        power_iteration(W, Wt, H, cols[k], u, u, st.sn_v[k], st.sn_row, &st.dm->sigma[k],
+                        &st.dm->sigma_t[k], l.stream);
+        sn_scale(W, &st.dm->sigma[k], st.weff[k], Wt, &st.dm->sigma_t[k], st.weff_t[k],
+                 (size_t)H * cols[k], l.stream);
+    }
+}
+
+}  // namespace fh::cuda
