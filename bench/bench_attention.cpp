@@ -2,7 +2,7 @@
  * foxhunt-bench-attention: the attention learner's kernel paths side by side (issue 10).
  *
  * For each batch size and each kernel path of cuda/attention_paths.hpp that supports the default
- * config (legacy SIMT, tensor cores TF32, tensor cores split TF32, general), it builds the
+ * config (tensor cores TF32, tensor cores split TF32, general), it builds the
  * learner (SPEC §1 defaults at that batch size, random parameters and inputs), runs its loss and
  * gradient (everything of the attention lane but Adam) --iters times after a warm-up, and reports
  * the median time of the per-(transition, head) forward and backward kernels (events around
@@ -69,7 +69,6 @@ const char *name(AttnKernels k) {
     case AttnKernels::TC: return "tc";
     case AttnKernels::TC_SPLIT: return "tc-split";
     case AttnKernels::GENERAL: return "general";
-    case AttnKernels::LEGACY: return "legacy";
     default: return "auto";
     }
 }
@@ -131,8 +130,7 @@ int main(int argc, char **argv) {
 
     std::vector<Row> rows;
     for (uint32_t B : batches) {
-        for (AttnKernels k : {AttnKernels::LEGACY, AttnKernels::TC, AttnKernels::TC_SPLIT,
-                              AttnKernels::GENERAL}) {
+        for (AttnKernels k : {AttnKernels::TC, AttnKernels::TC_SPLIT, AttnKernels::GENERAL}) {
             fh_config c;
             fh_config_init(&c);
             c.batch_size = B;

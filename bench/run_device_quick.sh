@@ -8,6 +8,7 @@
 #   attn-bench   foxhunt-bench-attention at B = 1024, 4096, 16384, 65536
 #   step-bench   foxhunt-bench at B = 16384, the attention kernel paths side by side
 #   digest       tests/python/state_digest.py in the four modes (bitwise checks of refactors)
+#   iqn-bench    foxhunt-bench at B = 16384, the unfused and fused IQN target pass side by side
 #   ncu-attn     Nsight Compute on the tensor-core attention kernels at B = 16384
 set -o pipefail
 OUT=${OUT:-/tmp/out}
@@ -41,7 +42,7 @@ for s in "$@"; do
       --out $OUT/attn_bench.json 2>&1 | tail -22 | tee -a $log ;;
   step-bench)
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
-      --variant FOXHUNT_ATTN_KERNELS=legacy,tc,tc-split --machine h200 \
+      --variant FOXHUNT_ATTN_KERNELS=tc,tc-split --machine h200 \
       --out $OUT/step_bench.json 2>&1 | tail -9 | tee -a $log ;;
   ncu-attn)
     timeout 300 ncu --clock-control none --kernel-name regex:k_attn_tc --launch-count 2 \
@@ -51,6 +52,10 @@ for s in "$@"; do
       > $OUT/ncu_attn.txt 2>&1
     echo "ncu rc=$?" | tee -a $log
     grep -E "k_attn_tc|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Issued Ipc|Executed Instructions |Stall|Warp Cycles Per Issued|Bank|Shared Memory Configuration|Dynamic Shared" $OUT/ncu_attn.txt | head -80 | tee -a $log ;;
+  iqn-bench)
+    build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
+      --variant FOXHUNT_IQN_KERNELS=unfused,fused --machine h200 \
+      --out $OUT/iqn_bench.json 2>&1 | tail -7 | tee -a $log ;;
   digest)
     python3 tests/python/state_digest.py build-dev/libfoxhunt.so 2>&1 | tail -4 | tee -a $log ;;
   *) echo "unknown step $s" | tee -a $log ;;

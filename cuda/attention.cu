@@ -241,10 +241,10 @@ struct AttentionLearner::Impl {
         if (k != Kernels::AUTO) return k;
         const char *e = getenv("FOXHUNT_ATTN_KERNELS");
         if (!e || !*e || !strcmp(e, "auto")) return Kernels::AUTO;
-        for (Kernels c : {Kernels::TC, Kernels::TC_SPLIT, Kernels::GENERAL, Kernels::LEGACY})
+        for (Kernels c : {Kernels::TC, Kernels::TC_SPLIT, Kernels::GENERAL})
             if (!strcmp(e, attn::kernels_name(c))) return c;
-        fail(FH_ERR_BAD_VALUE,
-             "FOXHUNT_ATTN_KERNELS='%s': expected auto, tc, tc-split, general or legacy", e);
+        fail(FH_ERR_BAD_VALUE, "FOXHUNT_ATTN_KERNELS='%s': expected auto, tc, tc-split or general",
+             e);
     }
 
     static Geom geometry(const Dims &d) {
@@ -271,7 +271,6 @@ struct AttentionLearner::Impl {
             return path;
         case Kernels::TC:
         case Kernels::TC_SPLIT: path = attn::make_tc_path(g, want == Kernels::TC_SPLIT); break;
-        case Kernels::LEGACY: path = attn::make_legacy_path(g); break;
         case Kernels::GENERAL: path = attn::make_general_path(g); break;
         }
         if (!path)

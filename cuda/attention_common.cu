@@ -31,7 +31,6 @@ const char *kernels_name(Kernels k) {
     case Kernels::TC: return "tc";
     case Kernels::TC_SPLIT: return "tc-split";
     case Kernels::GENERAL: return "general";
-    case Kernels::LEGACY: return "legacy";
     default: return "auto";
     }
 }

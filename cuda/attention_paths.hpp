@@ -15,8 +15,8 @@
 //             attn_token_dim + goal_dim ≤ 16, heads ≤ 8 — the default config and its neighbours
 //   TC_SPLIT  the same with split TF32 (3 products per tile): float32 accuracy, strict mode
 //   GENERAL   float32 SIMT, every config the CPU backend accepts (attention_general.cu)
-//   LEGACY    the SIMT kernels the tensor-core path replaces (attention_legacy.cu), kept
-//             selectable until the before/after comparison is archived
+// (The SIMT kernels these replaced were measured side by side before they were deleted:
+// bench/results/h200-2026-12-01-attention-before-after.json.)
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -68,7 +68,6 @@ public:
 
 // nullptr when the config is outside what the path supports.
 std::unique_ptr<Path> make_tc_path(const Geom &g, bool split);
-std::unique_ptr<Path> make_legacy_path(const Geom &g);
 std::unique_ptr<Path> make_general_path(const Geom &g);
 
 // pool and aug of FwdArgs (one warp per transition), for the paths whose forward kernel does

@@ -19,11 +19,17 @@
 //   dφpre = (dm ⊙ ψ) ⊙ SiLU'(φpre) (in place of φraw), dψpre = (Σ_n dm ⊙ φ) ⊙ SiLU'(ψpre),
 //            with the column-sum partials of dbφ and dbψ
 //   dWφ = dφpreᵀ cos (tn M=Hq N=C K=R);  dWψ = dψpreᵀ x̃ (tn M=Hq N=D K=B);  Adam.
-// The target pass runs first in the same scratch buffers; only Z̄ [B, N'] survives it.
+// The target pass runs first in the same scratch buffers; only Z̄ [B, N'] survives it. In TF32
+// mode at iqn_hidden = 128, iqn_cos = 64 the target pass after ψ̄ is one fused tensor-core
+// kernel instead (iqn_target.cu), which writes Z̄ alone.
 #include <algorithm>
 #include <memory>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "aux_common.cuh"
+#include "iqn_target.hpp"
 #include "learners.hpp"
 #include "nn.cuh"
 #include "philox.hpp"
@@ -242,6 +248,11 @@ struct IqnLearner::Impl {
     double *part_head, *part_bwd;
     aux::RowPlan head;
     int bwd_chunks;
+    // The target pass fused on tensor cores (iqn_target.cu) in TF32 mode at the widths it is
+    // written for (strict FP32 and other widths run the unfused pass); FOXHUNT_IQN_KERNELS=unfused
+    // runs the unfused pass in TF32 too, for tests and side-by-side timing.
+    bool fused_target = false;
+    int target_blocks = 0;
 
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
          float *v)
@@ -290,6 +301,15 @@ struct IqnLearner::Impl {
         part_head = arena.at<double>(o_ph);
         part_bwd = arena.at<double>(o_pb);
         aux::allow_smem((const void *)k_iqn_head, head.smem, "IQN head");
+        const char *e = getenv("FOXHUNT_IQN_KERNELS");
+        if (e && *e && strcmp(e, "unfused") && strcmp(e, "fused") && strcmp(e, "auto"))
+            fail(FH_ERR_BAD_VALUE, "FOXHUNT_IQN_KERNELS='%s': expected auto, fused or unfused", e);
+        fused_target = c.math_mode == FH_MATH_TF32 && iqn::target_fused_fits(d) &&
+                       !(e && !strcmp(e, "unfused"));
+        if (fused_target) {
+            iqn::target_fused_prepare();
+            target_blocks = iqn::target_fused_blocks((size_t)d.B * d.Nt);
+        }
     }
 
     // Forward of net P on input x with Nr quantile fractions of `purpose`: ψpre, ψ, cos, φraw,
@@ -321,8 +341,15 @@ struct IqnLearner::Impl {
         const size_t RN = (size_t)d.B * d.N, RT = (size_t)d.B * d.Nt;
 
         // Target Z̄ on x̃' (target net, τ' purpose 3).
-        forward(bl, s, target, in.xn, Nt, PURPOSE_IQN_TARGET, in.step, nullptr);
-        {
+        if (fused_target) {
+            gemm_nt(bl, B, Hq, D, in.xn, target + o.Wpsi, psi_pre, 0.0f, "IQN target psi");
+            bias_silu(psi_pre, psi, target + o.bpsi, d.B, Hq, s);
+            iqn::TargetArgs t{psi, target + o.Wphi, target + o.bphi, target + o.Wm,
+                              target + o.bm, target + o.w_z, target + o.b_z, seed, in.step,
+                              B, Nt, zt};
+            iqn::target_fused(t, target_blocks, s);
+        } else {
+            forward(bl, s, target, in.xn, Nt, PURPOSE_IQN_TARGET, in.step, nullptr);
             const int blocks = (int)std::min<size_t>((RT + 7) / 8, 8192);
             k_zrows<<<blocks, 256, 0, s>>>(hraw, target + o.bm, target + o.w_z, target + o.b_z, RT,
                                            Hq, zt);

@@ -73,8 +73,8 @@ private:
 // Which kernels compute the attention learner's per-(transition, head) part (see
 // cuda/attention_paths.hpp): AUTO picks tensor cores where the config allows (split TF32 in
 // strict mode), else the general float32 path; the environment variable FOXHUNT_ATTN_KERNELS
-// (tc, tc-split, general, legacy) overrides AUTO, for benchmarks and tests.
-enum class AttnKernels { AUTO = 0, TC, TC_SPLIT, GENERAL, LEGACY };
+// (tc, tc-split, general) overrides AUTO, for benchmarks and tests.
+enum class AttnKernels { AUTO = 0, TC, TC_SPLIT, GENERAL };
 
 // Attention reward model (SPEC §4), MSE to r~.
 class AttentionLearner {

@@ -1,4 +1,4 @@
-/* Shared by the trainer's files: failure handling and a deterministic RNG. */
+/* Shared by the trainer's files: failure handling and a clock. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "common.h"
@@ -42,21 +42,3 @@ double now_seconds(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
-
-/* ------------------------------------------------------------------------------------------ */
-/* Deterministic RNG (splitmix64): replay sampling and env start days must not depend on libc. */
-
-uint64_t rng_next(rng *r)
-{
-    uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [0, n) by multiply-shift: no modulo bias worth mentioning for n << 2^32. */
-uint32_t rng_below(rng *r, uint32_t n)
-{
-    return (uint32_t)(((rng_next(r) >> 32) * (uint64_t)n) >> 32);
-}
-

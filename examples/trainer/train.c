@@ -3,15 +3,16 @@
  * The loop acts one update behind the learner. Iteration k:
  *   1. act: the environments choose actions with the parameters after k - 1 steps;
  *      fh_pipeline_act waits for step k - 1, launched in iteration k - 1;
- *   2. feed_step launches step k on the batch prepared in iteration k - 1;
- *   3. the environments advance and their transitions are stored;
- *   4. feed_prepare samples and uploads the batch of step k + 1.
- * On CUDA, steps 3 and 4 run on the host while step k runs on the GPU, so act rarely waits.
- * The price: a batch never holds the transitions of the iteration whose act ran just before
- * its step (batch k holds those of iterations < k), i.e. the newest experience reaches the
- * learner one step later than in a serial loop; with thousands of transitions stored and
- * uniform sampling that changes little. Acting itself uses the newest parameters. On the CPU
- * the step is synchronous and the order only fixes which transitions a batch can hold. */
+ *   2. fh_pipeline_train launches step k, which draws its batch from the pipeline's replay;
+ *   3. the environments advance and their row of transitions is inserted into the replay.
+ * The library keeps the calls' order (an insert lands after the sampling of every step launched
+ * before it), so step k samples the rows of iterations < k (and of the warm-up) on every
+ * backend. On CUDA, step 3 runs on the host while step k runs on the GPU. The price: a batch
+ * never holds the transitions of the iteration whose act ran just before its step, i.e. the
+ * newest experience reaches the learner one step later than in a serial loop; with thousands of
+ * transitions stored and uniform sampling that changes little. Acting itself uses the newest
+ * parameters. On the CPU the step is synchronous and the order only fixes which transitions a
+ * batch can hold. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "train.h"
@@ -26,12 +27,12 @@
 #include "common.h"
 #include "evaluate.h"
 #include "feed.h"
+#include "options.h"
 
 #define REWARD_SCALE 100.0   /* real-unit reward -> O(1) learning target */
 #define EPS_START 1.0f
 #define EPS_END 0.05f
-#define REPLAY_CAPACITY (1u << 18)
-#define STATE_MAGIC "FHTRNST1"
+#define STATE_MAGIC "FHTRNST2"
 #define PROGRESS_SECONDS 5.0
 
 /* ------------------------------------------------------------------------------------------ */
@@ -77,10 +78,11 @@ static void envs_act(envs *e, const market *m, fh_pipeline *p, float epsilon)
           "fh_pipeline_act");
 }
 
-/* Apply the last actions: one transition per environment into the feed. The episode is the
+/* Apply the last actions: one transition per environment into e->row. The episode is the
  * training period; its last transition is terminal (done = 1), because bootstrapping past it
- * would need the first validation day. The environment then starts over, flat. */
-static void envs_advance(envs *e, const market *m, fh_pipeline *p, feed *f)
+ * would need the first validation day. There is no time limit, so an episode ends exactly when
+ * it terminates. The environment then starts over, flat. */
+static void envs_advance(envs *e, const market *m)
 {
     int last = market_period(m, PERIOD_TRAIN).to;
     for (int k = 0; k < e->n; ++k) {
@@ -94,6 +96,7 @@ static void envs_advance(envs *e, const market *m, fh_pipeline *p, feed *f)
         actions_to_positions(t->action, next_pos);
         t->reward = (float)(REWARD_SCALE * sleeves_return(m, t->day, pos, next_pos, NULL));
         t->done = (uint8_t)(t->day == last);
+        t->episode_end = t->done;
         if (t->done) {
             e->day[k] = market_period(m, PERIOD_TRAIN).from;
             memset(pos, 0, NUM_INDICES);
@@ -102,11 +105,10 @@ static void envs_advance(envs *e, const market *m, fh_pipeline *p, feed *f)
             memcpy(pos, next_pos, NUM_INDICES);
         }
     }
-    feed_insert(f, p, e->row, e->n);
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* The state file: bookkeeping and curve, then the environments, then the replay. */
+/* The state file: bookkeeping and curve, then the environments. The replay is in latest.ckpt. */
 
 void seed_path(const seed_run *r, const char *name, char *buf, size_t size)
 {
@@ -142,14 +144,14 @@ static void append_row(seed_run *r, const curve_row *row)
 
 typedef struct state_head {
     char magic[8];
-    uint32_t sizes[3];   /* of transition, curve_row, fh_metrics: a file of another build */
+    uint32_t sizes[2];   /* of curve_row, fh_metrics: a file of another build */
     uint64_t seed;
     int64_t step, best_step, checks_since_best;
     int32_t finished, stopped_early, curve_len, num_envs;
     double best_sharpe;
 } state_head;
 
-static void write_state(const seed_run *r, const envs *e, const feed *f)
+static void write_state(const seed_run *r, const envs *e)
 {
     char path[4200], tmp[4300];
     seed_path(r, "trainer.state", path, sizeof path);
@@ -160,9 +162,8 @@ static void write_state(const seed_run *r, const envs *e, const feed *f)
     state_head h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, STATE_MAGIC, 8);
-    h.sizes[0] = sizeof(transition);
-    h.sizes[1] = sizeof(curve_row);
-    h.sizes[2] = sizeof(fh_metrics);
+    h.sizes[0] = sizeof(curve_row);
+    h.sizes[1] = sizeof(fh_metrics);
     h.seed = r->seed;
     h.step = r->step;
     h.best_step = r->best_step;
@@ -176,7 +177,6 @@ static void write_state(const seed_run *r, const envs *e, const feed *f)
     fwrite(r->curve, sizeof *r->curve, (size_t)r->curve_len, out);
     fwrite(e->day, sizeof *e->day, (size_t)e->n, out);
     fwrite(e->pos, 1, (size_t)e->n * NUM_INDICES, out);
-    feed_write(f, out);
     if (ferror(out) | fclose(out) || rename(tmp, path) != 0)
         die("cannot write %s: %s", path, strerror(errno));
 }
@@ -190,9 +190,9 @@ static FILE *read_head(seed_run *r, const char *path, int *num_envs)
         return NULL;
     state_head h;
     if (fread(&h, sizeof h, 1, in) != 1 || memcmp(h.magic, STATE_MAGIC, 8) != 0)
-        die("%s is not a trainer state file", path);
-    if (h.sizes[0] != sizeof(transition) || h.sizes[1] != sizeof(curve_row) ||
-        h.sizes[2] != sizeof(fh_metrics) || h.seed != r->seed || h.curve_len < 0)
+        die("%s is not a state file of this version of the trainer", path);
+    if (h.sizes[0] != sizeof(curve_row) || h.sizes[1] != sizeof(fh_metrics) ||
+        h.seed != r->seed || h.curve_len < 0)
         die("%s was written by another build of the trainer or for another seed", path);
     r->step = (long)h.step;
     r->best_step = (long)h.best_step;
@@ -223,7 +223,7 @@ int seed_run_load(seed_run *r)
     return 1;
 }
 
-static void read_state(seed_run *r, envs *e, feed *f)
+static void read_state(seed_run *r, envs *e)
 {
     char path[4200];
     int num_envs = 0;
@@ -236,7 +236,6 @@ static void read_state(seed_run *r, envs *e, feed *f)
     if (fread(e->day, sizeof *e->day, (size_t)e->n, in) != (size_t)e->n ||
         fread(e->pos, 1, (size_t)e->n * NUM_INDICES, in) != (size_t)e->n * NUM_INDICES)
         die("%s ends early (in the environments)", path);
-    feed_read(f, in, path);
     fclose(in);
 }
 
@@ -268,11 +267,20 @@ static fh_metrics finite_metrics(fh_pipeline *p)
     return m;
 }
 
-static void save_checkpoint(fh_pipeline *p, const seed_run *r, const char *name)
+/* flags: FH_SAVE_REPLAY for what --resume continues from, 0 for a checkpoint to evaluate. */
+static void save_checkpoint(fh_pipeline *p, const seed_run *r, const char *name, uint32_t flags)
 {
     char path[4200];
     seed_path(r, name, path, sizeof path);
-    check(fh_pipeline_save(p, path), "fh_pipeline_save");
+    check(fh_pipeline_save_ex(p, path, flags), "fh_pipeline_save_ex");
+}
+
+/* What --resume continues from: the pipeline with its replay, then the trainer's state. The
+ * checkpoint first: on --resume its step must match the state's (checked). */
+static void save_resume_point(fh_pipeline *p, const seed_run *r, const envs *e)
+{
+    save_checkpoint(p, r, "latest.ckpt", FH_SAVE_REPLAY);
+    write_state(r, e);
 }
 
 static void format_duration(double s, char *buf, size_t size)
@@ -302,7 +310,7 @@ static void print_progress(const seed_run *r, int index, const run_plan *plan,
 }
 
 static void run_check(seed_run *r, fh_pipeline *p, const market *m, const run_plan *plan,
-                      const envs *e, const feed *f, float eps)
+                      const envs *e, float eps)
 {
     curve_row row;
     memset(&row, 0, sizeof row);
@@ -320,7 +328,7 @@ static void run_check(seed_run *r, fh_pipeline *p, const market *m, const run_pl
         r->best_sharpe = v.sharpe;
         r->best_step = r->step;
         r->checks_since_best = 0;
-        save_checkpoint(p, r, "best.ckpt");
+        save_checkpoint(p, r, "best.ckpt", 0);
     } else {
         ++r->checks_since_best;
     }
@@ -330,9 +338,7 @@ static void run_check(seed_run *r, fh_pipeline *p, const market *m, const run_pl
         r->finished = 1;
         r->stopped_early = 1;
     }
-    /* The checkpoint first: on --resume its step must match the state's (checked). */
-    save_checkpoint(p, r, "latest.ckpt");
-    write_state(r, e, f);
+    save_resume_point(p, r, e);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -356,19 +362,26 @@ void train_catch_interrupts(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
+/* The pipeline trains from its own replay on either backend; a backend that cannot have one
+ * (or any other refusal) stops the run here, saying what was asked for. */
 static fh_pipeline *create_pipeline(const run_plan *plan, uint64_t seed)
 {
     fh_config c = plan->cfg;
     c.seed = seed;
     fh_pipeline *p = NULL;
-    check(fh_pipeline_create(&c, &p), "fh_pipeline_create");
+    fh_status s = fh_pipeline_create(&c, &p);
+    if (s != FH_OK)
+        die("cannot create the %s pipeline (batch %u, a replay of %u rows x %u environments): "
+            "%s (%s)%s", backend_name(c.backend), c.batch_size, c.replay_capacity,
+            c.replay_envs, fh_status_string(s), fh_last_error_message(),
+            c.backend == FH_BACKEND_CUDA ? "; --backend cpu trains on the CPU" : "");
     return p;
 }
 
-static void resume(seed_run *r, fh_pipeline *p, envs *e, feed *f)
+static void resume(seed_run *r, fh_pipeline *p, envs *e)
 {
     char path[4200];
-    read_state(r, e, f);
+    read_state(r, e);
     seed_path(r, "latest.ckpt", path, sizeof path);
     check(fh_pipeline_load(p, path), "fh_pipeline_load (--resume)");
     fh_metrics m;
@@ -385,37 +398,44 @@ int train_seed(seed_run *r, int index, const run_plan *plan, const market *m, pr
                void (*on_check)(void *ctx), void *ctx)
 {
     fh_pipeline *p = create_pipeline(plan, r->seed);
-    feed *f = feed_create(m, plan->cfg.batch_size, REPLAY_CAPACITY, r->seed);
+    feed *f = feed_create(m, plan->num_envs);
     envs e;
     envs_init(&e, plan->num_envs, m);
     if (r->step > 0) {
-        resume(r, p, &e, f);
+        resume(r, p, &e);
     } else {
-        /* Warm-up with random actions: at least one pass over the training days and a batch. */
+        /* Warm-up with random actions: at least one pass over the training days and a batch
+         * (or a full replay, if that is less). */
         period train = market_period(m, PERIOD_TRAIN);
-        uint32_t warm = (uint32_t)(train.to - train.from + 1);
+        uint64_t warm = (uint64_t)(train.to - train.from + 1);
+        uint64_t capacity = (uint64_t)plan->cfg.replay_capacity * plan->cfg.replay_envs;
         if (warm < plan->cfg.batch_size)
             warm = plan->cfg.batch_size;
-        while (feed_count(f) < warm && feed_count(f) < REPLAY_CAPACITY) {
+        if (warm > capacity)
+            warm = capacity;
+        for (uint64_t stored = 0; stored < warm; stored += (uint64_t)e.n) {
             envs_act(&e, m, p, 1.0f);
-            envs_advance(&e, m, p, f);
+            envs_advance(&e, m);
+            feed_insert(f, p, e.row);
         }
     }
-    feed_prepare(f, p);
     loop_clock *c = &r->clock;
     for (long step = r->step + 1; step <= plan->steps && !r->finished; ++step) {
         float eps = epsilon_at(step, plan->steps);
         double t0 = now_seconds();
         envs_act(&e, m, p, eps);
         double t1 = now_seconds();
-        feed_step(f, p);
+        /* One update per environment step: the loop's step counter is the pipeline's. */
+        check(fh_pipeline_train(p, 1), "fh_pipeline_train");
         double t2 = now_seconds();
-        envs_advance(&e, m, p, f);
+        envs_advance(&e, m);
         double t3 = now_seconds();
+        feed_insert(f, p, e.row);
+        double t4 = now_seconds();
         r->step = step;
         ++pg->steps_done;
         if (step % plan->eval_every == 0 || step == plan->steps) {
-            run_check(r, p, m, plan, &e, f, eps);
+            run_check(r, p, m, plan, &e, eps);
             if (r->stopped_early)
                 pg->steps_total -= plan->steps - step;
             /* A line at most every PROGRESS_SECONDS, and at the end of each seed. */
@@ -428,20 +448,16 @@ int train_seed(seed_run *r, int index, const run_plan *plan, const market *m, pr
                 on_check(ctx);
         }
         if (interrupted && !r->finished) {
-            /* The same resume point as a check's: after the step, before the next batch. */
-            save_checkpoint(p, r, "latest.ckpt");
-            write_state(r, &e, f);
+            /* The same resume point as a check's: after the step and the row's insert. */
+            save_resume_point(p, r, &e);
             break;
         }
-        double t4 = now_seconds();
-        if (!r->finished)
-            feed_prepare(f, p);
         double t5 = now_seconds();
         c->act += t1 - t0;
         c->launch += t2 - t1;
         c->envs += t3 - t2;
-        c->checks += t4 - t3;
-        c->sample_upload += t5 - t4;
+        c->insert += t4 - t3;
+        c->checks += t5 - t4;
     }
     envs_free(&e);
     feed_free(f);

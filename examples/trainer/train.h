@@ -1,5 +1,6 @@
-/* Training one seed: parallel environments acting on the training days, the data feed, and the
- * validation checks that pick the checkpoint (early stopping) and save what --resume needs. */
+/* Training one seed: parallel environments acting on the training days, their transitions fed
+ * to the pipeline's replay, and the validation checks that pick the checkpoint (early
+ * stopping) and save what --resume needs. */
 #ifndef FOXHUNT_TRAINER_TRAIN_H
 #define FOXHUNT_TRAINER_TRAIN_H
 
@@ -10,7 +11,8 @@
 #include "market.h"
 
 typedef struct run_plan {
-    fh_config cfg;      /* everything but the seed, which each run sets */
+    fh_config cfg;      /* everything but the seed, which each run sets; replay_envs is
+                           num_envs (one row of the replay per environment step) */
     long steps;         /* per seed */
     long eval_every;    /* steps between validation checks (and checkpoints) */
     long patience;      /* checks without a better validation Sharpe before stopping; 0 = never */
@@ -29,10 +31,12 @@ typedef struct curve_row {
     double train_log_return, train_sharpe;
 } curve_row;
 
-/* Host seconds per phase of the training loop (this process only). On CUDA the step runs
- * asynchronously, so time spent waiting for it shows in `act`, the first call that needs it. */
+/* Host seconds per phase of the training loop (this process only). `launch` is
+ * fh_pipeline_train: the whole step, its sampling from the replay included, on the CPU; on CUDA
+ * the step runs asynchronously, so time spent waiting for it shows in `act`, the first call
+ * that needs it. `insert` builds the row of transitions and appends it to the replay. */
 typedef struct loop_clock {
-    double act, launch, envs, sample_upload, checks;
+    double act, launch, envs, insert, checks;
 } loop_clock;
 
 typedef struct seed_run {
@@ -66,7 +70,8 @@ int train_seed(seed_run *r, int index, const run_plan *plan, const market *m, pr
  * what --resume needs (a second signal kills at once). */
 void train_catch_interrupts(void);
 
-/* seed-<seed>/trainer.state: the run's bookkeeping, the environments and the replay. */
+/* seed-<seed>/trainer.state: the run's bookkeeping and the environments (the replay is saved
+ * in seed-<seed>/latest.ckpt, with the pipeline). */
 void seed_run_init(seed_run *r, const char *out_dir, uint64_t seed);
 int seed_run_load(seed_run *r);   /* 0 when there is no state file */
 void seed_run_free(seed_run *r);

@@ -24,12 +24,14 @@
  * - Regime = quartile (0..3) of the trailing 20-day volatility, averaged over the four indices;
  *   the quartile thresholds come from the training days only.
  * - Training: parallel copies of the training period, each one episode per pass, the last
- *   transition terminal. Validation and test: the greedy policy, starting flat.
+ *   transition terminal. Each lockstep step of the copies is one row of the pipeline's replay,
+ *   from which every training step draws its batch (SPEC §2.1, §5.0).
+ * - Validation and test: the greedy policy, starting flat.
  *
  * Files: options.c (command line), market.c (data, features, regimes, returns), feed.c (how
- * batches reach the step), train.c (one seed: environments, loop, checks, --resume state),
- * evaluate.c (agent and baselines on a period), report.c (tables, CSV), common.c (errors, RNG);
- * plot.py draws the CSV files.
+ * transitions reach the pipeline's replay), train.c (one seed: environments, loop, checks,
+ * --resume state), evaluate.c (agent and baselines on a period), report.c (tables, CSV),
+ * common.c (errors, clock); plot.py draws the CSV files.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -48,6 +50,9 @@
 #include "options.h"
 #include "report.h"
 #include "train.h"
+
+/* Transitions the pipeline's replay keeps (about 1 KB each: obs and next obs are 128 floats). */
+#define REPLAY_TRANSITIONS (1u << 18)
 
 /* The defaults depend on the backend, which AUTO only reveals after creation: a tiny probe
  * pipeline answers that cheaply before the real one is sized. */
@@ -120,6 +125,10 @@ static run_plan make_plan(options *o)
         if (!o->batch)
             o->batch = 16384;
     }
+    /* The replay keeps the newest REPLAY_TRANSITIONS transitions, one row per environment
+     * step. */
+    c->replay_envs = (uint32_t)plan.num_envs;
+    c->replay_capacity = REPLAY_TRANSITIONS / c->replay_envs;
     if (!o->eval_every)
         o->eval_every = o->steps >= 25 ? o->steps / 25 : 1;
     c->batch_size = (uint32_t)o->batch;
@@ -165,9 +174,10 @@ static void print_setup(const market *m, const run_plan *plan, const options *o)
            o->data, m->n, market_period(m, PERIOD_TRAIN).to - m->first + 1,
            m->test_start - m->valid_start, m->n - m->test_start);
     printf("run: %d seed(s) from %llu, %ld steps each, batch %u, validation check every %ld "
-           "steps, patience %ld, gamma %.3f, %d envs\n", o->seeds, (unsigned long long)o->seed,
-           plan->steps, c->batch_size, plan->eval_every, plan->patience, (double)c->gamma,
-           plan->num_envs);
+           "steps, patience %ld, gamma %.3f, %d envs, replay %u rows x %u\n", o->seeds,
+           (unsigned long long)o->seed, plan->steps, c->batch_size, plan->eval_every,
+           plan->patience, (double)c->gamma, plan->num_envs, c->replay_capacity,
+           c->replay_envs);
     printf("output: %s\n", o->out);
     fflush(stdout);
 }
@@ -195,6 +205,9 @@ static seed_result evaluate_seed(const seed_run *r, const run_plan *plan, const 
     s.stopped_early = r->stopped_early;
     fh_config c = plan->cfg;
     c.seed = r->seed;
+    /* Acting needs no replay, and best.ckpt holds none. */
+    c.replay_capacity = 0;
+    c.replay_envs = 0;
     fh_pipeline *p = NULL;
     check(fh_pipeline_create(&c, &p), "fh_pipeline_create");
     char path[4200];
@@ -216,17 +229,17 @@ static void print_speed(const seed_run *runs, int n, long steps_done, double sec
         c.act += runs[i].clock.act;
         c.launch += runs[i].clock.launch;
         c.envs += runs[i].clock.envs;
-        c.sample_upload += runs[i].clock.sample_upload;
+        c.insert += runs[i].clock.insert;
         c.checks += runs[i].clock.checks;
     }
     if (steps_done == 0)
         return;
     double k = 1e3 / (double)steps_done;
     printf("\nspeed: %ld steps in %.1f s, %.1f steps/s; host ms per step: act %.3f (with any "
-           "wait for the step in flight), launch %.3f, envs %.3f, sample+upload %.3f, "
+           "wait for the step in flight), launch %.3f, envs %.3f, insert %.3f, "
            "checks %.3f\n",
            steps_done, seconds, (double)steps_done / seconds, c.act * k, c.launch * k,
-           c.envs * k, c.sample_upload * k, c.checks * k);
+           c.envs * k, c.insert * k, c.checks * k);
 }
 
 int main(int argc, char **argv)

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import time
 
@@ -105,9 +106,10 @@ def test_bad_arguments_are_named(trainer, tmp_path, args, message):
 
 # ---- an independent reference for the baselines -------------------------------------------
 
-def reference_baselines():
-    """Buy & hold, flat and momentum on the three periods, from the CSV, in float64 numpy:
-    written from the trainer's documentation (usage.txt, trainer.c's header), not its code."""
+def reference_market():
+    """Closes, log returns (row i: into day i) and the periods' decision days [from, to], from
+    the CSV in float64 numpy, written from the trainer's documentation (usage.txt, trainer.c's
+    header), not its code."""
     raw = np.loadtxt(DATA, delimiter=",", skiprows=1)
     year, price = raw[:, 0], raw[:, 1:]
     ret = np.vstack([np.zeros((1, 4)), np.diff(np.log(price), axis=0)])
@@ -117,6 +119,12 @@ def reference_baselines():
     n = len(year)
     periods = {"train": (first, valid - 2), "valid": (valid - 1, test - 2),
                "test": (test - 1, n - 2)}
+    return price, ret, periods
+
+
+def reference_baselines():
+    """Buy & hold, flat and momentum on the three periods."""
+    price, ret, periods = reference_market()
 
     def run(policy, lo, hi):
         pos = np.zeros(4)
@@ -229,6 +237,68 @@ def test_plots_are_drawn_from_the_run(small_run, python_with_matplotlib):
         assert s["checks"] == sum(r["seed"] == seed for r in curve)
         assert s["best_step"] == int(agent[seed]["best_step"])
         assert s["best_valid_sharpe"] == pytest.approx(float(agent[seed]["sharpe"]), rel=1e-12)
+
+
+def read_replay(seed_dir):
+    """The replay section of latest.ckpt (SPEC §2.1; docs/design.md "Checkpoints": best.ckpt's
+    bytes before its checksum, then K, E, rows inserted, then the valid rows oldest first,
+    field by field, [N, E, ...] each). With goal_dim = 0 and obs_dim 128, 4 branches."""
+    data = open(seed_dir / "latest.ckpt", "rb").read()
+    at = os.path.getsize(seed_dir / "best.ckpt") - 8
+    K, E, n_ins = struct.unpack_from("<IIQ", data, at)
+    N = min(n_ins, K)
+    fields = [("obs", "<f4", 128), ("action", "<i4", 4), ("reward", "<f4", 1),
+              ("done", "u1", 1), ("next_obs", "<f4", 128), ("regime", "<i4", 1),
+              ("episode_end", "u1", 1)]
+    rows, pos = {}, at + 16
+    for name, dtype, width in fields:
+        count = N * E * width
+        a = np.frombuffer(data, dtype=dtype, count=count, offset=pos)
+        rows[name] = a.reshape(N, E, width) if width > 1 else a.reshape(N, E)
+        pos += a.nbytes
+    assert pos + 8 == len(data)  # only the checksum follows
+    return K, E, n_ins, rows
+
+
+def test_replay_holds_the_documented_transitions(small_run):
+    """The rows the trainer inserted, read back from latest.ckpt, against the environment as
+    trainer.c's header documents it, recomputed in float64 numpy: the environments (4 on the
+    CPU, 64 on CUDA) start at spread-out training days and step through the training period in
+    lockstep; obs = the last 31 daily log returns x 100 and the positions held, s' the next
+    day's with the new positions (action - 1), the reward 100 x the sleeves' return net of 5 bp
+    per unit of change, the regime the quartile of the 20-day volatility (thresholds from the
+    training days), and the period's last day ends the episode, terminally, the environment
+    starting over flat."""
+    out, _ = small_run
+    price, ret, periods = reference_market()
+    lo, hi = periods["train"]
+    K, E, n_ins, rows = read_replay(out / "seed-0")
+    assert E == {"cpu": 4, "cuda": 64}[BACKEND]
+    days = hi - lo + 1
+    assert K * E == 1 << 18
+    assert n_ins == -(-days // E) + 40  # warm-up: one pass over the training days; 40 steps
+    vol = np.zeros(len(ret))
+    for i in range(20, len(ret)):
+        vol[i] = ret[i - 19:i + 1].std(axis=0).mean()
+    train_vol = np.sort(vol[lo:hi + 2])  # the days before 1996
+    thresholds = [train_vol[len(train_vol) * q // 4] for q in (1, 2, 3)]
+
+    def features(d):
+        return (100 * ret[d - 30:d + 1]).astype(np.float32).ravel()
+
+    for e in range(E):
+        day, pos = lo + days * e // E, np.zeros(4)
+        for n in range(n_ins):
+            new = rows["action"][n, e] - 1.0
+            np.testing.assert_allclose(rows["obs"][n, e], np.r_[features(day), pos], rtol=1e-6)
+            np.testing.assert_allclose(rows["next_obs"][n, e], np.r_[features(day + 1), new],
+                                       rtol=1e-6)
+            want = 100 * np.sum(new * ret[day + 1] - 0.0005 * np.abs(new - pos))
+            assert rows["reward"][n, e] == pytest.approx(want, rel=1e-6, abs=1e-6)
+            assert rows["regime"][n, e] == sum(vol[day] >= t for t in thresholds)
+            end = day == hi
+            assert rows["done"][n, e] == end and rows["episode_end"][n, e] == end
+            day, pos = (lo, np.zeros(4)) if end else (day + 1, new)
 
 
 # ---- interruption and --resume ------------------------------------------------------------

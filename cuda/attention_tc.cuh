@@ -1,0 +1,265 @@
+// Device building blocks of the tensor-core attention kernels (attention_tc.cu): shared-memory
+// geometry, the staged cc, the transition's token features, the W_aug fragments, the q/k/v
+// projection and the row softmax with column sums. attention_tc.cu's header explains the tiling.
+#pragma once
+#include <cmath>
+
+#include "attention_paths.hpp"
+#include "mma_tf32.cuh"
+
+namespace fh::cuda::attn::tc {
+
+constexpr int kDHP = 16;      // head width, padded
+constexpr int kLDQ = kDHP + 4;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Shared memory: the block's cc of every head (zero-padded), then one region per warp:
+// X, q, k, then v (forward) or dS (backward, where β comes from v's fragments directly), c or β,
+// and γ.
+template <int MT, int KX>
+struct TcShape {
+    static constexpr int TP = 16 * MT, NT = 2 * MT, KXP = 8 * KX;
+    static constexpr int LDX = KXP + 4, LDS = TP + 4;
+    static constexpr int X = 0, Q = TP * LDX, K = Q + TP * kLDQ, V = K + TP * kLDQ, DS = V;
+    static constexpr int FWD_VEC = V + TP * kLDQ, BWD_VEC = DS + TP * LDS;
+    static constexpr int FWD_FLOATS = FWD_VEC + TP + kDHP;  // per warp, forward
+    static constexpr int BWD_FLOATS = BWD_VEC + TP + kDHP;  // per warp, backward
+    static constexpr int XPL = TP * KXP / 32;               // X elements per lane
+    // cc of all heads: row t = [head 0: q 16 | k 16 | v 16 | head 1: ...] + 8 (banks)
+    __host__ __device__ static int ldcb(int heads) { return heads * 3 * kDHP + 8; }
+    __host__ __device__ static int cc_floats(int heads) { return TP * ldcb(heads); }
+};
+
+// The block's cc_t of every head into shared memory (rows ≥ T and channels ≥ dh zero), once
+// per kernel: the projections then read it without bounds checks.
+template <int MT, int KX>
+__device__ __forceinline__ void stage_cc(const Geom &g, const float *__restrict__ comp, float *ccb) {
+    using S = TcShape<MT, KX>;
+    const int w = g.heads * 3 * kDHP, ld = S::ldcb(g.heads);
+    for (int e = threadIdx.x; e < S::TP * w; e += blockDim.x) {
+        const int t = e / w, r = e - t * w, h = r / (3 * kDHP), r2 = r - h * 3 * kDHP;
+        const int p = r2 / kDHP, j = r2 - p * kDHP;
+        ccb[t * ld + r] = (t < g.T && j < g.dh)
+                              ? __ldg(comp + g.c_cc + (size_t)t * g.d3 + p * g.d + h * g.dh + j)
+                              : 0.0f;
+    }
+}
+
+// X of transition i: obs rows [tok_t | 0], the goal row [0 | g], zero padding. fetch() issues
+// the global loads of a transition into registers one transition ahead; store() writes them.
+template <int MT, int KX, bool SPLIT>
+struct XRows {
+    using S = TcShape<MT, KX>;
+    float v[S::XPL];
+    __device__ __forceinline__ void fetch(const Geom &g, const float *__restrict__ xi, int lane) {
+#pragma unroll
+        for (int k = 0; k < S::XPL; ++k) {
+            const int e = lane + 32 * k, t = e / S::KXP, f = e - t * S::KXP;
+            float x = 0.0f;
+            if (t < g.To) {
+                if (f < g.td) x = __ldg(xi + t * g.td + f);
+            } else if (t == g.To && f >= g.td && f < g.td + g.G) {
+                x = __ldg(xi + g.O + (f - g.td));
+            }
+            v[k] = x;
+        }
+    }
+    __device__ __forceinline__ void store(float *X, int lane) const {
+#pragma unroll
+        for (int k = 0; k < S::XPL; ++k) {
+            const int e = lane + 32 * k, t = e / S::KXP, f = e - t * S::KXP;
+            X[t * S::LDX + f] = mma::stored<SPLIT>(v[k]);
+        }
+    }
+};
+
+// W_aug[c][f] = Wc[c][f] (f < td), Wgc[c][f − td] (td ≤ f < td + G), else 0.
+__device__ __forceinline__ float w_aug(const Geom &g, const float *__restrict__ comp, int c, int f) {
+    if (f < g.td) return __ldg(comp + (size_t)c * g.td + f);
+    f -= g.td;
+    return f < g.G ? __ldg(comp + g.c_wg + (size_t)c * g.G + f) : 0.0f;
+}
+
+// The B fragments of the head's W_augᵀ (the same for every transition: held in registers).
+template <int KX, bool SPLIT>
+struct WFrag {
+    mma::Op b[3][2][KX][2];
+    __device__ __forceinline__ void load(const Geom &g, int h, const float *__restrict__ comp,
+                                         int gi, int tq) {
+#pragma unroll
+        for (int p = 0; p < 3; ++p)
+#pragma unroll
+            for (int nu = 0; nu < 2; ++nu) {
+                const int j = 8 * nu + gi;
+                const bool ok = j < g.dh;
+                const int c = p * g.d + h * g.dh + j;
+#pragma unroll
+                for (int ka = 0; ka < KX; ++ka) {
+                    b[p][nu][ka][0] = mma::op<SPLIT>(ok ? w_aug(g, comp, c, 8 * ka + tq) : 0.0f);
+                    b[p][nu][ka][1] = mma::op<SPLIT>(ok ? w_aug(g, comp, c, 8 * ka + tq + 4) : 0.0f);
+                }
+            }
+    }
+};
+
+// q, k, v of head h for all tokens (rows ≥ T and columns ≥ dh are zero): q and k into shared
+// memory; v too in the forward (BETA = false), while the backward needs only β_t = γ · v_t,
+// summed straight from v's fragments (a quad holds one row's 16 channels) into beta[t].
+// Plain TF32: q is stored times log2(e)/√dh, so that the softmax is exp2 of the scores as read.
+template <int MT, int KX, bool SPLIT, bool BETA>
+__device__ __forceinline__ void project_qkv(const Geom &g, int h, const float *ccb,
+                                            const WFrag<KX, SPLIT> &w, float *sm,
+                                            const float *gv, float *beta, int gi, int tq) {
+    using S = TcShape<MT, KX>;
+    const float *X = sm + S::X;
+    const int ld = S::ldcb(g.heads);
+    const float qscale = SPLIT ? 1.0f : g.scale * kLog2e;
+#pragma unroll
+    for (int mu = 0; mu < MT; ++mu) {
+        const int t0 = 16 * mu + gi, t1 = t0 + 8;
+        mma::Op a[KX][4];
+#pragma unroll
+        for (int ka = 0; ka < KX; ++ka) {
+            a[ka][0] = mma::loaded<SPLIT>(X[t0 * S::LDX + 8 * ka + tq]);
+            a[ka][1] = mma::loaded<SPLIT>(X[t1 * S::LDX + 8 * ka + tq]);
+            a[ka][2] = mma::loaded<SPLIT>(X[t0 * S::LDX + 8 * ka + tq + 4]);
+            a[ka][3] = mma::loaded<SPLIT>(X[t1 * S::LDX + 8 * ka + tq + 4]);
+        }
+        float b0 = 0.0f, b1 = 0.0f;  // β partials of rows t0, t1 (BETA)
+#pragma unroll
+        for (int p = 0; p < 3; ++p) {
+            float *dst = sm + S::Q + p * S::TP * kLDQ;
+#pragma unroll
+            for (int nu = 0; nu < 2; ++nu) {
+                const int jc = 8 * nu + 2 * tq, col = h * 3 * kDHP + p * kDHP + jc;
+                const float2 c0 = *reinterpret_cast<const float2 *>(ccb + t0 * ld + col);
+                const float2 c1 = *reinterpret_cast<const float2 *>(ccb + t1 * ld + col);
+                float acc[4] = {c0.x, c0.y, c1.x, c1.y};
+#pragma unroll
+                for (int ka = 0; ka < KX; ++ka) mma::mma<SPLIT>(acc, a[ka], w.b[p][nu][ka]);
+                if (p == 0 && !SPLIT)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[e] *= qscale;
+                if (BETA && p == 2) {
+                    b0 = fmaf(gv[jc], acc[0], fmaf(gv[jc + 1], acc[1], b0));
+                    b1 = fmaf(gv[jc], acc[2], fmaf(gv[jc + 1], acc[3], b1));
+                } else {
+                    *reinterpret_cast<float2 *>(dst + t0 * kLDQ + jc) =
+                        make_float2(mma::stored<SPLIT>(acc[0]), mma::stored<SPLIT>(acc[1]));
+                    *reinterpret_cast<float2 *>(dst + t1 * kLDQ + jc) =
+                        make_float2(mma::stored<SPLIT>(acc[2]), mma::stored<SPLIT>(acc[3]));
+                }
+            }
+        }
+        if (BETA) {
+            b0 += __shfl_xor_sync(0xffffffffu, b0, 1);
+            b0 += __shfl_xor_sync(0xffffffffu, b0, 2);
+            b1 += __shfl_xor_sync(0xffffffffu, b1, 1);
+            b1 += __shfl_xor_sync(0xffffffffu, b1, 2);
+            if (tq == 0) {
+                beta[t0] = b0;
+                beta[t1] = b1;
+            }
+        }
+    }
+}
+
+// 2^x (the softmax of plain TF32 products works in base 2; its inputs are ≤ 0).
+__device__ __forceinline__ float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// A = softmax over the T keys of (q kᵀ)/√dh, as accumulator fragments s[μ][ν] (rows t = 16μ + g
+// and + 8, key columns 8ν + 2t' and + 1); rows ≥ T are zero. Then c[ν] = the column sums of A
+// at this thread's two key columns of tile ν (a butterfly over the fragments' rows).
+// FULL: T is a multiple of 16 (no padded keys or queries to mask).
+template <int MT, int KX, bool SPLIT, bool FULL>
+__device__ __forceinline__ void softmax_tiles(const Geom &g, const float *sm, int gi, int tq,
+                                              float (&s)[MT][2 * MT][4], float (&c)[2 * MT][2]) {
+    using S = TcShape<MT, KX>;
+    const float *q = sm + S::Q, *k = sm + S::K;
+#pragma unroll
+    for (int mu = 0; mu < MT; ++mu) {
+        const int t0 = 16 * mu + gi;
+        mma::Op a[2][4];
+#pragma unroll
+        for (int ka = 0; ka < 2; ++ka) {
+            const int col = 8 * ka + tq;
+            a[ka][0] = mma::loaded<SPLIT>(q[t0 * kLDQ + col]);
+            a[ka][1] = mma::loaded<SPLIT>(q[(t0 + 8) * kLDQ + col]);
+            a[ka][2] = mma::loaded<SPLIT>(q[t0 * kLDQ + col + 4]);
+            a[ka][3] = mma::loaded<SPLIT>(q[(t0 + 8) * kLDQ + col + 4]);
+        }
+#pragma unroll
+        for (int nu = 0; nu < S::NT; ++nu) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mu][nu][e] = 0.0f;
+#pragma unroll
+            for (int ka = 0; ka < 2; ++ka) {
+                mma::Op b[2];
+                b[0] = mma::loaded<SPLIT>(k[(8 * nu + gi) * kLDQ + 8 * ka + tq]);
+                b[1] = mma::loaded<SPLIT>(k[(8 * nu + gi) * kLDQ + 8 * ka + tq + 4]);
+                mma::mma<SPLIT>(s[mu][nu], a[ka], b);
+            }
+        }
+    }
+    // Row softmax: a row is spread over the 4 threads of a quad (2 columns per tile each).
+#pragma unroll
+    for (int mu = 0; mu < MT; ++mu)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int t = 16 * mu + gi + 8 * r;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nu = 0; nu < S::NT; ++nu)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int col = 8 * nu + 2 * tq + e;
+                    float &v = s[mu][nu][2 * r + e];
+                    if (SPLIT) v = __fmul_rn(v, g.scale);
+                    if (!FULL && col >= g.T) v = -INFINITY;
+                    mx = fmaxf(mx, v);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float sum = 0.0f;
+#pragma unroll
+            for (int nu = 0; nu < S::NT; ++nu)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float &v = s[mu][nu][2 * r + e];
+                    // exp(−inf) = 0 for the padded keys
+                    v = SPLIT ? expf(__fadd_rn(v, -mx)) : exp2_approx(v - mx);
+                    sum += v;
+                }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const float inv = (FULL || t < g.T) ? __frcp_rn(sum) : 0.0f;
+#pragma unroll
+            for (int nu = 0; nu < S::NT; ++nu)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) s[mu][nu][2 * r + e] *= inv;
+        }
+#pragma unroll
+    for (int nu = 0; nu < S::NT; ++nu)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            float a0 = 0.0f;
+#pragma unroll
+            for (int mu = 0; mu < MT; ++mu) a0 += s[mu][nu][e] + s[mu][nu][2 + e];
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) a0 += __shfl_xor_sync(0xffffffffu, a0, o);
+            c[nu][e] = a0;
+        }
+}
+
+template <int MT, int KX, bool SPLIT>
+__device__ __forceinline__ void softmax_rows(const Geom &g, const float *sm, int gi, int tq,
+                                             float (&s)[MT][2 * MT][4], float (&c)[2 * MT][2]) {
+    if (g.T == 16 * MT) softmax_tiles<MT, KX, SPLIT, true>(g, sm, gi, tq, s, c);
+    else softmax_tiles<MT, KX, SPLIT, false>(g, sm, gi, tq, s, c);
+}
+
+}  // namespace fh::cuda::attn::tc
