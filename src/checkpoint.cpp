@@ -380,7 +380,8 @@ Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L
         ck.replay.rows.resize(L.dims, replay_valid_rows(rh.n_ins, rh.K));
         for (std::vector<uint8_t> &field : ck.replay.rows.field) r.take(field.data(), field.size());
     }
-    if (!r.sum_matches()) fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' fails its checksum", path);
+    if (!r.sum_matches())
+        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' fails its checksum", path);
     if (bad_size >= 0)
         fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': buffer %d has the wrong size", path,
              bad_size);

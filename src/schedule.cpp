@@ -70,7 +70,9 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
 //   step is launched while act() runs.
 // So lane 0, lane 1 and act() share buffer 0, and lanes 2.. get one each. With a single stream
 // nothing overlaps and every lane uses buffer 0.
-int workspace_slot(bool multi_stream, int lane) { return !multi_stream || lane <= 1 ? 0 : lane - 1; }
+int workspace_slot(bool multi_stream, int lane) {
+    return !multi_stream || lane <= 1 ? 0 : lane - 1;
+}
 
 // How much workspace a lane's handle gets: workspace_mib, but half of it for a lane that runs
 // nothing but branch layers (FWD_BRANCH, BWD_BRANCH: lanes 3 and 4 at the default config). The

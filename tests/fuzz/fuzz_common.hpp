@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -165,7 +166,8 @@ inline void fill_valid_rows(const fh_config &c, uint32_t R, uint32_t seed, Rows 
     const size_t n = (size_t)R * c.replay_envs, O = c.obs_dim, G = c.goal_dim;
     auto fill = [&](std::vector<float> &v, size_t count) {
         v.resize(count);
-        for (size_t i = 0; i < count; ++i) v[i] = (float)((i * 2654435761u + seed) % 2000) / 1000 - 1;
+        for (size_t i = 0; i < count; ++i)
+            v[i] = (float)((i * 2654435761u + seed) % 2000) / 1000 - 1;
     };
     fill(w.obs, n * O);
     fill(w.next_obs, n * O);
@@ -173,7 +175,8 @@ inline void fill_valid_rows(const fh_config &c, uint32_t R, uint32_t seed, Rows 
     fill(w.nag, n * G);
     fill(w.reward, n);
     w.action.resize(n * c.num_branches);
-    for (size_t i = 0; i < w.action.size(); ++i) w.action[i] = (int32_t)((i + seed) % c.actions_per_branch);
+    for (size_t i = 0; i < w.action.size(); ++i)
+        w.action[i] = (int32_t)((i + seed) % c.actions_per_branch);
     w.regime.resize(n);
     for (size_t i = 0; i < n; ++i) w.regime[i] = (int32_t)((i + seed) % c.num_regimes);
     w.done.resize(n);
@@ -237,6 +240,34 @@ inline fh_pipeline *load_start(const fh_config &c = tiny_config()) {
                 fh_last_error_message());
     fh_pipeline_check(s.p);  // forget skips of the last input
     return s.p;
+}
+
+// A call's status is one of @p allowed (FH_OK included); if it refused the input, the digest
+// is what it was before (@p before). Returns whether the call accepted it.
+inline bool accepted(fh_pipeline *p, const char *call, fh_status s, uint64_t before,
+                     std::initializer_list<fh_status> allowed) {
+    bool known = s == FH_OK;
+    for (fh_status a : allowed) known = known || s == a;
+    FUZZ_ASSERT(known, "%s returned %s, not a documented status: %s", call, fh_status_string(s),
+                fh_last_error_message());
+    if (s != FH_OK)
+        FUZZ_ASSERT(digest(p) == before, "a refused %s (%s: %s) changed the pipeline", call,
+                    fh_status_string(s), fh_last_error_message());
+    return s == FH_OK;
+}
+
+// After a step: the metrics and fh_pipeline_check() agree on whether the divergence guard
+// skipped it. Returns whether it did.
+inline bool step_was_skipped(fh_pipeline *p) {
+    fh_metrics m;
+    m.struct_size = sizeof m;
+    FUZZ_ASSERT(fh_pipeline_metrics(p, &m) == FH_OK, "metrics: %s", fh_last_error_message());
+    const fh_status chk = fh_pipeline_check(p);
+    FUZZ_ASSERT(chk == FH_OK || chk == FH_ERR_NON_FINITE, "check: %s", fh_status_string(chk));
+    FUZZ_ASSERT((chk == FH_ERR_NON_FINITE) == (m.last_step_skipped == 1),
+                "check says %s but last_step_skipped = %u", fh_status_string(chk),
+                m.last_step_skipped);
+    return m.last_step_skipped == 1;
 }
 
 // Reads values from the fuzz input in turn, cycling over it (zeros when it is empty).
