@@ -444,8 +444,9 @@ typedef struct fh_memory_report {
  * has stepped, by category, computed from the dimensions without creating it (nothing large is
  * allocated). FH_BACKEND_AUTO resolves as in fh_pipeline_create(). On the CPU the numbers are
  * exactly fh_pipeline_memory()'s after the first step; on CUDA, computed from the executor's
- * allocations, it is meant as an upper bound of fh_pipeline_memory() within a few MiB (the
- * attention backward's partial sums follow the device's occupancy and are bounded). Includes
+ * allocations and the attention kernels' sizes on config.device (their partial sums follow
+ * its occupancy), they are meant to be fh_pipeline_memory()'s plus the divergence guard's
+ * copy, which this build's CUDA executor does not allocate yet (6 MB at the defaults). Includes
  * the divergence guard's copy of the state (in parameters) and, with replay_capacity > 0, the
  * replay (its rows and episode table; on CUDA the device ring, although this build's CUDA
  * backend does not create pipelines with a replay yet).
