@@ -35,9 +35,8 @@ Lanes::Lanes(const fh_config &c, const std::vector<ChildDesc> &sched, size_t col
         fail(FH_ERR_INTERNAL, "schedule uses %d lanes > %d", nlanes_, kMaxLanes);
     for (int k = 0; k < nlanes_; ++k) ws_bytes_[k] = lane_workspace_bytes(c, sched, k);
     try {
-        size_t slot_bytes[kMaxLanes] = {};
-        for (int k = 0; k < nlanes_; ++k)
-            slot_bytes[slot(k)] = std::max(slot_bytes[slot(k)], ws_bytes_[k]);
+        size_t slot_bytes[kMaxLanes];
+        workspace_slot_bytes(c, sched, slot_bytes);
         for (int k = 0; k < kMaxLanes; ++k)
             if (slot_bytes[k]) ws_[k] = mem.alloc(MEM_WS, slot_bytes[k]);
         for (int k = 0; k < (multi_ ? nlanes_ : 1); ++k)

@@ -93,7 +93,9 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     const std::vector<ChildDesc> sched = build_schedule(d, c);
     int nlanes = 1;
     for (const ChildDesc &cd : sched) nlanes = std::max(nlanes, cd.num_lanes);
-    p.workspaces = workspace_total_bytes(c, sched);  // act() borrows lane 0's
+    size_t slot_bytes[kMaxLanes];
+    workspace_slot_bytes(c, sched, slot_bytes);  // act() borrows slot 0
+    for (size_t b : slot_bytes) p.workspaces += b;
 
     // State, the Q-net gradient, the step counter; the guard's copy of the state.
     p.parameters = (2 * persistent_floats(L) + L.q.total) * F + 8;

@@ -96,17 +96,16 @@ size_t lane_workspace_bytes(const fh_config &c, const std::vector<ChildDesc> &sc
     return runs && branch_only ? full / 2 : full;
 }
 
-uint64_t workspace_total_bytes(const fh_config &c, const std::vector<ChildDesc> &sched) {
+void workspace_slot_bytes(const fh_config &c, const std::vector<ChildDesc> &sched,
+                          size_t out[kMaxLanes]) {
     int nlanes = 1;
     for (const ChildDesc &ch : sched) nlanes = std::max(nlanes, ch.num_lanes);
     const bool multi = c.exec_mode == FH_EXEC_MULTI_STREAM;
-    uint64_t slot_bytes[kMaxLanes] = {}, total = 0;
+    std::fill(out, out + kMaxLanes, size_t{0});
     for (int k = 0; k < nlanes && k < kMaxLanes; ++k) {
-        uint64_t &b = slot_bytes[workspace_slot(multi, k)];
-        b = std::max<uint64_t>(b, lane_workspace_bytes(c, sched, k));
+        size_t &b = out[workspace_slot(multi, k)];
+        b = std::max(b, lane_workspace_bytes(c, sched, k));
     }
-    for (uint64_t b : slot_bytes) total += b;
-    return total;
 }
 
 }  // namespace fh

@@ -69,9 +69,11 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c);
 
 // The CUDA executor's cuBLAS workspaces (cuda/lanes.cpp allocates them; plain data here so
 // that the memory plan counts the same bytes): the workspace bytes lane @p lane's handle gets,
-// the buffer ("slot") it uses, and the bytes of all slots together (act() borrows lane 0's).
+// the buffer ("slot") it uses, and each slot's bytes, the most of the lanes that use it (0 for
+// a slot no lane uses; act() borrows slot 0).
 size_t lane_workspace_bytes(const fh_config &c, const std::vector<ChildDesc> &sched, int lane);
 int workspace_slot(bool multi_stream, int lane);
-uint64_t workspace_total_bytes(const fh_config &c, const std::vector<ChildDesc> &sched);
+void workspace_slot_bytes(const fh_config &c, const std::vector<ChildDesc> &sched,
+                          size_t out[kMaxLanes]);
 
 }  // namespace fh
