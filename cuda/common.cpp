@@ -2,6 +2,28 @@
 
 #include <cstring>
 
+#include "backend.hpp"
+
+namespace fh {
+
+bool cuda_available(int device) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    if (device < 0 || device >= n) return false;
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    // The library carries sm_90 code and compute_90 PTX: Hopper or newer.
+    return prop.major >= 9;
+}
+
+}  // namespace fh
+
 namespace fh::cuda {
 
 void throw_cuda(cudaError_t e, const char *call, const char *file, int line) {

@@ -51,7 +51,8 @@ inline int grid_for(size_t n, int threads = kThreads, int cap = 8192) {
 
 namespace fh::cuda {
 
-// Makes device @p d current for the scope, and the previous one current again after it.
+// Makes `d` the current device for a scope (a pipeline's calls may come from a thread whose
+// current device is another), restoring the previous one.
 struct DeviceGuard {
     int prev = -1, want;
     explicit DeviceGuard(int d) : want(d) {

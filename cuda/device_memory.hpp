@@ -6,7 +6,8 @@
 
 namespace fh::cuda {
 
-enum MemCat { MEM_PARAMS = 0, MEM_ACT, MEM_WS, MEM_STAGING, MEM_CATS };
+// fh_memory_report's fields: parameters, activations, workspaces, batch_staging, replay.
+enum MemCat { MEM_PARAMS = 0, MEM_ACT, MEM_WS, MEM_STAGING, MEM_REPLAY, MEM_CATS };
 
 class DeviceMemory {
 public:

@@ -1,8 +1,9 @@
 // The CUDA executor of SPEC §5: one parent graph of six child graphs (her, spectral, ddqn,
-// forward, aux, adam), each captured once at creation from build_schedule()'s plain-data
-// description, instantiated once and launched by every step(). The math is in the task files
-// (cuda_step.hpp); this file runs the schedule on the lanes (lanes.hpp), captures it, and
-// serves the Backend interface, with the upload (upload.hpp) and act() (act.hpp) beside it.
+// forward, aux, adam; with a replay, sample first), each captured once at creation from
+// build_schedule()'s plain-data description, instantiated once and launched by every step().
+// The math is in the task files (cuda_step.hpp); this file runs the schedule on the lanes
+// (lanes.hpp), captures it, and serves the Backend interface, with the upload (upload.hpp),
+// the replay (replay_lane.hpp), device input (device_input.hpp) and act() (act.hpp) beside it.
 //
 // FORK records an event on lane 0 that the forked lanes wait on; JOIN records one event per
 // joined lane that lane 0 waits on; with FH_EXEC_SINGLE_STREAM both vanish. MARK ops become
@@ -10,12 +11,13 @@
 // aux learners' timings; the parent graph has an event-record node before the first child and
 // after each child (the per-child timings).
 //
-// The step counter lives on the device (uint64): HER, IQN and Adam read it, the last node of
-// the adam child increments it. step(step) compares the API's count with what the device will
-// hold after the work already launched and, when they differ (a checkpoint was loaded), enqueues
-// a one-thread kernel that sets it before the launch.
+// The step counter lives on the device (uint64): the sample, HER, IQN and Adam read it, the
+// last node of the adam child increments it. train(step, k) compares the API's count with what
+// the device will hold after the work already launched and, when they differ (a checkpoint was
+// loaded), enqueues a one-thread kernel that sets it before the launches.
 //
-// Only read(), write(), metrics(), timings() and act() wait for the GPU.
+// Only read(), write(), metrics(), timings(), act(), sync() and checkpoints wait for the GPU,
+// and settle() for the check of the last call's device arrays (device_input.hpp).
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -31,10 +33,12 @@
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "debug_hooks.h"
+#include "device_input.hpp"
 #include "device_memory.hpp"
 #include "error.hpp"
 #include "lanes.hpp"
 #include "reduce.cuh"
+#include "replay_lane.hpp"
 #include "schedule.hpp"
 #include "upload.hpp"
 
@@ -47,7 +51,9 @@ namespace {
 std::mutex g_last_mu;
 cudaEvent_t g_last_done = nullptr;  // guarded by g_last_mu
 const void *g_last_owner = nullptr;
-std::atomic<long> g_child_nodes[(int)ChildId::COUNT] = {-1, -1, -1, -1, -1, -1};
+replay::BatchBlock g_last_block{};   // of the most recently created pipeline, g_last_mu
+const void *g_block_owner = nullptr;
+std::atomic<long> g_child_nodes[(int)ChildId::COUNT] = {-1, -1, -1, -1, -1, -1, -1};
 std::atomic<int> g_iql_gemm_mode{-1};  // fh_iql_gemm of the most recently created pipeline
 
 class CudaBackend final : public Backend {
@@ -66,8 +72,38 @@ public:
     void upload(const fh_batch &b) override {
         DeviceGuard guard(device_);
         up_->upload(b, child_ev_[her_end_ev_]);
+        has_batch_ = true;
     }
-    void step(uint64_t step) override;
+    void upload_device(const fh_batch &b) override {
+        DeviceGuard guard(device_);
+        up_->upload_device(b, child_ev_[her_end_ev_], *check_, device_,
+                           [this] { has_batch_ = true; });
+    }
+    bool has_batch() const override { return has_batch_; }
+    void step(uint64_t step) override { train(step, 1); }
+    void train(uint64_t step, uint32_t k) override;
+    void insert(const fh_replay_rows &rows) override;
+    uint64_t replay_rows() const override { return replay_ ? replay_->rows() : 0; }
+    ReplayImage replay_image() override {
+        DeviceGuard guard(device_);
+        sync_all();
+        return replay_->image();
+    }
+    void restore_replay(const ReplayImage &img) override {
+        DeviceGuard guard(device_);
+        sync_all();
+        replay_->restore(img, up_->stream());
+        up_->mark_uploaded();
+    }
+    void settle() override {
+        if (!check_ || !check_->pending()) return;
+        DeviceGuard guard(device_);
+        check_->settle();
+    }
+    void sync() override {
+        DeviceGuard guard(device_);
+        sync_all();
+    }
     void act(const float *obs, const float *goal, uint32_t n, float epsilon, uint64_t act_call,
              int32_t *actions, float *q_values) override {
         DeviceGuard guard(device_);
@@ -97,6 +133,8 @@ private:
     DeviceMemory mem_;
     std::unique_ptr<Lanes> lanes_;
     std::unique_ptr<Uploader> up_;
+    std::unique_ptr<DeviceCheck> check_;  // of the last call's device arrays
+    std::unique_ptr<ReplayLane> replay_;  // with a replay only
     std::unique_ptr<Actor> actor_;
     std::unique_ptr<CudaStep> st_;
     cudaStream_t launch_ = nullptr;
@@ -106,7 +144,9 @@ private:
     cudaEvent_t child_ev_[(int)ChildId::COUNT + 1] = {};
     cudaEvent_t mark_ev_[(int)Mark::COUNT] = {};
     cudaEvent_t done_ev_ = nullptr;
-    int her_end_ev_ = 1;  // index into child_ev_ of the event after the HER child
+    int her_end_ev_ = 1;     // index into child_ev_ of the event after the HER child
+    int sample_end_ev_ = 0;  // ... after the sample child (with a replay)
+    bool has_batch_ = false; // a host batch, or a device batch whose check passed
 
     cudaGraph_t child_[(int)ChildId::COUNT] = {};
     cudaGraph_t parent_ = nullptr;
@@ -119,7 +159,9 @@ void CudaBackend::create(HostBuffers init) {
     const int maxN = (int)std::max({d_.D, d_.H, d_.HB, d_.A, 1u});
     lanes_ = std::make_unique<Lanes>(cfg_, sched_, (size_t)colsum_chunks((int)d_.B) * maxN, mem_);
     FH_CUDA(cudaStreamCreateWithFlags(&launch_, cudaStreamNonBlocking));
-    up_ = std::make_unique<Uploader>(d_, mem_);
+    up_ = std::make_unique<Uploader>(d_, mem_, d_.K == 0);
+    check_ = std::make_unique<DeviceCheck>(mem_);
+    if (d_.K > 0) replay_ = std::make_unique<ReplayLane>(cfg_, d_, mem_, up_->targets());
     actor_ = std::make_unique<Actor>(cfg_, L_, mem_, *lanes_);
 
     // Events: fork/join are dependency-only; child and mark events time the step.
@@ -128,11 +170,18 @@ void CudaBackend::create(HostBuffers init) {
     for (cudaEvent_t &e : child_ev_) FH_CUDA(cudaEventCreate(&e));
     for (cudaEvent_t &e : mark_ev_) FH_CUDA(cudaEventCreate(&e));
     FH_CUDA(cudaEventCreateWithFlags(&done_ev_, cudaEventDisableTiming));
-    for (size_t k = 0; k < sched_.size(); ++k)
+    for (size_t k = 0; k < sched_.size(); ++k) {
         if (sched_[k].id == ChildId::HER) her_end_ev_ = (int)k + 1;
+        if (sched_[k].id == ChildId::SAMPLE) sample_end_ev_ = (int)k + 1;
+    }
 
     st_ = std::make_unique<CudaStep>(cfg_, L_, mem_, up_->block());
     g_iql_gemm_mode = st_->iql->gemm_mode();
+    {
+        std::lock_guard<std::mutex> lk(g_last_mu);
+        g_last_block = up_->targets();
+        g_block_owner = this;
+    }
 
     // One eager run of the whole schedule on zeroed buffers before capture: every kernel and
     // every cuBLAS kernel the step uses is loaded (lazy module loading) and cuBLAS has chosen
@@ -167,7 +216,7 @@ void CudaBackend::capture_all() {
         child_[k] = g;
         size_t nodes = 0;
         FH_CUDA(cudaGraphGetNodes(g, nullptr, &nodes));
-        g_child_nodes[k] = (long)nodes;
+        g_child_nodes[(int)sched_[k].id] = (long)nodes;
     }
     FH_CUDA(cudaGraphCreate(&parent_, 0));
     cudaGraphNode_t prev = nullptr, node = nullptr;
@@ -191,9 +240,15 @@ void CudaBackend::release() noexcept {
             g_last_owner = nullptr;
             g_last_done = nullptr;
         }
+        if (g_block_owner == this) {
+            g_block_owner = nullptr;
+            g_last_block = replay::BatchBlock{};
+        }
     }
     if (launch_) cudaStreamSynchronize(launch_);
     if (up_) up_->release();
+    replay_.reset();
+    check_.reset();
     if (actor_) actor_->release();
     st_.reset();  // the learners free their scratch
     if (exec_) cudaGraphExecDestroy(exec_);
@@ -264,6 +319,7 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
     CudaStep &s = *st_;
     const LaneCtx l = lanes_->ctx(lane);
     switch (t) {
+    case Task::SAMPLE: replay_->sample(s.step, l.stream); break;
     case Task::HER_RELABEL: her_relabel(s, l); break;
     case Task::SPECTRAL_POWER: spectral_power(s, l); break;
     case Task::DDQN_ONLINE_NEXT: ddqn_online_next(s, l); break;
@@ -295,16 +351,30 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
 // Backend interface
 // ------------------------------------------------------------------------------------------------
 
-void CudaBackend::step(uint64_t step) {
+void CudaBackend::train(uint64_t step, uint32_t k) {
     DeviceGuard guard(device_);
     if (step != dev_step_) set_step_counter(st_->step, step, launch_);
     FH_CUDA(cudaStreamWaitEvent(launch_, up_->uploaded(), 0));
-    FH_CUDA(cudaGraphLaunch(exec_, launch_));
+    // k launches of the one step graph back to back on one stream: no host round trip between
+    // the steps (each samples its own batch, reading the device step counter). A conditional
+    // WHILE node around the step graph could replace this loop.
+    for (uint32_t i = 0; i < k; ++i) FH_CUDA(cudaGraphLaunch(exec_, launch_));
     FH_CUDA(cudaEventRecord(done_ev_, launch_));
-    dev_step_ = step + 1;
+    dev_step_ = step + k;
     std::lock_guard<std::mutex> lk(g_last_mu);
     g_last_done = done_ev_;
     g_last_owner = this;
+}
+
+void CudaBackend::insert(const fh_replay_rows &r) {
+    DeviceGuard guard(device_);
+    // After the sample child of the last launched step: the last reader of the ring.
+    const cudaEvent_t ring_free = child_ev_[sample_end_ev_];
+    if (r.memory == FH_MEMORY_DEVICE)
+        replay_->insert_device(r, up_->stream(), ring_free, *check_, device_);
+    else
+        replay_->insert_host(r, up_->stream(), ring_free);
+    up_->mark_uploaded();
 }
 
 void CudaBackend::read(Buf b, size_t offset, size_t count, float *out) {
@@ -362,6 +432,7 @@ void CudaBackend::timings(fh_timings *t) {
         case ChildId::FORWARD: t->forward_ms = v; break;
         case ChildId::AUX: t->aux_ms = v; break;
         case ChildId::ADAM: t->adam_ms = v; break;
+        case ChildId::SAMPLE: t->sample_ms = v; break;
         default: break;
         }
     }
@@ -381,7 +452,8 @@ void CudaBackend::memory(fh_memory_report *r) const {
                      st_->attn->bytes();
     r->workspaces = mem_.bytes(MEM_WS);
     r->batch_staging = mem_.bytes(MEM_STAGING);
-    r->total = r->parameters + r->activations + r->workspaces + r->batch_staging;
+    r->replay = mem_.bytes(MEM_REPLAY);
+    r->total = r->parameters + r->activations + r->workspaces + r->batch_staging + r->replay;
 }
 
 void CudaBackend::dump_graph(const char *path) {
@@ -396,22 +468,6 @@ void CudaBackend::dump_graph(const char *path) {
 }  // namespace
 
 }  // namespace cuda
-
-bool cuda_available(int device) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    if (device < 0 || device >= n) return false;
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    // The library carries sm_90 code and compute_90 PTX: Hopper or newer.
-    return prop.major >= 9;
-}
 
 std::unique_ptr<Backend> make_cuda_backend(const fh_config &c, const Layout &L, HostBuffers init) {
     if (!cuda_available(c.device))
@@ -436,4 +492,12 @@ extern "C" int fh_cuda_debug_step_pending(void) {
     if (e == cudaErrorNotReady) return 1;
     cudaGetLastError();
     return e == cudaSuccess ? 0 : -2;
+}
+
+extern "C" void fh_cuda_debug_batch_block(void *fields[9]) {
+    std::lock_guard<std::mutex> lk(fh::cuda::g_last_mu);
+    const fh::cuda::replay::BatchBlock &b = fh::cuda::g_last_block;
+    void *v[9] = {b.obs, b.next_obs, b.reward, b.goal, b.nag, b.her_goal, b.action, b.regime,
+                  b.done};
+    for (int k = 0; k < 9; ++k) fields[k] = v[k];
 }

@@ -5,11 +5,11 @@
 // from device memory. The arithmetic is src/replay_math.hpp's and the checks are
 // src/element_check.hpp's, the CPU backend's own, so both backends draw and refuse alike.
 //
-// Not yet called by the executor (cuda_backend.cu): docs/design.md, "The replay on CUDA",
-// says how it is to be wired (streams, events, where the status is read). Every function only
-// enqueues work (no host wait) and may be captured into a graph except the two appends and
-// enqueue_checks, which run on the ingest stream outside the step graph. A plain C++ header,
-// so host code and tests can include it.
+// The executor calls them from replay_lane.cpp (the ring, the sample task, inserts),
+// upload.cpp (device batches) and device_input.cpp (the checks); docs/cuda.md, "The replay and
+// device input", has the streams and events. Every function only enqueues work (no host
+// wait); the sample is captured into the step graph, the appends, checks and batch copy run
+// on the copy stream outside it. A plain C++ header, so host code and tests can include it.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -39,8 +39,8 @@ size_t ring_bytes(const Dims &d);
 DeviceRing ring_at(const Dims &d, void *base);
 void ring_reset(const DeviceRing &ring, cudaStream_t s);
 
-// Where a step's batch lives on the device: the executor's input block (cuda_backend.cu's
-// dev_in_ at its off_* offsets), the layout the HER kernel reads.
+// Where a step's batch lives on the device: the executor's batch block (upload.hpp's
+// Uploader::targets()), the layout the HER kernel reads.
 struct BatchBlock {
     float *obs, *next_obs, *reward, *goal, *nag, *her_goal;
     int32_t *action, *regime;

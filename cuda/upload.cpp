@@ -1,11 +1,12 @@
 #include "upload.hpp"
 
 #include <atomic>
+#include <utility>
 
 #include "batch.hpp"
 #include "common.hpp"
 #include "debug_hooks.h"
-#include "device_memory.hpp"
+#include "device_input.hpp"
 
 namespace fh::cuda {
 
@@ -13,7 +14,40 @@ namespace {
 std::atomic<uint64_t> g_host_waits{0};
 }  // namespace
 
-Uploader::Uploader(const Dims &d, DeviceMemory &mem) : d_(d) {
+void StagingSlots::create(DeviceMemory &mem, MemCat cat, size_t bytes) {
+    bytes_ = bytes;
+    for (cudaEvent_t &e : free_) FH_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (unsigned char *&p : slot_) p = static_cast<unsigned char *>(mem.pinned(cat, bytes));
+}
+
+void StagingSlots::release() noexcept {
+    for (cudaEvent_t &e : free_) {
+        if (e) cudaEventDestroy(e);
+        e = nullptr;
+    }
+}
+
+unsigned char *StagingSlots::acquire() {
+    const int s = next_;
+    const cudaError_t q = cudaEventQuery(free_[s]);
+    if (q == cudaErrorNotReady) {
+        // The copy out of this slot (two uses ago) has not run yet: the host is ahead of the
+        // GPU by more than the double buffer. Back-pressure, counted for the no-sync test.
+        g_host_waits.fetch_add(1);
+        FH_CUDA(cudaEventSynchronize(free_[s]));
+    } else if (q != cudaSuccess) {
+        FH_CUDA(q);
+    }
+    last_ = s;
+    return slot_[s];
+}
+
+void StagingSlots::copied_on(cudaStream_t s) {
+    FH_CUDA(cudaEventRecord(free_[last_], s));
+    next_ = (last_ + 1) % kSlots;
+}
+
+Uploader::Uploader(const Dims &d, DeviceMemory &mem, bool host_slots) : d_(d) {
     // The block: floats, then int32, then bytes, each field 256-byte aligned.
     auto place = [&](size_t bytes) {
         const size_t off = blk_.bytes;
@@ -32,12 +66,9 @@ Uploader::Uploader(const Dims &d, DeviceMemory &mem) : d_(d) {
     blk_.done = place(B);
     try {
         FH_CUDA(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
-        for (cudaEvent_t &e : slot_free_)
-            FH_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
         FH_CUDA(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
         blk_.dev = static_cast<unsigned char *>(mem.alloc(MEM_STAGING, blk_.bytes));
-        for (unsigned char *&p : pinned_)
-            p = static_cast<unsigned char *>(mem.pinned(MEM_STAGING, blk_.bytes));
+        if (host_slots) slots_.create(mem, MEM_STAGING, blk_.bytes);
     } catch (...) {
         release();
         throw;
@@ -50,27 +81,24 @@ void Uploader::release() noexcept {
         cudaStreamDestroy(copy_);
     }
     copy_ = nullptr;
-    for (cudaEvent_t &e : slot_free_) {
-        if (e) cudaEventDestroy(e);
-        e = nullptr;
-    }
+    slots_.release();
     if (uploaded_) cudaEventDestroy(uploaded_);
     uploaded_ = nullptr;
 }
 
+replay::BatchBlock Uploader::targets() const {
+    unsigned char *p = blk_.dev;
+    return replay::BatchBlock{(float *)(p + blk_.obs),      (float *)(p + blk_.next_obs),
+                              (float *)(p + blk_.reward),   (float *)(p + blk_.goal),
+                              (float *)(p + blk_.nag),      (float *)(p + blk_.her_goal),
+                              (int32_t *)(p + blk_.action), (int32_t *)(p + blk_.regime),
+                              (uint8_t *)(p + blk_.done)};
+}
+
 void Uploader::upload(const fh_batch &b, cudaEvent_t her_done) {
-    const int s = next_;
-    const cudaError_t q = cudaEventQuery(slot_free_[s]);
-    if (q == cudaErrorNotReady) {
-        // The copy out of this slot (two uploads ago) has not run yet: the host is ahead of the
-        // GPU by more than the double buffer. Back-pressure, counted for the no-sync test.
-        g_host_waits.fetch_add(1);
-        FH_CUDA(cudaEventSynchronize(slot_free_[s]));
-    } else if (q != cudaSuccess) {
-        FH_CUDA(q);
-    }
+    if (slots_.empty()) fail(FH_ERR_INTERNAL, "host upload to a pipeline with a replay");
     // Checked and copied from the caller's arrays into the free pinned slot in one host pass.
-    unsigned char *h = pinned_[s];
+    unsigned char *h = slots_.acquire();
     pack_batch(d_, b,
                BatchDst{(float *)(h + blk_.obs), (float *)(h + blk_.goal),
                         (float *)(h + blk_.reward), (float *)(h + blk_.next_obs),
@@ -79,9 +107,19 @@ void Uploader::upload(const fh_batch &b, cudaEvent_t her_done) {
                         (uint8_t *)(h + blk_.done)});
     FH_CUDA(cudaStreamWaitEvent(copy_, her_done, 0));
     FH_CUDA(cudaMemcpyAsync(blk_.dev, h, blk_.bytes, cudaMemcpyHostToDevice, copy_));
-    FH_CUDA(cudaEventRecord(slot_free_[s], copy_));
-    FH_CUDA(cudaEventRecord(uploaded_, copy_));
-    next_ = (s + 1) % kSlots;
+    slots_.copied_on(copy_);
+    mark_uploaded();
+}
+
+void Uploader::upload_device(const fh_batch &b, cudaEvent_t her_done, DeviceCheck &check,
+                             int device, std::function<void()> on_pass) {
+    const std::vector<ElementCheck> checks = batch_checks(d_, b);
+    for (const ElementCheck &c : checks) require_device_array(c.data, c.name, device);
+    FH_CUDA(cudaStreamWaitEvent(copy_, her_done, 0));
+    check.begin(checks, copy_);
+    replay::enqueue_batch_copy(d_, b, check.status(), targets(), copy_);
+    check.finish(copy_, std::move(on_pass));
+    mark_uploaded();
 }
 
 }  // namespace fh::cuda

@@ -14,14 +14,24 @@
  *   3. "fed": --steps times, uploads a batch (two alternating) then steps, and divides the wall
  *      time likewise: ms per step as a trainer that uploads a new batch every step sees it,
  *      with the median host time of one upload call beside it (upload overlaps the step on the
- *      GPU, so fed ≈ max(wall, upload + launch)).
+ *      GPU, so fed ≈ max(wall, upload + launch)); in a build with CUDA also "dfed", the same with
+ *      the two batches in device memory (cudaMalloc'd here; fh_batch.memory = FH_MEMORY_DEVICE:
+ *      one device-to-device copy per upload, checked on the device), with its median upload;
+ *   4. with a replay (--replay K,E,R, after releasing that pipeline): a pipeline of the same
+ *      config owning a replay of K rows of E environments, filled by host inserts of R rows
+ *      each ("ins": transitions per second from the first call until the last insert is in
+ *      the ring, fh_pipeline_sync() included), then train(--warmup) and train(--steps):
+ *      "train" = wall ms per step of the latter (each step samples its batch on the GPU), to
+ *      set beside "wall" (back-to-back steps on one uploaded batch).
  * It prints a table and writes every number to --out (JSON; default
  * bench/results/<machine>-<date>.json under the current directory, folders created).
  *
  * usage: foxhunt-bench [--batch 1024,4096,16384,65536] [--steps 50] [--warmup 5]
  *                      [--modes multi-tf32,single-tf32,multi-strict,single-strict]
  *                      [--iql-gemm auto|grouped|batched|sequential[,...]] [--machine NAME]
- *                      [--out PATH] [--peer] [--variant VAR=a,b,...]
+ *                      [--out PATH] [--peer] [--variant VAR=a,b,...] [--replay K,E,R]
+ *   --replay    the replay runs' shape (default 2048,64,16: 131072 transitions, 137 MB at the
+ *               SPEC §1 defaults; inserts of 1024 transitions); --replay 0 skips them.
  *   --iql-gemm  the IQL GEMM strategy dimension (fh_config.iql_gemm): each listed value
  *               is one more run per batch and mode. Default: auto only.
  *   --variant   a dimension over the values of one environment variable that the library reads
@@ -37,7 +47,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include <foxhunt.h>
+#include "bench.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -48,16 +58,11 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { MAX_LIST = 16, NUM_FIELDS = 12 };
+enum { MAX_LIST = 16 };
 
 static const char *const kFields[NUM_FIELDS] = {"her",     "spectral", "ddqn",     "forward",
                                                 "aux",     "aux_ema",  "aux_iql",  "aux_iqn",
                                                 "aux_attn", "aux_tail", "adam",    "total"};
-
-typedef struct {
-    const char *name;
-    int exec_mode, math_mode;
-} mode_t_;
 
 static const mode_t_ kModes[] = {
     {"multi-tf32", FH_EXEC_MULTI_STREAM, FH_MATH_TF32},
@@ -67,119 +72,14 @@ static const mode_t_ kModes[] = {
 };
 static const char *const kIqlGemm[] = {"auto", "grouped", "batched", "sequential"};
 
-typedef struct {
-    uint32_t batch;
-    const mode_t_ *mode;
-    int iql_gemm;
-    const char *variant;  /* value of the --variant variable, or "" */
-    double median[NUM_FIELDS];
-    double wall_ms, steps_per_s;
-    double fed_ms, upload_ms;  /* wall per (upload + step); median host time in one upload */
-    fh_memory_report mem;
-} result;
-
-static void die(const char *what, fh_status s) {
-    fprintf(stderr, "foxhunt-bench: %s failed (status %d): %s\n", what, (int)s,
-            fh_last_error_message());
-    exit(1);
-}
-#define CHECK(call)                      \
-    do {                                 \
-        fh_status s_ = (call);           \
-        if (s_ != FH_OK) die(#call, s_); \
-    } while (0)
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* xorshift64*: a valid random batch (SPEC §2) */
-static uint64_t rng_state = 88172645463325252ull;
-static double urand(void) {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 2685821657736338717ull) >> 11) * (1.0 / 9007199254740992.0);
-}
-static float nrand(void) { return (float)((urand() + urand() + urand() + urand() - 2.0) * 1.7320508); }
-
-typedef struct {
-    float *obs, *goal, *reward, *next_obs, *nag, *her_goal;
-    int32_t *action, *regime;
-    uint8_t *done;
-    fh_batch b;
-} host_batch;
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "foxhunt-bench: out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
-static void make_batch(host_batch *h, const fh_config *c) {
-    const size_t B = c->batch_size, O = c->obs_dim, G = c->goal_dim, NB = c->num_branches;
-    h->obs = xmalloc(B * O * 4);
-    h->next_obs = xmalloc(B * O * 4);
-    h->goal = xmalloc(B * G * 4);
-    h->nag = xmalloc(B * G * 4);
-    h->her_goal = xmalloc(B * G * 4);
-    h->reward = xmalloc(B * 4);
-    h->action = xmalloc(B * NB * 4);
-    h->regime = xmalloc(B * 4);
-    h->done = xmalloc(B);
-    for (size_t i = 0; i < B * O; ++i) h->obs[i] = nrand();
-    for (size_t i = 0; i < B * O; ++i) h->next_obs[i] = 0.9f * h->obs[i] + 0.3f * nrand();
-    for (size_t i = 0; i < B * G; ++i) {
-        h->goal[i] = nrand();
-        h->nag[i] = nrand();
-        h->her_goal[i] = (i / G) % 2 ? h->nag[i] + 0.05f * nrand() : nrand();
-    }
-    for (size_t i = 0; i < B; ++i) {
-        h->reward[i] = nrand();
-        h->regime[i] = (int32_t)(urand() * c->num_regimes);
-        h->done[i] = urand() < 0.1;
-    }
-    for (size_t i = 0; i < B * NB; ++i) h->action[i] = (int32_t)(urand() * c->actions_per_branch);
-    fh_batch b = FH_BATCH_INIT;
-    b.batch_size = (uint32_t)B;
-    b.obs = h->obs;
-    b.goal = G ? h->goal : NULL;
-    b.action = h->action;
-    b.reward = h->reward;
-    b.done = h->done;
-    b.next_obs = h->next_obs;
-    b.next_achieved_goal = G ? h->nag : NULL;
-    b.her_goal = G ? h->her_goal : NULL;
-    b.regime = h->regime;
-    h->b = b;
-}
-
-static void free_batch(host_batch *h) {
-    free(h->obs); free(h->next_obs); free(h->goal); free(h->nag); free(h->her_goal);
-    free(h->reward); free(h->action); free(h->regime); free(h->done);
-}
-
 static void timings_fields(const fh_timings *t, double *f) {
     f[0] = t->her_ms; f[1] = t->spectral_ms; f[2] = t->ddqn_ms; f[3] = t->forward_ms;
     f[4] = t->aux_ms; f[5] = t->aux_ema_ms; f[6] = t->aux_iql_ms; f[7] = t->aux_iqn_ms;
     f[8] = t->aux_attn_ms; f[9] = t->aux_tail_ms; f[10] = t->adam_ms; f[11] = t->total_ms;
 }
 
-static void run_one(result *r, int steps, int warmup, const char *variant_var) {
+static void run_one(result *r, int steps, int warmup, const char *variant_var,
+                    const replay_opts *ro) {
     if (variant_var) {
         if (!strcmp(r->variant, "auto")) unsetenv(variant_var);
         else setenv(variant_var, r->variant, 1);
@@ -229,23 +129,13 @@ static void run_one(result *r, int steps, int warmup, const char *variant_var) {
      * batches so that the source is not one cache-warm array. */
     host_batch hb2;
     make_batch(&hb2, &c);
-    double *up = xmalloc(sizeof(double) * (size_t)steps);
-    const double f0 = now_ms();
-    for (int k = 0; k < steps; ++k) {
-        const double u0 = now_ms();
-        CHECK(fh_pipeline_upload(p, k % 2 ? &hb.b : &hb2.b));
-        up[k] = now_ms() - u0;
-        CHECK(fh_pipeline_step(p));
-    }
-    CHECK(fh_pipeline_metrics(p, &m));
-    r->fed_ms = (now_ms() - f0) / steps;
-    r->upload_ms = median(up, steps);
-    free(up);
+    measure_fed(r, p, &c, &hb, &hb2, steps);
     free_batch(&hb2);
     r->mem.struct_size = sizeof r->mem;
     CHECK(fh_pipeline_memory(p, &r->mem));
     fh_pipeline_destroy(p);
     free_batch(&hb);
+    if (ro->capacity > 0) measure_replay(r, c, ro, steps, warmup);
 }
 
 static int parse_list_u32(const char *s, uint32_t *out) {
@@ -278,6 +168,7 @@ int main(int argc, char **argv) {
     char machine[256] = "", out[4096] = "";
     char variant_var[256] = "";
     const char *variants[MAX_LIST] = {""};
+    replay_opts ro = {2048, 64, 16};
     int nvar = 1;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -328,6 +219,15 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--out") && v) {
             snprintf(out, sizeof out, "%s", v);
             ++i;
+        } else if (!strcmp(a, "--replay") && v) {
+            uint32_t x[3] = {0, 0, 0};
+            const int n = parse_list_u32(v, x);
+            ro = (replay_opts){x[0], x[1], x[2]};
+            if (x[0] > 0 && (n != 3 || x[1] == 0 || x[2] == 0)) {
+                fprintf(stderr, "foxhunt-bench: --replay K,E,R with E, R >= 1 (or 0)\n");
+                return 2;
+            }
+            ++i;
         } else if (!strcmp(a, "--peer")) {
             peer = 1;
         } else if (!strcmp(a, "--variant") && v && strchr(v, '=')) {
@@ -343,7 +243,7 @@ int main(int argc, char **argv) {
                     "usage: foxhunt-bench [--batch 1024,4096,16384,65536] [--steps 50] "
                     "[--warmup 5]\n  [--modes multi-tf32,single-tf32,multi-strict,single-strict] "
                     "[--iql-gemm auto|grouped|batched|sequential[,...]]\n  [--machine NAME] "
-                    "[--out PATH] [--peer] [--variant VAR=a,b,...]\n");
+                    "[--out PATH] [--peer] [--variant VAR=a,b,...] [--replay K,E,R]\n");
             return 2;
         }
     }
@@ -374,28 +274,33 @@ int main(int argc, char **argv) {
                     r->mode = modes[mi];
                     r->iql_gemm = iql[q];
                     r->variant = variants[vi];
-                    run_one(r, steps, warmup, variant_var[0] ? variant_var : NULL);
+                    run_one(r, steps, warmup, variant_var[0] ? variant_var : NULL, &ro);
                     fprintf(stderr, "  B=%u %s iql=%s %s: %.3f ms/step\n", r->batch,
                             r->mode->name, kIqlGemm[r->iql_gemm], r->variant, r->median[11]);
                 }
 
     printf("\nfoxhunt-bench (libfoxhunt %u) on %s, %s: median ms per child graph over %d "
            "steps; wall = back-to-back steps on one batch; fed = upload + step back to back, "
-           "upload = median host ms per upload call\n",
-           fh_version(), machine, date, steps);
+           "upload = median host ms per upload call; dfed, dupl: the same from device memory; "
+           "train = ms per step of train(k) sampling from a replay of %u x %u, ins = its host "
+           "inserts of %u rows, million transitions per second\n",
+           fh_version(), machine, date, steps, ro.capacity, ro.envs, ro.insert_rows);
     if (variant_var[0]) printf("variant = %s\n", variant_var);
     printf("%7s %-13s %-5s %-9s %6s %6s %6s %7s %7s (%5s %6s %6s %6s %6s) %6s %7s | %7s %8s | "
-           "%7s %7s | %8s\n",
+           "%7s %7s | %7s %7s | %7s %5s | %8s\n",
            "batch", "mode", "iql", "variant", "her", "spec", "ddqn", "forward", "aux", "ema", "iql", "iqn",
-           "attn", "tail", "adam", "total", "wall", "steps/s", "fed", "upload", "mem MiB");
+           "attn", "tail", "adam", "total", "wall", "steps/s", "fed", "upload", "dfed", "dupl",
+           "train", "ins", "mem MiB");
     for (int k = 0; k < nr; ++k) {
         const result *r = &res[k];
         const double *m = r->median;
         printf("%7u %-13s %-5s %-9s %6.3f %6.3f %6.3f %7.3f %7.3f (%5.3f %6.3f %6.3f %6.3f "
-               "%6.3f) %6.3f %7.3f | %7.3f %8.1f | %7.3f %7.3f | %8.1f\n",
+               "%6.3f) %6.3f %7.3f | %7.3f %8.1f | %7.3f %7.3f | %7.3f %7.3f | %7.3f %5.2f | "
+               "%8.1f\n",
                r->batch, r->mode->name, kIqlGemm[r->iql_gemm], r->variant[0] ? r->variant : "-", m[0], m[1], m[2], m[3], m[4],
                m[5], m[6], m[7], m[8], m[9], m[10], m[11], r->wall_ms, r->steps_per_s,
-               r->fed_ms, r->upload_ms, r->mem.total / 1048576.0);
+               r->fed_ms, r->upload_ms, r->dfed_ms, r->dupload_ms, r->train_ms,
+               r->insert_tps / 1e6, r->mem.total / 1048576.0);
     }
 
     /* The PyTorch peer, one process per batch size, after foxhunt has released the GPU. */
@@ -439,8 +344,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     fprintf(f, "{\n  \"machine\": \"%s\",\n  \"date\": \"%s\",\n  \"library_version\": %u,\n"
-               "  \"steps\": %d,\n  \"warmup\": %d,\n  \"variant_var\": \"%s\",\n  \"peer\": [",
-            machine, date, fh_version(), steps, warmup, variant_var);
+               "  \"steps\": %d,\n  \"warmup\": %d,\n  \"variant_var\": \"%s\",\n"
+               "  \"replay\": {\"capacity\": %u, \"envs\": %u, \"insert_rows\": %u},\n"
+               "  \"peer\": [",
+            machine, date, fh_version(), steps, warmup, variant_var, ro.capacity, ro.envs,
+            ro.insert_rows);
     for (int k = 0; k < npeer; ++k) fprintf(f, "%s\"%s\"", k ? ", " : "", peer_json[k]);
     fprintf(f, "],\n  \"runs\": [\n");
     for (int k = 0; k < nr; ++k) {
@@ -452,9 +360,12 @@ int main(int argc, char **argv) {
             fprintf(f, "%s\"%s\": %.5f", j ? ", " : "", kFields[j], r->median[j]);
         fprintf(f, "},\n     \"wall_ms_per_step\": %.5f, \"steps_per_s\": %.2f,\n"
                    "     \"fed_ms_per_step\": %.5f, \"upload_ms_median\": %.5f,\n"
+                   "     \"device_fed_ms_per_step\": %.5f, \"device_upload_ms_median\": %.5f,\n"
+                   "     \"replay_train_ms_per_step\": %.5f, \"insert_transitions_per_s\": %.0f,\n"
                    "     \"memory_bytes\": {\"parameters\": %llu, \"activations\": %llu, "
                    "\"workspaces\": %llu, \"batch_staging\": %llu, \"total\": %llu}}%s\n",
-                r->wall_ms, r->steps_per_s, r->fed_ms, r->upload_ms,
+                r->wall_ms, r->steps_per_s, r->fed_ms, r->upload_ms, r->dfed_ms, r->dupload_ms,
+                r->train_ms, r->insert_tps,
                 (unsigned long long)r->mem.parameters,
                 (unsigned long long)r->mem.activations, (unsigned long long)r->mem.workspaces,
                 (unsigned long long)r->mem.batch_staging, (unsigned long long)r->mem.total,

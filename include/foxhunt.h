@@ -52,25 +52,26 @@
  * - The caller owns every buffer it passes. Host arrays are read during the call only: the
  *   library copies what it needs before returning and keeps no caller pointer.
  * - Device memory (::FH_MEMORY_DEVICE, CUDA backend only; the CPU backend refuses it with
- *   FH_ERR_UNSUPPORTED): the call checks the struct, enqueues the work and returns without
- *   waiting for the GPU. The library reads the arrays on its own streams after the call, in
- *   order after the first child (sample or her) of the last step launched before the call, and
- *   checks every element there (SPEC §8, §2.1). So the arrays must be complete when the call is
+ *   FH_ERR_UNSUPPORTED): the call checks the struct and that every array it reads is device
+ *   (or managed) memory of the pipeline's device (FH_ERR_BAD_VALUE naming the array if not),
+ *   enqueues the work and returns without waiting for the GPU. The library reads the arrays
+ *   on its own streams after the call, in order after the first child (sample or her) of the
+ *   last step launched before the call, and checks every element there (SPEC §8, §2.1). So the arrays must be complete when the call is
  *   made (synchronise the stream that wrote them), and must stay allocated and unchanged until
  *   the next call on the same pipeline has returned: every call on a pipeline (any function
  *   taking it, fh_pipeline_sync() included; not fh_pipeline_destroy()) first waits until the
  *   device has finished reading the arrays of earlier calls. A refused device array changes
  *   nothing, exactly like refused host input, and the status and message that the same host
  *   input would have given ("rows.obs[3, 1, 7] = nan is not finite") are returned by that next
- *   call, which then does nothing else (call it again). This build's CUDA backend does not
- *   accept device memory yet: FH_ERR_UNSUPPORTED.
+ *   call, which then does nothing else (call it again). The host makes no pass over device
+ *   arrays: the device checks them and copies them (one device-to-device copy).
  * - Structs that may grow begin with `struct_size`; set it to `sizeof` the struct (the
  *   initialisers do). A pipeline is not thread-safe: call it from one thread at a time.
  *
  * @section specification The specification
  * The math of the step is the foxhunt specification, @ref spec "docs/SPEC.md". The library
- * implements v1.2, i.e. §1 to §8 of the copy here (v1.3 adds the replay of §2.1 and §5.0 and
- * the data-parallel step of §9 without changing the rest). "SPEC §n" in this reference is:
+ * implements v1.3 except the data-parallel step of §9 (v1.3 added the replay of §2.1 and
+ * §5.0, and §9, without changing the rest of v1.2). "SPEC §n" in this reference is:
  * - @ref spec_1 "§1 Configuration": ::fh_config and its defaults (fh_config_init())
  * - @ref spec_2 "§2 The batch": ::fh_batch, fh_pipeline_upload()
  * - @ref spec_3 "§3 Randomness and initialisation": Philox draws, parameter init, tensor names
@@ -152,8 +153,8 @@ typedef enum fh_status {
     FH_ERR_INTERNAL = 18,          /**< a bug in foxhunt; please report the message */
     FH_ERR_UNSUPPORTED = 19        /**< the request does not apply to this pipeline: an upload
                                         to a pipeline with a replay, an insert to one without,
-                                        device memory on the CPU backend, or a replay on a
-                                        backend that does not have it yet (message says which) */
+                                        or device memory on the CPU backend (message says
+                                        which) */
 } fh_status;
 
 /** The name of a status as a static string, e.g. "FH_ERR_NON_FINITE"; "FH_ERR_UNKNOWN_STATUS"
@@ -436,7 +437,8 @@ typedef struct fh_memory_report {
     uint64_t batch_staging;    /**< batch buffers (pinned host + device on CUDA) */
     uint64_t total;            /**< the sum of every other field, replay included */
     /* Added in 0.2; a report of the 0.1 size (ending at total) gets the fields above. */
-    uint64_t replay;           /**< the replay's rows and episode table (0 without a replay) */
+    uint64_t replay;           /**< the replay's rows and episode table, and on CUDA the pinned
+                                    staging of host inserts (0 without a replay) */
 } fh_memory_report;
 
 /**
@@ -448,8 +450,7 @@ typedef struct fh_memory_report {
  * its occupancy), they are meant to be fh_pipeline_memory()'s plus the divergence guard's
  * copy, which this build's CUDA executor does not allocate yet (6 MB at the defaults). Includes
  * the divergence guard's copy of the state (in parameters) and, with replay_capacity > 0, the
- * replay (its rows and episode table; on CUDA the device ring, although this build's CUDA
- * backend does not create pipelines with a replay yet).
+ * replay (its rows and episode table; on CUDA also the pinned staging of host inserts).
  * @param config  as for fh_pipeline_create(); validated the same way.
  * @param report  out; its struct_size must be set (the 0.1 size, without replay, is accepted).
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_STRUCT_SIZE (of @p config or @p report);
@@ -478,10 +479,9 @@ typedef struct fh_pipeline fh_pipeline;
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_STRUCT_SIZE; FH_ERR_BAD_DIMENSION (a dimension out
  *         of its range, or dimensions whose product makes an array of more than 2^31 - 1
  *         elements; also: only one of replay_capacity and replay_envs is 0, or their product
- *         exceeds 2^32); FH_ERR_INDIVISIBLE; FH_ERR_BAD_VALUE; FH_ERR_NO_CUDA;
- *         FH_ERR_UNSUPPORTED (a replay on the CUDA backend, which this build does not have yet;
- *         AUTO included); FH_ERR_CUDA; FH_ERR_OUT_OF_MEMORY (the config needs more than is
- *         available, or an allocation failed).
+ *         exceeds 2^32); FH_ERR_INDIVISIBLE; FH_ERR_BAD_VALUE; FH_ERR_NO_CUDA; FH_ERR_CUDA;
+ *         FH_ERR_OUT_OF_MEMORY (the config needs more than is available, or an allocation
+ *         failed).
  */
 FH_API fh_status fh_pipeline_create(const fh_config *config, fh_pipeline **out);
 
@@ -497,19 +497,22 @@ FH_API fh_status fh_pipeline_config(const fh_pipeline *pipeline, fh_config *conf
 
 /**
  * Validate and copy one batch (SPEC §2, §8); the next fh_pipeline_step() trains on it, and so
- * does every later step until the next upload. Every element is checked while it is copied
- * (one pass over the caller's arrays, into a buffer the step does not use). On CUDA the copy
- * to the device is asynchronous and double-buffered: uploading batch t+1 overlaps step t.
+ * does every later step until the next upload. Every element of host arrays is checked while
+ * it is copied (one pass over the caller's arrays, into a buffer the step does not use). On
+ * CUDA the copy to the device is asynchronous and double-buffered: uploading batch t+1
+ * overlaps step t. Device arrays (CUDA) are checked and copied on the device, and a refusal is
+ * returned by the next call (see "Device memory" in the conventions).
  * Finite values of any size are accepted; values large enough to overflow the step (around
  * 1e11 and up at the default sizes) make the divergence guard skip the step (fh_pipeline_step()).
  * A pipeline with a replay draws its batches from it and refuses uploads (FH_ERR_UNSUPPORTED).
  * @return FH_OK; FH_ERR_NULL_POINTER (handle, batch, or a required tensor);
  *         FH_ERR_STRUCT_SIZE (neither the 0.1 nor the current size);
  *         FH_ERR_BUFFER_SIZE (batch_size differs from the config);
- *         FH_ERR_BAD_VALUE (memory is not an ::fh_memory_kind);
+ *         FH_ERR_BAD_VALUE (memory is not an ::fh_memory_kind, or a device array is not
+ *         device memory of the pipeline's device);
  *         FH_ERR_NON_FINITE; FH_ERR_OUT_OF_RANGE (action, regime or done);
- *         FH_ERR_UNSUPPORTED (the pipeline has a replay; device memory on the CPU backend or
- *         on this build's CUDA backend); FH_ERR_OUT_OF_MEMORY.
+ *         FH_ERR_UNSUPPORTED (the pipeline has a replay; device memory on the CPU backend);
+ *         FH_ERR_OUT_OF_MEMORY; FH_ERR_CUDA.
  *         A refused batch changes nothing: the previous batch stays current.
  */
 FH_API fh_status fh_pipeline_upload(fh_pipeline *pipeline, const fh_batch *batch);
@@ -541,7 +544,8 @@ FH_API fh_status fh_pipeline_step(fh_pipeline *pipeline);
 /**
  * Run @p k steps back to back, exactly as k calls of fh_pipeline_step() would (each draws its
  * own batch from the replay, with a replay; all train on the current batch without), but with
- * no host round trip between them. Metrics and timings afterwards are those of the last step.
+ * no host round trip between them (on CUDA: k launches of the step graph, queued at once).
+ * Metrics and timings afterwards are those of the last step.
  * @param pipeline  the pipeline
  * @param k         steps, >= 1
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_BAD_VALUE (k = 0); FH_ERR_NO_BATCH (as
@@ -555,18 +559,23 @@ FH_API fh_status fh_pipeline_train(fh_pipeline *pipeline, uint32_t k);
  * n lives in slot n mod replay_capacity, and the newest min(rows inserted, replay_capacity)
  * rows are the ones steps sample from (SPEC §5.0). Every element is checked (SPEC §8; besides,
  * episode_end is 0 or 1, and done = 1 requires episode_end = 1) before any row is written, so
- * a refused insert changes nothing. Host arrays are checked in one read-only pass, then copied
- * (only the rows that stay). The next step samples from the replay with these rows.
+ * a refused insert changes nothing. Host arrays are checked on the host: on the CPU in one
+ * read-only pass, then copied (only the rows that stay); on CUDA while they are copied into
+ * pinned staging that no step reads (in a read-only pass first when the insert is larger than
+ * the staging, 16 MiB), then appended on the device asynchronously, without waiting for a
+ * step in flight. Device arrays (CUDA) are checked and appended on the device, and a refusal
+ * is returned by the next call (see "Device memory" in the conventions). The next step
+ * samples from the replay with these rows.
  * Episodes: in each environment's column, an episode is a run of rows of which only the last
  * has episode_end = 1, or the run after the last such row, open at the newest row; a HER goal
  * is drawn from later rows of the same episode only.
  * @return FH_OK; FH_ERR_NULL_POINTER (handle, rows, or a required array);
  *         FH_ERR_STRUCT_SIZE; FH_ERR_BUFFER_SIZE (num_rows = 0, or num_envs differs from the
- *         config's replay_envs); FH_ERR_BAD_VALUE (memory is not an ::fh_memory_kind);
+ *         config's replay_envs); FH_ERR_BAD_VALUE (memory is not an ::fh_memory_kind, or
+ *         a device array is not device memory of the pipeline's device);
  *         FH_ERR_NON_FINITE; FH_ERR_OUT_OF_RANGE (action, regime, done or episode_end out of
  *         range, or done = 1 with episode_end = 0); FH_ERR_UNSUPPORTED (the pipeline has no
- *         replay; device memory on the CPU backend or on this build's CUDA backend);
- *         FH_ERR_CUDA.
+ *         replay; device memory on the CPU backend); FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_insert(fh_pipeline *pipeline, const fh_replay_rows *rows);
 

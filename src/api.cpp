@@ -26,7 +26,6 @@ struct fh_pipeline {
     std::unique_ptr<fh::Backend> backend;
     uint64_t step = 0;       // steps completed
     uint64_t act_calls = 0;  // act calls completed
-    bool has_batch = false;
     bool has_metrics = false;  // a step ran since creation or the last load
     std::vector<float> act_q;  // act's q values when the caller wants none (checked anyway)
 };
@@ -84,7 +83,7 @@ void need_batch(const fh_pipeline *p, const char *call) {
         if (p->backend->replay_rows() == 0)
             fh::fail(FH_ERR_NO_BATCH, "%s with an empty replay: insert rows first "
                      "(fh_pipeline_insert, SPEC §2.1)", call);
-    } else if (!p->has_batch) {
+    } else if (!p->backend->has_batch()) {
         fh::fail(FH_ERR_NO_BATCH, "%s before any fh_pipeline_upload", call);
     }
 }
@@ -176,12 +175,6 @@ fh_status fh_pipeline_create(const fh_config *config, fh_pipeline **out) {
         need(out, "out");
         const fh_config c = resolved(config);
         const int backend = c.backend;
-        // The CUDA executor does not sample from a replay yet (cuda/replay.cu holds the
-        // kernels; wiring them into the graph is still to come).
-        if (backend == FH_BACKEND_CUDA && c.replay_capacity > 0)
-            fh::fail(FH_ERR_UNSUPPORTED, "config.replay_capacity = %u: the CUDA backend of this "
-                     "build has no replay yet; use backend = FH_BACKEND_CPU",
-                     c.replay_capacity);
         auto p = std::make_unique<fh_pipeline>();
         p->config = c;
         p->layout = fh::make_layout(fh::make_dims(c));
@@ -233,7 +226,6 @@ fh_status fh_pipeline_upload(fh_pipeline *p, const fh_batch *batch) {
         fh::check_batch_header(p->layout.dims, &b);
         if (b.memory == FH_MEMORY_DEVICE) p->backend->upload_device(b);
         else p->backend->upload(b);
-        p->has_batch = true;
     });
 }
 
@@ -483,20 +475,6 @@ void Backend::dump_graph(const char *) {
 
 void Backend::train(uint64_t step0, uint32_t k) {
     for (uint32_t i = 0; i < k; ++i) step(step0 + i);
-}
-
-// Reached only on a backend that lacks the feature: today the CUDA backend, whose pipelines
-// have no replay (refused at creation), and which reads host batches only.
-void Backend::insert(const fh_replay_rows &) {
-    fail(FH_ERR_UNSUPPORTED, "this backend has no replay");
-}
-ReplayImage Backend::replay_image() { fail(FH_ERR_UNSUPPORTED, "this backend has no replay"); }
-void Backend::restore_replay(const ReplayImage &) {
-    fail(FH_ERR_UNSUPPORTED, "this backend has no replay");
-}
-void Backend::upload_device(const fh_batch &) {
-    fail(FH_ERR_UNSUPPORTED, "batch.memory = FH_MEMORY_DEVICE: the CUDA backend of this build "
-         "does not read device memory yet");
 }
 
 }  // namespace fh

@@ -22,6 +22,9 @@ public:
     // is not in use, so a refused batch leaves the previous one in place. The step after this
     // call trains on it.
     virtual void upload(const fh_batch &batch) = 0;
+    // Whether a batch was accepted: a host upload, or a device batch whose check passed (known
+    // after settle()). Steps of a pipeline without a replay need one.
+    virtual bool has_batch() const = 0;
     // One training step; `step` = steps completed before it (SPEC §3). With a replay the step
     // first draws its batch from it (SPEC §5.0); the pipeline calls it only when
     // replay_rows() >= 1.
@@ -30,16 +33,14 @@ public:
     // fails (only the first step ever can: it allocates).
     virtual void train(uint64_t step, uint32_t k);
 
-    // The replay (SPEC §2.1); backends without it keep the defaults, which fail with
-    // FH_ERR_UNSUPPORTED (the pipeline refuses replay calls on a config without a replay
-    // before they get here).
+    // The replay (SPEC §2.1); the pipeline calls these only when its config has one.
     // Rows that passed read_rows() and check_rows_header(), host or device memory.
-    virtual void insert(const fh_replay_rows &rows);
-    virtual uint64_t replay_rows() const { return 0; }  // rows inserted so far
-    virtual ReplayImage replay_image();
-    virtual void restore_replay(const ReplayImage &img);  // img checked by the checkpoint loader
+    virtual void insert(const fh_replay_rows &rows) = 0;
+    virtual uint64_t replay_rows() const = 0;  // rows inserted so far (0 without a replay)
+    virtual ReplayImage replay_image() = 0;
+    virtual void restore_replay(const ReplayImage &img) = 0;  // checked by the checkpoint loader
     // A batch in device memory that passed check_batch_header() (memory = FH_MEMORY_DEVICE).
-    virtual void upload_device(const fh_batch &batch);
+    virtual void upload_device(const fh_batch &batch) = 0;
     // Called first by every entry point that takes the pipeline: waits until the device has
     // read the device arrays of earlier calls, and throws the refusal of one whose check failed
     // there (include/foxhunt.h, "Device memory"). Default: nothing is ever pending.

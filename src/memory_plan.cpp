@@ -168,23 +168,33 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     a += 64 * 1024;  // the guard's partials (guard.cu kScratchBytes)
     p.activations = a;
 
-    // Batch input block on the device and two pinned staging slots.
+    // upload.cpp: the device batch block, and two pinned slots of its size unless the pipeline
+    // has a replay (it refuses uploads); device_input.cpp: the check record and its pinned copy.
     auto r256 = [](uint64_t n) { return (n + 255) / 256 * 256; };
     const uint64_t in = 2 * r256(B * d.O * F) + r256(B * F) + 3 * r256(B * d.G * F) +
                         r256(B * NB * I) + r256(B * I) + r256(B);
-    p.batch_staging = 3 * in;
-    // The replay's ring in one allocation (replay.cu ring_bytes()): every field, the episode
-    // table, the open-episode starts and the row count, each 256-byte aligned.
+    const uint64_t slots = d.K > 0 ? 0 : 2 * in, status = 16;  // replay::CheckStatus
+    p.batch_staging = in + slots + 2 * status;
+    // replay_lane.cpp: the ring in one allocation (replay.cu ring_bytes(): every field, the
+    // episode table, the open-episode starts and the row count, each 256-byte aligned) and two
+    // pinned insert slots of min(K, 16 MiB / row bytes) rows (at least one), fields aligned.
+    uint64_t insert_slots = 0;
     if (d.K > 0) {
         const uint64_t KE = (uint64_t)d.K * d.E;
         for (int f = 0; f < RF_COUNT; ++f) p.replay += r256(KE * row_field_bytes(d, f));
         p.replay += r256(KE * sizeof(uint32_t)) + r256((uint64_t)d.E * sizeof(uint64_t)) + 256;
+        const uint64_t row = d.E * transition_bytes(d);
+        const uint64_t rows = std::min<uint64_t>(std::max<uint64_t>((16u << 20) / row, 1), d.K);
+        for (int f = 0; f < RF_COUNT; ++f)
+            insert_slots += 2 * r256(rows * d.E * row_field_bytes(d, f));
+        p.replay += insert_slots;
     }
-    const uint64_t pinned = 2 * in + (AC * D + AC * NB * A) * F + AC * NB * I;
-    p.device = p.total() - 2 * in;
-    // The initial state is built in host memory and uploaded at creation.
+    const uint64_t pinned = slots + status + insert_slots;  // in the categories above
+    p.device = p.total() - pinned;
+    // The initial state is built in host memory and uploaded at creation; act()'s pinned
+    // transfer buffers are not in any category.
     p.transient = (persistent_floats(L) + output_floats(L)) * F;
-    p.host = pinned + p.transient;
+    p.host = pinned + (AC * D + AC * NB * A) * F + AC * NB * I + p.transient;
     return p;
 }
 

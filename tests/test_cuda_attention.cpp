@@ -197,7 +197,7 @@ void run_case(const Case &cs) {
                 /* Float32 paths agree with the float32/64 CPU reference to float32 summation
                  * order; TF32 operands carry 2^-11 relative rounding into every product. */
                 const bool tf32 = used == AttnKernels::TC || !strict;
-                const double tol = tf32 ? 3e-2 : 1e-4;
+                const double tol = tf32 ? 3e-2 : 1e-5;
                 if (!(eg <= tol) || !(el <= tol))
                     fail_msg("%s, %s kernels: gradient %.3e (%s), loss %.3e > %.1e", cs.name.c_str(),
                              kname(used), eg, worst.c_str(), el, tol);
@@ -219,9 +219,10 @@ void test_attention_paths(void **) {
     for (const Case &cs : cases()) run_case(cs);
 }
 
-/* Largest per-tensor relative error between two pipelines over the attention parameters
- * (attn.bk, pure rounding noise, apart: test_cuda_util.h). */
-double attn_tensor_err(fh_pipeline *a, fh_pipeline *b, std::string &worst) {
+/* Largest per-tensor relative error between two pipelines over the tensors of the attention
+ * learner (attn = true) or over all the others (attn = false); attn.bk, pure rounding noise, is
+ * left out (test_cuda_util.h). */
+double tensor_err(fh_pipeline *a, fh_pipeline *b, bool attn, std::string &worst) {
     uint32_t n = 0;
     fh_pipeline_num_tensors(a, &n);
     double mx = 0;
@@ -229,7 +230,7 @@ double attn_tensor_err(fh_pipeline *a, fh_pipeline *b, std::string &worst) {
         fh_tensor_info info;
         info.struct_size = sizeof info;
         fh_pipeline_tensor_info(a, k, &info);
-        if (info.group != FH_GROUP_ATTN || fhtest::noise_only(info.name)) continue;
+        if ((info.group == FH_GROUP_ATTN) != attn || fhtest::noise_only(info.name)) continue;
         const size_t c = (size_t)info.rows * info.cols;
         std::vector<float> x = fhtest::read(a, info.name, c), y = fhtest::read(b, info.name, c);
         const double e = fh_test_rel_err(x.data(), y.data(), c);
@@ -242,13 +243,15 @@ double attn_tensor_err(fh_pipeline *a, fh_pipeline *b, std::string &worst) {
 }
 
 /* Whole steps on the configs outside the tensor-core path: every config the CPU accepts runs on
- * CUDA. Strict FP32: every tensor and metric within the contract, 1e-5 after one step (at
- * B = 48 with obs_dim 1024 iqn.bphi measured 1.8e-5 once: Adam's first step turns a gradient
- * element near zero into ±lr, and a batch that small leaves some near zero; at B = 256 every
- * config stays under 1e-6). TF32: the metrics within the test_cuda_vs_cpu bound; tensors are
- * printed, not asserted, since a bias whose gradient is a sum with cancellation over so few
- * rows can take the other sign under TF32 rounding and Adam moves it by 2·lr (attn.bo with
- * goal_dim 32: 0.25 measured). */
+ * CUDA. Strict FP32: every tensor outside the attention learner, and every metric, within the
+ * contract (1e-5 after one step); the attention learner's parameters within 1e-4, because its
+ * contract is checked where it is sharp, on the gradient (test_attention_paths, 1e-5): after
+ * one step a bias is −lr·g/(|g| + ε) elementwise, exactly ±lr unless |g| is near ε = 1e-8, and
+ * an element in that transition turns a 1e-6 gradient difference into a larger one (attn.bq of
+ * 8 heads of 8: 1.6e-5 measured on the H200, with its gradient within 1e-6). TF32: the metrics
+ * within the test_cuda_vs_cpu bound; tensors are printed, not asserted, since a bias whose
+ * gradient is a sum with cancellation over so few rows can take the other sign under TF32
+ * rounding and Adam moves it by 2·lr (attn.bo with goal_dim 32: 0.25 measured). */
 void test_configs_step_like_cpu(void **) {
     if (!fh_test_have_cuda()) skip();
     for (const Case &cs0 : cases()) {
@@ -264,15 +267,17 @@ void test_configs_step_like_cpu(void **) {
             fh_pipeline *g = fhtest::make(fhtest::cuda_config(base, strict ? FH_MATH_STRICT : FH_MATH_TF32));
             fhtest::step(g, bt.b[0]);
             fhtest::Diff d = fhtest::compare(g, cpu);
-            std::string wa;
-            const double ea = attn_tensor_err(g, cpu, wa);
+            std::string wa, wo;
+            const double ea = tensor_err(g, cpu, true, wa), eo = tensor_err(g, cpu, false, wo);
             char what[160];
             snprintf(what, sizeof what, "%s, B=%u, %s, 1 step", cs0.name.c_str(), base.batch_size,
                      strict ? "strict" : "tf32");
             fhtest::print_diff(what, d);
-            printf("[ACCURACY]   attention tensors %.3e (%s)\n", ea, wa.c_str());
-            if (strict && !(d.max_rel <= 1e-5))
-                fail_msg("%s: %s rel. error %.3e > 1e-5", what, d.worst.c_str(), d.max_rel);
+            printf("[ACCURACY]   attention tensors %.3e (%s), others %.3e (%s)\n", ea, wa.c_str(),
+                   eo, wo.c_str());
+            if (strict && !(eo <= 1e-5 && ea <= 1e-4 && d.max_metric <= 1e-5))
+                fail_msg("%s: %s %.3e, %s %.3e, metric %s %.3e", what, wo.c_str(), eo, wa.c_str(),
+                         ea, d.worst_metric.c_str(), d.max_metric);
             if (!strict && !(d.max_metric <= 5e-2))
                 fail_msg("%s: metric %s rel. error %.3e > 5e-2", what, d.worst_metric.c_str(),
                          d.max_metric);

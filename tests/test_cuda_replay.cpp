@@ -1,9 +1,10 @@
 // The CUDA side of the replay (cuda/replay.cu) against the CPU backend's (src/replay.cpp) and
 // the independent reference (replay_ref.hpp), through its host functions directly (the
-// executor does not call them yet): the same indices and batches, bit for bit, after inserts
-// from device memory and from pinned host memory; device rows and batches with a fault refused
-// with the host check's status and message, changing nothing; device batches copied exactly as
-// a host upload packs them. Skips (77) without a GPU; built only with CUDA.
+// executor's use of them is test_cuda_replay_api.cpp's): the same indices and batches, bit for
+// bit, after inserts from device memory and from pinned host memory; device rows and batches
+// with a fault refused with the host check's status and message, changing nothing; device
+// batches copied exactly as a host upload packs them. Skips (77) without a GPU; built only
+// with CUDA.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -30,55 +31,13 @@ extern "C" {
 }
 
 #ifdef FOXHUNT_HAVE_CUDA
+#include "cuda_replay_util.hpp"
+
 using namespace fh;
+using namespace cuda_test;
 namespace rd = fh::cuda::replay;
 
 namespace {
-
-void cuda_ok(cudaError_t e, const char *what) {
-    if (e != cudaSuccess) fail_msg("%s: %s", what, cudaGetErrorString(e));
-}
-
-// A device copy of host data, freed with the object.
-struct Dev {
-    void *p = nullptr;
-    size_t n = 0;
-    Dev(const void *src, size_t bytes) : n(bytes) {
-        cuda_ok(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
-        if (src && bytes) cuda_ok(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice), "to device");
-    }
-    explicit Dev(size_t bytes) : Dev(nullptr, bytes) {}
-    ~Dev() { cudaFree(p); }
-    template <class T> std::vector<T> get() const {
-        std::vector<T> v(n / sizeof(T));
-        cuda_ok(cudaMemcpy(v.data(), p, n, cudaMemcpyDeviceToHost), "to host");
-        return v;
-    }
-};
-
-template <class T> Dev dev_of(const std::vector<T> &v) { return Dev(v.data(), v.size() * sizeof(T)); }
-
-// Rows on the device: the arrays and their fh_replay_rows view (memory = FH_MEMORY_DEVICE).
-struct DevRows {
-    Dev obs, goal, action, reward, done, next_obs, nag, regime, ends;
-    fh_replay_rows view;
-    explicit DevRows(const replay_ref::Rows &r)
-        : obs(dev_of(r.obs)), goal(dev_of(r.goal)), action(dev_of(r.action)),
-          reward(dev_of(r.reward)), done(dev_of(r.done)), next_obs(dev_of(r.next_obs)),
-          nag(dev_of(r.nag)), regime(dev_of(r.regime)), ends(dev_of(r.episode_end)) {
-        view = r.view();
-        view.memory = FH_MEMORY_DEVICE;
-        view.obs = (const float *)obs.p;
-        view.goal = r.G ? (const float *)goal.p : nullptr;
-        view.action = (const int32_t *)action.p;
-        view.reward = (const float *)reward.p;
-        view.done = (const uint8_t *)done.p;
-        view.next_obs = (const float *)next_obs.p;
-        view.next_achieved_goal = r.G ? (const float *)nag.p : nullptr;
-        view.regime = (const int32_t *)regime.p;
-        view.episode_end = (const uint8_t *)ends.p;
-    }
-};
 
 // A device batch block of B transitions and its host copy.
 struct DevBlock {
@@ -106,22 +65,6 @@ struct DevBlock {
         return h;
     }
 };
-
-void same_batch(const HostBatch &a, const HostBatch &b) {
-    auto same = [](const auto &x, const auto &y, const char *what) {
-        if (x.size() != y.size() || memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) != 0)
-            fail_msg("%s differs", what);
-    };
-    same(a.obs, b.obs, "obs");
-    same(a.next_obs, b.next_obs, "next_obs");
-    same(a.reward, b.reward, "reward");
-    same(a.goal, b.goal, "goal");
-    same(a.next_achieved_goal, b.next_achieved_goal, "next_achieved_goal");
-    same(a.her_goal, b.her_goal, "her_goal");
-    same(a.action, b.action, "action");
-    same(a.regime, b.regime, "regime");
-    same(a.done, b.done, "done");
-}
 
 // The message the host check of `checks` (host pointers) gives, or "" when it passes.
 std::string host_refusal(const std::vector<ElementCheck> &checks, fh_status *status) {
@@ -249,16 +192,8 @@ static void test_cuda_refused_device_rows(void **state) {
     Replays r(replay_ref::config(6, 3, 32));
     r.insert(replay_ref::random_rows(r.c, 5, 1, 0.3), false);
     const uint64_t n_before = r.h.R;
-    for (int fault = 0; fault < 6; ++fault) {
-        replay_ref::Rows bad = replay_ref::random_rows(r.c, 4, 7 + fault, 0.3);
-        switch (fault) {
-        case 0: bad.obs[(2 * 3 + 1) * 8 + 5] = NAN; break;
-        case 1: bad.action[10] = -3; break;
-        case 2: bad.done[4] = 2; break;
-        case 3: bad.done[7] = 1; bad.episode_end[7] = 0; break;
-        case 4: bad.regime[11] = 9; break;
-        default: bad.nag[23] = INFINITY; bad.reward[1] = NAN; break;  // the first check wins
-        }
+    for (int fault = 0; fault < kFaults; ++fault) {
+        const replay_ref::Rows bad = faulty_rows(r.c, fault);
         fh_status hs = FH_OK, ds = FH_OK;
         const std::string want = host_refusal(rows_checks(r.d, bad.view()), &hs);
         DevRows dr(bad);

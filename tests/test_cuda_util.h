@@ -13,6 +13,8 @@
 #include "testutil.h"
 
 /* Test hooks of the CUDA backend (cuda/debug_hooks.h); weak so a CPU-only build links. */
+extern "C" uint64_t fh_cuda_debug_host_waits(void) __attribute__((weak));
+extern "C" int fh_cuda_debug_step_pending(void) __attribute__((weak));
 extern "C" long fh_cuda_debug_child_nodes(int child) __attribute__((weak));
 /* OpenBLAS's thread count (ctest sets OPENBLAS_NUM_THREADS=1; the large CPU references want
  * every core). */
@@ -171,6 +173,12 @@ inline Diff compare(fh_pipeline *a, fh_pipeline *b, bool with_outputs = true) {
     d.max_rel = std::max(d.max_tensor, d.max_metric);
     d.worst = d.max_tensor >= d.max_metric ? d.worst_tensor : d.worst_metric;
     return d;
+}
+
+/* Every tensor (outputs included) and every metric of a and b bitwise equal. */
+inline void expect_bitwise(fh_pipeline *a, fh_pipeline *b, const char *what) {
+    const Diff d = compare(a, b);
+    if (!d.bitwise) fail_msg("%s: not bitwise equal (%s %.3e)", what, d.worst.c_str(), d.max_rel);
 }
 
 inline void print_diff(const char *what, const Diff &d) {

@@ -183,7 +183,9 @@ void test_plan_matches_what_a_pipeline_holds(void **) {
  * as docs/cuda.md describes them (lanes 0 and 1 and act share one, lane 2 has its own, lanes 3
  * and 4 run only branch layers and get half each; one with a single stream), the state twice
  * (the guard's copy) with the Q-net gradient and the step counter, the device input block plus
- * two pinned slots, the attention's partial rows and scratch as given, and the replay's ring. */
+ * two pinned slots and the 16-byte check record twice (device and pinned), the attention's
+ * partial rows and scratch as given, and with a replay the ring and two pinned insert slots
+ * (and no upload slots). */
 void test_cuda_plan_categories(void **) {
     fh_config c;
     fh_config_init(&c);
@@ -199,9 +201,9 @@ void test_cuda_plan_categories(void **) {
     const uint64_t B = c.batch_size;
     const uint64_t in = r256(B * 124 * 4) * 2 + r256(B * 4) + r256(B * 4 * 4) * 3 +
                         r256(B * 4 * 4) + r256(B * 4) + r256(B);
-    assert_int_equal(multi.batch_staging, 3 * in);
+    assert_int_equal(multi.batch_staging, 3 * in + 2 * 16);
     assert_int_equal(multi.replay, 0);
-    assert_int_equal(multi.device, multi.total() - 2 * in);
+    assert_int_equal(multi.device, multi.total() - 2 * in - 16);
     /* 64 more partial rows of T·3d + 3d·td + 3d·G = 32·192 + 192·4 + 192·4 floats (a multiple
      * of 256 bytes, so no alignment moves), and 1000 more bytes of scratch (the last part). */
     const fh::MemoryPlan more = fh::plan_cuda(c, L, fh::AttentionSizes{164, 5096});
@@ -211,16 +213,21 @@ void test_cuda_plan_categories(void **) {
     assert_int_equal(single.workspaces, 32ull << 20);
     assert_int_equal(single.activations, multi.activations);
     /* The ring of cuda/replay.cu: each of the nine fields, the episode table [K, E] of uint32
-     * and the E uint64 starts 256-byte aligned, then 256 bytes for the row count. */
+     * and the E uint64 starts 256-byte aligned, then 256 bytes for the row count; two insert
+     * slots of all K rows (K·E transitions of 102 bytes are far below 16 MiB), fields aligned. */
     c = replay_ref::config(1000, 3);
     c.backend = FH_BACKEND_CUDA;
     const fh::Layout Lr = fh::make_layout(fh::make_dims(c));
     const uint64_t KE = 3000, O = c.obs_dim, G = c.goal_dim, NB = c.num_branches;
-    const uint64_t ring = 2 * r256(KE * O * 4) + 2 * r256(KE * G * 4) + r256(KE * NB * 4) +
-                          2 * r256(KE * 4) + 2 * r256(KE) + r256(KE * 4) + r256(3 * 8) + 256;
+    const uint64_t fields = 2 * r256(KE * O * 4) + 2 * r256(KE * G * 4) + r256(KE * NB * 4) +
+                            2 * r256(KE * 4) + 2 * r256(KE);
     const fh::MemoryPlan withr = fh::plan_cuda(c, Lr, attn);
-    assert_int_equal(withr.replay, ring);
-    assert_int_equal(withr.device, withr.total() - 2 * (withr.batch_staging / 3));
+    assert_int_equal(withr.replay, fields + r256(KE * 4) + r256(3 * 8) + 256 + 2 * fields);
+    const uint64_t Br = c.batch_size;
+    const uint64_t in_r = r256(Br * O * 4) * 2 + r256(Br * 4) + r256(Br * G * 4) * 3 +
+                          r256(Br * NB * 4) + r256(Br * 4) + r256(Br);
+    assert_int_equal(withr.batch_staging, in_r + 2 * 16);
+    assert_int_equal(withr.device, withr.total() - 16 - 2 * fields);
 }
 
 /* L3: B = 2^20 with obs_dim = 1024 passed every per-dimension check and then spent ~80 s and

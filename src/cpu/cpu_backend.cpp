@@ -65,7 +65,9 @@ public:
     void upload(const fh_batch &b) override {
         pack_batch(L_.dims, b, host_batch_dst(L_.dims, spare_));
         std::swap(batch_, spare_);
+        has_batch_ = true;
     }
+    bool has_batch() const override { return has_batch_; }
 
     void upload_device(const fh_batch &) override { refuse_device("batch"); }
 
@@ -317,6 +319,7 @@ private:
     float aux_ms_[5] = {};
     float total_ms_ = 0;
     bool allocated_ = false;  // a step has completed: every step buffer exists
+    bool has_batch_ = false;  // an upload was accepted
     HostBuffers shadow_;      // the persistent buffers as the running step found them
     bool snapshot_valid_ = false;
     GuardReport guard_;
