@@ -249,31 +249,8 @@ struct AttentionLearner::Impl {
              e);
     }
 
-    void choose(Kernels want, bool strict) {
-        switch (want) {
-        case Kernels::AUTO:
-            path = attn::make_tc_path(g, strict);
-            if (!path) path = attn::make_general_path(g);
-            return;
-        case Kernels::TC:
-        case Kernels::TC_SPLIT: path = attn::make_tc_path(g, want == Kernels::TC_SPLIT); break;
-        case Kernels::GENERAL: path = attn::make_general_path(g); break;
-        }
-        if (!path)
-            fail(FH_ERR_BAD_DIMENSION,
-                 "the attention kernels '%s' do not support this config (%d tokens, d_head %d, "
-                 "attn_token_dim %d, goal_dim %d, %d heads)",
-                 attn::kernels_name(want), g.T, g.dh, g.td, g.G, g.heads);
-    }
-
-    Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *m, float *v,
-         Kernels kernels)
-        : d(dd), o(L.attn), params(p), mom1(m), mom2(v) {
-        hyp = AdamHyper{c.lr_aux, c.adam_beta1, c.adam_beta2, c.adam_eps};
-        compute = compute_type(c);
-        if (o.Wk != o.Wq + (size_t)d.d * d.d || o.Wv != o.Wk + (size_t)d.d * d.d ||
-            o.bk != o.bq + d.d || o.bv != o.bk + d.d)
-            fail(FH_ERR_INTERNAL, "attention: Wq|Wk|Wv and bq|bk|bv are not contiguous in the layout");
+    static Geom geometry(const Dims &d) {
+        Geom g{};
         g.B = (int)d.B; g.D = (int)d.D; g.O = (int)d.O; g.G = (int)d.G; g.td = (int)d.td;
         g.To = (int)d.To; g.T = (int)d.T; g.d = (int)d.d; g.d3 = 3 * (int)d.d;
         g.heads = (int)d.heads; g.dh = (int)d.dh; g.hh = (int)d.hh;
@@ -284,7 +261,38 @@ struct AttentionLearner::Impl {
         g.c_eb = g.c_cc + g.T * g.d3;
         g.c_total = g.c_eb + g.d;
         g.pw = g.T * g.d3 + g.d3 * g.td + g.d3 * g.G;
-        choose(requested(kernels), c.math_mode == FH_MATH_STRICT);
+        return g;
+    }
+
+    static std::unique_ptr<attn::Path> choose(const Geom &g, Kernels want, bool strict) {
+        std::unique_ptr<attn::Path> path;
+        switch (want) {
+        case Kernels::AUTO:
+            path = attn::make_tc_path(g, strict);
+            if (!path) path = attn::make_general_path(g);
+            return path;
+        case Kernels::TC:
+        case Kernels::TC_SPLIT: path = attn::make_tc_path(g, want == Kernels::TC_SPLIT); break;
+        case Kernels::GENERAL: path = attn::make_general_path(g); break;
+        }
+        if (!path)
+            fail(FH_ERR_BAD_DIMENSION,
+                 "the attention kernels '%s' do not support this config (%d tokens, d_head %d, "
+                 "attn_token_dim %d, goal_dim %d, %d heads)",
+                 attn::kernels_name(want), g.T, g.dh, g.td, g.G, g.heads);
+        return path;
+    }
+
+    Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *m, float *v,
+         Kernels kernels)
+        : d(dd), o(L.attn), params(p), mom1(m), mom2(v) {
+        hyp = AdamHyper{c.lr_aux, c.adam_beta1, c.adam_beta2, c.adam_eps};
+        compute = compute_type(c);
+        if (o.Wk != o.Wq + (size_t)d.d * d.d || o.Wv != o.Wk + (size_t)d.d * d.d ||
+            o.bk != o.bq + d.d || o.bv != o.bk + d.d)
+            fail(FH_ERR_INTERNAL, "attention: Wq|Wk|Wv and bq|bk|bv are not contiguous in the layout");
+        g = geometry(d);
+        path = choose(g, requested(kernels), c.math_mode == FH_MATH_STRICT);
         head = aux::plan_rows(d.B, 2 * (int)d.hh + 2, kHeadRowsPerWarp, 0, "attention head");
 
         const size_t B = d.B;
@@ -383,6 +391,15 @@ AttentionLearner::AttentionLearner(const Dims &d, const fh_config &c, const Layo
     : impl_(std::make_unique<Impl>(d, c, L, params, m, v, kernels)) {}
 
 AttentionLearner::~AttentionLearner() = default;
+
+void AttentionLearner::path_sizes(const Dims &d, const fh_config &c, size_t *partial_rows,
+                                  size_t *scratch_bytes) {
+    const Geom g = Impl::geometry(d);
+    const std::unique_ptr<attn::Path> path =
+        Impl::choose(g, Impl::requested(Kernels::AUTO), c.math_mode == FH_MATH_STRICT);
+    *partial_rows = (size_t)path->partial_rows();
+    *scratch_bytes = path->scratch_bytes();
+}
 
 void AttentionLearner::enqueue_loss_grad(const Lane &lane, const StepInputs &in, float *loss) {
     impl_->loss_grad(lane, in, loss);

@@ -340,6 +340,9 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
     case Task::CONFIDENCE: confidence(s, l); break;
     case Task::REGIME_SCALE: regime_scale(s, l); break;
     case Task::ADAM_Q: adam_q(s, l); break;
+    // The divergence guard (cuda/guard.cu) is not wired yet: docs/cuda.md, "What the executor
+    // must call".
+    case Task::GUARD_SNAPSHOT: case Task::GUARD_CHECK: break;
     }
 }
 

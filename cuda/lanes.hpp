@@ -4,7 +4,7 @@
 // FH_EXEC_SINGLE_STREAM every lane runs on lane 0's stream (same handles, same workspace sizes,
 // so the GEMMs are the same calls in both modes). Lanes that never run at the same time share
 // a workspace buffer, and lanes that run only the branch layers get half a workspace
-// (lanes.cpp says why).
+// (src/schedule.cpp says why: the memory plan counts the same bytes).
 #pragma once
 #include <cstddef>
 #include <vector>
@@ -34,7 +34,7 @@ public:
     int count() const { return nlanes_; }
     cudaStream_t stream(int lane) const { return multi_ ? streams_[lane] : streams_[0]; }
     LaneCtx ctx(int lane) const;
-    // Lane `lane`'s cuBLAS workspace (act() borrows lane 0's: see lanes.cpp).
+    // Lane `lane`'s cuBLAS workspace (act() borrows lane 0's: see src/schedule.cpp).
     void *workspace(int lane) const { return ws_[slot(lane)]; }
     size_t workspace_bytes(int lane) const { return ws_bytes_[lane]; }
 

@@ -104,6 +104,11 @@ public:
     void time_phases(bool on);
     void phase_ms(float *forward, float *backward) const;
     size_t bytes() const;
+    // The device-dependent sizes of the kernel path a learner for @p c (AUTO kernels) picks on
+    // the current device: its backward's partial rows (of pw floats, attention_paths.hpp) and
+    // its scratch bytes. For the memory plan (src/memory_plan.cpp); allocates nothing.
+    static void path_sizes(const Dims &d, const fh_config &c, size_t *partial_rows,
+                           size_t *scratch_bytes);
 
 private:
     struct Impl;  // cuda/attention.cu

@@ -176,7 +176,8 @@ typedef enum fh_status {
                                         (message says which) */
 } fh_status;
 
-/** Static English name of a status ("FH_ERR_NON_FINITE: ..."); never NULL. */
+/** The name of a status as a static string, e.g. "FH_ERR_NON_FINITE"; "FH_ERR_UNKNOWN_STATUS"
+ *  for a value that is no ::fh_status. Never NULL. */
 FH_API const char *fh_status_string(fh_status status);
 
 /** Message of the last failed call on this thread (empty string after a success); never NULL.
@@ -391,7 +392,8 @@ typedef struct fh_replay_rows {
 
 /**
  * Metrics of the last completed step, SPEC §6. Losses are the values whose gradients that step
- * applied. A learner the config disables reports 0.
+ * applied (or, for a step the divergence guard skipped, would have applied). A learner the
+ * config disables reports 0.
  */
 typedef struct fh_metrics {
     size_t struct_size;        /**< sizeof(fh_metrics) */
@@ -411,6 +413,11 @@ typedef struct fh_metrics {
     uint32_t num_relabelled;   /**< transitions whose goal HER relabelled */
     uint32_t num_regimes;      /**< R: entries of regime_scale that are set */
     float regime_scale[FH_MAX_REGIMES]; /**< rho_k after this step's update */
+    /* Added in 0.2; metrics of the 0.1 size (ending at regime_scale) get the fields above. */
+    uint64_t steps_skipped;    /**< steps the divergence guard skipped since the pipeline was
+                                    created (see fh_pipeline_step()) */
+    uint32_t last_step_skipped; /**< 1 if the step these metrics describe applied no update
+                                     (its losses may then read NaN or infinity), else 0 */
 } fh_metrics;
 
 /**
@@ -463,7 +470,8 @@ typedef struct fh_tensor_info {
 /** Memory a pipeline holds, in bytes, by category. */
 typedef struct fh_memory_report {
     size_t struct_size;        /**< sizeof(fh_memory_report) */
-    uint64_t parameters;       /**< parameters, targets, gradients, Adam moments */
+    uint64_t parameters;       /**< parameters, targets, gradients, Adam moments, and the
+                                    divergence guard's copy of the state */
     uint64_t activations;      /**< forward caches and intermediates */
     uint64_t workspaces;       /**< cuBLAS workspaces, all lanes (0 on the CPU) */
     uint64_t batch_staging;    /**< batch buffers (pinned host + device on CUDA) */
@@ -473,26 +481,54 @@ typedef struct fh_memory_report {
                                     staging of host inserts (0 without a replay) */
 } fh_memory_report;
 
+/**
+ * The memory plan of a config: the bytes a pipeline created from @p config would hold once it
+ * has stepped, by category, computed from the dimensions without creating it (nothing large is
+ * allocated). FH_BACKEND_AUTO resolves as in fh_pipeline_create(). On the CPU the numbers are
+ * exactly fh_pipeline_memory()'s after the first step; on CUDA, computed from the executor's
+ * allocations and the attention kernels' sizes on config.device (their partial sums follow
+ * its occupancy), they are meant to be fh_pipeline_memory()'s plus the divergence guard's
+ * copy, which this build's CUDA executor does not allocate yet (6 MB at the defaults). Includes
+ * the divergence guard's copy of the state (in parameters) and, with replay_capacity > 0, the
+ * replay (its rows and episode table; on CUDA also the pinned staging of host inserts).
+ * @param config  as for fh_pipeline_create(); validated the same way.
+ * @param report  out; its struct_size must be set (the 0.1 size, without replay, is accepted).
+ * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_STRUCT_SIZE (of @p config or @p report);
+ *         FH_ERR_BAD_DIMENSION; FH_ERR_INDIVISIBLE; FH_ERR_BAD_VALUE; FH_ERR_NO_CUDA.
+ */
+FH_API fh_status fh_memory_plan(const struct fh_config *config,
+                                struct fh_memory_report *report);
+
 /** Opaque pipeline handle. */
 typedef struct fh_pipeline fh_pipeline;
 
 /**
- * Create a pipeline: validate @p config, allocate (the replay too, when the config has one),
- * initialise parameters from the seed (SPEC §3) and, on CUDA, capture the step graph.
+ * Create a pipeline: validate @p config, check that the memory it needs is there, allocate (the
+ * replay too, when the config has one), initialise parameters from the seed (SPEC §3) and, on
+ * CUDA, capture the step graph.
+ *
+ * Before allocating anything, the memory the config needs (fh_memory_plan(), plus the largest
+ * scratch a step holds briefly) is compared with what is available: host memory (MemAvailable,
+ * or less under a cgroup v2 memory.max) and, on CUDA, the device's free memory
+ * (cudaMemGetInfo). A config that does not fit is refused at once with FH_ERR_OUT_OF_MEMORY and
+ * a message "config needs X bytes of host memory (...), Y available (...)". Allocation can still
+ * fail later if other processes take the memory meanwhile; then too nothing is left allocated.
  * @param config  filled by fh_config_init() and edited; copied. The 0.1 size of the struct is
  *                accepted (no replay).
  * @param out     receives the handle (NULL on failure).
  * With fh_config::nccl_comm set, creation is collective: every rank of the communicator must
  * create its pipeline at the same time (from its own process or thread), since the step graph
  * is run once and captured with the communicator's all-reduces in it.
- * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_STRUCT_SIZE; FH_ERR_BAD_DIMENSION (also: only
- *         one of replay_capacity and replay_envs is 0, or their product exceeds 2^32, or
- *         W·batch_size exceeds 2^32 with a communicator of W ranks);
+ * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_STRUCT_SIZE; FH_ERR_BAD_DIMENSION (a dimension out
+ *         of its range, or dimensions whose product makes an array of more than 2^31 - 1
+ *         elements; also: only one of replay_capacity and replay_envs is 0, or their product
+ *         exceeds 2^32, or W·batch_size exceeds 2^32 with a communicator of W ranks);
  *         FH_ERR_INDIVISIBLE; FH_ERR_BAD_VALUE (also: the communicator's device is not
  *         config.device); FH_ERR_NO_CUDA; FH_ERR_UNSUPPORTED (a communicator with the CPU
  *         backend, AUTO resolving to it included, or in a build without NCCL);
  *         FH_ERR_CUDA (a CUDA, cuBLAS or NCCL call failed: the message names it);
- *         FH_ERR_OUT_OF_MEMORY.
+ *         FH_ERR_OUT_OF_MEMORY (the config needs more than is available, or an allocation
+ *         failed).
  */
 FH_API fh_status fh_pipeline_create(const fh_config *config, fh_pipeline **out);
 
@@ -514,9 +550,8 @@ FH_API fh_status fh_pipeline_config(const fh_pipeline *pipeline, fh_config *conf
  * overlaps step t. Device arrays (CUDA) are checked and copied on the device, and a refusal is
  * returned by the next call (see "Device memory" in the conventions).
  * Finite values of any size are accepted; values large enough to overflow the step (around
- * 1e14 and up at the default sizes) give a non-finite state, which the metrics show and
- * fh_pipeline_save() refuses. A pipeline with a replay draws its batches from it and refuses
- * uploads (FH_ERR_UNSUPPORTED).
+ * 1e11 and up at the default sizes) make the divergence guard skip the step (fh_pipeline_step()).
+ * A pipeline with a replay draws its batches from it and refuses uploads (FH_ERR_UNSUPPORTED).
  * @return FH_OK; FH_ERR_NULL_POINTER (handle, batch, or a required tensor);
  *         FH_ERR_STRUCT_SIZE (neither the 0.1 nor the current size);
  *         FH_ERR_BUFFER_SIZE (batch_size differs from the config);
@@ -535,9 +570,22 @@ FH_API fh_status fh_pipeline_upload(fh_pipeline *pipeline, const fh_batch *batch
  * launches the captured graph and returns without waiting for it; reading metrics, timings or
  * tensors waits. With fh_config::nccl_comm the step is collective (SPEC §9): its all-reduces
  * wait on the GPU until every rank has launched the same step.
- * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_NO_BATCH (no batch uploaded yet, or, with a
- *         replay, no row inserted yet: SPEC §2.1; nothing changes); FH_ERR_OUT_OF_MEMORY (the
- *         first step allocates the caches; the state is then left as it was); FH_ERR_CUDA.
+ *
+ * Divergence guard: a step whose losses, gradient norm or resulting state (parameters, targets,
+ * Adam moments, spectral vectors, regime state) hold a NaN or infinity applies no update: all of
+ * that state stays bitwise as it was before the step, as a mixed-precision loss scaler
+ * (PyTorch's GradScaler) skips an optimizer step. The step counter still advances (the next
+ * step draws new random numbers, and with a replay a new batch; Adam's t = step + 1 counts it),
+ * the step's outputs (d_states, ensemble, confidence) and metrics describe the skipped step,
+ * fh_metrics::last_step_skipped is 1 and fh_metrics::steps_skipped counts it. A step never
+ * changes the replay (only inserts and loads do), so a skipped step leaves it as it was too.
+ * The decision is made where the step runs (on CUDA on the device), so this call cannot report
+ * it: fh_pipeline_check() does. Extreme but finite inputs (obs around 1e11 with rewards around
+ * 1e12 at the default sizes) or hyperparameters (lr_q = 1e20) trigger it.
+ * @return FH_OK (also for a step the guard skips); FH_ERR_NULL_POINTER; FH_ERR_NO_BATCH (no
+ *         batch uploaded yet, or, with a replay, no row inserted yet: SPEC §2.1; nothing
+ *         changes); FH_ERR_OUT_OF_MEMORY (the first step allocates the caches; the state is then
+ *         left as it was and what the step allocated is freed); FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_step(fh_pipeline *pipeline);
 
@@ -598,14 +646,34 @@ FH_API fh_status fh_pipeline_sync(fh_pipeline *pipeline);
  * @param actions    out [n, NB] int32
  * @param q_values   out [n, NB, A] clamped q, or NULL
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_BUFFER_SIZE (n = 0); FH_ERR_BAD_VALUE (epsilon);
- *         FH_ERR_NON_FINITE; FH_ERR_OUT_OF_MEMORY (scratch for n rows); FH_ERR_CUDA.
+ *         FH_ERR_NON_FINITE (a NaN or infinity in obs or goal, or a q-value that is not finite,
+ *         naming its row, branch and action: finite parameters so large that the net overflows;
+ *         then no action is chosen, the act counter does not advance, and the contents of
+ *         @p actions and @p q_values are unspecified); FH_ERR_OUT_OF_MEMORY (scratch for n
+ *         rows); FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_act(fh_pipeline *pipeline, const float *obs, const float *goal,
                                  uint32_t n, float epsilon, int32_t *actions, float *q_values);
 
+/**
+ * Report divergence: whether the divergence guard skipped a step since the last call of this
+ * function (or since creation, or the last fh_pipeline_load()); then starts afresh. Waits for
+ * the steps launched so far (on CUDA, a host synchronisation).
+ * @return FH_OK: no step was skipped; FH_ERR_NON_FINITE: at least one was, and the message names
+ *         the first non-finite quantity of the first one and its value, e.g. "step 7 applied no
+ *         update: adam_v of attn.w_r2[0, 6] = inf is not finite (...)"; the quantities are
+ *         checked in the order td_loss, q_mean, cql_loss, iql_loss_hi, iql_loss_lo, iqn_loss,
+ *         attn_loss, conf_loss, grad_norm, sigma, sigma_target, ensemble_std, then every state
+ *         element (parameters, targets, Adam moments, spectral u, regime state, in checkpoint
+ *         order); FH_ERR_NULL_POINTER; FH_ERR_INTERNAL (an executor built without the guard);
+ *         FH_ERR_CUDA.
+ */
+FH_API fh_status fh_pipeline_check(fh_pipeline *pipeline);
+
 /** Metrics of the last completed step. Before the first step, and after fh_pipeline_load()
  *  until the next step, every loss reads 0 while step and regime_scale give the current state.
- *  FH_ERR_NULL_POINTER, FH_ERR_STRUCT_SIZE, FH_ERR_CUDA. */
+ *  The 0.1 size of the struct is accepted too. FH_ERR_NULL_POINTER, FH_ERR_STRUCT_SIZE,
+ *  FH_ERR_CUDA. */
 FH_API fh_status fh_pipeline_metrics(fh_pipeline *pipeline, fh_metrics *metrics);
 
 /** Timings of the last completed step (all zero before the first, and after a load until the
@@ -647,11 +715,20 @@ FH_API fh_status fh_pipeline_write_tensor(fh_pipeline *pipeline, const char *nam
  * Save everything a continued run needs (parameters, targets, Adam moments, spectral vectors,
  * regime state, step and act counters, the config) to @p path; the replay is not saved (see
  * fh_pipeline_save_ex()). A pipeline loaded from it continues bit-for-bit like this one when it
- * is fed the same batches. A state with a NaN or infinity anywhere (a step does not
- * check for divergence: extreme inputs or hyperparameters can overflow; the metrics show it)
- * is refused, since fh_pipeline_load() would refuse it; nothing is written then.
+ * is fed the same batches.
+ *
+ * The file appears whole or not at all: it is written unnamed beside @p path (O_TMPFILE) and
+ * given the name, replacing a regular file of that name, only after every byte is on disk
+ * (fsync), so a save that fails or is killed leaves no partial or temporary file (on a file
+ * system without O_TMPFILE a killed save can leave `path.fhtmp.PID.N`). A new file gets mode
+ * 0666 less the umask, as fopen() gives. The state is streamed through a fixed 512 KiB of
+ * buffers, whatever its size. A state with a NaN or infinity anywhere (which the divergence
+ * guard of fh_pipeline_step() keeps out; write_tensor and load refuse them) is refused; nothing
+ * is written then.
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_NON_FINITE (naming the first such value, e.g.
- *         "adam_v of q.W1[3, 5] = inf"); FH_ERR_IO; FH_ERR_CUDA.
+ *         "adam_v of q.W1[3, 5] = inf"); FH_ERR_IO (also: @p path exists and is not a regular
+ *         file: a device, FIFO, directory or symbolic link is never replaced);
+ *         FH_ERR_OUT_OF_MEMORY (the 512 KiB of buffers); FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_save(fh_pipeline *pipeline, const char *path);
 
@@ -662,7 +739,8 @@ FH_API fh_status fh_pipeline_save(fh_pipeline *pipeline, const char *path);
 
 /**
  * fh_pipeline_save() with options: @p flags is 0 (exactly fh_pipeline_save(): a file that
- * foxhunt 0.1 also reads) or ::FH_SAVE_REPLAY (format 2, read by 0.2 and later).
+ * foxhunt 0.1 also reads) or ::FH_SAVE_REPLAY (format 2, read by 0.2 and later). The replay's
+ * valid rows are copied once (on CUDA from the device) and written from that copy.
  * @return as fh_pipeline_save(); also FH_ERR_BAD_VALUE (an unknown flag bit) and
  *         FH_ERR_UNSUPPORTED (FH_SAVE_REPLAY on a pipeline without a replay).
  */
@@ -672,17 +750,23 @@ FH_API fh_status fh_pipeline_save_ex(fh_pipeline *pipeline, const char *path, ui
  * Load a checkpoint written by fh_pipeline_save() or fh_pipeline_save_ex() from a pipeline of
  * the same config (the backend, device and execution switches may differ). A checkpoint with
  * a replay needs a pipeline with the same replay_capacity and replay_envs and replaces its
- * replay; one without leaves the pipeline's replay as it is. On any error nothing changes.
+ * replay; one without leaves the pipeline's replay as it is. On any error nothing changes. The
+ * header (magic, format, config fingerprint, and the replay section's shape) is read first and
+ * the rest only when the file's size is the one its header implies, so a large file that is no
+ * checkpoint of a valid config is refused after reading a few hundred bytes.
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_IO (also: not a regular file);
  *         FH_ERR_CHECKPOINT_TRUNCATED (this config's header, but the file ends early);
- *         FH_ERR_CHECKPOINT_CORRUPT (bad magic, checksum or size, a non-finite value, or
- *         replay rows that an insert would refuse);
- *         FH_ERR_CHECKPOINT_CONFIG (another config, or a replay of another shape, or a
- *         replay and a pipeline without one); FH_ERR_OUT_OF_MEMORY; FH_ERR_CUDA.
+ *         FH_ERR_CHECKPOINT_CORRUPT (bad magic, format, checksum or size, a non-finite value,
+ *         or replay rows that an insert would refuse);
+ *         FH_ERR_CHECKPOINT_CONFIG (an intact checkpoint of another config, or a replay of
+ *         another shape, or a replay and a pipeline without one); FH_ERR_OUT_OF_MEMORY;
+ *         FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_load(fh_pipeline *pipeline, const char *path);
 
-/** Bytes held by the pipeline, by category. The 0.1 size of the report is accepted too.
+/** Bytes held by the pipeline, by category; on the CPU, the first step's caches and scratch
+ *  count from that step on (before it, activations are fh_memory_plan()'s less those). The 0.1
+ *  size of the report is accepted too.
  *  FH_ERR_NULL_POINTER, FH_ERR_STRUCT_SIZE. */
 FH_API fh_status fh_pipeline_memory(const fh_pipeline *pipeline, fh_memory_report *report);
 

@@ -25,14 +25,7 @@ fi
 pkgs=(cmake g++ pkgconf libopenblas-dev libcmocka-dev librandom123-dev doxygen
       python3-numpy python3-pytest python3-torch python3-matplotlib cargo
       librust-libloading-dev)
-missing=()
-for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null; then
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  echo "installing: ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+bash scripts/apt-install.sh "${pkgs[@]}"
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
 mkdir -p build
 args=(-DCMAKE_BUILD_TYPE=Release)

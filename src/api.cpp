@@ -8,13 +8,17 @@
 #include <cstddef>
 #include <cstring>
 #include <new>
+#include <string>
+#include <vector>
 
 #include "backend.hpp"
 #include "batch.hpp"
 #include "checkpoint.hpp"
 #include "config.hpp"
 #include "error.hpp"
+#include "guard.hpp"
 #include "layout.hpp"
+#include "memory_plan.hpp"
 
 struct fh_pipeline {
     fh_config config;
@@ -23,6 +27,7 @@ struct fh_pipeline {
     uint64_t step = 0;       // steps completed
     uint64_t act_calls = 0;  // act calls completed
     bool has_metrics = false;  // a step ran since creation or the last load
+    std::vector<float> act_q;  // act's q values when the caller wants none (checked anyway)
 };
 
 namespace {
@@ -122,38 +127,75 @@ void fill_info(const fh::TensorEntry &t, fh_tensor_info *info) {
     info->writable = t.writable ? 1 : 0;
 }
 
+// A validated copy of @p config with the backend resolved (AUTO: CUDA where there is a device).
+fh_config resolved(const fh_config *config) {
+    need(config, "config");
+    fh_config c = fh::read_config(*config);
+    fh::validate_config(c);
+    if (c.backend == FH_BACKEND_AUTO)
+        c.backend = fh::cuda_available(c.device) ? FH_BACKEND_CUDA : FH_BACKEND_CPU;
+    else if (c.backend == FH_BACKEND_CUDA && !fh::cuda_available(c.device))
+        fh::fail(FH_ERR_NO_CUDA, "config.backend = FH_BACKEND_CUDA but this build or machine "
+                 "has no CUDA device %d", c.device);
+    return c;
+}
+
+void fill_report(const fh::MemoryPlan &m, fh_memory_report *r) {
+    fh_memory_report full{};
+    full.struct_size = sizeof(fh_memory_report);
+    full.parameters = m.parameters;
+    full.activations = m.activations;
+    full.workspaces = m.workspaces;
+    full.batch_staging = m.batch_staging;
+    full.replay = m.replay;
+    full.total = m.total();
+    copy_out(r, full);
+}
+
 }  // namespace
 
 extern "C" {
 
 uint32_t fh_version(void) { return FOXHUNT_VERSION_NUMBER; }
 
+fh_status fh_memory_plan(const fh_config *config, fh_memory_report *report) {
+    return guard([&] {
+        need(report, "report");
+        need_size(report->struct_size, sizeof(fh_memory_report), "report",
+                  offsetof(fh_memory_report, replay));
+        const fh_config c = resolved(config);
+        fill_report(fh::plan_memory(c, fh::make_layout(fh::make_dims(c)), c.backend), report);
+    });
+}
+
 fh_status fh_pipeline_create(const fh_config *config, fh_pipeline **out) {
     if (out) *out = nullptr;
     return guard([&] {
         need(config, "config");
         need(out, "out");
-        fh_config c = fh::read_config(*config);
-        fh::validate_config(c);
-        int backend = c.backend;
-        if (backend == FH_BACKEND_AUTO)
-            backend = fh::cuda_available(c.device) ? FH_BACKEND_CUDA : FH_BACKEND_CPU;
-        else if (backend == FH_BACKEND_CUDA && !fh::cuda_available(c.device))
-            fh::fail(FH_ERR_NO_CUDA, "config.backend = FH_BACKEND_CUDA but this build or "
-                     "machine has no CUDA device %d", c.device);
+        const fh_config c = resolved(config);
+        const int backend = c.backend;
         uint32_t rank = 0, world = 1;
         if (c.nccl_comm) {
             if (backend != FH_BACKEND_CUDA)
                 fh::fail(FH_ERR_UNSUPPORTED, "config.nccl_comm is set, but the pipeline would "
                          "run on the CPU backend%s, which has no data-parallel step (SPEC §9 "
-                         "runs on FH_BACKEND_CUDA)", c.backend == FH_BACKEND_AUTO ?
+                         "runs on FH_BACKEND_CUDA)", config->backend == FH_BACKEND_AUTO ?
                          " (FH_BACKEND_AUTO found no CUDA device)" : "");
             fh::nccl_rank_world(c.nccl_comm, c.device, &rank, &world);
         }
-        c.backend = backend;
         auto p = std::make_unique<fh_pipeline>();
         p->config = c;
         p->layout = fh::make_layout(fh::make_dims(c, rank, world));
+        // Refuse before allocating what the machine does not have (a config can need tens of
+        // GiB; allocating until failure took minutes).
+        const fh::MemoryPlan plan = fh::plan_memory(c, p->layout, backend);
+        std::string source;
+        fh::check_fits(plan.host, fh::host_available_bytes(&source), "host memory", source, plan);
+        if (backend == FH_BACKEND_CUDA)
+            fh::check_fits(plan.device, fh::cuda_free_bytes(c.device),
+                           "device memory of CUDA device " + std::to_string(c.device),
+                           "cudaMemGetInfo", plan);
         fh::HostBuffers init = fh::initial_state(p->layout, c.seed);
         p->backend = backend == FH_BACKEND_CUDA
                          ? fh::make_cuda_backend(c, p->layout, std::move(init))
@@ -249,7 +291,20 @@ fh_status fh_pipeline_act(fh_pipeline *p, const float *obs, const float *goal, u
             fh::fail(FH_ERR_BAD_VALUE, "argument 'epsilon' = %g is outside [0, 1]", (double)epsilon);
         fh::check_finite("obs", obs, n, d.O);
         if (d.G > 0) fh::check_finite("goal", goal, n, d.G);
-        p->backend->act(obs, d.G > 0 ? goal : nullptr, n, epsilon, p->act_calls, actions, q_values);
+        const size_t nq = (size_t)n * d.NB * d.A;
+        float *q = q_values;
+        if (!q) {
+            p->act_q.resize(nq);
+            q = p->act_q.data();
+        }
+        p->backend->act(obs, d.G > 0 ? goal : nullptr, n, epsilon, p->act_calls, actions, q);
+        // An argmax over NaN picks an arbitrary action: refuse rather than act on it.
+        const size_t bad = fh::first_non_finite_index(q, nq);
+        if (bad < nq)
+            fh::fail(FH_ERR_NON_FINITE, "the q-value of row %zu, branch %zu, action %zu is %g: "
+                     "the Q net gives no finite value for this input (its parameters may be "
+                     "too large); no action was chosen", bad / ((size_t)d.NB * d.A),
+                     bad / d.A % d.NB, bad % d.A, (double)q[bad]);
         ++p->act_calls;
     });
 }
@@ -258,19 +313,33 @@ fh_status fh_pipeline_metrics(fh_pipeline *p, fh_metrics *m) {
     return guard([&] {
         use(p);
         need(m, "metrics");
-        need_size(m->struct_size, sizeof(fh_metrics), "metrics");
+        need_size(m->struct_size, sizeof(fh_metrics), "metrics",
+                  offsetof(fh_metrics, steps_skipped));
+        fh_metrics full{};
         if (!p->has_metrics) {  // before the first step, and after a load until the next step
-            *m = fh_metrics{};
-            m->struct_size = sizeof(fh_metrics);
-            m->num_regimes = p->layout.dims.R;
-            m->step = p->step;
+            full.num_regimes = p->layout.dims.R;
             const fh::TensorEntry &rho = *p->layout.find("regime.scale");
-            p->backend->read(rho.buf, rho.offset, rho.count(), m->regime_scale);
-            return;
+            p->backend->read(rho.buf, rho.offset, rho.count(), full.regime_scale);
+        } else {
+            p->backend->metrics(&full);
         }
-        p->backend->metrics(m);
-        m->struct_size = sizeof(fh_metrics);
-        m->step = p->step;
+        full.struct_size = sizeof(fh_metrics);
+        full.step = p->step;
+        const fh::GuardReport g = p->backend->guard_report(false);
+        full.steps_skipped = g.skipped;
+        full.last_step_skipped = p->has_metrics && g.last_skipped ? 1 : 0;
+        copy_out(m, full);
+    });
+}
+
+fh_status fh_pipeline_check(fh_pipeline *p) {
+    return guard([&] {
+        use(p);
+        const fh::GuardReport g = p->backend->guard_report(true);
+        if (!g.available)
+            fh::fail(FH_ERR_INTERNAL, "this build's %s executor does not run the divergence "
+                     "guard", p->config.backend == FH_BACKEND_CUDA ? "CUDA" : "CPU");
+        if (g.pending > 0) fh::fail(FH_ERR_NON_FINITE, "%s", fh::guard_message(p->layout, g).c_str());
     });
 }
 
@@ -353,24 +422,13 @@ fh_status fh_pipeline_save_ex(fh_pipeline *p, const char *path, uint32_t flags) 
         if ((flags & FH_SAVE_REPLAY) && p->layout.dims.K == 0)
             fh::fail(FH_ERR_UNSUPPORTED, "FH_SAVE_REPLAY on a pipeline without a replay "
                      "(config.replay_capacity = 0)");
-        fh::Checkpoint ck;
-        ck.step = p->step;
-        ck.act_calls = p->act_calls;
-        ck.bufs.resize(fh::NUM_BUFS);
-        for (int b = 0; b < fh::NUM_PERSISTENT; ++b) {
-            ck.bufs[b].resize(p->layout.buf_size[b]);
-            p->backend->read((fh::Buf)b, 0, ck.bufs[b].size(), ck.bufs[b].data());
-        }
-        // A load refuses non-finite values, so a diverged state is refused here, not later.
-        const std::string bad = fh::first_non_finite(p->layout, ck);
-        if (!bad.empty())
-            fh::fail(FH_ERR_NON_FINITE, "cannot save: %s is not finite (the training has "
-                     "diverged; metrics show where)", bad.c_str());
-        if (flags & FH_SAVE_REPLAY) {
-            ck.has_replay = true;
-            ck.replay = p->backend->replay_image();
-        }
-        fh::save_checkpoint(path, p->config, ck);
+        fh::ReplayImage replay;
+        if (flags & FH_SAVE_REPLAY) replay = p->backend->replay_image();
+        fh::save_checkpoint(path, p->config, p->layout, p->step, p->act_calls,
+                            [&](fh::Buf b, size_t offset, size_t count, float *out) {
+                                p->backend->read(b, offset, count, out);
+                            },
+                            (flags & FH_SAVE_REPLAY) ? &replay : nullptr);
     });
 }
 
@@ -389,6 +447,7 @@ fh_status fh_pipeline_load(fh_pipeline *p, const char *path) {
         p->step = ck.step;
         p->act_calls = ck.act_calls;
         p->has_metrics = false;
+        p->backend->guard_report(true);  // a skip before the load says nothing about this state
     });
 }
 
@@ -416,6 +475,8 @@ fh_status fh_pipeline_dump_graph(fh_pipeline *p, const char *path) {
 }  // extern "C"
 
 namespace fh {
+
+GuardReport Backend::guard_report(bool) { return GuardReport{}; }
 
 void Backend::dump_graph(const char *) {
     fail(FH_ERR_NO_CUDA, "this pipeline runs on the CPU backend: there is no CUDA graph to dump");

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "batch.hpp"
+#include "guard.hpp"
 #include "init.hpp"
 #include "layout.hpp"
 #include "replay.hpp"
@@ -57,12 +58,18 @@ public:
     virtual void timings(fh_timings *t) = 0;
     virtual void memory(fh_memory_report *r) const = 0;
     virtual void dump_graph(const char *path);  // default: FH_ERR_NO_CUDA
+    // The divergence guard's counters (guard.hpp), after outstanding work; @p clear starts a
+    // new pending report. Default: an executor that does not run the guard (available = false).
+    virtual GuardReport guard_report(bool clear);
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const fh_config &c, const Layout &L, HostBuffers init);
 
 // Defined in the CUDA build only; elsewhere a stub that fails with FH_ERR_NO_CUDA.
 bool cuda_available(int device);
+// Free device memory of CUDA device @p device now (cudaMemGetInfo), for the check before
+// creation (memory_plan.hpp).
+uint64_t cuda_free_bytes(int device);
 std::unique_ptr<Backend> make_cuda_backend(const fh_config &c, const Layout &L, HostBuffers init);
 
 // SPEC §9: rank and size of the NCCL communicator `comm` (an ncclComm_t), which must live on

@@ -9,8 +9,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+
 #include <unistd.h>
 
+#include "atomic_file.hpp"
+#include "config.hpp"
 #include "error.hpp"
 
 namespace fh {
@@ -28,41 +31,82 @@ uint64_t fnv1a(const uint8_t *p, size_t n, uint64_t h = kFnvBasis) {
     return h;
 }
 
+// Bytes in memory (the config fingerprint).
 struct Bytes {
     std::vector<uint8_t> b;
-    template <class T> void put(const T &v) { put_bytes(&v, sizeof v); }
     void put_bytes(const void *p, size_t n) {
         const uint8_t *q = static_cast<const uint8_t *>(p);
         b.insert(b.end(), q, q + n);
     }
 };
 
-// Writes through to the file while hashing what it wrote: a replay can be gigabytes, too much
-// to assemble in memory first.
-struct FileWriter {
-    FILE *f;
-    uint64_t hash = kFnvBasis;
-    bool ok = true;
-    template <class T> void put(const T &v) { put_bytes(&v, sizeof v); }
+// Bytes on their way into an AtomicFile through a fixed buffer, checksummed as they pass.
+class FileWriter {
+public:
+    explicit FileWriter(AtomicFile &f) : f_(f) { buf_.reserve(kBuf); }
     void put_bytes(const void *p, size_t n) {
-        hash = fnv1a(static_cast<const uint8_t *>(p), n, hash);
-        ok = ok && fwrite(p, 1, n, f) == n;
+        if (buf_.size() + n > kBuf) flush();
+        if (n >= kBuf) {
+            sum_ = fnv1a(static_cast<const uint8_t *>(p), n, sum_);
+            f_.write(p, n);
+            return;
+        }
+        const uint8_t *q = static_cast<const uint8_t *>(p);
+        buf_.insert(buf_.end(), q, q + n);
+    }
+    template <class T> void put(const T &v) { put_bytes(&v, sizeof v); }
+    void flush() {
+        sum_ = fnv1a(buf_.data(), buf_.size(), sum_);
+        f_.write(buf_.data(), buf_.size());
+        buf_.clear();
+    }
+    uint64_t sum() const { return sum_; }  // of every byte flushed
+
+private:
+    static constexpr size_t kBuf = 1 << 18;
+    AtomicFile &f_;
+    std::vector<uint8_t> buf_;
+    uint64_t sum_ = kFnvBasis;
+};
+
+// Floats the save reads from the backend at a time.
+constexpr size_t kChunkFloats = 1 << 16;
+
+void read_exactly(FILE *f, void *out, size_t n, const char *path) {
+    if (n > 0 && fread(out, 1, n, f) != n) fail(FH_ERR_IO, "cannot read checkpoint '%s'", path);
+}
+
+// Reads a checkpoint's body in file order straight into its destination, hashing every byte.
+// The file's size was checked first, so every read is within it.
+struct FileReader {
+    FILE *f;
+    const char *path;
+    uint64_t sum;
+    void take(void *out, size_t n) {
+        read_exactly(f, out, n, path);
+        sum = fnv1a(static_cast<const uint8_t *>(out), n, sum);
+    }
+    template <class T> T get() { T v; take(&v, sizeof v); return v; }
+    void skip(size_t n) {
+        std::vector<uint8_t> chunk(std::min<size_t>(n, 1 << 18));
+        for (size_t k; n > 0; n -= k) {
+            k = std::min(n, chunk.size());
+            take(chunk.data(), k);
+        }
+    }
+    bool sum_matches() {  // the stored checksum, the file's last 8 bytes (not hashed)
+        uint64_t stored;
+        read_exactly(f, &stored, sizeof stored, path);
+        return stored == sum;
     }
 };
 
-struct Reader {
-    const std::vector<uint8_t> &b;
-    size_t pos = 0;
-    const char *path;
-    void take(void *out, size_t n) {
-        if (b.size() - pos < n)
-            fail(FH_ERR_CHECKPOINT_TRUNCATED, "checkpoint '%s' ends at byte %zu, needed %zu more",
-                 path, b.size(), n);
-        memcpy(out, b.data() + pos, n);
-        pos += n;
-    }
-    template <class T> T get() { T v; take(&v, sizeof v); return v; }
+// A replay section's header: the shape it was saved with and the rows inserted by then.
+struct ReplayHeader {
+    uint32_t K = 0, E = 0;
+    uint64_t n_ins = 0;
 };
+constexpr size_t kReplayHeaderBytes = 4 + 4 + 8;
 
 // Bytes of the valid rows of a replay with `rows` rows of E transitions.
 uint64_t replay_bytes(const Dims &d, uint64_t rows, uint32_t E) {
@@ -71,191 +115,70 @@ uint64_t replay_bytes(const Dims &d, uint64_t rows, uint32_t E) {
     return rows * E * per;
 }
 
-}  // namespace
-
-std::vector<uint8_t> config_fingerprint(const fh_config &c) {
-    Bytes w;
-    const uint32_t u[] = {c.batch_size, c.obs_dim, c.goal_dim, c.num_branches,
-                          c.actions_per_branch, c.trunk_hidden, c.branch_hidden,
-                          (uint32_t)c.her_reward, (uint32_t)c.her_terminal_on_success,
-                          c.sn_layers, c.iql_hidden, c.iqn_hidden, c.iqn_cos, c.iqn_n,
-                          c.iqn_n_target, c.attn_token_dim, c.attn_d_model, c.attn_heads,
-                          c.attn_head_hidden, c.num_regimes};
-    const float f[] = {c.q_clip, c.gamma, c.huber_kappa, c.her_ratio, c.her_epsilon,
-                       c.iql_tau_hi, c.iql_tau_lo, c.awr_beta, c.awr_max, c.cql_alpha,
-                       c.regime_beta, c.regime_min, c.regime_max, c.ema_tau, c.lr_q, c.lr_aux,
-                       c.adam_beta1, c.adam_beta2, c.adam_eps, c.clip_norm};
-    w.put_bytes(u, sizeof u);
-    w.put_bytes(f, sizeof f);
-    w.put(c.seed);
-    return w.b;
-}
-
-void save_checkpoint(const char *path, const fh_config &c, const Checkpoint &ck) {
-    // Write to a fresh temporary name beside it and rename, so a failed save never leaves half
-    // a file behind and never touches another file.
-    std::string tmp = std::string(path) + ".XXXXXX";
-    const int fd = mkstemp(&tmp[0]);
-    if (fd < 0) fail(FH_ERR_IO, "cannot create a file beside '%s': %s", path, strerror(errno));
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        close(fd);
-        remove(tmp.c_str());
-        fail(FH_ERR_IO, "cannot write beside '%s': %s", path, strerror(errno));
-    }
-    FileWriter w{f};
-    w.put_bytes(kMagic, sizeof kMagic);
-    w.put(ck.has_replay ? kFormatReplay : kFormat);
-    const std::vector<uint8_t> fp = config_fingerprint(c);
-    w.put((uint32_t)fp.size());
-    w.put_bytes(fp.data(), fp.size());
-    w.put(ck.step);
-    w.put(ck.act_calls);
-    for (int b = 0; b < NUM_PERSISTENT; ++b) {
-        w.put((uint64_t)ck.bufs[b].size());
-        w.put_bytes(ck.bufs[b].data(), ck.bufs[b].size() * sizeof(float));
-    }
-    if (ck.has_replay) {
-        w.put(c.replay_capacity);
-        w.put(c.replay_envs);
-        w.put(ck.replay.n_ins);
-        for (const std::vector<uint8_t> &field : ck.replay.rows.field)
-            w.put_bytes(field.data(), field.size());
-    }
-    const uint64_t sum = w.hash;  // of every byte before it
-    w.put(sum);
-    bool ok = w.ok;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp.c_str(), path) != 0) {
-        int e = errno;
-        remove(tmp.c_str());
-        fail(FH_ERR_IO, "cannot write checkpoint '%s': %s", path, strerror(e));
-    }
-}
-
-// Bytes of a checkpoint of this config and layout before its replay section (if any) and its
-// checksum.
-static size_t size_before_replay(const std::vector<uint8_t> &fp, const Layout &L) {
-    size_t n = sizeof kMagic + 4 + 4 + fp.size() + 8 + 8;
+// Bytes of a checkpoint of this layout before its replay section (if any) and its checksum.
+size_t size_before_replay(size_t fp_bytes, const Layout &L) {
+    size_t n = sizeof kMagic + 4 + 4 + fp_bytes + 8 + 8;
     for (int b = 0; b < NUM_PERSISTENT; ++b) n += 8 + L.buf_size[b] * sizeof(float);
     return n;
 }
 
-// A replay section's header: the shape it was saved with and the rows inserted by then.
-struct ReplayHeader {
-    uint32_t K, E;
-    uint64_t n_ins;
-};
-constexpr size_t kReplayHeaderBytes = 4 + 4 + 8;
-
-Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L) {
-    // Only regular files: a device or a pipe would be read until memory runs out, or forever.
-    struct stat st;
-    if (stat(path, &st) != 0) fail(FH_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode)) fail(FH_ERR_IO, "checkpoint '%s' is not a regular file", path);
-    std::unique_ptr<FILE, int (*)(FILE *)> f(fopen(path, "rb"), fclose);
-    if (!f) fail(FH_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
-
-    // The magic first, so that a large file that is no checkpoint is refused without reading it.
-    std::vector<uint8_t> bytes(std::min<size_t>((size_t)st.st_size, sizeof kMagic));
-    if (fread(bytes.data(), 1, bytes.size(), f.get()) != bytes.size())
-        fail(FH_ERR_IO, "cannot read checkpoint '%s'", path);
-    if (bytes.size() < sizeof kMagic)
-        fail(FH_ERR_CHECKPOINT_TRUNCATED, "checkpoint '%s' has %zu bytes, less than its magic",
-             path, bytes.size());
-    if (memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
-        fail(FH_ERR_CHECKPOINT_CORRUPT, "'%s' is not a foxhunt checkpoint (bad magic)", path);
-    bytes.resize((size_t)st.st_size);
-    const size_t rest = bytes.size() - sizeof kMagic;
-    if (fread(bytes.data() + sizeof kMagic, 1, rest, f.get()) != rest)
-        fail(FH_ERR_IO, "cannot read checkpoint '%s'", path);
-
-    // Intact (checksum), written by this config (fingerprint), then its contents. A file that
-    // is short but starts with this config's header is a truncated one; any other mismatch is
-    // corruption, also when the damage hits a size field.
-    const std::vector<uint8_t> fp = config_fingerprint(c);
-    const size_t before_replay = size_before_replay(fp, L);
-    const bool sum_ok = bytes.size() >= sizeof kMagic + 8 &&
-                        [&] {
-                            uint64_t sum;
-                            memcpy(&sum, bytes.data() + bytes.size() - 8, 8);
-                            return sum == fnv1a(bytes.data(), bytes.size() - 8);
-                        }();
-    Reader r{bytes, sizeof kMagic, path};
-    const size_t fp_at = sizeof kMagic + 8;
-    uint32_t format = 0;
-    const bool same_config = bytes.size() >= fp_at + fp.size() &&
-                             ((format = r.get<uint32_t>()) == kFormat ||
-                              format == kFormatReplay) &&
-                             r.get<uint32_t>() == fp.size() &&
-                             memcmp(bytes.data() + fp_at, fp.data(), fp.size()) == 0;
-    // The replay section's size follows from its header (checked against the checksum below).
-    size_t want = before_replay + 8;
-    ReplayHeader rh{0, 0, 0};
-    if (same_config && format == kFormatReplay) {
-        want += kReplayHeaderBytes;
-        if (bytes.size() >= before_replay + kReplayHeaderBytes) {
-            memcpy(&rh.K, bytes.data() + before_replay, 4);
-            memcpy(&rh.E, bytes.data() + before_replay + 4, 4);
-            memcpy(&rh.n_ins, bytes.data() + before_replay + 8, 8);
-            // A shape beyond SPEC §2.1's bound is damage; bounding it keeps the size exact.
-            if ((uint64_t)rh.K * rh.E <= (1ull << 32))
-                want += replay_bytes(L.dims, replay_valid_rows(rh.n_ins, rh.K), rh.E);
-        }
-    }
-    if (same_config && bytes.size() < want)
-        fail(FH_ERR_CHECKPOINT_TRUNCATED, "checkpoint '%s' ends at byte %zu of %zu", path,
-             bytes.size(), want);
-    if (!sum_ok) fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' fails its checksum", path);
-    if (!same_config)
-        fail(FH_ERR_CHECKPOINT_CONFIG, "checkpoint '%s' was written by a pipeline with a "
-             "different config (dimensions, hyperparameters or seed) or format", path);
-    if (bytes.size() != want)
-        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' has %zu bytes, a checkpoint of this "
-             "config %zu", path, bytes.size(), want);
-    if (format == kFormatReplay && L.dims.K == 0)
-        fail(FH_ERR_CHECKPOINT_CONFIG, "checkpoint '%s' holds a replay of %u rows x %u "
-             "environments; this pipeline has no replay", path, rh.K, rh.E);
-    if (format == kFormatReplay && (rh.K != L.dims.K || rh.E != L.dims.E))
-        fail(FH_ERR_CHECKPOINT_CONFIG, "checkpoint '%s' holds a replay of %u rows x %u "
-             "environments, this pipeline's replay_capacity x replay_envs is %u x %u", path,
-             rh.K, rh.E, L.dims.K, L.dims.E);
-
-    r.pos = fp_at + fp.size();
-    Checkpoint ck;
-    ck.step = r.get<uint64_t>();
-    ck.act_calls = r.get<uint64_t>();
-    ck.bufs.resize(NUM_BUFS);
-    for (int b = 0; b < NUM_PERSISTENT; ++b) {
-        if (r.get<uint64_t>() != L.buf_size[b])
-            fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': buffer %d has the wrong size", path, b);
-        ck.bufs[b].resize(L.buf_size[b]);
-        r.take(ck.bufs[b].data(), L.buf_size[b] * sizeof(float));
-    }
-    // write_tensor refuses non-finite values; a checkpoint may not smuggle them in.
-    const std::string bad = first_non_finite(L, ck);
-    if (!bad.empty())
-        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': %s is not finite", path, bad.c_str());
-    if (format == kFormatReplay) {
-        r.pos += kReplayHeaderBytes;
-        ck.has_replay = true;
-        ck.replay.n_ins = rh.n_ins;
-        ck.replay.rows.resize(L.dims, replay_valid_rows(rh.n_ins, rh.K));
-        for (std::vector<uint8_t> &field : ck.replay.rows.field) r.take(field.data(), field.size());
-        // Nor may it smuggle in rows that an insert would refuse.
-        if (ck.replay.rows.R > 0) {
-            try {
-                check_elements(rows_checks(L.dims, ck.replay.rows.view()));
-            } catch (const Error &e) {
-                fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': replay %s", path,
-                     e.message.c_str());
-            }
-        }
-    }
-    return ck;
+// The size of a checkpoint of @p format written by a config of layout @p L: format 1 follows
+// from the layout; format 2 also from its replay header, read from @p fd into @p rh when the
+// file reaches it (if not, the size up to that header: the file is too short for it either
+// way). 0 when the replay header is damaged (a shape beyond SPEC §2.1's K·E ≤ 2^32, or empty).
+size_t implied_size(uint32_t format, size_t fp_bytes, const Layout &L, int fd, size_t file_size,
+                    ReplayHeader &rh) {
+    const size_t before = size_before_replay(fp_bytes, L);
+    if (format != kFormatReplay) return before + 8;
+    if (file_size < before + kReplayHeaderBytes) return before + kReplayHeaderBytes + 8;
+    uint8_t h[kReplayHeaderBytes];
+    if (pread(fd, h, sizeof h, (off_t)before) != (ssize_t)sizeof h) return 0;
+    memcpy(&rh.K, h, 4);
+    memcpy(&rh.E, h + 4, 4);
+    memcpy(&rh.n_ins, h + 8, 8);
+    if (rh.K == 0 || rh.E == 0 || (uint64_t)rh.K * rh.E > (1ull << 32)) return 0;
+    return before + kReplayHeaderBytes +
+           replay_bytes(L.dims, replay_valid_rows(rh.n_ins, rh.K), rh.E) + 8;
 }
 
-namespace {
+// The config a checkpoint header (magic, format, fingerprint) describes, when it is not ours;
+// false when the header is not one this library writes (another format, a damaged field, a
+// config that does not validate).
+bool config_from_header(const std::vector<uint8_t> &head, size_t fp_bytes, fh_config &c) {
+    if (head.size() != sizeof kMagic + 8 + fp_bytes) return false;
+    uint32_t format, n;
+    memcpy(&format, head.data() + sizeof kMagic, 4);
+    memcpy(&n, head.data() + sizeof kMagic + 4, 4);
+    if ((format != kFormat && format != kFormatReplay) || n != fp_bytes) return false;
+    fh_config_init(&c);
+    const uint8_t *p = head.data() + sizeof kMagic + 8;
+    uint32_t u[20];
+    float f[20];
+    memcpy(u, p, sizeof u);
+    memcpy(f, p + sizeof u, sizeof f);
+    memcpy(&c.seed, p + sizeof u + sizeof f, sizeof c.seed);
+    uint32_t *const us[20] = {&c.batch_size, &c.obs_dim, &c.goal_dim, &c.num_branches,
+                              &c.actions_per_branch, &c.trunk_hidden, &c.branch_hidden,
+                              (uint32_t *)&c.her_reward, (uint32_t *)&c.her_terminal_on_success,
+                              &c.sn_layers, &c.iql_hidden, &c.iqn_hidden, &c.iqn_cos, &c.iqn_n,
+                              &c.iqn_n_target, &c.attn_token_dim, &c.attn_d_model,
+                              &c.attn_heads, &c.attn_head_hidden, &c.num_regimes};
+    float *const fs[20] = {&c.q_clip, &c.gamma, &c.huber_kappa, &c.her_ratio, &c.her_epsilon,
+                           &c.iql_tau_hi, &c.iql_tau_lo, &c.awr_beta, &c.awr_max,
+                           &c.cql_alpha, &c.regime_beta, &c.regime_min, &c.regime_max,
+                           &c.ema_tau, &c.lr_q, &c.lr_aux, &c.adam_beta1, &c.adam_beta2,
+                           &c.adam_eps, &c.clip_norm};
+    for (int k = 0; k < 20; ++k) {
+        *us[k] = u[k];
+        *fs[k] = f[k];
+    }
+    try {
+        validate_config(c);
+    } catch (const Error &) {
+        return false;
+    }
+    return true;
+}
 
 // The parameter buffer whose layout an Adam-moment buffer mirrors, and the moment's name.
 struct MomentOf {
@@ -292,21 +215,189 @@ std::string element_name(const Layout &L, Buf b, size_t i) {
 
 }  // namespace
 
-std::string first_non_finite(const Layout &L, const Checkpoint &ck) {
+std::string state_element_name(const Layout &L, Buf b, size_t i) {
+    MomentOf m;
+    return moment_of(b, m) ? std::string(m.name) + " of " + element_name(L, m.param, i)
+                           : element_name(L, b, i);
+}
+
+namespace {
+
+std::string first_non_finite(const Layout &L, const HostBuffers &bufs) {
     for (int b = 0; b < NUM_PERSISTENT; ++b)
-        for (size_t i = 0; i < ck.bufs[b].size(); ++i) {
-            const float x = ck.bufs[b][i];
+        for (size_t i = 0; i < bufs[b].size(); ++i) {
+            const float x = bufs[b][i];
             if (std::isfinite(x)) continue;
-            MomentOf m;
-            const std::string where = moment_of((Buf)b, m)
-                                          ? std::string(m.name) + " of " +
-                                                element_name(L, m.param, i)
-                                          : element_name(L, (Buf)b, i);
             char v[32];
             snprintf(v, sizeof v, " = %g", (double)x);
-            return where + v;
+            return state_element_name(L, (Buf)b, i) + v;
         }
     return std::string();
+}
+
+}  // namespace
+
+std::vector<uint8_t> config_fingerprint(const fh_config &c) {
+    Bytes w;
+    const uint32_t u[] = {c.batch_size, c.obs_dim, c.goal_dim, c.num_branches,
+                          c.actions_per_branch, c.trunk_hidden, c.branch_hidden,
+                          (uint32_t)c.her_reward, (uint32_t)c.her_terminal_on_success,
+                          c.sn_layers, c.iql_hidden, c.iqn_hidden, c.iqn_cos, c.iqn_n,
+                          c.iqn_n_target, c.attn_token_dim, c.attn_d_model, c.attn_heads,
+                          c.attn_head_hidden, c.num_regimes};
+    const float f[] = {c.q_clip, c.gamma, c.huber_kappa, c.her_ratio, c.her_epsilon,
+                       c.iql_tau_hi, c.iql_tau_lo, c.awr_beta, c.awr_max, c.cql_alpha,
+                       c.regime_beta, c.regime_min, c.regime_max, c.ema_tau, c.lr_q, c.lr_aux,
+                       c.adam_beta1, c.adam_beta2, c.adam_eps, c.clip_norm};
+    w.put_bytes(u, sizeof u);
+    w.put_bytes(f, sizeof f);
+    w.put_bytes(&c.seed, sizeof c.seed);
+    return w.b;
+}
+
+void save_checkpoint(const char *path, const fh_config &c, const Layout &L, uint64_t step,
+                     uint64_t act_calls, const StateReader &read, const ReplayImage *replay) {
+    AtomicFile file(path);
+    FileWriter w(file);
+    w.put_bytes(kMagic, sizeof kMagic);
+    w.put(replay ? kFormatReplay : kFormat);
+    const std::vector<uint8_t> fp = config_fingerprint(c);
+    w.put((uint32_t)fp.size());
+    w.put_bytes(fp.data(), fp.size());
+    w.put(step);
+    w.put(act_calls);
+    std::vector<float> chunk(kChunkFloats);
+    for (int b = 0; b < NUM_PERSISTENT; ++b) {
+        const size_t n = L.buf_size[b];
+        w.put((uint64_t)n);
+        for (size_t at = 0; at < n; at += kChunkFloats) {
+            const size_t k = std::min(kChunkFloats, n - at);
+            read((Buf)b, at, k, chunk.data());
+            for (size_t j = 0; j < k; ++j)
+                if (!std::isfinite(chunk[j]))
+                    // A load refuses non-finite values, so such a state is refused here.
+                    fail(FH_ERR_NON_FINITE, "cannot save: %s = %g is not finite",
+                         state_element_name(L, (Buf)b, at + j).c_str(), (double)chunk[j]);
+            w.put_bytes(chunk.data(), k * sizeof(float));
+        }
+    }
+    if (replay) {
+        w.put(c.replay_capacity);
+        w.put(c.replay_envs);
+        w.put(replay->n_ins);
+        for (const std::vector<uint8_t> &field : replay->rows.field)
+            w.put_bytes(field.data(), field.size());
+    }
+    w.flush();
+    const uint64_t sum = w.sum();
+    file.write(&sum, sizeof sum);
+    file.commit();
+}
+
+Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L) {
+    // Only regular files: a device or a pipe would be read until memory runs out, or forever.
+    struct stat st;
+    if (stat(path, &st) != 0) fail(FH_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) fail(FH_ERR_IO, "checkpoint '%s' is not a regular file", path);
+    std::unique_ptr<FILE, int (*)(FILE *)> f(fopen(path, "rb"), fclose);
+    if (!f) fail(FH_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
+    const size_t size = (size_t)st.st_size;
+
+    // The header first (magic, format, config fingerprint): the body is read only when the
+    // file's size is the one its header implies, so a large file is refused without reading it.
+    const std::vector<uint8_t> fp = config_fingerprint(c);
+    const size_t fp_at = sizeof kMagic + 8;
+    std::vector<uint8_t> head(std::min(size, fp_at + fp.size()));
+    read_exactly(f.get(), head.data(), head.size(), path);
+    if (size < sizeof kMagic)
+        fail(FH_ERR_CHECKPOINT_TRUNCATED, "checkpoint '%s' has %zu bytes, less than its magic",
+             path, size);
+    if (memcmp(head.data(), kMagic, sizeof kMagic) != 0)
+        fail(FH_ERR_CHECKPOINT_CORRUPT, "'%s' is not a foxhunt checkpoint (bad magic)", path);
+    uint32_t format = 0, fp_size = 0;
+    if (head.size() >= fp_at) {
+        memcpy(&format, head.data() + sizeof kMagic, 4);
+        memcpy(&fp_size, head.data() + sizeof kMagic + 4, 4);
+    }
+    const bool same_config = head.size() == fp_at + fp.size() &&
+                             (format == kFormat || format == kFormatReplay) &&
+                             fp_size == fp.size() &&
+                             memcmp(head.data() + fp_at, fp.data(), fp.size()) == 0;
+    // The size this file should have: this config's, or that of the config its header names.
+    ReplayHeader rh;
+    size_t implied = 0;
+    fh_config other;
+    if (same_config)
+        implied = implied_size(format, fp.size(), L, fileno(f.get()), size, rh);
+    else if (config_from_header(head, fp.size(), other))
+        implied = implied_size(format, fp.size(), make_layout(make_dims(other)),
+                               fileno(f.get()), size, rh);
+    // A file that is short but starts with this config's header is a truncated one; any other
+    // mismatch is corruption, also when the damage hits a size field.
+    if (same_config && implied != 0 && size < implied)
+        fail(FH_ERR_CHECKPOINT_TRUNCATED, "checkpoint '%s' ends at byte %zu of %zu", path, size,
+             implied);
+    if (implied == 0)
+        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' has a header this library does not "
+             "write (format %u, %u fingerprint bytes, or a damaged replay shape): damaged, or "
+             "another format", path, format, fp_size);
+    if (size != implied)
+        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' has %zu bytes, its header implies %zu",
+             path, size, implied);
+
+    // Intact (checksum) before anything else is believed: written by this config (fingerprint)
+    // with a replay this pipeline can take, then its contents.
+    FileReader r{f.get(), path, fnv1a(head.data(), head.size())};
+    const bool replay_fits = format != kFormatReplay || (rh.K == L.dims.K && rh.E == L.dims.E);
+    if (!same_config || !replay_fits) {
+        r.skip(size - 8 - head.size());
+        if (!r.sum_matches())
+            fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' fails its checksum", path);
+        if (!same_config)
+            fail(FH_ERR_CHECKPOINT_CONFIG, "checkpoint '%s' was written by a pipeline with a "
+                 "different config (dimensions, hyperparameters or seed)", path);
+        if (L.dims.K == 0)
+            fail(FH_ERR_CHECKPOINT_CONFIG, "checkpoint '%s' holds a replay of %u rows x %u "
+                 "environments; this pipeline has no replay", path, rh.K, rh.E);
+        fail(FH_ERR_CHECKPOINT_CONFIG, "checkpoint '%s' holds a replay of %u rows x %u "
+             "environments, this pipeline's replay_capacity x replay_envs is %u x %u", path,
+             rh.K, rh.E, L.dims.K, L.dims.E);
+    }
+    Checkpoint ck;
+    ck.step = r.get<uint64_t>();
+    ck.act_calls = r.get<uint64_t>();
+    ck.bufs.resize(NUM_BUFS);
+    int bad_size = -1;  // a buffer whose count field is not this layout's (reported after the sum)
+    for (int b = 0; b < NUM_PERSISTENT; ++b) {
+        if (r.get<uint64_t>() != L.buf_size[b] && bad_size < 0) bad_size = b;
+        ck.bufs[b].resize(L.buf_size[b]);
+        r.take(ck.bufs[b].data(), L.buf_size[b] * sizeof(float));
+    }
+    if (format == kFormatReplay) {
+        r.get<ReplayHeader>();  // read above; hashed here
+        ck.has_replay = true;
+        ck.replay.n_ins = rh.n_ins;
+        ck.replay.rows.resize(L.dims, replay_valid_rows(rh.n_ins, rh.K));
+        for (std::vector<uint8_t> &field : ck.replay.rows.field) r.take(field.data(), field.size());
+    }
+    if (!r.sum_matches())
+        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' fails its checksum", path);
+    if (bad_size >= 0)
+        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': buffer %d has the wrong size", path,
+             bad_size);
+    // write_tensor refuses non-finite values; a checkpoint may not smuggle them in.
+    const std::string bad = first_non_finite(L, ck.bufs);
+    if (!bad.empty())
+        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': %s is not finite", path, bad.c_str());
+    // Nor may it smuggle in rows that an insert would refuse.
+    if (ck.has_replay && ck.replay.rows.R > 0) {
+        try {
+            check_elements(rows_checks(L.dims, ck.replay.rows.view()));
+        } catch (const Error &e) {
+            fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': replay %s", path, e.message.c_str());
+        }
+    }
+    return ck;
 }
 
 }  // namespace fh

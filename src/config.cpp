@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "error.hpp"
+#include "memory_plan.hpp"
 
 namespace fh {
 
@@ -112,6 +113,13 @@ void validate_config(const fh_config &c) {
     check_range("adam_beta2", c.adam_beta2, 0, 1, false, true);
     check_range("adam_eps", c.adam_eps, 0, INFINITY, true, true);
     check_range("clip_norm", c.clip_norm, 0, INFINITY, true, true);
+
+    const char *what = nullptr;
+    const uint64_t n = largest_array(make_dims(c), &what);
+    if (n > (uint64_t)INT32_MAX)
+        fail(FH_ERR_BAD_DIMENSION, "config: %s would hold %llu elements, more than 2^31 - 1 "
+             "(each dimension is within its limit, their product is not)", what,
+             (unsigned long long)n);
 }
 
 Dims make_dims(const fh_config &c, uint32_t rank, uint32_t world) {

@@ -111,6 +111,14 @@ uint64_t first_bad(const ElementCheck &c) {
     return c.count;
 }
 
+uint64_t first_non_finite_index(const float *x, uint64_t n) {
+    ElementCheck c{};
+    c.data = x;
+    c.count = n;
+    c.kind = CHECK_FINITE;
+    return pass(c, nullptr) ? n : first_bad(c);
+}
+
 void fail_element(const ElementCheck &c, uint64_t i, uint32_t raw) {
     const std::string at = coords(c, i);
     switch (c.kind) {

@@ -68,6 +68,10 @@ void copy_checked(const ElementCheck &c, void *dst);
 // The index of c's first failing element, or c.count if none fails.
 uint64_t first_bad(const ElementCheck &c);
 
+// Index of the first NaN or infinity of x[0, n), or n if there is none: one vectorisable pass,
+// the search only when there is one (the divergence guard scans the whole state every step).
+uint64_t first_non_finite_index(const float *x, uint64_t n);
+
 // Throws the error for element @p i of c whose 32 bits are @p raw: FH_ERR_NON_FINITE or
 // FH_ERR_OUT_OF_RANGE, e.g. "rows.obs[3, 1, 7] = nan is not finite". The CUDA backend turns a
 // device check's (check, index, raw) into the same error with it.

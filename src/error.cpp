@@ -2,6 +2,7 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 
 namespace fh {
 
@@ -28,7 +29,11 @@ void clear_last_error() { t_last_error.clear(); }
 
 extern "C" const char *fh_last_error_message(void) { return fh::t_last_error.c_str(); }
 
-extern "C" const char *fh_status_string(fh_status s) {
+extern "C" const char *fh_status_string(fh_status status) {
+    // Copied out as an int: a caller may pass any integer, and loading an out-of-range value
+    // through the enum type is undefined behaviour (UBSan's -fsanitize=enum flags it).
+    int s;
+    memcpy(&s, &status, sizeof s);
     switch (s) {
     case FH_OK: return "FH_OK";
     case FH_ERR_NULL_POINTER: return "FH_ERR_NULL_POINTER";

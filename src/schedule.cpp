@@ -1,5 +1,7 @@
 #include "schedule.hpp"
 
+#include <algorithm>
+
 namespace fh {
 
 namespace {
@@ -14,7 +16,10 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     std::vector<ChildDesc> s;
     if (d.K > 0) s.push_back({ChildId::SAMPLE, "sample", 1, {run(Task::SAMPLE)}});
     s.push_back({ChildId::HER, "her", 1, {run(Task::HER_RELABEL)}});
-    s.push_back({ChildId::SPECTRAL, "spectral", 1, {run(Task::SPECTRAL_POWER)}});
+    // The divergence guard (guard.hpp) brackets everything that changes the state: HER does
+    // not, so the snapshot opens the spectral child and the upload's wait on HER stays short.
+    s.push_back({ChildId::SPECTRAL, "spectral", 1,
+                 {run(Task::GUARD_SNAPSHOT), run(Task::SPECTRAL_POWER)}});
     s.push_back({ChildId::DDQN, "ddqn", 3,
                  {fork(mask_of(1, 2)), run(Task::DDQN_ONLINE_NEXT, 1), run(Task::DDQN_TARGET, 2),
                   join(mask_of(1, 2)), run(Task::DDQN_JOIN)}});
@@ -50,8 +55,57 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     aux.ops.push_back(mark(Mark::AUX_TAIL_END));
     s.push_back(aux);
 
-    s.push_back({ChildId::ADAM, "adam", 1, {run(Task::ADAM_Q)}});
+    s.push_back({ChildId::ADAM, "adam", 1, {run(Task::ADAM_Q), run(Task::GUARD_CHECK)}});
     return s;
+}
+
+// Which workspace buffer a lane's handle uses. cuBLAS kernels use the workspace as scratch
+// (split-K partials and the like), so two calls that may run at the same time must not share
+// one: they would race, and results would depend on timing. Calls that never overlap may:
+// - the children run one after another (the parent graph is a chain);
+// - inside a child, lane 0 runs before its FORK and after its JOIN, lanes 1..4 only between
+//   them: lane 0 is idle while they run, and they all run side by side;
+// - act()'s stream waits for the done event of the last launched step, and act() returns only
+//   once its own work has finished (also when it fails); the API is single-threaded, so no
+//   step is launched while act() runs.
+// So lane 0, lane 1 and act() share buffer 0, and lanes 2.. get one each. With a single stream
+// nothing overlaps and every lane uses buffer 0.
+int workspace_slot(bool multi_stream, int lane) {
+    return !multi_stream || lane <= 1 ? 0 : lane - 1;
+}
+
+// How much workspace a lane's handle gets: workspace_mib, but half of it for a lane that runs
+// nothing but branch layers (FWD_BRANCH, BWD_BRANCH: lanes 3 and 4 at the default config). The
+// four branch lanes run side by side, so they need four buffers; halving two of them is what
+// brings multi-stream to +64 MiB over single-stream at the default config (lane 2: 32 MiB,
+// lanes 3 and 4: 16 each). The branch layers are the smallest GEMMs of the step (outputs of at
+// most B × HB, or HB × H for the weight gradients with K = B); the lanes that also run the
+// trunk on 2B rows, IQN (K = B·N) or attention keep the full size. Half is a budget, not a
+// measured need: were cuBLAS to want more for these shapes, branches 2 and 3 would get another
+// (equally deterministic) algorithm than branches 0 and 1. Single-stream mode gives each lane
+// the same size, so both modes make the same GEMM calls.
+size_t lane_workspace_bytes(const fh_config &c, const std::vector<ChildDesc> &sched, int lane) {
+    const size_t full = (size_t)c.workspace_mib << 20;
+    bool runs = false, branch_only = true;
+    for (const ChildDesc &ch : sched)
+        for (const Op &op : ch.ops)
+            if (op.kind == Op::RUN && op.lane == lane) {
+                runs = true;
+                branch_only &= op.task == Task::FWD_BRANCH || op.task == Task::BWD_BRANCH;
+            }
+    return runs && branch_only ? full / 2 : full;
+}
+
+void workspace_slot_bytes(const fh_config &c, const std::vector<ChildDesc> &sched,
+                          size_t out[kMaxLanes]) {
+    int nlanes = 1;
+    for (const ChildDesc &ch : sched) nlanes = std::max(nlanes, ch.num_lanes);
+    const bool multi = c.exec_mode == FH_EXEC_MULTI_STREAM;
+    std::fill(out, out + kMaxLanes, size_t{0});
+    for (int k = 0; k < nlanes && k < kMaxLanes; ++k) {
+        size_t &b = out[workspace_slot(multi, k)];
+        b = std::max(b, lane_workspace_bytes(c, sched, k));
+    }
 }
 
 }  // namespace fh

@@ -4,6 +4,8 @@
 // no-ops there), the CUDA executor captures each child with its lanes on streams. Single-stream
 // execution is the same list with every lane mapped to one stream.
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "config.hpp"
@@ -36,6 +38,8 @@ enum class Task : int {
     CONFIDENCE,        // §5.5.7
     REGIME_SCALE,      // §5.5.8
     ADAM_Q,            // §5.6: clip and Adam over the flat Q-net buffer
+    GUARD_SNAPSHOT,    // guard.hpp: copy the persistent buffers aside (first in spectral)
+    GUARD_CHECK,       // guard.hpp: first non-finite quantity; if any, restore (last in adam)
 };
 
 // Timing marks inside the aux child (fh_timings.aux_*_ms are differences of these).
@@ -64,5 +68,14 @@ struct ChildDesc {
 constexpr int kMaxLanes = 5;
 
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c);
+
+// The CUDA executor's cuBLAS workspaces (cuda/lanes.cpp allocates them; plain data here so
+// that the memory plan counts the same bytes): the workspace bytes lane @p lane's handle gets,
+// the buffer ("slot") it uses, and each slot's bytes, the most of the lanes that use it (0 for
+// a slot no lane uses; act() borrows slot 0).
+size_t lane_workspace_bytes(const fh_config &c, const std::vector<ChildDesc> &sched, int lane);
+int workspace_slot(bool multi_stream, int lane);
+void workspace_slot_bytes(const fh_config &c, const std::vector<ChildDesc> &sched,
+                          size_t out[kMaxLanes]);
 
 }  // namespace fh

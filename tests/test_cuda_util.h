@@ -68,6 +68,23 @@ inline void step(fh_pipeline *p, const fh_test_batch &tb) {
     if (fh_pipeline_step(p) != FH_OK) fail_msg("step: %s", fh_last_error_message());
 }
 
+/* Rewards times reward_x, obs and next_obs times obs_x: the extreme but finite batches that
+ * make a step overflow (the divergence guard's tests). */
+inline void scale_batch(fh_test_batch &tb, const fh_config &c, float reward_x, float obs_x) {
+    for (size_t i = 0; i < (size_t)c.batch_size; ++i) tb.reward[i] *= reward_x;
+    for (size_t i = 0; i < (size_t)c.batch_size * c.obs_dim; ++i) {
+        tb.obs[i] *= obs_x;
+        tb.next_obs[i] *= obs_x;
+    }
+}
+
+inline fh_metrics metrics_of(fh_pipeline *p) {
+    fh_metrics m;
+    m.struct_size = sizeof m;
+    if (fh_pipeline_metrics(p, &m) != FH_OK) fail_msg("metrics: %s", fh_last_error_message());
+    return m;
+}
+
 inline std::vector<float> read(fh_pipeline *p, const char *name, size_t n) {
     std::vector<float> v(n);
     if (fh_pipeline_read_tensor(p, name, v.data(), n) != FH_OK)

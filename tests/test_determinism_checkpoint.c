@@ -180,49 +180,11 @@ static void test_bad_checkpoints_change_nothing(void **state) {
     fh_pipeline_destroy(o2);
 }
 
-/* Finite but extreme inputs overflow the step (SPEC §5 has no guard against that); the
- * diverged state is refused by save, naming the first non-finite value, and no file appears,
- * since load would refuse it. */
-static void test_diverged_state_is_not_saved(void **state) {
-    (void)state;
-    fh_config c = fh_test_small_config();
-    fh_pipeline *p = make(&c);
-    fh_test_batch tb;
-    fh_test_batch_make(&tb, &c, 7);
-    for (size_t i = 0; i < (size_t)c.batch_size * c.obs_dim; ++i) tb.obs[i] = 3e38f;
-    assert_int_equal(fh_pipeline_upload(p, &tb.batch), FH_OK);
-    assert_int_equal(fh_pipeline_step(p), FH_OK);
-    size_t bad = 0;
-    uint32_t n;
-    fh_pipeline_num_tensors(p, &n);
-    for (uint32_t i = 0; i < n; ++i) {
-        fh_tensor_info info = {sizeof info};
-        fh_pipeline_tensor_info(p, i, &info);
-        const size_t cnt = (size_t)info.rows * info.cols;
-        float *x = malloc(cnt * sizeof(float));
-        assert_int_equal(fh_pipeline_read_tensor(p, info.name, x, cnt), FH_OK);
-        for (size_t k = 0; k < cnt; ++k) bad += !(x[k] - x[k] == 0.0f);
-        free(x);
-    }
-    if (bad == 0) fail_msg("the state stayed finite: this test needs a larger input");
-    const char *path = fh_test_tmp_path("diverged.ckpt");
-    remove(path);
-    assert_int_equal(fh_pipeline_save(p, path), FH_ERR_NON_FINITE);
-    const char *msg = fh_last_error_message();
-    if (!strstr(msg, "cannot save: ") || !strstr(msg, "[") || !strstr(msg, "is not finite"))
-        fail_msg("message: %s", msg);
-    FILE *f = fopen(path, "rb");
-    assert_null(f);
-    fh_test_batch_free(&tb);
-    fh_pipeline_destroy(p);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bitwise_determinism_20_steps),
         cmocka_unit_test(test_checkpoint_continues_bit_for_bit),
         cmocka_unit_test(test_bad_checkpoints_change_nothing),
-        cmocka_unit_test(test_diverged_state_is_not_saved),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

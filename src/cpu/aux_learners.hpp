@@ -158,7 +158,5 @@ AuxWork &aux_work(CpuStep &s);
 // Adam (lr_aux, t = step + 1) of the learner with parameters p and moments m, v (buffers of
 // the layout) over the whole of grad.
 void aux_adam(CpuStep &s, Buf p, Buf m, Buf v, const Vec &grad);
-// Bytes its buffers hold (for the memory report); 0 before the first step.
-size_t aux_work_bytes(const CpuStep &s);
 
 }  // namespace fh::cpu

@@ -1,7 +1,9 @@
 // The CPU executor: runs the schedule's tasks in list order (fork and join are no-ops on one
 // thread), times each child and mark with a steady clock, and serves act, reads and writes
 // straight from the host buffers. With a replay it owns a HostReplay (src/replay.hpp) and its
-// SAMPLE task draws the batch from it into the same HostBatch an upload fills.
+// SAMPLE task draws the batch from it into the same HostBatch an upload fills. The divergence
+// guard's tasks (src/guard.hpp) copy the persistent buffers aside and restore them when the
+// step went non-finite; the replay is not among them (no step writes it).
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -9,6 +11,7 @@
 
 #include "../backend.hpp"
 #include "../error.hpp"
+#include "../memory_plan.hpp"
 #include "../philox.hpp"
 #include "aux_learners.hpp"
 #include "cpu_step.hpp"
@@ -28,6 +31,20 @@ CpuStep::CpuStep(const fh_config &c, const Layout &l, HostBuffers &b)
     v_hi.assign(B, 0); v_lo.assign(B, 0); omega.assign(B, 1); z_mean.assign(B, 0);
 }
 
+void CpuStep::release_scratch() {
+    next = QCache{};
+    target = QCache{};
+    online = QCache{};
+    for (int k = 0; k < 2; ++k) {  // moved-from temporaries: a copy of an empty one keeps capacity
+        w_eff[k] = Vec();
+        w_eff_t[k] = Vec();
+        sn_v[k] = Vec();
+    }
+    for (Vec &v : dz) v = Vec();
+    for (Vec &v : dh2_b) v = Vec();
+    aux_work.reset();
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -39,7 +56,9 @@ class CpuBackend final : public Backend {
 public:
     CpuBackend(const fh_config &c, const Layout &L, HostBuffers init)
         : cfg_(c), L_(L), buf_(std::move(init)), s_(cfg_, L_, buf_),
-          schedule_(build_schedule(L_.dims, cfg_)) {
+          schedule_(build_schedule(L_.dims, cfg_)),
+          shadow_(buf_.begin(), buf_.begin() + NUM_PERSISTENT) {
+        guard_.available = true;
         if (L_.dims.K > 0) replay_ = std::make_unique<HostReplay>(L_.dims);
     }
 
@@ -61,28 +80,81 @@ public:
     void restore_replay(const ReplayImage &img) override { replay_->restore(img); }
 
     void step(uint64_t step) override {
-        if (!allocated_) {
-            // The first step allocates the forward caches and the learners' scratch; if that
-            // fails half way (FH_ERR_OUT_OF_MEMORY), tasks that already ran must not have
-            // changed the state: keep a copy until one step has completed. Later steps
-            // allocate nothing.
-            HostBuffers saved(buf_.begin(), buf_.begin() + NUM_PERSISTENT);
-            try {
-                run_step(step);
-            } catch (...) {
-                std::copy(saved.begin(), saved.end(), buf_.begin());
-                throw;
-            }
-            allocated_ = true;
-            return;
+        try {
+            run_step(step);
+        } catch (...) {
+            // A task threw (FH_ERR_OUT_OF_MEMORY: the first step allocates the forward caches
+            // and the learners' scratch; later steps allocate nothing). The state goes back to
+            // the guard's snapshot, and what a first step allocated is released rather than
+            // held until destroy.
+            if (snapshot_valid_) restore();
+            snapshot_valid_ = false;
+            if (!allocated_) s_.release_scratch();
+            throw;
         }
-        run_step(step);
+        allocated_ = true;
+    }
+
+    GuardReport guard_report(bool clear) override {
+        const GuardReport r = guard_;
+        if (clear) {
+            guard_.pending = 0;
+            guard_.first_step = 0;
+            guard_.first_code = -1;
+            guard_.first_value = 0;
+        }
+        return r;
     }
 
 private:
     [[noreturn]] static void refuse_device(const char *what) {
         fail(FH_ERR_UNSUPPORTED, "%s.memory = FH_MEMORY_DEVICE, but the CPU backend reads host "
              "memory only", what);
+    }
+
+    void restore() {
+        for (int b = 0; b < NUM_PERSISTENT; ++b)
+            std::copy(shadow_[b].begin(), shadow_[b].end(), buf_[b].begin());
+    }
+
+    // GUARD_SNAPSHOT (guard.hpp).
+    void snapshot() {
+        for (int b = 0; b < NUM_PERSISTENT; ++b)
+            std::copy(buf_[b].begin(), buf_[b].end(), shadow_[b].begin());
+        snapshot_valid_ = true;
+    }
+
+    // GUARD_CHECK: the first non-finite quantity in guard.hpp's order; if any, the step
+    // applies no update.
+    void guard_check() {
+        const float sc[NUM_GUARD_SCALARS] = {
+            s_.td_loss, s_.q_mean, s_.cql_loss, s_.iql_loss[0], s_.iql_loss[1], s_.iqn_loss,
+            s_.attn_loss, s_.conf_loss, s_.grad_norm, s_.sigma[0], s_.sigma[1], s_.sigma_t[0],
+            s_.sigma_t[1], s_.ensemble_std};
+        int64_t code = (int64_t)first_non_finite_index(sc, NUM_GUARD_SCALARS);
+        float value = code < NUM_GUARD_SCALARS ? sc[code] : 0.0f;
+        if (code == NUM_GUARD_SCALARS) {
+            code = -1;
+            int64_t base = NUM_GUARD_SCALARS;
+            for (int b = 0; b < NUM_PERSISTENT && code < 0; ++b) {
+                const size_t n = buf_[b].size(), i = first_non_finite_index(buf_[b].data(), n);
+                if (i < n) {
+                    code = base + (int64_t)i;
+                    value = buf_[b][i];
+                }
+                base += (int64_t)n;
+            }
+        }
+        snapshot_valid_ = false;
+        guard_.last_skipped = code >= 0;
+        if (code < 0) return;
+        restore();
+        ++guard_.skipped;
+        if (guard_.pending++ == 0) {
+            guard_.first_step = s_.step + 1;
+            guard_.first_code = code;
+            guard_.first_value = value;
+        }
     }
 
     void run_step(uint64_t step) {
@@ -193,23 +265,12 @@ public:
     }
 
     void memory(fh_memory_report *r) const override {
+        const MemoryPlan p = plan_memory(cfg_, L_, FH_BACKEND_CPU);
         *r = fh_memory_report{};
-        for (int b = 0; b < NUM_PERSISTENT; ++b) r->parameters += buf_[b].size() * sizeof(float);
-        r->parameters += s_.grad.size() * sizeof(float);
-        for (int b = NUM_PERSISTENT; b < NUM_BUFS; ++b) r->activations += buf_[b].size() * sizeof(float);
-        // Forward caches: three Q passes (x~, x~', [x~; x~']) = 4B rows of trunk and branches,
-        // and the auxiliary learners' scratch (allocated at the first step).
-        const Dims &d = L_.dims;
-        r->activations += (uint64_t)4 * d.B * (4 * d.H + d.NB * (2 * d.HB + 2 * d.A) + 2) * sizeof(float);
-        r->activations += aux_work_bytes(s_);
-        // Two batches (the current one and the next upload's buffer; one with a replay, which
-        // samples into it): floats obs, next_obs, goal, next_achieved_goal, her_goal, reward;
-        // int32 action and regime; one byte done.
-        const uint64_t batch_bytes =
-            (uint64_t)d.B * ((2 * d.O + 3 * d.G + 1) * sizeof(float) +
-                             (d.NB + 1) * sizeof(int32_t) + 1);
-        r->batch_staging = (replay_ ? 1 : 2) * batch_bytes;
-        r->replay = replay_ ? replay_->bytes() : 0;
+        r->parameters = p.parameters;
+        r->activations = p.activations - (allocated_ ? 0 : p.first_step);
+        r->batch_staging = p.batch_staging;
+        r->replay = p.replay;
         r->total = r->parameters + r->activations + r->workspaces + r->batch_staging + r->replay;
     }
 
@@ -246,6 +307,8 @@ private:
         case Task::CONFIDENCE: confidence(s_); break;
         case Task::REGIME_SCALE: regime_scale(s_); break;
         case Task::ADAM_Q: adam_q(s_); break;
+        case Task::GUARD_SNAPSHOT: snapshot(); break;
+        case Task::GUARD_CHECK: guard_check(); break;
         }
     }
 
@@ -261,6 +324,9 @@ private:
     float total_ms_ = 0;
     bool allocated_ = false;  // a step has completed: every step buffer exists
     bool has_batch_ = false;  // an upload was accepted
+    HostBuffers shadow_;      // the persistent buffers as the running step found them
+    bool snapshot_valid_ = false;
+    GuardReport guard_;
 };
 
 }  // namespace

@@ -83,6 +83,8 @@ struct CpuStep {
     float grad_norm = 0;
 
     CpuStep(const fh_config &c, const Layout &l, HostBuffers &b);
+    // Frees what the first step allocates (caches, effective weights, scratch) after it failed.
+    void release_scratch();
     QView online_view() const { return {buf[BUF_Q].data(), w_eff[0].data(), w_eff[1].data()}; }
     QView target_view() const {
         return {buf[BUF_Q_TARGET].data(), w_eff_t[0].data(), w_eff_t[1].data()};

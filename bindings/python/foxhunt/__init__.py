@@ -3,7 +3,7 @@ with HER, spectral normalisation and auxiliary learners). See include/foxhunt.h.
 from ._abi import VERSION_MAJOR, VERSION_MINOR
 from ._loader import ENV_VAR, library_path, load_library
 from .errors import FoxhuntError, LibraryVersionError, Status
-from .pipeline import CONFIG_FIELDS, Pipeline
+from .pipeline import CONFIG_FIELDS, Pipeline, memory_plan
 
 __version__ = "%d.%d" % (VERSION_MAJOR, VERSION_MINOR)
 
@@ -36,4 +36,4 @@ def default_config():
 
 __all__ = ["Pipeline", "FoxhuntError", "LibraryVersionError", "Status", "load_library",
            "library_path", "version", "status_string", "default_config", "CONFIG_FIELDS",
-           "ENV_VAR"]
+           "ENV_VAR", "memory_plan"]

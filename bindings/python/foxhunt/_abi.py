@@ -136,6 +136,8 @@ class fh_metrics(Structure):
         ("num_relabelled", c_uint32),
         ("num_regimes", c_uint32),
         ("regime_scale", c_float * FH_MAX_REGIMES),
+        ("steps_skipped", c_uint64),
+        ("last_step_skipped", c_uint32),
     ]
 
 
@@ -215,6 +217,8 @@ PROTOTYPES = {
     "fh_pipeline_load": (c_int32, [_P, c_char_p]),
     "fh_pipeline_memory": (c_int32, [_P, POINTER(fh_memory_report)]),
     "fh_pipeline_dump_graph": (c_int32, [_P, c_char_p]),
+    "fh_pipeline_check": (c_int32, [_P]),
+    "fh_memory_plan": (c_int32, [POINTER(fh_config), POINTER(fh_memory_report)]),
 }
 
 

@@ -124,6 +124,26 @@ def _ptr(a, ctype):
     return None if a is None else a.ctypes.data_as(POINTER(ctype))
 
 
+def _make_config(lib, config, caller):
+    cfg = _abi.new(_abi.fh_config)
+    _check(lib, lib.fh_config_init(byref(cfg)))
+    for name, value in config.items():
+        if name not in CONFIG_FIELDS:
+            raise TypeError("%s() got an unexpected keyword argument %r" % (caller, name))
+        setattr(cfg, name, _config_value(name, value))
+    return cfg
+
+
+def memory_plan(library=None, **config):
+    """Bytes a Pipeline(**config) would hold once it has stepped, by category, as a dict
+    (fh_memory_plan: computed from the dimensions, nothing is created)."""
+    lib = load_library(library) if library is not None else load_library()
+    cfg = _make_config(lib, config, "memory_plan")
+    r = _abi.new(_abi.fh_memory_report)
+    _check(lib, lib.fh_memory_plan(byref(cfg), byref(r)))
+    return {name: getattr(r, name) for name, _ in _abi.fh_memory_report._fields_[1:]}
+
+
 _CTYPES = {"f": c_float, "i": ctypes.c_int32, "u8": c_uint8, "flag": c_uint8}
 _DEVICE_DTYPES = {"f": (np.dtype(np.float32),), "i": (np.dtype(np.int32),),
                   "u8": (np.dtype(np.uint8), np.dtype(bool)),
@@ -199,12 +219,7 @@ class Pipeline:
         self._lib = load_library(library) if library is not None else load_library()
         self._handle = None
         self._device_refs = []
-        cfg = _abi.new(_abi.fh_config)
-        _check(self._lib, self._lib.fh_config_init(byref(cfg)))
-        for name, value in config.items():
-            if name not in CONFIG_FIELDS:
-                raise TypeError("Pipeline() got an unexpected keyword argument %r" % name)
-            setattr(cfg, name, _config_value(name, value))
+        cfg = _make_config(self._lib, config, "Pipeline")
         handle = c_void_p()
         _check(self._lib, self._lib.fh_pipeline_create(byref(cfg), byref(handle)))
         self._handle = handle
@@ -420,6 +435,11 @@ class Pipeline:
         t = _abi.new(_abi.fh_timings)
         self._call("fh_pipeline_timings", byref(t))
         return {name: getattr(t, name) for name, _ in _abi.fh_timings._fields_[1:]}
+
+    def check(self):
+        """Raise FoxhuntError (ERR_NON_FINITE) if the divergence guard skipped a step since the
+        last check (fh_pipeline_check); the message names the first non-finite quantity."""
+        self._call("fh_pipeline_check")
 
     def memory(self):
         """Bytes held, by category, as a dict."""

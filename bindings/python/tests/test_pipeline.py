@@ -320,3 +320,42 @@ def test_close_and_context_manager(fh):
     with pytest.raises(ValueError, match="closed"):
         p.step()
     assert "closed" in repr(p)
+
+
+# ---- divergence guard and memory plan ---------------------------------------------------------
+
+def test_divergence_guard_skips_and_check_reports(fh):
+    """A batch whose rewards and observations overflow the step (M3's x1e12 and x1e11) leaves
+    the state as it was; check() raises once, naming what was not finite."""
+    with fh.Pipeline(**SMALL) as p:
+        p.upload(**make_batch())
+        p.step()
+        p.check()
+        before = {name: p.read(name) for name in ("q.W1", "target.q.W1", "iql_hi.W1")}
+        b = make_batch(seed=1)
+        b["reward"] = b["reward"] * 1e12
+        b["obs"] = b["obs"] * 1e11
+        b["next_obs"] = b["next_obs"] * 1e11
+        p.upload(**b)
+        p.step()
+        m = p.metrics()
+        assert m["step"] == 2 and m["last_step_skipped"] == 1 and m["steps_skipped"] == 1
+        for name, value in before.items():
+            assert np.array_equal(p.read(name), value), name
+        with pytest.raises(fh.FoxhuntError) as ei:
+            p.check()
+        assert ei.value.status == fh.Status.ERR_NON_FINITE
+        assert "step 2 applied no update" in str(ei.value)
+        p.check()  # reported once
+
+
+def test_memory_plan_is_what_the_cpu_pipeline_holds(fh):
+    plan = fh.memory_plan(**SMALL)
+    assert plan["total"] == plan["parameters"] + plan["activations"] + plan["batch_staging"]
+    with fh.Pipeline(**SMALL) as p:
+        p.upload(**make_batch())
+        p.step()
+        assert p.memory() == plan
+    with pytest.raises(fh.FoxhuntError) as ei:
+        fh.memory_plan(**dict(SMALL, obs_dim=7))
+    assert ei.value.status == fh.Status.ERR_INDIVISIBLE

@@ -46,7 +46,13 @@ def test_insert_and_train(fh):
         p.train(3)
         assert p.metrics()["step"] == 3
         assert p.timings()["sample_ms"] > 0
-        assert p.memory()["replay"] > 0
+        # The plan counts the replay: K x E transitions of obs, next_obs, goal, ag' (floats),
+        # NB actions, reward, regime (4 bytes), done, episode_end (1 byte) and the episode
+        # table's slot (4 bytes), plus one 8-byte open-episode start per environment.
+        O, G, NB = SMALL["obs_dim"], SMALL["goal_dim"], SMALL["num_branches"]
+        per = 8 * O + 8 * G + 4 * NB + 4 + 4 + 1 + 1 + 4
+        assert p.memory()["replay"] == K * E * per + 8 * E
+        assert p.memory() == fh.memory_plan(**REPLAY)
         with pytest.raises(fh.FoxhuntError) as ei:
             p.upload(**make_batch())
         assert ei.value.status == fh.Status.ERR_UNSUPPORTED

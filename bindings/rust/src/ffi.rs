@@ -138,6 +138,8 @@ pub struct fh_metrics {
     pub num_relabelled: u32,
     pub num_regimes: u32,
     pub regime_scale: [f32; FH_MAX_REGIMES],
+    pub steps_skipped: u64,
+    pub last_step_skipped: u32,
 }
 
 #[repr(C)]
@@ -241,6 +243,8 @@ pub type FnWriteTensor =
     unsafe extern "C" fn(*mut fh_pipeline, *const c_char, *const f32, usize) -> fh_status;
 pub type FnPath = unsafe extern "C" fn(*mut fh_pipeline, *const c_char) -> fh_status;
 pub type FnMemory = unsafe extern "C" fn(*const fh_pipeline, *mut fh_memory_report) -> fh_status;
+pub type FnCheck = unsafe extern "C" fn(*mut fh_pipeline) -> fh_status;
+pub type FnMemoryPlan = unsafe extern "C" fn(*const fh_config, *mut fh_memory_report) -> fh_status;
 
 /// Every entry point of the C API, resolved once from the loaded library.
 #[derive(Clone, Copy)]
@@ -271,6 +275,8 @@ pub struct Api {
     pub pipeline_load: FnPath,
     pub pipeline_memory: FnMemory,
     pub pipeline_dump_graph: FnPath,
+    pub pipeline_check: FnCheck,
+    pub memory_plan: FnMemoryPlan,
 }
 
 impl Api {
@@ -312,6 +318,8 @@ impl Api {
             pipeline_load: sym!("fh_pipeline_load"),
             pipeline_memory: sym!("fh_pipeline_memory"),
             pipeline_dump_graph: sym!("fh_pipeline_dump_graph"),
+            pipeline_check: sym!("fh_pipeline_check"),
+            memory_plan: sym!("fh_memory_plan"),
         })
     }
 }

@@ -115,6 +115,17 @@ impl Library {
         &self.path
     }
 
+    /// Bytes a pipeline of `config` would hold once it has stepped, by category, computed
+    /// without creating it (`fh_memory_plan`).
+    pub fn memory_plan(&self, config: &Config) -> Result<MemoryReport> {
+        let mut cfg = *config;
+        cfg.struct_size = std::mem::size_of::<Config>();
+        let mut r = MemoryReport::zeroed();
+        // SAFETY: valid config, writable report of the right size.
+        self.check(unsafe { (self.api.memory_plan)(&cfg, &mut r) })?;
+        Ok(r)
+    }
+
     /// SPEC §1 defaults, as filled by `fh_config_init`.
     pub fn default_config(&self) -> Config {
         let mut c = Config::zeroed();
@@ -240,6 +251,10 @@ pub struct Metrics {
     pub num_relabelled: u32,
     /// rho_k after the step's update, `num_regimes` entries.
     pub regime_scale: Vec<f32>,
+    /// Steps the divergence guard skipped since the pipeline was created.
+    pub steps_skipped: u64,
+    /// The step these metrics describe applied no update.
+    pub last_step_skipped: bool,
 }
 
 /// One step's input (SPEC §2), borrowed: row-major slices of batch_size rows.
@@ -565,6 +580,8 @@ impl Pipeline {
             ensemble_std: m.ensemble_std,
             num_relabelled: m.num_relabelled,
             regime_scale: m.regime_scale[..r].to_vec(),
+            steps_skipped: m.steps_skipped,
+            last_step_skipped: m.last_step_skipped != 0,
         })
     }
 
@@ -574,6 +591,14 @@ impl Pipeline {
         self.lib
             .check(unsafe { (self.lib.api.pipeline_timings)(self.h(), &mut t) })?;
         Ok(t)
+    }
+
+    /// `Err` (status ERR_NON_FINITE) if the divergence guard skipped a step since the last
+    /// check; the message names the first non-finite quantity (`fh_pipeline_check`).
+    pub fn check(&mut self) -> Result<()> {
+        // SAFETY: live handle.
+        self.lib
+            .check(unsafe { (self.lib.api.pipeline_check)(self.h()) })
     }
 
     pub fn memory(&self) -> Result<MemoryReport> {
@@ -714,7 +739,7 @@ mod tests {
         assert_eq!(size_of::<ffi::fh_replay_rows>(), 8 + 3 * 4 + 4 + 9 * 8);
         assert_eq!(
             size_of::<ffi::fh_metrics>(),
-            8 + 8 + 9 * 4 + 16 + 4 + 8 + 64 * 4
+            8 + 8 + 9 * 4 + 16 + 4 + 8 + 64 * 4 + 8 + 4 + 4 // steps_skipped, last_step_skipped, padding
         );
         assert_eq!(size_of::<ffi::fh_timings>(), 8 + 14 * 4); // 13 floats, padded
         assert_eq!(size_of::<ffi::fh_tensor_info>(), 8 + 8 + 16);

@@ -220,6 +220,11 @@ fn upload_step_metrics_timings() {
     assert!(p.timings().unwrap().total_ms > 0.0);
     let mem = p.memory().unwrap();
     assert!(mem.total >= mem.parameters && mem.parameters > 0);
+    // The plan of the config is what the CPU pipeline holds once it has stepped.
+    assert_eq!(lib.memory_plan(p.config()).unwrap(), mem);
+    assert_eq!(m.steps_skipped, 0);
+    assert!(!m.last_step_skipped);
+    p.check().unwrap();
 }
 
 #[test]

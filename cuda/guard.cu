@@ -1,0 +1,189 @@
+// The divergence guard's kernels (guard.cuh). Fixed grids: kBlocks partial minima, reduced by
+// one block in index order; min is exact, so the result does not depend on scheduling.
+#include "guard.cuh"
+
+#include <climits>
+
+#include "common.hpp"
+
+namespace fh::cuda {
+
+namespace {
+
+constexpr int kBlocks = 1024;       // partial minima of the search
+constexpr int kCopyBlocks = 256;    // per segment, grid-stride, for snapshot and restore
+constexpr long long kNone = LLONG_MAX;
+
+struct Segment {
+    float *live;
+    float *shadow;
+    unsigned long long n, base;  // elements; first guard code - NUM_GUARD_SCALARS
+};
+
+}  // namespace
+
+// Lives at the start of the scratch allocation.
+struct DivergenceGuard::Dev {
+    Segment seg[NUM_PERSISTENT];
+    const float *scalars[NUM_GUARD_SCALARS];
+    const uint64_t *step;
+    unsigned long long total;
+    long long partial[kBlocks];
+    // Counters (GuardReport's meaning).
+    long long code;  // this step's first non-finite quantity, -1 for none
+    int last_skipped;
+    unsigned long long skipped, pending, first_step;
+    long long first_code;
+    float first_value;
+};
+static_assert(sizeof(DivergenceGuard::Dev) <= DivergenceGuard::kScratchBytes, "scratch");
+
+namespace {
+
+__device__ __forceinline__ bool non_finite(float x) {
+    return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
+}
+
+__global__ void k_copy(DivergenceGuard::Dev *g, bool restore) {
+    if (restore && g->code < 0) return;
+    const Segment s = g->seg[blockIdx.y];
+    float *dst = restore ? s.live : s.shadow;
+    const float *src = restore ? s.shadow : s.live;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < s.n;
+         i += (unsigned long long)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+
+// Block b searches codes [b·chunk, (b+1)·chunk) of the code space: scalars first, then the
+// segments end to end.
+__global__ void k_find_partial(DivergenceGuard::Dev *g) {
+    __shared__ long long best[kThreads];
+    const unsigned long long codes = NUM_GUARD_SCALARS + g->total;
+    const unsigned long long chunk = (codes + kBlocks - 1) / kBlocks;
+    const unsigned long long lo = blockIdx.x * chunk, hi = min(codes, lo + chunk);
+    long long mine = kNone;
+    for (unsigned long long c = lo + threadIdx.x; c < hi && mine == kNone; c += blockDim.x) {
+        float x;
+        if (c < NUM_GUARD_SCALARS) {
+            x = *g->scalars[c];
+        } else {
+            const unsigned long long e = c - NUM_GUARD_SCALARS;
+            int k = 0;
+            while (k + 1 < NUM_PERSISTENT && e >= g->seg[k + 1].base) ++k;
+            x = g->seg[k].live[e - g->seg[k].base];
+        }
+        if (non_finite(x)) mine = (long long)c;  // a thread's codes rise: its first is its min
+    }
+    best[threadIdx.x] = mine;
+    __syncthreads();
+    for (int w = kThreads / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) best[threadIdx.x] = min(best[threadIdx.x], best[threadIdx.x + w]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) g->partial[blockIdx.x] = best[0];
+}
+
+__global__ void k_find_final(DivergenceGuard::Dev *g) {
+    __shared__ long long best[kThreads];
+    long long mine = kNone;
+    for (int b = threadIdx.x; b < kBlocks; b += blockDim.x) mine = min(mine, g->partial[b]);
+    best[threadIdx.x] = mine;
+    __syncthreads();
+    for (int w = kThreads / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) best[threadIdx.x] = min(best[threadIdx.x], best[threadIdx.x + w]);
+        __syncthreads();
+    }
+    if (threadIdx.x != 0) return;
+    const long long code = best[0] == kNone ? -1 : best[0];
+    g->code = code;
+    g->last_skipped = code >= 0;
+    if (code < 0) return;
+    float x;
+    if (code < NUM_GUARD_SCALARS) {
+        x = *g->scalars[code];
+    } else {
+        const unsigned long long e = (unsigned long long)code - NUM_GUARD_SCALARS;
+        int k = 0;
+        while (k + 1 < NUM_PERSISTENT && e >= g->seg[k + 1].base) ++k;
+        x = g->seg[k].live[e - g->seg[k].base];
+    }
+    ++g->skipped;
+    if (g->pending++ == 0) {
+        g->first_step = *g->step;
+        g->first_code = code;
+        g->first_value = x;
+    }
+}
+
+}  // namespace
+
+DivergenceGuard::DivergenceGuard(float *const bufs[], const size_t sizes[],
+                                 const float *const scalars[], const uint64_t *step) {
+    Dev h{};
+    for (int b = 0; b < NUM_PERSISTENT; ++b) {
+        h.seg[b].live = bufs[b];
+        h.seg[b].n = sizes[b];
+        h.seg[b].base = total_;
+        total_ += sizes[b];
+    }
+    shadow_floats_ = total_;
+    FH_CUDA(cudaMalloc(&shadow_, (total_ ? total_ : 1) * sizeof(float)));
+    const cudaError_t e = cudaMalloc(&scratch_, kScratchBytes);
+    if (e != cudaSuccess) {
+        cudaFree(shadow_);  // the destructor does not run for a constructor that throws
+        FH_CUDA(e);
+    }
+    for (int b = 0; b < NUM_PERSISTENT; ++b) h.seg[b].shadow = shadow_ + h.seg[b].base;
+    for (int k = 0; k < NUM_GUARD_SCALARS; ++k) h.scalars[k] = scalars[k];
+    h.step = step;
+    h.total = total_;
+    h.code = -1;
+    h.first_code = -1;
+    FH_CUDA(cudaMemset(scratch_, 0, kScratchBytes));
+    FH_CUDA(cudaMemcpy(scratch_, &h, sizeof h, cudaMemcpyHostToDevice));
+}
+
+DivergenceGuard::~DivergenceGuard() {
+    if (shadow_) cudaFree(shadow_);  // a destructor cannot report; the pointers came from cudaMalloc
+    if (scratch_) cudaFree(scratch_);
+}
+
+void DivergenceGuard::snapshot(cudaStream_t s) {
+    k_copy<<<dim3(kCopyBlocks, NUM_PERSISTENT), kThreads, 0, s>>>((Dev *)scratch_, false);
+    FH_LAUNCHED("k_copy (guard snapshot)");
+}
+
+void DivergenceGuard::check(cudaStream_t s) {
+    Dev *g = (Dev *)scratch_;
+    k_find_partial<<<kBlocks, kThreads, 0, s>>>(g);
+    FH_LAUNCHED("k_find_partial (guard)");
+    k_find_final<<<1, kThreads, 0, s>>>(g);
+    FH_LAUNCHED("k_find_final (guard)");
+    k_copy<<<dim3(kCopyBlocks, NUM_PERSISTENT), kThreads, 0, s>>>(g, true);
+    FH_LAUNCHED("k_copy (guard restore)");
+}
+
+GuardReport DivergenceGuard::report(bool clear) {
+    Dev h;
+    FH_CUDA(cudaMemcpy(&h, scratch_, sizeof h, cudaMemcpyDeviceToHost));
+    GuardReport r;
+    r.available = true;
+    r.skipped = h.skipped;
+    r.last_skipped = h.last_skipped != 0;
+    r.pending = h.pending;
+    r.first_step = h.first_step;
+    r.first_code = h.first_code;
+    r.first_value = h.first_value;
+    if (clear) {
+        h.pending = 0;
+        h.first_step = 0;
+        h.first_code = -1;
+        h.first_value = 0;
+        FH_CUDA(cudaMemcpy(scratch_, &h, sizeof h, cudaMemcpyHostToDevice));
+    }
+    return r;
+}
+
+size_t DivergenceGuard::bytes() const { return shadow_floats_ * sizeof(float) + kScratchBytes; }
+
+}  // namespace fh::cuda

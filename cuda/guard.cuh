@@ -1,0 +1,47 @@
+// The divergence guard on the device (src/guard.hpp; docs/cuda.md, "Divergence guard"). The
+// CPU executor's GUARD_SNAPSHOT and GUARD_CHECK tasks, as four kernels that capture into the
+// step graph and decide on the device, with no host synchronisation:
+//   snapshot(): copies every persistent buffer into a shadow copy (one kernel);
+//   check(): finds the first non-finite quantity in guard.hpp's order, the step's scalars then
+//     the persistent buffers end to end (a fixed-grid min-index reduction: exact, no atomics,
+//     the same result whatever the schedule), updates the counters, and copies the shadow back
+//     when there is one (the restore kernel returns at once when there is none).
+// report() reads the counters back (the caller has synchronised the step's streams).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "guard.hpp"
+
+namespace fh::cuda {
+
+class DivergenceGuard {
+public:
+    // @p bufs, @p sizes: the NUM_PERSISTENT persistent buffers of the layout (device, floats);
+    // @p scalars: device addresses of the step's NUM_GUARD_SCALARS scalars, GuardScalar order;
+    // @p step: the device step counter, read after ADAM_Q's increment (= this step's number).
+    DivergenceGuard(float *const bufs[], const size_t sizes[], const float *const scalars[],
+                    const uint64_t *step);
+    ~DivergenceGuard();
+    DivergenceGuard(const DivergenceGuard &) = delete;
+    DivergenceGuard &operator=(const DivergenceGuard &) = delete;
+
+    void snapshot(cudaStream_t s);  // Task::GUARD_SNAPSHOT
+    void check(cudaStream_t s);     // Task::GUARD_CHECK
+    // Synchronous copies on the legacy stream: call after the step's streams are synchronised.
+    GuardReport report(bool clear);
+    size_t bytes() const;  // device memory held: the shadow copy and kScratchBytes
+
+    static constexpr size_t kScratchBytes = 64 * 1024;  // memory_plan.cpp counts this
+    struct Dev;  // the device-side state (guard.cu), public for its kernels
+
+private:
+    float *shadow_ = nullptr;
+    unsigned char *scratch_ = nullptr;
+    size_t shadow_floats_ = 0;
+    uint64_t total_ = 0;  // persistent elements
+};
+
+}  // namespace fh::cuda

@@ -1,0 +1,68 @@
+// The memory a config needs, computed from its dimensions alone, before anything is allocated:
+// fh_memory_plan() reports it, fh_pipeline_create() refuses a config that needs more than the
+// machine has, and the CPU backend's fh_pipeline_memory() is this same count.
+//
+// CPU: every buffer the CPU backend and its step hold (src/cpu), the replay included, exactly.
+// CUDA: the executor's allocations buffer by buffer (cuda/cuda_step.cpp, lanes.cpp with the
+// workspaces of schedule.cpp, upload.cpp, act.cu), the learners' arenas (iql.cu, iqn.cu,
+// attention.cu), the divergence guard (guard.cu) and the replay's ring (replay.cu). The
+// attention learner's partial rows and scratch follow the device's occupancy: the device is
+// asked (cuda_attention_sizes), so the plan is what fh_pipeline_memory() reports plus the
+// guard's copy and scratch, which the executor does not allocate yet, and a replay, which it
+// does not have yet (tests/test_cuda_memory_plan.cpp compares them on a GPU). Keep it in step
+// with those files.
+#pragma once
+#include <foxhunt.h>
+#include <cstdint>
+#include <string>
+
+#include "config.hpp"
+#include "layout.hpp"
+
+namespace fh {
+
+struct MemoryPlan {
+    // As fh_memory_report: parameters, activations, workspaces, batch_staging, replay.
+    uint64_t parameters = 0, activations = 0, workspaces = 0, batch_staging = 0, replay = 0;
+    // CPU: of activations, what the first step allocates (caches, learners' scratch).
+    uint64_t first_step = 0;
+    // The largest scratch a task holds only while it runs (not in the total).
+    uint64_t transient = 0;
+    // Where the total and the transient scratch live: host memory (pinned on CUDA) and device.
+    uint64_t host = 0, device = 0;
+    uint64_t total() const {
+        return parameters + activations + workspaces + batch_staging + replay;
+    }
+};
+
+// @p backend is FH_BACKEND_CPU or FH_BACKEND_CUDA (resolved; CUDA asks the device).
+MemoryPlan plan_memory(const fh_config &c, const Layout &L, int backend);
+
+// The attention learner's sizes that depend on the device: the partial rows of its backward
+// and its kernel path's scratch bytes (cuda/attention_paths.hpp).
+struct AttentionSizes {
+    uint64_t partial_rows = 0, scratch_bytes = 0;
+};
+// Those of the path a CUDA pipeline of @p c would use on c.device (cuda/device_queries.cpp;
+// FH_ERR_NO_CUDA in a build without CUDA).
+AttentionSizes cuda_attention_sizes(const fh_config &c, const Dims &d);
+// The CUDA plan with those sizes given (plan_memory() asks the device for them).
+MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &attn);
+
+// The largest single array of a config's step that the CUDA executor indexes with 32-bit
+// integers, in elements, and its name. A config whose arrays exceed 2^31 − 1 elements is
+// refused (FH_ERR_BAD_DIMENSION) on both backends, so that a checkpoint moves between them,
+// even where each dimension is within its own limit. (The CPU's attention tensors, [B·T, d],
+// are larger but size_t-indexed, and the CUDA executor factors them away.)
+uint64_t largest_array(const Dims &d, const char **name);
+
+// Bytes of host memory available to this process now: MemAvailable (/proc/meminfo), less
+// where a cgroup v2 memory.max is lower; @p source says which. UINT64_MAX if unknown.
+uint64_t host_available_bytes(std::string *source);
+
+// Refuses (FH_ERR_OUT_OF_MEMORY) a plan that does not fit: "needs X bytes (...), Y available
+// (source)". @p where: "host memory" or "device memory of CUDA device N".
+void check_fits(uint64_t need, uint64_t available, const std::string &where,
+                const std::string &source, const MemoryPlan &p);
+
+}  // namespace fh

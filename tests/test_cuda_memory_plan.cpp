@@ -1,0 +1,117 @@
+/* fh_memory_plan on the CUDA backend against what the CUDA executor allocates
+ * (fh_pipeline_memory counts every cudaMalloc and pinned allocation by category): every
+ * category equals the allocation, except that the plan also counts the divergence guard's
+ * shadow copy (parameters) and its 64 KiB of scratch (activations), which the executor does
+ * not allocate until the guard is wired (src/memory_plan.hpp); and a config that does not fit
+ * the device is refused before anything is allocated. Skipped without a CUDA device. */
+#include "backend.hpp"
+#include "memory_plan.hpp"
+#include "replay_ref.hpp"  // before cmocka.h
+
+extern "C" {
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+}
+
+#include "test_cuda_util.h"
+
+using namespace fhtest;
+
+namespace {
+
+void check(const char *what, fh_config c) {
+    c = cuda_config(c, FH_MATH_TF32);
+    fh_memory_report plan, got;
+    plan.struct_size = got.struct_size = sizeof plan;
+    if (fh_memory_plan(&c, &plan) != FH_OK) fail_msg("plan: %s", fh_last_error_message());
+    fh_pipeline *p = make(c);
+    if (c.replay_capacity > 0) {
+        /* The ring and its staging exist from creation: a few rows are enough to step. */
+        const replay_ref::Rows rows = replay_ref::random_rows(c, 8, 1, 0.1);
+        const fh_replay_rows v = rows.view();
+        assert_int_equal(fh_pipeline_insert(p, &v), FH_OK);
+        assert_int_equal(fh_pipeline_train(p, 1), FH_OK);
+    } else {
+        Batches bt(c, 1, 1);
+        step(p, bt.b[0]);
+    }
+    assert_int_equal(fh_pipeline_memory(p, &got), FH_OK);
+    /* What the plan counts beyond the allocation: the guard's copy of the state and scratch. */
+    const fh::Layout L = fh::make_layout(fh::make_dims(c));
+    uint64_t shadow = 0;
+    for (int b = 0; b < fh::NUM_PERSISTENT; ++b) shadow += L.buf_size[b] * sizeof(float);
+    const uint64_t cats[5][3] = {{plan.parameters, got.parameters, shadow},
+                                 {plan.activations, got.activations, 64 * 1024},
+                                 {plan.workspaces, got.workspaces, 0},
+                                 {plan.batch_staging, got.batch_staging, 0},
+                                 {plan.replay, got.replay, 0}};
+    const char *names[5] = {"parameters", "activations", "workspaces", "batch_staging", "replay"};
+    printf("[MEMORY] %-26s plan %12llu  allocated %12llu  (%+lld)\n", what,
+           (unsigned long long)plan.total, (unsigned long long)got.total,
+           (long long)plan.total - (long long)got.total);
+    for (int k = 0; k < 5; ++k) {
+        printf("[MEMORY]   %-14s plan %12llu  allocated %12llu  (+ %llu not allocated yet)\n",
+               names[k], (unsigned long long)cats[k][0], (unsigned long long)cats[k][1],
+               (unsigned long long)cats[k][2]);
+        if (cats[k][0] != cats[k][1] + cats[k][2])
+            fail_msg("%s: the plan's %s (%llu) is not the allocation (%llu) + %llu", what,
+                     names[k], (unsigned long long)cats[k][0], (unsigned long long)cats[k][1],
+                     (unsigned long long)cats[k][2]);
+    }
+    fh_pipeline_destroy(p);
+}
+
+void test_plan_is_the_allocation(void **) {
+    if (!fh_test_have_cuda()) skip();
+    check("small", fh_test_small_config());
+    fh_config c = fh_test_small_config();
+    c.sn_layers = FH_SN_W1 | FH_SN_W2;
+    c.goal_dim = 0;
+    c.exec_mode = FH_EXEC_SINGLE_STREAM;
+    check("small, no goal, single stream", c);
+    check("defaults, B = 256", default_config(256));
+    check("defaults, B = 16384", default_config(16384));
+    check("small, replay 64 x 4", replay_ref::config(64, 4));
+    fh_config r = default_config(1024);
+    r.replay_capacity = 1u << 16;
+    r.replay_envs = 16;  /* 2^20 transitions: the insert slots hold part of the ring */
+    check("defaults, B = 1024, replay 2^16 x 16", r);
+}
+
+/* A config whose plan exceeds the device's free memory is refused with the numbers. */
+void test_too_large_refused_before_allocating(void **) {
+    if (!fh_test_have_cuda()) skip();
+    const uint64_t free_b = fh::cuda_free_bytes(0);
+    for (uint32_t b : {1u << 18, 1u << 19, 1u << 20}) {
+        fh_config c = cuda_config(default_config(b), FH_MATH_TF32);
+        c.trunk_hidden = 1024;
+        c.branch_hidden = 512;
+        fh_memory_report plan;
+        plan.struct_size = sizeof plan;
+        if (fh_memory_plan(&c, &plan) != FH_OK) continue;  // over the index cap
+        if (plan.total <= free_b) continue;
+        fh_pipeline *p = nullptr;
+        assert_int_equal(fh_pipeline_create(&c, &p), FH_ERR_OUT_OF_MEMORY);
+        assert_null(p);
+        const char *msg = fh_last_error_message();
+        printf("[MEMORY] B = %u: %s\n", b, msg);
+        if (!strstr(msg, "device memory of CUDA device 0") && !strstr(msg, "host memory"))
+            fail_msg("message: %s", msg);
+        assert_true(fh::cuda_free_bytes(0) + (64u << 20) >= free_b);  /* nothing kept */
+        return;
+    }
+    printf("[MEMORY] every candidate fits this device: refusal not checked\n");
+}
+
+}  // namespace
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_is_the_allocation),
+        cmocka_unit_test(test_too_large_refused_before_allocating),
+    };
+    return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
+}
