@@ -36,10 +36,12 @@
 #include "device_input.hpp"
 #include "device_memory.hpp"
 #include "error.hpp"
+#include "guard.cuh"
 #include "lanes.hpp"
 #include "reduce.cuh"
 #include "replay_lane.hpp"
 #include "schedule.hpp"
+#include "sync_points.hpp"
 #include "upload.hpp"
 
 namespace fh {
@@ -115,6 +117,11 @@ public:
     void timings(fh_timings *t) override;
     void memory(fh_memory_report *r) const override;
     void dump_graph(const char *path) override;
+    GuardReport guard_report(bool clear) override {
+        DeviceGuard g(device_);
+        sync_all();
+        return guard_->report(clear);
+    }
 
 private:
     void create(HostBuffers init);
@@ -137,6 +144,7 @@ private:
     std::unique_ptr<ReplayLane> replay_;  // with a replay only
     std::unique_ptr<Actor> actor_;
     std::unique_ptr<CudaStep> st_;
+    std::unique_ptr<DivergenceGuard> guard_;  // GUARD_SNAPSHOT / GUARD_CHECK (guard.cuh)
     cudaStream_t launch_ = nullptr;
 
     cudaEvent_t fork_ev_ = nullptr;
@@ -177,6 +185,16 @@ void CudaBackend::create(HostBuffers init) {
 
     st_ = std::make_unique<CudaStep>(cfg_, L_, mem_, up_->block());
     g_iql_gemm_mode = st_->iql->gemm_mode();
+    {
+        // The divergence guard over the persistent buffers and the step's scalars, in
+        // guard.hpp's GuardScalar order; made before the eager run so that its kernels load then.
+        DevMetrics *dm = st_->dm;
+        const float *const scalars[NUM_GUARD_SCALARS] = {
+            &dm->td_loss,   &dm->q_mean,   &dm->cql_loss,   &dm->iql_loss[0], &dm->iql_loss[1],
+            &dm->iqn_loss,  &dm->attn_loss, &dm->conf_loss, &dm->grad_norm,   &dm->sigma[0],
+            &dm->sigma[1],  &dm->sigma_t[0], &dm->sigma_t[1], &dm->ensemble_std};
+        guard_ = std::make_unique<DivergenceGuard>(st_->buf, L_.buf_size, scalars, st_->step);
+    }
     {
         std::lock_guard<std::mutex> lk(g_last_mu);
         g_last_block = up_->targets();
@@ -250,6 +268,7 @@ void CudaBackend::release() noexcept {
     replay_.reset();
     check_.reset();
     if (actor_) actor_->release();
+    guard_.reset();
     st_.reset();  // the learners free their scratch
     if (exec_) cudaGraphExecDestroy(exec_);
     if (parent_) cudaGraphDestroy(parent_);
@@ -340,9 +359,8 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
     case Task::CONFIDENCE: confidence(s, l); break;
     case Task::REGIME_SCALE: regime_scale(s, l); break;
     case Task::ADAM_Q: adam_q(s, l); break;
-    // The divergence guard (cuda/guard.cu) is not wired yet: docs/cuda.md, "What the executor
-    // must call".
-    case Task::GUARD_SNAPSHOT: case Task::GUARD_CHECK: break;
+    case Task::GUARD_SNAPSHOT: guard_->snapshot(l.stream); break;
+    case Task::GUARD_CHECK: guard_->check(l.stream); break;
     }
 }
 
@@ -359,6 +377,7 @@ void CudaBackend::train(uint64_t step, uint32_t k) {
     // WHILE node around the step graph could replace this loop.
     for (uint32_t i = 0; i < k; ++i) FH_CUDA(cudaGraphLaunch(exec_, launch_));
     FH_CUDA(cudaEventRecord(done_ev_, launch_));
+    planted_sync(PlantAt::STEP, launch_);
     dev_step_ = step + k;
     std::lock_guard<std::mutex> lk(g_last_mu);
     g_last_done = done_ev_;
@@ -374,6 +393,7 @@ void CudaBackend::insert(const fh_replay_rows &r) {
     else
         replay_->insert_host(r, up_->stream(), ring_free);
     up_->mark_uploaded();
+    planted_sync(PlantAt::UPLOAD, up_->stream());
 }
 
 void CudaBackend::read(Buf b, size_t offset, size_t count, float *out) {
@@ -452,6 +472,10 @@ void CudaBackend::memory(fh_memory_report *r) const {
     r->workspaces = mem_.bytes(MEM_WS);
     r->batch_staging = mem_.bytes(MEM_STAGING);
     r->replay = mem_.bytes(MEM_REPLAY);
+    // The guard's shadow copy of the persistent state counts as parameters, its reduction
+    // scratch as activations (as src/memory_plan.cpp plans them).
+    r->parameters += guard_->bytes() - DivergenceGuard::kScratchBytes;
+    r->activations += DivergenceGuard::kScratchBytes;
     r->total = r->parameters + r->activations + r->workspaces + r->batch_staging + r->replay;
 }
 

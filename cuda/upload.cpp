@@ -7,6 +7,7 @@
 #include "common.hpp"
 #include "debug_hooks.h"
 #include "device_input.hpp"
+#include "sync_points.hpp"
 
 namespace fh::cuda {
 
@@ -32,9 +33,10 @@ unsigned char *StagingSlots::acquire() {
     const cudaError_t q = cudaEventQuery(free_[s]);
     if (q == cudaErrorNotReady) {
         // The copy out of this slot (two uses ago) has not run yet: the host is ahead of the
-        // GPU by more than the double buffer. Back-pressure, counted for the no-sync test.
+        // GPU by more than the double buffer. Back-pressure: the one wait allowed here
+        // (sync_points.hpp), counted apart from synchronisations by the no-sync test.
         g_host_waits.fetch_add(1);
-        FH_CUDA(cudaEventSynchronize(free_[s]));
+        back_pressure_wait(free_[s]);
     } else if (q != cudaSuccess) {
         FH_CUDA(q);
     }
@@ -109,6 +111,7 @@ void Uploader::upload(const fh_batch &b, cudaEvent_t her_done) {
     FH_CUDA(cudaMemcpyAsync(blk_.dev, h, blk_.bytes, cudaMemcpyHostToDevice, copy_));
     slots_.copied_on(copy_);
     mark_uploaded();
+    planted_sync(PlantAt::UPLOAD, copy_);
 }
 
 void Uploader::upload_device(const fh_batch &b, cudaEvent_t her_done, DeviceCheck &check,
@@ -120,6 +123,7 @@ void Uploader::upload_device(const fh_batch &b, cudaEvent_t her_done, DeviceChec
     replay::enqueue_batch_copy(d_, b, check.status(), targets(), copy_);
     check.finish(copy_, std::move(on_pass));
     mark_uploaded();
+    planted_sync(PlantAt::UPLOAD, copy_);
 }
 
 }  // namespace fh::cuda
