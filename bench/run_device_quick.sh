@@ -14,6 +14,12 @@
 #   nccl2        test_cuda_nccl_2gpu: W = 2 against one pipeline at 2B (skips below 2 GPUs)
 #   dp-bench     foxhunt-bench-dp at B = 16384: rows/s at W = 1 and every GPU, all-reduce share
 #   dp-train     foxhunt-dp on every GPU, one process each, 600 steps (the README's launch)
+#   pytest-cuda  the Python binding's tests and the PyTorch oracle on the CUDA backend
+#   sanitize     compute-sanitizer memcheck, racecheck, synccheck on test_cuda_sanitize (B <= 256)
+#   bench        foxhunt-bench at B = 16384, four modes, the replay runs and the PyTorch peer
+#   bench-sizes  foxhunt-bench at B = 1024, 4096, 65536 (TF32, multi- and single-stream)
+#   trainer      foxhunt-trainer on the GPU: 1 seed, 1000 steps (the replay, acting behind)
+#   examples     tests/examples (trainer, HER example, README snippets) on the CUDA backend
 # NCCL: CMake takes it from PyTorch's wheel (python3's nvidia.nccl) when /usr/local/cuda has
 # none; FOXHUNT_CMAKE_ARGS="-DNCCL_LIBRARY=... -DNCCL_INCLUDE_DIR=..." overrides.
 set -o pipefail
@@ -79,6 +85,43 @@ for s in "$@"; do
         > $OUT/dp_train_$r.txt 2>&1 &
     done; wait
     tail -n 3 $OUT/dp_train_*.txt | tee -a $log ;;
+  pytest-cuda)
+    FOXHUNT_LIBRARY=$PWD/build-dev/libfoxhunt.so FOXHUNT_TEST_BACKEND=cuda PYTHONUNBUFFERED=1 \
+      FOXHUNT_ORACLE_REPORT=$OUT/oracle_errors_cuda.txt \
+      timeout 300 python3 -m pytest -q -p no:cacheprovider bindings/python/tests tests/python \
+      > $OUT/pytest_cuda.txt 2>&1
+    echo "pytest-cuda rc=$?" | tee -a $log
+    tail -3 $OUT/pytest_cuda.txt | tee -a $log ;;
+  sanitize)
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+    for tool in memcheck racecheck synccheck; do
+      extra=; [ $tool = memcheck ] && extra="--leak-check full"
+      t3=$(date +%s)
+      FOXHUNT_TEST_TMP=/tmp OPENBLAS_NUM_THREADS=4 timeout ${SAN_TIMEOUT:-170} "$cs" --tool $tool $extra \
+        --error-exitcode 99 --print-limit 50 build-dev/tests/test_cuda_sanitize \
+        > $OUT/sanitize_$tool.txt 2>&1
+      rc=$?
+      summary=$(grep -Eo "ERROR SUMMARY: [0-9]+ errors?" $OUT/sanitize_$tool.txt | tail -1)
+      hazards=$(grep -Eo "RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?, [0-9]+ warnings?\)" \
+                  $OUT/sanitize_$tool.txt | tail -1)
+      echo "[SANITIZER] $tool: rc=$rc ${summary:-no summary} ${hazards} in $(( $(date +%s) - t3 )) s" | tee -a $log
+    done ;;
+  bench)
+    PYTHONUNBUFFERED=1 timeout 420 build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --peer \
+      --machine h200 --out $OUT/bench.json 2>&1 | tail -30 | tee -a $log ;;
+  bench-sizes)
+    timeout 200 build-dev/examples/foxhunt-bench --batch 1024,4096,65536 --steps 30 --replay 0 \
+      --modes multi-tf32,single-tf32 --machine h200 --out $OUT/bench_sizes.json 2>&1 | tail -12 | tee -a $log ;;
+  trainer)
+    timeout 400 build-dev/examples/foxhunt-trainer --backend cuda --seeds 1 --steps 1000 \
+      --out $OUT/trainer-run > $OUT/trainer.txt 2>&1
+    echo "trainer rc=$?" | tee -a $log
+    grep -vE "^\s*$" $OUT/trainer.txt | tail -25 | tee -a $log ;;
+  examples)
+    FOXHUNT_LIBRARY=$PWD/build-dev/libfoxhunt.so FOXHUNT_TEST_BACKEND=cuda \
+      timeout 400 python3 -m pytest -q -p no:cacheprovider tests/examples > $OUT/examples_cuda.txt 2>&1
+    echo "examples rc=$?" | tee -a $log
+    tail -5 $OUT/examples_cuda.txt | tee -a $log ;;
   digest)
     python3 tests/python/state_digest.py build-dev/libfoxhunt.so 2>&1 | tail -4 | tee -a $log ;;
   *) echo "unknown step $s" | tee -a $log ;;
