@@ -3,6 +3,7 @@
 # results under $OUT. bench/run_device.sh is the full run (every test, every benchmark).
 # Usage there:  bash bench/run_device_quick.sh STEP...
 #   ctest-cuda   every test_cuda_* binary (verbose: [ACCURACY] lines), one at a time
+#   ctest-par    every test_cuda_* binary under ctest -j$(nproc), as the README's test command runs them
 #   attn-test    test_cuda_attention only
 #   vs-cpu       test_cuda_vs_cpu only
 #   attn-bench   foxhunt-bench-attention at B = 1024, 4096, 16384, 65536
@@ -43,6 +44,10 @@ for s in "$@"; do
     ( cd build-dev && ctest -V -R "^test_cuda" --timeout 400 ) > $OUT/ctest_cuda.txt 2>&1
     echo "ctest-cuda rc=$?" | tee -a $log
     grep -E "\[(ACCURACY|ATTN|NOSYNC|DETERMINISM|ACT|TIMINGS|MEMORY|GRAPH)\]|tests passed|tests failed|Failed|FAILED|rror" $OUT/ctest_cuda.txt | tee -a $log ;;
+  ctest-par)
+    ( cd build-dev && ctest -j$(nproc) -R "^test_cuda" --timeout 400 --output-on-failure ) > $OUT/ctest_par.txt 2>&1
+    echo "ctest-par rc=$?" | tee -a $log
+    grep -E "tests passed|tests failed|Failed|\(Failed\)" $OUT/ctest_par.txt | tee -a $log ;;
   attn-test)
     timeout 400 build-dev/tests/test_cuda_attention > $OUT/attn_test.txt 2>&1
     echo "attn-test rc=$?" | tee -a $log

@@ -207,6 +207,7 @@ void CudaBackend::create(HostBuffers init) {
     // the initial state.
     for (const ChildDesc &c : sched_) run_child(c, false);
     FH_CUDA(cudaDeviceSynchronize());
+    guard_->reset_counters();  // the eager run is no step (and is non-finite on zeros)
 
     st_->reset(init);
     dev_step_ = 0;

@@ -184,6 +184,17 @@ GuardReport DivergenceGuard::report(bool clear) {
     return r;
 }
 
+void DivergenceGuard::reset_counters() {
+    Dev h;
+    FH_CUDA(cudaMemcpy(&h, scratch_, sizeof h, cudaMemcpyDeviceToHost));
+    h.code = -1;
+    h.last_skipped = 0;
+    h.skipped = h.pending = h.first_step = 0;
+    h.first_code = -1;
+    h.first_value = 0;
+    FH_CUDA(cudaMemcpy(scratch_, &h, sizeof h, cudaMemcpyHostToDevice));
+}
+
 size_t DivergenceGuard::bytes() const { return shadow_floats_ * sizeof(float) + kScratchBytes; }
 
 }  // namespace fh::cuda

@@ -32,6 +32,9 @@ public:
     void check(cudaStream_t s);     // Task::GUARD_CHECK
     // Synchronous copies on the legacy stream: call after the step's streams are synchronised.
     GuardReport report(bool clear);
+    // Zero every counter: after the executor's eager run before capture, which runs the
+    // schedule on zeroed buffers (non-finite there, e.g. a spectral norm of 0) and is no step.
+    void reset_counters();
     size_t bytes() const;  // device memory held: the shadow copy and kScratchBytes
 
     static constexpr size_t kScratchBytes = 64 * 1024;  // memory_plan.cpp counts this

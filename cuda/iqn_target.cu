@@ -64,10 +64,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
     for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         const size_t r0 = tile * kRowsPerTile + (size_t)warp * 16 + gi, r1 = r0 + 8;
         // τ'_im for the thread's two rows (purpose 3, c0 = row0 + i, c1 = m, c2 = step).
-        const uint32_t i0 = a.row0 + (uint32_t)(r0 / a.Nt), m0 = (uint32_t)(r0 % a.Nt);
-        const uint32_t i1 = a.row0 + (uint32_t)(r1 / a.Nt), m1 = (uint32_t)(r1 % a.Nt);
-        const float t0 = r0 < R ? uniform24(philox(a.seed, i0, m0, st, PURPOSE_IQN_TARGET).w[0]) : 0.0f;
-        const float t1 = r1 < R ? uniform24(philox(a.seed, i1, m1, st, PURPOSE_IQN_TARGET).w[0]) : 0.0f;
+        // i0, i1 index this rank's ψ̄; the draw's c0 is the global row row0 + i.
+        const uint32_t i0 = (uint32_t)(r0 / a.Nt), m0 = (uint32_t)(r0 % a.Nt);
+        const uint32_t i1 = (uint32_t)(r1 / a.Nt), m1 = (uint32_t)(r1 % a.Nt);
+        const float t0 = r0 < R ? uniform24(philox(a.seed, a.row0 + i0, m0, st, PURPOSE_IQN_TARGET).w[0]) : 0.0f;
+        const float t1 = r1 < R ? uniform24(philox(a.seed, a.row0 + i1, m1, st, PURPOSE_IQN_TARGET).w[0]) : 0.0f;
         // φ̄ = cos W̄φᵀ; cos(π k τ) straight into A fragments (k = 8κ + 2t' and + 1).
         float acc[kHq / 8][4];
 #pragma unroll

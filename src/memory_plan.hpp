@@ -7,10 +7,9 @@
 // workspaces of schedule.cpp, upload.cpp, act.cu), the learners' arenas (iql.cu, iqn.cu,
 // attention.cu), the divergence guard (guard.cu) and the replay's ring (replay.cu). The
 // attention learner's partial rows and scratch follow the device's occupancy: the device is
-// asked (cuda_attention_sizes), so the plan is what fh_pipeline_memory() reports plus the
-// guard's copy and scratch, which the executor does not allocate yet, and a replay, which it
-// does not have yet (tests/test_cuda_memory_plan.cpp compares them on a GPU). Keep it in step
-// with those files.
+// asked (cuda_attention_sizes), so the plan is what fh_pipeline_memory() reports, category by
+// category (tests/test_cuda_memory_plan.cpp compares them on a GPU). Keep it in step with
+// those files.
 #pragma once
 #include <foxhunt.h>
 #include <cstdint>

@@ -57,10 +57,11 @@ void test_one_rank_is_bitwise_the_plain_step(void **) {
     // num_regimes = 1: no regime statistics to sum.
     fh_config r1 = cuda_config(base, FH_MATH_TF32);
     r1.num_regimes = 1;
-    const Snapshot a = run(r1, bt, 3);
+    Batches bt1(r1, 41, 3);  // regime indices in [0, 1)
+    const Snapshot a = run(r1, bt1, 3);
     r1.nccl_comm = comm;
     const long g0 = fh_cuda_debug_nccl_groups_captured();
-    const Snapshot b = run(r1, bt, 3);
+    const Snapshot b = run(r1, bt1, 3);
     assert_int_equal(fh_cuda_debug_nccl_groups_captured() - g0, 3);
     assert_bitwise(a, b, "tf32, num_regimes = 1: W = 1 vs no communicator");
     check(ncclCommDestroy(comm), "ncclCommDestroy");
