@@ -98,10 +98,18 @@ for s in "$@"; do
     echo "pytest-cuda rc=$?" | tee -a $log
     tail -3 $OUT/pytest_cuda.txt | tee -a $log ;;
   sanitize)
+    # cuBLAS's kernels (nvjet, xmma, cutlass, gemm, gemv: none of ours has these in its name) are
+    # NVIDIA's, and racecheck instruments their shared memory so slowly that it never reached
+    # the end of the first config; they are left out of racecheck only.
     cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
-    for tool in memcheck racecheck synccheck; do
-      extra=; [ $tool = memcheck ] && extra="--leak-check full"
+    xs=; for k in nvjet xmma cutlass gemm gemv splitK; do xs="$xs --kernel-name-exclude kns=$k"; done
+    # shellcheck disable=SC2086
+    "$cs" --tool racecheck $xs /bin/true > $OUT/sanitize_probe.txt 2>&1 \
+      || { echo "[SANITIZER] this compute-sanitizer refuses repeated --kernel-name-exclude: none" | tee -a $log; xs=; }
+    for tool in ${SAN_TOOLS:-memcheck synccheck racecheck}; do
+      extra=; [ $tool = memcheck ] && extra="--leak-check full"; [ $tool = racecheck ] && extra="$xs"
       t3=$(date +%s)
+      # shellcheck disable=SC2086
       FOXHUNT_TEST_TMP=/tmp OPENBLAS_NUM_THREADS=4 timeout ${SAN_TIMEOUT:-170} "$cs" --tool $tool $extra \
         --error-exitcode 99 --print-limit 50 build-dev/tests/test_cuda_sanitize \
         > $OUT/sanitize_$tool.txt 2>&1
@@ -109,7 +117,7 @@ for s in "$@"; do
       summary=$(grep -Eo "ERROR SUMMARY: [0-9]+ errors?" $OUT/sanitize_$tool.txt | tail -1)
       hazards=$(grep -Eo "RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?, [0-9]+ warnings?\)" \
                   $OUT/sanitize_$tool.txt | tail -1)
-      echo "[SANITIZER] $tool: rc=$rc ${summary:-no summary} ${hazards} in $(( $(date +%s) - t3 )) s" | tee -a $log
+      echo "[SANITIZER] $tool: rc=$rc ${summary:-no summary} ${hazards} in $(( $(date +%s) - t3 )) s ($(grep -c '^\[SANITIZE\]' $OUT/sanitize_$tool.txt) configs done)" | tee -a $log
     done ;;
   bench)
     PYTHONUNBUFFERED=1 timeout 420 build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --peer \

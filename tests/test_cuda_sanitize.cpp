@@ -51,6 +51,7 @@ void exercise(const char *what, fh_config c) {
     assert_int_equal(fh_pipeline_metrics(p, &m), FH_OK);
     printf("[SANITIZE] %-40s td_loss %.4g, steps skipped %llu\n", what, (double)m.td_loss,
            (unsigned long long)m.steps_skipped);
+    fflush(stdout);  // progress survives a sanitizer run stopped by its time limit
     fh_pipeline_destroy(p);
 }
 

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -65,7 +66,9 @@ def test_python_snippet_runs(readme, code, library, tmp_path):
     (tmp_path / "snippet.py").write_text(code)
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "bindings", "python"),
                FOXHUNT_LIBRARY=library)
-    r = subprocess.run(["/usr/bin/python3", "snippet.py"], cwd=tmp_path, capture_output=True,
+    # The interpreter running these tests (it has numpy); on the GPU machine /usr/bin/python3
+    # has none, its Python being a virtual environment.
+    r = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, capture_output=True,
                        text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("cpu ")
