@@ -47,26 +47,10 @@ grep -E "\[(ACCURACY|NOSYNC|DETERMINISM|ACT|TIMINGS|MEMORY|GRAPH|GUARD)\]|tests 
 [ -n "$bg" ] && tail -25 $OUT/ctest_other.txt | tee -a $log
 
 # compute-sanitizer's memcheck, racecheck and synccheck over every CUDA path at B <= 256
-# (tests/test_cuda_sanitize.cpp; racecheck is the slow one, hence the small sizes). Each prints
-# its ERROR SUMMARY; the counts go to the log, the reports to $OUT/sanitize_<tool>.txt.
-cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
-       /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
-if [ -n "$cs" ] && [ -x build-dev/tests/test_cuda_sanitize ]; then
-  for tool in memcheck racecheck synccheck; do
-    extra=; [ $tool = memcheck ] && extra="--leak-check full"
-    t3=$(date +%s)
-    FOXHUNT_TEST_TMP=/tmp OPENBLAS_NUM_THREADS=4 timeout 400 "$cs" --tool $tool $extra \
-      --error-exitcode 99 --print-limit 50 build-dev/tests/test_cuda_sanitize \
-      > $OUT/sanitize_$tool.txt 2>&1
-    rc=$?
-    summary=$(grep -Eo "ERROR SUMMARY: [0-9]+ errors?" $OUT/sanitize_$tool.txt | tail -1)
-    hazards=$(grep -Eo "RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?, [0-9]+ warnings?\)" \
-                $OUT/sanitize_$tool.txt | tail -1)
-    echo "[SANITIZER] $tool: rc=$rc ${summary:-no summary} ${hazards} in $(( $(date +%s) - t3 )) s" | tee -a $log
-  done
-else
-  echo "[SANITIZER] compute-sanitizer or test_cuda_sanitize not found: skipped" | tee -a $log
-fi
+# (tests/test_cuda_sanitize.cpp): the quick script's step (its build of build-dev is a no-op
+# here); counts in the log, reports in $OUT/sanitize/sanitize_<tool>.txt.
+OUT=$OUT/sanitize bash bench/run_device_quick.sh sanitize > /dev/null 2>&1
+grep "SANITIZER" $OUT/sanitize/log.txt | tee -a $log
 
 # The Python binding's tests and the PyTorch oracle against the CUDA backend (strict FP32).
 if [ "$1" != early ]; then

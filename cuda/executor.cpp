@@ -414,23 +414,7 @@ void CudaBackend::metrics(fh_metrics *m) {
     sync_all();
     DevMetrics h{};
     FH_CUDA(cudaMemcpy(&h, st_->dm, sizeof h, cudaMemcpyDeviceToHost));
-    *m = fh_metrics{};
-    m->td_loss = h.td_loss;
-    m->q_mean = h.q_mean;
-    m->cql_loss = h.cql_loss;
-    m->iql_loss_hi = h.iql_loss[0];
-    m->iql_loss_lo = h.iql_loss[1];
-    m->iqn_loss = h.iqn_loss;
-    m->attn_loss = h.attn_loss;
-    m->conf_loss = h.conf_loss;
-    m->grad_norm = h.grad_norm;
-    for (int k = 0; k < 2; ++k) {
-        m->sigma[k] = h.sigma[k];
-        m->sigma_target[k] = h.sigma_t[k];
-    }
-    m->ensemble_std = h.ensemble_std;
-    m->num_relabelled = (uint32_t)h.relabelled;
-    m->num_regimes = d_.R;
+    copy_step_metrics(h, d_.R, m);
     FH_CUDA(cudaMemcpy(m->regime_scale, st_->buf[BUF_REGIME] + d_.R, d_.R * sizeof(float),
                        cudaMemcpyDeviceToHost));
 }

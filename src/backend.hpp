@@ -14,6 +14,30 @@
 
 namespace fh {
 
+// The step's scalar outputs into fh_metrics, from either executor's record of them (the CPU's
+// StepScalars, CUDA's DevMetrics copied to the host: the same field names). The caller adds
+// the regime scales and the counters the API keeps.
+template <class Scalars>
+void copy_step_metrics(const Scalars &s, uint32_t num_regimes, fh_metrics *m) {
+    *m = fh_metrics{};
+    m->td_loss = s.td_loss;
+    m->q_mean = s.q_mean;
+    m->cql_loss = s.cql_loss;
+    m->iql_loss_hi = s.iql_loss[0];
+    m->iql_loss_lo = s.iql_loss[1];
+    m->iqn_loss = s.iqn_loss;
+    m->attn_loss = s.attn_loss;
+    m->conf_loss = s.conf_loss;
+    m->grad_norm = s.grad_norm;
+    for (int k = 0; k < 2; ++k) {
+        m->sigma[k] = s.sigma[k];
+        m->sigma_target[k] = s.sigma_t[k];
+    }
+    m->ensemble_std = s.ensemble_std;
+    m->num_relabelled = (uint32_t)s.relabelled;  // a float sum on CUDA, exact below 2^24
+    m->num_regimes = num_regimes;
+}
+
 class Backend {
 public:
     virtual ~Backend() = default;

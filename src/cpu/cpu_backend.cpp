@@ -228,23 +228,7 @@ public:
     }
 
     void metrics(fh_metrics *m) override {
-        *m = fh_metrics{};
-        m->td_loss = s_.td_loss;
-        m->q_mean = s_.q_mean;
-        m->cql_loss = s_.cql_loss;
-        m->iql_loss_hi = s_.iql_loss[0];
-        m->iql_loss_lo = s_.iql_loss[1];
-        m->iqn_loss = s_.iqn_loss;
-        m->attn_loss = s_.attn_loss;
-        m->conf_loss = s_.conf_loss;
-        m->grad_norm = s_.grad_norm;
-        for (int k = 0; k < 2; ++k) {
-            m->sigma[k] = s_.sigma[k];
-            m->sigma_target[k] = s_.sigma_t[k];
-        }
-        m->ensemble_std = s_.ensemble_std;
-        m->num_relabelled = s_.relabelled;
-        m->num_regimes = L_.dims.R;
+        copy_step_metrics(s_, L_.dims.R, m);
         for (uint32_t k = 0; k < L_.dims.R; ++k) m->regime_scale[k] = buf_[BUF_REGIME][L_.dims.R + k];
     }
 
