@@ -11,6 +11,7 @@
 #   digest       tests/python/state_digest.py in the four modes (bitwise checks of refactors)
 #   iqn-bench    foxhunt-bench at B = 16384, the unfused and fused IQN target pass side by side
 #   ncu-attn     Nsight Compute on the tensor-core attention kernels at B = 16384
+#   ncu-step     Nsight Compute: every kernel of one default step (B = 16384, TF32), durations
 #   nccl         test_cuda_nccl: W = 1 with a communicator bitwise equal to none (one GPU)
 #   nccl2        test_cuda_nccl_2gpu: W = 2 against one pipeline at 2B (skips below 2 GPUs)
 #   dp-bench     foxhunt-bench-dp at B = 16384: rows/s at W = 1 and every GPU, all-reduce share
@@ -71,6 +72,11 @@ for s in "$@"; do
       > $OUT/ncu_attn.txt 2>&1
     echo "ncu rc=$?" | tee -a $log
     grep -E "k_attn_tc|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Issued Ipc|Executed Instructions |Stall|Warp Cycles Per Issued|Bank|Shared Memory Configuration|Dynamic Shared" $OUT/ncu_attn.txt | head -80 | tee -a $log ;;
+  ncu-step)
+    timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+      build-dev/examples/foxhunt-bench --batch 16384 --steps 1 --warmup 0 --modes multi-tf32 \
+      --replay 0 --out /tmp/n.json > $OUT/ncu_step.csv 2>&1
+    echo "ncu-step rc=$? lines=$(wc -l < $OUT/ncu_step.csv)" | tee -a $log ;;
   iqn-bench)
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
       --variant FOXHUNT_IQN_KERNELS=unfused,fused --machine h200 \
