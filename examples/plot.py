@@ -19,7 +19,12 @@ import os
 import sys
 from collections import defaultdict
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    sys.exit("examples/plot.py needs matplotlib, which %s cannot import: run it with an "
+             "interpreter that has it (Debian: apt-get install python3-matplotlib, then "
+             "/usr/bin/python3 examples/plot.py DIR)" % sys.executable)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -487,14 +487,18 @@ typedef struct fh_memory_report {
  * allocated). FH_BACKEND_AUTO resolves as in fh_pipeline_create(). On the CPU the numbers are
  * exactly fh_pipeline_memory()'s after the first step; on CUDA, computed from the executor's
  * allocations and the attention kernels' sizes on config.device (their partial sums follow
- * its occupancy), they are meant to be fh_pipeline_memory()'s plus the divergence guard's
- * copy, which this build's CUDA executor does not allocate yet (6 MB at the defaults). Includes
- * the divergence guard's copy of the state (in parameters) and, with replay_capacity > 0, the
- * replay (its rows and episode table; on CUDA also the pinned staging of host inserts).
- * @param config  as for fh_pipeline_create(); validated the same way.
- * @param report  out; its struct_size must be set (the 0.1 size, without replay, is accepted).
+ * its occupancy), they are fh_pipeline_memory()'s after the first step, category by category
+ * (tests/test_cuda_memory_plan.cpp). Includes the divergence guard's copy of the state (in
+ * parameters) and, with replay_capacity > 0, the replay (its rows and episode table; on CUDA
+ * also the pinned staging of host inserts). With config.nccl_comm the communicator is asked
+ * for its rank and size, as fh_pipeline_create() does.
+ * @param config  as for fh_pipeline_create(); validated the same way, with the same statuses.
+ * @param report  out; its struct_size must be set (the 0.1 size, without replay, is accepted);
+ *                unchanged unless FH_OK is returned.
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_STRUCT_SIZE (of @p config or @p report);
- *         FH_ERR_BAD_DIMENSION; FH_ERR_INDIVISIBLE; FH_ERR_BAD_VALUE; FH_ERR_NO_CUDA.
+ *         FH_ERR_BAD_DIMENSION; FH_ERR_INDIVISIBLE; FH_ERR_BAD_VALUE; FH_ERR_NO_CUDA;
+ *         FH_ERR_UNSUPPORTED (a communicator with the CPU backend or in a build without NCCL);
+ *         FH_ERR_CUDA (an NCCL query failed).
  */
 FH_API fh_status fh_memory_plan(const struct fh_config *config,
                                 struct fh_memory_report *report);

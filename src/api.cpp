@@ -152,6 +152,18 @@ void fill_report(const fh::MemoryPlan &m, fh_memory_report *r) {
     copy_out(r, full);
 }
 
+// SPEC §9: this pipeline's rank and the world size from config.nccl_comm (0 and 1 without
+// one); a communicator is refused for the CPU backend. @p c is @p asked resolved.
+void comm_rank_world(const fh_config &c, const fh_config &asked, uint32_t *rank, uint32_t *world) {
+    if (!c.nccl_comm) return;
+    if (c.backend != FH_BACKEND_CUDA)
+        fh::fail(FH_ERR_UNSUPPORTED, "config.nccl_comm is set, but the pipeline would run on the "
+                 "CPU backend%s, which has no data-parallel step (SPEC §9 runs on "
+                 "FH_BACKEND_CUDA)", asked.backend == FH_BACKEND_AUTO ?
+                 " (FH_BACKEND_AUTO found no CUDA device)" : "");
+    fh::nccl_rank_world(c.nccl_comm, c.device, rank, world);
+}
+
 }  // namespace
 
 extern "C" {
@@ -164,7 +176,10 @@ fh_status fh_memory_plan(const fh_config *config, fh_memory_report *report) {
         need_size(report->struct_size, sizeof(fh_memory_report), "report",
                   offsetof(fh_memory_report, replay));
         const fh_config c = resolved(config);
-        fill_report(fh::plan_memory(c, fh::make_layout(fh::make_dims(c)), c.backend), report);
+        uint32_t rank = 0, world = 1;
+        comm_rank_world(c, *config, &rank, &world);
+        fill_report(fh::plan_memory(c, fh::make_layout(fh::make_dims(c, rank, world)), c.backend),
+                    report);
     });
 }
 
@@ -176,14 +191,7 @@ fh_status fh_pipeline_create(const fh_config *config, fh_pipeline **out) {
         const fh_config c = resolved(config);
         const int backend = c.backend;
         uint32_t rank = 0, world = 1;
-        if (c.nccl_comm) {
-            if (backend != FH_BACKEND_CUDA)
-                fh::fail(FH_ERR_UNSUPPORTED, "config.nccl_comm is set, but the pipeline would "
-                         "run on the CPU backend%s, which has no data-parallel step (SPEC §9 "
-                         "runs on FH_BACKEND_CUDA)", config->backend == FH_BACKEND_AUTO ?
-                         " (FH_BACKEND_AUTO found no CUDA device)" : "");
-            fh::nccl_rank_world(c.nccl_comm, c.device, &rank, &world);
-        }
+        comm_rank_world(c, *config, &rank, &world);
         auto p = std::make_unique<fh_pipeline>();
         p->config = c;
         p->layout = fh::make_layout(fh::make_dims(c, rank, world));

@@ -227,6 +227,14 @@ void test_communicator_refused_without_data_parallel_step(void **) {
     assert_null(p);
     assert_non_null(strstr(fh_last_error_message(), "nccl_comm"));
     assert_non_null(strstr(fh_last_error_message(), "CPU backend"));
+    // The plan refuses the same config with the same status, its report untouched.
+    fh_memory_report plan;
+    memset(&plan, 0x5a, sizeof plan);
+    plan.struct_size = sizeof plan;
+    const fh_memory_report untouched = plan;
+    assert_int_equal(fh_memory_plan(&c, &plan), FH_ERR_UNSUPPORTED);
+    assert_non_null(strstr(fh_last_error_message(), "nccl_comm"));
+    assert_memory_equal(&plan, &untouched, sizeof plan);
     if (!fh_test_have_cuda()) {
         // AUTO resolves to the CPU here, and says so.
         c.backend = FH_BACKEND_AUTO;

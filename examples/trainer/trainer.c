@@ -301,7 +301,8 @@ int main(int argc, char **argv)
     write_summary_csv(path, results, o.seeds, &base);
     join(path, sizeof path, o.out, "equity.csv");
     write_equity_csv(path, &m, results, o.seeds, &base);
-    printf("files: %s/{summary,equity,learning_curve}.csv, seed-N/{best,latest}.ckpt; plots: "
+    printf("files: %s/{summary,equity,learning_curve}.csv, options.txt, "
+           "seed-N/{best.ckpt,latest.ckpt,trainer.state}; plots (matplotlib): "
            "python3 examples/plot.py %s\n", o.out, o.out);
 
     for (int i = 0; i < o.seeds; ++i) {
