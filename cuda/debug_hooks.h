@@ -2,11 +2,9 @@
  * library). The tests link the static archive and declare these weak, so a build without CUDA
  * simply lacks them.
  *
- * fh_cuda_debug_host_waits(): how many times upload(), insert() or step() of any CUDA pipeline
- *   in this process blocked the host on the GPU. upload() and a host insert() only block when
- *   both of their pinned staging slots are still being copied from (the host more than two
- *   calls ahead of the copies), and step() never blocks. read/write/metrics/timings/act are the places
- *   that wait, and they are not counted here.
+ * The host waits of upload() and insert() are counted by fh_cuda_debug_back_pressure_waits()
+ * (sync_points.hpp): they only block when both pinned staging slots are still being copied
+ * from (the host more than two calls ahead of the copies); step() never blocks.
  * fh_cuda_debug_step_pending(): 1 if the most recently launched step (of any pipeline) has not
  *   finished on the GPU yet, 0 if it has, -1 if no step was launched (cudaEventQuery on the
  *   event recorded after the graph launch; it does not wait).
@@ -19,7 +17,6 @@
 extern "C" {
 #endif
 
-uint64_t fh_cuda_debug_host_waits(void);
 int fh_cuda_debug_step_pending(void);
 /* Nodes of child graph `child` (a ChildId: 0..6 = her, spectral, ddqn, forward, aux, adam,
  * sample) of the most recently created CUDA pipeline; -1 if none (sample: without a replay). */

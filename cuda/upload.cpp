@@ -1,19 +1,13 @@
 #include "upload.hpp"
 
-#include <atomic>
 #include <utility>
 
 #include "batch.hpp"
 #include "common.hpp"
-#include "debug_hooks.h"
 #include "device_input.hpp"
 #include "sync_points.hpp"
 
 namespace fh::cuda {
-
-namespace {
-std::atomic<uint64_t> g_host_waits{0};
-}  // namespace
 
 void StagingSlots::create(DeviceMemory &mem, MemCat cat, size_t bytes) {
     bytes_ = bytes;
@@ -30,16 +24,9 @@ void StagingSlots::release() noexcept {
 
 unsigned char *StagingSlots::acquire() {
     const int s = next_;
-    const cudaError_t q = cudaEventQuery(free_[s]);
-    if (q == cudaErrorNotReady) {
-        // The copy out of this slot (two uses ago) has not run yet: the host is ahead of the
-        // GPU by more than the double buffer. Back-pressure: the one wait allowed here
-        // (sync_points.hpp), counted apart from synchronisations by the no-sync test.
-        g_host_waits.fetch_add(1);
-        back_pressure_wait(free_[s]);
-    } else if (q != cudaSuccess) {
-        FH_CUDA(q);
-    }
+    // Blocks (and counts) only when the copy out of this slot, two uses ago, has not run yet:
+    // the host ahead of the GPU by more than the double buffer (sync_points.hpp).
+    back_pressure_wait(free_[s]);
     last_ = s;
     return slot_[s];
 }
@@ -127,5 +114,3 @@ void Uploader::upload_device(const fh_batch &b, cudaEvent_t her_done, DeviceChec
 }
 
 }  // namespace fh::cuda
-
-extern "C" uint64_t fh_cuda_debug_host_waits(void) { return fh::cuda::g_host_waits.load(); }

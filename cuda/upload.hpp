@@ -5,7 +5,7 @@
 // into the graph's fixed device block and records `uploaded`, which the next launch waits on.
 // A slot is reused only once the copy out of it has finished; if it has not (the host two
 // uploads ahead of the GPU) upload() blocks on it, and that wait is counted
-// (fh_cuda_debug_host_waits, tested to stay zero).
+// (fh_cuda_debug_back_pressure_waits, tested to stay zero where the GPU keeps up).
 //
 // The copy stream carries every call's input in call order: host and device batches here, the
 // replay's inserts (replay_lane.hpp) beside them. So a step sees exactly the inputs of the calls

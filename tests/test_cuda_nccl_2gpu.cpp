@@ -11,7 +11,7 @@
  * - after 20 steps both ranks hold bitwise-equal state and metrics, still within 1e-5 of the
  *   B' = 2B pipeline;
  * - no host synchronisation in the loop: 10 more steps of both ranks never block the host
- *   (fh_cuda_debug_host_waits stays 0) and return while the GPU still runs them;
+ *   (fh_cuda_debug_back_pressure_waits stays 0) and return while the GPU still runs them;
  * - a communicator on another device than config.device is refused (FH_ERR_BAD_VALUE).
  * Exits 77 (skipped) with fewer than 2 GPUs or without NCCL. */
 #include <cstdio>
@@ -147,12 +147,12 @@ void test_two_ranks_equal_one_pipeline(void **) {
     // never block, and the last one is still running when its launch returns. (Uploads are
     // left out: the upload's back-pressure, when the host runs two batches ahead of the GPU,
     // is by design, tests/test_cuda_nosync.cpp.)
-    const uint64_t waits = fh_cuda_debug_host_waits();
+    const uint64_t waits = fh_cuda_debug_back_pressure_waits();
     for (int k = 0; k < 10; ++k)
         for (int r = 0; r < 2; ++r)
             if (fh_pipeline_step(p[r]) != FH_OK) fail_msg("step: %s", fh_last_error_message());
     const int pending = fh_cuda_debug_step_pending();
-    const uint64_t waited = fh_cuda_debug_host_waits() - waits;
+    const uint64_t waited = fh_cuda_debug_back_pressure_waits() - waits;
     printf("[NCCL2] 10 more steps of both ranks: the host waited %llu times; the last step was "
            "%s when its launch returned\n", (unsigned long long)waited,
            pending == 1 ? "still running" : "done");

@@ -35,7 +35,6 @@ extern "C" {
 #include <cupti.h>
 #endif
 
-extern "C" uint64_t fh_cuda_debug_back_pressure_waits(void) __attribute__((weak));
 extern "C" int fh_cuda_debug_in_back_pressure(void) __attribute__((weak));
 extern "C" void fh_cuda_debug_plant_sync(int where) __attribute__((weak));
 

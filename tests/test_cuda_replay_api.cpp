@@ -188,11 +188,11 @@ static void test_queued_calls_keep_their_order(void **) {
 
     // Two inserts right after train(4): neither waits for the steps in flight.
     ok(fh_pipeline_train(q, 4));
-    const uint64_t waits0 = fh_cuda_debug_host_waits();
+    const uint64_t waits0 = fh_cuda_debug_back_pressure_waits();
     ok(insert(q, rows[1]));
     ok(insert(q, rows[2]));
     const int pending = fh_cuda_debug_step_pending();
-    const uint64_t waits = fh_cuda_debug_host_waits() - waits0;
+    const uint64_t waits = fh_cuda_debug_back_pressure_waits() - waits0;
     printf("[NOSYNC] two inserts after train(4): host waits %llu, steps still running: %d\n",
            (unsigned long long)waits, pending);
     assert_int_equal(waits, 0);

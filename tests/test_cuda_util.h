@@ -14,7 +14,7 @@
 #include "testutil.h"
 
 /* Test hooks of the CUDA backend (cuda/debug_hooks.h); weak so a CPU-only build links. */
-extern "C" uint64_t fh_cuda_debug_host_waits(void) __attribute__((weak));
+extern "C" uint64_t fh_cuda_debug_back_pressure_waits(void) __attribute__((weak));
 extern "C" int fh_cuda_debug_step_pending(void) __attribute__((weak));
 extern "C" long fh_cuda_debug_child_nodes(int child) __attribute__((weak));
 /* OpenBLAS's thread count (ctest sets OPENBLAS_NUM_THREADS=1; the large CPU references want
