@@ -3,12 +3,7 @@
 # Usage there:  bash bench/run_device.sh [early|quick|peer|ncu]   (logs and results under $OUT)
 #   early: CUDA tests and a short benchmark only; quick: B = 16384 only; peer: quick plus the
 #   PyTorch peer; none: every batch size, the IQL GEMM comparison and the peer.
-set -o pipefail
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-d=$(mktemp -d); for f in .devdeps/*.deb; do dpkg -x "$f" "$d"; done
-export CMAKE_PREFIX_PATH=$d/usr LD_LIBRARY_PATH=$d/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH CPATH=$d/usr/include
-log=$OUT/log.txt
+. bench/device_env.sh
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv
   nproc

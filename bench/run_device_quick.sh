@@ -24,12 +24,7 @@
 #   examples     tests/examples (trainer, HER example, README snippets) on the CUDA backend
 # NCCL: CMake takes it from PyTorch's wheel (python3's nvidia.nccl) when /usr/local/cuda has
 # none; FOXHUNT_CMAKE_ARGS="-DNCCL_LIBRARY=... -DNCCL_INCLUDE_DIR=..." overrides.
-set -o pipefail
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-d=$(mktemp -d); for f in .devdeps/*.deb; do dpkg -x "$f" "$d"; done
-export CMAKE_PREFIX_PATH=$d/usr LD_LIBRARY_PATH=$d/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH CPATH=$d/usr/include
-log=$OUT/log.txt
+. bench/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv,noheader | tee $log
 t0=$(date +%s)
 # shellcheck disable=SC2086  # FOXHUNT_CMAKE_ARGS is a list of words
