@@ -6,10 +6,11 @@
 #   ctest-par    every test_cuda_* binary under ctest -j$(nproc), as the README's test command runs them
 #   attn-test    test_cuda_attention only
 #   vs-cpu       test_cuda_vs_cpu only
+#   iqn-test     test_cuda_iqn only (the fused IQN kernels against float64, the paths against each other)
 #   attn-bench   foxhunt-bench-attention at B = 1024, 4096, 16384, 65536
 #   step-bench   foxhunt-bench at B = 16384, the attention kernel paths side by side
 #   digest       tests/python/state_digest.py in the four modes (bitwise checks of refactors)
-#   iqn-bench    foxhunt-bench at B = 16384, the unfused and fused IQN target pass side by side
+#   iqn-bench    foxhunt-bench at B = 16384, the IQN paths side by side (unfused, target pass fused, both fused)
 #   ncu-attn     Nsight Compute on the tensor-core attention kernels at B = 16384
 #   ncu-step     Nsight Compute: every kernel of one default step (B = 16384, TF32), durations
 #   nccl         test_cuda_nccl: W = 1 with a communicator bitwise equal to none (one GPU)
@@ -48,6 +49,10 @@ for s in "$@"; do
     timeout 400 build-dev/tests/test_cuda_attention > $OUT/attn_test.txt 2>&1
     echo "attn-test rc=$?" | tee -a $log
     grep -E "\[(ATTN|ACCURACY)\]|FAILED|rror|PASSED" $OUT/attn_test.txt | tee -a $log ;;
+  iqn-test)
+    timeout 300 build-dev/tests/test_cuda_iqn > $OUT/iqn_test.txt 2>&1
+    echo "iqn-test rc=$?" | tee -a $log
+    grep -E "\[IQN\]|FAILED|rror|PASSED" $OUT/iqn_test.txt | tee -a $log ;;
   vs-cpu)
     timeout 400 build-dev/tests/test_cuda_vs_cpu > $OUT/vs_cpu.txt 2>&1
     echo "vs-cpu rc=$?" | tee -a $log
@@ -74,8 +79,8 @@ for s in "$@"; do
     echo "ncu-step rc=$? lines=$(wc -l < $OUT/ncu_step.csv)" | tee -a $log ;;
   iqn-bench)
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
-      --variant FOXHUNT_IQN_KERNELS=unfused,fused --machine h200 \
-      --out $OUT/iqn_bench.json 2>&1 | tail -7 | tee -a $log ;;
+      --variant FOXHUNT_IQN_KERNELS=unfused,target,fused --machine h200 \
+      --out $OUT/iqn_bench.json 2>&1 | tail -9 | tee -a $log ;;
   nccl|nccl2)
     bin=test_cuda_nccl; [ "$s" = nccl2 ] && bin=test_cuda_nccl_2gpu
     timeout 400 build-dev/tests/$bin > $OUT/$s.txt 2>&1

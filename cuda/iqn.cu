@@ -23,7 +23,9 @@
 //   dWφ = dφpreᵀ cos (tn M=Hq N=C K=R);  dWψ = dψpreᵀ x̃ (tn M=Hq N=D K=B);  (Adam apart).
 // The target pass runs first in the same scratch buffers; only Z̄ [B, N'] survives it. In TF32
 // mode at iqn_hidden = 128, iqn_cos = 64 the target pass after ψ̄ is one fused tensor-core
-// kernel instead (iqn_target.cu), which writes Z̄ alone.
+// kernel instead (iqn_target.cu), which writes Z̄ alone, and when also 16 % N == 0 the online
+// pass after ψ with the head is one more (iqn_online.cu), which writes tau, cos, φraw, m, dhpre,
+// z_mean and the head's partials: the same buffers the backward reads here.
 #include <algorithm>
 #include <memory>
 
@@ -31,7 +33,7 @@
 #include <cstring>
 
 #include "aux_common.cuh"
-#include "iqn_target.hpp"
+#include "iqn_fused.hpp"
 #include "learners.hpp"
 #include "nn.cuh"
 #include "philox.hpp"
@@ -206,6 +208,9 @@ __global__ void k_psiphi_bwd(const float *__restrict__ dm, float *phi, const flo
         for (int i = i0 + threadIdx.y; i < i1; i += kTy) {
             const float ps = psi[(size_t)i * Hq + j];
             double dps = 0.0;
+            // Unrolled so that the loads of several rows are in flight at once (the sums keep
+            // their order).
+#pragma unroll 8
             for (int n = 0; n < N; ++n) {
                 const size_t rj = ((size_t)i * N + n) * Hq + j;
                 const float g = dm[rj];
@@ -251,11 +256,13 @@ struct IqnLearner::Impl {
     double *part_head, *part_bwd;
     aux::RowPlan head;
     int bwd_chunks;
-    // The target pass fused on tensor cores (iqn_target.cu) in TF32 mode at the widths it is
-    // written for (strict FP32 and other widths run the unfused pass); FOXHUNT_IQN_KERNELS=unfused
-    // runs the unfused pass in TF32 too, for tests and side-by-side timing.
-    bool fused_target = false;
-    int target_blocks = 0;
+    // The passes fused on tensor cores (iqn_target.cu, iqn_online.cu) in TF32 mode at the widths
+    // they are written for (strict FP32 and other widths run the unfused passes).
+    // FOXHUNT_IQN_KERNELS picks the paths in TF32 mode, for tests and side-by-side timing:
+    // auto or fused (both fused), target (the target pass alone fused: the step before the online
+    // pass was), unfused (neither).
+    bool fused_target = false, fused_online = false;
+    int target_blocks = 0, online_blocks = 0;
 
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
          float *v)
@@ -273,6 +280,17 @@ struct IqnLearner::Impl {
         const int W = 2 * (int)d.Hq + 2;
         head = aux::plan_rows(d.B, W, kHeadSamplesPerWarp,
                               (2 * (size_t)d.N + d.Nt) * sizeof(float), "IQN head");
+        const char *e = getenv("FOXHUNT_IQN_KERNELS");
+        const bool e_unfused = e && !strcmp(e, "unfused"), e_target = e && !strcmp(e, "target");
+        if (e && *e && !e_unfused && !e_target && strcmp(e, "fused") && strcmp(e, "auto"))
+            fail(FH_ERR_BAD_VALUE, "FOXHUNT_IQN_KERNELS='%s': expected auto, fused, target or "
+                 "unfused", e);
+        const bool tf32 = c.math_mode == FH_MATH_TF32;
+        fused_target = tf32 && iqn::target_fused_fits(d) && !e_unfused;
+        fused_online = fused_target && iqn::online_fused_fits(d) && !e_target;
+        if (fused_target) target_blocks = iqn::fused_blocks((size_t)d.B * d.Nt);
+        if (fused_online) online_blocks = iqn::fused_blocks((size_t)d.B * d.N);
+        const int part_rows = std::max(head.blocks, online_blocks);
         bwd_chunks = (int)((d.B + kBwdSamples - 1) / kBwdSamples);
 
         const size_t Hq = d.Hq;
@@ -287,7 +305,7 @@ struct IqnLearner::Impl {
         const size_t o_tau = arena.reserve_n<float>((size_t)d.B * d.N);
         const size_t o_zt = arena.reserve_n<float>((size_t)d.B * d.Nt);
         const size_t o_g = arena.reserve_n<float>(o.total);
-        const size_t o_ph = arena.reserve_n<double>((size_t)head.blocks * W);
+        const size_t o_ph = arena.reserve_n<double>((size_t)part_rows * W);
         const size_t o_pb = arena.reserve_n<double>((size_t)bwd_chunks * 2 * Hq);
         arena.allocate("the IQN learner");
         cosb = arena.at<float>(o_cos);
@@ -304,15 +322,8 @@ struct IqnLearner::Impl {
         part_head = arena.at<double>(o_ph);
         part_bwd = arena.at<double>(o_pb);
         aux::allow_smem((const void *)k_iqn_head, head.smem, "IQN head");
-        const char *e = getenv("FOXHUNT_IQN_KERNELS");
-        if (e && *e && strcmp(e, "unfused") && strcmp(e, "fused") && strcmp(e, "auto"))
-            fail(FH_ERR_BAD_VALUE, "FOXHUNT_IQN_KERNELS='%s': expected auto, fused or unfused", e);
-        fused_target = c.math_mode == FH_MATH_TF32 && iqn::target_fused_fits(d) &&
-                       !(e && !strcmp(e, "unfused"));
-        if (fused_target) {
-            iqn::target_fused_prepare();
-            target_blocks = iqn::target_fused_blocks((size_t)d.B * d.Nt);
-        }
+        if (fused_target) iqn::target_fused_prepare();
+        if (fused_online) iqn::online_fused_prepare();
     }
 
     // Forward of net P on input x with Nr quantile fractions of `purpose`: ψpre, ψ, cos, φraw,
@@ -359,28 +370,46 @@ struct IqnLearner::Impl {
             FH_LAUNCHED("k_zrows");
         }
 
-        // Online forward on x̃ (τ purpose 2), kept for the backward.
-        forward(bl, s, params, in.x, N, PURPOSE_IQN_ONLINE, in.step, tau);
-
-        // Head: Z, z_mean, loss, dZ, dhpre and the head's gradient partials.
-        IqnHeadArgs a{};
-        a.hraw = hraw;
-        a.bm = params + o.bm; a.wz = params + o.w_z; a.bz = params + o.b_z;
-        a.zt = zt; a.tau = tau; a.r = in.r; a.done = in.done;
-        a.gamma = gamma; a.kappa = kappa;
-        a.B = B; a.N = N; a.Nt = Nt; a.Hq = Hq;
-        a.scale = 1.0 / ((double)d.Bg * d.Nt);
-        a.z_mean = z_mean; a.dh = dh; a.partial = part_head;
-        a.samples_per_blk = head.rows_per_blk;
-        k_iqn_head<<<head.blocks, head.warps * 32, head.smem, s>>>(a);
-        FH_LAUNCHED("k_iqn_head");
+        // Online forward on x̃ (τ purpose 2), kept for the backward, and the head: Z, z_mean, the
+        // loss, dZ, dhpre and the head's gradient partials.
+        int head_blocks = head.blocks;
+        if (fused_online) {
+            gemm_nt(bl, B, Hq, D, in.x, params + o.Wpsi, psi_pre, 0.0f, "IQN psi = x Wpsi^T");
+            bias_silu(psi_pre, psi, params + o.bpsi, d.B, Hq, s);
+            iqn::OnlineArgs f{};
+            f.psi = psi;
+            f.Wphi = params + o.Wphi; f.bphi = params + o.bphi; f.Wm = params + o.Wm;
+            f.bm = params + o.bm; f.wz = params + o.w_z; f.bz = params + o.b_z;
+            f.zt = zt; f.r = in.r; f.done = in.done;
+            f.gamma = gamma; f.kappa = kappa;
+            f.scale = 1.0 / ((double)d.Bg * d.Nt);
+            f.seed = seed; f.step = in.step;
+            f.B = B; f.N = N; f.Nt = Nt; f.row0 = d.row0;
+            f.tau = tau; f.cos = cosb; f.phi = phi; f.m = mbuf; f.dh = dh;
+            f.z_mean = z_mean; f.partial = part_head;
+            iqn::online_fused(f, online_blocks, s);
+            head_blocks = online_blocks;
+        } else {
+            forward(bl, s, params, in.x, N, PURPOSE_IQN_ONLINE, in.step, tau);
+            IqnHeadArgs a{};
+            a.hraw = hraw;
+            a.bm = params + o.bm; a.wz = params + o.w_z; a.bz = params + o.b_z;
+            a.zt = zt; a.tau = tau; a.r = in.r; a.done = in.done;
+            a.gamma = gamma; a.kappa = kappa;
+            a.B = B; a.N = N; a.Nt = Nt; a.Hq = Hq;
+            a.scale = 1.0 / ((double)d.Bg * d.Nt);
+            a.z_mean = z_mean; a.dh = dh; a.partial = part_head;
+            a.samples_per_blk = head.rows_per_blk;
+            k_iqn_head<<<head.blocks, head.warps * 32, head.smem, s>>>(a);
+            FH_LAUNCHED("k_iqn_head");
+        }
         {
             aux::Segs g;
             g.add(grad + o.bm, 0, Hq);
             g.add(grad + o.w_z, Hq, Hq);
             g.add(grad + o.b_z, 2 * Hq, 1);
             g.add(loss, 2 * Hq + 1, 1, 0, (double)d.Bg * d.Nt);
-            aux::reduce_partials(part_head, head.blocks, 2 * Hq + 2, 1, g, s);
+            aux::reduce_partials(part_head, head_blocks, 2 * Hq + 2, 1, g, s);
         }
 
         // Merge layer, then ψ and φ.

@@ -1,15 +1,19 @@
-/* The fused IQN target pass (cuda/iqn_target.cu, TF32 mode):
- * 1. the kernel alone against a float64 evaluation of SPEC §4's Z̄(x̃', τ') from the same ψ̄,
- *    random target weights of a size that gives Z̄ structure, and τ' drawn on the host from
+/* IQN's passes fused on tensor cores (cuda/iqn_target.cu, cuda/iqn_online.cu, TF32 mode):
+ * 1. the target kernel alone against a float64 evaluation of SPEC §4's Z̄(x̃', τ') from the same
+ *    ψ̄, random target weights of a size that gives Z̄ structure, and τ' drawn on the host from
  *    Philox purpose 3 — every row, so a wrong τ, row or column mapping shows;
- * 2. whole steps against the unfused pass (FOXHUNT_IQN_KERNELS=unfused) and the CPU: IQN loss,
- *    parameters and the ensemble mean after 1 and 5 steps (TF32 products in both GPU paths, so
- *    they agree to TF32 rounding, not bitwise).
+ * 2. the online kernel alone against a float64 evaluation of the online pass and the quantile
+ *    Huber head (Dabney et al. 2018, eq. 3 with SPEC §5.5's mean): every output it writes (τ,
+ *    cos, φraw, m, dhpre, z_mean) and its partial sums (dbm, dw_z, db_z, the loss), at
+ *    N = 8, 4, 16 and 1 (the shapes of its z_mean sums), with a partly filled last tile;
+ * 3. whole steps of the three paths (fused, FOXHUNT_IQN_KERNELS=target, unfused) against each
+ *    other and the CPU: IQN loss, parameters and the ensemble mean after 1 and 5 steps (TF32
+ *    products in every GPU path, so they agree to TF32 rounding, not bitwise).
  * Skipped without a GPU. */
 #if FOXHUNT_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "../cuda/iqn_target.hpp"
+#include "../cuda/iqn_fused.hpp"
 #include "config.hpp"
 #include "philox.hpp"
 #endif
@@ -69,7 +73,7 @@ void test_target_kernel_vs_float64(void **) {
                                     B, Nt, row0, d_zt};
         try {
             fh::cuda::iqn::target_fused_prepare();
-            fh::cuda::iqn::target_fused(a, fh::cuda::iqn::target_fused_blocks((size_t)B * Nt), 0);
+            fh::cuda::iqn::target_fused(a, fh::cuda::iqn::fused_blocks((size_t)B * Nt), 0);
         } catch (...) {
             fail_msg("target_fused threw");
         }
@@ -108,6 +112,152 @@ void test_target_kernel_vs_float64(void **) {
             cudaFree(p);
     }
 }
+
+/* ‖g − ref‖₂ / ‖ref‖₂ over a tensor. */
+double rel_l2(const std::vector<float> &g, const std::vector<double> &ref) {
+    double num = 0, den = 0;
+    for (size_t k = 0; k < ref.size(); ++k) {
+        num += ((double)g[k] - ref[k]) * ((double)g[k] - ref[k]);
+        den += ref[k] * ref[k];
+    }
+    return std::sqrt(num / den);
+}
+
+double huber(double u, double k) { return std::fabs(u) <= k ? 0.5 * u * u : k * (std::fabs(u) - 0.5 * k); }
+double dhuber(double u, double k) { return std::fabs(u) <= k ? u : (u > 0 ? k : -k); }
+
+template <class T>
+std::vector<T> back(const T *d, size_t n) {
+    std::vector<T> v(n);
+    cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return v;
+}
+
+void test_online_kernel_vs_float64(void **) {
+    if (!fh_test_have_cuda()) skip();
+    const int Hq = 128, C = 64, Nt = 8, B = 333; /* 333·N rows: a last tile partly filled */
+    for (int N : {8, 4, 16, 1}) {
+        const uint32_t row0 = N == 4 ? 2 * B : 0; /* N = 4 as rank 2 of a data-parallel step */
+        const size_t R = (size_t)B * N;
+        std::mt19937 rng(11 + N);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+        auto vec = [&](size_t n, float sc) {
+            std::vector<float> v(n);
+            for (float &e : v) e = sc * nd(rng);
+            return v;
+        };
+        const std::vector<float> psi = vec((size_t)B * Hq, 0.8f), Wphi = vec((size_t)Hq * C, 0.25f),
+                                 bphi = vec(Hq, 0.3f), Wm = vec((size_t)Hq * Hq, 0.12f),
+                                 bm = vec(Hq, 0.3f), wz = vec(Hq, 0.3f), bz = vec(1, 0.5f),
+                                 zt = vec((size_t)B * Nt, 1.0f), r = vec(B, 0.5f);
+        std::vector<float> done(B);
+        for (float &d : done) d = ud(rng) < 0.2f ? 1.0f : 0.0f;
+        const float gamma = 0.99f, kappa = 1.0f;
+        const double scale = 1.0 / (3.0 * B * Nt); /* as W = 3 */
+        const uint64_t seed = 987, step = 4;
+        const int blocks = fh::cuda::iqn::fused_blocks(R);
+        const std::vector<float> nan_r(R, NAN), nan_rc(R * C, NAN), nan_rh(R * Hq, NAN), nan_b(B, NAN);
+        float *d_psi = dev(psi), *d_Wphi = dev(Wphi), *d_bphi = dev(bphi), *d_Wm = dev(Wm),
+              *d_bm = dev(bm), *d_wz = dev(wz), *d_bz = dev(bz), *d_zt = dev(zt), *d_r = dev(r),
+              *d_done = dev(done), *d_tau = dev(nan_r), *d_cos = dev(nan_rc), *d_phi = dev(nan_rh),
+              *d_m = dev(nan_rh), *d_dh = dev(nan_rh), *d_zm = dev(nan_b);
+        double *d_part = dev(std::vector<double>((size_t)blocks * (2 * Hq + 2), NAN));
+        uint64_t *d_step = dev(std::vector<uint64_t>{step});
+        fh::cuda::iqn::OnlineArgs a{};
+        a.psi = d_psi; a.Wphi = d_Wphi; a.bphi = d_bphi; a.Wm = d_Wm; a.bm = d_bm; a.wz = d_wz;
+        a.bz = d_bz; a.zt = d_zt; a.r = d_r; a.done = d_done; a.gamma = gamma; a.kappa = kappa;
+        a.scale = scale; a.seed = seed; a.step = d_step; a.B = B; a.N = N; a.Nt = Nt;
+        a.row0 = row0; a.tau = d_tau; a.cos = d_cos; a.phi = d_phi; a.m = d_m; a.dh = d_dh;
+        a.z_mean = d_zm; a.partial = d_part;
+        try {
+            fh::cuda::iqn::online_fused_prepare();
+            fh::cuda::iqn::online_fused(a, blocks, 0);
+        } catch (...) {
+            fail_msg("online_fused threw");
+        }
+        if (cudaDeviceSynchronize() != cudaSuccess) fail_msg("kernel failed");
+        const std::vector<float> g_tau = back(d_tau, R), g_cos = back(d_cos, R * C),
+                                 g_phi = back(d_phi, R * Hq), g_m = back(d_m, R * Hq),
+                                 g_dh = back(d_dh, R * Hq), g_zm = back(d_zm, B);
+        const std::vector<double> g_part = back(d_part, (size_t)blocks * (2 * Hq + 2));
+
+        std::vector<double> cosr(R * C), phir(R * Hq), mr(R * Hq), dhr(R * Hq), zmr(B, 0.0),
+            dbm(Hq, 0.0), dwz(Hq, 0.0);
+        double dbz = 0, loss = 0;
+        size_t tau_bad = 0;
+        for (size_t row = 0; row < R; ++row) {
+            const size_t i = row / N, n = row % N;
+            const float tf = fh::uniform24(fh::philox(seed, row0 + (uint32_t)i, (uint32_t)n,
+                                                      (uint32_t)step, fh::PURPOSE_IQN_ONLINE).w[0]);
+            tau_bad += g_tau[row] != tf;
+            const double tau = tf;
+            for (int k = 0; k < C; ++k) cosr[row * C + k] = std::cos(M_PI * k * tau);
+            for (int j = 0; j < Hq; ++j) {
+                double s = 0;
+                for (int k = 0; k < C; ++k) s += cosr[row * C + k] * Wphi[(size_t)j * C + k];
+                phir[row * Hq + j] = s;
+                mr[row * Hq + j] = psi[i * Hq + j] * silu(s + bphi[j]);
+            }
+            std::vector<double> pre(Hq);
+            double z = bz[0];
+            for (int j = 0; j < Hq; ++j) {
+                double h = bm[j];
+                for (int k = 0; k < Hq; ++k) h += mr[row * Hq + k] * Wm[(size_t)j * Hq + k];
+                pre[j] = h;
+                z += silu(h) * wz[j];
+            }
+            zmr[i] += z / N;
+            double ls = 0, ds = 0;
+            for (int m = 0; m < Nt; ++m) {
+                const double u = r[i] + (double)gamma * (1.0 - done[i]) * zt[i * Nt + m] - z;
+                const double w = std::fabs(tau - (u < 0 ? 1.0 : 0.0));
+                ls += w * huber(u, kappa) / kappa;
+                ds += w * dhuber(u, kappa) / kappa;
+            }
+            const double dz = -ds * scale;
+            loss += ls;
+            dbz += dz;
+            for (int j = 0; j < Hq; ++j) {
+                const double sg = 1.0 / (1.0 + std::exp(-pre[j]));
+                const double v = dz * wz[j] * sg * (1.0 + pre[j] * (1.0 - sg));
+                dhr[row * Hq + j] = v;
+                dbm[j] += v;
+                dwz[j] += dz * pre[j] * sg;
+            }
+        }
+        std::vector<float> p_dbm(Hq, 0.0f), p_dwz(Hq, 0.0f);
+        double p_dbz = 0, p_loss = 0;
+        for (int b = 0; b < blocks; ++b) {
+            const double *row = g_part.data() + (size_t)b * (2 * Hq + 2);
+            for (int j = 0; j < Hq; ++j) {
+                p_dbm[j] += (float)row[j];
+                p_dwz[j] += (float)row[Hq + j];
+            }
+            p_dbz += row[2 * Hq];
+            p_loss += row[2 * Hq + 1];
+        }
+        const double e[] = {rel_l2(g_cos, cosr), rel_l2(g_phi, phir), rel_l2(g_m, mr),
+                            rel_l2(g_dh, dhr), rel_l2(g_zm, zmr), rel_l2(p_dbm, dbm),
+                            rel_l2(p_dwz, dwz), std::fabs(p_dbz - dbz) / std::fabs(dbz),
+                            std::fabs(p_loss - loss) / std::fabs(loss)};
+        const char *names[] = {"cos", "phi", "m", "dh", "z_mean", "dbm", "dw_z", "db_z", "loss"};
+        printf("[IQN] fused online kernel vs float64, B=%d N=%d, %d blocks: tau %zu of %zu rows "
+               "differ;", B, N, blocks, tau_bad, R);
+        for (int k = 0; k < 9; ++k) printf(" %s %.2e", names[k], e[k]);
+        printf("\n");
+        if (tau_bad) fail_msg("tau: %zu rows differ from Philox purpose 2", tau_bad);
+        /* TF32 operands (2^-11) in two chained products of K = 64 and 128, fast SiLU: ~1e-3;
+         * NaN means an output left unwritten. */
+        for (int k = 0; k < 9; ++k)
+            if (!(e[k] <= 5e-3)) fail_msg("fused online pass, N=%d: %s rel. error %.3e", N, names[k], e[k]);
+        for (void *p : {(void *)d_psi, (void *)d_Wphi, (void *)d_bphi, (void *)d_Wm, (void *)d_bm,
+                        (void *)d_wz, (void *)d_bz, (void *)d_zt, (void *)d_r, (void *)d_done,
+                        (void *)d_tau, (void *)d_cos, (void *)d_phi, (void *)d_m, (void *)d_dh,
+                        (void *)d_zm, (void *)d_part, (void *)d_step})
+            cudaFree(p);
+    }
+}
 #endif
 
 double iqn_err(fh_pipeline *a, fh_pipeline *b, std::string &worst) {
@@ -128,41 +278,52 @@ double iqn_err(fh_pipeline *a, fh_pipeline *b, std::string &worst) {
     return mx;
 }
 
-void test_fused_target_agrees(void **) {
+void test_fused_paths_agree(void **) {
     if (!fh_test_have_cuda()) skip();
-    for (uint32_t B : {1000u, 4096u}) {  /* 1000: a last tile of rows only partly filled */
-        const fh_config base = default_config(B);
+    struct Case {
+        uint32_t B, N, Nt;
+    };
+    /* 1000: a last tile of rows only partly filled; N = 16 with N' = 5: another z_mean shape. */
+    for (const Case k : {Case{1000, 8, 8}, Case{4096, 8, 8}, Case{1000, 16, 5}}) {
+        fh_config base = default_config(k.B);
+        base.iqn_n = k.N;
+        base.iqn_n_target = k.Nt;
         fh_config cc = base;
         cc.backend = FH_BACKEND_CPU;
         fh_pipeline *cpu = make(cc);
         setenv("FOXHUNT_IQN_KERNELS", "unfused", 1);
-        fh_pipeline *old = make(cuda_config(base, FH_MATH_TF32));
+        fh_pipeline *unfused = make(cuda_config(base, FH_MATH_TF32));
+        setenv("FOXHUNT_IQN_KERNELS", "target", 1);
+        fh_pipeline *target = make(cuda_config(base, FH_MATH_TF32));
         unsetenv("FOXHUNT_IQN_KERNELS");
         fh_pipeline *fused = make(cuda_config(base, FH_MATH_TF32));
         Batches bt(base, 77, 5);
-        for (int k = 0; k < 5; ++k) {
-            for (fh_pipeline *p : {cpu, old, fused}) step(p, bt.b[(size_t)k]);
-            if (k != 0 && k != 4) continue;
-            fh_metrics mc, mo, mf;
-            mc.struct_size = mo.struct_size = mf.struct_size = sizeof(fh_metrics);
-            fh_pipeline_metrics(cpu, &mc);
-            fh_pipeline_metrics(old, &mo);
+        for (int s = 0; s < 5; ++s) {
+            for (fh_pipeline *p : {cpu, unfused, target, fused}) step(p, bt.b[(size_t)s]);
+            if (s != 0 && s != 4) continue;
+            fh_metrics mf;
+            mf.struct_size = sizeof(fh_metrics);
             fh_pipeline_metrics(fused, &mf);
-            std::string w1, w2;
-            const double e_old = iqn_err(fused, old, w1), e_cpu = iqn_err(fused, cpu, w2);
-            const double l_old = std::fabs(mf.iqn_loss - mo.iqn_loss) / std::fabs(mo.iqn_loss);
-            const double l_cpu = std::fabs(mf.iqn_loss - mc.iqn_loss) / std::fabs(mc.iqn_loss);
-            printf("[IQN] B=%u after %d step%s: fused vs unfused %.3e (%s), loss %.3e; "
-                   "fused vs CPU %.3e (%s), loss %.3e\n",
-                   B, k + 1, k ? "s" : "", e_old, w1.c_str(), l_old, e_cpu, w2.c_str(), l_cpu);
-            /* TF32 products (2^-11 operand rounding) in both paths: the test_cuda_vs_cpu bound. */
-            if (!(e_old <= 5e-2 && e_cpu <= 5e-2 && l_old <= 5e-2 && l_cpu <= 5e-2))
-                fail_msg("fused IQN target pass: B=%u step %d: %.3e (%s) / %.3e (%s), loss %.3e / %.3e",
-                         B, k + 1, e_old, w1.c_str(), e_cpu, w2.c_str(), l_old, l_cpu);
+            printf("[IQN] B=%u N=%u N'=%u after %d step%s, fused against:", k.B, k.N, k.Nt, s + 1,
+                   s ? "s" : "");
+            const char *names[] = {"unfused", "target-only", "CPU"};
+            fh_pipeline *others[] = {unfused, target, cpu};
+            for (int o = 0; o < 3; ++o) {
+                fh_metrics mo;
+                mo.struct_size = sizeof(fh_metrics);
+                fh_pipeline_metrics(others[o], &mo);
+                std::string w;
+                const double e = iqn_err(fused, others[o], w);
+                const double l = std::fabs(mf.iqn_loss - mo.iqn_loss) / std::fabs(mo.iqn_loss);
+                printf(" %s %.3e (%s), loss %.3e;", names[o], e, w.c_str(), l);
+                /* TF32 products (2^-11 operand rounding) in every path: the test_cuda_vs_cpu bound. */
+                if (!(e <= 5e-2 && l <= 5e-2))
+                    fail_msg("fused IQN passes: B=%u N=%u step %d against %s: %.3e (%s), loss %.3e",
+                             k.B, k.N, s + 1, names[o], e, w.c_str(), l);
+            }
+            printf("\n");
         }
-        fh_pipeline_destroy(cpu);
-        fh_pipeline_destroy(old);
-        fh_pipeline_destroy(fused);
+        for (fh_pipeline *p : {cpu, unfused, target, fused}) fh_pipeline_destroy(p);
     }
 }
 
@@ -172,7 +333,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
 #if FOXHUNT_HAVE_CUDA
         cmocka_unit_test(test_target_kernel_vs_float64),
+        cmocka_unit_test(test_online_kernel_vs_float64),
 #endif
-        cmocka_unit_test(test_fused_target_agrees)};
+        cmocka_unit_test(test_fused_paths_agree)};
     return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

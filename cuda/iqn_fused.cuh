@@ -1,0 +1,169 @@
+// Device pieces shared by IQN's two fused tensor-core passes (iqn_target.cu, iqn_online.cu),
+// TF32 mode at iqn_hidden = 128 and iqn_cos = 64 (SPEC §4: φ(τ)_j = SiLU(Σ_k cos(π k τ) Wφ[j,k]
+// + bφ[j]), m = ψ ⊙ φ, h = m Wmᵀ).
+//
+// Tiling (both passes). A block of 8 warps stages Wφ [128, 64] and Wm [128, 128] in shared memory
+// once (rounded to TF32) and walks through tiles of 128 rows r = i·Nr + n; warp w owns rows
+// 16w .. 16w + 15 of a tile, one m16 row tile, and each thread rows g and g + 8 of it
+// (g = lane / 4, t = lane % 4; fragment layout in mma_tf32.cuh):
+//   cos  [16, 64]   computed into A fragments directly (each thread its 4 entries per k step)
+//   φ    [16, 128]  = cos Wφᵀ: 16 column tiles × 8 k steps of m16n8k8, accumulators in registers
+//   m    the accumulator fragments times ψ, used as the A fragments of h = m Wmᵀ (the permuted
+//        contraction order of mma_tf32.cuh: no shared-memory round trip)
+//   h    [16, 128]  = m Wmᵀ in two halves of 8 column tiles (32 accumulators at a time).
+// Shared-memory rows are 72 and 136 floats (≡ 8 mod 32): the float2 B-fragment loads of a
+// half-warp hit 32 different banks. Deterministic: each row is one warp's, no atomics.
+#pragma once
+#include <cstdint>
+
+#include "mma_tf32.cuh"
+#include "philox.hpp"
+
+namespace fh::cuda::iqn {
+
+constexpr int kHq = 128, kC = 64;
+constexpr int kLDP = kC + 8, kLDM = kHq + 8;
+constexpr int kWarps = 8, kRowsPerTile = 16 * kWarps;
+// Wφ, Wm, then bφ, bm, w_z.
+constexpr int kSmemFloats = kHq * kLDP + kHq * kLDM + 3 * kHq;
+
+// SiLU and the logistic in TF32 mode (the products feeding them carry 2^-11 rounding already).
+__device__ __forceinline__ float sigmoid_fast(float z) { return __fdividef(1.0f, 1.0f + __expf(-z)); }
+__device__ __forceinline__ float silu_fast(float z) { return __fdividef(z, 1.0f + __expf(-z)); }
+
+struct Smem {
+    float *Wphi, *Wm, *bphi, *bm, *wz;
+};
+
+// Stage one net's Wφ, Wm (TF32-rounded), bφ, bm and w_z; ends with __syncthreads().
+__device__ __forceinline__ Smem stage_weights(float *sm, const float *Wphi, const float *bphi,
+                                              const float *Wm, const float *bm, const float *wz) {
+    Smem s;
+    s.Wphi = sm;
+    s.Wm = s.Wphi + kHq * kLDP;
+    s.bphi = s.Wm + kHq * kLDM;
+    s.bm = s.bphi + kHq;
+    s.wz = s.bm + kHq;
+    for (int e = threadIdx.x; e < kHq * kC; e += blockDim.x) {
+        const int n = e / kC, k = e - n * kC;
+        s.Wphi[n * kLDP + k] = mma::stored<false>(__ldg(Wphi + e));
+    }
+    for (int e = threadIdx.x; e < kHq * kHq; e += blockDim.x) {
+        const int n = e / kHq, k = e - n * kHq;
+        s.Wm[n * kLDM + k] = mma::stored<false>(__ldg(Wm + e));
+    }
+    for (int e = threadIdx.x; e < kHq; e += blockDim.x) {
+        s.bphi[e] = __ldg(bphi + e);
+        s.bm[e] = __ldg(bm + e);
+        s.wz[e] = __ldg(wz + e);
+    }
+    __syncthreads();
+    return s;
+}
+
+// The quantile fraction of row r = i·Nr + n of this rank (Philox c0 = row0 + i, c1 = n,
+// c2 = step; SPEC §3); 0 for rows past R.
+__device__ __forceinline__ float draw_tau(uint64_t seed, uint32_t row0, size_t r, size_t R, int Nr,
+                                          uint32_t step, uint32_t purpose) {
+    if (r >= R) return 0.0f;
+    const uint32_t i = (uint32_t)(r / Nr), n = (uint32_t)(r % Nr);
+    return uniform24(philox(seed, row0 + i, n, step, purpose).w[0]);
+}
+
+// φraw = cos(π k τ) Wφᵀ for the thread's rows g (τ t0) and g + 8 (τ t1), into acc. When `cosr0`
+// / `cosr1` are given, the features (k = 8κ + 2t and + 1) are stored there too.
+__device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, float (&acc)[kHq / 8][4],
+                                         float *cosr0, float *cosr1) {
+    const int lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int nu = 0; nu < kHq / 8; ++nu)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[nu][e] = 0.0f;
+#pragma unroll
+    for (int ka = 0; ka < kC / 8; ++ka) {
+        const float f0 = (float)(8 * ka + 2 * tq), f1 = f0 + 1.0f;
+        const float c00 = cospif(f0 * t0), c10 = cospif(f0 * t1);
+        const float c01 = cospif(f1 * t0), c11 = cospif(f1 * t1);
+        if (cosr0) *reinterpret_cast<float2 *>(cosr0 + 8 * ka + 2 * tq) = make_float2(c00, c01);
+        if (cosr1) *reinterpret_cast<float2 *>(cosr1 + 8 * ka + 2 * tq) = make_float2(c10, c11);
+        mma::Op A[4];
+        A[0] = mma::op<false>(c00);
+        A[1] = mma::op<false>(c10);
+        A[2] = mma::op<false>(c01);
+        A[3] = mma::op<false>(c11);
+#pragma unroll
+        for (int nu = 0; nu < kHq / 8; ++nu) {
+            const float2 w = *reinterpret_cast<const float2 *>(s.Wphi + (8 * nu + gi) * kLDP + 8 * ka + 2 * tq);
+            const mma::Op B[2] = {mma::loaded<false>(w.x), mma::loaded<false>(w.y)};
+            mma::mma<false>(acc[nu], A, B);
+        }
+    }
+}
+
+// m = ψ_i ⊙ SiLU(φraw + bφ) as the A fragments of h = m Wmᵀ; psi0 / psi1 are the ψ rows of the
+// thread's two rows. When phir*/mr* are given, φraw and m are stored there too.
+__device__ __forceinline__ void merge_tile(const Smem &s, const float (&acc)[kHq / 8][4],
+                                           const float *psi0, const float *psi1,
+                                           mma::Op (&M)[kHq / 8][4], float *phir0, float *phir1,
+                                           float *mr0, float *mr1) {
+    const int tq = threadIdx.x & 3;
+#pragma unroll
+    for (int nu = 0; nu < kHq / 8; ++nu) {
+        const int u = 8 * nu + 2 * tq;
+        const float2 p0 = __ldg(reinterpret_cast<const float2 *>(psi0 + u));
+        const float2 p1 = __ldg(reinterpret_cast<const float2 *>(psi1 + u));
+        float m[4];
+        m[0] = p0.x * silu_fast(acc[nu][0] + s.bphi[u]);
+        m[1] = p0.y * silu_fast(acc[nu][1] + s.bphi[u + 1]);
+        m[2] = p1.x * silu_fast(acc[nu][2] + s.bphi[u]);
+        m[3] = p1.y * silu_fast(acc[nu][3] + s.bphi[u + 1]);
+        if (phir0) *reinterpret_cast<float2 *>(phir0 + u) = make_float2(acc[nu][0], acc[nu][1]);
+        if (phir1) *reinterpret_cast<float2 *>(phir1 + u) = make_float2(acc[nu][2], acc[nu][3]);
+        if (mr0) *reinterpret_cast<float2 *>(mr0 + u) = make_float2(m[0], m[1]);
+        if (mr1) *reinterpret_cast<float2 *>(mr1 + u) = make_float2(m[2], m[3]);
+        mma::a_from_acc<false>(M[nu], m);
+    }
+}
+
+// Column tiles nu0 .. nu0 + NT − 1 of h = m Wmᵀ (no bias): h[n] is tile nu0 + n.
+template <int NT>
+__device__ __forceinline__ void h_tiles(const Smem &s, const mma::Op (&M)[kHq / 8][4], int nu0,
+                                        float (&h)[NT][4]) {
+    const int lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) h[n][e] = 0.0f;
+#pragma unroll
+    for (int ka = 0; ka < kHq / 8; ++ka)
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            const int nu = nu0 + n;
+            const float2 w = *reinterpret_cast<const float2 *>(s.Wm + (8 * nu + gi) * kLDM + 8 * ka + 2 * tq);
+            const mma::Op B[2] = {mma::loaded<false>(w.x), mma::loaded<false>(w.y)};
+            mma::mma<false>(h[n], M[ka], B);
+        }
+}
+
+// Z's row dots of column tiles 8·half .. 8·half + 7 (from h_tiles<8>): z0 / z1 += Σ SiLU(h + bm)
+// w_z over the thread's columns (a quad sums a row afterwards).
+__device__ __forceinline__ void z_half(const Smem &s, const float (&h)[8][4], int half, float &z0,
+                                       float &z1) {
+    const int tq = threadIdx.x & 3;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+        const int u = 8 * (8 * half + n) + 2 * tq;
+        z0 = fmaf(silu_fast(h[n][0] + s.bm[u]), s.wz[u], z0);
+        z0 = fmaf(silu_fast(h[n][1] + s.bm[u + 1]), s.wz[u + 1], z0);
+        z1 = fmaf(silu_fast(h[n][2] + s.bm[u]), s.wz[u], z1);
+        z1 = fmaf(silu_fast(h[n][3] + s.bm[u + 1]), s.wz[u + 1], z1);
+    }
+}
+
+// The sum over a quad (the 4 threads of one row pair).
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+}  // namespace fh::cuda::iqn

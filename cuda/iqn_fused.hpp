@@ -1,0 +1,58 @@
+// IQN's passes fused on tensor cores, for TF32 mode at the default widths (iqn_hidden = 128,
+// iqn_cos = 64): the target pass (cuda/iqn_target.cu) writes Z̄(x̃', τ') [B, N'] from ψ̄ without
+// intermediate buffers; the online pass with its loss head (cuda/iqn_online.cu) writes what the
+// backward's GEMMs read and the head's gradient partials.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "config.hpp"
+
+namespace fh::cuda::iqn {
+
+struct TargetArgs {
+    const float *psi;                       // [B, 128] ψ̄ = SiLU(x̃' W̄ψᵀ + b̄ψ)
+    const float *Wphi, *bphi, *Wm, *bm;     // target net: W̄φ [128, 64], b̄φ, W̄m [128, 128], b̄m
+    const float *wz, *bz;                   // w̄_z [128], b̄_z [1]
+    uint64_t seed;
+    const uint64_t *step;                   // device step counter (Philox c2)
+    int B, Nt;
+    uint32_t row0;                          // Philox c0 of row i is row0 + i (SPEC §9)
+    float *zt;                              // out [B, N'], row i·N' + m
+};
+
+struct OnlineArgs {
+    const float *psi;                       // [B, 128] ψ = SiLU(x̃ Wψᵀ + bψ)
+    const float *Wphi, *bphi, *Wm, *bm;     // online net: Wφ [128, 64], bφ, Wm [128, 128], bm
+    const float *wz, *bz;                   // w_z [128], b_z [1]
+    const float *zt;                        // [B, N'] the target pass's Z̄
+    const float *r, *done;                  // [B] r̃, d̃ (after HER)
+    float gamma, kappa;
+    double scale;                           // 1 / (W·B·N'): the loss's mean (SPEC §9)
+    uint64_t seed;
+    const uint64_t *step;                   // device step counter (Philox c2)
+    int B, N, Nt;
+    uint32_t row0;                          // Philox c0 of row i is row0 + i (SPEC §9)
+    // Outputs, rows i·N + n:
+    float *tau;                             // [B·N] τ_in (purpose 2)
+    float *cos;                             // [B·N, 64] cos(π k τ_in)
+    float *phi;                             // [B·N, 128] φraw = cos Wφᵀ (no bias)
+    float *m;                               // [B·N, 128] m = ψ ⊙ SiLU(φraw + bφ)
+    float *dh;                              // [B·N, 128] dL/d(m Wmᵀ + bm)
+    float *z_mean;                          // [B] mean_n Z(x̃_i, τ_in)
+    double *partial;                        // [blocks, 2·128 + 2]: dbm | dw_z | db_z | Σ loss terms
+};
+
+// iqn_hidden = 128 and iqn_cos = 64: the shapes the kernels are written for.
+bool target_fused_fits(const Dims &d);
+// ... and for the online pass also 16 % iqn_n == 0 (a warp's 16 rows hold whole transitions).
+bool online_fused_fits(const Dims &d);
+int fused_blocks(size_t rows);  // grid size for `rows` rows on the current device
+void target_fused_prepare();    // opt the kernels into their shared memory (once each)
+void online_fused_prepare();
+void target_fused(const TargetArgs &a, int blocks, cudaStream_t s);
+void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s);
+
+}  // namespace fh::cuda::iqn

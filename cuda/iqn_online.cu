@@ -1,0 +1,226 @@
+// IQN's online pass and loss head (SPEC §4, §5.5 step 3) fused on tensor cores, for TF32 mode at
+// iqn_hidden = 128, iqn_cos = 64 and 16 % iqn_n == 0. From ψ = SiLU(x̃ Wψᵀ + bψ) [B, 128] (a
+// cuBLAS GEMM before it) and the target pass's Z̄ [B, N'], one kernel per row r = i·N + n:
+//   draws τ_in (Philox purpose 2) and forms cos(π k τ_in)            -> tau, cos
+//   φraw = cos Wφᵀ, m = ψ_i ⊙ SiLU(φraw + bφ)                         -> phi, m
+//   h = m Wmᵀ, Z_in = SiLU(h + bm)·w_z + b_z
+//   T_im = r̃_i + γ(1 − d̃_i) Z̄_im, the quantile Huber loss terms and
+//   dZ_in = −Σ_m |τ_in − 1{u < 0}| huber'_κ(u)/κ / (W·B·N'),  u = T_im − Z_in
+//   dhpre = dZ_in w_z ⊙ SiLU'(h + bm) (h recomputed from the m fragments still in registers)
+//                                                                     -> dh, z_mean
+// and per block the column sums of dbm = Σ dhpre and dw_z = Σ dZ SiLU(h + bm), db_z = Σ dZ and
+// the loss terms (one partial row per block; reduce_partials sums them in block order). The
+// backward's GEMMs (dWm = dhᵀ m, dm = dh Wm, dWφ = dφpreᵀ cos) and the ψ/φ backward read what it
+// writes (iqn.cu). This replaces five kernels of the unfused pass (taucos, the φ and Wm GEMMs,
+// the merge and the warp-per-transition head) and its hraw round trip through memory.
+//
+// Tiling: iqn_fused.cuh (tiles of 128 rows, a warp per 16 rows, weights in shared memory). Because
+// 16 % N == 0, a warp's rows hold whole transitions: z_mean is a fixed-order shuffle sum. The
+// column sums of a tile are summed over the warp's 8 row groups by a transposing butterfly
+// (part4, merge2: 5 shuffles per 8 column tiles), after which each lane owns 4 of the 128
+// columns and accumulates them across tiles in registers; the block sums its warps in order
+// at the end. No atomics: the same inputs give the same bits.
+#include <algorithm>
+#include <cstdint>
+
+#include "aux_common.cuh"
+#include "iqn_fused.cuh"
+#include "iqn_fused.hpp"
+
+namespace fh::cuda::iqn {
+
+namespace {
+
+constexpr int kPartW = 2 * kHq + 2;
+
+// The column sums of a tile over a warp's 8 row groups g (the lanes that share t), in a fixed
+// order, by a transposing butterfly: each step sends half of the values still held and keeps the
+// other half. part4() takes 4 column tiles of one quarter through the steps over g's bits 2 and 1
+// (lane g keeps tile g / 2, summed over 4 lanes); merge2() takes two quarters' results through
+// the step over bit 0, after which lane g holds the full sum of tile g / 2 of the even quarter
+// (g even) or of the odd one (g odd). 5 shuffles per 8 column tiles.
+__device__ __forceinline__ float part4(float (&v)[4]) {
+    const int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        const bool up = g & 4;
+        const float send = up ? v[k] : v[k + 2], keep = up ? v[k + 2] : v[k];
+        v[k] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+    }
+    const bool up = g & 2;
+    const float send = up ? v[0] : v[1], keep = up ? v[1] : v[0];
+    return keep + __shfl_xor_sync(0xffffffffu, send, 8);
+}
+__device__ __forceinline__ float merge2(float even, float odd) {
+    const bool up = (threadIdx.x >> 2) & 1;
+    const float send = up ? even : odd, keep = up ? odd : even;
+    return keep + __shfl_xor_sync(0xffffffffu, send, 4);
+}
+
+// dZ of one row (0 past the batch) and its loss terms Σ_m |τ − 1{u<0}| huber_κ(u) / κ.
+__device__ __forceinline__ float head_row(const OnlineArgs &a, bool valid, size_t i, float tau,
+                                          float z, double &loss) {
+    if (!valid) return 0.0f;
+    const float ri = __ldg(a.r + i), disc = a.gamma * (1.0f - __ldg(a.done + i));
+    const float *zt = a.zt + i * a.Nt;
+    float ls = 0.0f, ds = 0.0f;
+    for (int m = 0; m < a.Nt; ++m) {
+        const float u = fmaf(disc, __ldg(zt + m), ri) - z;
+        const float w = fabsf(tau - (u < 0.0f ? 1.0f : 0.0f));
+        ls = fmaf(w, dev_huber(u, a.kappa), ls);
+        ds = fmaf(w, dev_dhuber(u, a.kappa), ds);
+    }
+    loss += (double)ls / a.kappa;
+    return (float)(-((double)ds / a.kappa) * a.scale);
+}
+
+__global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
+    extern __shared__ float4 sm4[];
+    const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
+    const uint32_t st = (uint32_t)*a.step;
+    const float bz = __ldg(a.bz);
+    const int N = a.N;
+    const size_t R = (size_t)a.B * N;
+    const size_t ntiles = (R + kRowsPerTile - 1) / kRowsPerTile;
+    // Column-sum accumulators: [pair p][e] is column 8(4(2p + g % 2) + g / 2) + 2t + e.
+    float acc_bm[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, acc_wz[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+    double acc_loss = 0.0, acc_bz = 0.0;
+    for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+        const size_t r0 = tile * kRowsPerTile + (size_t)warp * 16 + gi, r1 = r0 + 8;
+        const bool v0 = r0 < R, v1 = r1 < R;
+        const float t0 = draw_tau(a.seed, a.row0, r0, R, N, st, PURPOSE_IQN_ONLINE);
+        const float t1 = draw_tau(a.seed, a.row0, r1, R, N, st, PURPOSE_IQN_ONLINE);
+        if (tq == 0) {
+            if (v0) a.tau[r0] = t0;
+            if (v1) a.tau[r1] = t1;
+        }
+        float acc[kHq / 8][4];
+        phi_tile(sw, t0, t1, acc, v0 ? a.cos + r0 * kC : nullptr, v1 ? a.cos + r1 * kC : nullptr);
+        const size_t i0 = v0 ? r0 / N : 0, i1 = v1 ? r1 / N : 0;
+        mma::Op M[kHq / 8][4];
+        merge_tile(sw, acc, a.psi + i0 * kHq, a.psi + i1 * kHq, M,
+                   v0 ? a.phi + r0 * kHq : nullptr, v1 ? a.phi + r1 * kHq : nullptr,
+                   v0 ? a.m + r0 * kHq : nullptr, v1 ? a.m + r1 * kHq : nullptr);
+        // Z_in of the thread's two rows (every lane of the quad holds them).
+        float z0 = 0.0f, z1 = 0.0f;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            float h[8][4];
+            h_tiles<8>(sw, M, 8 * half, h);
+            z_half(sw, h, half, z0, z1);
+        }
+        z0 = quad_sum(z0) + bz;
+        z1 = quad_sum(z1) + bz;
+        // z_mean: the transition's N rows are lanes g .. g + N − 1 of one half (N ≤ 8), or both
+        // halves of the warp (N = 16).
+        {
+            float s0 = z0, s1 = z1;
+            if (N == 16) s0 += s1;
+            for (int o = 4; o < 4 * N && o < 32; o <<= 1) {
+                s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+                s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+            }
+            if (tq == 0 && gi % N == 0) {
+                if (v0) a.z_mean[i0] = s0 / (float)N;
+                if (v1 && N < 16) a.z_mean[i1] = s1 / (float)N;
+            }
+        }
+        double loss = 0.0;
+        const float dz0 = head_row(a, v0, i0, t0, z0, loss);
+        const float dz1 = head_row(a, v1, i1, t1, z1, loss);
+        if (tq == 0) {
+            acc_loss += loss;
+            acc_bz += (double)dz0 + (double)dz1;
+        }
+        // dhpre = dZ w_z ⊙ SiLU'(h + bm) from h recomputed, a quarter of the columns at a time
+        // (fewer live registers), and the tile's column sums.
+        float *dh0 = v0 ? a.dh + r0 * kHq : nullptr, *dh1 = v1 ? a.dh + r1 * kHq : nullptr;
+        float pend[2][4];  // [q % 2][dbm u, dbm u + 1, dw_z u, dw_z u + 1] after part4
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            float h[4][4];
+            h_tiles<4>(sw, M, 4 * q, h);
+            float sb0[4], sb1[4], sw0[4], sw1[4];
+#pragma unroll
+            for (int n = 0; n < 4; ++n) {
+                const int u = 8 * (4 * q + n) + 2 * tq;
+                const float bm0 = sw.bm[u], bm1 = sw.bm[u + 1];
+                const float wz0 = sw.wz[u], wz1 = sw.wz[u + 1];
+                const float p00 = h[n][0] + bm0, p01 = h[n][1] + bm1;  // row g
+                const float p10 = h[n][2] + bm0, p11 = h[n][3] + bm1;  // row g + 8
+                const float s00 = sigmoid_fast(p00), s01 = sigmoid_fast(p01);
+                const float s10 = sigmoid_fast(p10), s11 = sigmoid_fast(p11);
+                const float d00 = dz0 * wz0 * (s00 * (1.0f + p00 * (1.0f - s00)));
+                const float d01 = dz0 * wz1 * (s01 * (1.0f + p01 * (1.0f - s01)));
+                const float d10 = dz1 * wz0 * (s10 * (1.0f + p10 * (1.0f - s10)));
+                const float d11 = dz1 * wz1 * (s11 * (1.0f + p11 * (1.0f - s11)));
+                if (dh0) *reinterpret_cast<float2 *>(dh0 + u) = make_float2(d00, d01);
+                if (dh1) *reinterpret_cast<float2 *>(dh1 + u) = make_float2(d10, d11);
+                sb0[n] = d00 + d10;
+                sb1[n] = d01 + d11;
+                sw0[n] = fmaf(dz0, p00 * s00, dz1 * (p10 * s10));
+                sw1[n] = fmaf(dz0, p01 * s01, dz1 * (p11 * s11));
+            }
+            pend[q & 1][0] = part4(sb0);
+            pend[q & 1][1] = part4(sb1);
+            pend[q & 1][2] = part4(sw0);
+            pend[q & 1][3] = part4(sw1);
+            if (q & 1) {
+                acc_bm[q >> 1][0] += merge2(pend[0][0], pend[1][0]);
+                acc_bm[q >> 1][1] += merge2(pend[0][1], pend[1][1]);
+                acc_wz[q >> 1][0] += merge2(pend[0][2], pend[1][2]);
+                acc_wz[q >> 1][1] += merge2(pend[0][3], pend[1][3]);
+            }
+        }
+    }
+    // The block's partial row: warp rows in shared memory (over the weights), summed in warp order.
+    acc_loss = warp_sum(acc_loss);
+    acc_bz = warp_sum(acc_bz);
+    __syncthreads();
+    double *red = reinterpret_cast<double *>(sm4);
+    double *mine = red + (size_t)warp * kPartW;
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int c = 8 * (4 * (2 * p + (gi & 1)) + (gi >> 1)) + 2 * tq + e;
+            mine[c] = (double)acc_bm[p][e];
+            mine[kHq + c] = (double)acc_wz[p][e];
+        }
+    if (lane == 0) {
+        mine[2 * kHq] = acc_bz;
+        mine[2 * kHq + 1] = acc_loss;
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < kPartW; c += blockDim.x) {
+        double s = 0.0;
+        for (int w = 0; w < kWarps; ++w) s += red[(size_t)w * kPartW + c];
+        a.partial[(size_t)blockIdx.x * kPartW + c] = s;
+    }
+}
+
+}  // namespace
+
+bool online_fused_fits(const Dims &d) {
+    return target_fused_fits(d) && d.N >= 1 && d.N <= 16 && 16 % d.N == 0;
+}
+
+int fused_blocks(size_t rows) {
+    int dev = 0, sms = 0;
+    FH_CUDA(cudaGetDevice(&dev));
+    FH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const size_t tiles = (rows + kRowsPerTile - 1) / kRowsPerTile;
+    return (int)std::max<size_t>(1, std::min<size_t>(tiles, 2 * (size_t)std::max(sms, 1)));
+}
+
+void online_fused_prepare() {
+    aux::allow_smem((const void *)k_iqn_online, kSmemFloats * sizeof(float), "IQN online pass");
+}
+
+void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s) {
+    k_iqn_online<<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
+    FH_LAUNCHED("k_iqn_online");
+}
+
+}  // namespace fh::cuda::iqn
