@@ -10,7 +10,7 @@
 #   attn-bench   foxhunt-bench-attention at B = 1024, 4096, 16384, 65536
 #   step-bench   foxhunt-bench at B = 16384, the attention kernel paths side by side
 #   digest       tests/python/state_digest.py in the four modes (bitwise checks of refactors)
-#   iqn-bench    foxhunt-bench at B = 16384, the IQN paths side by side (unfused, target pass fused, both fused)
+#   iqn-bench    foxhunt-bench at B = 16384, the four FOXHUNT_IQN_KERNELS levels side by side
 #   ncu-attn     Nsight Compute on the tensor-core attention kernels at B = 16384
 #   ncu-step     Nsight Compute: every kernel of one default step (B = 16384, TF32), durations
 #   nccl         test_cuda_nccl: W = 1 with a communicator bitwise equal to none (one GPU)
@@ -79,8 +79,8 @@ for s in "$@"; do
     echo "ncu-step rc=$? lines=$(wc -l < $OUT/ncu_step.csv)" | tee -a $log ;;
   iqn-bench)
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
-      --variant FOXHUNT_IQN_KERNELS=unfused,target,fused --machine h200 \
-      --out $OUT/iqn_bench.json 2>&1 | tail -9 | tee -a $log ;;
+      --variant FOXHUNT_IQN_KERNELS=unfused,target,online,fused --machine h200 \
+      --out $OUT/iqn_bench.json 2>&1 | tail -11 | tee -a $log ;;
   nccl|nccl2)
     bin=test_cuda_nccl; [ "$s" = nccl2 ] && bin=test_cuda_nccl_2gpu
     timeout 400 build-dev/tests/$bin > $OUT/$s.txt 2>&1

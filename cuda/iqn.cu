@@ -256,14 +256,13 @@ struct IqnLearner::Impl {
     double *part_head, *part_bwd;
     aux::RowPlan head;
     int bwd_chunks;
-    // The passes fused on tensor cores (iqn_target.cu, iqn_online.cu) in TF32 mode at the widths
-    // they are written for (strict FP32 and other widths run the unfused passes).
-    // FOXHUNT_IQN_KERNELS picks the paths in TF32 mode, for tests and side-by-side timing:
-    // auto or fused (both fused), target (the target pass alone fused: the step before the online
-    // pass was), unfused (neither).
-    bool fused_target = false, fused_online = false;
+    // The passes fused on tensor cores (iqn_target.cu, iqn_online.cu, iqn_backward.cu) in TF32
+    // mode at the widths they are written for (strict FP32 and other widths run the unfused
+    // passes). FOXHUNT_IQN_KERNELS picks how many of them TF32 mode uses, for tests and
+    // side-by-side timing: unfused (none), target, online (the target and online passes), fused
+    // or auto (all three).
+    bool fused_target = false, fused_online = false, fused_backward = false;
     int target_blocks = 0, online_blocks = 0;
-
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
          float *v)
         : d(dd), o(L.iqn), params(p), target(t), mom1(m), mom2(v) {
@@ -281,16 +280,25 @@ struct IqnLearner::Impl {
         head = aux::plan_rows(d.B, W, kHeadSamplesPerWarp,
                               (2 * (size_t)d.N + d.Nt) * sizeof(float), "IQN head");
         const char *e = getenv("FOXHUNT_IQN_KERNELS");
-        const bool e_unfused = e && !strcmp(e, "unfused"), e_target = e && !strcmp(e, "target");
-        if (e && *e && !e_unfused && !e_target && strcmp(e, "fused") && strcmp(e, "auto"))
-            fail(FH_ERR_BAD_VALUE, "FOXHUNT_IQN_KERNELS='%s': expected auto, fused, target or "
-                 "unfused", e);
+        int level = 3;
+        if (e && *e) {
+            const char *names[] = {"unfused", "target", "online", "fused", "auto"};
+            level = -1;
+            for (int k = 0; k < 5; ++k)
+                if (!strcmp(e, names[k])) level = std::min(k, 3);
+            if (level < 0)
+                fail(FH_ERR_BAD_VALUE, "FOXHUNT_IQN_KERNELS='%s': expected auto, fused, online, "
+                     "target or unfused", e);
+        }
         const bool tf32 = c.math_mode == FH_MATH_TF32;
-        fused_target = tf32 && iqn::target_fused_fits(d) && !e_unfused;
-        fused_online = fused_target && iqn::online_fused_fits(d) && !e_target;
+        fused_target = tf32 && iqn::target_fused_fits(d) && level >= 1;
+        fused_online = fused_target && iqn::online_fused_fits(d) && level >= 2;
+        fused_backward = fused_online && level >= 3;
         if (fused_target) target_blocks = iqn::fused_blocks((size_t)d.B * d.Nt);
         if (fused_online) online_blocks = iqn::fused_blocks((size_t)d.B * d.N);
-        const int part_rows = std::max(head.blocks, online_blocks);
+        // Partial rows for the unfused kernels' grids or the fused ones' (at most one per tile).
+        const int tiles = (int)(((size_t)d.B * d.N + iqn::kFusedRowsPerTile - 1) / iqn::kFusedRowsPerTile);
+        const int head_rows = std::max(head.blocks, tiles);
         bwd_chunks = (int)((d.B + kBwdSamples - 1) / kBwdSamples);
 
         const size_t Hq = d.Hq;
@@ -305,8 +313,8 @@ struct IqnLearner::Impl {
         const size_t o_tau = arena.reserve_n<float>((size_t)d.B * d.N);
         const size_t o_zt = arena.reserve_n<float>((size_t)d.B * d.Nt);
         const size_t o_g = arena.reserve_n<float>(o.total);
-        const size_t o_ph = arena.reserve_n<double>((size_t)part_rows * W);
-        const size_t o_pb = arena.reserve_n<double>((size_t)bwd_chunks * 2 * Hq);
+        const size_t o_ph = arena.reserve_n<double>((size_t)head_rows * W);
+        const size_t o_pb = arena.reserve_n<double>((size_t)std::max(bwd_chunks, tiles) * 2 * Hq);
         arena.allocate("the IQN learner");
         cosb = arena.at<float>(o_cos);
         phi = arena.at<float>(o_phi);
@@ -324,6 +332,7 @@ struct IqnLearner::Impl {
         aux::allow_smem((const void *)k_iqn_head, head.smem, "IQN head");
         if (fused_target) iqn::target_fused_prepare();
         if (fused_online) iqn::online_fused_prepare();
+        if (fused_backward) iqn::backward_fused_prepare();
     }
 
     // Forward of net P on input x with Nr quantile fractions of `purpose`: ψpre, ψ, cos, φraw,
@@ -414,15 +423,23 @@ struct IqnLearner::Impl {
 
         // Merge layer, then ψ and φ.
         gemm_tn(bl, Hq, Hq, (int)RN, dh, mbuf, grad + o.Wm, 0.0f, "IQN dWm = dh^T m");
-        gemm_nn(bl, (int)RN, Hq, Hq, dh, params + o.Wm, hraw, 0.0f, "IQN dm = dh Wm");
-        k_psiphi_bwd<<<dim3(bwd_chunks, (Hq + kTx - 1) / kTx), dim3(kTx, kTy), 0, s>>>(
-            hraw, phi, params + o.bphi, psi, psi_pre, dpsi, B, N, Hq, part_bwd);
-        FH_LAUNCHED("k_psiphi_bwd");
+        int bwd_rows = bwd_chunks;
+        if (fused_backward) {
+            const iqn::BackwardArgs f{dh, params + o.Wm, params + o.bphi, psi, psi_pre, phi, dpsi,
+                                      B, N, part_bwd};
+            iqn::backward_fused(f, online_blocks, s);
+            bwd_rows = online_blocks;
+        } else {
+            gemm_nn(bl, (int)RN, Hq, Hq, dh, params + o.Wm, hraw, 0.0f, "IQN dm = dh Wm");
+            k_psiphi_bwd<<<dim3(bwd_chunks, (Hq + kTx - 1) / kTx), dim3(kTx, kTy), 0, s>>>(
+                hraw, phi, params + o.bphi, psi, psi_pre, dpsi, B, N, Hq, part_bwd);
+            FH_LAUNCHED("k_psiphi_bwd");
+        }
         {
             aux::Segs g;
             g.add(grad + o.bphi, 0, Hq);
             g.add(grad + o.bpsi, Hq, Hq);
-            aux::reduce_partials(part_bwd, bwd_chunks, 2 * Hq, 1, g, s);
+            aux::reduce_partials(part_bwd, bwd_rows, 2 * Hq, 1, g, s);
         }
         gemm_tn(bl, Hq, C, (int)RN, phi, cosb, grad + o.Wphi, 0.0f, "IQN dWphi = dphi^T cos");
         gemm_tn(bl, Hq, D, B, dpsi, in.x, grad + o.Wpsi, 0.0f, "IQN dWpsi = dpsi^T x");

@@ -1,7 +1,8 @@
 // IQN's passes fused on tensor cores, for TF32 mode at the default widths (iqn_hidden = 128,
 // iqn_cos = 64): the target pass (cuda/iqn_target.cu) writes Z̄(x̃', τ') [B, N'] from ψ̄ without
 // intermediate buffers; the online pass with its loss head (cuda/iqn_online.cu) writes what the
-// backward's GEMMs read and the head's gradient partials.
+// backward reads and the head's gradient partials; the backward through m (cuda/iqn_backward.cu)
+// turns dhpre into dφpre and dψpre without the dm buffer.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -45,14 +46,31 @@ struct OnlineArgs {
     double *partial;                        // [blocks, 2·128 + 2]: dbm | dw_z | db_z | Σ loss terms
 };
 
+struct BackwardArgs {
+    const float *dh;                        // [B·N, 128] dhpre (the online pass's)
+    const float *Wm, *bphi;                 // online net: Wm [128, 128], bφ [128]
+    const float *psi, *psi_pre;             // [B, 128] ψ and its pre-activation
+    float *phi;                             // [B·N, 128] in: φraw; out: dφpre = dL/d(φraw + bφ)
+    float *dpsi;                            // [B, 128] out: dψpre = dL/d(x̃ Wψᵀ + bψ)
+    int B, N;
+    double *partial;                        // [blocks, 2·128]: dbφ | dbψ column sums
+};
+
+// Rows per tile of the fused kernels: their grids never exceed ceil(rows / this) blocks, which
+// sizes their partial buffers (src/memory_plan.cpp counts them the same way).
+constexpr int kFusedRowsPerTile = 128;
+
 // iqn_hidden = 128 and iqn_cos = 64: the shapes the kernels are written for.
 bool target_fused_fits(const Dims &d);
-// ... and for the online pass also 16 % iqn_n == 0 (a warp's 16 rows hold whole transitions).
+// ... and for the online pass and the backward also 16 % iqn_n == 0 (a warp's 16 rows hold
+// whole transitions).
 bool online_fused_fits(const Dims &d);
 int fused_blocks(size_t rows);  // grid size for `rows` rows on the current device
 void target_fused_prepare();    // opt the kernels into their shared memory (once each)
 void online_fused_prepare();
+void backward_fused_prepare();
 void target_fused(const TargetArgs &a, int blocks, cudaStream_t s);
 void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s);
+void backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s);
 
 }  // namespace fh::cuda::iqn

@@ -33,30 +33,6 @@ namespace {
 
 constexpr int kPartW = 2 * kHq + 2;
 
-// The column sums of a tile over a warp's 8 row groups g (the lanes that share t), in a fixed
-// order, by a transposing butterfly: each step sends half of the values still held and keeps the
-// other half. part4() takes 4 column tiles of one quarter through the steps over g's bits 2 and 1
-// (lane g keeps tile g / 2, summed over 4 lanes); merge2() takes two quarters' results through
-// the step over bit 0, after which lane g holds the full sum of tile g / 2 of the even quarter
-// (g even) or of the odd one (g odd). 5 shuffles per 8 column tiles.
-__device__ __forceinline__ float part4(float (&v)[4]) {
-    const int g = (threadIdx.x & 31) >> 2;
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-        const bool up = g & 4;
-        const float send = up ? v[k] : v[k + 2], keep = up ? v[k + 2] : v[k];
-        v[k] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
-    }
-    const bool up = g & 2;
-    const float send = up ? v[0] : v[1], keep = up ? v[1] : v[0];
-    return keep + __shfl_xor_sync(0xffffffffu, send, 8);
-}
-__device__ __forceinline__ float merge2(float even, float odd) {
-    const bool up = (threadIdx.x >> 2) & 1;
-    const float send = up ? even : odd, keep = up ? odd : even;
-    return keep + __shfl_xor_sync(0xffffffffu, send, 4);
-}
-
 // dZ of one row (0 past the batch) and its loss terms Σ_m |τ − 1{u<0}| huber_κ(u) / κ.
 __device__ __forceinline__ float head_row(const OnlineArgs &a, bool valid, size_t i, float tau,
                                           float z, double &loss) {
@@ -83,8 +59,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
     const int N = a.N;
     const size_t R = (size_t)a.B * N;
     const size_t ntiles = (R + kRowsPerTile - 1) / kRowsPerTile;
-    // Column-sum accumulators: [pair p][e] is column 8(4(2p + g % 2) + g / 2) + 2t + e.
-    float acc_bm[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, acc_wz[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+    // Column-sum accumulators of dbm (k = 0, 1) and dw_z (k = 2, 3), colsum_quarter's layout.
+    float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
     double acc_loss = 0.0, acc_bz = 0.0;
     for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         const size_t r0 = tile * kRowsPerTile + (size_t)warp * 16 + gi, r1 = r0 + 8;
@@ -95,11 +71,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
             if (v0) a.tau[r0] = t0;
             if (v1) a.tau[r1] = t1;
         }
-        float acc[kHq / 8][4];
-        phi_tile(sw, t0, t1, acc, v0 ? a.cos + r0 * kC : nullptr, v1 ? a.cos + r1 * kC : nullptr);
+        float phi[kHq / 8][4];
+        phi_tile(sw, t0, t1, phi, v0 ? a.cos + r0 * kC : nullptr, v1 ? a.cos + r1 * kC : nullptr);
         const size_t i0 = v0 ? r0 / N : 0, i1 = v1 ? r1 / N : 0;
         mma::Op M[kHq / 8][4];
-        merge_tile(sw, acc, a.psi + i0 * kHq, a.psi + i1 * kHq, M,
+        merge_tile(sw, phi, a.psi + i0 * kHq, a.psi + i1 * kHq, M,
                    v0 ? a.phi + r0 * kHq : nullptr, v1 ? a.phi + r1 * kHq : nullptr,
                    v0 ? a.m + r0 * kHq : nullptr, v1 ? a.m + r1 * kHq : nullptr);
         // Z_in of the thread's two rows (every lane of the quad holds them).
@@ -136,12 +112,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
         // dhpre = dZ w_z ⊙ SiLU'(h + bm) from h recomputed, a quarter of the columns at a time
         // (fewer live registers), and the tile's column sums.
         float *dh0 = v0 ? a.dh + r0 * kHq : nullptr, *dh1 = v1 ? a.dh + r1 * kHq : nullptr;
-        float pend[2][4];  // [q % 2][dbm u, dbm u + 1, dw_z u, dw_z u + 1] after part4
+        float pend[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             float h[4][4];
             h_tiles<4>(sw, M, 4 * q, h);
-            float sb0[4], sb1[4], sw0[4], sw1[4];
+            float v[4][4];  // [dbm u, dbm u + 1, dw_z u, dw_z u + 1][column tile]
 #pragma unroll
             for (int n = 0; n < 4; ++n) {
                 const int u = 8 * (4 * q + n) + 2 * tq;
@@ -157,21 +133,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
                 const float d11 = dz1 * wz1 * (s11 * (1.0f + p11 * (1.0f - s11)));
                 if (dh0) *reinterpret_cast<float2 *>(dh0 + u) = make_float2(d00, d01);
                 if (dh1) *reinterpret_cast<float2 *>(dh1 + u) = make_float2(d10, d11);
-                sb0[n] = d00 + d10;
-                sb1[n] = d01 + d11;
-                sw0[n] = fmaf(dz0, p00 * s00, dz1 * (p10 * s10));
-                sw1[n] = fmaf(dz0, p01 * s01, dz1 * (p11 * s11));
+                v[0][n] = d00 + d10;
+                v[1][n] = d01 + d11;
+                v[2][n] = fmaf(dz0, p00 * s00, dz1 * (p10 * s10));
+                v[3][n] = fmaf(dz0, p01 * s01, dz1 * (p11 * s11));
             }
-            pend[q & 1][0] = part4(sb0);
-            pend[q & 1][1] = part4(sb1);
-            pend[q & 1][2] = part4(sw0);
-            pend[q & 1][3] = part4(sw1);
-            if (q & 1) {
-                acc_bm[q >> 1][0] += merge2(pend[0][0], pend[1][0]);
-                acc_bm[q >> 1][1] += merge2(pend[0][1], pend[1][1]);
-                acc_wz[q >> 1][0] += merge2(pend[0][2], pend[1][2]);
-                acc_wz[q >> 1][1] += merge2(pend[0][3], pend[1][3]);
-            }
+            colsum_quarter<4>(q, v, pend, acc);
         }
     }
     // The block's partial row: warp rows in shared memory (over the weights), summed in warp order.
@@ -184,20 +151,15 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
     for (int p = 0; p < 2; ++p)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            const int c = 8 * (4 * (2 * p + (gi & 1)) + (gi >> 1)) + 2 * tq + e;
-            mine[c] = (double)acc_bm[p][e];
-            mine[kHq + c] = (double)acc_wz[p][e];
+            const int c = owned_col(p, e);
+            mine[c] = (double)acc[p][e];
+            mine[kHq + c] = (double)acc[p][2 + e];
         }
     if (lane == 0) {
         mine[2 * kHq] = acc_bz;
         mine[2 * kHq + 1] = acc_loss;
     }
-    __syncthreads();
-    for (int c = threadIdx.x; c < kPartW; c += blockDim.x) {
-        double s = 0.0;
-        for (int w = 0; w < kWarps; ++w) s += red[(size_t)w * kPartW + c];
-        a.partial[(size_t)blockIdx.x * kPartW + c] = s;
-    }
+    aux::flush_row_acc(red, kPartW, a.partial + (size_t)blockIdx.x * kPartW);
 }
 
 }  // namespace

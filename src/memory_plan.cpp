@@ -145,8 +145,11 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     iqn.add(B * d.N * F);
     iqn.add(B * d.Nt * F);
     iqn.add(L.iqn.total * F);
-    iqn.add((uint64_t)row_blocks(B, Wq, 4, (2 * (uint64_t)d.N + d.Nt) * F) * Wq * D8);
-    iqn.add(chunks(B, 32) * 2 * Hq * D8);
+    // Partials: the unfused kernels' grids or the fused kernels' (one block per 128-row tile at
+    // most, cuda/iqn_fused.hpp), whichever is larger.
+    const uint64_t iqn_tiles = chunks(B * d.N, 128);
+    iqn.add(std::max<uint64_t>(row_blocks(B, Wq, 4, (2 * (uint64_t)d.N + d.Nt) * F), iqn_tiles) * Wq * D8);
+    iqn.add(std::max(chunks(B, 32), iqn_tiles) * 2 * Hq * D8);
     // Attention (attention.cu and the kernel path it picks, attention_paths.hpp): the partial
     // rows of the backward and the path's scratch follow the device's occupancy (@p attn).
     Arena at;

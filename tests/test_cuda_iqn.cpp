@@ -6,9 +6,11 @@
  *    Huber head (Dabney et al. 2018, eq. 3 with SPEC §5.5's mean): every output it writes (τ,
  *    cos, φraw, m, dhpre, z_mean) and its partial sums (dbm, dw_z, db_z, the loss), at
  *    N = 8, 4, 16 and 1 (the shapes of its z_mean sums), with a partly filled last tile;
- * 3. whole steps of the three paths (fused, FOXHUNT_IQN_KERNELS=target, unfused) against each
- *    other and the CPU: IQN loss, parameters and the ensemble mean after 1 and 5 steps (TF32
- *    products in every GPU path, so they agree to TF32 rounding, not bitwise).
+ * 3. the backward kernel alone against a float64 evaluation of the chain rule through
+ *    m = ψ ⊙ φ: dφpre, dψpre and the partial sums of dbφ and dbψ, at the same N;
+ * 4. whole steps of the four levels of FOXHUNT_IQN_KERNELS (fused, online, target, unfused)
+ *    against each other and the CPU: IQN loss, parameters and the ensemble mean after 1 and 5
+ *    steps (TF32 products in every GPU path, so they agree to TF32 rounding, not bitwise).
  * Skipped without a GPU. */
 #if FOXHUNT_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -258,6 +260,76 @@ void test_online_kernel_vs_float64(void **) {
             cudaFree(p);
     }
 }
+
+void test_backward_kernel_vs_float64(void **) {
+    if (!fh_test_have_cuda()) skip();
+    const int Hq = 128, B = 333;
+    for (int N : {8, 4, 16, 1}) {
+        const size_t R = (size_t)B * N;
+        std::mt19937 rng(29 + N);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        auto vec = [&](size_t n, float sc) {
+            std::vector<float> v(n);
+            for (float &e : v) e = sc * nd(rng);
+            return v;
+        };
+        const std::vector<float> dh = vec(R * Hq, 1e-3f), Wm = vec((size_t)Hq * Hq, 0.12f),
+                                 bphi = vec(Hq, 0.3f), psi = vec((size_t)B * Hq, 0.8f),
+                                 psi_pre = vec((size_t)B * Hq, 1.0f), phi = vec(R * Hq, 1.5f);
+        const int blocks = fh::cuda::iqn::fused_blocks(R);
+        float *d_dh = dev(dh), *d_Wm = dev(Wm), *d_bphi = dev(bphi), *d_psi = dev(psi),
+              *d_pp = dev(psi_pre), *d_phi = dev(phi),
+              *d_dpsi = dev(std::vector<float>((size_t)B * Hq, NAN));
+        double *d_part = dev(std::vector<double>((size_t)blocks * 2 * Hq, NAN));
+        const fh::cuda::iqn::BackwardArgs a{d_dh, d_Wm, d_bphi, d_psi, d_pp, d_phi, d_dpsi, B, N, d_part};
+        try {
+            fh::cuda::iqn::backward_fused_prepare();
+            fh::cuda::iqn::backward_fused(a, blocks, 0);
+        } catch (...) {
+            fail_msg("backward_fused threw");
+        }
+        if (cudaDeviceSynchronize() != cudaSuccess) fail_msg("kernel failed");
+        const std::vector<float> g_dphi = back(d_phi, R * Hq), g_dpsi = back(d_dpsi, (size_t)B * Hq);
+        const std::vector<double> g_part = back(d_part, (size_t)blocks * 2 * Hq);
+        std::vector<double> dphi(R * Hq), dpsi((size_t)B * Hq, 0.0), dbphi(Hq, 0.0), dbpsi(Hq, 0.0);
+        for (size_t row = 0; row < R; ++row) {
+            const size_t i = row / N;
+            for (int k = 0; k < Hq; ++k) {
+                double dm = 0;
+                for (int j = 0; j < Hq; ++j) dm += (double)dh[row * Hq + j] * Wm[(size_t)j * Hq + k];
+                const double z = (double)phi[row * Hq + k] + bphi[k], sg = 1.0 / (1.0 + std::exp(-z));
+                const double v = dm * psi[i * Hq + k] * sg * (1.0 + z * (1.0 - sg));
+                dphi[row * Hq + k] = v;
+                dbphi[k] += v;
+                dpsi[i * Hq + k] += dm * z * sg;  /* Σ_n dm φ, times SiLU'(ψpre) below */
+            }
+        }
+        for (int i = 0; i < B; ++i)
+            for (int k = 0; k < Hq; ++k) {
+                const double z = psi_pre[(size_t)i * Hq + k], sg = 1.0 / (1.0 + std::exp(-z));
+                dpsi[(size_t)i * Hq + k] *= sg * (1.0 + z * (1.0 - sg));
+                dbpsi[k] += dpsi[(size_t)i * Hq + k];
+            }
+        std::vector<float> p_bphi(Hq, 0.0f), p_bpsi(Hq, 0.0f);
+        for (int b = 0; b < blocks; ++b)
+            for (int k = 0; k < Hq; ++k) {
+                p_bphi[k] += (float)g_part[(size_t)b * 2 * Hq + k];
+                p_bpsi[k] += (float)g_part[(size_t)b * 2 * Hq + Hq + k];
+            }
+        const double e[] = {rel_l2(g_dphi, dphi), rel_l2(g_dpsi, dpsi), rel_l2(p_bphi, dbphi),
+                            rel_l2(p_bpsi, dbpsi)};
+        const char *names[] = {"dphi_pre", "dpsi_pre", "dbphi", "dbpsi"};
+        printf("[IQN] fused backward kernel vs float64, B=%d N=%d, %d blocks:", B, N, blocks);
+        for (int k = 0; k < 4; ++k) printf(" %s %.2e", names[k], e[k]);
+        printf("\n");
+        /* dm = dhpre Wm with TF32 operands (K = 128): ~5e-4; NaN means an output left unwritten. */
+        for (int k = 0; k < 4; ++k)
+            if (!(e[k] <= 5e-3)) fail_msg("fused backward, N=%d: %s rel. error %.3e", N, names[k], e[k]);
+        for (void *p : {(void *)d_dh, (void *)d_Wm, (void *)d_bphi, (void *)d_psi, (void *)d_pp,
+                        (void *)d_phi, (void *)d_dpsi, (void *)d_part})
+            cudaFree(p);
+    }
+}
 #endif
 
 double iqn_err(fh_pipeline *a, fh_pipeline *b, std::string &worst) {
@@ -295,20 +367,22 @@ void test_fused_paths_agree(void **) {
         fh_pipeline *unfused = make(cuda_config(base, FH_MATH_TF32));
         setenv("FOXHUNT_IQN_KERNELS", "target", 1);
         fh_pipeline *target = make(cuda_config(base, FH_MATH_TF32));
+        setenv("FOXHUNT_IQN_KERNELS", "online", 1);
+        fh_pipeline *online = make(cuda_config(base, FH_MATH_TF32));
         unsetenv("FOXHUNT_IQN_KERNELS");
         fh_pipeline *fused = make(cuda_config(base, FH_MATH_TF32));
         Batches bt(base, 77, 5);
         for (int s = 0; s < 5; ++s) {
-            for (fh_pipeline *p : {cpu, unfused, target, fused}) step(p, bt.b[(size_t)s]);
+            for (fh_pipeline *p : {cpu, unfused, target, online, fused}) step(p, bt.b[(size_t)s]);
             if (s != 0 && s != 4) continue;
             fh_metrics mf;
             mf.struct_size = sizeof(fh_metrics);
             fh_pipeline_metrics(fused, &mf);
             printf("[IQN] B=%u N=%u N'=%u after %d step%s, fused against:", k.B, k.N, k.Nt, s + 1,
                    s ? "s" : "");
-            const char *names[] = {"unfused", "target-only", "CPU"};
-            fh_pipeline *others[] = {unfused, target, cpu};
-            for (int o = 0; o < 3; ++o) {
+            const char *names[] = {"unfused", "target", "online", "CPU"};
+            fh_pipeline *others[] = {unfused, target, online, cpu};
+            for (int o = 0; o < 4; ++o) {
                 fh_metrics mo;
                 mo.struct_size = sizeof(fh_metrics);
                 fh_pipeline_metrics(others[o], &mo);
@@ -323,7 +397,7 @@ void test_fused_paths_agree(void **) {
             }
             printf("\n");
         }
-        for (fh_pipeline *p : {cpu, unfused, target, fused}) fh_pipeline_destroy(p);
+        for (fh_pipeline *p : {cpu, unfused, target, online, fused}) fh_pipeline_destroy(p);
     }
 }
 
@@ -334,6 +408,7 @@ int main(void) {
 #if FOXHUNT_HAVE_CUDA
         cmocka_unit_test(test_target_kernel_vs_float64),
         cmocka_unit_test(test_online_kernel_vs_float64),
+        cmocka_unit_test(test_backward_kernel_vs_float64),
 #endif
         cmocka_unit_test(test_fused_paths_agree)};
     return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));

@@ -1,0 +1,163 @@
+// IQN's backward through the merge layer (SPEC §5.5 step 3, the chain rule through m = ψ ⊙ φ)
+// fused on tensor cores, for TF32 mode at iqn_hidden = 128, iqn_cos = 64 and 16 % iqn_n == 0.
+// From the online pass's dhpre (iqn_online.cu), per row r = i·N + n:
+//   dm_r   = dhpre_r Wm                                   (K = 128, on tensor cores)
+//   dφpre_r = (dm_r ⊙ ψ_i) ⊙ SiLU'(φraw_r + bφ)           -> in place of φraw
+//   dψpre_i = (Σ_n dm_in ⊙ SiLU(φraw_in + bφ)) ⊙ SiLU'(ψpre_i)  -> dpsi
+// with per block the column sums of dbφ = Σ_r dφpre and dbψ = Σ_i dψpre. dm never goes to
+// memory: this replaces the cuBLAS GEMM dm = dh Wm and the ψ/φ backward kernel of the unfused
+// path (iqn.cu), which wrote dm (64 MiB at B = 16384) and read it back. dWm, dWφ and dWψ stay
+// cuBLAS GEMMs over all rows.
+//
+// Tiling. A block of 8 warps stages Wmᵀ [128, 128] in shared memory once (rounded to TF32; rows
+// of 136 floats, ≡ 8 mod 32, so the float2 B-fragment loads of a half-warp hit 32 banks) and walks
+// through tiles of 128 rows; warp w owns rows 16w .. 16w + 15, each thread rows g and g + 8
+// (g = lane / 4, t = lane % 4). dhpre's A fragments come from memory (float2 per row and k step,
+// whole 32-byte sectors); dm's 16 column tiles stay in registers (64 accumulators) and are
+// consumed a quarter at a time by the epilogue. Because 16 % N == 0 a transition's rows are lanes
+// of one warp: Σ_n is a fixed-order shuffle sum, written by the transition's first row group.
+// Column sums: colsum_quarter (iqn_fused.cuh), then the block's warps in order. No atomics.
+#include <algorithm>
+#include <cstdint>
+
+#include "aux_common.cuh"
+#include "iqn_fused.cuh"
+#include "iqn_fused.hpp"
+
+namespace fh::cuda::iqn {
+
+namespace {
+
+constexpr int kBwdW = 2 * kHq;
+constexpr int kBwdSmemFloats = kHq * kLDM + kHq;  // Wmᵀ, bφ
+
+// Σ over a transition's rows of v (row g's value) and w (row g + 8's): the N rows are lanes
+// g .. g + N − 1 of one half (N ≤ 8) or both halves (N = 16, returned in v).
+__device__ __forceinline__ void transition_sum(int N, float &v, float &w) {
+    if (N == 16) v += w;
+    for (int o = 4; o < 4 * N && o < 32; o <<= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+        w += __shfl_xor_sync(0xffffffffu, w, o);
+    }
+}
+
+__global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_backward(BackwardArgs a) {
+    extern __shared__ float4 sm4[];
+    float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
+    float *bphi = WmT + kHq * kLDM;
+    for (int e = threadIdx.x; e < kHq * kHq; e += blockDim.x) {
+        const int j = e / kHq, k = e - j * kHq;
+        WmT[k * kLDM + j] = mma::stored<false>(__ldg(a.Wm + e));
+    }
+    for (int e = threadIdx.x; e < kHq; e += blockDim.x) bphi[e] = __ldg(a.bphi + e);
+    __syncthreads();
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
+    const int N = a.N;
+    const size_t R = (size_t)a.B * N;
+    const size_t ntiles = (R + kRowsPerTile - 1) / kRowsPerTile;
+    // Whether this lane writes dψ of its rows' transitions (the transition's first row group).
+    const bool lead0 = gi % N == 0, lead1 = N < 16 && gi % N == 0;
+    float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // dbφ k=0,1; dbψ k=2,3
+    for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+        const size_t r0 = tile * kRowsPerTile + (size_t)warp * 16 + gi, r1 = r0 + 8;
+        const bool v0 = r0 < R, v1 = r1 < R;
+        const size_t i0 = v0 ? r0 / N : 0, i1 = v1 ? r1 / N : 0;
+        // dm = dhpre Wm: A from memory (k = 8κ + 2t and + 1, the permuted order), B from Wmᵀ.
+        float dm[kHq / 8][4];
+#pragma unroll
+        for (int nu = 0; nu < kHq / 8; ++nu)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dm[nu][e] = 0.0f;
+        const float *dh0 = a.dh + r0 * kHq, *dh1 = a.dh + r1 * kHq;
+#pragma unroll 4
+        for (int ka = 0; ka < kHq / 8; ++ka) {
+            const int k = 8 * ka + 2 * tq;
+            const float2 x0 = v0 ? __ldg(reinterpret_cast<const float2 *>(dh0 + k)) : make_float2(0.0f, 0.0f);
+            const float2 x1 = v1 ? __ldg(reinterpret_cast<const float2 *>(dh1 + k)) : make_float2(0.0f, 0.0f);
+            const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x), mma::op<false>(x0.y),
+                                  mma::op<false>(x1.y)};
+#pragma unroll
+            for (int nu = 0; nu < kHq / 8; ++nu) {
+                const float2 w = *reinterpret_cast<const float2 *>(WmT + (8 * nu + gi) * kLDM + k);
+                const mma::Op B[2] = {mma::loaded<false>(w.x), mma::loaded<false>(w.y)};
+                mma::mma<false>(dm[nu], A, B);
+            }
+        }
+        // Epilogue, a quarter of the columns at a time.
+        float *ph0 = a.phi + r0 * kHq, *ph1 = a.phi + r1 * kHq;
+        float pend[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            float v[4][4];  // [dbφ u, dbφ u + 1, dbψ u, dbψ u + 1][column tile]
+#pragma unroll
+            for (int n = 0; n < 4; ++n) {
+                const int nu = 4 * q + n, u = 8 * nu + 2 * tq;
+                const float2 f0 = v0 ? *reinterpret_cast<const float2 *>(ph0 + u) : make_float2(0.0f, 0.0f);
+                const float2 f1 = v1 ? *reinterpret_cast<const float2 *>(ph1 + u) : make_float2(0.0f, 0.0f);
+                const float2 p0 = __ldg(reinterpret_cast<const float2 *>(a.psi + i0 * kHq + u));
+                const float2 p1 = __ldg(reinterpret_cast<const float2 *>(a.psi + i1 * kHq + u));
+                const float b0 = bphi[u], b1 = bphi[u + 1];
+                const float z00 = f0.x + b0, z01 = f0.y + b1, z10 = f1.x + b0, z11 = f1.y + b1;
+                const float s00 = sigmoid_fast(z00), s01 = sigmoid_fast(z01);
+                const float s10 = sigmoid_fast(z10), s11 = sigmoid_fast(z11);
+                const float d00 = dm[nu][0] * p0.x * (s00 * (1.0f + z00 * (1.0f - s00)));
+                const float d01 = dm[nu][1] * p0.y * (s01 * (1.0f + z01 * (1.0f - s01)));
+                const float d10 = dm[nu][2] * p1.x * (s10 * (1.0f + z10 * (1.0f - s10)));
+                const float d11 = dm[nu][3] * p1.y * (s11 * (1.0f + z11 * (1.0f - s11)));
+                if (v0) *reinterpret_cast<float2 *>(ph0 + u) = make_float2(d00, d01);
+                if (v1) *reinterpret_cast<float2 *>(ph1 + u) = make_float2(d10, d11);
+                v[0][n] = d00 + d10;
+                v[1][n] = d01 + d11;
+                // Σ_n dm ⊙ φ over each transition, then dψpre on its first row group's lanes.
+                float e0 = dm[nu][0] * (z00 * s00), e1 = dm[nu][1] * (z01 * s01);
+                float e2 = dm[nu][2] * (z10 * s10), e3 = dm[nu][3] * (z11 * s11);
+                transition_sum(N, e0, e2);
+                transition_sum(N, e1, e3);
+                float q00 = 0.0f, q01 = 0.0f, q10 = 0.0f, q11 = 0.0f;
+                if (lead0 && v0) {
+                    const float2 pp = __ldg(reinterpret_cast<const float2 *>(a.psi_pre + i0 * kHq + u));
+                    q00 = e0 * dsilu_fast(pp.x);
+                    q01 = e1 * dsilu_fast(pp.y);
+                    *reinterpret_cast<float2 *>(a.dpsi + i0 * kHq + u) = make_float2(q00, q01);
+                }
+                if (lead1 && v1) {
+                    const float2 pp = __ldg(reinterpret_cast<const float2 *>(a.psi_pre + i1 * kHq + u));
+                    q10 = e2 * dsilu_fast(pp.x);
+                    q11 = e3 * dsilu_fast(pp.y);
+                    *reinterpret_cast<float2 *>(a.dpsi + i1 * kHq + u) = make_float2(q10, q11);
+                }
+                v[2][n] = q00 + q10;
+                v[3][n] = q01 + q11;
+            }
+            colsum_quarter<4>(q, v, pend, acc);
+        }
+    }
+    // The block's partial row: warp rows in shared memory (over Wmᵀ), summed in warp order.
+    __syncthreads();
+    double *red = reinterpret_cast<double *>(sm4);
+    double *mine = red + (size_t)warp * kBwdW;
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int c = owned_col(p, e);
+            mine[c] = (double)acc[p][e];
+            mine[kHq + c] = (double)acc[p][2 + e];
+        }
+    aux::flush_row_acc(red, kBwdW, a.partial + (size_t)blockIdx.x * kBwdW);
+}
+
+}  // namespace
+
+void backward_fused_prepare() {
+    aux::allow_smem((const void *)k_iqn_backward, kBwdSmemFloats * sizeof(float),
+                    "IQN backward through m");
+}
+
+void backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
+    k_iqn_backward<<<blocks, kWarps * 32, kBwdSmemFloats * sizeof(float), s>>>(a);
+    FH_LAUNCHED("k_iqn_backward");
+}
+
+}  // namespace fh::cuda::iqn
