@@ -12,6 +12,7 @@
 #   digest       tests/python/state_digest.py in the four modes (bitwise checks of refactors)
 #   iqn-bench    foxhunt-bench at B = 16384, the four FOXHUNT_IQN_KERNELS levels side by side
 #   ncu-attn     Nsight Compute on the tensor-core attention kernels at B = 16384
+#   ncu-iqn      Nsight Compute on the fused IQN kernels at B = 16384 (one step)
 #   ncu-step     Nsight Compute: every kernel of one default step (B = 16384, TF32), durations
 #   nccl         test_cuda_nccl: W = 1 with a communicator bitwise equal to none (one GPU)
 #   nccl2        test_cuda_nccl_2gpu: W = 2 against one pipeline at 2B (skips below 2 GPUs)
@@ -72,6 +73,14 @@ for s in "$@"; do
       > $OUT/ncu_attn.txt 2>&1
     echo "ncu rc=$?" | tee -a $log
     grep -E "k_attn_tc|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Issued Ipc|Executed Instructions |Stall|Warp Cycles Per Issued|Bank|Shared Memory Configuration|Dynamic Shared" $OUT/ncu_attn.txt | head -80 | tee -a $log ;;
+  ncu-iqn)
+    timeout 300 ncu --clock-control none --kernel-name regex:k_iqn_ --launch-skip 3 --launch-count 3 \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
+      --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      build-dev/examples/foxhunt-bench --batch 16384 --steps 2 --warmup 0 --modes multi-tf32 \
+      --replay 0 --out /tmp/n.json > $OUT/ncu_iqn.txt 2>&1
+    echo "ncu rc=$?" | tee -a $log
+    grep -E "k_iqn_|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Issued Ipc|Stall|Warp Cycles Per Issued|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|L1/TEX Hit|Pipe" $OUT/ncu_iqn.txt | head -120 | tee -a $log ;;
   ncu-step)
     timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
       build-dev/examples/foxhunt-bench --batch 16384 --steps 1 --warmup 0 --modes multi-tf32 \
