@@ -89,7 +89,10 @@ for s in "$@"; do
   iqn-bench)
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
       --variant FOXHUNT_IQN_KERNELS=unfused,target,online,fused --machine h200 \
-      --out $OUT/iqn_bench.json 2>&1 | tail -11 | tee -a $log ;;
+      --out $OUT/iqn_bench.json 2>&1 | tail -11 | tee -a $log
+    build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
+      --variant FOXHUNT_IQN_BACKWARD=whole,quarters --machine h200 \
+      --out $OUT/iqn_bwd_bench.json 2>&1 | tail -7 | tee -a $log ;;
   nccl|nccl2)
     bin=test_cuda_nccl; [ "$s" = nccl2 ] && bin=test_cuda_nccl_2gpu
     timeout 400 build-dev/tests/$bin > $OUT/$s.txt 2>&1

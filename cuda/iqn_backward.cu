@@ -19,6 +19,8 @@
 // Column sums: colsum_quarter (iqn_fused.cuh), then the block's warps in order. No atomics.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "aux_common.cuh"
 #include "iqn_fused.cuh"
@@ -41,7 +43,70 @@ __device__ __forceinline__ void transition_sum(int N, float &v, float &w) {
     }
 }
 
-__global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_backward(BackwardArgs a) {
+// Row state of one thread in a tile: its rows g and g + 8, their transitions, and whether it
+// writes dψ for them.
+struct Rows {
+    size_t r0, r1, i0, i1;
+    bool v0, v1, lead0, lead1;
+};
+
+// The epilogue of column tiles 4q .. 4q + 3 from their dm accumulators: dφpre in place of φraw,
+// dψpre on the transitions' first row groups, and the column sums into acc.
+__device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const float *bphi,
+                                                 const Rows &w, int N, int q,
+                                                 const float (&dm)[4][4], float (&pend)[4],
+                                                 float (&acc)[2][4]) {
+    const int tq = threadIdx.x & 3;
+    float *ph0 = a.phi + w.r0 * kHq, *ph1 = a.phi + w.r1 * kHq;
+    float v[4][4];  // [dbφ u, dbφ u + 1, dbψ u, dbψ u + 1][column tile]
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+        const int u = 8 * (4 * q + n) + 2 * tq;
+        const float2 f0 = w.v0 ? *reinterpret_cast<const float2 *>(ph0 + u) : make_float2(0.0f, 0.0f);
+        const float2 f1 = w.v1 ? *reinterpret_cast<const float2 *>(ph1 + u) : make_float2(0.0f, 0.0f);
+        const float2 p0 = __ldg(reinterpret_cast<const float2 *>(a.psi + w.i0 * kHq + u));
+        const float2 p1 = __ldg(reinterpret_cast<const float2 *>(a.psi + w.i1 * kHq + u));
+        const float b0 = bphi[u], b1 = bphi[u + 1];
+        const float z00 = f0.x + b0, z01 = f0.y + b1, z10 = f1.x + b0, z11 = f1.y + b1;
+        const float s00 = sigmoid_fast(z00), s01 = sigmoid_fast(z01);
+        const float s10 = sigmoid_fast(z10), s11 = sigmoid_fast(z11);
+        const float d00 = dm[n][0] * p0.x * (s00 * (1.0f + z00 * (1.0f - s00)));
+        const float d01 = dm[n][1] * p0.y * (s01 * (1.0f + z01 * (1.0f - s01)));
+        const float d10 = dm[n][2] * p1.x * (s10 * (1.0f + z10 * (1.0f - s10)));
+        const float d11 = dm[n][3] * p1.y * (s11 * (1.0f + z11 * (1.0f - s11)));
+        if (w.v0) *reinterpret_cast<float2 *>(ph0 + u) = make_float2(d00, d01);
+        if (w.v1) *reinterpret_cast<float2 *>(ph1 + u) = make_float2(d10, d11);
+        v[0][n] = d00 + d10;
+        v[1][n] = d01 + d11;
+        // Σ_n dm ⊙ φ over each transition, then dψpre on its first row group's lanes.
+        float e0 = dm[n][0] * (z00 * s00), e1 = dm[n][1] * (z01 * s01);
+        float e2 = dm[n][2] * (z10 * s10), e3 = dm[n][3] * (z11 * s11);
+        transition_sum(N, e0, e2);
+        transition_sum(N, e1, e3);
+        float q00 = 0.0f, q01 = 0.0f, q10 = 0.0f, q11 = 0.0f;
+        if (w.lead0 && w.v0) {
+            const float2 pp = __ldg(reinterpret_cast<const float2 *>(a.psi_pre + w.i0 * kHq + u));
+            q00 = e0 * dsilu_fast(pp.x);
+            q01 = e1 * dsilu_fast(pp.y);
+            *reinterpret_cast<float2 *>(a.dpsi + w.i0 * kHq + u) = make_float2(q00, q01);
+        }
+        if (w.lead1 && w.v1) {
+            const float2 pp = __ldg(reinterpret_cast<const float2 *>(a.psi_pre + w.i1 * kHq + u));
+            q10 = e2 * dsilu_fast(pp.x);
+            q11 = e3 * dsilu_fast(pp.y);
+            *reinterpret_cast<float2 *>(a.dpsi + w.i1 * kHq + u) = make_float2(q10, q11);
+        }
+        v[2][n] = q00 + q10;
+        v[3][n] = q01 + q11;
+    }
+    colsum_quarter<4>(q, v, pend, acc);
+}
+
+// QT: dm's column tiles computed per pass over dhpre (16: all of dm in 64 registers, dhpre read
+// once, 2 blocks per SM; 4: a quarter in 16 registers, dhpre read four times (the later reads
+// from cache), 3 blocks per SM).
+template <int QT>
+__global__ void __launch_bounds__(kWarps * 32, QT == 16 ? 2 : 3) k_iqn_backward(BackwardArgs a) {
     extern __shared__ float4 sm4[];
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
     float *bphi = WmT + kHq * kLDM;
@@ -56,81 +121,52 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_backward(BackwardArgs a)
     const int N = a.N;
     const size_t R = (size_t)a.B * N;
     const size_t ntiles = (R + kRowsPerTile - 1) / kRowsPerTile;
-    // Whether this lane writes dψ of its rows' transitions (the transition's first row group).
-    const bool lead0 = gi % N == 0, lead1 = N < 16 && gi % N == 0;
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // dbφ k=0,1; dbψ k=2,3
     for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-        const size_t r0 = tile * kRowsPerTile + (size_t)warp * 16 + gi, r1 = r0 + 8;
-        const bool v0 = r0 < R, v1 = r1 < R;
-        const size_t i0 = v0 ? r0 / N : 0, i1 = v1 ? r1 / N : 0;
-        // dm = dhpre Wm: A from memory (k = 8κ + 2t and + 1, the permuted order), B from Wmᵀ.
-        float dm[kHq / 8][4];
-#pragma unroll
-        for (int nu = 0; nu < kHq / 8; ++nu)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dm[nu][e] = 0.0f;
-        const float *dh0 = a.dh + r0 * kHq, *dh1 = a.dh + r1 * kHq;
-#pragma unroll 4
-        for (int ka = 0; ka < kHq / 8; ++ka) {
-            const int k = 8 * ka + 2 * tq;
-            const float2 x0 = v0 ? __ldg(reinterpret_cast<const float2 *>(dh0 + k)) : make_float2(0.0f, 0.0f);
-            const float2 x1 = v1 ? __ldg(reinterpret_cast<const float2 *>(dh1 + k)) : make_float2(0.0f, 0.0f);
-            const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x), mma::op<false>(x0.y),
-                                  mma::op<false>(x1.y)};
-#pragma unroll
-            for (int nu = 0; nu < kHq / 8; ++nu) {
-                const float2 w = *reinterpret_cast<const float2 *>(WmT + (8 * nu + gi) * kLDM + k);
-                const mma::Op B[2] = {mma::loaded<false>(w.x), mma::loaded<false>(w.y)};
-                mma::mma<false>(dm[nu], A, B);
-            }
-        }
-        // Epilogue, a quarter of the columns at a time.
-        float *ph0 = a.phi + r0 * kHq, *ph1 = a.phi + r1 * kHq;
+        Rows w;
+        w.r0 = tile * kRowsPerTile + (size_t)warp * 16 + gi;
+        w.r1 = w.r0 + 8;
+        w.v0 = w.r0 < R;
+        w.v1 = w.r1 < R;
+        w.i0 = w.v0 ? w.r0 / N : 0;
+        w.i1 = w.v1 ? w.r1 / N : 0;
+        w.lead0 = gi % N == 0;
+        w.lead1 = N < 16 && gi % N == 0;
+        const float *dh0 = a.dh + w.r0 * kHq, *dh1 = a.dh + w.r1 * kHq;
         float pend[4];
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            float v[4][4];  // [dbφ u, dbφ u + 1, dbψ u, dbψ u + 1][column tile]
+        for (int pass = 0; pass < 16 / QT; ++pass) {
+            // dm = dhpre Wm for column tiles pass·QT ..: A from memory (k = 8κ + 2t and + 1, the
+            // permuted order), B from Wmᵀ.
+            float dm[QT][4];
 #pragma unroll
-            for (int n = 0; n < 4; ++n) {
-                const int nu = 4 * q + n, u = 8 * nu + 2 * tq;
-                const float2 f0 = v0 ? *reinterpret_cast<const float2 *>(ph0 + u) : make_float2(0.0f, 0.0f);
-                const float2 f1 = v1 ? *reinterpret_cast<const float2 *>(ph1 + u) : make_float2(0.0f, 0.0f);
-                const float2 p0 = __ldg(reinterpret_cast<const float2 *>(a.psi + i0 * kHq + u));
-                const float2 p1 = __ldg(reinterpret_cast<const float2 *>(a.psi + i1 * kHq + u));
-                const float b0 = bphi[u], b1 = bphi[u + 1];
-                const float z00 = f0.x + b0, z01 = f0.y + b1, z10 = f1.x + b0, z11 = f1.y + b1;
-                const float s00 = sigmoid_fast(z00), s01 = sigmoid_fast(z01);
-                const float s10 = sigmoid_fast(z10), s11 = sigmoid_fast(z11);
-                const float d00 = dm[nu][0] * p0.x * (s00 * (1.0f + z00 * (1.0f - s00)));
-                const float d01 = dm[nu][1] * p0.y * (s01 * (1.0f + z01 * (1.0f - s01)));
-                const float d10 = dm[nu][2] * p1.x * (s10 * (1.0f + z10 * (1.0f - s10)));
-                const float d11 = dm[nu][3] * p1.y * (s11 * (1.0f + z11 * (1.0f - s11)));
-                if (v0) *reinterpret_cast<float2 *>(ph0 + u) = make_float2(d00, d01);
-                if (v1) *reinterpret_cast<float2 *>(ph1 + u) = make_float2(d10, d11);
-                v[0][n] = d00 + d10;
-                v[1][n] = d01 + d11;
-                // Σ_n dm ⊙ φ over each transition, then dψpre on its first row group's lanes.
-                float e0 = dm[nu][0] * (z00 * s00), e1 = dm[nu][1] * (z01 * s01);
-                float e2 = dm[nu][2] * (z10 * s10), e3 = dm[nu][3] * (z11 * s11);
-                transition_sum(N, e0, e2);
-                transition_sum(N, e1, e3);
-                float q00 = 0.0f, q01 = 0.0f, q10 = 0.0f, q11 = 0.0f;
-                if (lead0 && v0) {
-                    const float2 pp = __ldg(reinterpret_cast<const float2 *>(a.psi_pre + i0 * kHq + u));
-                    q00 = e0 * dsilu_fast(pp.x);
-                    q01 = e1 * dsilu_fast(pp.y);
-                    *reinterpret_cast<float2 *>(a.dpsi + i0 * kHq + u) = make_float2(q00, q01);
+            for (int n = 0; n < QT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) dm[n][e] = 0.0f;
+#pragma unroll(QT == 16 ? 4 : 8)
+            for (int ka = 0; ka < kHq / 8; ++ka) {
+                const int k = 8 * ka + 2 * tq;
+                const float2 x0 = w.v0 ? __ldg(reinterpret_cast<const float2 *>(dh0 + k)) : make_float2(0.0f, 0.0f);
+                const float2 x1 = w.v1 ? __ldg(reinterpret_cast<const float2 *>(dh1 + k)) : make_float2(0.0f, 0.0f);
+                const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x),
+                                      mma::op<false>(x0.y), mma::op<false>(x1.y)};
+#pragma unroll
+                for (int n = 0; n < QT; ++n) {
+                    const int nu = pass * QT + n;
+                    const float2 wv = *reinterpret_cast<const float2 *>(WmT + (8 * nu + gi) * kLDM + k);
+                    const mma::Op B[2] = {mma::loaded<false>(wv.x), mma::loaded<false>(wv.y)};
+                    mma::mma<false>(dm[n], A, B);
                 }
-                if (lead1 && v1) {
-                    const float2 pp = __ldg(reinterpret_cast<const float2 *>(a.psi_pre + i1 * kHq + u));
-                    q10 = e2 * dsilu_fast(pp.x);
-                    q11 = e3 * dsilu_fast(pp.y);
-                    *reinterpret_cast<float2 *>(a.dpsi + i1 * kHq + u) = make_float2(q10, q11);
-                }
-                v[2][n] = q00 + q10;
-                v[3][n] = q01 + q11;
             }
-            colsum_quarter<4>(q, v, pend, acc);
+#pragma unroll
+            for (int qq = 0; qq < QT / 4; ++qq) {
+                float dq[4][4];
+#pragma unroll
+                for (int n = 0; n < 4; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) dq[n][e] = dm[4 * qq + n][e];
+                epilogue_quarter(a, bphi, w, N, pass * (QT / 4) + qq, dq, pend, acc);
+            }
         }
     }
     // The block's partial row: warp rows in shared memory (over Wmᵀ), summed in warp order.
@@ -150,13 +186,33 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_backward(BackwardArgs a)
 
 }  // namespace
 
+// FOXHUNT_IQN_BACKWARD=whole|quarters picks QT (side-by-side timing of the two tilings).
+bool quarters() {
+    const char *e = getenv("FOXHUNT_IQN_BACKWARD");
+    return e && !strcmp(e, "quarters");
+}
+
 void backward_fused_prepare() {
-    aux::allow_smem((const void *)k_iqn_backward, kBwdSmemFloats * sizeof(float),
+    aux::allow_smem((const void *)k_iqn_backward<16>, kBwdSmemFloats * sizeof(float),
+                    "IQN backward through m");
+    aux::allow_smem((const void *)k_iqn_backward<4>, kBwdSmemFloats * sizeof(float),
                     "IQN backward through m");
 }
 
+int backward_fused_blocks(size_t rows) {
+    int dev = 0, sms = 0;
+    FH_CUDA(cudaGetDevice(&dev));
+    FH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const size_t tiles = (rows + kRowsPerTile - 1) / kRowsPerTile;
+    const size_t per_sm = quarters() ? 3 : 2;
+    return (int)std::max<size_t>(1, std::min<size_t>(tiles, per_sm * (size_t)std::max(sms, 1)));
+}
+
 void backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
-    k_iqn_backward<<<blocks, kWarps * 32, kBwdSmemFloats * sizeof(float), s>>>(a);
+    if (quarters())
+        k_iqn_backward<4><<<blocks, kWarps * 32, kBwdSmemFloats * sizeof(float), s>>>(a);
+    else
+        k_iqn_backward<16><<<blocks, kWarps * 32, kBwdSmemFloats * sizeof(float), s>>>(a);
     FH_LAUNCHED("k_iqn_backward");
 }
 

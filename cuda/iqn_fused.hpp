@@ -66,6 +66,7 @@ bool target_fused_fits(const Dims &d);
 // whole transitions).
 bool online_fused_fits(const Dims &d);
 int fused_blocks(size_t rows);  // grid size for `rows` rows on the current device
+int backward_fused_blocks(size_t rows);  // the same for the backward
 void target_fused_prepare();    // opt the kernels into their shared memory (once each)
 void online_fused_prepare();
 void backward_fused_prepare();
