@@ -262,7 +262,7 @@ struct IqnLearner::Impl {
     // side-by-side timing: unfused (none), target, online (the target and online passes), fused
     // or auto (all three).
     bool fused_target = false, fused_online = false, fused_backward = false;
-    int target_blocks = 0, online_blocks = 0, backward_blocks = 0;
+    int target_blocks = 0, online_blocks = 0;
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
          float *v)
         : d(dd), o(L.iqn), params(p), target(t), mom1(m), mom2(v) {
@@ -296,7 +296,6 @@ struct IqnLearner::Impl {
         fused_backward = fused_online && level >= 3;
         if (fused_target) target_blocks = iqn::fused_blocks((size_t)d.B * d.Nt);
         if (fused_online) online_blocks = iqn::fused_blocks((size_t)d.B * d.N);
-        if (fused_backward) backward_blocks = iqn::backward_fused_blocks((size_t)d.B * d.N);
         // Partial rows for the unfused kernels' grids or the fused ones' (at most one per tile).
         const int tiles = (int)(((size_t)d.B * d.N + iqn::kFusedRowsPerTile - 1) / iqn::kFusedRowsPerTile);
         const int head_rows = std::max(head.blocks, tiles);
@@ -426,10 +425,11 @@ struct IqnLearner::Impl {
         gemm_tn(bl, Hq, Hq, (int)RN, dh, mbuf, grad + o.Wm, 0.0f, "IQN dWm = dh^T m");
         int bwd_rows = bwd_chunks;
         if (fused_backward) {
+            const char *pf = getenv("FOXHUNT_IQN_PREFETCH");
             const iqn::BackwardArgs f{dh, params + o.Wm, params + o.bphi, psi, psi_pre, phi, dpsi,
-                                      B, N, part_bwd};
-            iqn::backward_fused(f, backward_blocks, s);
-            bwd_rows = backward_blocks;
+                                      B, N, part_bwd, !(pf && !strcmp(pf, "0"))};
+            iqn::backward_fused(f, online_blocks, s);
+            bwd_rows = online_blocks;
         } else {
             gemm_nn(bl, (int)RN, Hq, Hq, dh, params + o.Wm, hraw, 0.0f, "IQN dm = dh Wm");
             k_psiphi_bwd<<<dim3(bwd_chunks, (Hq + kTx - 1) / kTx), dim3(kTx, kTy), 0, s>>>(

@@ -19,8 +19,6 @@
 // Column sums: colsum_quarter (iqn_fused.cuh), then the block's warps in order. No atomics.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "aux_common.cuh"
 #include "iqn_fused.cuh"
@@ -102,11 +100,7 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
     colsum_quarter<4>(q, v, pend, acc);
 }
 
-// QT: dm's column tiles computed per pass over dhpre (16: all of dm in 64 registers, dhpre read
-// once, 2 blocks per SM; 4: a quarter in 16 registers, dhpre read four times (the later reads
-// from cache), 3 blocks per SM).
-template <int QT>
-__global__ void __launch_bounds__(kWarps * 32, QT == 16 ? 2 : 3) k_iqn_backward(BackwardArgs a) {
+__global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_backward(BackwardArgs a) {
     extern __shared__ float4 sm4[];
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
     float *bphi = WmT + kHq * kLDM;
@@ -133,40 +127,41 @@ __global__ void __launch_bounds__(kWarps * 32, QT == 16 ? 2 : 3) k_iqn_backward(
         w.lead0 = gi % N == 0;
         w.lead1 = N < 16 && gi % N == 0;
         const float *dh0 = a.dh + w.r0 * kHq, *dh1 = a.dh + w.r1 * kHq;
+        if (a.prefetch) {  // the warp's rows of its next tile: dhpre and φraw
+            const size_t next = (tile + gridDim.x) * kRowsPerTile + (size_t)warp * 16;
+            prefetch_rows_l2(a.dh, next, R, kHq / 32);
+            prefetch_rows_l2(a.phi, next, R, kHq / 32);
+        }
+        // dm = dhpre Wm: A from memory (k = 8κ + 2t and + 1, the permuted order), B from Wmᵀ.
+        float dm[kHq / 8][4];
+#pragma unroll
+        for (int nu = 0; nu < kHq / 8; ++nu)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dm[nu][e] = 0.0f;
+#pragma unroll 4
+        for (int ka = 0; ka < kHq / 8; ++ka) {
+            const int k = 8 * ka + 2 * tq;
+            const float2 x0 = w.v0 ? __ldg(reinterpret_cast<const float2 *>(dh0 + k)) : make_float2(0.0f, 0.0f);
+            const float2 x1 = w.v1 ? __ldg(reinterpret_cast<const float2 *>(dh1 + k)) : make_float2(0.0f, 0.0f);
+            const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x), mma::op<false>(x0.y),
+                                  mma::op<false>(x1.y)};
+#pragma unroll
+            for (int nu = 0; nu < kHq / 8; ++nu) {
+                const float2 wv = *reinterpret_cast<const float2 *>(WmT + (8 * nu + gi) * kLDM + k);
+                const mma::Op B[2] = {mma::loaded<false>(wv.x), mma::loaded<false>(wv.y)};
+                mma::mma<false>(dm[nu], A, B);
+            }
+        }
+        // The epilogue a quarter of the columns at a time.
         float pend[4];
 #pragma unroll
-        for (int pass = 0; pass < 16 / QT; ++pass) {
-            // dm = dhpre Wm for column tiles pass·QT ..: A from memory (k = 8κ + 2t and + 1, the
-            // permuted order), B from Wmᵀ.
-            float dm[QT][4];
+        for (int q = 0; q < 4; ++q) {
+            float dq[4][4];
 #pragma unroll
-            for (int n = 0; n < QT; ++n)
+            for (int n = 0; n < 4; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) dm[n][e] = 0.0f;
-#pragma unroll(QT == 16 ? 4 : 8)
-            for (int ka = 0; ka < kHq / 8; ++ka) {
-                const int k = 8 * ka + 2 * tq;
-                const float2 x0 = w.v0 ? __ldg(reinterpret_cast<const float2 *>(dh0 + k)) : make_float2(0.0f, 0.0f);
-                const float2 x1 = w.v1 ? __ldg(reinterpret_cast<const float2 *>(dh1 + k)) : make_float2(0.0f, 0.0f);
-                const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x),
-                                      mma::op<false>(x0.y), mma::op<false>(x1.y)};
-#pragma unroll
-                for (int n = 0; n < QT; ++n) {
-                    const int nu = pass * QT + n;
-                    const float2 wv = *reinterpret_cast<const float2 *>(WmT + (8 * nu + gi) * kLDM + k);
-                    const mma::Op B[2] = {mma::loaded<false>(wv.x), mma::loaded<false>(wv.y)};
-                    mma::mma<false>(dm[n], A, B);
-                }
-            }
-#pragma unroll
-            for (int qq = 0; qq < QT / 4; ++qq) {
-                float dq[4][4];
-#pragma unroll
-                for (int n = 0; n < 4; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) dq[n][e] = dm[4 * qq + n][e];
-                epilogue_quarter(a, bphi, w, N, pass * (QT / 4) + qq, dq, pend, acc);
-            }
+                for (int e = 0; e < 4; ++e) dq[n][e] = dm[4 * q + n][e];
+            epilogue_quarter(a, bphi, w, N, q, dq, pend, acc);
         }
     }
     // The block's partial row: warp rows in shared memory (over Wmᵀ), summed in warp order.
@@ -186,33 +181,13 @@ __global__ void __launch_bounds__(kWarps * 32, QT == 16 ? 2 : 3) k_iqn_backward(
 
 }  // namespace
 
-// FOXHUNT_IQN_BACKWARD=whole|quarters picks QT (side-by-side timing of the two tilings).
-bool quarters() {
-    const char *e = getenv("FOXHUNT_IQN_BACKWARD");
-    return e && !strcmp(e, "quarters");
-}
-
 void backward_fused_prepare() {
-    aux::allow_smem((const void *)k_iqn_backward<16>, kBwdSmemFloats * sizeof(float),
+    aux::allow_smem((const void *)k_iqn_backward, kBwdSmemFloats * sizeof(float),
                     "IQN backward through m");
-    aux::allow_smem((const void *)k_iqn_backward<4>, kBwdSmemFloats * sizeof(float),
-                    "IQN backward through m");
-}
-
-int backward_fused_blocks(size_t rows) {
-    int dev = 0, sms = 0;
-    FH_CUDA(cudaGetDevice(&dev));
-    FH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const size_t tiles = (rows + kRowsPerTile - 1) / kRowsPerTile;
-    const size_t per_sm = quarters() ? 3 : 2;
-    return (int)std::max<size_t>(1, std::min<size_t>(tiles, per_sm * (size_t)std::max(sms, 1)));
 }
 
 void backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
-    if (quarters())
-        k_iqn_backward<4><<<blocks, kWarps * 32, kBwdSmemFloats * sizeof(float), s>>>(a);
-    else
-        k_iqn_backward<16><<<blocks, kWarps * 32, kBwdSmemFloats * sizeof(float), s>>>(a);
+    k_iqn_backward<<<blocks, kWarps * 32, kBwdSmemFloats * sizeof(float), s>>>(a);
     FH_LAUNCHED("k_iqn_backward");
 }
 

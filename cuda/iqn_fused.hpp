@@ -54,6 +54,7 @@ struct BackwardArgs {
     float *dpsi;                            // [B, 128] out: dψpre = dL/d(x̃ Wψᵀ + bψ)
     int B, N;
     double *partial;                        // [blocks, 2·128]: dbφ | dbψ column sums
+    bool prefetch;                          // ask L2 for the next tile's rows (FOXHUNT_IQN_PREFETCH=0: no)
 };
 
 // Rows per tile of the fused kernels: their grids never exceed ceil(rows / this) blocks, which
@@ -66,7 +67,6 @@ bool target_fused_fits(const Dims &d);
 // whole transitions).
 bool online_fused_fits(const Dims &d);
 int fused_blocks(size_t rows);  // grid size for `rows` rows on the current device
-int backward_fused_blocks(size_t rows);  // the same for the backward
 void target_fused_prepare();    // opt the kernels into their shared memory (once each)
 void online_fused_prepare();
 void backward_fused_prepare();

@@ -1,6 +1,8 @@
 #include "reduce.cuh"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "common.hpp"
 #include "device_math.cuh"
@@ -54,20 +56,33 @@ __global__ void k_reduce_final(const double *partial, int nb, float *out, int op
 // ---- column sums ---------------------------------------------------------------------------------
 constexpr int kColTx = 32, kColTy = 8;
 
+// The column kernels' threads walk their rows r0 + y, r0 + y + kColTy, ... in order. U rows are
+// loaded before any is summed (U > 1: their loads are in flight together instead of one at a
+// time); the sums keep the row order, so every U gives the same bits.
+
 // grid (column tiles, chunks, Z), block (kColTx, kColTy). Writes `partial` when given (pass
 // one), else the segments (the final pass, one chunk).
-template <class T>
-__global__ void k_colsum(const T *X, int rows, int width, int chunk_rows, size_t zstride,
-                         const float *row_scale, double *partial, Segs segs) {
+template <class T, int U>
+__global__ void k_colsum(const T *__restrict__ X, int rows, int width, int chunk_rows,
+                         size_t zstride, const float *__restrict__ row_scale, double *partial,
+                         Segs segs) {
     __shared__ double sh[kColTy][kColTx + 1];
     const int col = blockIdx.x * kColTx + threadIdx.x, z = blockIdx.z;
     X += z * zstride;
     const int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
     double acc = 0.0;
     if (col < width)
-        for (int r = r0 + threadIdx.y; r < r1; r += kColTy) {
-            const double v = (double)X[(size_t)r * width + col];
-            acc = row_scale ? fma((double)row_scale[r], v, acc) : acc + v;
+        for (int r = r0 + threadIdx.y; r < r1; r += U * kColTy) {
+            double v[U], w[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int ru = r + u * kColTy;
+                v[u] = ru < r1 ? (double)X[(size_t)ru * width + col] : 0.0;
+                w[u] = row_scale && ru < r1 ? (double)row_scale[ru] : 0.0;
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (r + u * kColTy < r1) acc = row_scale ? fma(w[u], v[u], acc) : acc + v[u];
         }
     const double s = tile_col_sum(sh, acc);
     if (threadIdx.y != 0 || col >= width) return;
@@ -83,6 +98,8 @@ __global__ void k_colsum(const T *X, int rows, int width, int chunk_rows, size_t
 }
 
 // grid (column tiles, chunks, Z), block (kColTx, kColTy).
+template <int U>
+// dpre may be in.p[0] (in place): each element is read and written by one thread, loads first.
 __global__ void k_dsilu_colsum(PtrList in, const float *pre, int rows, int cols, int chunk_rows,
                                float *dpre, double *partial) {
     __shared__ double sh[kColTy][kColTx + 1];
@@ -91,13 +108,29 @@ __global__ void k_dsilu_colsum(PtrList in, const float *pre, int rows, int cols,
     const int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
     double acc = 0.0;
     if (col < cols)
-        for (int r = r0 + threadIdx.y; r < r1; r += kColTy) {
-            const size_t i = zoff + (size_t)r * cols + col;
-            float g = in.p[0][i];
-            for (int k = 1; k < in.n; ++k) g = __fadd_rn(g, in.p[k][i]);
-            g = __fmul_rn(g, dev_dsilu(pre[i]));
-            dpre[i] = g;
-            acc += (double)g;
+        for (int r = r0 + threadIdx.y; r < r1; r += U * kColTy) {
+            float g[U], p[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int ru = r + u * kColTy;
+                const size_t i = zoff + (size_t)ru * cols + col;
+                g[u] = ru < r1 ? in.p[0][i] : 0.0f;
+                p[u] = ru < r1 ? pre[i] : 0.0f;
+            }
+            for (int k = 1; k < in.n; ++k)
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const int ru = r + u * kColTy;
+                    if (ru < r1) g[u] = __fadd_rn(g[u], in.p[k][zoff + (size_t)ru * cols + col]);
+                }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int ru = r + u * kColTy;
+                if (ru >= r1) continue;
+                const float v = __fmul_rn(g[u], dev_dsilu(p[u]));
+                dpre[zoff + (size_t)ru * cols + col] = v;
+                acc += (double)v;
+            }
         }
     const double s = tile_col_sum(sh, acc);
     if (threadIdx.y == 0 && col < cols)
@@ -110,12 +143,24 @@ void reduce_partials_impl(const T *part, int rows, int width, int Z, const Segs 
     if (segs.n < 1 || segs.n > kMaxSegs)
         fail(FH_ERR_INTERNAL, "reduce_partials: %d segments", segs.n);
     dim3 grid((width + kColTx - 1) / kColTx, 1, Z), block(kColTx, kColTy);
-    k_colsum<T><<<grid, block, 0, s>>>(part, rows, width, rows, (size_t)rows * width, nullptr,
-                                       nullptr, segs);
+    if (row_batch() == 1)
+        k_colsum<T, 1><<<grid, block, 0, s>>>(part, rows, width, rows, (size_t)rows * width,
+                                              nullptr, nullptr, segs);
+    else
+        k_colsum<T, 4><<<grid, block, 0, s>>>(part, rows, width, rows, (size_t)rows * width,
+                                              nullptr, nullptr, segs);
     FH_LAUNCHED("k_colsum (final)");
 }
 
 }  // namespace
+
+int row_batch() {
+    static const int u = [] {
+        const char *e = getenv("FOXHUNT_ROW_BATCH");
+        return e && !strcmp(e, "1") ? 1 : 4;
+    }();
+    return u;
+}
 
 int reduce_blocks(size_t n) {
     size_t nb = (n + kRedPerBlock - 1) / kRedPerBlock;
@@ -156,8 +201,12 @@ int colsum_chunks(int rows, int chunk_rows) {
 void colsum_partial(const float *X, int rows, int width, const float *row_scale,
                     double *partial, cudaStream_t s, int Z, size_t zstride) {
     dim3 grid((width + kColTx - 1) / kColTx, colsum_chunks(rows), Z), block(kColTx, kColTy);
-    k_colsum<float><<<grid, block, 0, s>>>(X, rows, width, kColsumRows, zstride, row_scale,
-                                           partial, Segs{});
+    if (row_batch() == 1)
+        k_colsum<float, 1><<<grid, block, 0, s>>>(X, rows, width, kColsumRows, zstride, row_scale,
+                                                  partial, Segs{});
+    else
+        k_colsum<float, 4><<<grid, block, 0, s>>>(X, rows, width, kColsumRows, zstride, row_scale,
+                                                  partial, Segs{});
     FH_LAUNCHED("k_colsum");
 }
 
@@ -165,7 +214,10 @@ void dsilu_colsum(const PtrList &in, const float *pre, int rows, int cols, int c
                   float *dpre, double *partial, cudaStream_t s, int Z) {
     dim3 grid((cols + kColTx - 1) / kColTx, colsum_chunks(rows, chunk_rows), Z),
         block(kColTx, kColTy);
-    k_dsilu_colsum<<<grid, block, 0, s>>>(in, pre, rows, cols, chunk_rows, dpre, partial);
+    if (row_batch() == 1)
+        k_dsilu_colsum<1><<<grid, block, 0, s>>>(in, pre, rows, cols, chunk_rows, dpre, partial);
+    else
+        k_dsilu_colsum<4><<<grid, block, 0, s>>>(in, pre, rows, cols, chunk_rows, dpre, partial);
     FH_LAUNCHED("k_dsilu_colsum");
 }
 

@@ -41,6 +41,11 @@ void sum_to(const double *x, size_t n, float *out, double div, double *partial, 
 // sums one chunk of a 32-column tile, each of its 8 row lanes every 8th row in order, then the
 // lanes in order (device_math.cuh tile_col_sum), in double. Partials are [Z][chunks][width];
 // reduce_partials() sums them the same way (all rows of a column in one chunk).
+// Rows each thread of the column-sum and regime kernels loads at once (their sums keep the row
+// order, so the bits do not depend on it): 4, or 1 with FOXHUNT_ROW_BATCH=1 (the earlier
+// kernels, kept for the side-by-side timing).
+int row_batch();
+
 constexpr int kColsumRows = 256;  // rows per chunk of colsum_partial
 int colsum_chunks(int rows, int chunk_rows = kColsumRows);
 // Σ_i X[i, j] (· row_scale[i] when row_scale is not null: a fused multiply-add in double) per

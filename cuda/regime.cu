@@ -6,26 +6,37 @@
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
+#include "reduce.cuh"
 
 namespace fh::cuda {
 
 namespace {
 
-// Block k sums regime k's rows (fixed order), writes (sum, count) to scratch[2k], [2k+1].
-__global__ void k_regime_partial(const float *delta, const int32_t *regime, int B, int NB,
-                                 double *scratch) {
-    __shared__ double sh[kThreads];
+// Block k sums regime k's rows (fixed order), writes (sum, count) to scratch[2k], [2k+1]. Each
+// of the T threads reads U rows' regimes at once (row_batch()); T = 1024 with U = 4 (the earlier
+// kernel: 256 threads, one row at a time).
+template <int U, int T>
+__global__ void __launch_bounds__(T) k_regime_partial(const float *delta, const int32_t *regime,
+                                                      int B, int NB, double *scratch) {
+    __shared__ double sh[T];
     const int kreg = blockIdx.x;
     double sum = 0, cnt = 0;
-    for (int i = threadIdx.x; i < B; i += blockDim.x) {
-        if (regime[i] != kreg) continue;
-        double e = 0;
-        for (int b = 0; b < NB; ++b) {
-            const float d = delta[(size_t)i * NB + b];
-            e += (double)d * d;
+    for (int i = threadIdx.x; i < B; i += U * T) {
+        int z[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) z[u] = i + u * T < B ? regime[i + u * T] : -1;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (z[u] != kreg) continue;
+            const size_t row = (size_t)(i + u * T) * NB;
+            double e = 0;
+            for (int b = 0; b < NB; ++b) {
+                const float d = delta[row + b];
+                e += (double)d * d;
+            }
+            sum += e / NB;
+            cnt += 1;
         }
-        sum += e / NB;
-        cnt += 1;
     }
     const double s = block_sum(sum, sh);
     const double c = block_sum(cnt, sh);
@@ -57,8 +68,12 @@ __global__ void k_regime_update(const double *scratch, int R, float beta, float 
 void regime_scale(CudaStep &st, const LaneCtx &l) {
     const Dims &d = st.d;
     const fh_config &c = st.cfg;
-    k_regime_partial<<<d.R, kThreads, 0, l.stream>>>(st.delta, st.regime, (int)d.B, (int)d.NB,
-                                                     st.regime_scr);
+    if (row_batch() == 1)
+        k_regime_partial<1, 256><<<d.R, 256, 0, l.stream>>>(st.delta, st.regime, (int)d.B,
+                                                            (int)d.NB, st.regime_scr);
+    else
+        k_regime_partial<4, 1024><<<d.R, 1024, 0, l.stream>>>(st.delta, st.regime, (int)d.B,
+                                                              (int)d.NB, st.regime_scr);
     FH_LAUNCHED("k_regime_partial");
     st.dp.sum({SumBuf::f64s(st.regime_scr, 2 * (size_t)d.R)}, l.stream);
     k_regime_update<<<1, 1, 0, l.stream>>>(st.regime_scr, (int)d.R, c.regime_beta, c.regime_min,

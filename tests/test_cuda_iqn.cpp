@@ -264,9 +264,7 @@ void test_online_kernel_vs_float64(void **) {
 void test_backward_kernel_vs_float64(void **) {
     if (!fh_test_have_cuda()) skip();
     const int Hq = 128, B = 333;
-    for (const char *tiling : {"whole", "quarters"})
     for (int N : {8, 4, 16, 1}) {
-        setenv("FOXHUNT_IQN_BACKWARD", tiling, 1);
         const size_t R = (size_t)B * N;
         std::mt19937 rng(29 + N);
         std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -278,12 +276,13 @@ void test_backward_kernel_vs_float64(void **) {
         const std::vector<float> dh = vec(R * Hq, 1e-3f), Wm = vec((size_t)Hq * Hq, 0.12f),
                                  bphi = vec(Hq, 0.3f), psi = vec((size_t)B * Hq, 0.8f),
                                  psi_pre = vec((size_t)B * Hq, 1.0f), phi = vec(R * Hq, 1.5f);
-        const int blocks = fh::cuda::iqn::backward_fused_blocks(R);
+        const int blocks = fh::cuda::iqn::fused_blocks(R);
         float *d_dh = dev(dh), *d_Wm = dev(Wm), *d_bphi = dev(bphi), *d_psi = dev(psi),
               *d_pp = dev(psi_pre), *d_phi = dev(phi),
               *d_dpsi = dev(std::vector<float>((size_t)B * Hq, NAN));
         double *d_part = dev(std::vector<double>((size_t)blocks * 2 * Hq, NAN));
-        const fh::cuda::iqn::BackwardArgs a{d_dh, d_Wm, d_bphi, d_psi, d_pp, d_phi, d_dpsi, B, N, d_part};
+        const fh::cuda::iqn::BackwardArgs a{d_dh, d_Wm, d_bphi, d_psi, d_pp, d_phi, d_dpsi, B, N,
+                                            d_part, true};
         try {
             fh::cuda::iqn::backward_fused_prepare();
             fh::cuda::iqn::backward_fused(a, blocks, 0);
@@ -321,8 +320,7 @@ void test_backward_kernel_vs_float64(void **) {
         const double e[] = {rel_l2(g_dphi, dphi), rel_l2(g_dpsi, dpsi), rel_l2(p_bphi, dbphi),
                             rel_l2(p_bpsi, dbpsi)};
         const char *names[] = {"dphi_pre", "dpsi_pre", "dbphi", "dbpsi"};
-        unsetenv("FOXHUNT_IQN_BACKWARD");
-        printf("[IQN] fused backward kernel (%s) vs float64, B=%d N=%d, %d blocks:", tiling, B, N, blocks);
+        printf("[IQN] fused backward kernel vs float64, B=%d N=%d, %d blocks:", B, N, blocks);
         for (int k = 0; k < 4; ++k) printf(" %s %.2e", names[k], e[k]);
         printf("\n");
         /* dm = dhpre Wm with TF32 operands (K = 128): ~5e-4; NaN means an output left unwritten. */
