@@ -94,10 +94,7 @@ for s in "$@"; do
   batch-bench)
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32,multi-strict \
       --variant FOXHUNT_ROW_BATCH=1,4 --machine h200 \
-      --out $OUT/row_batch_bench.json 2>&1 | tail -9 | tee -a $log
-    build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
-      --variant FOXHUNT_IQN_PREFETCH=0,1 --machine h200 \
-      --out $OUT/iqn_prefetch_bench.json 2>&1 | tail -7 | tee -a $log ;;
+      --out $OUT/row_batch_bench.json 2>&1 | tail -9 | tee -a $log ;;
   nccl|nccl2)
     bin=test_cuda_nccl; [ "$s" = nccl2 ] && bin=test_cuda_nccl_2gpu
     timeout 400 build-dev/tests/$bin > $OUT/$s.txt 2>&1

@@ -425,9 +425,8 @@ struct IqnLearner::Impl {
         gemm_tn(bl, Hq, Hq, (int)RN, dh, mbuf, grad + o.Wm, 0.0f, "IQN dWm = dh^T m");
         int bwd_rows = bwd_chunks;
         if (fused_backward) {
-            const char *pf = getenv("FOXHUNT_IQN_PREFETCH");
             const iqn::BackwardArgs f{dh, params + o.Wm, params + o.bphi, psi, psi_pre, phi, dpsi,
-                                      B, N, part_bwd, !(pf && !strcmp(pf, "0"))};
+                                      B, N, part_bwd};
             iqn::backward_fused(f, online_blocks, s);
             bwd_rows = online_blocks;
         } else {

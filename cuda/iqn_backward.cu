@@ -127,11 +127,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_backward(BackwardArgs a)
         w.lead0 = gi % N == 0;
         w.lead1 = N < 16 && gi % N == 0;
         const float *dh0 = a.dh + w.r0 * kHq, *dh1 = a.dh + w.r1 * kHq;
-        if (a.prefetch) {  // the warp's rows of its next tile: dhpre and φraw
-            const size_t next = (tile + gridDim.x) * kRowsPerTile + (size_t)warp * 16;
-            prefetch_rows_l2(a.dh, next, R, kHq / 32);
-            prefetch_rows_l2(a.phi, next, R, kHq / 32);
-        }
         // dm = dhpre Wm: A from memory (k = 8κ + 2t and + 1, the permuted order), B from Wmᵀ.
         float dm[kHq / 8][4];
 #pragma unroll

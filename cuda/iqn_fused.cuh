@@ -166,19 +166,6 @@ __device__ __forceinline__ void z_half(const Smem &s, const float (&h)[8][4], in
     }
 }
 
-// Asks L2 for the first `lines` 128-byte lines of each of a warp's 16 rows first .. first + 15
-// (row stride kHq floats; rows past R skipped), a line per lane and step: a tile's rows fetched
-// while the tile before is computed, so that its loads hit L2 instead of waiting for memory.
-__device__ __forceinline__ void prefetch_rows_l2(const float *base, size_t first, size_t R,
-                                                 int lines) {
-    const int lane = threadIdx.x & 31;
-    for (int k = lane; k < 16 * lines; k += 32) {
-        const size_t row = first + k / lines;
-        if (row < R)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(base + row * kHq + 32 * (k % lines)));
-    }
-}
-
 // The sum over a quad (the 4 threads of one row pair).
 __device__ __forceinline__ float quad_sum(float v) {
     v += __shfl_xor_sync(0xffffffffu, v, 1);

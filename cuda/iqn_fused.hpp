@@ -54,7 +54,6 @@ struct BackwardArgs {
     float *dpsi;                            // [B, 128] out: dψpre = dL/d(x̃ Wψᵀ + bψ)
     int B, N;
     double *partial;                        // [blocks, 2·128]: dbφ | dbψ column sums
-    bool prefetch;                          // ask L2 for the next tile's rows (FOXHUNT_IQN_PREFETCH=0: no)
 };
 
 // Rows per tile of the fused kernels: their grids never exceed ceil(rows / this) blocks, which

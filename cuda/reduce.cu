@@ -155,11 +155,8 @@ void reduce_partials_impl(const T *part, int rows, int width, int Z, const Segs 
 }  // namespace
 
 int row_batch() {
-    static const int u = [] {
-        const char *e = getenv("FOXHUNT_ROW_BATCH");
-        return e && !strcmp(e, "1") ? 1 : 4;
-    }();
-    return u;
+    const char *e = getenv("FOXHUNT_ROW_BATCH");
+    return e && !strcmp(e, "1") ? 1 : 4;
 }
 
 int reduce_blocks(size_t n) {

@@ -281,8 +281,7 @@ void test_backward_kernel_vs_float64(void **) {
               *d_pp = dev(psi_pre), *d_phi = dev(phi),
               *d_dpsi = dev(std::vector<float>((size_t)B * Hq, NAN));
         double *d_part = dev(std::vector<double>((size_t)blocks * 2 * Hq, NAN));
-        const fh::cuda::iqn::BackwardArgs a{d_dh, d_Wm, d_bphi, d_psi, d_pp, d_phi, d_dpsi, B, N,
-                                            d_part, true};
+        const fh::cuda::iqn::BackwardArgs a{d_dh, d_Wm, d_bphi, d_psi, d_pp, d_phi, d_dpsi, B, N, d_part};
         try {
             fh::cuda::iqn::backward_fused_prepare();
             fh::cuda::iqn::backward_fused(a, blocks, 0);
