@@ -12,7 +12,6 @@
 #   digest       tests/python/state_digest.py in the four modes (bitwise checks of refactors)
 #   iqn-bench    foxhunt-bench at B = 16384, the four FOXHUNT_IQN_KERNELS levels side by side
 #   ncu-attn     Nsight Compute on the tensor-core attention kernels at B = 16384
-#   batch-bench  foxhunt-bench at B = 16384: the column-sum and regime kernels one row at a time or four
 #   ncu-iqn      Nsight Compute on the fused IQN kernels at B = 16384 (one step)
 #   ncu-step     Nsight Compute: every kernel of one default step (B = 16384, TF32), durations
 #   nccl         test_cuda_nccl: W = 1 with a communicator bitwise equal to none (one GPU)
@@ -91,10 +90,6 @@ for s in "$@"; do
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
       --variant FOXHUNT_IQN_KERNELS=unfused,target,online,fused --machine h200 \
       --out $OUT/iqn_bench.json 2>&1 | tail -11 | tee -a $log ;;
-  batch-bench)
-    build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32,multi-strict \
-      --variant FOXHUNT_ROW_BATCH=1,4 --machine h200 \
-      --out $OUT/row_batch_bench.json 2>&1 | tail -9 | tee -a $log ;;
   nccl|nccl2)
     bin=test_cuda_nccl; [ "$s" = nccl2 ] && bin=test_cuda_nccl_2gpu
     timeout 400 build-dev/tests/$bin > $OUT/$s.txt 2>&1

@@ -1,8 +1,6 @@
 #include "reduce.cuh"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "common.hpp"
 #include "device_math.cuh"
@@ -56,13 +54,15 @@ __global__ void k_reduce_final(const double *partial, int nb, float *out, int op
 // ---- column sums ---------------------------------------------------------------------------------
 constexpr int kColTx = 32, kColTy = 8;
 
-// The column kernels' threads walk their rows r0 + y, r0 + y + kColTy, ... in order. U rows are
-// loaded before any is summed (U > 1: their loads are in flight together instead of one at a
-// time); the sums keep the row order, so every U gives the same bits.
+// The column kernels' threads walk their rows r0 + y, r0 + y + kColTy, ... in order, kRowBatch
+// rows loaded before any is summed so that their loads are in flight together (one row at a time
+// they were latency-bound: bench/results/h200-2026-12-01-row-batch-before-after.json); the sums
+// keep the row order.
+constexpr int U = kRowBatch;
 
 // grid (column tiles, chunks, Z), block (kColTx, kColTy). Writes `partial` when given (pass
 // one), else the segments (the final pass, one chunk).
-template <class T, int U>
+template <class T>
 __global__ void k_colsum(const T *__restrict__ X, int rows, int width, int chunk_rows,
                          size_t zstride, const float *__restrict__ row_scale, double *partial,
                          Segs segs) {
@@ -97,9 +97,8 @@ __global__ void k_colsum(const T *__restrict__ X, int rows, int width, int chunk
     }
 }
 
-// grid (column tiles, chunks, Z), block (kColTx, kColTy).
-template <int U>
-// dpre may be in.p[0] (in place): each element is read and written by one thread, loads first.
+// grid (column tiles, chunks, Z), block (kColTx, kColTy). dpre may be in.p[0] (in place): each
+// element is read and written by one thread, loads first.
 __global__ void k_dsilu_colsum(PtrList in, const float *pre, int rows, int cols, int chunk_rows,
                                float *dpre, double *partial) {
     __shared__ double sh[kColTy][kColTx + 1];
@@ -143,21 +142,12 @@ void reduce_partials_impl(const T *part, int rows, int width, int Z, const Segs 
     if (segs.n < 1 || segs.n > kMaxSegs)
         fail(FH_ERR_INTERNAL, "reduce_partials: %d segments", segs.n);
     dim3 grid((width + kColTx - 1) / kColTx, 1, Z), block(kColTx, kColTy);
-    if (row_batch() == 1)
-        k_colsum<T, 1><<<grid, block, 0, s>>>(part, rows, width, rows, (size_t)rows * width,
-                                              nullptr, nullptr, segs);
-    else
-        k_colsum<T, 4><<<grid, block, 0, s>>>(part, rows, width, rows, (size_t)rows * width,
-                                              nullptr, nullptr, segs);
+    k_colsum<T><<<grid, block, 0, s>>>(part, rows, width, rows, (size_t)rows * width, nullptr,
+                                       nullptr, segs);
     FH_LAUNCHED("k_colsum (final)");
 }
 
 }  // namespace
-
-int row_batch() {
-    const char *e = getenv("FOXHUNT_ROW_BATCH");
-    return e && !strcmp(e, "1") ? 1 : 4;
-}
 
 int reduce_blocks(size_t n) {
     size_t nb = (n + kRedPerBlock - 1) / kRedPerBlock;
@@ -198,12 +188,8 @@ int colsum_chunks(int rows, int chunk_rows) {
 void colsum_partial(const float *X, int rows, int width, const float *row_scale,
                     double *partial, cudaStream_t s, int Z, size_t zstride) {
     dim3 grid((width + kColTx - 1) / kColTx, colsum_chunks(rows), Z), block(kColTx, kColTy);
-    if (row_batch() == 1)
-        k_colsum<float, 1><<<grid, block, 0, s>>>(X, rows, width, kColsumRows, zstride, row_scale,
-                                                  partial, Segs{});
-    else
-        k_colsum<float, 4><<<grid, block, 0, s>>>(X, rows, width, kColsumRows, zstride, row_scale,
-                                                  partial, Segs{});
+    k_colsum<float><<<grid, block, 0, s>>>(X, rows, width, kColsumRows, zstride, row_scale,
+                                           partial, Segs{});
     FH_LAUNCHED("k_colsum");
 }
 
@@ -211,10 +197,7 @@ void dsilu_colsum(const PtrList &in, const float *pre, int rows, int cols, int c
                   float *dpre, double *partial, cudaStream_t s, int Z) {
     dim3 grid((cols + kColTx - 1) / kColTx, colsum_chunks(rows, chunk_rows), Z),
         block(kColTx, kColTy);
-    if (row_batch() == 1)
-        k_dsilu_colsum<1><<<grid, block, 0, s>>>(in, pre, rows, cols, chunk_rows, dpre, partial);
-    else
-        k_dsilu_colsum<4><<<grid, block, 0, s>>>(in, pre, rows, cols, chunk_rows, dpre, partial);
+    k_dsilu_colsum<<<grid, block, 0, s>>>(in, pre, rows, cols, chunk_rows, dpre, partial);
     FH_LAUNCHED("k_dsilu_colsum");
 }
 

@@ -42,9 +42,8 @@ void sum_to(const double *x, size_t n, float *out, double div, double *partial, 
 // lanes in order (device_math.cuh tile_col_sum), in double. Partials are [Z][chunks][width];
 // reduce_partials() sums them the same way (all rows of a column in one chunk).
 // Rows each thread of the column-sum and regime kernels loads at once (their sums keep the row
-// order, so the bits do not depend on it): 4, or 1 with FOXHUNT_ROW_BATCH=1 (the earlier
-// kernels, kept for the side-by-side timing).
-int row_batch();
+// order, so the bits do not depend on it).
+constexpr int kRowBatch = 4;
 
 constexpr int kColsumRows = 256;  // rows per chunk of colsum_partial
 int colsum_chunks(int rows, int chunk_rows = kColsumRows);

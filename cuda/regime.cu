@@ -13,9 +13,10 @@ namespace fh::cuda {
 namespace {
 
 // Block k sums regime k's rows (fixed order), writes (sum, count) to scratch[2k], [2k+1]. Each
-// of the T threads reads U rows' regimes at once (row_batch()); T = 1024 with U = 4 (the earlier
-// kernel: 256 threads, one row at a time).
-template <int U, int T>
+// of the T threads reads U rows' regimes at once: with R blocks in all, one row at a time was
+// latency-bound (61 µs at B = 16384 with 256 threads; bench/results/
+// h200-2026-12-01-row-batch-before-after.json).
+constexpr int U = kRowBatch, T = 1024;
 __global__ void __launch_bounds__(T) k_regime_partial(const float *delta, const int32_t *regime,
                                                       int B, int NB, double *scratch) {
     __shared__ double sh[T];
@@ -68,12 +69,8 @@ __global__ void k_regime_update(const double *scratch, int R, float beta, float 
 void regime_scale(CudaStep &st, const LaneCtx &l) {
     const Dims &d = st.d;
     const fh_config &c = st.cfg;
-    if (row_batch() == 1)
-        k_regime_partial<1, 256><<<d.R, 256, 0, l.stream>>>(st.delta, st.regime, (int)d.B,
-                                                            (int)d.NB, st.regime_scr);
-    else
-        k_regime_partial<4, 1024><<<d.R, 1024, 0, l.stream>>>(st.delta, st.regime, (int)d.B,
-                                                              (int)d.NB, st.regime_scr);
+    k_regime_partial<<<d.R, T, 0, l.stream>>>(st.delta, st.regime, (int)d.B, (int)d.NB,
+                                              st.regime_scr);
     FH_LAUNCHED("k_regime_partial");
     st.dp.sum({SumBuf::f64s(st.regime_scr, 2 * (size_t)d.R)}, l.stream);
     k_regime_update<<<1, 1, 0, l.stream>>>(st.regime_scr, (int)d.R, c.regime_beta, c.regime_min,
