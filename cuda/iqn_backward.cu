@@ -31,16 +31,6 @@ namespace {
 constexpr int kBwdW = 2 * kHq;
 constexpr int kBwdSmemFloats = kHq * kLDM + kHq;  // Wmᵀ, bφ
 
-// Σ over a transition's rows of v (row g's value) and w (row g + 8's): the N rows are lanes
-// g .. g + N − 1 of one half (N ≤ 8) or both halves (N = 16, returned in v).
-__device__ __forceinline__ void transition_sum(int N, float &v, float &w) {
-    if (N == 16) v += w;
-    for (int o = 4; o < 4 * N && o < 32; o <<= 1) {
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-        w += __shfl_xor_sync(0xffffffffu, w, o);
-    }
-}
-
 // Row state of one thread in a tile: its rows g and g + 8, their transitions, and whether it
 // writes dψ for them.
 struct Rows {
@@ -163,14 +153,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_backward(BackwardArgs a)
     __syncthreads();
     double *red = reinterpret_cast<double *>(sm4);
     double *mine = red + (size_t)warp * kBwdW;
-#pragma unroll
-    for (int p = 0; p < 2; ++p)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int c = owned_col(p, e);
-            mine[c] = (double)acc[p][e];
-            mine[kHq + c] = (double)acc[p][2 + e];
-        }
+    store_colsums(mine, acc);
     aux::flush_row_acc(red, kBwdW, a.partial + (size_t)blockIdx.x * kBwdW);
 }
 

@@ -166,6 +166,16 @@ __device__ __forceinline__ void z_half(const Smem &s, const float (&h)[8][4], in
     }
 }
 
+// Σ over a transition's rows of v (row g's value) and w (row g + 8's): the N rows are lanes
+// g .. g + N − 1 of one half (N ≤ 8) or both halves (N = 16, returned in v).
+__device__ __forceinline__ void transition_sum(int N, float &v, float &w) {
+    if (N == 16) v += w;
+    for (int o = 4; o < 4 * N && o < 32; o <<= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+        w += __shfl_xor_sync(0xffffffffu, w, o);
+    }
+}
+
 // The sum over a quad (the 4 threads of one row pair).
 __device__ __forceinline__ float quad_sum(float v) {
     v += __shfl_xor_sync(0xffffffffu, v, 1);
@@ -214,6 +224,19 @@ __device__ __forceinline__ void colsum_quarter(int q, float (&v)[K][4], float (&
 __device__ __forceinline__ int owned_col(int pair, int e) {
     const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
     return 8 * (4 * (2 * pair + (g & 1)) + (g >> 1)) + 2 * t + e;
+}
+
+// A warp's row of its block's partial sums: kinds 0, 1 of acc (colsum_quarter) at row[c], kinds
+// 2, 3 at row[kHq + c].
+__device__ __forceinline__ void store_colsums(double *row, const float (&acc)[2][4]) {
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int c = owned_col(p, e);
+            row[c] = (double)acc[p][e];
+            row[kHq + c] = (double)acc[p][2 + e];
+        }
 }
 
 }  // namespace fh::cuda::iqn

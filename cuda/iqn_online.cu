@@ -92,11 +92,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
         // halves of the warp (N = 16).
         {
             float s0 = z0, s1 = z1;
-            if (N == 16) s0 += s1;
-            for (int o = 4; o < 4 * N && o < 32; o <<= 1) {
-                s0 += __shfl_xor_sync(0xffffffffu, s0, o);
-                s1 += __shfl_xor_sync(0xffffffffu, s1, o);
-            }
+            transition_sum(N, s0, s1);
             if (tq == 0 && gi % N == 0) {
                 if (v0) a.z_mean[i0] = s0 / (float)N;
                 if (v1 && N < 16) a.z_mean[i1] = s1 / (float)N;
@@ -147,14 +143,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
     __syncthreads();
     double *red = reinterpret_cast<double *>(sm4);
     double *mine = red + (size_t)warp * kPartW;
-#pragma unroll
-    for (int p = 0; p < 2; ++p)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int c = owned_col(p, e);
-            mine[c] = (double)acc[p][e];
-            mine[kHq + c] = (double)acc[p][2 + e];
-        }
+    store_colsums(mine, acc);
     if (lane == 0) {
         mine[2 * kHq] = acc_bz;
         mine[2 * kHq + 1] = acc_loss;

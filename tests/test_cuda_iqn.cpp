@@ -49,6 +49,18 @@ T *dev(const std::vector<T> &v) {
     return p;
 }
 
+/* vec(n, sc): n normal deviates times sc (the kernels' random weights and inputs). */
+struct Normal {
+    std::mt19937 rng;
+    std::normal_distribution<float> nd{0.0f, 1.0f};
+    explicit Normal(unsigned seed) : rng(seed) {}
+    std::vector<float> operator()(size_t n, float sc) {
+        std::vector<float> v(n);
+        for (float &e : v) e = sc * nd(rng);
+        return v;
+    }
+};
+
 void test_target_kernel_vs_float64(void **) {
     if (!fh_test_have_cuda()) skip();
     const int Hq = 128, C = 64;
@@ -56,13 +68,7 @@ void test_target_kernel_vs_float64(void **) {
         const int B = 777;   /* a last tile only partly filled */
         /* N' = 5 as rank 3 of a data-parallel step (SPEC §9): its rows' Philox c0 = 3B + i. */
         const uint32_t row0 = Nt == 5 ? 3 * B : 0;
-        std::mt19937 rng(3 + Nt);
-        std::normal_distribution<float> nd(0.0f, 1.0f);
-        auto vec = [&](size_t n, float sc) {
-            std::vector<float> v(n);
-            for (float &e : v) e = sc * nd(rng);
-            return v;
-        };
+        Normal vec(3 + Nt);
         const std::vector<float> psi = vec((size_t)B * Hq, 0.8f), Wphi = vec((size_t)Hq * C, 0.25f),
                                  bphi = vec(Hq, 0.3f), Wm = vec((size_t)Hq * Hq, 0.12f),
                                  bm = vec(Hq, 0.3f), wz = vec(Hq, 0.3f), bz = vec(1, 0.5f);
@@ -141,20 +147,14 @@ void test_online_kernel_vs_float64(void **) {
     for (int N : {8, 4, 16, 1}) {
         const uint32_t row0 = N == 4 ? 2 * B : 0; /* N = 4 as rank 2 of a data-parallel step */
         const size_t R = (size_t)B * N;
-        std::mt19937 rng(11 + N);
-        std::normal_distribution<float> nd(0.0f, 1.0f);
+        Normal vec(11 + N);
         std::uniform_real_distribution<float> ud(0.0f, 1.0f);
-        auto vec = [&](size_t n, float sc) {
-            std::vector<float> v(n);
-            for (float &e : v) e = sc * nd(rng);
-            return v;
-        };
         const std::vector<float> psi = vec((size_t)B * Hq, 0.8f), Wphi = vec((size_t)Hq * C, 0.25f),
                                  bphi = vec(Hq, 0.3f), Wm = vec((size_t)Hq * Hq, 0.12f),
                                  bm = vec(Hq, 0.3f), wz = vec(Hq, 0.3f), bz = vec(1, 0.5f),
                                  zt = vec((size_t)B * Nt, 1.0f), r = vec(B, 0.5f);
         std::vector<float> done(B);
-        for (float &d : done) d = ud(rng) < 0.2f ? 1.0f : 0.0f;
+        for (float &d : done) d = ud(vec.rng) < 0.2f ? 1.0f : 0.0f;
         const float gamma = 0.99f, kappa = 1.0f;
         const double scale = 1.0 / (3.0 * B * Nt); /* as W = 3 */
         const uint64_t seed = 987, step = 4;
@@ -266,13 +266,7 @@ void test_backward_kernel_vs_float64(void **) {
     const int Hq = 128, B = 333;
     for (int N : {8, 4, 16, 1}) {
         const size_t R = (size_t)B * N;
-        std::mt19937 rng(29 + N);
-        std::normal_distribution<float> nd(0.0f, 1.0f);
-        auto vec = [&](size_t n, float sc) {
-            std::vector<float> v(n);
-            for (float &e : v) e = sc * nd(rng);
-            return v;
-        };
+        Normal vec(29 + N);
         const std::vector<float> dh = vec(R * Hq, 1e-3f), Wm = vec((size_t)Hq * Hq, 0.12f),
                                  bphi = vec(Hq, 0.3f), psi = vec((size_t)B * Hq, 0.8f),
                                  psi_pre = vec((size_t)B * Hq, 1.0f), phi = vec(R * Hq, 1.5f);
