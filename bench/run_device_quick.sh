@@ -12,8 +12,6 @@
 #   digest       tests/python/state_digest.py in the four modes (bitwise checks of refactors)
 #   iqn-bench    foxhunt-bench at B = 16384, the four FOXHUNT_IQN_KERNELS levels side by side
 #   ncu-attn     Nsight Compute on the tensor-core attention kernels at B = 16384
-#   head-bench   foxhunt-bench at B = 16384: the fused IQN head's loop over m rolled and unrolled,
-#                the fused IQN backward's k loop unrolled 4 and 8 times
 #   ncu-iqn      Nsight Compute on the fused IQN kernels at B = 16384 (one step)
 #   ncu-step     Nsight Compute: every kernel of one default step (B = 16384, TF32), durations
 #   nccl         test_cuda_nccl: W = 1 with a communicator bitwise equal to none (one GPU)
@@ -92,13 +90,6 @@ for s in "$@"; do
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
       --variant FOXHUNT_IQN_KERNELS=unfused,target,online,fused --machine h200 \
       --out $OUT/iqn_bench.json 2>&1 | tail -11 | tee -a $log ;;
-  head-bench)
-    build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
-      --variant FOXHUNT_IQN_HEAD_UNROLL=1,8 --machine h200 --replay 0 \
-      --out $OUT/head_bench.json 2>&1 | tail -7 | tee -a $log
-    build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
-      --variant FOXHUNT_IQN_BWD_UNROLL=4,8 --machine h200 --replay 0 \
-      --out $OUT/bwd_unroll_bench.json 2>&1 | tail -7 | tee -a $log ;;
   nccl|nccl2)
     bin=test_cuda_nccl; [ "$s" = nccl2 ] && bin=test_cuda_nccl_2gpu
     timeout 400 build-dev/tests/$bin > $OUT/$s.txt 2>&1

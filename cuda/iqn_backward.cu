@@ -19,8 +19,6 @@
 // Column sums: colsum_quarter (iqn_fused.cuh), then the block's warps in order. No atomics.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "aux_common.cuh"
 #include "iqn_fused.cuh"
@@ -92,8 +90,6 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
     colsum_quarter<4>(q, v, pend, acc);
 }
 
-// KU: dhpre's k steps unrolled KU at a time (2·KU loads in flight per thread).
-template <int KU>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_backward(BackwardArgs a) {
     extern __shared__ float4 sm4[];
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
@@ -127,7 +123,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_backward(BackwardArgs a)
         for (int nu = 0; nu < kHq / 8; ++nu)
 #pragma unroll
             for (int e = 0; e < 4; ++e) dm[nu][e] = 0.0f;
-#pragma unroll(KU)
+#pragma unroll 4
         for (int ka = 0; ka < kHq / 8; ++ka) {
             const int k = 8 * ka + 2 * tq;
             const float2 x0 = w.v0 ? __ldg(reinterpret_cast<const float2 *>(dh0 + k)) : make_float2(0.0f, 0.0f);
@@ -164,19 +160,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_backward(BackwardArgs a)
 }  // namespace
 
 void backward_fused_prepare() {
-    aux::allow_smem((const void *)k_iqn_backward<4>, kBwdSmemFloats * sizeof(float),
-                    "IQN backward through m");
-    aux::allow_smem((const void *)k_iqn_backward<8>, kBwdSmemFloats * sizeof(float),
+    aux::allow_smem((const void *)k_iqn_backward, kBwdSmemFloats * sizeof(float),
                     "IQN backward through m");
 }
 
-// FOXHUNT_IQN_BWD_UNROLL=4|8 (8 by default), for the side-by-side run.
 void backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
-    const char *e = getenv("FOXHUNT_IQN_BWD_UNROLL");
-    if (e && !strcmp(e, "4"))
-        k_iqn_backward<4><<<blocks, kWarps * 32, kBwdSmemFloats * sizeof(float), s>>>(a);
-    else
-        k_iqn_backward<8><<<blocks, kWarps * 32, kBwdSmemFloats * sizeof(float), s>>>(a);
+    k_iqn_backward<<<blocks, kWarps * 32, kBwdSmemFloats * sizeof(float), s>>>(a);
     FH_LAUNCHED("k_iqn_backward");
 }
 

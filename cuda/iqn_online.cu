@@ -22,8 +22,6 @@
 // at the end. No atomics: the same inputs give the same bits.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "aux_common.cuh"
 #include "iqn_fused.cuh"
@@ -35,16 +33,13 @@ namespace {
 
 constexpr int kPartW = 2 * kHq + 2;
 
-// dZ of one row (0 past the batch) and its loss terms Σ_m |τ − 1{u<0}| huber_κ(u) / κ. HU: the
-// loop over m unrolled HU times, so that HU loads of Z̄ are in flight at once.
-template <int HU>
+// dZ of one row (0 past the batch) and its loss terms Σ_m |τ − 1{u<0}| huber_κ(u) / κ.
 __device__ __forceinline__ float head_row(const OnlineArgs &a, bool valid, size_t i, float tau,
                                           float z, double &loss) {
     if (!valid) return 0.0f;
     const float ri = __ldg(a.r + i), disc = a.gamma * (1.0f - __ldg(a.done + i));
     const float *zt = a.zt + i * a.Nt;
     float ls = 0.0f, ds = 0.0f;
-#pragma unroll(HU)
     for (int m = 0; m < a.Nt; ++m) {
         const float u = fmaf(disc, __ldg(zt + m), ri) - z;
         const float w = fabsf(tau - (u < 0.0f ? 1.0f : 0.0f));
@@ -55,7 +50,6 @@ __device__ __forceinline__ float head_row(const OnlineArgs &a, bool valid, size_
     return (float)(-((double)ds / a.kappa) * a.scale);
 }
 
-template <int HU>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
     extern __shared__ float4 sm4[];
     const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
@@ -105,8 +99,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
             }
         }
         double loss = 0.0;
-        const float dz0 = head_row<HU>(a, v0, i0, t0, z0, loss);
-        const float dz1 = head_row<HU>(a, v1, i1, t1, z1, loss);
+        const float dz0 = head_row(a, v0, i0, t0, z0, loss);
+        const float dz1 = head_row(a, v1, i1, t1, z1, loss);
         if (tq == 0) {
             acc_loss += loss;
             acc_bz += (double)dz0 + (double)dz1;
@@ -172,17 +166,11 @@ int fused_blocks(size_t rows) {
 }
 
 void online_fused_prepare() {
-    aux::allow_smem((const void *)k_iqn_online<1>, kSmemFloats * sizeof(float), "IQN online pass");
-    aux::allow_smem((const void *)k_iqn_online<8>, kSmemFloats * sizeof(float), "IQN online pass");
+    aux::allow_smem((const void *)k_iqn_online, kSmemFloats * sizeof(float), "IQN online pass");
 }
 
-// FOXHUNT_IQN_HEAD_UNROLL=1|8 (8 by default): the head's loop over m, for the side-by-side run.
 void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s) {
-    const char *e = getenv("FOXHUNT_IQN_HEAD_UNROLL");
-    if (e && !strcmp(e, "1"))
-        k_iqn_online<1><<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
-    else
-        k_iqn_online<8><<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
+    k_iqn_online<<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
     FH_LAUNCHED("k_iqn_online");
 }
 
