@@ -25,7 +25,8 @@
 // mode at iqn_hidden = 128, iqn_cos = 64 the target pass after ψ̄ is one fused tensor-core
 // kernel instead (iqn_target.cu), which writes Z̄ alone, and when also 16 % N == 0 the online
 // pass after ψ with the head is one more (iqn_online.cu), which writes tau, cos, φraw, m, dhpre,
-// z_mean and the head's partials: the same buffers the backward reads here.
+// z_mean and the head's partials (the same buffers as the unfused head), and dm with the ψ/φ
+// backward is a third (iqn_backward.cu: dm stays in registers, hraw's buffer is not used).
 #include <algorithm>
 #include <memory>
 
