@@ -1,5 +1,7 @@
-"""pytest setup for the example tests: where the repository, the library and the built
-examples are. Tests that need a missing piece skip, saying what to build."""
+"""pytest setup for the example tests: where the library and the built examples are. Tests that
+need a missing piece skip, saying what to build. What the test modules import lives in
+example_util.py: a module named conftest is ambiguous when pytest collects these tests together
+with bindings/python/tests, which has its own."""
 import os
 import shutil
 import sys
@@ -7,7 +9,9 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+from example_util import REPO  # noqa: E402
+
 sys.path.insert(0, os.path.join(REPO, "bindings", "python", "tests"))
 
 from fh_library import locate_library  # noqa: E402
@@ -54,29 +58,3 @@ def python_with_matplotlib():
                                                   capture_output=True).returncode == 0:
             return exe
     pytest.skip("no python3 with matplotlib (apt-get install python3-matplotlib)")
-
-
-def png_description(path):
-    """The JSON text of a PNG's "Description" chunk (what examples/plot.py stores there)."""
-    import json
-    import struct
-    import zlib
-    with open(path, "rb") as f:
-        data = f.read()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
-    pos = 8
-    while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
-        pos += 12 + length
-        if kind == b"tEXt":
-            key, _, text = body.partition(b"\0")
-            if key == b"Description":
-                return json.loads(text.decode("latin-1"))
-        elif kind == b"iTXt":
-            key, _, rest = body.partition(b"\0")
-            if key == b"Description":
-                compressed, rest = rest[0], rest[2:]
-                rest = rest.split(b"\0", 2)[2]  # language tag, translated keyword
-                return json.loads((zlib.decompress(rest) if compressed else rest).decode())
-    raise AssertionError("%s has no Description chunk" % path)

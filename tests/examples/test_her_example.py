@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, png_description
+from example_util import REPO, png_description
 
 RUST = os.path.join(REPO, "bindings", "rust")
 # The CPU by default; FOXHUNT_TEST_BACKEND=cuda trains on the GPU (as the oracle tests do).

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from example_util import REPO
 
 READMES = ["README.md", "bindings/python/README.md", "bindings/rust/README.md"]
 

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import REPO, png_description
+from example_util import REPO, png_description
 
 DATA = os.path.join(REPO, "examples", "data", "eustockmarkets.csv")
 USAGE = os.path.join(REPO, "examples", "trainer", "usage.txt")
