@@ -43,11 +43,9 @@ void pool_aug(const Geom &g, const FwdArgs &a, cudaStream_t s) {
 }
 
 int wave_samples_per_block(const void *kernel, int threads, size_t smem, int B, int target) {
-    int dev = 0, sms = 0, per_sm = 0;
-    FH_CUDA(cudaGetDevice(&dev));
-    FH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int per_sm = 0;
     FH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-    const long long slots = (long long)std::max(sms, 1) * std::max(per_sm, 1);
+    const long long slots = (long long)sm_count() * std::max(per_sm, 1);
     const long long waves =
         std::max(1LL, std::llround((double)B / ((double)target * (double)slots)));
     return (int)std::max(1LL, ((long long)B + waves * slots - 1) / (waves * slots));

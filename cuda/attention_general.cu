@@ -205,12 +205,9 @@ public:
         const size_t n3 = (size_t)g.T * 3 * g.dh;
         slot_ = 2 * n3 + (size_t)g.T * g.T + 3 * (size_t)g.T;
         slot_ = (slot_ + 63) / 64 * 64;  // 256-byte aligned slices
-        int dev = 0, sms = 0;
-        FH_CUDA(cudaGetDevice(&dev));
-        FH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         const size_t items = (size_t)g.B * g.heads;
         const size_t by_budget = std::max<size_t>(1, kScratchBudget / (slot_ * sizeof(float)));
-        blocks_ = (int)std::min({items, by_budget, (size_t)std::max(sms, 1) * 8});
+        blocks_ = (int)std::min({items, by_budget, (size_t)sm_count() * 8});
     }
     Kernels kind() const override { return Kernels::GENERAL; }
     size_t scratch_bytes() const override { return (size_t)blocks_ * slot_ * sizeof(float); }

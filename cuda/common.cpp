@@ -26,6 +26,13 @@ bool cuda_available(int device) {
 
 namespace fh::cuda {
 
+int sm_count() {
+    int dev = 0, sms = 0;
+    FH_CUDA(cudaGetDevice(&dev));
+    FH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms > 1 ? sms : 1;
+}
+
 void throw_cuda(cudaError_t e, const char *call, const char *file, int line) {
     const char *base = strrchr(file, '/');
     fail(e == cudaErrorMemoryAllocation ? FH_ERR_OUT_OF_MEMORY : FH_ERR_CUDA,

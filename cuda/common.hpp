@@ -51,6 +51,9 @@ inline int grid_for(size_t n, int threads = kThreads, int cap = 8192) {
 
 namespace fh::cuda {
 
+// The current device's streaming multiprocessors (at least 1), for grids sized to whole waves.
+int sm_count();
+
 // Makes `d` the current device for a scope (a pipeline's calls may come from a thread whose
 // current device is another), restoring the previous one.
 struct DeviceGuard {

@@ -158,11 +158,8 @@ bool online_fused_fits(const Dims &d) {
 }
 
 int fused_blocks(size_t rows) {
-    int dev = 0, sms = 0;
-    FH_CUDA(cudaGetDevice(&dev));
-    FH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     const size_t tiles = (rows + kRowsPerTile - 1) / kRowsPerTile;
-    return (int)std::max<size_t>(1, std::min<size_t>(tiles, 2 * (size_t)std::max(sms, 1)));
+    return (int)std::max<size_t>(1, std::min<size_t>(tiles, 2 * (size_t)sm_count()));
 }
 
 void online_fused_prepare() {
