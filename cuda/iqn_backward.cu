@@ -58,10 +58,10 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
         const float z00 = f0.x + b0, z01 = f0.y + b1, z10 = f1.x + b0, z11 = f1.y + b1;
         const float s00 = sigmoid_fast(z00), s01 = sigmoid_fast(z01);
         const float s10 = sigmoid_fast(z10), s11 = sigmoid_fast(z11);
-        const float d00 = dm[n][0] * p0.x * (s00 * (1.0f + z00 * (1.0f - s00)));
-        const float d01 = dm[n][1] * p0.y * (s01 * (1.0f + z01 * (1.0f - s01)));
-        const float d10 = dm[n][2] * p1.x * (s10 * (1.0f + z10 * (1.0f - s10)));
-        const float d11 = dm[n][3] * p1.y * (s11 * (1.0f + z11 * (1.0f - s11)));
+        const float d00 = dm[n][0] * p0.x * dsilu_of(z00, s00);
+        const float d01 = dm[n][1] * p0.y * dsilu_of(z01, s01);
+        const float d10 = dm[n][2] * p1.x * dsilu_of(z10, s10);
+        const float d11 = dm[n][3] * p1.y * dsilu_of(z11, s11);
         if (w.v0) *reinterpret_cast<float2 *>(ph0 + u) = make_float2(d00, d01);
         if (w.v1) *reinterpret_cast<float2 *>(ph1 + u) = make_float2(d10, d11);
         v[0][n] = d00 + d10;

@@ -32,10 +32,9 @@ constexpr int kSmemFloats = kHq * kLDP + kHq * kLDM + 3 * kHq;
 // SiLU and the logistic in TF32 mode (the products feeding them carry 2^-11 rounding already).
 __device__ __forceinline__ float sigmoid_fast(float z) { return __fdividef(1.0f, 1.0f + __expf(-z)); }
 __device__ __forceinline__ float silu_fast(float z) { return __fdividef(z, 1.0f + __expf(-z)); }
-__device__ __forceinline__ float dsilu_fast(float z) {
-    const float s = sigmoid_fast(z);
-    return s * (1.0f + z * (1.0f - s));
-}
+// SiLU'(z) from its logistic s = σ(z): s (1 + z (1 − s)).
+__device__ __forceinline__ float dsilu_of(float z, float s) { return s * (1.0f + z * (1.0f - s)); }
+__device__ __forceinline__ float dsilu_fast(float z) { return dsilu_of(z, sigmoid_fast(z)); }
 
 struct Smem {
     float *Wphi, *Wm, *bphi, *bm, *wz;

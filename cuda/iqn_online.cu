@@ -123,10 +123,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
                 const float p10 = h[n][2] + bm0, p11 = h[n][3] + bm1;  // row g + 8
                 const float s00 = sigmoid_fast(p00), s01 = sigmoid_fast(p01);
                 const float s10 = sigmoid_fast(p10), s11 = sigmoid_fast(p11);
-                const float d00 = dz0 * wz0 * (s00 * (1.0f + p00 * (1.0f - s00)));
-                const float d01 = dz0 * wz1 * (s01 * (1.0f + p01 * (1.0f - s01)));
-                const float d10 = dz1 * wz0 * (s10 * (1.0f + p10 * (1.0f - s10)));
-                const float d11 = dz1 * wz1 * (s11 * (1.0f + p11 * (1.0f - s11)));
+                const float d00 = dz0 * wz0 * dsilu_of(p00, s00);
+                const float d01 = dz0 * wz1 * dsilu_of(p01, s01);
+                const float d10 = dz1 * wz0 * dsilu_of(p10, s10);
+                const float d11 = dz1 * wz1 * dsilu_of(p11, s11);
                 if (dh0) *reinterpret_cast<float2 *>(dh0 + u) = make_float2(d00, d01);
                 if (dh1) *reinterpret_cast<float2 *>(dh1 + u) = make_float2(d10, d11);
                 v[0][n] = d00 + d10;
