@@ -43,6 +43,7 @@ Actor::Actor(const fh_config &c, const Layout &L, DeviceMemory &mem, const Lanes
     try {
         FH_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         blas_ = make_handle(c, stream_, lanes.workspace(0), lanes.workspace_bytes(0));
+        bf16_stage_ = lanes.bf16_stage(0);
         alloc_qcache(mem, d, c_, kChunk, false, false);
         x_ = mem.floats(MEM_ACT, (size_t)kChunk * d.D);
         const size_t cols[2] = {d.D, d.H};
@@ -109,7 +110,7 @@ void Actor::run(const CudaStep &st, cudaEvent_t step_done, const float *obs, con
         W[k] = weff_[k];
     }
     const QView w{p, W[0], W[1]};
-    const LaneCtx l{s, Blas{blas_, compute_type(cfg_)}, nullptr, nullptr};
+    const LaneCtx l{s, Blas{blas_, compute_type(cfg_), bf16_stage_}, nullptr, nullptr};
     for (uint32_t row0 = 0; row0 < n; row0 += kChunk) {
         const int m = (int)std::min<uint32_t>(kChunk, n - row0);
         for (int i = 0; i < m; ++i) {

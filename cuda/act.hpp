@@ -18,7 +18,8 @@ class Lanes;
 
 class Actor {
 public:
-    // Borrows lane 0's cuBLAS workspace (lanes.cpp says why that is safe).
+    // Borrows lane 0's cuBLAS workspace and bfloat16 stage (src/schedule.cpp says why that
+    // is safe).
     Actor(const fh_config &c, const Layout &L, DeviceMemory &mem, const Lanes &lanes);
     Actor(const Actor &) = delete;
     Actor &operator=(const Actor &) = delete;
@@ -40,6 +41,7 @@ private:
     Dims d_;
     cudaStream_t stream_ = nullptr;
     cublasHandle_t blas_ = nullptr;
+    void *bf16_stage_ = nullptr;  // lane 0's (FH_MATH_BF16)
     QCache c_;
     float *x_ = nullptr, *weff_[2] = {}, *u_ = nullptr, *v_ = nullptr, *sigma_ = nullptr,
           *qv_ = nullptr;

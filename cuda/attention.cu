@@ -330,7 +330,7 @@ struct AttentionLearner::Impl {
         FH_CUBLAS(cublasGetStream(lane.blas, &hs));
         if (hs != s)
             fail(FH_ERR_INTERNAL, "attention: the lane's cuBLAS handle is not bound to its stream");
-        const Blas bl{lane.blas, compute};
+        const Blas bl{lane.blas, compute, lane.bf16_stage};
         const int B = (int)d.B, dm = (int)d.d, hh = (int)d.hh, na = g.na;
         const float *P = params;
         const float *Wg = d.G > 0 ? P + o.Wg : nullptr, *bg = d.G > 0 ? P + o.bg : nullptr;

@@ -7,7 +7,7 @@
 namespace fh::cuda {
 
 cublasComputeType_t compute_type(const fh_config &c) {
-    return c.math_mode == FH_MATH_STRICT ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
+    return c.math_mode == FH_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
 // Row-major C[M, N] = A[M, K] · B[N, K]ᵀ  <=>  column-major Cᵀ[N, M] = op_T(B as [K, N], ld K) ·
@@ -26,6 +26,7 @@ GemmDesc desc_tn(int M, int N, int K, const float *A, const float *B, float *C) 
 }
 
 void gemm(const Blas &bl, const GemmDesc &g, float beta, const char *what) {
+    if (bl.bf16_stage) return gemm_bf16(bl, g, beta, what);
     const float alpha = 1.0f;
     const cublasStatus_t s =
         cublasGemmEx(bl.handle, g.opa, g.opb, g.m, g.n, g.k, &alpha, g.a, CUDA_R_32F, g.lda, g.b,

@@ -8,8 +8,9 @@
 //   nt: C[M, N] = A[M, K] · B[N, K]ᵀ + beta·C   (y = x Wᵀ)   -> cuBLAS (T, N), m=N n=M k=K, B ld K, A ld K
 //   nn: C[M, N] = A[M, K] · B[K, N]  + beta·C   (dx = dy W)  -> cuBLAS (N, N), m=N n=M k=K, B ld N, A ld K
 //   tn: C[M, N] = A[K, M]ᵀ · B[K, N] + beta·C   (dW = dyᵀ x) -> cuBLAS (N, T), m=N n=M k=K, B ld N, A ld M
-// C is always column-major [N, M] with ld N, i.e. row-major [M, N]. The compute type is FP32
-// (strict) or FP32 with TF32 tensor cores, fixed per pipeline (fh_config.math_mode). The handle
+// C is always column-major [N, M] with ld N, i.e. row-major [M, N]. The arithmetic is FP32
+// (strict), or FP32 accumulation on tensor cores of TF32 or BF16 operands, fixed per pipeline
+// (fh_config.math_mode). The handle
 // must already be bound to its lane's stream and workspace.
 #pragma once
 #include <foxhunt.h>
@@ -21,8 +22,14 @@ namespace fh::cuda {
 struct Blas {
     cublasHandle_t handle;
     cublasComputeType_t compute;  // CUBLAS_COMPUTE_32F or CUBLAS_COMPUTE_32F_FAST_TF32
+    // FH_MATH_BF16: kBf16StageElems bfloat16s (src/schedule.hpp) where gemm() stages the
+    // operands' bfloat16 copies; null in the other modes.
+    void *bf16_stage = nullptr;
 };
-// CUBLAS_COMPUTE_32F for FH_MATH_STRICT, CUBLAS_COMPUTE_32F_FAST_TF32 for FH_MATH_TF32.
+// CUBLAS_COMPUTE_32F for FH_MATH_STRICT and FH_MATH_BF16 (float32 accumulation of bfloat16
+// operands), CUBLAS_COMPUTE_32F_FAST_TF32 for FH_MATH_TF32. (CUBLAS_COMPUTE_32F_FAST_16BF on
+// float32 operands would not do for BF16: on the H200 cuBLAS 13.1 runs it on its TF32 kernels,
+// bit for bit TF32's results.)
 cublasComputeType_t compute_type(const fh_config &c);
 
 // One GEMM in cuBLAS's own (column-major) terms: C = op(a) · op(b), C [m, n] ld ldc. The IQL
@@ -42,7 +49,13 @@ GemmDesc desc_nn(int M, int N, int K, const float *A, const float *B, float *C);
 GemmDesc desc_tn(int M, int N, int K, const float *A, const float *B, float *C);
 
 // C = op(a)·op(b) + beta·C on the handle's stream (alpha = 1); `what` names it in errors.
+// With a bf16_stage, gemm_bf16() instead.
 void gemm(const Blas &bl, const GemmDesc &g, float beta, const char *what);
+// FH_MATH_BF16 (cuda/gemm_bf16.cu): the same product with both operands rounded to bfloat16
+// (round to nearest even) into the stage, then one cublasGemmEx on bfloat16 operands with
+// float32 accumulation and a float32 C. A GEMM whose operands do not fit the stage runs in
+// blocks of C (and of k, summed into C in order), the same blocks on every run.
+void gemm_bf16(const Blas &bl, const GemmDesc &g, float beta, const char *what);
 
 inline void gemm_nt(const Blas &bl, int M, int N, int K, const float *A, const float *B, float *C,
                     float beta, const char *what) {

@@ -177,7 +177,9 @@ struct IqlLearner::Impl {
         const bool aligned = o.W1 % 4 == 0 && o.W2 % 4 == 0 && o.w3 % 4 == 0 &&
                              total % 4 == 0 && ((size_t)d.B * d.Hi) % 4 == 0;
         const bool have_grouped = grouped_available() && aligned;
-        switch (c.iql_gemm) {
+        // FH_MATH_BF16 stages its operands in gemm() (gemm_bf16.cu), which the grouped and
+        // batched calls bypass: it runs the plain GEMMs.
+        switch (c.math_mode == FH_MATH_BF16 ? FH_IQL_GEMM_SEQUENTIAL : c.iql_gemm) {
         case FH_IQL_GEMM_SEQUENTIAL: mode = FH_IQL_GEMM_SEQUENTIAL; break;
         case FH_IQL_GEMM_BATCHED: mode = FH_IQL_GEMM_BATCHED; break;
         case FH_IQL_GEMM_GROUPED:
@@ -293,7 +295,7 @@ struct IqlLearner::Impl {
         cudaStream_t hs = nullptr;
         FH_CUBLAS(cublasGetStream(lane.blas, &hs));
         if (hs != s) fail(FH_ERR_INTERNAL, "IQL: the lane's cuBLAS handle is not bound to its stream");
-        const Blas bl{lane.blas, compute};
+        const Blas bl{lane.blas, compute, lane.bf16_stage};
         const size_t B = d.B;
         const int Hi = (int)d.Hi;
 

@@ -22,7 +22,7 @@
 //            with the column-sum partials of dbφ and dbψ
 //   dWφ = dφpreᵀ cos (tn M=Hq N=C K=R);  dWψ = dψpreᵀ x̃ (tn M=Hq N=D K=B);  (Adam apart).
 // The target pass runs first in the same scratch buffers; only Z̄ [B, N'] survives it. In TF32
-// mode at iqn_hidden = 128, iqn_cos = 64 the target pass after ψ̄ is one fused tensor-core
+// and BF16 modes at iqn_hidden = 128, iqn_cos = 64 the target pass after ψ̄ is one fused tensor-core
 // kernel instead (iqn_target.cu), which writes Z̄ alone, and when also 16 % N == 0 the online
 // pass after ψ with the head is one more (iqn_online.cu), which writes tau, cos, φraw, m, dhpre,
 // z_mean and the head's partials (the same buffers as the unfused head), and dm with the ψ/φ
@@ -258,9 +258,9 @@ struct IqnLearner::Impl {
     aux::RowPlan head;
     int bwd_chunks;
     // The passes fused on tensor cores (iqn_target.cu, iqn_online.cu, iqn_backward.cu) in TF32
-    // mode at the widths they are written for (strict FP32 and other widths run the unfused
-    // passes). FOXHUNT_IQN_KERNELS picks how many of them TF32 mode uses, for tests and
-    // side-by-side timing: unfused (none), target, online (the target and online passes), fused
+    // and BF16 modes at the widths they are written for (strict FP32 and other widths run the
+    // unfused passes). FOXHUNT_IQN_KERNELS picks how many of them those modes use, for tests
+    // and side-by-side timing: unfused (none), target, online (the target and online passes), fused
     // or auto (all three).
     bool fused_target = false, fused_online = false, fused_backward = false;
     int target_blocks = 0, online_blocks = 0;
@@ -291,8 +291,10 @@ struct IqnLearner::Impl {
                 fail(FH_ERR_BAD_VALUE, "FOXHUNT_IQN_KERNELS='%s': expected auto, fused, online, "
                      "target or unfused", e);
         }
-        const bool tf32 = c.math_mode == FH_MATH_TF32;
-        fused_target = tf32 && iqn::target_fused_fits(d) && level >= 1;
+        // BF16 mode runs the fused kernels too: they are faster than the unfused passes'
+        // BF16 GEMMs, and their TF32 operands are the more accurate.
+        const bool tensor_cores = c.math_mode != FH_MATH_STRICT;
+        fused_target = tensor_cores && iqn::target_fused_fits(d) && level >= 1;
         fused_online = fused_target && iqn::online_fused_fits(d) && level >= 2;
         fused_backward = fused_online && level >= 3;
         if (fused_target) target_blocks = iqn::fused_blocks((size_t)d.B * d.Nt);
@@ -359,7 +361,7 @@ struct IqnLearner::Impl {
         cudaStream_t hs = nullptr;
         FH_CUBLAS(cublasGetStream(lane.blas, &hs));
         if (hs != s) fail(FH_ERR_INTERNAL, "IQN: the lane's cuBLAS handle is not bound to its stream");
-        const Blas bl{lane.blas, compute};
+        const Blas bl{lane.blas, compute, lane.bf16_stage};
         const int B = (int)d.B, N = (int)d.N, Nt = (int)d.Nt, Hq = (int)d.Hq, C = (int)d.C,
                   D = (int)d.D;
         const size_t RN = (size_t)d.B * d.N, RT = (size_t)d.B * d.Nt;

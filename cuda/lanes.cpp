@@ -15,8 +15,8 @@ cublasHandle_t make_handle(const fh_config &c, cudaStream_t s, void *ws, size_t 
     // cuBLAS never allocates (not during capture either).
     const cublasStatus_t st[3] = {
         cublasSetStream(h, s), cublasSetWorkspace(h, ws, ws_bytes),
-        cublasSetMathMode(h, c.math_mode == FH_MATH_STRICT ? CUBLAS_DEFAULT_MATH
-                                                            : CUBLAS_TF32_TENSOR_OP_MATH)};
+        cublasSetMathMode(h, c.math_mode == FH_MATH_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                          : CUBLAS_DEFAULT_MATH)};
     for (cublasStatus_t e : st)
         if (e != CUBLAS_STATUS_SUCCESS) {
             cublasDestroy(h);
@@ -37,8 +37,12 @@ Lanes::Lanes(const fh_config &c, const std::vector<ChildDesc> &sched, size_t col
     try {
         size_t slot_bytes[kMaxLanes];
         workspace_slot_bytes(c, sched, slot_bytes);
-        for (int k = 0; k < kMaxLanes; ++k)
-            if (slot_bytes[k]) ws_[k] = mem.alloc(MEM_WS, slot_bytes[k]);
+        const size_t stage = bf16_stage_bytes(c);
+        for (int k = 0; k < kMaxLanes; ++k) {
+            if (!slot_bytes[k]) continue;
+            ws_[k] = mem.alloc(MEM_WS, slot_bytes[k] + stage);
+            if (stage) stage_[k] = (char *)ws_[k] + slot_bytes[k];
+        }
         for (int k = 0; k < (multi_ ? nlanes_ : 1); ++k)
             FH_CUDA(cudaStreamCreateWithFlags(&streams_[k], cudaStreamNonBlocking));
         for (int k = 0; k < nlanes_; ++k) {
@@ -63,7 +67,8 @@ void Lanes::release() noexcept {
 }
 
 LaneCtx Lanes::ctx(int lane) const {
-    return LaneCtx{stream(lane), Blas{handles_[lane], compute_}, col_[lane], red_[lane]};
+    return LaneCtx{stream(lane), Blas{handles_[lane], compute_, bf16_stage(lane)}, col_[lane],
+                   red_[lane]};
 }
 
 }  // namespace fh::cuda

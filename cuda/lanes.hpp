@@ -4,7 +4,8 @@
 // FH_EXEC_SINGLE_STREAM every lane runs on lane 0's stream (same handles, same workspace sizes,
 // so the GEMMs are the same calls in both modes). Lanes that never run at the same time share
 // a workspace buffer, and lanes that run only the branch layers get half a workspace
-// (src/schedule.cpp says why: the memory plan counts the same bytes).
+// (src/schedule.cpp says why: the memory plan counts the same bytes). In FH_MATH_BF16 each
+// buffer also holds the staging of its GEMMs' bfloat16 operands.
 #pragma once
 #include <cstddef>
 #include <vector>
@@ -37,6 +38,9 @@ public:
     // Lane `lane`'s cuBLAS workspace (act() borrows lane 0's: see src/schedule.cpp).
     void *workspace(int lane) const { return ws_[slot(lane)]; }
     size_t workspace_bytes(int lane) const { return ws_bytes_[lane]; }
+    // FH_MATH_BF16: where lane `lane`'s GEMMs stage their bfloat16 operands (after its slot's
+    // workspace; act() borrows lane 0's); null in the other modes.
+    void *bf16_stage(int lane) const { return stage_[slot(lane)]; }
 
 private:
     int slot(int lane) const;
@@ -47,6 +51,7 @@ private:
     cudaStream_t streams_[kMaxLanes] = {};
     cublasHandle_t handles_[kMaxLanes] = {};
     void *ws_[kMaxLanes] = {};         // per slot
+    void *stage_[kMaxLanes] = {};      // per slot: ws_ + the slot's workspace bytes, or null
     size_t ws_bytes_[kMaxLanes] = {};  // per lane
     double *col_[kMaxLanes] = {}, *red_[kMaxLanes] = {};
 };

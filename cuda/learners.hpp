@@ -22,6 +22,7 @@ namespace fh::cuda {
 struct Lane {
     cudaStream_t stream;
     cublasHandle_t blas;
+    void *bf16_stage = nullptr;  // Blas::bf16_stage (FH_MATH_BF16)
 };
 
 // Device pointers valid for the whole step, written by earlier children.

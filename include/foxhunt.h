@@ -200,13 +200,24 @@ typedef enum fh_exec_mode {
     FH_EXEC_SINGLE_STREAM = 1  /**< every lane on one stream (same results, bitwise) */
 } fh_exec_mode;
 
-/** Float32 GEMM precision of the CUDA executor (the CPU backend is always strict). */
+/**
+ * GEMM precision of the CUDA executor (the CPU backend is always strict). Every mode keeps
+ * float32 master weights, gradients, Adam moments and activations in memory, and accumulates
+ * in float32; the modes differ in the operands the tensor cores multiply.
+ */
 typedef enum fh_math_mode {
-    FH_MATH_TF32 = 0,   /**< TF32 tensor cores (default) */
-    FH_MATH_STRICT = 1  /**< IEEE float32 */
+    FH_MATH_TF32 = 0,   /**< TF32 tensor cores (default): operands rounded to TF32 (10-bit
+                             mantissa); per tensor within ~2e-3 of the CPU after 3 steps */
+    FH_MATH_STRICT = 1, /**< IEEE float32: per tensor within 1e-5 of the CPU after 1 step */
+    FH_MATH_BF16 = 2    /**< the cuBLAS GEMMs on bfloat16 operands (8-bit mantissa, rounded
+                             to nearest even from the float32 activations and weights just
+                             before each GEMM) with float32 accumulation; the fused IQN and
+                             attention tensor-core kernels keep TF32 operands. Costs an 8 MiB
+                             staging buffer per cuBLAS workspace. Errors against the CPU and
+                             speed: docs/cuda.md */
 } fh_math_mode;
 
-/** How the two IQL value nets share their GEMMs on CUDA. */
+/** How the two IQL value nets share their GEMMs on CUDA (FH_MATH_BF16: always sequential). */
 typedef enum fh_iql_gemm {
     FH_IQL_GEMM_AUTO = 0,       /**< the fastest measured on the H200: sequential */
     FH_IQL_GEMM_GROUPED = 1,    /**< cublasGemmGroupedBatchedEx (cuBLAS >= 12.5, aligned

@@ -42,7 +42,7 @@ void validate_config(const fh_config &c) {
         fail(FH_ERR_BAD_VALUE, "config.backend = %d is not an fh_backend", c.backend);
     if (c.exec_mode < 0 || c.exec_mode > FH_EXEC_SINGLE_STREAM)
         fail(FH_ERR_BAD_VALUE, "config.exec_mode = %d is not an fh_exec_mode", c.exec_mode);
-    if (c.math_mode < 0 || c.math_mode > FH_MATH_STRICT)
+    if (c.math_mode < 0 || c.math_mode > FH_MATH_BF16)
         fail(FH_ERR_BAD_VALUE, "config.math_mode = %d is not an fh_math_mode", c.math_mode);
     if (c.iql_gemm < 0 || c.iql_gemm > FH_IQL_GEMM_SEQUENTIAL)
         fail(FH_ERR_BAD_VALUE, "config.iql_gemm = %d is not an fh_iql_gemm", c.iql_gemm);

@@ -95,7 +95,8 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     for (const ChildDesc &cd : sched) nlanes = std::max(nlanes, cd.num_lanes);
     size_t slot_bytes[kMaxLanes];
     workspace_slot_bytes(c, sched, slot_bytes);  // act() borrows slot 0
-    for (size_t b : slot_bytes) p.workspaces += b;
+    for (size_t b : slot_bytes)
+        if (b) p.workspaces += b + bf16_stage_bytes(c);
 
     // State, the Q-net gradient, the step counter; the guard's copy of the state.
     p.parameters = (2 * persistent_floats(L) + L.q.total) * F + 8;

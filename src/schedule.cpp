@@ -108,4 +108,8 @@ void workspace_slot_bytes(const fh_config &c, const std::vector<ChildDesc> &sche
     }
 }
 
+size_t bf16_stage_bytes(const fh_config &c) {
+    return c.math_mode == FH_MATH_BF16 ? kBf16StageElems * 2 + 256 : 0;
+}
+
 }  // namespace fh

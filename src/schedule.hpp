@@ -77,5 +77,10 @@ size_t lane_workspace_bytes(const fh_config &c, const std::vector<ChildDesc> &sc
 int workspace_slot(bool multi_stream, int lane);
 void workspace_slot_bytes(const fh_config &c, const std::vector<ChildDesc> &sched,
                           size_t out[kMaxLanes]);
+// FH_MATH_BF16: the bfloat16 copies of a GEMM's operands are staged after each used slot's
+// workspace (cuda/gemm_bf16.cu), so lanes that share a workspace share the staging too, for
+// the same reason. kBf16StageElems elements, bytes per slot; 0 in the other modes.
+constexpr size_t kBf16StageElems = size_t{1} << 22;
+size_t bf16_stage_bytes(const fh_config &c);
 
 }  // namespace fh

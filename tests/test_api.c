@@ -122,6 +122,9 @@ static void test_bad_configs(void **state) {
     c = fh_test_small_config();
     c.sn_layers = 4;
     expect(fh_pipeline_create(&c, &p), FH_ERR_BAD_VALUE, "sn_layers");
+    c = fh_test_small_config();
+    c.math_mode = FH_MATH_BF16 + 1;
+    expect(fh_pipeline_create(&c, &p), FH_ERR_BAD_VALUE, "math_mode = 3");
     assert_null(p);
 }
 

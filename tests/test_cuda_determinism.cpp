@@ -1,6 +1,6 @@
 /* Bitwise reproducibility of the CUDA step at the default config (B = 16384), 20 steps:
  * - two multi-stream pipelines, same seed and batches: every tensor and metric bitwise equal;
- * - single-stream vs multi-stream: bitwise equal (TF32 and strict), i.e. running the lanes
+ * - single-stream vs multi-stream: bitwise equal (TF32, strict and BF16), i.e. running the lanes
  *   concurrently changes nothing (own cuBLAS workspace per lane, no atomics, fixed-order sums);
  * - a different seed differs (the comparison can fail).
  * Skipped without a CUDA device. */
@@ -22,14 +22,14 @@ void test_bitwise_default_20_steps(void **) {
     if (!fh_test_have_cuda()) skip();
     const fh_config base = default_config(16384);
     Batches bt(base, 7, 4);  /* 20 steps cycle through 4 batches */
-    for (int math : {FH_MATH_TF32, FH_MATH_STRICT}) {
-        const char *mm = math == FH_MATH_TF32 ? "tf32" : "strict";
+    for (int math : {FH_MATH_TF32, FH_MATH_STRICT, FH_MATH_BF16}) {
+        const char *mm = math == FH_MATH_TF32 ? "tf32" : math == FH_MATH_STRICT ? "strict" : "bf16";
         Snapshot a = run(cuda_config(base, math, FH_EXEC_MULTI_STREAM), bt, 20);
         Snapshot s = run(cuda_config(base, math, FH_EXEC_SINGLE_STREAM), bt, 20);
         char what[96];
         snprintf(what, sizeof what, "%s: single-stream vs multi-stream", mm);
         assert_bitwise(a, s, what);
-        if (math == FH_MATH_TF32) {
+        if (math != FH_MATH_STRICT) {
             Snapshot b = run(cuda_config(base, math, FH_EXEC_MULTI_STREAM), bt, 20);
             snprintf(what, sizeof what, "%s: two multi-stream runs", mm);
             assert_bitwise(a, b, what);

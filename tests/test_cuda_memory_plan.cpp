@@ -21,8 +21,8 @@ using namespace fhtest;
 
 namespace {
 
-void check(const char *what, fh_config c) {
-    c = cuda_config(c, FH_MATH_TF32);
+void check(const char *what, fh_config c, int math = FH_MATH_TF32) {
+    c = cuda_config(c, math, c.exec_mode);
     fh_memory_report plan, got;
     plan.struct_size = got.struct_size = sizeof plan;
     if (fh_memory_plan(&c, &plan) != FH_OK) fail_msg("plan: %s", fh_last_error_message());
@@ -68,6 +68,10 @@ void test_plan_is_the_allocation(void **) {
     check("small, no goal, single stream", c);
     check("defaults, B = 256", default_config(256));
     check("defaults, B = 16384", default_config(16384));
+    check("defaults, B = 16384, BF16", default_config(16384), FH_MATH_BF16);
+    fh_config s = default_config(4096);
+    s.exec_mode = FH_EXEC_SINGLE_STREAM;
+    check("defaults, B = 4096, BF16, single", s, FH_MATH_BF16);
     check("small, replay 64 x 4", replay_ref::config(64, 4));
     fh_config r = default_config(1024);
     r.replay_capacity = 1u << 16;

@@ -1,6 +1,6 @@
 /* Every path of the CUDA executor once, at small sizes (B <= 256), for compute-sanitizer's
  * memcheck, racecheck and synccheck (bench/run_device.sh runs it under each): creation and
- * capture in both execution modes, both math modes, every IQL GEMM mode, with and without a
+ * capture in both execution modes, the three math modes, every IQL GEMM mode, with and without a
  * goal and with both layers spectrally normalised; uploads, steps, a step the divergence guard
  * skips, act with q-values, tensor reads and writes, metrics, timings, a checkpoint round trip.
  * The results are checked only loosely (the other GPU tests check them); what matters here is
@@ -74,6 +74,7 @@ void test_every_cuda_path_small(void **) {
         snprintf(what, sizeof what, "defaults, B = 256, iql_gemm %d", g);
         exercise(what, d);
     }
+    exercise("defaults, B = 256, BF16", cuda_config(default_config(256), FH_MATH_BF16));
 }
 
 }  // namespace

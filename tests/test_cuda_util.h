@@ -3,12 +3,14 @@
 #ifndef FOXHUNT_TEST_CUDA_UTIL_H
 #define FOXHUNT_TEST_CUDA_UTIL_H
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "testutil.h"
@@ -157,6 +159,8 @@ struct Diff {
     std::string worst_tensor, worst_metric;
     double bk_abs = 0;           /* max |a - b| of attn.bk (pure rounding noise; see below) */
     bool bitwise = true;
+    double median_tensor = 0;    /* the median of the per-tensor errors */
+    std::string next_tensors;    /* the second and third worst tensors, "name err, name err" */
 };
 
 /* attn.bk's gradient is exactly zero in exact arithmetic (a per-row shift of the scores), so its
@@ -207,6 +211,7 @@ inline void compare_metrics(Diff &d, const fh_metrics &ma, const fh_metrics &mb)
  * unless with_outputs is false; attn.bk apart). */
 inline Diff compare(const Snapshot &a, const Snapshot &b, bool with_outputs = true) {
     Diff d;
+    std::vector<std::pair<double, std::string>> errs;
     if (a.tensors.size() != b.tensors.size()) fail_msg("compare: tensor counts differ");
     for (size_t i = 0; i < a.tensors.size(); ++i) {
         if (a.groups[i] == FH_GROUP_OUTPUT && !with_outputs) continue;
@@ -220,12 +225,21 @@ inline Diff compare(const Snapshot &a, const Snapshot &b, bool with_outputs = tr
             continue;
         }
         const double e = fh_test_rel_err(x.data(), y.data(), c);
+        errs.emplace_back(std::isnan(e) ? INFINITY : e, a.names[i]);
         if (!(e <= d.max_tensor)) {  /* NaN counts as worst */
             d.max_tensor = std::isnan(e) ? INFINITY : e;
             d.worst_tensor = a.names[i];
         }
     }
     if (with_outputs) compare_metrics(d, a.m, b.m);
+    std::sort(errs.begin(), errs.end(), [](const auto &p, const auto &q) { return p.first > q.first; });
+    if (!errs.empty()) d.median_tensor = errs[errs.size() / 2].first;
+    for (size_t k = 1; k < 3 && k < errs.size(); ++k) {
+        char buf[96];
+        snprintf(buf, sizeof buf, "%s%s %.2e", k > 1 ? ", " : "", errs[k].second.c_str(),
+                 errs[k].first);
+        d.next_tensors += buf;
+    }
     d.max_rel = std::max(d.max_tensor, d.max_metric);
     d.worst = d.max_tensor >= d.max_metric ? d.worst_tensor : d.worst_metric;
     return d;
@@ -242,9 +256,10 @@ inline void expect_bitwise(fh_pipeline *a, fh_pipeline *b, const char *what) {
 }
 
 inline void print_diff(const char *what, const Diff &d) {
-    printf("[ACCURACY] %-44s tensors %.3e (%s)  metrics %.3e (%s)  attn.bk |d| %.2e%s\n", what,
-           d.max_tensor, d.worst_tensor.c_str(), d.max_metric, d.worst_metric.c_str(), d.bk_abs,
-           d.bitwise ? "  [bitwise equal]" : "");
+    printf("[ACCURACY] %-44s tensors %.3e (%s; then %s; median %.1e)  metrics %.3e (%s)  "
+           "attn.bk |d| %.2e%s\n", what, d.max_tensor, d.worst_tensor.c_str(),
+           d.next_tensors.c_str(), d.median_tensor, d.max_metric, d.worst_metric.c_str(),
+           d.bk_abs, d.bitwise ? "  [bitwise equal]" : "");
     fflush(stdout);
 }
 

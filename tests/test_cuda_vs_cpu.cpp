@@ -29,52 +29,64 @@ using namespace fhtest;
 namespace {
 
 struct Bounds {
-    double strict1, strictN, tf32_1, tf32N;
+    double strict1, strictN, tf32_1, tf32N, bf16_1, bf16N;
+    double bf16_median;  /* BF16: the median of the per-tensor errors, at any step */
 };
 
-/* CPU, CUDA strict and CUDA TF32 pipelines on the same batches; compare after step 1 and after
- * the last step. */
+/* CPU and CUDA pipelines (strict; with `fast` also TF32 and BF16) on the same batches; compare
+ * after step 1 and after the last step. */
 void run(const char *name, const fh_config &base, int steps, const Bounds &bd,
-         bool tf32 = true) {
+         bool fast = true) {
     fh_config cc = base;
     cc.backend = FH_BACKEND_CPU;
     fh_pipeline *cpu = make(cc);
-    fh_pipeline *gs = make(cuda_config(base, FH_MATH_STRICT, base.exec_mode));
-    fh_pipeline *gt = tf32 ? make(cuda_config(base, FH_MATH_TF32, base.exec_mode)) : nullptr;
+    const int maths[3] = {FH_MATH_STRICT, FH_MATH_TF32, FH_MATH_BF16};
+    const char *names[3] = {"strict", "tf32", "bf16"};
+    const int nmodes = fast ? 3 : 1;
+    fh_pipeline *g[3] = {};
+    for (int m = 0; m < nmodes; ++m) g[m] = make(cuda_config(base, maths[m], base.exec_mode));
     Batches bt(base, 1000, steps);
     for (int k = 0; k < steps; ++k) {
         step(cpu, bt.b[(size_t)k]);
-        step(gs, bt.b[(size_t)k]);
-        if (gt) step(gt, bt.b[(size_t)k]);
+        for (int m = 0; m < nmodes; ++m) step(g[m], bt.b[(size_t)k]);
         if (k != 0 && k != steps - 1) continue;
         const int done = k + 1;
         const double bk_bound = 2.0 * base.lr_aux * done + 1e-6;
-        for (int mode = 0; mode < (gt ? 2 : 1); ++mode) {
-            fh_pipeline *g = mode == 0 ? gs : gt;
+        for (int mode = 0; mode < nmodes; ++mode) {
             char what[160];
-            snprintf(what, sizeof what, "%s %s %d step%s", name, mode == 0 ? "strict" : "tf32",
-                     done, done == 1 ? "" : "s");
-            const double tol = mode == 0 ? (done == 1 ? bd.strict1 : bd.strictN)
-                                         : (done == 1 ? bd.tf32_1 : bd.tf32N);
-            Diff d = compare(g, cpu);
+            snprintf(what, sizeof what, "%s %s %d step%s", name, names[mode], done,
+                     done == 1 ? "" : "s");
+            const double tol = mode == 0   ? (done == 1 ? bd.strict1 : bd.strictN)
+                               : mode == 1 ? (done == 1 ? bd.tf32_1 : bd.tf32N)
+                                           : (done == 1 ? bd.bf16_1 : bd.bf16N);
+            Diff d = compare(g[mode], cpu);
             print_diff(what, d);
             if (!(d.max_rel <= tol))
                 fail_msg("%s: %s rel. error %.3e > %.1e", what, d.worst.c_str(), d.max_rel, tol);
+            if (mode == 2 && !(d.median_tensor <= bd.bf16_median))
+                fail_msg("%s: median tensor error %.3e > %.1e", what, d.median_tensor,
+                         bd.bf16_median);
             if (!(d.bk_abs <= bk_bound))
                 fail_msg("%s: attn.bk |diff| %.3e > %.3e", what, d.bk_abs, bk_bound);
         }
     }
     fh_pipeline_destroy(cpu);
-    fh_pipeline_destroy(gs);
-    fh_pipeline_destroy(gt);
+    for (fh_pipeline *p : g) fh_pipeline_destroy(p);
 }
 
 /* strict after 1 step: the contract (1e-5). Measured on the H200 (2026-11-29, deterministic, so
  * a rerun gives the same numbers): strict <= 4.1e-7 after 1, 3 and 20 steps; TF32 <= 6.2e-4
  * per tensor after 1 step, <= 1.9e-3 after 3 steps (B = 16384), <= 7.8e-4 after 20 steps
  * (B = 2048), and 1.2e-2 for the metric q_mean after 1 step at B = 2048, where q_mean = 3e-5
- * is a cancellation. The bounds keep a margin of 20x or more over those. */
-const Bounds kBounds = {1e-5, 1e-5, 5e-2, 5e-2};
+ * is a cancellation. The bounds keep a margin of 20x or more over those.
+ * BF16 (2026-12-01): <= 5.9e-3 per tensor at B = 32 and 2048 after 1 and 20 steps, 4.2e-2 for
+ * q_mean (the cancellation above); at B = 16384 the zero-initialised branch biases q.c.b reach
+ * 0.17 after 1 step and their targets 0.12 after 3: their gradient is a sum over 16384 rows
+ * near zero, and Adam's first step turns each element into ±lr, so an element whose sign the
+ * bfloat16 rounding flips is off by 2·lr (the TF32 remark above, eight times as often). So
+ * BF16's worst tensor is bounded loosely (0.5, against O(1) for a wrong product) and its median
+ * tensor tightly. */
+const Bounds kBounds = {1e-5, 1e-5, 5e-2, 5e-2, 0.5, 0.5, 1e-2};
 
 void use_all_cores() {
     if (openblas_set_num_threads) openblas_set_num_threads(16);

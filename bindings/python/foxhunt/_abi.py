@@ -16,7 +16,7 @@ FH_SAVE_REPLAY = 1
 # enum fh_backend, fh_exec_mode, fh_math_mode, fh_iql_gemm, fh_her_reward, fh_group
 BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2}
 EXEC_MODES = {"multi_stream": 0, "single_stream": 1}
-MATH_MODES = {"tf32": 0, "strict": 1}
+MATH_MODES = {"tf32": 0, "strict": 1, "bf16": 2}
 IQL_GEMMS = {"auto": 0, "grouped": 1, "batched": 2, "sequential": 3}
 HER_REWARDS = {"sparse": 0, "dense": 1}
 MEMORY_KINDS = {"host": 0, "device": 1}

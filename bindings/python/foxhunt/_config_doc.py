@@ -8,7 +8,7 @@ CONFIG_DOC = (
     ("backend", "auto", "'auto' (CUDA when built with it and a GPU exists), 'cpu' or 'cuda'"),
     ("device", 0, "CUDA device ordinal"),
     ("exec_mode", "multi_stream", "'multi_stream' or 'single_stream' (CUDA lanes)"),
-    ("math_mode", "tf32", "'tf32' or 'strict' float32 GEMMs on CUDA"),
+    ("math_mode", "tf32", "CUDA GEMM operands: 'tf32', 'strict' float32 or 'bf16'"),
     ("iql_gemm", "auto", "'auto', 'grouped', 'batched' or 'sequential' (CUDA IQL GEMMs)"),
     ("workspace_mib", 32, "cuBLAS workspace per lane, MiB"),
     ("batch_size", 16384, "B, transitions per step"),

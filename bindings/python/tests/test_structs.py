@@ -67,10 +67,10 @@ def test_config_round_trips_every_field(fh):
                num_regimes=5, regime_beta=0.875, regime_min=0.5, regime_max=3.0, ema_tau=0.0625,
                lr_q=0.001953125, lr_aux=0.00390625, adam_beta1=0.8125, adam_beta2=0.9375,
                adam_eps=0.03125, clip_norm=6.0, seed=(7 << 32) | 3, workspace_mib=8,
-               exec_mode=1, math_mode=1, iql_gemm=3)
+               exec_mode=1, math_mode=2, iql_gemm=3)
     with fh.Pipeline(**cfg) as p:
         got = p.config
-    names = {"backend": "cpu", "exec_mode": "single_stream", "math_mode": "strict",
+    names = {"backend": "cpu", "exec_mode": "single_stream", "math_mode": "bf16",
              "iql_gemm": "sequential"}
     for k, v in cfg.items():
         assert got[k] == names.get(k, v), k

@@ -1,0 +1,238 @@
+/* FH_MATH_BF16 learns as FH_MATH_TF32 does: the same pipelines, seeds and batches in both modes,
+ * the losses compared as they fall. (The per-tensor error of BF16 against the CPU after 1 and 20
+ * steps is test_cuda_vs_cpu's; bitwise reproducibility, test_cuda_determinism's.)
+ * - the Q learner on test_learning.c's problem (gamma = 0, a reward that is a fixed function of
+ *   an observation feature and the action): the TD loss falls below 20 % of its first value in
+ *   both modes, and BF16 ends within 2x of TF32;
+ * - the default widths at B = 2048, four batches in turn for 300 steps: each learner's loss
+ *   (mean of the last 20 steps over the mean of the first 20) falls in BF16 wherever it falls by
+ *   10 % or more in TF32, to within 0.1 of TF32's ratio.
+ * - gemm_bf16 (cuda/gemm_bf16.cu) against float64 products of the bfloat16-rounded operands,
+ *   on shapes that make it cut C into blocks of columns, k into blocks, and on a strided
+ *   operand; and against the unrounded operands, which it must miss by the rounding.
+ * Skipped without a CUDA device. */
+/* The library's internal headers come before cmocka.h, whose fail() macro clashes with
+ * fh::fail. */
+#if FOXHUNT_HAVE_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "../cuda/gemm.hpp"
+#include "error.hpp"
+#include "schedule.hpp"
+#endif
+
+#include <random>
+
+extern "C" {
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+}
+
+#include "test_cuda_util.h"
+
+using namespace fhtest;
+
+namespace {
+
+constexpr int kLosses = 6;
+const char *const kLossNames[kLosses] = {"td_loss", "iql_loss_hi", "iql_loss_lo",
+                                         "iqn_loss", "attn_loss", "conf_loss"};
+
+void losses_of(const fh_metrics &m, double *l) {
+    const float v[kLosses] = {m.td_loss, m.iql_loss_hi, m.iql_loss_lo,
+                              m.iqn_loss, m.attn_loss, m.conf_loss};
+    for (int k = 0; k < kLosses; ++k) l[k] = v[k];
+}
+
+/* Means of each loss over the first and the last `window` of `steps` steps. */
+void train(const fh_config &c, const Batches &bt, int steps, int window, double *first,
+           double *last) {
+    fh_pipeline *p = make(c);
+    for (int k = 0; k < kLosses; ++k) first[k] = last[k] = 0;
+    for (int s = 0; s < steps; ++s) {
+        step(p, bt.b[(size_t)s % bt.b.size()]);
+        double l[kLosses];
+        losses_of(metrics_of(p), l);
+        for (int k = 0; k < kLosses; ++k) {
+            if (!std::isfinite(l[k])) fail_msg("step %d: %s = %g", s, kLossNames[k], l[k]);
+            if (s < window) first[k] += l[k] / window;
+            if (s >= steps - window) last[k] += l[k] / window;
+        }
+    }
+    fh_pipeline_destroy(p);
+}
+
+void test_td_loss_falls_in_both_modes(void **) {
+    if (!fh_test_have_cuda()) skip();
+    fh_config c = fh_test_small_config();
+    c.gamma = 0.0f;
+    c.goal_dim = 0;
+    c.lr_q = 3e-3f;
+    c.num_regimes = 1;
+    Batches bt(c, 42, 1);
+    fh_test_batch &tb = bt.b[0];
+    for (uint32_t i = 0; i < c.batch_size; ++i)
+        tb.reward[i] = tb.obs[i * c.obs_dim] * (tb.action[i * c.num_branches] == 0 ? 1.0f : -0.5f);
+    double first[2][kLosses], last[2][kLosses];
+    const int maths[2] = {FH_MATH_TF32, FH_MATH_BF16};
+    for (int m = 0; m < 2; ++m) train(cuda_config(c, maths[m]), bt, 300, 1, first[m], last[m]);
+    printf("[LEARNING] td_loss after 300 steps: tf32 %.4f -> %.4f, bf16 %.4f -> %.4f\n",
+           first[0][0], last[0][0], first[1][0], last[1][0]);
+    for (int m = 0; m < 2; ++m) assert_true(last[m][0] < 0.2 * first[m][0]);
+    assert_true(last[1][0] <= 2.0 * last[0][0]);
+}
+
+void test_every_loss_falls_as_in_tf32(void **) {
+    if (!fh_test_have_cuda()) skip();
+    const fh_config c = default_config(2048);
+    Batches bt(c, 77, 4);
+    const int steps = 300, window = 20;
+    double first[2][kLosses], last[2][kLosses];
+    const int maths[2] = {FH_MATH_TF32, FH_MATH_BF16};
+    for (int m = 0; m < 2; ++m)
+        train(cuda_config(c, maths[m]), bt, steps, window, first[m], last[m]);
+    int learnt = 0;
+    for (int k = 0; k < kLosses; ++k) {
+        const double rt = last[0][k] / first[0][k], rb = last[1][k] / first[1][k];
+        printf("[LEARNING] B=2048 %-12s tf32 %.5g -> %.5g (x%.3f)   bf16 %.5g -> %.5g (x%.3f)\n",
+               kLossNames[k], first[0][k], last[0][k], rt, first[1][k], last[1][k], rb);
+        if (rt <= 0.9) {
+            ++learnt;
+            if (!(rb <= rt + 0.1))
+                fail_msg("%s: bf16 falls to x%.3f of its start, tf32 to x%.3f", kLossNames[k], rb,
+                         rt);
+        }
+    }
+    /* The comparison means something only if TF32 learns: the TD loss at least. */
+    if (!(last[0][0] / first[0][0] <= 0.9)) fail_msg("tf32's td_loss did not fall");
+    printf("[LEARNING] %d of %d losses fall by 10 %% or more in tf32\n", learnt, kLosses);
+}
+
+#if FOXHUNT_HAVE_CUDA
+#define CK(call)                                                                   \
+    do {                                                                           \
+        cudaError_t e_ = (call);                                                   \
+        if (e_ != cudaSuccess) fail_msg("%s: %s", #call, cudaGetErrorString(e_));  \
+    } while (0)
+
+/* float -> bfloat16 -> float, round to nearest even (finite values). */
+float bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    u &= 0xFFFF0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+struct GemmCase {
+    const char *name;
+    cublasOperation_t opa, opb;
+    int m, n, k, lda, ldb;
+    float beta;
+    bool check_rounding; /* k small enough that the operands' rounding shows above float32 sums */
+};
+
+/* C = op(a) op(b) + beta C through gemm_bf16, against float64 sums; errors per element over
+ * Σ_k |op(a)_ik op(b)_kj| (+ |beta C|). */
+void check_gemm(const GemmCase &t, cublasHandle_t h, void *stage) {
+    const int ar = t.opa == CUBLAS_OP_N ? t.m : t.k, ac = t.opa == CUBLAS_OP_N ? t.k : t.m;
+    const int br = t.opb == CUBLAS_OP_N ? t.k : t.n, bc = t.opb == CUBLAS_OP_N ? t.n : t.k;
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> a((size_t)t.lda * ac), b((size_t)t.ldb * bc), c0((size_t)t.m * t.n);
+    for (float &v : a) v = u(rng);
+    for (float &v : b) v = u(rng);
+    for (float &v : c0) v = u(rng);
+    float *da, *db, *dc;
+    CK(cudaMalloc(&da, a.size() * 4));
+    CK(cudaMalloc(&db, b.size() * 4));
+    CK(cudaMalloc(&dc, c0.size() * 4));
+    CK(cudaMemcpy(da, a.data(), a.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(db, b.data(), b.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dc, c0.data(), c0.size() * 4, cudaMemcpyHostToDevice));
+    const fh::cuda::Blas bl{h, CUBLAS_COMPUTE_32F, stage};
+    const fh::cuda::GemmDesc g{t.opa, t.opb, t.m, t.n, t.k, da, t.lda, db, t.ldb, dc, t.m};
+    try {
+        fh::cuda::gemm_bf16(bl, g, t.beta, t.name);
+    } catch (const fh::Error &e) {
+        fail_msg("%s: %s", t.name, e.message.c_str());
+    }
+    std::vector<float> c(c0.size());
+    CK(cudaMemcpy(c.data(), dc, c.size() * 4, cudaMemcpyDeviceToHost));
+    auto A = [&](int i, int l) { return t.opa == CUBLAS_OP_N ? a[(size_t)l * t.lda + i] : a[(size_t)i * t.lda + l]; };
+    auto Bm = [&](int l, int j) { return t.opb == CUBLAS_OP_N ? b[(size_t)j * t.ldb + l] : b[(size_t)l * t.ldb + j]; };
+    double worst_bf = 0, worst_exact = 0;
+    for (int j = 0; j < t.n; ++j)
+        for (int i = 0; i < t.m; ++i) {
+            double s_bf = 0, s_ex = 0, mag = 0;
+            for (int l = 0; l < t.k; ++l) {
+                const float x = A(i, l), y = Bm(l, j);
+                s_bf += (double)bf16_round(x) * bf16_round(y);
+                s_ex += (double)x * y;
+                mag += std::fabs((double)x * y);
+            }
+            const double cz = (double)t.beta * c0[(size_t)j * t.m + i];
+            mag += std::fabs(cz);
+            const double got = c[(size_t)j * t.m + i];
+            worst_bf = std::max(worst_bf, std::fabs(got - (s_bf + cz)) / mag);
+            worst_exact = std::max(worst_exact, std::fabs(got - (s_ex + cz)) / mag);
+        }
+    printf("[GEMM_BF16] %-44s vs bf16 operands %.2e, vs float32 operands %.2e\n", t.name,
+           worst_bf, worst_exact);
+    /* float32 accumulation of k products: a few float32 roundings of the magnitude sum. */
+    if (!(worst_bf <= 2e-5)) fail_msg("%s: %.3e from the bfloat16 reference", t.name, worst_bf);
+    if (t.check_rounding && !(worst_exact >= 10 * worst_bf && worst_exact >= 1e-4))
+        fail_msg("%s: %.3e from the float32 operands: not rounded to bfloat16?", t.name,
+                 worst_exact);
+    CK(cudaFree(da));
+    CK(cudaFree(db));
+    CK(cudaFree(dc));
+}
+
+void test_gemm_bf16_against_float64(void **) {
+    if (!fh_test_have_cuda()) skip();
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) fail_msg("cublasCreate");
+    void *stage;
+    CK(cudaMalloc(&stage, fh::kBf16StageElems * 2 + 256));
+    const size_t cap = fh::kBf16StageElems;
+    const GemmCase cases[] = {
+        /* y = x Wᵀ at 20000 rows: |x| + |W| = 5.2M elements > the stage: blocks of columns */
+        {"nt, 20000 rows x 256 x 256 (column blocks)", CUBLAS_OP_T, CUBLAS_OP_N, 256, 20000, 256,
+         256, 256, 0.0f, true},
+        /* dW = dyᵀ x over 70000 rows: (48 + 64) · 70000 > the stage: blocks of k */
+        {"tn, dW 64 x 48 over 70000 rows (k blocks)", CUBLAS_OP_N, CUBLAS_OP_T, 48, 64, 70000, 48,
+         64, 0.0f, false},
+        /* a strided operand (lda > rows), odd sizes, beta = 1 */
+        {"nn, strided a (lda 40), 33 x 50 x 7, beta 1", CUBLAS_OP_N, CUBLAS_OP_N, 33, 50, 7, 40, 7,
+         1.0f, true},
+    };
+    for (const GemmCase &t : cases) {
+        const int ar = t.opa == CUBLAS_OP_N ? t.m : t.k, ac = t.opa == CUBLAS_OP_N ? t.k : t.m;
+        const int br = t.opb == CUBLAS_OP_N ? t.k : t.n, bc = t.opb == CUBLAS_OP_N ? t.n : t.k;
+        printf("[GEMM_BF16] %s: operands %zu elements, stage %zu\n", t.name,
+               (size_t)ar * ac + (size_t)br * bc, cap);
+        check_gemm(t, h, stage);
+    }
+    CK(cudaFree(stage));
+    cublasDestroy(h);
+}
+#else
+void test_gemm_bf16_against_float64(void **) { skip(); }
+#endif
+
+}  // namespace
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_bf16_against_float64),
+        cmocka_unit_test(test_td_loss_falls_in_both_modes),
+        cmocka_unit_test(test_every_loss_falls_as_in_tf32),
+    };
+    return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
+}
