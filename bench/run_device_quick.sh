@@ -23,6 +23,11 @@
 #   bench        foxhunt-bench at B = 16384, four modes, the replay runs and the PyTorch peer
 #   bench-sizes  foxhunt-bench at B = 1024, 4096, 65536 (TF32, multi- and single-stream)
 #   trainer      foxhunt-trainer on the GPU: 1 seed, 1000 steps (the replay, acting behind)
+#   trainer-math foxhunt-trainer on the GPU in TF32 and in BF16 (--math): 1 seed, 1000 steps
+#                each, no early stop; the learning curves side by side
+#   bf16-test    test_cuda_bf16 (BF16 GEMMs, BF16 learns as TF32 does), test_cuda_determinism,
+#                test_cuda_memory_plan
+#   mode-bench   foxhunt-bench at B = 16384: TF32 and BF16, multi- and single-stream
 #   examples     tests/examples (trainer, HER example, README snippets) on the CUDA backend
 # NCCL: CMake takes it from PyTorch's wheel (python3's nvidia.nccl) when /usr/local/cuda has
 # none; FOXHUNT_CMAKE_ARGS="-DNCCL_LIBRARY=... -DNCCL_INCLUDE_DIR=..." overrides.
@@ -138,6 +143,27 @@ for s in "$@"; do
       --out $OUT/trainer-run > $OUT/trainer.txt 2>&1
     echo "trainer rc=$?" | tee -a $log
     grep -vE "^\s*$" $OUT/trainer.txt | tail -25 | tee -a $log ;;
+  trainer-math)
+    for m in tf32 bf16; do
+      timeout 200 build-dev/examples/foxhunt-trainer --backend cuda --seeds 1 --steps 1000 \
+        --patience 0 --eval-every 100 --math $m --out $OUT/trainer-$m > $OUT/trainer_$m.txt 2>&1
+      echo "trainer --math $m rc=$?" | tee -a $log
+      grep -E "agent, 1 seed|speed:" $OUT/trainer_$m.txt | tee -a $log
+    done
+    echo "step | tf32: td iql_hi iqn attn conf valid_sharpe | bf16: the same" | tee -a $log
+    paste -d, $OUT/trainer-tf32/learning_curve.csv $OUT/trainer-bf16/learning_curve.csv | tail -n +2 |
+      awk -F, '{printf "%5s | %.4f %.5f %.3f %.3f %.4f %+.2f | %.4f %.5f %.3f %.3f %.4f %+.2f\n",
+        $2, $4, $8, $10, $11, $12, $15, $22, $26, $28, $29, $30, $33}' | tee -a $log ;;
+  bf16-test)
+    for t in test_cuda_bf16 test_cuda_determinism test_cuda_memory_plan; do
+      timeout 400 build-dev/tests/$t > $OUT/$t.txt 2>&1
+      echo "$t rc=$?" | tee -a $log
+      grep -E "\[(LEARNING|DETERMINISM|GEMM_BF16|MEMORY)\]|FAILED|rror|PASSED" $OUT/$t.txt | tee -a $log
+    done ;;
+  mode-bench)
+    timeout 200 build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --replay 0 \
+      --modes multi-tf32,single-tf32,multi-bf16,single-bf16 --machine h200 \
+      --out $OUT/mode_bench.json 2>&1 | tail -8 | tee -a $log ;;
   examples)
     FOXHUNT_LIBRARY=$PWD/build-dev/libfoxhunt.so FOXHUNT_TEST_BACKEND=cuda \
       timeout 400 python3 -m pytest -q -p no:cacheprovider tests/examples > $OUT/examples_cuda.txt 2>&1

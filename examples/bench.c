@@ -1,7 +1,7 @@
 /*
  * foxhunt-bench: time the CUDA training step (SPEC §5) per child graph.
  *
- * For each batch size and each mode (multi- or single-stream lanes x TF32 or strict FP32
+ * For each batch size and each mode (multi- or single-stream lanes x TF32, strict FP32 or BF16
  * GEMMs) it creates a pipeline with the SPEC §1 defaults at that batch size, uploads one random
  * batch, warms up, then
  *   1. replays --steps steps reading fh_pipeline_timings() after each (event-record nodes in the
@@ -27,7 +27,8 @@
  * bench/results/<machine>-<date>.json under the current directory, folders created).
  *
  * usage: foxhunt-bench [--batch 1024,4096,16384,65536] [--steps 50] [--warmup 5]
- *                      [--modes multi-tf32,single-tf32,multi-strict,single-strict]
+ *                      [--modes multi-tf32,single-tf32,multi-strict,single-strict,
+ *                               multi-bf16,single-bf16]
  *                      [--iql-gemm auto|grouped|batched|sequential[,...]] [--machine NAME]
  *                      [--out PATH] [--peer] [--variant VAR=a,b,...] [--replay K,E,R]
  *   --replay    the replay runs' shape (default 2048,64,16: 131072 transitions, 137 MB at the
@@ -69,6 +70,8 @@ static const mode_t_ kModes[] = {
     {"single-tf32", FH_EXEC_SINGLE_STREAM, FH_MATH_TF32},
     {"multi-strict", FH_EXEC_MULTI_STREAM, FH_MATH_STRICT},
     {"single-strict", FH_EXEC_SINGLE_STREAM, FH_MATH_STRICT},
+    {"multi-bf16", FH_EXEC_MULTI_STREAM, FH_MATH_BF16},
+    {"single-bf16", FH_EXEC_SINGLE_STREAM, FH_MATH_BF16},
 };
 static const char *const kIqlGemm[] = {"auto", "grouped", "batched", "sequential"};
 
@@ -225,7 +228,8 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr,
                     "usage: foxhunt-bench [--batch 1024,4096,16384,65536] [--steps 50] "
-                    "[--warmup 5]\n  [--modes multi-tf32,single-tf32,multi-strict,single-strict] "
+                    "[--warmup 5]\n  [--modes multi-tf32,single-tf32,multi-strict,single-strict,"
+                    "multi-bf16,single-bf16]\n  "
                     "[--iql-gemm auto|grouped|batched|sequential[,...]]\n  [--machine NAME] "
                     "[--out PATH] [--peer] [--variant VAR=a,b,...] [--replay K,E,R]\n");
             return 2;

@@ -18,7 +18,8 @@
  * bench/results/<machine>-<date>-dp.json under the current directory, folders created).
  *
  * usage: foxhunt-bench-dp [--world W] [--batch 16384] [--steps 50] [--warmup 5]
- *                         [--mode multi-tf32|single-tf32|multi-strict|single-strict]
+ *                         [--mode multi-tf32|single-tf32|multi-strict|single-strict|
+ *                                 multi-bf16|single-bf16]
  *                         [--machine NAME] [--out PATH]
  *   --world  GPUs to use, 0 .. W-1 (default: every visible GPU; 1 runs the first two rows).
  */
@@ -131,8 +132,8 @@ static void run(run_result *r, const fh_config *base, int world, int comm, int s
 }
 
 static const char *mode_name(int exec_mode, int math_mode) {
-    static const char *const names[2][2] = {{"multi-tf32", "multi-strict"},
-                                           {"single-tf32", "single-strict"}};
+    static const char *const names[2][3] = {{"multi-tf32", "multi-strict", "multi-bf16"},
+                                           {"single-tf32", "single-strict", "single-bf16"}};
     return names[exec_mode][math_mode];
 }
 
@@ -152,7 +153,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--mode") && v) {
             ++i;
             exec_mode = strncmp(v, "single", 6) == 0;
-            math_mode = strstr(v, "strict") != NULL;
+            math_mode = strstr(v, "strict") ? FH_MATH_STRICT
+                        : strstr(v, "bf16") ? FH_MATH_BF16 : FH_MATH_TF32;
             if (strcmp(v, mode_name(exec_mode, math_mode))) {
                 fprintf(stderr, "foxhunt-bench-dp: unknown --mode '%s'\n", v);
                 return 2;

@@ -61,6 +61,20 @@ static int parse_backend(const char *flag, const char *text)
     die("%s wants cpu, cuda or auto, got '%s'", flag, text);
 }
 
+static int parse_math(const char *flag, const char *text)
+{
+    static const int modes[] = {FH_MATH_TF32, FH_MATH_STRICT, FH_MATH_BF16};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; ++i)
+        if (!strcmp(text, math_name(modes[i])))
+            return modes[i];
+    die("%s wants tf32, strict or bf16, got '%s'", flag, text);
+}
+
+const char *math_name(int math)
+{
+    return math == FH_MATH_STRICT ? "strict" : math == FH_MATH_BF16 ? "bf16" : "tf32";
+}
+
 const char *backend_name(int backend)
 {
     return backend == FH_BACKEND_CUDA ? "cuda" : backend == FH_BACKEND_CPU ? "cpu" : "auto";
@@ -94,6 +108,8 @@ static int training_option(options *o, const char *a, const char *v)
         o->gamma = parse_gamma(a, v);
     else if (!strcmp(a, "--data"))
         o->data = v;
+    else if (!strcmp(a, "--math"))
+        o->math = parse_math(a, v);
     else
         return 0;
     return 1;
@@ -103,7 +119,7 @@ static int takes_value(const char *a)
 {
     static const char *const names[] = {"--out", "--backend", "--steps", "--batch", "--seeds",
                                         "--seed", "--eval-every", "--patience", "--gamma",
-                                        "--data"};
+                                        "--data", "--math"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i)
         if (!strcmp(a, names[i]))
             return 1;
@@ -117,6 +133,7 @@ void parse_options(options *o, int argc, char **argv)
     o->patience = 10;
     o->gamma = 0.9f;
     o->backend = FH_BACKEND_AUTO;
+    o->math = FH_MATH_TF32;
     o->data = FOXHUNT_DATA_DIR "/eustockmarkets.csv";
     o->out = "foxhunt-run";
     const char *first_training_option = NULL;
@@ -157,9 +174,9 @@ void options_save(const options *o, const char *path)
     if (!f)
         die("cannot write %s: %s", path, strerror(errno));
     fprintf(f, "steps %ld\nbatch %ld\neval-every %ld\npatience %ld\nseed %llu\nseeds %d\n"
-               "gamma %.9g\nbackend %s\ndata %s\n",
+               "gamma %.9g\nmath %s\nbackend %s\ndata %s\n",
             o->steps, o->batch, o->eval_every, o->patience, (unsigned long long)o->seed,
-            o->seeds, (double)o->gamma, backend_name(o->backend), o->data);
+            o->seeds, (double)o->gamma, math_name(o->math), backend_name(o->backend), o->data);
     if (fclose(f) != 0)
         die("cannot write %s: %s", path, strerror(errno));
 }

@@ -12,6 +12,7 @@ typedef struct options {
     uint64_t seed;     /* the first seed */
     int seeds;
     int backend;       /* fh_backend */
+    int math;          /* fh_math_mode (the CUDA backend's GEMM operands) */
     float gamma;
     const char *data;
     const char *out;
@@ -30,5 +31,8 @@ void options_load(options *o, const char *path);
 
 /* "cpu" or "cuda" (or "auto") */
 const char *backend_name(int backend);
+
+/* "tf32", "strict" or "bf16" */
+const char *math_name(int math);
 
 #endif

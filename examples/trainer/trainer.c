@@ -88,6 +88,7 @@ static run_plan make_plan(options *o)
     fh_config *c = &plan.cfg;
     check(fh_config_init(c), "fh_config_init");
     c->backend = o->backend;
+    c->math_mode = o->math;
     c->obs_dim = OBS_DIM;
     c->goal_dim = 0; /* no goal, so no HER */
     c->num_branches = NUM_INDICES;
@@ -174,10 +175,10 @@ static void print_setup(const market *m, const run_plan *plan, const options *o)
            o->data, m->n, market_period(m, PERIOD_TRAIN).to - m->first + 1,
            m->test_start - m->valid_start, m->n - m->test_start);
     printf("run: %d seed(s) from %llu, %ld steps each, batch %u, validation check every %ld "
-           "steps, patience %ld, gamma %.3f, %d envs, replay %u rows x %u\n", o->seeds,
+           "steps, patience %ld, gamma %.3f, %d envs, replay %u rows x %u, math %s\n", o->seeds,
            (unsigned long long)o->seed, plan->steps, c->batch_size, plan->eval_every,
            plan->patience, (double)c->gamma, plan->num_envs, c->replay_capacity,
-           c->replay_envs);
+           c->replay_envs, math_name(c->math_mode));
     printf("output: %s\n", o->out);
     fflush(stdout);
 }

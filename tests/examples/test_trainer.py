@@ -95,6 +95,7 @@ def test_trainer_help_is_usage_txt_and_version_names_the_library(trainer):
     (["--steps", "0"], "--steps wants an integer in [1,"),
     (["--seeds", "x"], "--seeds wants an integer"),
     (["--gamma", "1.5"], "--gamma wants a number in [0, 1]"),
+    (["--math", "fp16"], "--math wants tf32, strict or bf16, got 'fp16'"),
     (["--bogus"], "unknown option '--bogus'"),
     (["--resume", "--steps", "5"], "--steps cannot change them"),
 ])
