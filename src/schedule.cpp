@@ -40,18 +40,25 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     fwd.ops.push_back(run(Task::BWD_TRUNK));
     s.push_back(fwd);
 
-    ChildDesc aux{ChildId::AUX, "aux", 3, {}};
+    // The aux child (SPEC §5.5): EMA and IQL on lane 0, then IQN and attention fork onto lanes
+    // 1 and 2, and CQL and the regime scales onto lane 3: they read IQL's ω and the forward
+    // child's TD errors, and nothing before the join reads what they write, so they run beside
+    // IQN and attention instead of after the join (4.5 % of the step at B = 16384, multi-stream:
+    // bench/results/h200-2026-12-01-aux-schedule-before-after.json). Lane 3 is the only lane of
+    // the child that issues an NCCL collective (the regime statistics' sum) between the fork and
+    // the join, so no two of them run at once.
+    ChildDesc aux{ChildId::AUX, "aux", 4, {}};
     aux.ops = {mark(Mark::AUX_EMA_BEGIN), run(Task::EMA_TARGETS), mark(Mark::AUX_EMA_END),
-               run(Task::IQL), mark(Mark::AUX_IQL_END),
-               fork(mask_of(1, 2)),
-               mark(Mark::AUX_IQN_BEGIN, 1), run(Task::IQN, 1), mark(Mark::AUX_IQN_END, 1),
-               mark(Mark::AUX_ATTN_BEGIN, 2), run(Task::ATTENTION, 2), mark(Mark::AUX_ATTN_END, 2),
-               join(mask_of(1, 2)),
-               mark(Mark::AUX_TAIL_BEGIN), run(Task::AUX_ADAM)};
-    if (c.cql_alpha > 0) aux.ops.push_back(run(Task::CQL));
+               run(Task::IQL), mark(Mark::AUX_IQL_END), fork(mask_of(1, 3))};
+    if (c.cql_alpha > 0) aux.ops.push_back(run(Task::CQL, 3));
+    if (d.R > 1) aux.ops.push_back(run(Task::REGIME_SCALE, 3));
+    aux.ops.insert(aux.ops.end(),
+                   {mark(Mark::AUX_IQN_BEGIN, 1), run(Task::IQN, 1), mark(Mark::AUX_IQN_END, 1),
+                    mark(Mark::AUX_ATTN_BEGIN, 2), run(Task::ATTENTION, 2),
+                    mark(Mark::AUX_ATTN_END, 2), join(mask_of(1, 3)),
+                    mark(Mark::AUX_TAIL_BEGIN), run(Task::AUX_ADAM)});
     aux.ops.push_back(run(Task::ENSEMBLE));
     aux.ops.push_back(run(Task::CONFIDENCE));
-    if (d.R > 1) aux.ops.push_back(run(Task::REGIME_SCALE));
     aux.ops.push_back(mark(Mark::AUX_TAIL_END));
     s.push_back(aux);
 
@@ -75,25 +82,29 @@ int workspace_slot(bool multi_stream, int lane) {
 }
 
 // How much workspace a lane's handle gets: workspace_mib, but half of it for a lane that runs
-// nothing but branch layers (FWD_BRANCH, BWD_BRANCH: lanes 3 and 4 at the default config). The
-// four branch lanes run side by side, so they need four buffers; halving two of them is what
-// brings multi-stream to +64 MiB over single-stream at the default config (lane 2: 32 MiB,
-// lanes 3 and 4: 16 each). The branch layers are the smallest GEMMs of the step (outputs of at
-// most B × HB, or HB × H for the weight gradients with K = B); the lanes that also run the
+// nothing but the step's small GEMMs: the branch layers (FWD_BRANCH, BWD_BRANCH) and CQL's
+// (lanes 3 and 4 at the default config, lane 3 also running CQL in the aux child).
+// The four branch lanes run side by side, so they need four buffers; halving two of them is
+// what brings multi-stream to +64 MiB over single-stream at the default config (lane 2:
+// 32 MiB, lanes 3 and 4: 16 each). These are the smallest GEMMs of the step (outputs of at
+// most B × HB, or weight gradients of at most HB × H with K = B); the lanes that also run the
 // trunk on 2B rows, IQN (K = B·N) or attention keep the full size. Half is a budget, not a
 // measured need: were cuBLAS to want more for these shapes, branches 2 and 3 would get another
-// (equally deterministic) algorithm than branches 0 and 1. Single-stream mode gives each lane
-// the same size, so both modes make the same GEMM calls.
+// (equally deterministic) algorithm than branches 0 and 1. (CQL and the regime scales took
+// about 0.04 ms more on lane 3 than on lane 0 in the single-stream step, likely CQL's GEMMs
+// on the smaller workspace; the multi-stream step hides them beside IQN.) Single-stream mode
+// gives each lane the same size, so both modes make the same GEMM calls.
 size_t lane_workspace_bytes(const fh_config &c, const std::vector<ChildDesc> &sched, int lane) {
     const size_t full = (size_t)c.workspace_mib << 20;
-    bool runs = false, branch_only = true;
+    bool runs = false, small_only = true;
     for (const ChildDesc &ch : sched)
         for (const Op &op : ch.ops)
             if (op.kind == Op::RUN && op.lane == lane) {
                 runs = true;
-                branch_only &= op.task == Task::FWD_BRANCH || op.task == Task::BWD_BRANCH;
+                small_only &= op.task == Task::FWD_BRANCH || op.task == Task::BWD_BRANCH ||
+                               op.task == Task::CQL || op.task == Task::REGIME_SCALE;
             }
-    return runs && branch_only ? full / 2 : full;
+    return runs && small_only ? full / 2 : full;
 }
 
 void workspace_slot_bytes(const fh_config &c, const std::vector<ChildDesc> &sched,
