@@ -26,15 +26,14 @@
 // kernel instead (iqn_target.cu), which writes Z̄ alone, and when also 16 % N == 0 the online
 // pass after ψ with the head is one more (iqn_online.cu), which writes tau, cos, φraw, m, dhpre,
 // z_mean and the head's partials (the same buffers as the unfused head), and dm with the ψ/φ
-// backward is a third (iqn_backward.cu: dm stays in registers, hraw's buffer is not used).
+// backward is a third (iqn_backward.cu: dm stays in registers), and hraw's buffer is not
+// allocated.
 #include <algorithm>
 #include <memory>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "aux_common.cuh"
 #include "iqn_fused.hpp"
+#include "iqn_paths.hpp"
 #include "learners.hpp"
 #include "nn.cuh"
 #include "philox.hpp"
@@ -280,23 +279,12 @@ struct IqnLearner::Impl {
         const int W = 2 * (int)d.Hq + 2;
         head = aux::plan_rows(d.B, W, kHeadSamplesPerWarp,
                               (2 * (size_t)d.N + d.Nt) * sizeof(float), "IQN head");
-        const char *e = getenv("FOXHUNT_IQN_KERNELS");
-        int level = 3;
-        if (e && *e) {
-            const char *names[] = {"unfused", "target", "online", "fused", "auto"};
-            level = -1;
-            for (int k = 0; k < 5; ++k)
-                if (!strcmp(e, names[k])) level = std::min(k, 3);
-            if (level < 0)
-                fail(FH_ERR_BAD_VALUE, "FOXHUNT_IQN_KERNELS='%s': expected auto, fused, online, "
-                     "target or unfused", e);
-        }
         // BF16 mode runs the fused kernels too: they are faster than the unfused passes'
         // BF16 GEMMs, and their TF32 operands are the more accurate.
-        const bool tensor_cores = c.math_mode != FH_MATH_STRICT;
-        fused_target = tensor_cores && iqn::target_fused_fits(d) && level >= 1;
-        fused_online = fused_target && iqn::online_fused_fits(d) && level >= 2;
-        fused_backward = fused_online && level >= 3;
+        const IqnPaths paths = iqn_paths(d, c);
+        fused_target = paths.target;
+        fused_online = paths.online;
+        fused_backward = paths.backward;
         if (fused_target) target_blocks = iqn::fused_blocks((size_t)d.B * d.Nt);
         if (fused_online) online_blocks = iqn::fused_blocks((size_t)d.B * d.N);
         // Partial rows for the unfused kernels' grids or the fused ones' (at most one per tile).
@@ -308,7 +296,8 @@ struct IqnLearner::Impl {
         const size_t o_cos = arena.reserve_n<float>(Rmax * d.C);
         const size_t o_phi = arena.reserve_n<float>(Rmax * Hq);
         const size_t o_m = arena.reserve_n<float>(Rmax * Hq);
-        const size_t o_h = arena.reserve_n<float>(Rmax * Hq);
+        // hraw only for the unfused passes: with all three fused nothing writes it.
+        const size_t o_h = arena.reserve_n<float>(fused_backward ? 0 : Rmax * Hq);
         const size_t o_dh = arena.reserve_n<float>((size_t)d.B * d.N * Hq);
         const size_t o_pp = arena.reserve_n<float>((size_t)d.B * Hq);
         const size_t o_ps = arena.reserve_n<float>((size_t)d.B * Hq);
@@ -322,7 +311,7 @@ struct IqnLearner::Impl {
         cosb = arena.at<float>(o_cos);
         phi = arena.at<float>(o_phi);
         mbuf = arena.at<float>(o_m);
-        hraw = arena.at<float>(o_h);
+        hraw = fused_backward ? nullptr : arena.at<float>(o_h);
         dh = arena.at<float>(o_dh);
         psi_pre = arena.at<float>(o_pp);
         psi = arena.at<float>(o_ps);

@@ -17,12 +17,15 @@
 #include <cstdint>
 
 #include "iqn_fused.hpp"
+#include "iqn_paths.hpp"
 #include "mma_tf32.cuh"
 #include "philox.hpp"
 
 namespace fh::cuda::iqn {
 
 constexpr int kHq = 128, kC = 64;
+static_assert(kHq == (int)kIqnFusedHidden && kC == (int)kIqnFusedCos,
+              "src/iqn_paths.hpp names the widths these kernels are written for");
 constexpr int kLDP = kC + 8, kLDM = kHq + 8;
 constexpr int kWarps = 8, kRowsPerTile = 16 * kWarps;
 static_assert(kRowsPerTile == kFusedRowsPerTile, "iqn_fused.hpp's tile size");

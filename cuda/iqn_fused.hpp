@@ -60,11 +60,9 @@ struct BackwardArgs {
 // sizes their partial buffers (src/memory_plan.cpp counts them the same way).
 constexpr int kFusedRowsPerTile = 128;
 
-// iqn_hidden = 128 and iqn_cos = 64: the shapes the kernels are written for.
-bool target_fused_fits(const Dims &d);
-// ... and for the online pass and the backward also 16 % iqn_n == 0 (a warp's 16 rows hold
-// whole transitions).
-bool online_fused_fits(const Dims &d);
+// Which passes run fused for a config: src/iqn_paths.hpp (iqn_hidden = 128 and iqn_cos = 64,
+// the shapes the kernels are written for; for the online pass and the backward also
+// 16 % iqn_n == 0: a warp's 16 rows hold whole transitions).
 int fused_blocks(size_t rows);  // grid size for `rows` rows on the current device
 void target_fused_prepare();    // opt the kernels into their shared memory (once each)
 void online_fused_prepare();

@@ -153,10 +153,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
 
 }  // namespace
 
-bool online_fused_fits(const Dims &d) {
-    return target_fused_fits(d) && d.N >= 1 && d.N <= 16 && 16 % d.N == 0;
-}
-
 int fused_blocks(size_t rows) {
     const size_t tiles = (rows + kRowsPerTile - 1) / kRowsPerTile;
     return (int)std::max<size_t>(1, std::min<size_t>(tiles, 2 * (size_t)sm_count()));

@@ -56,8 +56,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
 
 }  // namespace
 
-bool target_fused_fits(const Dims &d) { return d.Hq == (uint32_t)kHq && d.C == (uint32_t)kC; }
-
 void target_fused(const TargetArgs &a, int blocks, cudaStream_t s) {
     k_iqn_target<<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
     FH_LAUNCHED("k_iqn_target");

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "error.hpp"
+#include "iqn_paths.hpp"
 #include "replay.hpp"
 #include "schedule.hpp"
 
@@ -140,7 +141,9 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     Arena iqn;
     const uint64_t Hq = d.Hq, Rmax = B * std::max(d.N, d.Nt), Wq = 2 * Hq + 2;
     iqn.add(Rmax * d.C * F);
-    for (int k = 0; k < 3; ++k) iqn.add(Rmax * Hq * F);
+    iqn.add(Rmax * Hq * F);                            // φ, m; hraw unless every pass is fused
+    iqn.add(Rmax * Hq * F);
+    iqn.add(iqn_paths(d, c).backward ? 0 : Rmax * Hq * F);
     iqn.add(B * d.N * Hq * F);
     for (int k = 0; k < 3; ++k) iqn.add(B * Hq * F);
     iqn.add(B * d.N * F);

@@ -67,6 +67,7 @@ void test_plan_is_the_allocation(void **) {
     c.exec_mode = FH_EXEC_SINGLE_STREAM;
     check("small, no goal, single stream", c);
     check("defaults, B = 256", default_config(256));
+    check("defaults, B = 256, strict", default_config(256), FH_MATH_STRICT);  /* unfused IQN */
     check("defaults, B = 16384", default_config(16384));
     check("defaults, B = 16384, BF16", default_config(16384), FH_MATH_BF16);
     fh_config s = default_config(4096);
