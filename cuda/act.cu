@@ -53,7 +53,7 @@ Actor::Actor(const fh_config &c, const Layout &L, DeviceMemory &mem, const Lanes
         u_ = mem.floats(MEM_ACT, d.H);
         v_ = mem.floats(MEM_ACT, std::max(d.D, d.H));
         sigma_ = mem.floats(MEM_ACT, 2);
-        row_ = mem.alloc_n<double>(MEM_ACT, d.H);
+        row_ = mem.alloc_n<double>(MEM_ACT, power_scratch_doubles((int)d.H, (int)std::max(d.D, d.H)));
         qv_ = mem.floats(MEM_ACT, (size_t)kChunk * d.NB * d.A);
         actions_ = mem.alloc_n<int32_t>(MEM_ACT, (size_t)kChunk * d.NB);
         // Pinned host copies, not part of fh_pipeline_memory's device categories.

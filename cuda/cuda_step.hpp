@@ -106,7 +106,7 @@ struct CudaStep {
     int32_t *regime = nullptr;            // [B]      the batch block during the step
     // §5.2 spectral: effective trunk weights (online, target) and v of each SN layer
     float *weff[2] = {}, *weff_t[2] = {}, *sn_v[2] = {};
-    double *sn_row = nullptr;             // [H] power-iteration scratch
+    double *sn_row = nullptr;             // power-iteration scratch (power_scratch_doubles)
     // §5.3 ddqn
     QCache next;                          // online on x~' (in place)
     QCache tgt;                           // target on [x~; x~'] (2B rows, in place)
@@ -167,10 +167,11 @@ void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QV
                       QCache &c, int b, float q_clip);
 // spectral.cu: one power iteration on W [rows, cols] from u_in (u_out may alias it):
 // v = normalize(Wᵀu), u = normalize(W v), sigma = uᵀ W v, sigma_t = uᵀ Wt v (Wt may be null).
-// `row` is a [rows] double scratch. Writes v [cols], u_out, sigma[0], and sigma_t[0] when Wt
-// is given.
+// `scratch` holds power_scratch_doubles(rows, c) doubles for some c >= cols. Writes v [cols],
+// u_out, sigma[0], and sigma_t[0] when Wt is given.
+size_t power_scratch_doubles(int rows, int max_cols);
 void power_iteration(const float *W, const float *Wt, int rows, int cols, const float *u_in,
-                     float *u_out, float *v, double *row, float *sigma, float *sigma_t,
+                     float *u_out, float *v, double *scratch, float *sigma, float *sigma_t,
                      cudaStream_t s);
 // out = W / *sigma (and out_t = Wt / *sigma_t when Wt is given), n elements.
 void sn_scale(const float *W, const float *sigma, float *out, const float *Wt,

@@ -3,6 +3,10 @@
 // the target with the same u, v, the effective weights W/σ and W̄/σ̄, and the backward's
 // correction (dWsn − ⟨dWsn, Wsn⟩ u vᵀ)/σ (sn_backward, run by td.cu's backward_trunk). act()
 // reuses the iteration on a scratch u.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
@@ -90,6 +94,74 @@ __global__ void k_power_iteration(const float *W, const float *Wt, int rows, int
     if (threadIdx.x == 0) *sigma_t = (float)st;
 }
 
+// The same iteration in four kernels, so that the matrix passes spread over many SMs; every
+// sum keeps the one-block kernel's order (bit for bit its results):
+//   k_power_cols   grid (column tiles, G): part[g][j] = Σ_{i in row group g} W[i, j] u[i]
+//   k_power_v      one block: v = normalize(Σ_g part[g]) (groups in order)
+//   k_power_rows   a warp per row: row[i] = (W v)_i, u_out[i] = row[i]; rowt[i] = (Wt v)_i
+//   k_power_sigma  one block: u_out = normalize(u_out), sigma = Σ u row, sigma_t = Σ u rowt
+// G is the one-block kernel's: min(8, 1024 / cols) row groups when cols <= 1024, else 1.
+__host__ __device__ inline int power_groups(int cols) {
+    return cols <= kPowerThreads ? min(8, kPowerThreads / cols) : 1;
+}
+
+__global__ void k_power_cols(const float *W, int rows, int cols, const float *u, double *part) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x, g = blockIdx.y, G = gridDim.y;
+    if (j >= cols) return;
+    const int rpg = (rows + G - 1) / G, i1 = min(rows, (g + 1) * rpg);
+    double acc = 0;
+#pragma unroll 8
+    for (int i = g * rpg; i < i1; ++i) acc += (double)W[(size_t)i * cols + j] * u[i];
+    part[(size_t)g * cols + j] = acc;
+}
+
+__global__ void k_power_v(const double *part, int cols, int G, float *v) {
+    __shared__ double sh[kPowerThreads];
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+        double acc = 0;
+        for (int k = 0; k < G; ++k) acc += part[(size_t)k * cols + j];
+        v[j] = (float)acc;
+    }
+    __syncthreads();
+    normalize_block(v, cols, sh);
+}
+
+__global__ void k_power_rows(const float *W, const float *Wt, int rows, int cols,
+                             const float *v, double *row, double *rowt, float *u_out) {
+    const int lane = threadIdx.x & 31;
+    const int i = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    if (i >= rows) return;
+    double acc = 0;
+#pragma unroll 4
+    for (int j = lane; j < cols; j += 32) acc += (double)W[(size_t)i * cols + j] * v[j];
+    acc = warp_sum(acc);
+    if (lane == 0) {
+        row[i] = acc;
+        u_out[i] = (float)acc;
+    }
+    if (!Wt) return;
+    double r = 0;
+#pragma unroll 4
+    for (int j = lane; j < cols; j += 32) r += (double)Wt[(size_t)i * cols + j] * v[j];
+    r = warp_sum(r);
+    if (lane == 0) rowt[i] = r;
+}
+
+__global__ void k_power_sigma(const double *row, const double *rowt, int rows, float *u_out,
+                              float *sigma, float *sigma_t) {
+    __shared__ double sh[kPowerThreads];
+    normalize_block(u_out, rows, sh);
+    double acc = 0;
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) acc += (double)u_out[i] * row[i];
+    const double sg = block_sum(acc, sh);
+    if (threadIdx.x == 0) *sigma = (float)sg;
+    if (!rowt) return;
+    acc = 0;
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) acc += (double)u_out[i] * rowt[i];
+    const double st = block_sum(acc, sh);
+    if (threadIdx.x == 0) *sigma_t = (float)st;
+}
+
 __global__ void k_sn_scale(const float *W, const float *sigma, float *out, const float *Wt,
                            const float *sigma_t, float *out_t, size_t n) {
     const float s = *sigma;
@@ -115,12 +187,35 @@ __global__ void k_sn_backward(float *dW, const float *ip, const float *u, const 
 
 }  // namespace
 
+// row, rowt and part: G·cols <= 1024 when cols <= 1024, else G = 1 (src/memory_plan.cpp counts
+// the same).
+size_t power_scratch_doubles(int rows, int max_cols) {
+    return 2 * (size_t)rows + (size_t)std::max(kPowerThreads, max_cols);
+}
+
 void power_iteration(const float *W, const float *Wt, int rows, int cols, const float *u_in,
-                     float *u_out, float *v, double *row, float *sigma, float *sigma_t,
+                     float *u_out, float *v, double *scratch, float *sigma, float *sigma_t,
                      cudaStream_t s) {
-    k_power_iteration<<<1, kPowerThreads, 0, s>>>(W, Wt, rows, cols, u_in, u_out, v, row, sigma,
-                                                  sigma_t);
-    FH_LAUNCHED("k_power_iteration");
+    // FOXHUNT_POWER_KERNELS=one: the one-block kernel (for side-by-side timing).
+    const char *e = getenv("FOXHUNT_POWER_KERNELS");
+    if (e && !strcmp(e, "one")) {
+        k_power_iteration<<<1, kPowerThreads, 0, s>>>(W, Wt, rows, cols, u_in, u_out, v, scratch,
+                                                      sigma, sigma_t);
+        FH_LAUNCHED("k_power_iteration");
+        return;
+    }
+    double *row = scratch, *rowt = scratch + rows, *part = scratch + 2 * (size_t)rows;
+    const int G = power_groups(cols);
+    k_power_cols<<<dim3((cols + 255) / 256, G), 256, 0, s>>>(W, rows, cols, u_in, part);
+    FH_LAUNCHED("k_power_cols");
+    k_power_v<<<1, kPowerThreads, 0, s>>>(part, cols, G, v);
+    FH_LAUNCHED("k_power_v");
+    k_power_rows<<<(rows + 7) / 8, 256, 0, s>>>(W, Wt, rows, cols, v, row, Wt ? rowt : nullptr,
+                                                u_out);
+    FH_LAUNCHED("k_power_rows");
+    k_power_sigma<<<1, kPowerThreads, 0, s>>>(row, Wt ? rowt : nullptr, rows, u_out, sigma,
+                                              sigma_t);
+    FH_LAUNCHED("k_power_sigma");
 }
 
 void sn_scale(const float *W, const float *sigma, float *out, const float *Wt,

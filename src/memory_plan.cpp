@@ -109,7 +109,8 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     a += (2 * B * D + 3 * B) * F + (B * NB + B) * I;   // HER outputs
     for (int k = 0; k < 2; ++k)
         if (k == 0 ? d.sn1 : d.sn2) a += (2 * H * cols[k] + cols[k]) * F;
-    a += H * D8;                                       // sn_row
+    const uint64_t power_scratch = 2 * H + std::max<uint64_t>(1024, std::max(D, H));
+    a += power_scratch * D8;                           // sn_row (spectral.cu)
     auto cache = [&](uint64_t M, bool head, bool keep_pre) {
         uint64_t n = 2 * M * H + NB * M * HB + NB * M * A;
         if (keep_pre) n *= 2;
@@ -127,7 +128,7 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     a += cache(AC, false, false) + AC * D * F;
     for (int k = 0; k < 2; ++k)
         if (k == 0 ? d.sn1 : d.sn2) a += H * cols[k] * F;
-    a += (H + std::max(D, H) + 2) * F + H * D8 + AC * NB * A * F + AC * NB * I;
+    a += (H + std::max(D, H) + 2) * F + power_scratch * D8 + AC * NB * A * F + AC * NB * I;
 
     // IQL (iql.cu).
     Arena iql;
