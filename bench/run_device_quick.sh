@@ -28,7 +28,6 @@
 #   bf16-test    test_cuda_bf16 (BF16 GEMMs, BF16 learns as TF32 does), test_cuda_determinism,
 #                test_cuda_memory_plan
 #   mode-bench   foxhunt-bench at B = 16384: TF32 and BF16, multi- and single-stream
-#   power-bench  foxhunt-bench at B = 16384: FOXHUNT_POWER_KERNELS=one,auto side by side
 #   examples     tests/examples (trainer, HER example, README snippets) on the CUDA backend
 # NCCL: CMake takes it from PyTorch's wheel (python3's nvidia.nccl) when /usr/local/cuda has
 # none; FOXHUNT_CMAKE_ARGS="-DNCCL_LIBRARY=... -DNCCL_INCLUDE_DIR=..." overrides.
@@ -161,10 +160,6 @@ for s in "$@"; do
       echo "$t rc=$?" | tee -a $log
       grep -E "\[(LEARNING|DETERMINISM|GEMM_BF16|MEMORY)\]|FAILED|rror|PASSED" $OUT/$t.txt | tee -a $log
     done ;;
-  power-bench)
-    timeout 200 build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --replay 0 \
-      --modes multi-tf32,single-tf32 --variant FOXHUNT_POWER_KERNELS=one,auto \
-      --machine h200 --out $OUT/power_bench.json 2>&1 | tail -6 | tee -a $log ;;
   mode-bench)
     timeout 200 build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --replay 0 \
       --modes multi-tf32,single-tf32,multi-bf16,single-bf16 --machine h200 \

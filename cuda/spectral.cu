@@ -1,11 +1,9 @@
 // SPEC §5.2 on the GPU: spectral normalisation (Miyato et al. 2018) as src/cpu/spectral.cpp:
-// one power iteration per step on the persistent u (one block, sums in double), σ and σ̄ of
-// the target with the same u, v, the effective weights W/σ and W̄/σ̄, and the backward's
+// one power iteration per step on the persistent u (sums in double, in a fixed order), σ and
+// σ̄ of the target with the same u, v, the effective weights W/σ and W̄/σ̄, and the backward's
 // correction (dWsn − ⟨dWsn, Wsn⟩ u vᵀ)/σ (sn_backward, run by td.cu's backward_trunk). act()
 // reuses the iteration on a scratch u.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "common.hpp"
 #include "cuda_step.hpp"
@@ -26,81 +24,16 @@ __device__ void normalize_block(float *x, int n, double *sh) {
     __syncthreads();
 }
 
-// One block. Columns sums are coalesced (thread per column); row dot products one warp a row.
-__global__ void k_power_iteration(const float *W, const float *Wt, int rows, int cols,
-                                  const float *u_in, float *u_out, float *v, double *row,
-                                  float *sigma, float *sigma_t) {
-    __shared__ double sh[kPowerThreads];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    // v = Wᵀ u. With cols <= blockDim/2 the rows are cut into G contiguous groups (G threads per
-    // column), each summed in row order, then the G partial sums in group order: a fixed order,
-    // G times less serial latency. Otherwise one thread per column sums all rows in order.
-    __shared__ double part[kPowerThreads];
-    const int G = cols <= (int)blockDim.x ? min(8, (int)blockDim.x / cols) : 1;
-    if (G > 1) {
-        const int g = threadIdx.x / cols, j = threadIdx.x % cols;
-        const int rpg = (rows + G - 1) / G;
-        if (g < G) {
-            double acc = 0;
-            const int i1 = min(rows, (g + 1) * rpg);
-#pragma unroll 8
-            for (int i = g * rpg; i < i1; ++i) acc += (double)W[(size_t)i * cols + j] * u_in[i];
-            part[g * cols + j] = acc;
-        }
-        __syncthreads();
-        if (threadIdx.x < cols) {
-            double acc = 0;
-            for (int k = 0; k < G; ++k) acc += part[k * cols + threadIdx.x];
-            v[threadIdx.x] = (float)acc;
-        }
-    } else {
-        for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-            double acc = 0;
-#pragma unroll 8
-            for (int i = 0; i < rows; ++i) acc += (double)W[(size_t)i * cols + j] * u_in[i];
-            v[j] = (float)acc;
-        }
-    }
-    __syncthreads();
-    normalize_block(v, cols, sh);
-    for (int i = warp; i < rows; i += nwarps) {  // row_i = (W v)_i
-        double acc = 0;
-#pragma unroll 4
-        for (int j = lane; j < cols; j += 32) acc += (double)W[(size_t)i * cols + j] * v[j];
-        acc = warp_sum(acc);
-        if (lane == 0) {
-            row[i] = acc;
-            u_out[i] = (float)acc;
-        }
-    }
-    __syncthreads();
-    normalize_block(u_out, rows, sh);
-    double acc = 0;  // sigma = Σ_i u_i (W v)_i
-    for (int i = threadIdx.x; i < rows; i += blockDim.x) acc += (double)u_out[i] * row[i];
-    const double sg = block_sum(acc, sh);
-    if (threadIdx.x == 0) *sigma = (float)sg;
-    if (!Wt) return;
-    acc = 0;
-    for (int i = warp; i < rows; i += nwarps) {
-        double r = 0;
-#pragma unroll 4
-        for (int j = lane; j < cols; j += 32) r += (double)Wt[(size_t)i * cols + j] * v[j];
-        r = warp_sum(r);
-        if (lane == 0) row[i] = r;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < rows; i += blockDim.x) acc += (double)u_out[i] * row[i];
-    const double st = block_sum(acc, sh);
-    if (threadIdx.x == 0) *sigma_t = (float)st;
-}
-
-// The same iteration in four kernels, so that the matrix passes spread over many SMs; every
-// sum keeps the one-block kernel's order (bit for bit its results):
+// The power iteration in four kernels, so that the matrix passes spread over many SMs (one
+// block of 1024 threads did it all before: 0.052 → 0.027 ms for the spectral child at the
+// default config, bench/results/h200-2026-12-01-power-iteration-before-after.json). The sums
+// keep that kernel's order (the same row groups, per-thread orders and block sums):
 //   k_power_cols   grid (column tiles, G): part[g][j] = Σ_{i in row group g} W[i, j] u[i]
 //   k_power_v      one block: v = normalize(Σ_g part[g]) (groups in order)
 //   k_power_rows   a warp per row: row[i] = (W v)_i, u_out[i] = row[i]; rowt[i] = (Wt v)_i
 //   k_power_sigma  one block: u_out = normalize(u_out), sigma = Σ u row, sigma_t = Σ u rowt
-// G is the one-block kernel's: min(8, 1024 / cols) row groups when cols <= 1024, else 1.
+// G = min(8, 1024 / cols) row groups when cols <= 1024, else 1; the block sums over 1024
+// threads (normalize_block, block_sum) fix their order.
 __host__ __device__ inline int power_groups(int cols) {
     return cols <= kPowerThreads ? min(8, kPowerThreads / cols) : 1;
 }
@@ -196,14 +129,6 @@ size_t power_scratch_doubles(int rows, int max_cols) {
 void power_iteration(const float *W, const float *Wt, int rows, int cols, const float *u_in,
                      float *u_out, float *v, double *scratch, float *sigma, float *sigma_t,
                      cudaStream_t s) {
-    // FOXHUNT_POWER_KERNELS=one: the one-block kernel (for side-by-side timing).
-    const char *e = getenv("FOXHUNT_POWER_KERNELS");
-    if (e && !strcmp(e, "one")) {
-        k_power_iteration<<<1, kPowerThreads, 0, s>>>(W, Wt, rows, cols, u_in, u_out, v, scratch,
-                                                      sigma, sigma_t);
-        FH_LAUNCHED("k_power_iteration");
-        return;
-    }
     double *row = scratch, *rowt = scratch + rows, *part = scratch + 2 * (size_t)rows;
     const int G = power_groups(cols);
     k_power_cols<<<dim3((cols + 255) / 256, G), 256, 0, s>>>(W, rows, cols, u_in, part);
