@@ -160,10 +160,6 @@ for s in "$@"; do
       echo "$t rc=$?" | tee -a $log
       grep -E "\[(LEARNING|DETERMINISM|GEMM_BF16|MEMORY)\]|FAILED|rror|PASSED" $OUT/$t.txt | tee -a $log
     done ;;
-  trunk-bench)
-    timeout 200 build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --replay 0 \
-      --modes multi-tf32,single-tf32 --variant FOXHUNT_TRUNK_BACKWARD=serial,fork \
-      --machine h200 --out $OUT/trunk_bench.json 2>&1 | tail -6 | tee -a $log ;;
   mode-bench)
     timeout 200 build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --replay 0 \
       --modes multi-tf32,single-tf32,multi-bf16,single-bf16 --machine h200 \

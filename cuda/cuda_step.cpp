@@ -84,7 +84,6 @@ CudaStep::CudaStep(const fh_config &c, const Layout &l, DeviceMemory &mem, const
     dh2 = mem.floats(MEM_ACT, (size_t)d.NB * B * d.H);
     dpre2 = mem.floats(MEM_ACT, B * d.H);
     dpre1 = mem.floats(MEM_ACT, B * d.H);
-    db2_partial = mem.alloc_n<double>(MEM_ACT, (size_t)colsum_chunks((int)B) * d.H);
     td_elt = mem.alloc_n<double>(MEM_ACT, B * d.NB);
     q_elt = mem.alloc_n<double>(MEM_ACT, B * d.NB);
     cql_elt = mem.alloc_n<double>(MEM_ACT, B * d.NB);

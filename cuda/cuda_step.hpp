@@ -120,7 +120,6 @@ struct CudaStep {
     float *dpreg = nullptr;               // [NB][B, HB]
     float *dh2 = nullptr;                 // [NB][B, H] per-branch dh2_b
     float *dpre2 = nullptr, *dpre1 = nullptr;  // [B, H]
-    double *db2_partial = nullptr;        // [colsum_chunks(B), H]: db2's column-sum partials
     double *td_elt = nullptr, *q_elt = nullptr;  // [B·NB] per-element terms of the sums
     // §5.5 aux
     float *v_hi = nullptr, *v_lo = nullptr, *omega = nullptr, *z_mean = nullptr;  // [B]
@@ -146,9 +145,7 @@ void forward_trunk(CudaStep &s, const LaneCtx &l);     // qnet.cu
 void forward_branch(CudaStep &s, const LaneCtx &l, int b);
 void td_loss(CudaStep &s, const LaneCtx &l);           // td.cu
 void backward_branch(CudaStep &s, const LaneCtx &l, int b);
-void backward_dpre2(CudaStep &s, const LaneCtx &l);
-void backward_w2(CudaStep &s, const LaneCtx &l);
-void backward_w1(CudaStep &s, const LaneCtx &l);
+void backward_trunk(CudaStep &s, const LaneCtx &l);
 void ema_targets(CudaStep &s, const LaneCtx &l);       // ema.cu
 void cql(CudaStep &s, const LaneCtx &l);               // cql.cu
 void ensemble(CudaStep &s, const LaneCtx &l);          // ensemble.cu

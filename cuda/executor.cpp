@@ -349,9 +349,7 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
     case Task::FWD_BRANCH: forward_branch(s, l, arg); break;
     case Task::TD_LOSS: td_loss(s, l); break;
     case Task::BWD_BRANCH: backward_branch(s, l, arg); break;
-    case Task::BWD_TRUNK: backward_dpre2(s, l); break;
-    case Task::BWD_W2: backward_w2(s, l); break;
-    case Task::BWD_W1: backward_w1(s, l); break;
+    case Task::BWD_TRUNK: backward_trunk(s, l); break;
     case Task::EMA_TARGETS: ema_targets(s, l); break;
     case Task::IQL: learner_iql(s, l); break;
     case Task::IQN: learner_iqn(s, l); break;

@@ -1,9 +1,8 @@
 // SPEC §5.4 on the GPU, as src/cpu/td.cpp: the regime-weighted Huber TD loss on the branch
 // heads (ρ of the previous step; the clamp passes gradient strictly inside ±q_clip), the
 // backward of each branch on its own lane (dU, de, dg, SiLU' with dc, dV, dh2_b), and the
-// trunk backward: Σ_b dh2_b in branch order fused with SiLU' (dpre2), then dW2 and db2 on one
-// lane beside dh1, db1, dW1 and d_states = dpre1 W1eff on another, each weight with the
-// spectral-norm correction of §5.2.
+// trunk backward: Σ_b dh2_b in branch order fused with SiLU' and db2, dW2, dh1, db1, dW1,
+// d_states = dpre1 W1eff, and the spectral-norm correction of §5.2.
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
@@ -73,59 +72,39 @@ void backward_branch(CudaStep &st, const LaneCtx &l, int b) {
     gemm_nn(l.blas, B, H, HB, dpre, p + o.V[b], dh2, 0.0f, "dh2_b = dpre V");
 }
 
-// SPEC §5.4 trunk backward (CPU: td.cpp), in three tasks: dpre2 on lane 0, then dW2 beside
-// the chain through dh1.
-namespace {
-
-// ⟨dWsn, Wsn⟩ and the correction of §5.2 for trunk layer k, when it is spectrally normalised.
-void sn_correct(CudaStep &st, const LaneCtx &l, int k) {
+// SPEC §5.4 trunk backward (CPU: td.cpp backward_trunk).
+void backward_trunk(CudaStep &st, const LaneCtx &l) {
     const Dims &d = st.d;
-    if (!(k == 0 ? d.sn1 : d.sn2)) return;
-    const int H = (int)d.H, cols = k == 0 ? (int)d.D : H;
-    float *dW = st.grad_q + (k == 0 ? st.L.q.W1 : st.L.q.W2);
-    const size_t n = (size_t)H * cols;
-    reduce_dot(dW, st.weff[k], n, l.red, l.stream);
-    reduce_final(l.red, reduce_blocks(n), &st.dm->sn_ip[k], 0, 1.0, l.stream);
-    sn_backward(dW, &st.dm->sn_ip[k], st.buf[BUF_SN_U] + (size_t)k * H, st.sn_v[k],
-                &st.dm->sigma[k], H, cols, l.stream);
-}
-
-}  // namespace
-
-// dpre2 = (Σ_b dh2_b in branch order) ⊙ SiLU'(pre2), and the column-sum partials of db2 (in
-// l.col: the BWD_W2 task on another lane reads them after the fork).
-void backward_dpre2(CudaStep &st, const LaneCtx &l) {
-    const Dims &d = st.d;
-    const int B = (int)d.B, H = (int)d.H;
+    const int B = (int)d.B, H = (int)d.H, D = (int)d.D;
+    const QOffsets &o = st.L.q;
+    float *g = st.grad_q;
+    const QView w = st.online_view();
     PtrList in{};
     for (uint32_t b = 0; b < d.NB; ++b) in.p[b] = st.dh2 + (size_t)b * B * H;
     in.n = (int)d.NB;
-    dsilu_colsum(in, st.on.pre2, B, H, kColsumRows, st.dpre2, st.db2_partial, l.stream);
-}
-
-void backward_w2(CudaStep &st, const LaneCtx &l) {
-    const Dims &d = st.d;
-    const int B = (int)d.B, H = (int)d.H;
-    float *g = st.grad_q;
-    colsum_final(st.db2_partial, B, H, g + st.L.q.b2, l.stream);
-    gemm_tn(l.blas, H, H, B, st.dpre2, st.on.h1, g + st.L.q.W2, 0.0f, "dW2sn = dpre2^T h1");
-    sn_correct(st, l, 1);
-}
-
-void backward_w1(CudaStep &st, const LaneCtx &l) {
-    const Dims &d = st.d;
-    const int B = (int)d.B, H = (int)d.H, D = (int)d.D;
-    float *g = st.grad_q;
-    gemm_nn(l.blas, B, H, H, st.dpre2, st.online_view().W2, st.dpre1, 0.0f, "dh1 = dpre2 W2sn");
-    PtrList in{};
+    dsilu_colsum(in, st.on.pre2, B, H, kColsumRows, st.dpre2, l.col, l.stream);
+    colsum_final(l.col, B, H, g + o.b2, l.stream);
+    gemm_tn(l.blas, H, H, B, st.dpre2, st.on.h1, g + o.W2, 0.0f, "dW2sn = dpre2^T h1");
+    gemm_nn(l.blas, B, H, H, st.dpre2, w.W2, st.dpre1, 0.0f, "dh1 = dpre2 W2sn");
     in.p[0] = st.dpre1;
     in.n = 1;
     dsilu_colsum(in, st.on.pre1, B, H, kColsumRows, st.dpre1, l.col, l.stream);
-    colsum_final(l.col, B, H, g + st.L.q.b1, l.stream);
-    gemm_tn(l.blas, H, D, B, st.dpre1, st.x2, g + st.L.q.W1, 0.0f, "dW1sn = dpre1^T x");
-    gemm_nn(l.blas, B, D, H, st.dpre1, st.online_view().W1, st.buf[BUF_D_STATES], 0.0f,
+    colsum_final(l.col, B, H, g + o.b1, l.stream);
+    gemm_tn(l.blas, H, D, B, st.dpre1, st.x2, g + o.W1, 0.0f, "dW1sn = dpre1^T x");
+    gemm_nn(l.blas, B, D, H, st.dpre1, w.W1, st.buf[BUF_D_STATES], 0.0f,
             "d_states = dpre1 W1sn");
-    sn_correct(st, l, 0);
+    const float *u = st.buf[BUF_SN_U];
+    const size_t off[2] = {o.W1, o.W2};
+    const int cols[2] = {D, H};
+    const bool sn[2] = {d.sn1, d.sn2};
+    for (int k = 0; k < 2; ++k) {
+        if (!sn[k]) continue;
+        const size_t n = (size_t)H * cols[k];
+        reduce_dot(g + off[k], st.weff[k], n, l.red, l.stream);
+        reduce_final(l.red, reduce_blocks(n), &st.dm->sn_ip[k], 0, 1.0, l.stream);
+        sn_backward(g + off[k], &st.dm->sn_ip[k], u + (size_t)k * H, st.sn_v[k], &st.dm->sigma[k],
+                    H, cols[k], l.stream);
+    }
 }
 
 }  // namespace fh::cuda

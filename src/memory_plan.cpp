@@ -121,7 +121,6 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     a += B * NB * I + (B * NB + B) * F;                // a*, y, Q̄sa
     a += (B * NB + 2 * NB * B * A + NB * A * HB + NB * A) * F + NB * colch * A * D8;
     a += (NB * B * HB + NB * B * H + 2 * B * H) * F + (3 * B * NB + 2 * B) * D8;
-    a += colch * H * D8;                               // db2's partials (td.cu)
     a += 5 * B * F + 2 * R * D8;                       // aux vectors, regime scratch
     const uint64_t maxN = std::max({D, H, HB, A, (uint64_t)1});
     a += (uint64_t)nlanes * (colch * maxN * D8 + 1024 * D8);

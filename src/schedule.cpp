@@ -1,8 +1,6 @@
 #include "schedule.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 namespace fh {
 
@@ -39,20 +37,7 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     fwd.ops.push_back(fork(bl));
     for (uint32_t b = 0; b < d.NB; ++b) fwd.ops.push_back(run(Task::BWD_BRANCH, 1 + b % branch_lanes, b));
     fwd.ops.push_back(join(bl));
-    // The trunk's backward after dpre2: dW2 on lane 3 beside dh1 → dpre1 → dW1, d_states on
-    // lane 2 (lanes 0 and 1 share a workspace; lane 2 has a whole one for the longer chain).
     fwd.ops.push_back(run(Task::BWD_TRUNK));
-    const char *tb = getenv("FOXHUNT_TRUNK_BACKWARD");  // TEMPORARY: side-by-side timing
-    if (tb && !strcmp(tb, "serial")) {
-        fwd.ops.push_back(run(Task::BWD_W2));
-        fwd.ops.push_back(run(Task::BWD_W1));
-    } else {
-        fwd.ops.push_back(fork(mask_of(2, 2)));
-        fwd.ops.push_back(run(Task::BWD_W1, 2));
-        fwd.ops.push_back(run(Task::BWD_W2, 3));
-        fwd.ops.push_back(join(mask_of(2, 2)));
-        fwd.num_lanes = std::max(fwd.num_lanes, 4);
-    }
     s.push_back(fwd);
 
     // The aux child (SPEC §5.5): EMA and IQL on lane 0, then IQN and attention fork onto lanes
@@ -97,12 +82,12 @@ int workspace_slot(bool multi_stream, int lane) {
 }
 
 // How much workspace a lane's handle gets: workspace_mib, but half of it for a lane that runs
-// nothing but the step's small GEMMs: the branch layers (FWD_BRANCH, BWD_BRANCH), dW2 and CQL's
-// (lanes 3 and 4 at the default config, lane 3 also running dW2 and CQL).
+// nothing but the step's small GEMMs: the branch layers (FWD_BRANCH, BWD_BRANCH) and CQL's
+// (lanes 3 and 4 at the default config, lane 3 also running CQL in the aux child).
 // The four branch lanes run side by side, so they need four buffers; halving two of them is
 // what brings multi-stream to +64 MiB over single-stream at the default config (lane 2:
 // 32 MiB, lanes 3 and 4: 16 each). These are the smallest GEMMs of the step (outputs of at
-// most B × HB, or weight gradients of at most H × H with K = B); the lanes that also run the
+// most B × HB, or weight gradients of at most HB × H with K = B); the lanes that also run the
 // trunk on 2B rows, IQN (K = B·N) or attention keep the full size. Half is a budget, not a
 // measured need: were cuBLAS to want more for these shapes, branches 2 and 3 would get another
 // (equally deterministic) algorithm than branches 0 and 1. (CQL and the regime scales took
@@ -117,8 +102,7 @@ size_t lane_workspace_bytes(const fh_config &c, const std::vector<ChildDesc> &sc
             if (op.kind == Op::RUN && op.lane == lane) {
                 runs = true;
                 small_only &= op.task == Task::FWD_BRANCH || op.task == Task::BWD_BRANCH ||
-                               op.task == Task::BWD_W2 || op.task == Task::CQL ||
-                               op.task == Task::REGIME_SCALE;
+                               op.task == Task::CQL || op.task == Task::REGIME_SCALE;
             }
     return runs && small_only ? full / 2 : full;
 }

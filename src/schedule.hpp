@@ -26,9 +26,7 @@ enum class Task : int {
     FWD_BRANCH,        // §5.4: branch `arg` forward
     TD_LOSS,           // §5.4: delta, L_td, q_mean, dz for every branch
     BWD_BRANCH,        // §5.4: branch `arg` backward: dU, de, dV, dc, dh2_b
-    BWD_TRUNK,         // §5.4: dpre2 = (sum_b dh2_b in branch order) ⊙ SiLU'(pre2)
-    BWD_W2,            // §5.4: dW2 (through §5.2), db2
-    BWD_W1,            // §5.4: dh1, db1, dW1 (through §5.2), d_states
+    BWD_TRUNK,         // §5.4: dh2 = sum_b dh2_b in branch order, trunk backward, d_states
     EMA_TARGETS,       // §5.5.1: Polyak update of the Q and IQN targets
     IQL,               // §5.5.2: both expectile nets, their Adam, advantage weights
     IQN,               // §5.5.3: loss and gradient

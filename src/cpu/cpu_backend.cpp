@@ -277,9 +277,7 @@ private:
             break;
         case Task::TD_LOSS: td_loss(s_); break;
         case Task::BWD_BRANCH: backward_branch(s_, (uint32_t)op.arg); break;
-        case Task::BWD_TRUNK: backward_dpre2(s_); break;
-        case Task::BWD_W2: backward_w2(s_); break;
-        case Task::BWD_W1: backward_w1(s_); break;
+        case Task::BWD_TRUNK: backward_trunk(s_); break;
         case Task::EMA_TARGETS: ema_targets(s_); break;
         case Task::IQL: iql(s_); break;
         case Task::IQN: iqn(s_); break;

@@ -114,10 +114,6 @@ void ddqn_join(CpuStep &s);
 // td.cpp
 void td_loss(CpuStep &s);
 void backward_branch(CpuStep &s, uint32_t b);
-// The trunk backward in the schedule's three tasks (dpre2 overwrites dh2_b[0]), and all three.
-void backward_dpre2(CpuStep &s);
-void backward_w2(CpuStep &s);
-void backward_w1(CpuStep &s);
 void backward_trunk(CpuStep &s);
 // ema.cpp, regime.cpp, confidence.cpp, adam_q.cpp
 void ema_targets(CpuStep &s);

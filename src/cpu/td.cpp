@@ -54,50 +54,29 @@ void backward_branch(CpuStep &s, uint32_t b) {
     gemm_nn(d.B, d.H, d.HB, dpre.data(), p + o.V[b], s.dh2_b[b].data());  // dh2_b = dpre V_b
 }
 
-// dpre2 = (Σ_b dh2_b) ⊙ SiLU'(pre2), in place of dh2_b[0] (not read again this step).
-void backward_dpre2(CpuStep &s) {
-    const Dims &d = s.d;
-    const size_t BH = (size_t)d.B * d.H;
-    float *dpre2 = s.dh2_b[0].data();
-    for (uint32_t b = 1; b < d.NB; ++b)  // fixed branch order
-        for (size_t i = 0; i < BH; ++i) dpre2[i] += s.dh2_b[b][i];
-    silu_backward(dpre2, s.online.pre2.data(), BH);
-}
-
-void backward_w2(CpuStep &s) {
-    const Dims &d = s.d;
-    const QOffsets &o = s.L.q;
-    float *g = s.grad.data();
-    const float *dpre2 = s.dh2_b[0].data();
-    gemm_tn(d.H, d.H, d.B, dpre2, s.online.h1.data(), g + o.W2);  // dW2sn
-    col_sum(dpre2, d.B, d.H, g + o.b2);
-    if (d.sn2)
-        sn_backward(g + o.W2, s.w_eff[1].data(), s.buf[BUF_SN_U].data() + d.H, s.sn_v[1].data(),
-                    d.H, d.H, s.sigma[1]);
-}
-
-void backward_w1(CpuStep &s) {
+void backward_trunk(CpuStep &s) {
     const Dims &d = s.d;
     const QOffsets &o = s.L.q;
     const QCache &c = s.online;
     float *g = s.grad.data();
     const size_t BH = (size_t)d.B * d.H;
+    Vec dpre2(s.dh2_b[0]);
+    for (uint32_t b = 1; b < d.NB; ++b)  // fixed branch order
+        for (size_t i = 0; i < BH; ++i) dpre2[i] += s.dh2_b[b][i];
+    silu_backward(dpre2.data(), c.pre2.data(), BH);
+    gemm_tn(d.H, d.H, d.B, dpre2.data(), c.h1.data(), g + o.W2);  // dW2sn
+    col_sum(dpre2.data(), d.B, d.H, g + o.b2);
     Vec dpre1(BH);
-    gemm_nn(d.B, d.H, d.H, s.dh2_b[0].data(), s.w_eff[1].data(), dpre1.data());  // dh1 = dpre2 W2sn
+    gemm_nn(d.B, d.H, d.H, dpre2.data(), s.w_eff[1].data(), dpre1.data());  // dh1 = dpre2 W2sn
     silu_backward(dpre1.data(), c.pre1.data(), BH);
     gemm_tn(d.H, d.D, d.B, dpre1.data(), c.x, g + o.W1);  // dW1sn
     col_sum(dpre1.data(), d.B, d.H, g + o.b1);
     // Input saliency d_states = dpre1 W1 (W1/σ1 under SN): readable after the step.
     gemm_nn(d.B, d.D, d.H, dpre1.data(), s.w_eff[0].data(), s.buf[BUF_D_STATES].data());
-    if (d.sn1)
-        sn_backward(g + o.W1, s.w_eff[0].data(), s.buf[BUF_SN_U].data(), s.sn_v[0].data(), d.H,
-                    d.D, s.sigma[0]);
-}
-
-void backward_trunk(CpuStep &s) {
-    backward_dpre2(s);
-    backward_w2(s);
-    backward_w1(s);
+    const float *u = s.buf[BUF_SN_U].data();
+    if (d.sn1) sn_backward(g + o.W1, s.w_eff[0].data(), u, s.sn_v[0].data(), d.H, d.D, s.sigma[0]);
+    if (d.sn2)
+        sn_backward(g + o.W2, s.w_eff[1].data(), u + d.H, s.sn_v[1].data(), d.H, d.H, s.sigma[1]);
 }
 
 }  // namespace fh::cpu
