@@ -51,15 +51,13 @@ __global__ void k_to_bf16(const float *__restrict__ src, size_t ld, size_t rows,
     }
 }
 
-// Stages the block and returns where it went.
-const __nv_bfloat16 *stage(const float *src, int ld, int rows, int cols, __nv_bfloat16 *dst,
-                           cudaStream_t s) {
+// Rounds the column-major [rows, cols] block at src (leading dimension ld) into dst, compact.
+void stage(const float *src, int ld, int rows, int cols, __nv_bfloat16 *dst, cudaStream_t s) {
     const bool vec4 = rows % 4 == 0 && ld % 4 == 0 && (uintptr_t)src % 16 == 0;
     const size_t n = (size_t)rows * cols;
     k_to_bf16<<<grid_for(vec4 ? n / 4 : n), kThreads, 0, s>>>(src, (size_t)ld, rows, cols, dst,
                                                               vec4);
     FH_LAUNCHED("k_to_bf16");
-    return dst;
 }
 
 // Block sizes (mc, nc, kc) whose operand blocks mc·kc + kc·nc fit `cap`: shrink the largest
