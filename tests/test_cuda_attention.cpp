@@ -38,6 +38,8 @@ extern "C" {
 #include "test_cuda_util.h"
 
 #if FOXHUNT_HAVE_CUDA
+#include "cuda_dev.hpp"
+
 namespace {
 
 using fh::cuda::AttnKernels;
@@ -51,11 +53,7 @@ const char *kname(AttnKernels k) {
     }
 }
 
-#define CK(call)                                                                   \
-    do {                                                                           \
-        cudaError_t e_ = (call);                                                   \
-        if (e_ != cudaSuccess) fail_msg("%s: %s", #call, cudaGetErrorString(e_));  \
-    } while (0)
+#define CK(call) cuda_test::cuda_ok((call), #call)
 
 struct Case {
     std::string name;

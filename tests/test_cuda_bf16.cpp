@@ -33,6 +33,9 @@ extern "C" {
 }
 
 #include "test_cuda_util.h"
+#if FOXHUNT_HAVE_CUDA
+#include "cuda_dev.hpp"
+#endif
 
 using namespace fhtest;
 
@@ -113,11 +116,8 @@ void test_every_loss_falls_as_in_tf32(void **) {
 }
 
 #if FOXHUNT_HAVE_CUDA
-#define CK(call)                                                                   \
-    do {                                                                           \
-        cudaError_t e_ = (call);                                                   \
-        if (e_ != cudaSuccess) fail_msg("%s: %s", #call, cudaGetErrorString(e_));  \
-    } while (0)
+using cuda_test::Dev;
+using cuda_test::dev_of;
 
 /* float -> bfloat16 -> float, round to nearest even (finite values). */
 float bf16_round(float f) {
@@ -142,28 +142,24 @@ struct GemmCase {
 void check_gemm(const GemmCase &t, cublasHandle_t h, void *stage) {
     const int ar = t.opa == CUBLAS_OP_N ? t.m : t.k, ac = t.opa == CUBLAS_OP_N ? t.k : t.m;
     const int br = t.opb == CUBLAS_OP_N ? t.k : t.n, bc = t.opb == CUBLAS_OP_N ? t.n : t.k;
+    printf("[GEMM_BF16] %s: operands %zu elements, stage %zu\n", t.name,
+           (size_t)ar * ac + (size_t)br * bc, fh::kBf16StageElems);
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::vector<float> a((size_t)t.lda * ac), b((size_t)t.ldb * bc), c0((size_t)t.m * t.n);
     for (float &v : a) v = u(rng);
     for (float &v : b) v = u(rng);
     for (float &v : c0) v = u(rng);
-    float *da, *db, *dc;
-    CK(cudaMalloc(&da, a.size() * 4));
-    CK(cudaMalloc(&db, b.size() * 4));
-    CK(cudaMalloc(&dc, c0.size() * 4));
-    CK(cudaMemcpy(da, a.data(), a.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(db, b.data(), b.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dc, c0.data(), c0.size() * 4, cudaMemcpyHostToDevice));
+    const Dev da = dev_of(a), db = dev_of(b), dc = dev_of(c0);
     const fh::cuda::Blas bl{h, CUBLAS_COMPUTE_32F, stage};
-    const fh::cuda::GemmDesc g{t.opa, t.opb, t.m, t.n, t.k, da, t.lda, db, t.ldb, dc, t.m};
+    const fh::cuda::GemmDesc g{t.opa, t.opb, t.m, t.n, t.k, (const float *)da.p, t.lda,
+                               (const float *)db.p, t.ldb, (float *)dc.p, t.m};
     try {
         fh::cuda::gemm_bf16(bl, g, t.beta, t.name);
     } catch (const fh::Error &e) {
         fail_msg("%s: %s", t.name, e.message.c_str());
     }
-    std::vector<float> c(c0.size());
-    CK(cudaMemcpy(c.data(), dc, c.size() * 4, cudaMemcpyDeviceToHost));
+    const std::vector<float> c = dc.get<float>();
     auto A = [&](int i, int l) { return t.opa == CUBLAS_OP_N ? a[(size_t)l * t.lda + i] : a[(size_t)i * t.lda + l]; };
     auto Bm = [&](int l, int j) { return t.opb == CUBLAS_OP_N ? b[(size_t)j * t.ldb + l] : b[(size_t)l * t.ldb + j]; };
     double worst_bf = 0, worst_exact = 0;
@@ -189,18 +185,13 @@ void check_gemm(const GemmCase &t, cublasHandle_t h, void *stage) {
     if (t.check_rounding && !(worst_exact >= 10 * worst_bf && worst_exact >= 1e-4))
         fail_msg("%s: %.3e from the float32 operands: not rounded to bfloat16?", t.name,
                  worst_exact);
-    CK(cudaFree(da));
-    CK(cudaFree(db));
-    CK(cudaFree(dc));
 }
 
 void test_gemm_bf16_against_float64(void **) {
     if (!fh_test_have_cuda()) skip();
     cublasHandle_t h;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) fail_msg("cublasCreate");
-    void *stage;
-    CK(cudaMalloc(&stage, fh::kBf16StageElems * 2 + 256));
-    const size_t cap = fh::kBf16StageElems;
+    const Dev stage(fh::kBf16StageElems * 2 + 256);
     const GemmCase cases[] = {
         /* y = x Wᵀ at 20000 rows: |x| + |W| = 5.2M elements > the stage: blocks of columns */
         {"nt, 20000 rows x 256 x 256 (column blocks)", CUBLAS_OP_T, CUBLAS_OP_N, 256, 20000, 256,
@@ -212,14 +203,7 @@ void test_gemm_bf16_against_float64(void **) {
         {"nn, strided a (lda 40), 33 x 50 x 7, beta 1", CUBLAS_OP_N, CUBLAS_OP_N, 33, 50, 7, 40, 7,
          1.0f, true},
     };
-    for (const GemmCase &t : cases) {
-        const int ar = t.opa == CUBLAS_OP_N ? t.m : t.k, ac = t.opa == CUBLAS_OP_N ? t.k : t.m;
-        const int br = t.opb == CUBLAS_OP_N ? t.k : t.n, bc = t.opb == CUBLAS_OP_N ? t.n : t.k;
-        printf("[GEMM_BF16] %s: operands %zu elements, stage %zu\n", t.name,
-               (size_t)ar * ac + (size_t)br * bc, cap);
-        check_gemm(t, h, stage);
-    }
-    CK(cudaFree(stage));
+    for (const GemmCase &t : cases) check_gemm(t, h, stage.p);
     cublasDestroy(h);
 }
 #else
