@@ -6,10 +6,6 @@
 #   ctest-par    every test_cuda_* binary under ctest -j$(nproc), as the README's test command runs them
 #   attn-test    test_cuda_attention only
 #   vs-cpu       test_cuda_vs_cpu only
-#   linear-test  test_cuda_linear only (the fused GEMM + bias + SiLU kernel against float64)
-#   linear-bench foxhunt-bench at B = 16384, FOXHUNT_LINEAR=cublas,fused side by side
-#   ncu-linear   Nsight Compute: every kernel's time with FOXHUNT_LINEAR=cublas and =fused, and
-#                the fused kernel's sections
 #   iqn-test     test_cuda_iqn only (the fused IQN kernels against float64, the paths against each other)
 #   attn-bench   foxhunt-bench-attention at B = 1024, 4096, 16384, 65536
 #   step-bench   foxhunt-bench at B = 16384, the attention kernel paths side by side
@@ -59,28 +55,6 @@ for s in "$@"; do
     timeout 400 build-dev/tests/test_cuda_attention > $OUT/attn_test.txt 2>&1
     echo "attn-test rc=$?" | tee -a $log
     grep -E "\[(ATTN|ACCURACY)\]|FAILED|rror|PASSED" $OUT/attn_test.txt | tee -a $log ;;
-  linear-test)
-    timeout 300 build-dev/tests/test_cuda_linear > $OUT/linear_test.txt 2>&1
-    echo "linear-test rc=$?" | tee -a $log
-    grep -E "\[LINEAR\]|FAILED|rror|PASSED" $OUT/linear_test.txt | tee -a $log ;;
-  linear-bench)
-    build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --replay 0 \
-      --modes multi-tf32,single-tf32 --variant FOXHUNT_LINEAR=${LINEAR_VARIANTS:-cublas,fused} --machine h200 \
-      --out $OUT/linear_bench.json 2>&1 | tail -9 | tee -a $log ;;
-  ncu-linear)
-    lv=${LINEAR_VARIANTS:-cublas,fused}
-    for v in ${lv//,/ }; do
-      FOXHUNT_LINEAR=$v timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-        build-dev/examples/foxhunt-bench --batch 16384 --steps 1 --warmup 0 --modes multi-tf32 \
-        --replay 0 --out /tmp/n.json > $OUT/ncu_linear_$v.csv 2>&1
-      echo "ncu-linear $v rc=$?" | tee -a $log
-    done
-    FOXHUNT_LINEAR=fused timeout 200 ncu --clock-control none -k regex:k_linear_silu -c 4 \
-      --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
-      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-      build-dev/examples/foxhunt-bench --batch 16384 --steps 1 --warmup 0 --modes multi-tf32 \
-      --replay 0 --out /tmp/n.json > $OUT/ncu_linear_detail.txt 2>&1
-    echo "ncu-linear detail rc=$?" | tee -a $log ;;
   iqn-test)
     timeout 300 build-dev/tests/test_cuda_iqn > $OUT/iqn_test.txt 2>&1
     echo "iqn-test rc=$?" | tee -a $log

@@ -35,7 +35,6 @@
 #include "iqn_fused.hpp"
 #include "iqn_paths.hpp"
 #include "learners.hpp"
-#include "linear_silu.hpp"
 #include "nn.cuh"
 #include "philox.hpp"
 
@@ -337,7 +336,8 @@ struct IqnLearner::Impl {
         k_taucos<<<(unsigned)((R + kTauRows - 1) / kTauRows), 256, 0, s>>>(
             seed, step, purpose, d.row0, R, Nr, C, cosb, tau_out);
         FH_LAUNCHED("k_taucos");
-        linear_silu(bl, B, Hq, D, x, P + o.Wpsi, P + o.bpsi, psi_pre, psi, "IQN psi = x Wpsi^T");
+        gemm_nt(bl, B, Hq, D, x, P + o.Wpsi, psi_pre, 0.0f, "IQN psi = x Wpsi^T");
+        bias_silu(psi_pre, psi, P + o.bpsi, d.B, Hq, s);
         gemm_nt(bl, (int)R, Hq, C, cosb, P + o.Wphi, phi, 0.0f, "IQN phi = cos Wphi^T");
         k_merge<<<dim3(aux::col_chunks(R), (Hq + kTx - 1) / kTx), dim3(kTx, kTy), 0, s>>>(
             phi, P + o.bphi, psi, mbuf, R, Nr, Hq);
@@ -357,8 +357,8 @@ struct IqnLearner::Impl {
 
         // Target Z̄ on x̃' (target net, τ' purpose 3).
         if (fused_target) {
-            linear_silu(bl, B, Hq, D, in.xn, target + o.Wpsi, target + o.bpsi, psi_pre, psi,
-                        "IQN target psi");
+            gemm_nt(bl, B, Hq, D, in.xn, target + o.Wpsi, psi_pre, 0.0f, "IQN target psi");
+            bias_silu(psi_pre, psi, target + o.bpsi, d.B, Hq, s);
             iqn::TargetArgs t{psi, target + o.Wphi, target + o.bphi, target + o.Wm,
                               target + o.bm, target + o.w_z, target + o.b_z, seed, in.step,
                               B, Nt, d.row0, zt};
@@ -375,8 +375,8 @@ struct IqnLearner::Impl {
         // loss, dZ, dhpre and the head's gradient partials.
         int head_blocks = head.blocks;
         if (fused_online) {
-            linear_silu(bl, B, Hq, D, in.x, params + o.Wpsi, params + o.bpsi, psi_pre, psi,
-                        "IQN psi = x Wpsi^T");
+            gemm_nt(bl, B, Hq, D, in.x, params + o.Wpsi, psi_pre, 0.0f, "IQN psi = x Wpsi^T");
+            bias_silu(psi_pre, psi, params + o.bpsi, d.B, Hq, s);
             iqn::OnlineArgs f{};
             f.psi = psi;
             f.Wphi = params + o.Wphi; f.bphi = params + o.bphi; f.Wm = params + o.Wm;

@@ -5,7 +5,7 @@
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
-#include "linear_silu.hpp"
+#include "nn.cuh"
 
 namespace fh::cuda {
 
@@ -42,8 +42,10 @@ __global__ void k_conf_head(const float *h2, const float *w_u, const float *b_u,
 void q_forward_trunk(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
                      const float *x, QCache &c) {
     const int M = c.M, H = (int)d.H, D = (int)d.D;
-    linear_silu(l.blas, M, H, D, x, w.W1, w.p + L.q.b1, c.pre1, c.h1, "trunk x W1^T");
-    linear_silu(l.blas, M, H, H, c.h1, w.W2, w.p + L.q.b2, c.pre2, c.h2, "trunk h1 W2^T");
+    gemm_nt(l.blas, M, H, D, x, w.W1, c.pre1, 0.0f, "trunk x W1^T");
+    bias_silu(c.pre1, c.h1, w.p + L.q.b1, M, H, l.stream);
+    gemm_nt(l.blas, M, H, H, c.h1, w.W2, c.pre2, 0.0f, "trunk h1 W2^T");
+    bias_silu(c.pre2, c.h2, w.p + L.q.b2, M, H, l.stream);
 }
 
 void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
@@ -51,7 +53,8 @@ void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QV
     const int M = c.M, H = (int)d.H, HB = (int)d.HB, A = (int)d.A;
     float *preg = c.preg + (size_t)b * M * HB, *g = c.g + (size_t)b * M * HB;
     float *z = c.z + (size_t)b * M * A, *q = c.q + (size_t)b * M * A;
-    linear_silu(l.blas, M, HB, H, c.h2, w.p + L.q.V[b], w.p + L.q.c[b], preg, g, "branch h2 V^T");
+    gemm_nt(l.blas, M, HB, H, c.h2, w.p + L.q.V[b], preg, 0.0f, "branch h2 V^T");
+    bias_silu(preg, g, w.p + L.q.c[b], M, HB, l.stream);
     gemm_nt(l.blas, M, A, HB, g, w.p + L.q.U[b], z, 0.0f, "branch g U^T");
     k_bias_clamp<<<grid_for((size_t)M * A), kThreads, 0, l.stream>>>(z, q, w.p + L.q.e[b], M, A,
                                                                     q_clip);
