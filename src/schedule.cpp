@@ -46,16 +46,19 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // IQN and attention instead of after the join (4.5 % of the step at B = 16384, multi-stream:
     // bench/results/h200-2026-12-01-aux-schedule-before-after.json). Lane 3 is the only lane of
     // the child that issues an NCCL collective (the regime statistics' sum) between the fork and
-    // the join, so no two of them run at once.
-    ChildDesc aux{ChildId::AUX, "aux", 4, {}};
+    // the join, so no two of them run at once. Without CQL (cql_alpha = 0) and with one regime,
+    // lane 3 would be empty here: it is not forked, and unless branches use it, not created.
+    const bool lane3 = c.cql_alpha > 0 || d.R > 1;
+    const int aux_forked = lane3 ? 3 : 2;
+    ChildDesc aux{ChildId::AUX, "aux", 1 + aux_forked, {}};
     aux.ops = {mark(Mark::AUX_EMA_BEGIN), run(Task::EMA_TARGETS), mark(Mark::AUX_EMA_END),
-               run(Task::IQL), mark(Mark::AUX_IQL_END), fork(mask_of(1, 3))};
+               run(Task::IQL), mark(Mark::AUX_IQL_END), fork(mask_of(1, aux_forked))};
     if (c.cql_alpha > 0) aux.ops.push_back(run(Task::CQL, 3));
     if (d.R > 1) aux.ops.push_back(run(Task::REGIME_SCALE, 3));
     aux.ops.insert(aux.ops.end(),
                    {mark(Mark::AUX_IQN_BEGIN, 1), run(Task::IQN, 1), mark(Mark::AUX_IQN_END, 1),
                     mark(Mark::AUX_ATTN_BEGIN, 2), run(Task::ATTENTION, 2),
-                    mark(Mark::AUX_ATTN_END, 2), join(mask_of(1, 3)),
+                    mark(Mark::AUX_ATTN_END, 2), join(mask_of(1, aux_forked)),
                     mark(Mark::AUX_TAIL_BEGIN), run(Task::AUX_ADAM)});
     aux.ops.push_back(run(Task::ENSEMBLE));
     aux.ops.push_back(run(Task::CONFIDENCE));

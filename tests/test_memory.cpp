@@ -4,6 +4,7 @@
  * failed first step that gives back what it allocated (L4), a save whose extra memory does not
  * grow with the checkpoint (L2), and a load that refuses a large file from its header (M2). */
 #include "memory_plan.hpp"
+#include "schedule.hpp"
 #include "replay_ref.hpp"  // before cmocka.h
 
 extern "C" {
@@ -212,6 +213,25 @@ void test_cuda_plan_categories(void **) {
     const fh::MemoryPlan single = fh::plan_cuda(c, L, attn);
     assert_int_equal(single.workspaces, 32ull << 20);
     assert_int_equal(single.activations, multi.activations);
+    {
+        /* Two branches, no CQL, one regime: nothing runs on lane 3, so it is neither forked nor
+         * given a workspace (lanes 0, 1 share one, lane 2 has its own: +32 MiB multi-stream). */
+        fh_config n = c;
+        n.exec_mode = FH_EXEC_MULTI_STREAM;
+        n.num_branches = 2;
+        n.cql_alpha = 0.0f;
+        n.num_regimes = 1;
+        const fh::Dims dn = fh::make_dims(n);
+        const fh::Layout Ln = fh::make_layout(dn);
+        assert_int_equal(fh::plan_cuda(n, Ln, attn).workspaces, (32ull + 32) << 20);
+        for (const fh::ChildDesc &ch : fh::build_schedule(dn, n)) {
+            assert_true(ch.num_lanes <= 3);
+            for (const fh::Op &op : ch.ops) assert_true(op.lane <= 2 && op.lanes < (1u << 3));
+        }
+        /* With CQL back, lane 3 runs it (half a workspace). */
+        n.cql_alpha = 0.1f;
+        assert_int_equal(fh::plan_cuda(n, Ln, attn).workspaces, (32ull + 32 + 16) << 20);
+    }
     /* The ring of cuda/replay.cu: each of the nine fields, the episode table [K, E] of uint32
      * and the E uint64 starts 256-byte aligned, then 256 bytes for the row count; two insert
      * slots of all K rows (K·E transitions of 102 bytes are far below 16 MiB), fields aligned. */
