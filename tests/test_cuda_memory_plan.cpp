@@ -67,6 +67,11 @@ void test_plan_is_the_allocation(void **) {
     c.exec_mode = FH_EXEC_SINGLE_STREAM;
     check("small, no goal, single stream", c);
     check("defaults, B = 256", default_config(256));
+    fh_config t = default_config(256);
+    t.num_branches = 2;
+    t.cql_alpha = 0.0f;
+    t.num_regimes = 1;
+    check("B = 256, NB 2, no CQL, R 1", t);  /* three lanes: no lane 3 */
     check("defaults, B = 256, strict", default_config(256), FH_MATH_STRICT);  /* unfused IQN */
     check("defaults, B = 16384", default_config(16384));
     check("defaults, B = 16384, BF16", default_config(16384), FH_MATH_BF16);

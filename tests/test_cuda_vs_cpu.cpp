@@ -115,6 +115,8 @@ void test_small_variants_1_step(void **) {
         v.num_regimes = 1;
         v.cql_alpha = 0;
         run("variant R=1, cql_alpha=0", v, 1, kBounds, false);
+        v.num_branches = 2;  /* nothing on lane 3: three lanes in all */
+        run("variant NB=2, R=1, cql_alpha=0", v, 1, kBounds, false);
     }
     {
         fh_config v = c;
