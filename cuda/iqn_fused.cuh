@@ -184,6 +184,23 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// Z's row dots without b_z, Σ_u SiLU(h_u + bm_u) w_z,u over all kHq columns of the thread's
+// rows g (z0) and g + 8 (z1), h = m Wmᵀ from the m fragments M a half at a time (h_tiles<8>,
+// z_half); every lane of the quad returns the row's sum. The target and online passes share it.
+__device__ __forceinline__ void z_rows(const Smem &s, const mma::Op (&M)[kHq / 8][4], float &z0,
+                                       float &z1) {
+    z0 = 0.0f;
+    z1 = 0.0f;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        float h[8][4];
+        h_tiles<8>(s, M, 8 * half, h);
+        z_half(s, h, half, z0, z1);
+    }
+    z0 = quad_sum(z0);
+    z1 = quad_sum(z1);
+}
+
 // The column sums of a tile over a warp's 8 row groups g (the lanes that share t), in a fixed
 // order, by a transposing butterfly: each step sends half of the values still held and keeps the
 // other half. part4() takes 4 column tiles of one quarter through the steps over g's bits 2 and 1

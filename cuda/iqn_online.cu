@@ -79,15 +79,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
                    v0 ? a.phi + r0 * kHq : nullptr, v1 ? a.phi + r1 * kHq : nullptr,
                    v0 ? a.m + r0 * kHq : nullptr, v1 ? a.m + r1 * kHq : nullptr);
         // Z_in of the thread's two rows (every lane of the quad holds them).
-        float z0 = 0.0f, z1 = 0.0f;
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            float h[8][4];
-            h_tiles<8>(sw, M, 8 * half, h);
-            z_half(sw, h, half, z0, z1);
-        }
-        z0 = quad_sum(z0) + bz;
-        z1 = quad_sum(z1) + bz;
+        float z0, z1;
+        z_rows(sw, M, z0, z1);
+        z0 += bz;
+        z1 += bz;
         // z_mean: the transition's N rows are lanes g .. g + N − 1 of one half (N ≤ 8), or both
         // halves of the warp (N = 16).
         {

@@ -38,15 +38,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
         mma::Op M[kHq / 8][4];
         merge_tile(sw, acc, a.psi + ii0 * kHq, a.psi + ii1 * kHq, M, nullptr, nullptr, nullptr,
                    nullptr);
-        float z0 = 0.0f, z1 = 0.0f;
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            float h[8][4];
-            h_tiles<8>(sw, M, 8 * half, h);
-            z_half(sw, h, half, z0, z1);
-        }
-        z0 = quad_sum(z0);
-        z1 = quad_sum(z1);
+        float z0, z1;
+        z_rows(sw, M, z0, z1);
         if (tq == 0) {
             if (r0 < R) a.zt[r0] = z0 + bz;
             if (r1 < R) a.zt[r1] = z1 + bz;
