@@ -17,6 +17,7 @@
 
 #include "../cuda/iqn_fused.hpp"
 #include "config.hpp"
+#include "error.hpp"
 #include "philox.hpp"
 #endif
 
@@ -31,6 +32,7 @@ extern "C" {
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <string>
 
 #include "test_cuda_util.h"
 
@@ -47,6 +49,23 @@ T *dev(const std::vector<T> &v) {
     if (cudaMalloc(&p, std::max<size_t>(1, v.size()) * sizeof(T)) != cudaSuccess) fail_msg("cudaMalloc");
     cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
     return p;
+}
+
+/* Runs a fused kernel's prepare and launch, then waits for it: a throw or a fault fails the test
+ * (after the handler, not from inside it). */
+template <class F>
+void launch_and_wait(const char *what, F &&launch) {
+    std::string err;
+    try {
+        launch();
+    } catch (const fh::Error &e) {
+        err = e.message;
+    } catch (...) {
+        err = "unknown exception";
+    }
+    if (!err.empty()) fail_msg("%s threw: %s", what, err.c_str());
+    const cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) fail_msg("%s: %s", what, cudaGetErrorString(e));
 }
 
 /* vec(n, sc): n normal deviates times sc (the kernels' random weights and inputs). */
@@ -79,13 +98,10 @@ void test_target_kernel_vs_float64(void **) {
         uint64_t *d_step = dev(std::vector<uint64_t>{step});
         fh::cuda::iqn::TargetArgs a{d_psi, d_Wphi, d_bphi, d_Wm, d_bm, d_wz, d_bz, seed, d_step,
                                     B, Nt, row0, d_zt};
-        try {
+        launch_and_wait("target_fused", [&] {
             fh::cuda::iqn::target_fused_prepare();
             fh::cuda::iqn::target_fused(a, fh::cuda::iqn::fused_blocks((size_t)B * Nt), 0);
-        } catch (...) {
-            fail_msg("target_fused threw");
-        }
-        if (cudaDeviceSynchronize() != cudaSuccess) fail_msg("kernel failed");
+        });
         cudaMemcpy(zt.data(), d_zt, zt.size() * 4, cudaMemcpyDeviceToHost);
         double num = 0, den = 0, worst = 0;
         for (int i = 0; i < B; ++i)
@@ -172,13 +188,10 @@ void test_online_kernel_vs_float64(void **) {
         a.scale = scale; a.seed = seed; a.step = d_step; a.B = B; a.N = N; a.Nt = Nt;
         a.row0 = row0; a.tau = d_tau; a.cos = d_cos; a.phi = d_phi; a.m = d_m; a.dh = d_dh;
         a.z_mean = d_zm; a.partial = d_part;
-        try {
+        launch_and_wait("online_fused", [&] {
             fh::cuda::iqn::online_fused_prepare();
             fh::cuda::iqn::online_fused(a, blocks, 0);
-        } catch (...) {
-            fail_msg("online_fused threw");
-        }
-        if (cudaDeviceSynchronize() != cudaSuccess) fail_msg("kernel failed");
+        });
         const std::vector<float> g_tau = back(d_tau, R), g_cos = back(d_cos, R * C),
                                  g_phi = back(d_phi, R * Hq), g_m = back(d_m, R * Hq),
                                  g_dh = back(d_dh, R * Hq), g_zm = back(d_zm, B);
@@ -276,13 +289,10 @@ void test_backward_kernel_vs_float64(void **) {
               *d_dpsi = dev(std::vector<float>((size_t)B * Hq, NAN));
         double *d_part = dev(std::vector<double>((size_t)blocks * 2 * Hq, NAN));
         const fh::cuda::iqn::BackwardArgs a{d_dh, d_Wm, d_bphi, d_psi, d_pp, d_phi, d_dpsi, B, N, d_part};
-        try {
+        launch_and_wait("backward_fused", [&] {
             fh::cuda::iqn::backward_fused_prepare();
             fh::cuda::iqn::backward_fused(a, blocks, 0);
-        } catch (...) {
-            fail_msg("backward_fused threw");
-        }
-        if (cudaDeviceSynchronize() != cudaSuccess) fail_msg("kernel failed");
+        });
         const std::vector<float> g_dphi = back(d_phi, R * Hq), g_dpsi = back(d_dpsi, (size_t)B * Hq);
         const std::vector<double> g_part = back(d_part, (size_t)blocks * 2 * Hq);
         std::vector<double> dphi(R * Hq), dpsi((size_t)B * Hq, 0.0), dbphi(Hq, 0.0), dbpsi(Hq, 0.0);
