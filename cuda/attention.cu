@@ -220,7 +220,6 @@ struct AttentionLearner::Impl {
     AttnOffsets o;
     float *params, *mom1, *mom2;
     AdamHyper hyp;
-    cublasComputeType_t compute;
 
     Geom g{};
     std::unique_ptr<attn::Path> path;
@@ -287,7 +286,6 @@ struct AttentionLearner::Impl {
          Kernels kernels)
         : d(dd), o(L.attn), params(p), mom1(m), mom2(v) {
         hyp = AdamHyper{c.lr_aux, c.adam_beta1, c.adam_beta2, c.adam_eps};
-        compute = compute_type(c);
         if (o.Wk != o.Wq + (size_t)d.d * d.d || o.Wv != o.Wk + (size_t)d.d * d.d ||
             o.bk != o.bq + d.d || o.bv != o.bk + d.d)
             fail(FH_ERR_INTERNAL, "attention: Wq|Wk|Wv and bq|bk|bv are not contiguous in the layout");
@@ -326,11 +324,7 @@ struct AttentionLearner::Impl {
 
     void loss_grad(const Lane &lane, const StepInputs &in, float *loss) {
         cudaStream_t s = lane.stream;
-        cudaStream_t hs = nullptr;
-        FH_CUBLAS(cublasGetStream(lane.blas, &hs));
-        if (hs != s)
-            fail(FH_ERR_INTERNAL, "attention: the lane's cuBLAS handle is not bound to its stream");
-        const Blas bl{lane.blas, compute, lane.bf16_stage};
+        const Blas &bl = checked_blas(lane, "attention");
         const int B = (int)d.B, dm = (int)d.d, hh = (int)d.hh, na = g.na;
         const float *P = params;
         const float *Wg = d.G > 0 ? P + o.Wg : nullptr, *bg = d.G > 0 ? P + o.bg : nullptr;

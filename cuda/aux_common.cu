@@ -74,3 +74,15 @@ RowPlan plan_rows(size_t rows, int width, int per_warp, size_t extra_per_warp_by
 }
 
 }  // namespace fh::cuda::aux
+
+namespace fh::cuda {
+
+const Blas &checked_blas(const Lane &lane, const char *who) {
+    cudaStream_t hs = nullptr;
+    FH_CUBLAS(cublasGetStream(lane.blas.handle, &hs));
+    if (hs != lane.stream)
+        fail(FH_ERR_INTERNAL, "%s: the lane's cuBLAS handle is not bound to its stream", who);
+    return lane.blas;
+}
+
+}  // namespace fh::cuda

@@ -63,7 +63,7 @@ struct LaneCtx {
     Blas blas;
     double *col;  // column-sum partials: colsum_chunks(B) × max(D, H, HB, A) doubles
     double *red;  // 1-D reduction partials: kRedMaxBlocks doubles
-    Lane lane() const { return Lane{stream, blas.handle, blas.bf16_stage}; }
+    Lane lane() const { return Lane{stream, blas}; }
 };
 
 // The device block the upload copies a batch into (fixed addresses, captured in the graph):

@@ -145,7 +145,6 @@ struct IqlLearner::Impl {
     float *params, *mom1, *mom2;
     float tau[2], awr_beta, awr_max;
     AdamHyper hyp;
-    cublasComputeType_t compute;
     int mode;
     cublasStatus_t grouped_refused = CUBLAS_STATUS_SUCCESS;
 
@@ -164,7 +163,6 @@ struct IqlLearner::Impl {
         awr_beta = c.awr_beta;
         awr_max = c.awr_max;
         hyp = AdamHyper{c.lr_aux, c.adam_beta1, c.adam_beta2, c.adam_eps};
-        compute = compute_type(c);
         if ((size_t)d.B * d.Hi > (size_t)INT32_MAX)
             fail(FH_ERR_BAD_DIMENSION, "config: batch_size * iql_hidden = %zu is too large for "
                  "the CUDA IQL learner", (size_t)d.B * d.Hi);
@@ -292,10 +290,7 @@ struct IqlLearner::Impl {
     void loss_grad(const Lane &lane, const StepInputs &in, float *v_hi, float *v_lo,
                    float *omega, float *loss) {
         cudaStream_t s = lane.stream;
-        cudaStream_t hs = nullptr;
-        FH_CUBLAS(cublasGetStream(lane.blas, &hs));
-        if (hs != s) fail(FH_ERR_INTERNAL, "IQL: the lane's cuBLAS handle is not bound to its stream");
-        const Blas bl{lane.blas, compute, lane.bf16_stage};
+        const Blas &bl = checked_blas(lane, "IQL");
         const size_t B = d.B;
         const int Hi = (int)d.Hi;
 

@@ -249,7 +249,6 @@ struct IqnLearner::Impl {
     uint64_t seed;
     float gamma, kappa;
     AdamHyper hyp;
-    cublasComputeType_t compute;
 
     aux::Arena arena;
     float *cosb, *phi, *mbuf, *hraw, *dh, *psi_pre, *psi, *dpsi, *tau, *zt, *grad;
@@ -270,7 +269,6 @@ struct IqnLearner::Impl {
         gamma = c.gamma;
         kappa = c.huber_kappa;
         hyp = AdamHyper{c.lr_aux, c.adam_beta1, c.adam_beta2, c.adam_eps};
-        compute = compute_type(c);
         const size_t Nmax = std::max(d.N, d.Nt);
         const size_t Rmax = (size_t)d.B * Nmax;
         if (Rmax > (size_t)INT32_MAX)
@@ -347,10 +345,7 @@ struct IqnLearner::Impl {
 
     void loss_grad(const Lane &lane, const StepInputs &in, float *z_mean, float *loss) {
         cudaStream_t s = lane.stream;
-        cudaStream_t hs = nullptr;
-        FH_CUBLAS(cublasGetStream(lane.blas, &hs));
-        if (hs != s) fail(FH_ERR_INTERNAL, "IQN: the lane's cuBLAS handle is not bound to its stream");
-        const Blas bl{lane.blas, compute, lane.bf16_stage};
+        const Blas &bl = checked_blas(lane, "IQN");
         const int B = (int)d.B, N = (int)d.N, Nt = (int)d.Nt, Hq = (int)d.Hq, C = (int)d.C,
                   D = (int)d.D;
         const size_t RN = (size_t)d.B * d.N, RT = (size_t)d.B * d.Nt;

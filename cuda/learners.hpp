@@ -14,16 +14,21 @@
 #include <cuda_runtime.h>
 
 #include "config.hpp"
+#include "gemm.hpp"
 #include "layout.hpp"
 
 namespace fh::cuda {
 
-// One stream with its own cuBLAS handle and workspace (bound to each other by the owner).
+// One stream with its own cuBLAS handle and workspace (bound to each other by the owner), the
+// pipeline's math mode and, in FH_MATH_BF16, the handle's operand stage: all of it in blas.
 struct Lane {
     cudaStream_t stream;
-    cublasHandle_t blas;
-    void *bf16_stage = nullptr;  // Blas::bf16_stage (FH_MATH_BF16)
+    Blas blas;
 };
+
+// lane.blas, after checking that its handle is bound to lane.stream (FH_ERR_INTERNAL naming
+// `who` otherwise: a GEMM would run on another stream than the learner's kernels).
+const Blas &checked_blas(const Lane &lane, const char *who);
 
 // Device pointers valid for the whole step, written by earlier children.
 struct StepInputs {

@@ -172,7 +172,8 @@ void run_case(const Case &cs) {
                               AttnKernels::GENERAL}) {
             try {
                 fh::cuda::AttentionLearner a(d, c, L, dp, dm, dv, k);
-                a.enqueue_loss_grad(fh::cuda::Lane{gpu.s, gpu.h}, in, dloss);
+                a.enqueue_loss_grad(fh::cuda::Lane{gpu.s, {gpu.h, fh::cuda::compute_type(c)}}, in,
+                                    dloss);
                 CK(cudaStreamSynchronize(gpu.s));
                 std::vector<float> g(o.total);
                 float loss = 0;
