@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <foxhunt.h>
 
@@ -52,11 +53,12 @@ static float parse_gamma(const char *flag, const char *text)
 
 static int parse_backend(const char *flag, const char *text)
 {
-    if (!strcmp(text, "cpu"))
+    /* Any case, as the Python binding takes them. */
+    if (!strcasecmp(text, "cpu"))
         return FH_BACKEND_CPU;
-    if (!strcmp(text, "cuda"))
+    if (!strcasecmp(text, "cuda"))
         return FH_BACKEND_CUDA;
-    if (!strcmp(text, "auto"))
+    if (!strcasecmp(text, "auto"))
         return FH_BACKEND_AUTO;
     die("%s wants cpu, cuda or auto, got '%s'", flag, text);
 }
@@ -65,7 +67,7 @@ static int parse_math(const char *flag, const char *text)
 {
     static const int modes[] = {FH_MATH_TF32, FH_MATH_STRICT, FH_MATH_BF16};
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; ++i)
-        if (!strcmp(text, math_name(modes[i])))
+        if (!strcasecmp(text, math_name(modes[i])))
             return modes[i];
     die("%s wants tf32, strict or bf16, got '%s'", flag, text);
 }

@@ -105,6 +105,17 @@ def test_bad_arguments_are_named(trainer, tmp_path, args, message):
     assert message in r.stderr
 
 
+@pytest.mark.parametrize("args", [["--math", "BF16"], ["--math", "Strict"], ["--backend", "CPU"]])
+def test_mode_names_in_any_case(trainer, tmp_path, args):
+    """As the Python binding: the names are taken in any case. Options are read in order, so the
+    bad --steps after them is the only complaint."""
+    r = subprocess.run([trainer, "--out", str(tmp_path), *args, "--steps", "0"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "--steps wants an integer in [1," in r.stderr
+    assert args[0] + " wants" not in r.stderr
+
+
 # ---- an independent reference for the baselines -------------------------------------------
 
 def reference_market():
