@@ -95,7 +95,13 @@ static void run_one(result *r, int steps, int warmup, const char *variant_var,
     c.math_mode = r->mode->math_mode;
     c.iql_gemm = r->iql_gemm;
     fh_pipeline *p = NULL;
-    CHECK(fh_pipeline_create(&c, &p));
+    const fh_status created = fh_pipeline_create(&c, &p);
+    if (created == FH_ERR_NO_CUDA) {
+        fprintf(stderr, "foxhunt-bench: it measures the CUDA backend, and there is none here: %s\n",
+                fh_last_error_message());
+        exit(1);
+    }
+    CHECK(created);
     host_batch hb;
     make_batch(&hb, &c);
     CHECK(fh_pipeline_upload(p, &hb.b));
@@ -179,7 +185,10 @@ int main(int argc, char **argv) {
                         found = 1;
                     }
                 if (!found) {
-                    fprintf(stderr, "foxhunt-bench: unknown mode '%s'\n", tok);
+                    fprintf(stderr, "foxhunt-bench: unknown mode '%s' (modes:", tok);
+                    for (size_t k = 0; k < sizeof kModes / sizeof kModes[0]; ++k)
+                        fprintf(stderr, " %s", kModes[k].name);
+                    fprintf(stderr, ")\n");
                     return 2;
                 }
             }
@@ -193,7 +202,8 @@ int main(int argc, char **argv) {
                 for (int k = 0; k < 4; ++k)
                     if (!strcmp(tok, kIqlGemm[k])) found = k;
                 if (found < 0) {
-                    fprintf(stderr, "foxhunt-bench: unknown --iql-gemm '%s'\n", tok);
+                    fprintf(stderr, "foxhunt-bench: unknown --iql-gemm '%s' (auto, grouped, "
+                                    "batched or sequential)\n", tok);
                     return 2;
                 }
                 iql[niql++] = found;

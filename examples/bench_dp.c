@@ -156,7 +156,9 @@ int main(int argc, char **argv) {
             math_mode = strstr(v, "strict") ? FH_MATH_STRICT
                         : strstr(v, "bf16") ? FH_MATH_BF16 : FH_MATH_TF32;
             if (strcmp(v, mode_name(exec_mode, math_mode))) {
-                fprintf(stderr, "foxhunt-bench-dp: unknown --mode '%s'\n", v);
+                fprintf(stderr, "foxhunt-bench-dp: unknown --mode '%s' (multi-tf32, "
+                                "single-tf32, multi-strict, single-strict, multi-bf16 or "
+                                "single-bf16)\n", v);
                 return 2;
             }
         } else {
