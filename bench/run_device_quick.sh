@@ -10,6 +10,8 @@
 #   attn-bench   foxhunt-bench-attention at B = 1024, 4096, 16384, 65536
 #   step-bench   foxhunt-bench at B = 16384, the attention kernel paths side by side
 #   digest       tests/python/state_digest.py in the four modes (bitwise checks of refactors)
+#   vbench       foxhunt-bench at B = 16384 (TF32, multi/single), one --variant run per entry of
+#                $VARIANTS ("VAR=a,b VAR2=c,d")
 #   iqn-bench    foxhunt-bench at B = 16384, the four FOXHUNT_IQN_KERNELS levels side by side
 #   ncu-attn     Nsight Compute on the tensor-core attention kernels at B = 16384
 #   ncu-iqn      Nsight Compute on the fused IQN kernels at B = 16384 (one step)
@@ -91,6 +93,13 @@ for s in "$@"; do
       build-dev/examples/foxhunt-bench --batch 16384 --steps 1 --warmup 0 --modes multi-tf32 \
       --replay 0 --out /tmp/n.json > $OUT/ncu_step.csv 2>&1
     echo "ncu-step rc=$? lines=$(wc -l < $OUT/ncu_step.csv)" | tee -a $log ;;
+  vbench)
+    # VARIANTS="VAR=a,b VAR2=c,d": one side-by-side run per variable, B = 16384, TF32
+    for vv in $VARIANTS; do
+      build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --replay 0 \
+        --modes multi-tf32,single-tf32 --variant "$vv" --machine h200 \
+        --out "$OUT/vbench_${vv%%=*}.json" 2>&1 | tail -5 | tee -a $log
+    done ;;
   iqn-bench)
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
       --variant FOXHUNT_IQN_KERNELS=unfused,target,online,fused --machine h200 \

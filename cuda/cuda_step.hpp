@@ -143,7 +143,8 @@ void ddqn_target(CudaStep &s, const LaneCtx &l);
 void ddqn_join(CudaStep &s, const LaneCtx &l);
 void forward_trunk(CudaStep &s, const LaneCtx &l);     // qnet.cu
 void forward_branch(CudaStep &s, const LaneCtx &l, int b);
-void td_loss(CudaStep &s, const LaneCtx &l);           // td.cu
+void td_loss(CudaStep &s, const LaneCtx &l);           // td.cu: delta, dz, per-row loss terms
+void td_metrics(CudaStep &s, const LaneCtx &l);        // td.cu: their sums, L_td and q_mean
 void backward_branch(CudaStep &s, const LaneCtx &l, int b);
 void backward_trunk(CudaStep &s, const LaneCtx &l);
 void ema_targets(CudaStep &s, const LaneCtx &l);       // ema.cu

@@ -348,6 +348,7 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
     case Task::FWD_TRUNK: forward_trunk(s, l); break;
     case Task::FWD_BRANCH: forward_branch(s, l, arg); break;
     case Task::TD_LOSS: td_loss(s, l); break;
+    case Task::TD_METRICS: td_metrics(s, l); break;
     case Task::BWD_BRANCH: backward_branch(s, l, arg); break;
     case Task::BWD_TRUNK: backward_trunk(s, l); break;
     case Task::EMA_TARGETS: ema_targets(s, l); break;

@@ -46,8 +46,13 @@ void td_loss(CudaStep &st, const LaneCtx &l) {
         st.on.q, st.on.z, st.y, st.action, st.regime, st.buf[BUF_REGIME] + d.R, B, NB, (int)d.A,
         (float)d.Bg, st.cfg.huber_kappa, st.cfg.q_clip, st.delta, st.dz, st.td_elt, st.q_elt);
     FH_LAUNCHED("k_td_loss");
-    sum_to(st.td_elt, (size_t)B * NB, &st.dm->td_loss, (double)d.Bg * NB, l.red, l.stream);
-    sum_to(st.q_elt, (size_t)B * NB, &st.dm->q_mean, (double)d.Bg * NB, l.red, l.stream);
+}
+
+void td_metrics(CudaStep &st, const LaneCtx &l) {
+    const Dims &d = st.d;
+    const size_t n = (size_t)d.B * d.NB;
+    sum_to(st.td_elt, n, &st.dm->td_loss, (double)d.Bg * d.NB, l.red, l.stream);
+    sum_to(st.q_elt, n, &st.dm->q_mean, (double)d.Bg * d.NB, l.red, l.stream);
 }
 
 // SPEC §5.4 backward of branch b (CPU: td.cpp backward_branch).

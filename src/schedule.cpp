@@ -1,6 +1,10 @@
 #include "schedule.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "error.hpp"
 
 namespace fh {
 
@@ -10,6 +14,14 @@ Op fork(unsigned lanes) { return Op{Op::FORK, Task::HER_RELABEL, 0, 0, lanes}; }
 Op join(unsigned lanes) { return Op{Op::JOIN, Task::HER_RELABEL, 0, 0, lanes}; }
 Op mark(Mark m, int lane = 0) { return Op{Op::MARK, Task::HER_RELABEL, lane, (int)m, 0}; }
 unsigned mask_of(int first, int count) { return ((1u << count) - 1u) << first; }
+
+// FOXHUNT_TD_METRICS: "beside" (the default) or "inline" (right after TD_LOSS, the order before).
+bool td_metrics_beside() {
+    const char *e = getenv("FOXHUNT_TD_METRICS");
+    if (!e || !*e || !strcmp(e, "beside")) return true;
+    if (!strcmp(e, "inline")) return false;
+    fail(FH_ERR_BAD_VALUE, "FOXHUNT_TD_METRICS='%s': expected beside or inline", e);
+}
 }  // namespace
 
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
@@ -34,7 +46,12 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     for (uint32_t b = 0; b < d.NB; ++b) fwd.ops.push_back(run(Task::FWD_BRANCH, 1 + b % branch_lanes, b));
     fwd.ops.push_back(join(bl));
     fwd.ops.push_back(run(Task::TD_LOSS));
+    // The TD loss and q_mean sums feed only the metrics: lane 0 sums them while the branch
+    // backward runs on the other lanes, instead of the backward waiting for them.
+    const bool beside = td_metrics_beside();
+    if (!beside) fwd.ops.push_back(run(Task::TD_METRICS));
     fwd.ops.push_back(fork(bl));
+    if (beside) fwd.ops.push_back(run(Task::TD_METRICS));
     for (uint32_t b = 0; b < d.NB; ++b) fwd.ops.push_back(run(Task::BWD_BRANCH, 1 + b % branch_lanes, b));
     fwd.ops.push_back(join(bl));
     fwd.ops.push_back(run(Task::BWD_TRUNK));
@@ -73,8 +90,9 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
 // (split-K partials and the like), so two calls that may run at the same time must not share
 // one: they would race, and results would depend on timing. Calls that never overlap may:
 // - the children run one after another (the parent graph is a chain);
-// - inside a child, lane 0 runs before its FORK and after its JOIN, lanes 1..4 only between
-//   them: lane 0 is idle while they run, and they all run side by side;
+// - inside a child, lane 0 runs its GEMMs before its FORK and after its JOIN, lanes 1..4 only
+//   between them: they all run side by side, and lane 0 runs no GEMM meanwhile (between the
+//   forward child's fork and join it sums the TD metrics, on its own reduction scratch);
 // - act()'s stream waits for the done event of the last launched step, and act() returns only
 //   once its own work has finished (also when it fails); the API is single-threaded, so no
 //   step is launched while act() runs.

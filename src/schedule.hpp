@@ -40,6 +40,8 @@ enum class Task : int {
     ADAM_Q,            // §5.6: clip and Adam over the flat Q-net buffer
     GUARD_SNAPSHOT,    // guard.hpp: copy the persistent buffers aside (first in spectral)
     GUARD_CHECK,       // guard.hpp: first non-finite quantity; if any, restore (last in adam)
+    TD_METRICS,        // §5.4: L_td and q_mean, summed over the rows (the step's metrics; the
+                       // CPU's TD_LOSS computes them in its pass)
 };
 
 // Timing marks inside the aux child (fh_timings.aux_*_ms are differences of these).

@@ -276,6 +276,7 @@ private:
             q_forward_branch(s_.d, L_, s_.online_view(), s_.online, (uint32_t)op.arg, cfg_.q_clip);
             break;
         case Task::TD_LOSS: td_loss(s_); break;
+        case Task::TD_METRICS: break;  // td_loss() summed them in its pass over the rows
         case Task::BWD_BRANCH: backward_branch(s_, (uint32_t)op.arg); break;
         case Task::BWD_TRUNK: backward_trunk(s_); break;
         case Task::EMA_TARGETS: ema_targets(s_); break;
