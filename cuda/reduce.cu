@@ -1,8 +1,6 @@
 #include "reduce.cuh"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "common.hpp"
 #include "device_math.cuh"
@@ -14,14 +12,11 @@ namespace {
 
 // ---- reductions ---------------------------------------------------------------------------------
 constexpr int kRedThreads = 256;
-// Elements per block before the grid saturates (FOXHUNT_RED_PER_BLOCK=4096|1024, read at each
-// call, so at capture: a trial).
-size_t red_per_block() {
-    const char *e = getenv("FOXHUNT_RED_PER_BLOCK");
-    if (!e || !*e || !strcmp(e, "1024")) return 1024;
-    if (!strcmp(e, "4096")) return 4096;
-    fail(FH_ERR_BAD_VALUE, "FOXHUNT_RED_PER_BLOCK='%s': expected 1024 or 4096", e);
-}
+// Elements per block before the grid saturates: four per thread. With 4096 (16 per thread) a
+// reduction of the step's sizes ran on a few blocks, each thread's loop of loads and adds one
+// after the other (step 2.604 → 2.580 ms single-stream at B = 16384,
+// bench/results/h200-2026-12-01-reduce-blocks-before-after.json).
+constexpr size_t kRedPerBlock = 1024;
 
 size_t red_chunk(size_t n, int nb) {
     size_t c = (n + nb - 1) / nb;
@@ -159,8 +154,7 @@ void reduce_partials_impl(const T *part, int rows, int width, int Z, const Segs 
 }  // namespace
 
 int reduce_blocks(size_t n) {
-    const size_t per = red_per_block();
-    size_t nb = (n + per - 1) / per;
+    size_t nb = (n + kRedPerBlock - 1) / kRedPerBlock;
     return (int)std::max<size_t>(1, std::min<size_t>(nb, kRedMaxBlocks));
 }
 

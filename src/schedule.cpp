@@ -1,10 +1,6 @@
 #include "schedule.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
-
-#include "error.hpp"
 
 namespace fh {
 
@@ -14,14 +10,6 @@ Op fork(unsigned lanes) { return Op{Op::FORK, Task::HER_RELABEL, 0, 0, lanes}; }
 Op join(unsigned lanes) { return Op{Op::JOIN, Task::HER_RELABEL, 0, 0, lanes}; }
 Op mark(Mark m, int lane = 0) { return Op{Op::MARK, Task::HER_RELABEL, lane, (int)m, 0}; }
 unsigned mask_of(int first, int count) { return ((1u << count) - 1u) << first; }
-
-// FOXHUNT_TD_METRICS: "beside" (the default) or "inline" (right after TD_LOSS, the order before).
-bool td_metrics_beside() {
-    const char *e = getenv("FOXHUNT_TD_METRICS");
-    if (!e || !*e || !strcmp(e, "beside")) return true;
-    if (!strcmp(e, "inline")) return false;
-    fail(FH_ERR_BAD_VALUE, "FOXHUNT_TD_METRICS='%s': expected beside or inline", e);
-}
 }  // namespace
 
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
@@ -47,11 +35,11 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     fwd.ops.push_back(join(bl));
     fwd.ops.push_back(run(Task::TD_LOSS));
     // The TD loss and q_mean sums feed only the metrics: lane 0 sums them while the branch
-    // backward runs on the other lanes, instead of the backward waiting for them.
-    const bool beside = td_metrics_beside();
-    if (!beside) fwd.ops.push_back(run(Task::TD_METRICS));
+    // backward runs on the other lanes, instead of the backward waiting for them (forward
+    // child 0.446 → 0.434 ms multi-stream at B = 16384,
+    // bench/results/h200-2026-12-01-td-metrics-before-after.json).
     fwd.ops.push_back(fork(bl));
-    if (beside) fwd.ops.push_back(run(Task::TD_METRICS));
+    fwd.ops.push_back(run(Task::TD_METRICS));
     for (uint32_t b = 0; b < d.NB; ++b) fwd.ops.push_back(run(Task::BWD_BRANCH, 1 + b % branch_lanes, b));
     fwd.ops.push_back(join(bl));
     fwd.ops.push_back(run(Task::BWD_TRUNK));
