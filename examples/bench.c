@@ -54,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,7 +102,7 @@ static void run_one(result *r, int steps, int warmup, const char *variant_var,
                 fh_last_error_message());
         exit(1);
     }
-    CHECK(created);
+    if (created != FH_OK) bench_die("fh_pipeline_create", created);
     host_batch hb;
     make_batch(&hb, &c);
     CHECK(fh_pipeline_upload(p, &hb.b));
@@ -142,13 +143,12 @@ static void run_one(result *r, int steps, int warmup, const char *variant_var,
     if (ro->capacity > 0) measure_replay(r, c, ro, steps, warmup);
 }
 
-static int parse_list_u32(const char *s, uint32_t *out) {
-    int n = 0;
-    char *copy = strdup(s), *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok && n < MAX_LIST; tok = strtok_r(NULL, ",", &save))
-        out[n++] = (uint32_t)strtoul(tok, NULL, 10);
-    free(copy);
-    return n;
+static void usage(FILE *f) {
+    fprintf(f, "usage: foxhunt-bench [--batch 1024,4096,16384,65536] [--steps 50] [--warmup 5]\n"
+               "  [--modes multi-tf32,single-tf32,multi-strict,single-strict,multi-bf16,"
+               "single-bf16]\n  [--iql-gemm auto|grouped|batched|sequential[,...]]\n"
+               "  [--machine NAME] [--out PATH] [--peer] [--variant VAR=a,b,...] "
+               "[--replay K,E,R]\n");
 }
 
 int main(int argc, char **argv) {
@@ -163,91 +163,77 @@ int main(int argc, char **argv) {
     const char *variants[MAX_LIST] = {""};
     replay_opts ro = {2048, 64, 16};
     int nvar = 1;
+    char *items[MAX_LIST];
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--batch") && v) {
-            nbatch = parse_list_u32(v, batches);
-            ++i;
-        } else if (!strcmp(a, "--steps") && v) {
-            steps = atoi(v);
-            ++i;
-        } else if (!strcmp(a, "--warmup") && v) {
-            warmup = atoi(v);
-            ++i;
-        } else if (!strcmp(a, "--modes") && v) {
-            nmodes = 0;
-            char *copy = strdup(v), *save = NULL;
-            for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-                int found = 0;
-                for (size_t k = 0; k < sizeof kModes / sizeof kModes[0]; ++k)
-                    if (!strcmp(tok, kModes[k].name) && nmodes < MAX_LIST) {
-                        modes[nmodes++] = &kModes[k];
-                        found = 1;
-                    }
-                if (!found) {
-                    fprintf(stderr, "foxhunt-bench: unknown mode '%s' (modes:", tok);
-                    for (size_t k = 0; k < sizeof kModes / sizeof kModes[0]; ++k)
-                        fprintf(stderr, " %s", kModes[k].name);
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--peer")) {
+            peer = 1;
+            continue;
+        }
+        if (!v) {
+            usage(stderr);
+            return 2;
+        }
+        ++i;  /* every other option takes a value */
+        if (!strcmp(a, "--batch")) {
+            nbatch = arg_list(a, v, items, MAX_LIST);
+            for (int k = 0; k < nbatch; ++k) batches[k] = (uint32_t)arg_long(a, items[k], 1, 1L << 30);
+        } else if (!strcmp(a, "--steps")) {
+            steps = (int)arg_long(a, v, 1, 1000000);
+        } else if (!strcmp(a, "--warmup")) {
+            warmup = (int)arg_long(a, v, 0, 1000000);
+        } else if (!strcmp(a, "--modes")) {
+            nmodes = arg_list(a, v, items, MAX_LIST);
+            for (int k = 0; k < nmodes; ++k) {
+                modes[k] = NULL;
+                for (size_t j = 0; j < sizeof kModes / sizeof kModes[0]; ++j)
+                    if (!strcasecmp(items[k], kModes[j].name)) modes[k] = &kModes[j];
+                if (!modes[k]) {
+                    fprintf(stderr, "foxhunt-bench: unknown mode '%s' (modes:", items[k]);
+                    for (size_t j = 0; j < sizeof kModes / sizeof kModes[0]; ++j)
+                        fprintf(stderr, " %s", kModes[j].name);
                     fprintf(stderr, ")\n");
                     return 2;
                 }
             }
-            free(copy);
-            ++i;
-        } else if (!strcmp(a, "--iql-gemm") && v) {
-            niql = 0;
-            char *copy = strdup(v), *save = NULL;
-            for (char *tok = strtok_r(copy, ",", &save); tok && niql < 4; tok = strtok_r(NULL, ",", &save)) {
-                int found = -1;
-                for (int k = 0; k < 4; ++k)
-                    if (!strcmp(tok, kIqlGemm[k])) found = k;
-                if (found < 0) {
+        } else if (!strcmp(a, "--iql-gemm")) {
+            niql = arg_list(a, v, items, 4);
+            for (int k = 0; k < niql; ++k) {
+                iql[k] = -1;
+                for (int j = 0; j < 4; ++j)
+                    if (!strcasecmp(items[k], kIqlGemm[j])) iql[k] = j;
+                if (iql[k] < 0) {
                     fprintf(stderr, "foxhunt-bench: unknown --iql-gemm '%s' (auto, grouped, "
-                                    "batched or sequential)\n", tok);
+                                    "batched or sequential)\n", items[k]);
                     return 2;
                 }
-                iql[niql++] = found;
             }
-            free(copy);
-            ++i;
-        } else if (!strcmp(a, "--machine") && v) {
+        } else if (!strcmp(a, "--machine")) {
             snprintf(machine, sizeof machine, "%s", v);
-            ++i;
-        } else if (!strcmp(a, "--out") && v) {
+        } else if (!strcmp(a, "--out")) {
             snprintf(out, sizeof out, "%s", v);
-            ++i;
-        } else if (!strcmp(a, "--replay") && v) {
+        } else if (!strcmp(a, "--replay")) {
+            const int n = arg_list(a, v, items, 3);
             uint32_t x[3] = {0, 0, 0};
-            const int n = parse_list_u32(v, x);
+            for (int k = 0; k < n; ++k) x[k] = (uint32_t)arg_long(a, items[k], 0, 1L << 30);
             ro = (replay_opts){x[0], x[1], x[2]};
             if (x[0] > 0 && (n != 3 || x[1] == 0 || x[2] == 0)) {
-                fprintf(stderr, "foxhunt-bench: --replay K,E,R with E, R >= 1 (or 0)\n");
+                fprintf(stderr, "foxhunt-bench: --replay wants K,E,R with E, R >= 1 (or 0), "
+                                "got '%s'\n", v);
                 return 2;
             }
-            ++i;
-        } else if (!strcmp(a, "--peer")) {
-            peer = 1;
-        } else if (!strcmp(a, "--variant") && v && strchr(v, '=')) {
+        } else if (!strcmp(a, "--variant") && strchr(v, '=') && strchr(v, '=') != v) {
             const char *eq = strchr(v, '=');
             snprintf(variant_var, sizeof variant_var, "%.*s", (int)(eq - v), v);
-            nvar = 0;
-            char *copy = strdup(eq + 1), *save = NULL;
-            for (char *tok = strtok_r(copy, ",", &save); tok && nvar < MAX_LIST; tok = strtok_r(NULL, ",", &save))
-                variants[nvar++] = tok;  /* copy is kept: the strings live until exit */
-            ++i;
+            nvar = arg_list(a, eq + 1, items, MAX_LIST);
+            for (int k = 0; k < nvar; ++k) variants[k] = items[k];
         } else {
-            fprintf(stderr,
-                    "usage: foxhunt-bench [--batch 1024,4096,16384,65536] [--steps 50] "
-                    "[--warmup 5]\n  [--modes multi-tf32,single-tf32,multi-strict,single-strict,"
-                    "multi-bf16,single-bf16]\n  "
-                    "[--iql-gemm auto|grouped|batched|sequential[,...]]\n  [--machine NAME] "
-                    "[--out PATH] [--peer] [--variant VAR=a,b,...] [--replay K,E,R]\n");
+            usage(stderr);
             return 2;
         }
-    }
-    if (nbatch < 1 || steps < 1 || warmup < 0 || nmodes < 1) {
-        fprintf(stderr, "foxhunt-bench: nothing to run\n");
-        return 2;
     }
     if (!machine[0] && gethostname(machine, sizeof machine - 1) != 0) strcpy(machine, "unknown");
     char date[32];
@@ -255,10 +241,6 @@ int main(int argc, char **argv) {
     strftime(date, sizeof date, "%Y-%m-%d", localtime(&now));
     if (!out[0]) snprintf(out, sizeof out, "bench/results/%s-%s.json", machine, date);
 
-    if (nvar < 1) {
-        fprintf(stderr, "foxhunt-bench: --variant needs at least one value\n");
-        return 2;
-    }
     const int nres = nbatch * nmodes * niql * nvar;
     result *res = xmalloc(sizeof(result) * (size_t)nres);
     int nr = 0;

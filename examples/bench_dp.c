@@ -142,16 +142,26 @@ int main(int argc, char **argv) {
         math_mode = FH_MATH_TF32;
     uint32_t batch = 16384;
     char machine[256] = "", out[4096] = "";
+    static const char usage[] = "usage: foxhunt-bench-dp [--world W] [--batch N] [--steps N] "
+                                "[--warmup N] [--mode M] [--machine NAME] [--out PATH]\n";
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--world") && v) world = atoi(argv[++i]);
-        else if (!strcmp(a, "--batch") && v) batch = (uint32_t)strtoul(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--steps") && v) steps = atoi(argv[++i]);
-        else if (!strcmp(a, "--warmup") && v) warmup = atoi(argv[++i]);
-        else if (!strcmp(a, "--machine") && v) snprintf(machine, sizeof machine, "%s", argv[++i]);
-        else if (!strcmp(a, "--out") && v) snprintf(out, sizeof out, "%s", argv[++i]);
-        else if (!strcmp(a, "--mode") && v) {
-            ++i;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "foxhunt-bench-dp: %s: unknown, or its value is missing\n%s", a, usage);
+            return 2;
+        }
+        ++i;  /* every option takes a value */
+        if (!strcmp(a, "--world")) world = (int)arg_long(a, v, 0, MAX_WORLD);  /* 0: every GPU */
+        else if (!strcmp(a, "--batch")) batch = (uint32_t)arg_long(a, v, 1, 1L << 30);
+        else if (!strcmp(a, "--steps")) steps = (int)arg_long(a, v, 1, 1000000);
+        else if (!strcmp(a, "--warmup")) warmup = (int)arg_long(a, v, 0, 1000000);
+        else if (!strcmp(a, "--machine")) snprintf(machine, sizeof machine, "%s", v);
+        else if (!strcmp(a, "--out")) snprintf(out, sizeof out, "%s", v);
+        else if (!strcmp(a, "--mode")) {
             exec_mode = strncmp(v, "single", 6) == 0;
             math_mode = strstr(v, "strict") ? FH_MATH_STRICT
                         : strstr(v, "bf16") ? FH_MATH_BF16 : FH_MATH_TF32;
@@ -162,20 +172,22 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else {
-            fprintf(stderr, "usage: foxhunt-bench-dp [--world W] [--batch N] [--steps N] "
-                            "[--warmup N] [--mode M] [--machine NAME] [--out PATH]\n");
+            fprintf(stderr, "foxhunt-bench-dp: unknown option '%s'\n%s", a, usage);
             return 2;
         }
     }
     int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-        fprintf(stderr, "foxhunt-bench-dp: no CUDA device\n");
+    const cudaError_t de = cudaGetDeviceCount(&ndev);
+    if (de != cudaSuccess || ndev < 1) {
+        fprintf(stderr, "foxhunt-bench-dp: it measures the CUDA backend on every GPU, and there "
+                        "is none here (%s)\n",
+                de != cudaSuccess ? cudaGetErrorString(de) : "no CUDA device");
         return 1;
     }
     if (world <= 0) world = ndev < MAX_WORLD ? ndev : MAX_WORLD;
-    if (world > ndev || world > MAX_WORLD || steps < 1 || warmup < 0) {
-        fprintf(stderr, "foxhunt-bench-dp: --world %d with %d GPUs (at most %d), --steps %d\n",
-                world, ndev, MAX_WORLD, steps);
+    if (world > ndev) {
+        fprintf(stderr, "foxhunt-bench-dp: --world %d, but this machine has %d GPUs\n", world,
+                ndev);
         return 2;
     }
     if (!machine[0]) snprintf(machine, sizeof machine, "gpu");

@@ -50,6 +50,34 @@ static double urand(void) {
 }
 static float nrand(void) { return (float)((urand() + urand() + urand() + urand() - 2.0) * 1.7320508); }
 
+long arg_long(const char *flag, const char *text, long lo, long hi) {
+    char *end = NULL;
+    errno = 0;
+    const long v = strtol(text, &end, 10);
+    if (end == text || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
+        fprintf(stderr, "%s: %s wants an integer in [%ld, %ld], got '%s'\n",
+                program_invocation_short_name, flag, lo, hi, text);
+        exit(2);
+    }
+    return v;
+}
+
+int arg_list(const char *flag, const char *text, char **items, int max) {
+    char *copy = strdup(text);
+    int n = 0;
+    for (char *p = copy, *next; p; p = next) {
+        next = strchr(p, ',');
+        if (next) *next++ = '\0';
+        if (!*p || n == max) {
+            fprintf(stderr, "%s: %s wants 1 to %d comma-separated values, got '%s'\n",
+                    program_invocation_short_name, flag, max, text);
+            exit(2);
+        }
+        items[n++] = p;
+    }
+    return n;
+}
+
 void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p) {

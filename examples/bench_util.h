@@ -39,4 +39,12 @@ void mkdirs_for(const char *path);
 /* path opened for writing, its folders created first; exits with a message on failure. */
 FILE *open_output(const char *path);
 
+/* Command-line values. Each exits 2 with "<prog>: <flag> wants ..., got '<text>'" when the
+ * value does not fit. */
+/* A decimal integer in [lo, hi], the whole of text. */
+long arg_long(const char *flag, const char *text, long lo, long hi);
+/* text split at commas into 1 to max non-empty items (pointers into one copy, kept until exit);
+ * returns their count. */
+int arg_list(const char *flag, const char *text, char **items, int max);
+
 #endif

@@ -22,13 +22,17 @@ static const char USAGE[] =
 #include "usage.inc"
     ;
 
+/* Where a value comes from when it is not the command line: "<path>:<line>: " while
+ * options_load() reads a run's options.txt, so that a bad value there names its line. */
+static char value_origin[4300] = "";
+
 static long parse_long(const char *flag, const char *text, long min, long max)
 {
     char *end = NULL;
     errno = 0;
     long v = strtol(text, &end, 10);
     if (errno || end == text || *end != '\0' || v < min || v > max)
-        die("%s wants an integer in [%ld, %ld], got '%s'", flag, min, max, text);
+        die("%s%s wants an integer in [%ld, %ld], got '%s'", value_origin, flag, min, max, text);
     return v;
 }
 
@@ -38,7 +42,7 @@ static uint64_t parse_u64(const char *flag, const char *text)
     errno = 0;
     unsigned long long v = strtoull(text, &end, 10);
     if (errno || end == text || *end != '\0' || text[0] == '-')
-        die("%s wants a non-negative integer, got '%s'", flag, text);
+        die("%s%s wants a non-negative integer, got '%s'", value_origin, flag, text);
     return (uint64_t)v;
 }
 
@@ -47,7 +51,7 @@ static float parse_gamma(const char *flag, const char *text)
     char *end = NULL;
     double g = strtod(text, &end);
     if (end == text || *end != '\0' || !(g >= 0.0 && g <= 1.0))
-        die("%s wants a number in [0, 1], got '%s'", flag, text);
+        die("%s%s wants a number in [0, 1], got '%s'", value_origin, flag, text);
     return (float)g;
 }
 
@@ -60,7 +64,7 @@ static int parse_backend(const char *flag, const char *text)
         return FH_BACKEND_CUDA;
     if (!strcasecmp(text, "auto"))
         return FH_BACKEND_AUTO;
-    die("%s wants cpu, cuda or auto, got '%s'", flag, text);
+    die("%s%s wants cpu, cuda or auto, got '%s'", value_origin, flag, text);
 }
 
 static int parse_math(const char *flag, const char *text)
@@ -69,7 +73,7 @@ static int parse_math(const char *flag, const char *text)
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; ++i)
         if (!strcasecmp(text, math_name(modes[i])))
             return modes[i];
-    die("%s wants tf32, strict or bf16, got '%s'", flag, text);
+    die("%s%s wants tf32, strict or bf16, got '%s'", value_origin, flag, text);
 }
 
 const char *math_name(int math)
@@ -200,6 +204,7 @@ void options_load(options *o, const char *path)
         *value++ = '\0';
         char flag[64];
         snprintf(flag, sizeof flag, "--%.48s", line);
+        snprintf(value_origin, sizeof value_origin, "%s:%d: ", path, lineno);
         if (!strcmp(line, "backend")) {
             if (o->backend == FH_BACKEND_AUTO) /* --backend on the command line wins */
                 o->backend = parse_backend(flag, value);
@@ -210,5 +215,6 @@ void options_load(options *o, const char *path)
             die("%s:%d: unknown key '%s'", path, lineno, line);
         }
     }
+    value_origin[0] = '\0';
     fclose(f);
 }

@@ -300,9 +300,10 @@ static void print_progress(const seed_run *r, int index, const run_plan *plan,
     char eta[32];
     format_duration(rate > 0.0 ? (double)(pg->steps_total - pg->steps_done) / rate : 0.0, eta,
                     sizeof eta);
-    printf("seed %d/%d step %5ld/%ld %3.0f %%  eps %.2f  td_loss %6.3f  Sharpe: train %+5.2f, "
-           "valid %+5.2f (best %+5.2f @ %ld)  %4.1f steps/s  all %3.0f %%, ETA %s\n",
-           index + 1, pg->seeds_total, row->step, plan->steps,
+    /* The seed as the report and the seed-N folders name it, then how many of the run's seeds. */
+    printf("seed %llu (%d/%d) step %5ld/%ld %3.0f %%  eps %.2f  td_loss %6.3f  Sharpe: train "
+           "%+5.2f, valid %+5.2f (best %+5.2f @ %ld)  %4.1f steps/s  all %3.0f %%, ETA %s\n",
+           (unsigned long long)r->seed, index + 1, pg->seeds_total, row->step, plan->steps,
            100.0 * (double)row->step / (double)plan->steps, (double)row->epsilon,
            row->metrics.td_loss, row->train_sharpe, row->valid_sharpe, r->best_sharpe,
            r->best_step, rate, 100.0 * (double)pg->steps_done / (double)pg->steps_total, eta);

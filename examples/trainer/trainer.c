@@ -55,14 +55,15 @@
 #define REPLAY_TRANSITIONS (1u << 18)
 
 /* The defaults depend on the backend, which AUTO only reveals after creation: a tiny probe
- * pipeline answers that cheaply before the real one is sized. */
+ * pipeline answers that cheaply before the real one is sized. With --backend cuda the probe
+ * checks that there is a device before any file of the run is written. */
 static int resolve_backend(int requested)
 {
-    if (requested != FH_BACKEND_AUTO)
+    if (requested == FH_BACKEND_CPU)
         return requested;
     fh_config c;
     check(fh_config_init(&c), "fh_config_init");
-    c.backend = FH_BACKEND_AUTO;
+    c.backend = requested;
     c.batch_size = 1;
     c.obs_dim = 4;
     c.goal_dim = 0;
@@ -74,7 +75,11 @@ static int resolve_backend(int requested)
     c.attn_heads = 1;
     c.attn_head_hidden = 8;
     fh_pipeline *probe = NULL;
-    check(fh_pipeline_create(&c, &probe), "fh_pipeline_create (backend probe)");
+    const fh_status st = fh_pipeline_create(&c, &probe);
+    if (st == FH_ERR_NO_CUDA)
+        die("--backend cuda: %s (%s); --backend cpu trains on the CPU", fh_status_string(st),
+            fh_last_error_message());
+    check(st, "fh_pipeline_create (backend probe)");
     int32_t backend = FH_BACKEND_CPU;
     check(fh_pipeline_backend(probe, &backend), "fh_pipeline_backend");
     fh_pipeline_destroy(probe);
@@ -175,10 +180,12 @@ static void print_setup(const market *m, const run_plan *plan, const options *o)
            o->data, m->n, market_period(m, PERIOD_TRAIN).to - m->first + 1,
            m->test_start - m->valid_start, m->n - m->test_start);
     printf("run: %d seed(s) from %llu, %ld steps each, batch %u, validation check every %ld "
-           "steps, patience %ld, gamma %.3f, %d envs, replay %u rows x %u, math %s\n", o->seeds,
+           "steps, patience %ld, gamma %.3f, %d envs, replay %u rows x %u, math %s%s\n", o->seeds,
            (unsigned long long)o->seed, plan->steps, c->batch_size, plan->eval_every,
            plan->patience, (double)c->gamma, plan->num_envs, c->replay_capacity,
-           c->replay_envs, math_name(c->math_mode));
+           c->replay_envs, math_name(c->math_mode),
+           c->backend == FH_BACKEND_CPU ? " (the CPU backend computes in float32 whatever the mode)"
+                                        : "");
     printf("output: %s\n", o->out);
     fflush(stdout);
 }
@@ -223,7 +230,7 @@ static seed_result evaluate_seed(const seed_run *r, const run_plan *plan, const 
     return s;
 }
 
-static void print_speed(const seed_run *runs, int n, long steps_done, double seconds)
+static void print_speed(const seed_run *runs, int n, long steps_done, double seconds, int backend)
 {
     loop_clock c = {0, 0, 0, 0, 0};
     for (int i = 0; i < n; ++i) {
@@ -237,9 +244,11 @@ static void print_speed(const seed_run *runs, int n, long steps_done, double sec
         return;
     double k = 1e3 / (double)steps_done;
     printf("\nspeed: %ld steps in %.1f s, %.1f steps/s; host ms per step: act %.3f (with any "
-           "wait for the step in flight), launch %.3f, envs %.3f, insert %.3f, "
+           "wait for the step in flight), launch %.3f%s, envs %.3f, insert %.3f, "
            "checks %.3f\n",
            steps_done, seconds, (double)steps_done / seconds, c.act * k, c.launch * k,
+           backend == FH_BACKEND_CPU ? " (the step itself: the CPU backend runs it in the call)"
+                                     : "",
            c.envs * k, c.insert * k, c.checks * k);
 }
 
@@ -297,7 +306,7 @@ int main(int argc, char **argv)
     baselines_compute(&base, &m);
     report_print(&m, results, o.seeds, &base);
     if (!o.quiet)
-        print_speed(runs, o.seeds, pg.steps_done, train_seconds);
+        print_speed(runs, o.seeds, pg.steps_done, train_seconds, plan.cfg.backend);
     join(path, sizeof path, o.out, "summary.csv");
     write_summary_csv(path, results, o.seeds, &base);
     join(path, sizeof path, o.out, "equity.csv");

@@ -105,6 +105,34 @@ def test_bad_arguments_are_named(trainer, tmp_path, args, message):
     assert message in r.stderr
 
 
+def test_cuda_without_a_device_writes_nothing(trainer, tmp_path):
+    """--backend cuda with no usable device fails before any file of the run is written."""
+    out = tmp_path / "run"
+    r = subprocess.run([trainer, "--backend", "cuda", "--steps", "1", "--batch", "8", "--seeds",
+                        "1", "--quiet", "--out", str(out)], capture_output=True, text=True)
+    if "FH_ERR_NO_CUDA" not in r.stderr:
+        pytest.skip("a CUDA device is usable here")
+    assert r.returncode == 1
+    assert "--backend cpu trains on the CPU" in r.stderr
+    assert not out.exists()
+
+
+def test_resume_names_a_bad_line_of_options_txt(trainer, tmp_path):
+    """A bad value in a run's options.txt is refused on --resume with the file and line named."""
+    out = tmp_path / "run"
+    r = subprocess.run([trainer, "--backend", "cpu", "--steps", "2", "--seeds", "1", "--batch",
+                        "64", "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    opts = (out / "options.txt").read_text().splitlines()
+    line = next(i for i, l in enumerate(opts) if l.startswith("math ")) + 1
+    opts[line - 1] = "math fp16"
+    (out / "options.txt").write_text("\n".join(opts) + "\n")
+    r = subprocess.run([trainer, "--resume", "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "%s:%d: --math wants tf32, strict or bf16, got 'fp16'" % (out / "options.txt", line) \
+        in r.stderr
+
+
 @pytest.mark.parametrize("args", [["--math", "BF16"], ["--math", "Strict"], ["--backend", "CPU"]])
 def test_mode_names_in_any_case(trainer, tmp_path, args):
     """As the Python binding: the names are taken in any case. Options are read in order, so the
