@@ -8,6 +8,7 @@
 #include "device_math.cuh"
 #include "philox.hpp"
 #include "lanes.hpp"
+#include "memory_plan.hpp"
 
 namespace fh::cuda {
 
@@ -42,8 +43,8 @@ Actor::Actor(const fh_config &c, const Layout &L, DeviceMemory &mem, const Lanes
     const Dims &d = d_;
     try {
         FH_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-        blas_ = make_handle(c, stream_, lanes.workspace(0), lanes.workspace_bytes(0));
-        bf16_stage_ = lanes.bf16_stage(0);
+        blas_ = Blas{make_handle(c, stream_, lanes.workspace(0), lanes.workspace_bytes(0)),
+                     compute_type(c), lanes.bf16_stage(0)};
         alloc_qcache(mem, d, c_, kChunk, false, false);
         x_ = mem.floats(MEM_ACT, (size_t)kChunk * d.D);
         const size_t cols[2] = {d.D, d.H};
@@ -53,7 +54,7 @@ Actor::Actor(const fh_config &c, const Layout &L, DeviceMemory &mem, const Lanes
         u_ = mem.floats(MEM_ACT, d.H);
         v_ = mem.floats(MEM_ACT, std::max(d.D, d.H));
         sigma_ = mem.floats(MEM_ACT, 2);
-        row_ = mem.alloc_n<double>(MEM_ACT, power_scratch_doubles((int)d.H, (int)std::max(d.D, d.H)));
+        row_ = mem.alloc_n<double>(MEM_ACT, power_scratch_doubles(d));
         qv_ = mem.floats(MEM_ACT, (size_t)kChunk * d.NB * d.A);
         actions_ = mem.alloc_n<int32_t>(MEM_ACT, (size_t)kChunk * d.NB);
         // Pinned host copies, not part of fh_pipeline_memory's device categories.
@@ -68,9 +69,9 @@ Actor::Actor(const fh_config &c, const Layout &L, DeviceMemory &mem, const Lanes
 
 void Actor::release() noexcept {
     if (stream_) cudaStreamSynchronize(stream_);
-    if (blas_) cublasDestroy(blas_);
+    if (blas_.handle) cublasDestroy(blas_.handle);
     if (stream_) cudaStreamDestroy(stream_);
-    blas_ = nullptr;
+    blas_.handle = nullptr;
     stream_ = nullptr;
 }
 
@@ -110,7 +111,7 @@ void Actor::run(const CudaStep &st, cudaEvent_t step_done, const float *obs, con
         W[k] = weff_[k];
     }
     const QView w{p, W[0], W[1]};
-    const LaneCtx l{s, Blas{blas_, compute_type(cfg_), bf16_stage_}, nullptr, nullptr};
+    const LaneCtx l{s, blas_, nullptr, nullptr};
     for (uint32_t row0 = 0; row0 < n; row0 += kChunk) {
         const int m = (int)std::min<uint32_t>(kChunk, n - row0);
         for (int i = 0; i < m; ++i) {

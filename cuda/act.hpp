@@ -40,8 +40,7 @@ private:
     const Layout &L_;
     Dims d_;
     cudaStream_t stream_ = nullptr;
-    cublasHandle_t blas_ = nullptr;
-    void *bf16_stage_ = nullptr;  // lane 0's (FH_MATH_BF16)
+    Blas blas_{};  // its own handle on stream_; lane 0's workspace and bfloat16 stage
     QCache c_;
     float *x_ = nullptr, *weff_[2] = {}, *u_ = nullptr, *v_ = nullptr, *sigma_ = nullptr,
           *qv_ = nullptr;

@@ -5,6 +5,7 @@
 
 #include "common.hpp"
 #include "device_memory.hpp"
+#include "memory_plan.hpp"
 #include "reduce.cuh"
 
 namespace fh::cuda {
@@ -60,7 +61,7 @@ CudaStep::CudaStep(const fh_config &c, const Layout &l, DeviceMemory &mem, const
             weff_t[k] = mem.floats(MEM_ACT, (size_t)d.H * cols[k]);
             sn_v[k] = mem.floats(MEM_ACT, cols[k]);
         }
-    sn_row = mem.alloc_n<double>(MEM_ACT, power_scratch_doubles((int)d.H, (int)std::max(d.D, d.H)));
+    sn_row = mem.alloc_n<double>(MEM_ACT, power_scratch_doubles(d));
 
     alloc_qcache(mem, d, next, (int)B, false, false);
     alloc_qcache(mem, d, tgt, (int)(2 * B), false, false);

@@ -168,9 +168,8 @@ void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QV
                       QCache &c, int b, float q_clip);
 // spectral.cu: one power iteration on W [rows, cols] from u_in (u_out may alias it):
 // v = normalize(Wᵀu), u = normalize(W v), sigma = uᵀ W v, sigma_t = uᵀ Wt v (Wt may be null).
-// `scratch` holds power_scratch_doubles(rows, c) doubles for some c >= cols. Writes v [cols],
-// u_out, sigma[0], and sigma_t[0] when Wt is given.
-size_t power_scratch_doubles(int rows, int max_cols);
+// `scratch` holds power_scratch_doubles(d) doubles (src/memory_plan.hpp; rows = H, cols <=
+// max(D, H)). Writes v [cols], u_out, sigma[0], and sigma_t[0] when Wt is given.
 void power_iteration(const float *W, const float *Wt, int rows, int cols, const float *u_in,
                      float *u_out, float *v, double *scratch, float *sigma, float *sigma_t,
                      cudaStream_t s);

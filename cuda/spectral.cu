@@ -3,17 +3,16 @@
 // σ̄ of the target with the same u, v, the effective weights W/σ and W̄/σ̄, and the backward's
 // correction (dWsn − ⟨dWsn, Wsn⟩ u vᵀ)/σ (sn_backward, run by td.cu's backward_trunk). act()
 // reuses the iteration on a scratch u.
-#include <algorithm>
-
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
+#include "memory_plan.hpp"
 
 namespace fh::cuda {
 
 namespace {
 
-constexpr int kPowerThreads = 1024;
+constexpr int kPowerThreads = kPowerBlockThreads;  // memory_plan.hpp sizes the scratch by it
 
 __device__ void normalize_block(float *x, int n, double *sh) {
     double acc = 0;
@@ -119,12 +118,6 @@ __global__ void k_sn_backward(float *dW, const float *ip, const float *u, const 
 }
 
 }  // namespace
-
-// row, rowt and part: G·cols <= 1024 when cols <= 1024, else G = 1 (src/memory_plan.cpp counts
-// the same).
-size_t power_scratch_doubles(int rows, int max_cols) {
-    return 2 * (size_t)rows + (size_t)std::max(kPowerThreads, max_cols);
-}
 
 void power_iteration(const float *W, const float *Wt, int rows, int cols, const float *u_in,
                      float *u_out, float *v, double *scratch, float *sigma, float *sigma_t,

@@ -109,7 +109,7 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     a += (2 * B * D + 3 * B) * F + (B * NB + B) * I;   // HER outputs
     for (int k = 0; k < 2; ++k)
         if (k == 0 ? d.sn1 : d.sn2) a += (2 * H * cols[k] + cols[k]) * F;
-    const uint64_t power_scratch = 2 * H + std::max<uint64_t>(1024, std::max(D, H));
+    const uint64_t power_scratch = power_scratch_doubles(d);
     a += power_scratch * D8;                           // sn_row (spectral.cu)
     auto cache = [&](uint64_t M, bool head, bool keep_pre) {
         uint64_t n = 2 * M * H + NB * M * HB + NB * M * A;

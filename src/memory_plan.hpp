@@ -12,6 +12,7 @@
 // those files.
 #pragma once
 #include <foxhunt.h>
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -19,6 +20,15 @@
 #include "layout.hpp"
 
 namespace fh {
+
+// The CUDA spectral power iteration (cuda/spectral.cu): the width of its one-block kernels, and
+// the double scratch one iteration over an SN layer W [H, cols] needs: row and rowt [H] and the
+// column groups' partial sums (G·cols <= 1024 when cols <= 1024, else cols), for every SN
+// layer's cols <= max(D, H). The step and act() each hold one; the plan counts both.
+constexpr int kPowerBlockThreads = 1024;
+inline uint64_t power_scratch_doubles(const Dims &d) {
+    return 2 * (uint64_t)d.H + std::max<uint64_t>(kPowerBlockThreads, std::max(d.D, d.H));
+}
 
 struct MemoryPlan {
     // As fh_memory_report: parameters, activations, workspaces, batch_staging, replay.
