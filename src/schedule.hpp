@@ -12,8 +12,9 @@
 
 namespace fh {
 
-// SAMPLE runs first when it exists; it is numbered last so that the others keep their numbers.
-enum class ChildId : int { HER = 0, SPECTRAL, DDQN, FORWARD, AUX, ADAM, SAMPLE, COUNT };
+// SAMPLE runs first when it exists, LEARNERS beside ddqn and forward when it exists; they are
+// numbered last so that the others keep their numbers.
+enum class ChildId : int { HER = 0, SPECTRAL, DDQN, FORWARD, AUX, ADAM, SAMPLE, LEARNERS, COUNT };
 
 enum class Task : int {
     SAMPLE,            // §5.0: the batch drawn from the replay (only with a replay)
@@ -27,7 +28,8 @@ enum class Task : int {
     TD_LOSS,           // §5.4: delta, L_td, q_mean, dz for every branch
     BWD_BRANCH,        // §5.4: branch `arg` backward: dU, de, dV, dc, dh2_b
     BWD_TRUNK,         // §5.4: dh2 = sum_b dh2_b in branch order, trunk backward, d_states
-    EMA_TARGETS,       // §5.5.1: Polyak update of the Q and IQN targets
+    EMA_Q_TARGET,      // §5.5.1: Polyak update of the Q target (confidence head included)
+    EMA_IQN_TARGET,    // §5.5.1: Polyak update of the IQN target
     IQL,               // §5.5.2: both expectile nets, their Adam, advantage weights
     IQN,               // §5.5.3: loss and gradient
     ATTENTION,         // §5.5.4: loss and gradient
@@ -62,12 +64,20 @@ struct Op {
 struct ChildDesc {
     ChildId id;
     const char *name;
-    int num_lanes;  // lanes used, the origin lane included
+    int num_lanes;  // lanes used, the origin lane included (the highest lane used + 1)
     std::vector<Op> ops;
+    // The children it waits for; empty: the one before it in the list. The CPU executor runs
+    // the list in order, which every `after` agrees with.
+    std::vector<ChildId> after = {};
 };
 
-// Lanes a pipeline owns: enough for the widest child.
-constexpr int kMaxLanes = 5;
+// Lanes a pipeline owns: enough for the widest child. Lanes 5 and 6 run only the learners
+// child, beside every lane of spectral, ddqn and forward.
+constexpr int kMaxLanes = 7;
+
+// Whether IQN and attention run in a child of their own beside ddqn and forward (multi-stream
+// only; FOXHUNT_LEARNERS=aux puts them back in the aux child, for side-by-side benchmarks).
+bool learners_beside_q(const fh_config &c);
 
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c);
 
