@@ -23,11 +23,8 @@ void polyak(float *target, const float *online, size_t n, float tau, cudaStream_
 
 }  // namespace
 
-void ema_q_target(CudaStep &st, const LaneCtx &l) {
+void ema_targets(CudaStep &st, const LaneCtx &l) {
     polyak(st.buf[BUF_Q_TARGET], st.buf[BUF_Q], st.L.q.total, st.cfg.ema_tau, l.stream);
-}
-
-void ema_iqn_target(CudaStep &st, const LaneCtx &l) {
     polyak(st.buf[BUF_IQN_TARGET], st.buf[BUF_IQN], st.L.iqn.total, st.cfg.ema_tau, l.stream);
 }
 

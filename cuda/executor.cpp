@@ -55,7 +55,7 @@ cudaEvent_t g_last_done = nullptr;  // guarded by g_last_mu
 const void *g_last_owner = nullptr;
 replay::BatchBlock g_last_block{};   // of the most recently created pipeline, g_last_mu
 const void *g_block_owner = nullptr;
-std::atomic<long> g_child_nodes[(int)ChildId::COUNT] = {-1, -1, -1, -1, -1, -1, -1, -1};
+std::atomic<long> g_child_nodes[(int)ChildId::COUNT] = {-1, -1, -1, -1, -1, -1, -1};
 std::atomic<int> g_iql_gemm_mode{-1};  // fh_iql_gemm of the most recently created pipeline
 
 class CudaBackend final : public Backend {
@@ -73,12 +73,12 @@ public:
 
     void upload(const fh_batch &b) override {
         DeviceGuard guard(device_);
-        up_->upload(b, her_end_);
+        up_->upload(b, child_ev_[her_end_ev_]);
         has_batch_ = true;
     }
     void upload_device(const fh_batch &b) override {
         DeviceGuard guard(device_);
-        up_->upload_device(b, her_end_, *check_, device_,
+        up_->upload_device(b, child_ev_[her_end_ev_], *check_, device_,
                            [this] { has_batch_ = true; });
     }
     bool has_batch() const override { return has_batch_; }
@@ -149,12 +149,11 @@ private:
 
     cudaEvent_t fork_ev_ = nullptr;
     cudaEvent_t join_ev_[kMaxLanes] = {};
-    // Per schedule entry: event-record nodes before and after the child's node.
-    cudaEvent_t begin_ev_[(int)ChildId::COUNT] = {}, end_ev_[(int)ChildId::COUNT] = {};
+    cudaEvent_t child_ev_[(int)ChildId::COUNT + 1] = {};
     cudaEvent_t mark_ev_[(int)Mark::COUNT] = {};
     cudaEvent_t done_ev_ = nullptr;
-    cudaEvent_t her_end_ = nullptr;    // the event after the HER child
-    cudaEvent_t ring_free_ = nullptr;  // ... after the sample child (with a replay)
+    int her_end_ev_ = 1;     // index into child_ev_ of the event after the HER child
+    int sample_end_ev_ = 0;  // ... after the sample child (with a replay)
     bool has_batch_ = false; // a host batch, or a device batch whose check passed
 
     cudaGraph_t child_[(int)ChildId::COUNT] = {};
@@ -176,14 +175,12 @@ void CudaBackend::create(HostBuffers init) {
     // Events: fork/join are dependency-only; child and mark events time the step.
     FH_CUDA(cudaEventCreateWithFlags(&fork_ev_, cudaEventDisableTiming));
     for (cudaEvent_t &e : join_ev_) FH_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    for (cudaEvent_t &e : begin_ev_) FH_CUDA(cudaEventCreate(&e));
-    for (cudaEvent_t &e : end_ev_) FH_CUDA(cudaEventCreate(&e));
+    for (cudaEvent_t &e : child_ev_) FH_CUDA(cudaEventCreate(&e));
     for (cudaEvent_t &e : mark_ev_) FH_CUDA(cudaEventCreate(&e));
     FH_CUDA(cudaEventCreateWithFlags(&done_ev_, cudaEventDisableTiming));
-    ring_free_ = begin_ev_[0];
     for (size_t k = 0; k < sched_.size(); ++k) {
-        if (sched_[k].id == ChildId::HER) her_end_ = end_ev_[k];
-        if (sched_[k].id == ChildId::SAMPLE) ring_free_ = end_ev_[k];
+        if (sched_[k].id == ChildId::HER) her_end_ev_ = (int)k + 1;
+        if (sched_[k].id == ChildId::SAMPLE) sample_end_ev_ = (int)k + 1;
     }
 
     st_ = std::make_unique<CudaStep>(cfg_, L_, mem_, up_->block());
@@ -240,25 +237,14 @@ void CudaBackend::capture_all() {
         FH_CUDA(cudaGraphGetNodes(g, nullptr, &nodes));
         g_child_nodes[(int)sched_[k].id] = (long)nodes;
     }
-    // The parent graph: per child an event-record node after the end events of the children it
-    // waits for (ChildDesc::after), the child graph node, an event-record node.
     FH_CUDA(cudaGraphCreate(&parent_, 0));
-    cudaGraphNode_t end_node[(int)ChildId::COUNT] = {};
+    cudaGraphNode_t prev = nullptr, node = nullptr;
+    FH_CUDA(cudaGraphAddEventRecordNode(&prev, parent_, nullptr, 0, child_ev_[0]));
     for (size_t k = 0; k < sched_.size(); ++k) {
-        std::vector<cudaGraphNode_t> deps;
-        if (sched_[k].after.empty() && k > 0) deps.push_back(end_node[(int)sched_[k - 1].id]);
-        for (ChildId a : sched_[k].after) {
-            if (!end_node[(int)a])
-                fail(FH_ERR_INTERNAL, "child %s waits for one not before it", sched_[k].name);
-            deps.push_back(end_node[(int)a]);
-        }
-        cudaGraphNode_t begin = nullptr, node = nullptr;
-        FH_CUDA(cudaGraphAddEventRecordNode(&begin, parent_, deps.data(), deps.size(), begin_ev_[k]));
-        FH_CUDA(cudaGraphAddChildGraphNode(&node, parent_, &begin, 1, child_[k]));
-        FH_CUDA(cudaGraphAddEventRecordNode(&end_node[(int)sched_[k].id], parent_, &node, 1,
-                                            end_ev_[k]));
+        FH_CUDA(cudaGraphAddChildGraphNode(&node, parent_, &prev, 1, child_[k]));
+        FH_CUDA(cudaGraphAddEventRecordNode(&prev, parent_, &node, 1, child_ev_[k + 1]));
     }
-    FH_CUDA(cudaGraphInstantiate(&exec_, parent_, lanes_->prioritized() ? cudaGraphInstantiateFlagUseNodePriority : 0));
+    FH_CUDA(cudaGraphInstantiate(&exec_, parent_, 0));
     FH_CUDA(cudaGraphUpload(exec_, launch_));
     FH_CUDA(cudaStreamSynchronize(launch_));
 }
@@ -293,9 +279,7 @@ void CudaBackend::release() noexcept {
     if (launch_) cudaStreamDestroy(launch_);
     for (cudaEvent_t e : join_ev_)
         if (e) cudaEventDestroy(e);
-    for (cudaEvent_t e : begin_ev_)
-        if (e) cudaEventDestroy(e);
-    for (cudaEvent_t e : end_ev_)
+    for (cudaEvent_t e : child_ev_)
         if (e) cudaEventDestroy(e);
     for (cudaEvent_t e : mark_ev_)
         if (e) cudaEventDestroy(e);
@@ -367,8 +351,7 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
     case Task::TD_METRICS: td_metrics(s, l); break;
     case Task::BWD_BRANCH: backward_branch(s, l, arg); break;
     case Task::BWD_TRUNK: backward_trunk(s, l); break;
-    case Task::EMA_Q_TARGET: ema_q_target(s, l); break;
-    case Task::EMA_IQN_TARGET: ema_iqn_target(s, l); break;
+    case Task::EMA_TARGETS: ema_targets(s, l); break;
     case Task::IQL: learner_iql(s, l); break;
     case Task::IQN: learner_iqn(s, l); break;
     case Task::ATTENTION: learner_attention(s, l); break;
@@ -406,7 +389,7 @@ void CudaBackend::train(uint64_t step, uint32_t k) {
 void CudaBackend::insert(const fh_replay_rows &r) {
     DeviceGuard guard(device_);
     // After the sample child of the last launched step: the last reader of the ring.
-    const cudaEvent_t ring_free = ring_free_;
+    const cudaEvent_t ring_free = child_ev_[sample_end_ev_];
     if (r.memory == FH_MEMORY_DEVICE)
         replay_->insert_device(r, up_->stream(), ring_free, *check_, device_);
     else
@@ -446,7 +429,7 @@ void CudaBackend::timings(fh_timings *t) {
         return v;
     };
     for (size_t k = 0; k < sched_.size(); ++k) {
-        const float v = ms(begin_ev_[k], end_ev_[k]);
+        const float v = ms(child_ev_[k], child_ev_[k + 1]);
         switch (sched_[k].id) {
         case ChildId::HER: t->her_ms = v; break;
         case ChildId::SPECTRAL: t->spectral_ms = v; break;
@@ -458,7 +441,7 @@ void CudaBackend::timings(fh_timings *t) {
         default: break;
         }
     }
-    t->total_ms = ms(begin_ev_[0], end_ev_[sched_.size() - 1]);
+    t->total_ms = ms(child_ev_[0], child_ev_[sched_.size()]);
     auto span = [&](Mark a, Mark b) { return ms(mark_ev_[(int)a], mark_ev_[(int)b]); };
     t->aux_ema_ms = span(Mark::AUX_EMA_BEGIN, Mark::AUX_EMA_END);
     t->aux_iql_ms = span(Mark::AUX_EMA_END, Mark::AUX_IQL_END);

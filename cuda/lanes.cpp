@@ -1,8 +1,6 @@
 #include "lanes.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "common.hpp"
 #include "device_memory.hpp"
@@ -45,18 +43,11 @@ Lanes::Lanes(const fh_config &c, const std::vector<ChildDesc> &sched, size_t col
             ws_[k] = mem.alloc(MEM_WS, slot_bytes[k] + stage);
             if (stage) stage_[k] = (char *)ws_[k] + slot_bytes[k];
         }
-        const char *lv = getenv("FOXHUNT_LEARNERS");
-        prio_ = multi_ && nlanes_ > 5 && lv && !strcmp(lv, "overlap-prio");
-        int least = 0, greatest = 0;
-        FH_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
         for (int k = 0; k < (multi_ ? nlanes_ : 1); ++k)
-            FH_CUDA(cudaStreamCreateWithPriority(&streams_[k], cudaStreamNonBlocking,
-                                                 !prio_ ? 0 : k < 5 ? greatest : least));
+            FH_CUDA(cudaStreamCreateWithFlags(&streams_[k], cudaStreamNonBlocking));
         for (int k = 0; k < nlanes_; ++k) {
-            if (ws_bytes_[k]) {  // a lane that runs nothing has no handle
-                handles_[k] = make_handle(c, stream(k), workspace(k), ws_bytes_[k]);
-                FH_CUBLAS(cublasSetAtomicsMode(handles_[k], CUBLAS_ATOMICS_NOT_ALLOWED));
-            }
+            handles_[k] = make_handle(c, stream(k), workspace(k), ws_bytes_[k]);
+            FH_CUBLAS(cublasSetAtomicsMode(handles_[k], CUBLAS_ATOMICS_NOT_ALLOWED));
             col_[k] = mem.alloc_n<double>(MEM_ACT, col_doubles);
             red_[k] = mem.alloc_n<double>(MEM_ACT, kRedMaxBlocks);
         }

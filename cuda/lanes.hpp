@@ -32,9 +32,6 @@ public:
     void release() noexcept;
 
     bool multi() const { return multi_; }
-    // FOXHUNT_LEARNERS=overlap-prio (a trial): lanes 0..4 (the Q net) at the greatest stream
-    // priority, 5 and 6 (the learners) at the least; the graph then keeps them per node.
-    bool prioritized() const { return prio_; }
     int count() const { return nlanes_; }
     cudaStream_t stream(int lane) const { return multi_ ? streams_[lane] : streams_[0]; }
     LaneCtx ctx(int lane) const;
@@ -49,7 +46,6 @@ private:
     int slot(int lane) const;
 
     bool multi_;
-    bool prio_ = false;
     int nlanes_;
     cublasComputeType_t compute_;
     cudaStream_t streams_[kMaxLanes] = {};

@@ -1,8 +1,6 @@
 #include "schedule.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 namespace fh {
 
@@ -14,11 +12,6 @@ Op mark(Mark m, int lane = 0) { return Op{Op::MARK, Task::HER_RELABEL, lane, (in
 unsigned mask_of(int first, int count) { return ((1u << count) - 1u) << first; }
 }  // namespace
 
-bool learners_beside_q(const fh_config &c) {
-    const char *v = getenv("FOXHUNT_LEARNERS");
-    return c.exec_mode == FH_EXEC_MULTI_STREAM && !(v && !strcmp(v, "aux"));
-}
-
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     std::vector<ChildDesc> s;
     if (d.K > 0) s.push_back({ChildId::SAMPLE, "sample", 1, {run(Task::SAMPLE)}});
@@ -27,23 +20,9 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // not, so the snapshot opens the spectral child and the upload's wait on HER stays short.
     s.push_back({ChildId::SPECTRAL, "spectral", 1,
                  {run(Task::GUARD_SNAPSHOT), run(Task::SPECTRAL_POWER)}});
-    // IQN and attention read only HER's output and their own nets (and the IQN target after its
-    // EMA), and nothing before the aux child reads what they write: with several streams they
-    // run in a child of their own, on lanes 5 and 6, beside ddqn and forward, whose chains of
-    // small GEMMs leave most of the GPU idle. It follows spectral, whose first task is the
-    // divergence guard's snapshot of the state that the IQN target's EMA changes.
-    const bool beside = learners_beside_q(c);
-    if (beside)
-        s.push_back({ChildId::LEARNERS, "learners", 7,
-                     {fork(mask_of(5, 2)), run(Task::EMA_IQN_TARGET, 5),
-                      mark(Mark::AUX_IQN_BEGIN, 5), run(Task::IQN, 5), mark(Mark::AUX_IQN_END, 5),
-                      mark(Mark::AUX_ATTN_BEGIN, 6), run(Task::ATTENTION, 6),
-                      mark(Mark::AUX_ATTN_END, 6), join(mask_of(5, 2))},
-                     {ChildId::SPECTRAL}});
     s.push_back({ChildId::DDQN, "ddqn", 3,
                  {fork(mask_of(1, 2)), run(Task::DDQN_ONLINE_NEXT, 1), run(Task::DDQN_TARGET, 2),
-                  join(mask_of(1, 2)), run(Task::DDQN_JOIN)},
-                 {ChildId::SPECTRAL}});
+                  join(mask_of(1, 2)), run(Task::DDQN_JOIN)}});
 
     // Branches go round-robin over lanes 1..kMaxLanes-1; with more branches than lanes, a lane
     // runs several in branch order.
@@ -74,25 +53,18 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // the child that issues an NCCL collective (the regime statistics' sum) between the fork and
     // the join, so no two of them run at once. Without CQL (cql_alpha = 0) and with one regime,
     // lane 3 would be empty here: it is not forked, and unless branches use it, not created.
-    // With the learners beside the Q net, the aux child forks lane 3 alone (when it runs
-    // something) and waits for the learners child too.
     const bool lane3 = c.cql_alpha > 0 || d.R > 1;
-    const unsigned forked = (beside ? 0u : mask_of(1, 2)) | (lane3 ? mask_of(3, 1) : 0u);
-    ChildDesc aux{ChildId::AUX, "aux", lane3 ? 4 : beside ? 1 : 3, {}};
-    if (beside) aux.after = {ChildId::FORWARD, ChildId::LEARNERS};
-    aux.ops = {mark(Mark::AUX_EMA_BEGIN), run(Task::EMA_Q_TARGET)};
-    if (!beside) aux.ops.push_back(run(Task::EMA_IQN_TARGET));
-    aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_EMA_END), run(Task::IQL), mark(Mark::AUX_IQL_END)});
-    if (forked) aux.ops.push_back(fork(forked));
+    const int aux_forked = lane3 ? 3 : 2;
+    ChildDesc aux{ChildId::AUX, "aux", 1 + aux_forked, {}};
+    aux.ops = {mark(Mark::AUX_EMA_BEGIN), run(Task::EMA_TARGETS), mark(Mark::AUX_EMA_END),
+               run(Task::IQL), mark(Mark::AUX_IQL_END), fork(mask_of(1, aux_forked))};
     if (c.cql_alpha > 0) aux.ops.push_back(run(Task::CQL, 3));
     if (d.R > 1) aux.ops.push_back(run(Task::REGIME_SCALE, 3));
-    if (!beside)
-        aux.ops.insert(aux.ops.end(),
-                       {mark(Mark::AUX_IQN_BEGIN, 1), run(Task::IQN, 1), mark(Mark::AUX_IQN_END, 1),
-                        mark(Mark::AUX_ATTN_BEGIN, 2), run(Task::ATTENTION, 2),
-                        mark(Mark::AUX_ATTN_END, 2)});
-    if (forked) aux.ops.push_back(join(forked));
-    aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_TAIL_BEGIN), run(Task::AUX_ADAM)});
+    aux.ops.insert(aux.ops.end(),
+                   {mark(Mark::AUX_IQN_BEGIN, 1), run(Task::IQN, 1), mark(Mark::AUX_IQN_END, 1),
+                    mark(Mark::AUX_ATTN_BEGIN, 2), run(Task::ATTENTION, 2),
+                    mark(Mark::AUX_ATTN_END, 2), join(mask_of(1, aux_forked)),
+                    mark(Mark::AUX_TAIL_BEGIN), run(Task::AUX_ADAM)});
     aux.ops.push_back(run(Task::ENSEMBLE));
     aux.ops.push_back(run(Task::CONFIDENCE));
     aux.ops.push_back(mark(Mark::AUX_TAIL_END));
@@ -133,7 +105,7 @@ int workspace_slot(bool multi_stream, int lane) {
 // gives each lane the same size, so both modes make the same GEMM calls.
 size_t lane_workspace_bytes(const fh_config &c, const std::vector<ChildDesc> &sched, int lane) {
     const size_t full = (size_t)c.workspace_mib << 20;
-    bool runs = lane == 0, small_only = true;
+    bool runs = false, small_only = true;
     for (const ChildDesc &ch : sched)
         for (const Op &op : ch.ops)
             if (op.kind == Op::RUN && op.lane == lane) {
@@ -141,9 +113,7 @@ size_t lane_workspace_bytes(const fh_config &c, const std::vector<ChildDesc> &sc
                 small_only &= op.task == Task::FWD_BRANCH || op.task == Task::BWD_BRANCH ||
                                op.task == Task::CQL || op.task == Task::REGIME_SCALE;
             }
-    // A lane that runs nothing (lanes 3 and 4 with two branches, no CQL and one regime, below
-    // the learners' lanes 5 and 6) needs none.
-    return !runs ? 0 : small_only && lane != 0 ? full / 2 : full;
+    return runs && small_only ? full / 2 : full;
 }
 
 void workspace_slot_bytes(const fh_config &c, const std::vector<ChildDesc> &sched,

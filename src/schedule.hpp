@@ -12,9 +12,8 @@
 
 namespace fh {
 
-// SAMPLE runs first when it exists, LEARNERS beside ddqn and forward when it exists; they are
-// numbered last so that the others keep their numbers.
-enum class ChildId : int { HER = 0, SPECTRAL, DDQN, FORWARD, AUX, ADAM, SAMPLE, LEARNERS, COUNT };
+// SAMPLE runs first when it exists; it is numbered last so that the others keep their numbers.
+enum class ChildId : int { HER = 0, SPECTRAL, DDQN, FORWARD, AUX, ADAM, SAMPLE, COUNT };
 
 enum class Task : int {
     SAMPLE,            // §5.0: the batch drawn from the replay (only with a replay)
@@ -28,8 +27,7 @@ enum class Task : int {
     TD_LOSS,           // §5.4: delta, L_td, q_mean, dz for every branch
     BWD_BRANCH,        // §5.4: branch `arg` backward: dU, de, dV, dc, dh2_b
     BWD_TRUNK,         // §5.4: dh2 = sum_b dh2_b in branch order, trunk backward, d_states
-    EMA_Q_TARGET,      // §5.5.1: Polyak update of the Q target (confidence head included)
-    EMA_IQN_TARGET,    // §5.5.1: Polyak update of the IQN target
+    EMA_TARGETS,       // §5.5.1: Polyak update of the Q and IQN targets
     IQL,               // §5.5.2: both expectile nets, their Adam, advantage weights
     IQN,               // §5.5.3: loss and gradient
     ATTENTION,         // §5.5.4: loss and gradient
@@ -64,20 +62,12 @@ struct Op {
 struct ChildDesc {
     ChildId id;
     const char *name;
-    int num_lanes;  // lanes used, the origin lane included (the highest lane used + 1)
+    int num_lanes;  // lanes used, the origin lane included
     std::vector<Op> ops;
-    // The children it waits for; empty: the one before it in the list. The CPU executor runs
-    // the list in order, which every `after` agrees with.
-    std::vector<ChildId> after = {};
 };
 
-// Lanes a pipeline owns: enough for the widest child. Lanes 5 and 6 run only the learners
-// child, beside every lane of spectral, ddqn and forward.
-constexpr int kMaxLanes = 7;
-
-// Whether IQN and attention run in a child of their own beside ddqn and forward (multi-stream
-// only; FOXHUNT_LEARNERS=aux puts them back in the aux child, for side-by-side benchmarks).
-bool learners_beside_q(const fh_config &c);
+// Lanes a pipeline owns: enough for the widest child.
+constexpr int kMaxLanes = 5;
 
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c);
 

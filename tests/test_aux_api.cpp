@@ -266,8 +266,7 @@ struct QOnly {
         cpu::td_loss(t);
         for (uint32_t b = 0; b < L.dims.NB; ++b) cpu::backward_branch(t, b);
         cpu::backward_trunk(t);
-        cpu::ema_q_target(t);
-        cpu::ema_iqn_target(t);
+        cpu::ema_targets(t);
         cpu::adam_q(t);
     }
 };

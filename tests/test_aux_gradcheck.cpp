@@ -358,8 +358,7 @@ static void test_confidence_gradient_after_ensemble(void **) {
     cpu::ddqn_target(st);
     cpu::ddqn_join(st);
     cpu::q_forward(d, s.L, st.online_view(), st.x.data(), d.B, st.online, c.q_clip);
-    cpu::ema_q_target(st);
-    cpu::ema_iqn_target(st);
+    cpu::ema_targets(st);
     cpu::iql(st);
     cpu::iqn(st);
     cpu::ensemble(st);

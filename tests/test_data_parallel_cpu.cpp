@@ -65,8 +65,7 @@ struct Rank {
         cpu::td_loss(t);
         for (uint32_t b = 0; b < t.d.NB; ++b) cpu::backward_branch(t, b);
         cpu::backward_trunk(t);
-        cpu::ema_q_target(t);
-        cpu::ema_iqn_target(t);
+        cpu::ema_targets(t);
         cpu::iql(t);
         cpu::iqn(t);
         cpu::attention(t);

@@ -217,8 +217,7 @@ static void test_confidence_head_gradient(void **) {
     Fixture f(c, 21);
     const Dims &d = f.L.dims;
     const QOffsets &o = f.L.q;
-    cpu::ema_q_target(*f.s);
-    cpu::ema_iqn_target(*f.s);
+    cpu::ema_targets(*f.s);
     for (uint32_t i = 0; i < d.B; ++i) f.buf[BUF_ENS_VAR][i] = 0.1f + 0.01f * (float)i;
     cpu::confidence(*f.s);
     Ref ref(f);

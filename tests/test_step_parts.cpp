@@ -194,8 +194,7 @@ static void test_polyak(void **) {
     for (float &w : t.buf[BUF_Q]) w += 1.0f;
     for (float &w : t.buf[BUF_IQN]) w -= 1.0f;
     std::vector<float> q = t.buf[BUF_Q], qt = t.buf[BUF_Q_TARGET], n = t.buf[BUF_IQN], nt = t.buf[BUF_IQN_TARGET];
-    cpu::ema_q_target(*t.s);
-    cpu::ema_iqn_target(*t.s);
+    cpu::ema_targets(*t.s);
     const double tau = c.ema_tau;
     for (size_t i = 0; i < q.size(); ++i)
         assert_float_equal(t.buf[BUF_Q_TARGET][i], tau * q[i] + (1 - tau) * qt[i], 1e-6);

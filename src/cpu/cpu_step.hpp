@@ -116,8 +116,7 @@ void td_loss(CpuStep &s);
 void backward_branch(CpuStep &s, uint32_t b);
 void backward_trunk(CpuStep &s);
 // ema.cpp, regime.cpp, confidence.cpp, adam_q.cpp
-void ema_q_target(CpuStep &s);
-void ema_iqn_target(CpuStep &s);
+void ema_targets(CpuStep &s);
 void regime_scale(CpuStep &s);
 void confidence(CpuStep &s);
 void adam_q(CpuStep &s);

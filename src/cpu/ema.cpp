@@ -5,12 +5,10 @@
 
 namespace fh::cpu {
 
-void ema_q_target(CpuStep &s) {
-    polyak(s.buf[BUF_Q_TARGET].data(), s.buf[BUF_Q].data(), s.L.q.total, s.cfg.ema_tau);
-}
-
-void ema_iqn_target(CpuStep &s) {
-    polyak(s.buf[BUF_IQN_TARGET].data(), s.buf[BUF_IQN].data(), s.L.iqn.total, s.cfg.ema_tau);
+void ema_targets(CpuStep &s) {
+    const float tau = s.cfg.ema_tau;
+    polyak(s.buf[BUF_Q_TARGET].data(), s.buf[BUF_Q].data(), s.L.q.total, tau);
+    polyak(s.buf[BUF_IQN_TARGET].data(), s.buf[BUF_IQN].data(), s.L.iqn.total, tau);
 }
 
 }  // namespace fh::cpu
