@@ -14,9 +14,19 @@ __device__ __forceinline__ void pool_aug_row(const Geom &g, const float *__restr
                                              const float *__restrict__ Wg,
                                              const float *__restrict__ bo, float *pool_i,
                                              float *ai, int lane) {
+    // The token sum in t order, its loads issued eight at a time ahead of the adds (a load per
+    // add waited out each load's latency in turn).
     for (int k = lane; k < g.td; k += 32) {
         float s = 0.0f;
-        for (int t = 0; t < g.To; ++t) s = __fadd_rn(s, __ldg(xi + t * g.td + k));
+        int t = 0;
+        for (; t + 8 <= g.To; t += 8) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) v[u] = __ldg(xi + (t + u) * g.td + k);
+#pragma unroll
+            for (int u = 0; u < 8; ++u) s = __fadd_rn(s, v[u]);
+        }
+        for (; t < g.To; ++t) s = __fadd_rn(s, __ldg(xi + t * g.td + k));
         ai[k] = s;
     }
     for (int k = lane; k < g.G; k += 32) ai[g.td + k] = __ldg(xi + g.O + k);

@@ -98,8 +98,11 @@ k_attn_tc_fwd(Geom g, int wph, int spb, const float *__restrict__ x, const float
             a += __shfl_xor_sync(0xffffffffu, a, 16);
             if (lane < g.dh) abar[(size_t)i * g.d + h * g.dh + lane] = __fdiv_rn(a, Tf);
         }
-        // The slot's head-0 warp also writes the transition's pool and aug rows.
-        if (h == 0)
+        // One of the slot's warps also writes the transition's pool and aug rows, the heads
+        // taking turns: when head 0's warp wrote them all it finished last and held its block
+        // (attention lane 0.521 → 0.481 ms single-stream at B = 16384,
+        // bench/results/h200-2026-12-01-attention-pool-before-after.json).
+        if (h == ((i - i0 - slot) / wph) % g.heads)
             pool_aug_row(g, x + (size_t)i * g.D, comp, Wt, Wg, bo, pool + (size_t)i * g.d,
                          aug + (size_t)i * g.na, lane);
         __syncwarp();
