@@ -100,7 +100,7 @@ k_attn_tc_fwd(Geom g, int wph, int spb, const float *__restrict__ x, const float
         }
         // One of the slot's warps also writes the transition's pool and aug rows, the heads
         // taking turns: when head 0's warp wrote them all it finished last and held its block
-        // (attention lane 0.521 → 0.481 ms single-stream at B = 16384,
+        // (attention lane 0.521 → 0.482 ms single-stream at B = 16384,
         // bench/results/h200-2026-12-01-attention-pool-before-after.json).
         if (h == ((i - i0 - slot) / wph) % g.heads)
             pool_aug_row(g, x + (size_t)i * g.D, comp, Wt, Wg, bo, pool + (size_t)i * g.d,
