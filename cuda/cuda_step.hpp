@@ -139,8 +139,7 @@ struct CudaStep {
 void her_relabel(CudaStep &s, const LaneCtx &l);       // her.cu
 void spectral_power(CudaStep &s, const LaneCtx &l);    // spectral.cu
 void ddqn_online_next(CudaStep &s, const LaneCtx &l);  // ddqn.cu
-void ddqn_target_trunk(CudaStep &s, const LaneCtx &l);
-void ddqn_target_branch(CudaStep &s, const LaneCtx &l, int b);
+void ddqn_target(CudaStep &s, const LaneCtx &l);
 void ddqn_join(CudaStep &s, const LaneCtx &l);
 void forward_trunk(CudaStep &s, const LaneCtx &l);     // qnet.cu
 void forward_branch(CudaStep &s, const LaneCtx &l, int b);

@@ -51,12 +51,11 @@ void ddqn_online_next(CudaStep &st, const LaneCtx &l) {
     FH_LAUNCHED("k_argmax");
 }
 
-void ddqn_target_trunk(CudaStep &st, const LaneCtx &l) {
-    q_forward_trunk(l, st.d, st.L, st.target_view(), st.x2, st.tgt);
-}
-
-void ddqn_target_branch(CudaStep &st, const LaneCtx &l, int b) {
-    q_forward_branch(l, st.d, st.L, st.target_view(), st.tgt, b, st.cfg.q_clip);
+void ddqn_target(CudaStep &st, const LaneCtx &l) {
+    const QView w = st.target_view();
+    q_forward_trunk(l, st.d, st.L, w, st.x2, st.tgt);
+    for (uint32_t b = 0; b < st.d.NB; ++b)
+        q_forward_branch(l, st.d, st.L, w, st.tgt, (int)b, st.cfg.q_clip);
 }
 
 void ddqn_join(CudaStep &st, const LaneCtx &l) {

@@ -301,6 +301,7 @@ void CudaBackend::sync_all() {
 
 void CudaBackend::run_child(const ChildDesc &c, bool capturing) {
     const bool multi = lanes_->multi();
+    cudaStream_t s0 = lanes_->stream(0);
     for (const Op &op : c.ops) {
         switch (op.kind) {
         case Op::RUN:
@@ -310,7 +311,7 @@ void CudaBackend::run_child(const ChildDesc &c, bool capturing) {
             break;
         case Op::FORK:
             if (!multi) break;
-            FH_CUDA(cudaEventRecord(fork_ev_, lanes_->stream(op.lane)));
+            FH_CUDA(cudaEventRecord(fork_ev_, s0));
             for (int k = 1; k < kMaxLanes; ++k)
                 if (op.lanes & (1u << k))
                     FH_CUDA(cudaStreamWaitEvent(lanes_->stream(k), fork_ev_, 0));
@@ -320,7 +321,7 @@ void CudaBackend::run_child(const ChildDesc &c, bool capturing) {
             for (int k = 1; k < kMaxLanes; ++k)
                 if (op.lanes & (1u << k)) {
                     FH_CUDA(cudaEventRecord(join_ev_[k], lanes_->stream(k)));
-                    FH_CUDA(cudaStreamWaitEvent(lanes_->stream(op.lane), join_ev_[k], 0));
+                    FH_CUDA(cudaStreamWaitEvent(s0, join_ev_[k], 0));
                 }
             break;
         case Op::MARK:
@@ -342,8 +343,7 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
     case Task::HER_RELABEL: her_relabel(s, l); break;
     case Task::SPECTRAL_POWER: spectral_power(s, l); break;
     case Task::DDQN_ONLINE_NEXT: ddqn_online_next(s, l); break;
-    case Task::DDQN_TARGET_TRUNK: ddqn_target_trunk(s, l); break;
-    case Task::DDQN_TARGET_BRANCH: ddqn_target_branch(s, l, arg); break;
+    case Task::DDQN_TARGET: ddqn_target(s, l); break;
     case Task::DDQN_JOIN: ddqn_join(s, l); break;
     case Task::FWD_TRUNK: forward_trunk(s, l); break;
     case Task::FWD_BRANCH: forward_branch(s, l, arg); break;

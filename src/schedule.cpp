@@ -1,15 +1,13 @@
 #include "schedule.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 namespace fh {
 
 namespace {
 Op run(Task t, int lane = 0, int arg = 0) { return Op{Op::RUN, t, lane, arg, 0}; }
-Op fork(unsigned lanes, int from = 0) { return Op{Op::FORK, Task::HER_RELABEL, from, 0, lanes}; }
-Op join(unsigned lanes, int into = 0) { return Op{Op::JOIN, Task::HER_RELABEL, into, 0, lanes}; }
+Op fork(unsigned lanes) { return Op{Op::FORK, Task::HER_RELABEL, 0, 0, lanes}; }
+Op join(unsigned lanes) { return Op{Op::JOIN, Task::HER_RELABEL, 0, 0, lanes}; }
 Op mark(Mark m, int lane = 0) { return Op{Op::MARK, Task::HER_RELABEL, lane, (int)m, 0}; }
 unsigned mask_of(int first, int count) { return ((1u << count) - 1u) << first; }
 }  // namespace
@@ -22,23 +20,13 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // not, so the snapshot opens the spectral child and the upload's wait on HER stays short.
     s.push_back({ChildId::SPECTRAL, "spectral", 1,
                  {run(Task::GUARD_SNAPSHOT), run(Task::SPECTRAL_POWER)}});
+    s.push_back({ChildId::DDQN, "ddqn", 3,
+                 {fork(mask_of(1, 2)), run(Task::DDQN_ONLINE_NEXT, 1), run(Task::DDQN_TARGET, 2),
+                  join(mask_of(1, 2)), run(Task::DDQN_JOIN)}});
+
     // Branches go round-robin over lanes 1..kMaxLanes-1; with more branches than lanes, a lane
     // runs several in branch order.
     const int branch_lanes = (int)d.NB < kMaxLanes - 1 ? (int)d.NB : kMaxLanes - 1;
-
-    // ddqn: the online pass on x̃' on lane 1, the target pass on [x̃; x̃'] (twice the rows) on
-    // lane 2. Once its trunk is done, lane 2 forks its branches onto the branch lanes above it
-    // (3 and 4 at the default), so that the longer pass is not a chain of four branches.
-    // FOXHUNT_DDQN=serial keeps them all on lane 2 (the code before; a trial selector).
-    const char *dv = getenv("FOXHUNT_DDQN");
-    const int tl = dv && !strcmp(dv, "serial") ? 1 : std::max(1, branch_lanes - 1);
-    ChildDesc ddqn{ChildId::DDQN, "ddqn", 2 + tl, {}};
-    ddqn.ops = {fork(mask_of(1, 2)), run(Task::DDQN_ONLINE_NEXT, 1), run(Task::DDQN_TARGET_TRUNK, 2)};
-    if (tl > 1) ddqn.ops.push_back(fork(mask_of(3, tl - 1), 2));
-    for (uint32_t b = 0; b < d.NB; ++b) ddqn.ops.push_back(run(Task::DDQN_TARGET_BRANCH, 2 + b % tl, b));
-    if (tl > 1) ddqn.ops.push_back(join(mask_of(3, tl - 1), 2));
-    ddqn.ops.insert(ddqn.ops.end(), {join(mask_of(1, 2)), run(Task::DDQN_JOIN)});
-    s.push_back(ddqn);
     ChildDesc fwd{ChildId::FORWARD, "forward", 1 + branch_lanes, {}};
     const unsigned bl = mask_of(1, branch_lanes);
     fwd.ops.push_back(run(Task::FWD_TRUNK));
@@ -123,7 +111,6 @@ size_t lane_workspace_bytes(const fh_config &c, const std::vector<ChildDesc> &sc
             if (op.kind == Op::RUN && op.lane == lane) {
                 runs = true;
                 small_only &= op.task == Task::FWD_BRANCH || op.task == Task::BWD_BRANCH ||
-                              op.task == Task::DDQN_TARGET_BRANCH ||
                                op.task == Task::CQL || op.task == Task::REGIME_SCALE;
             }
     return runs && small_only ? full / 2 : full;

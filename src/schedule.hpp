@@ -20,8 +20,7 @@ enum class Task : int {
     HER_RELABEL,       // §5.1: x~, x~', r~, d~
     SPECTRAL_POWER,    // §5.2: one power iteration, sigma, sigma_target, W/sigma
     DDQN_ONLINE_NEXT,  // §5.3 lane A: online forward on x~', argmax a*
-    DDQN_TARGET_TRUNK, // §5.3 lane B: target trunk on [x~; x~']
-    DDQN_TARGET_BRANCH,// §5.3 lane B: target branch `arg` on [x~; x~'] (after the trunk)
+    DDQN_TARGET,       // §5.3 lane B: target forward on [x~; x~']
     DDQN_JOIN,         // §5.3 join: y [B, NB], Qbar_sa [B]
     FWD_TRUNK,         // §5.4: online trunk on x~ (and the confidence head)
     FWD_BRANCH,        // §5.4: branch `arg` forward
@@ -55,10 +54,9 @@ enum class Mark : int {
 struct Op {
     enum Kind { RUN, FORK, JOIN, MARK } kind;
     Task task;      // RUN
-    int lane;       // RUN, MARK: lane it runs on (0 = the child's origin lane); FORK/JOIN: the
-                    // lane forked from / joined into (0, or a lane forked before)
+    int lane;       // RUN, MARK: lane it runs on (0 = the child's origin lane)
     int arg;        // RUN: branch index for *_BRANCH tasks; MARK: the Mark
-    unsigned lanes; // FORK/JOIN: bit mask of the lanes forked / joined
+    unsigned lanes; // FORK/JOIN: bit mask of the lanes forked from / joined into lane 0
 };
 
 struct ChildDesc {

@@ -187,42 +187,6 @@ void test_plan_matches_what_a_pipeline_holds(void **) {
  * two pinned slots and the 16-byte check record twice (device and pinned), the attention's
  * partial rows and scratch as given, and with a replay the ring and two pinned insert slots
  * (and no upload slots). */
-/* ddqn at the default config: lane 2 runs the target trunk, then forks its four branches over
- * itself and lanes 3 and 4 (round robin: 2, 3, 4, 2) and joins them before the child's join on
- * lane 0; lanes 3 and 4 still run only branch layers and CQL, so their half workspaces (and the
- * plan's 96 MiB) stay (test_cuda_plan_categories). */
-void test_ddqn_target_branches_fork(void **) {
-    fh_config c;
-    fh_config_init(&c);
-    const fh::Dims d = fh::make_dims(c);
-    bool seen = false;
-    for (const fh::ChildDesc &ch : fh::build_schedule(d, c)) {
-        if (ch.id != fh::ChildId::DDQN) continue;
-        seen = true;
-        assert_int_equal(ch.num_lanes, 5);
-        std::string order;
-        int branch = 0;
-        for (const fh::Op &op : ch.ops) {
-            switch (op.kind) {
-            case fh::Op::FORK: order += "F" + std::to_string(op.lane) + ":" + std::to_string(op.lanes) + " "; break;
-            case fh::Op::JOIN: order += "J" + std::to_string(op.lane) + ":" + std::to_string(op.lanes) + " "; break;
-            case fh::Op::RUN:
-                if (op.task == fh::Task::DDQN_TARGET_BRANCH) {
-                    assert_int_equal(op.arg, branch);
-                    assert_int_equal(op.lane, 2 + branch % 3);
-                    ++branch;
-                }
-                order += "R" + std::to_string(op.lane) + " ";
-                break;
-            default: break;
-            }
-        }
-        assert_int_equal(branch, 4);
-        assert_string_equal(order.c_str(), "F0:6 R1 R2 F2:24 R2 R3 R4 R2 J2:24 J0:6 R0 ");
-    }
-    assert_true(seen);
-}
-
 void test_cuda_plan_categories(void **) {
     fh_config c;
     fh_config_init(&c);
@@ -264,13 +228,6 @@ void test_cuda_plan_categories(void **) {
             assert_true(ch.num_lanes <= 3);
             for (const fh::Op &op : ch.ops) assert_true(op.lane <= 2 && op.lanes < (1u << 3));
         }
-        /* With two branches, ddqn's target pass keeps both on lane 2 (no lane above it is a
-         * branch lane). */
-        for (const fh::ChildDesc &ch : fh::build_schedule(dn, n))
-            if (ch.id == fh::ChildId::DDQN)
-                for (const fh::Op &op : ch.ops)
-                    if (op.kind == fh::Op::RUN && op.task == fh::Task::DDQN_TARGET_BRANCH)
-                        assert_int_equal(op.lane, 2);
         /* With CQL back, lane 3 runs it (half a workspace). */
         n.cql_alpha = 0.1f;
         assert_int_equal(fh::plan_cuda(n, Ln, attn).workspaces, (32ull + 32 + 16) << 20);
@@ -455,7 +412,6 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_matches_what_a_pipeline_holds),
         cmocka_unit_test(test_cuda_plan_categories),
-        cmocka_unit_test(test_ddqn_target_branches_fork),
         cmocka_unit_test(test_creation_refused_before_allocating),
         cmocka_unit_test(test_failed_first_step_frees_its_memory),
         cmocka_unit_test(test_save_memory_does_not_grow_with_the_checkpoint),

@@ -267,8 +267,7 @@ private:
         case Task::HER_RELABEL: her_relabel(s_); break;
         case Task::SPECTRAL_POWER: spectral_power(s_); break;
         case Task::DDQN_ONLINE_NEXT: ddqn_online_next(s_); break;
-        case Task::DDQN_TARGET_TRUNK: ddqn_target_trunk(s_); break;
-        case Task::DDQN_TARGET_BRANCH: ddqn_target_branch(s_, (uint32_t)op.arg); break;
+        case Task::DDQN_TARGET: ddqn_target(s_); break;
         case Task::DDQN_JOIN: ddqn_join(s_); break;
         case Task::FWD_TRUNK:
             q_forward_trunk(s_.d, L_, s_.online_view(), s_.x.data(), s_.d.B, s_.online);

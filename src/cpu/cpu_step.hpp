@@ -109,9 +109,7 @@ void sn_backward(float *dW, const float *Wsn, const float *u, const float *v, si
                  size_t cols, float sigma);
 // ddqn.cpp
 void ddqn_online_next(CpuStep &s);
-void ddqn_target_trunk(CpuStep &s);
-void ddqn_target_branch(CpuStep &s, uint32_t b);
-void ddqn_target(CpuStep &s);  // the trunk, then every branch
+void ddqn_target(CpuStep &s);
 void ddqn_join(CpuStep &s);
 // td.cpp
 void td_loss(CpuStep &s);

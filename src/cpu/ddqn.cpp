@@ -19,21 +19,12 @@ void ddqn_online_next(CpuStep &s) {
         }
 }
 
-void ddqn_target_trunk(CpuStep &s) {
+void ddqn_target(CpuStep &s) {
     const Dims &d = s.d;
     const size_t BD = (size_t)d.B * d.D;
     memcpy(s.xx.data(), s.x.data(), BD * sizeof(float));
     memcpy(s.xx.data() + BD, s.xn.data(), BD * sizeof(float));
-    q_forward_trunk(d, s.L, s.target_view(), s.xx.data(), 2 * d.B, s.target);
-}
-
-void ddqn_target_branch(CpuStep &s, uint32_t b) {
-    q_forward_branch(s.d, s.L, s.target_view(), s.target, b, s.cfg.q_clip);
-}
-
-void ddqn_target(CpuStep &s) {
-    ddqn_target_trunk(s);
-    for (uint32_t b = 0; b < s.d.NB; ++b) ddqn_target_branch(s, b);
+    q_forward(d, s.L, s.target_view(), s.xx.data(), 2 * d.B, s.target, s.cfg.q_clip);
 }
 
 void ddqn_join(CpuStep &s) {
