@@ -94,11 +94,16 @@ for s in "$@"; do
       --replay 0 --out /tmp/n.json > $OUT/ncu_step.csv 2>&1
     echo "ncu-step rc=$? lines=$(wc -l < $OUT/ncu_step.csv)" | tee -a $log ;;
   vbench)
-    # VARIANTS="VAR=a,b VAR2=c,d": one side-by-side run per variable, B = 16384, TF32
+    # VARIANTS="VAR=a,b VAR2=c,d": one side-by-side run per variable, B = 16384, TF32. Each run
+    # writes its whole output to $OUT as it goes and is stopped after VBENCH_TIMEOUT seconds
+    # (default 200): a trial that hangs the GPU (two concurrent GEMMs on one cuBLAS workspace
+    # did, 2026-12-01) must not take the device call's whole time and every log with it.
     for vv in $VARIANTS; do
-      build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --replay 0 \
-        --modes multi-tf32,single-tf32 --variant "$vv" --machine h200 \
-        --out "$OUT/vbench_${vv%%=*}.json" 2>&1 | tail -5 | tee -a $log
+      timeout ${VBENCH_TIMEOUT:-200} build-dev/examples/foxhunt-bench --batch 16384 --steps 30 \
+        --replay 0 --modes multi-tf32,single-tf32 --variant "$vv" --machine h200 \
+        --out "$OUT/vbench_${vv%%=*}.json" > "$OUT/vbench_${vv%%=*}.txt" 2>&1
+      echo "vbench $vv rc=$? (124: stopped by the timeout)" | tee -a $log
+      tail -5 "$OUT/vbench_${vv%%=*}.txt" | tee -a $log
     done ;;
   iqn-bench)
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
