@@ -10,6 +10,7 @@
 #   attn-bench   foxhunt-bench-attention at B = 1024, 4096, 16384, 65536
 #   step-bench   foxhunt-bench at B = 16384, the attention kernel paths side by side
 #   digest       tests/python/state_digest.py in the four modes (bitwise checks of refactors)
+#   digest-env   the same with the environment $DIGEST_ENV against without: equal or not
 #   vbench       foxhunt-bench at B = 16384 (TF32, multi/single), one --variant run per entry of
 #                $VARIANTS ("VAR=a,b VAR2=c,d")
 #   iqn-bench    foxhunt-bench at B = 16384, the four FOXHUNT_IQN_KERNELS levels side by side
@@ -185,6 +186,18 @@ for s in "$@"; do
     tail -5 $OUT/examples_cuda.txt | tee -a $log ;;
   digest)
     python3 tests/python/state_digest.py build-dev/libfoxhunt.so 2>&1 | tail -4 | tee -a $log ;;
+  digest-env)
+    # The digests with the environment $DIGEST_ENV ("VAR=a VAR2=b": a trial switch's old path)
+    # against the default: equal lines mean the switch leaves every bit as it was.
+    timeout 300 python3 tests/python/state_digest.py build-dev/libfoxhunt.so > $OUT/digest_default.txt 2>&1
+    # shellcheck disable=SC2086  # DIGEST_ENV is a list of assignments
+    timeout 300 env $DIGEST_ENV python3 tests/python/state_digest.py build-dev/libfoxhunt.so > $OUT/digest_env.txt 2>&1
+    if diff $OUT/digest_default.txt $OUT/digest_env.txt > /dev/null; then
+      echo "digest-env: $DIGEST_ENV bitwise equal to the default in every mode" | tee -a $log
+    else
+      echo "digest-env: $DIGEST_ENV DIFFERS from the default" | tee -a $log
+      diff $OUT/digest_default.txt $OUT/digest_env.txt | head -20 | tee -a $log
+    fi ;;
   *) echo "unknown step $s" | tee -a $log ;;
   esac
   echo "$s: $(( $(date +%s) - t1 )) s" | tee -a $log

@@ -38,8 +38,9 @@ constexpr size_t kSummedMetrics = 10;  // td_loss .. relabelled
 static_assert(offsetof(DevMetrics, grad_norm) == kSummedMetrics * sizeof(float),
               "the summed metrics are the first kSummedMetrics floats of DevMetrics");
 
-// Forward caches of one Q pass on M rows (SPEC §4), device pointers. A forward-only pass
-// (ddqn's, act's) computes its pre-activations in place: pre1 = h1, pre2 = h2, preg = g, z = q.
+// Forward caches of one Q pass on M rows (SPEC §4), device pointers. pre1, pre2 and preg hold
+// the layers' products before their biases (bias_silu; the backward adds the bias). A
+// forward-only pass (ddqn's, act's) computes them in place: pre1 = h1, pre2 = h2, preg = g, z = q.
 struct QCache {
     int M = 0;
     float *pre1 = nullptr, *h1 = nullptr, *pre2 = nullptr, *h2 = nullptr;

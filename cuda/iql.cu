@@ -26,13 +26,13 @@
 // consistent.
 //
 // Kernels and GEMMs of one step (Hi = iql_hidden, z = net):
-//   F1  pre1[z] = x̃ W1[z]ᵀ              nt  M=B N=Hi K=D      then pre1 += b1, h1 = SiLU(pre1)
-//   F2  pre2[z] = h1[z] W2[z]ᵀ           nt  M=B N=Hi K=Hi     then pre2 += b2, h2 = SiLU(pre2)
+//   F1  pre1[z] = x̃ W1[z]ᵀ              nt  M=B N=Hi K=D      then h1 = SiLU(pre1 + b1)
+//   F2  pre2[z] = h1[z] W2[z]ᵀ           nt  M=B N=Hi K=Hi     then h2 = SiLU(pre2 + b2)
 //   head (warp per row): V = h2·w3 + b3, ũ, loss, ω, dV = −2|τ−[ũ<0]|ũ/(W·B),
-//        dpre2 = (dV w3) ⊙ SiLU'(pre2) in place of pre2; block partials of db2, dw3, db3, loss
+//        dpre2 = (dV w3) ⊙ SiLU'(pre2 + b2) in place of pre2; block partials of db2, dw3, db3, loss
 //   B2w dW2[z] = dpre2[z]ᵀ h1[z]          tn  M=Hi N=Hi K=B
 //   B2x dh1[z] = dpre2[z] W2[z]           nn  M=B N=Hi K=Hi     (into the dead h2 buffer)
-//   dpre1 = dh1 ⊙ SiLU'(pre1) in place, with the column-sum partials of db1
+//   dpre1 = dh1 ⊙ SiLU'(pre1 + b1) in place, with the column-sum partials of db1
 //   B1w dW1[z] = dpre1[z]ᵀ x̃               tn  M=Hi N=D K=B
 //   reductions of the partials (fixed order, double), Adam over 2·total floats.
 #include <algorithm>
@@ -51,9 +51,10 @@ constexpr int kHeadRowsPerWarp = 8;
 
 struct IqlHeadArgs {
     const float *h2;      // [2, B, Hi]
-    float *pre2;          // [2, B, Hi]: in pre2 (bias added), out dpre2
+    float *pre2;          // [2, B, Hi]: in h1 W2ᵀ (+ b2 when add_b2 is false), out dpre2
     const float *params;  // [2, total]
-    size_t total, off_w3, off_b3;
+    size_t total, off_w3, off_b3, off_b2;
+    bool add_b2;          // pre2 lacks b2 (nn.cuh, pre_bias)
     const float *qsa;     // [B]
     int B, Hi;
     float rows;           // W·B, the rows of the mean (SPEC §9)
@@ -76,6 +77,7 @@ __global__ void k_iql_head(IqlHeadArgs a) {
 
     const float *p = a.params + (size_t)net * a.total;
     const float *w3 = p + a.off_w3;
+    const float *b2 = a.add_b2 ? p + a.off_b2 : nullptr;
     const float b3 = p[a.off_b3];
     const float tau = net ? a.tau[1] : a.tau[0];  // (no dynamic indexing of the params)
     const size_t base = (size_t)net * a.B * Hi;
@@ -93,7 +95,8 @@ __global__ void k_iql_head(IqlHeadArgs a) {
         const float li = __fmul_rn(__fmul_rn(w, u), u);
         const float dV = __fdiv_rn(__fmul_rn(__fmul_rn(-2.0f, w), u), a.rows);
         for (int j = lane; j < Hi; j += 32) {
-            const float dp = __fmul_rn(__fmul_rn(dV, w3[j]), dev_dsilu(prow[j]));
+            const float pre = b2 ? __fadd_rn(prow[j], b2[j]) : prow[j];
+            const float dp = __fmul_rn(__fmul_rn(dV, w3[j]), dev_dsilu(pre));
             prow[j] = dp;
             acc[j] += (double)dp;
             acc[Hi + j] += (double)dV * (double)hrow[j];
@@ -316,7 +319,8 @@ struct IqlLearner::Impl {
         // V, loss, ω, and dpre2 with the head's gradient partials.
         IqlHeadArgs a{};
         a.h2 = h2; a.pre2 = pre2; a.params = params;
-        a.total = total; a.off_w3 = o.w3; a.off_b3 = o.b3;
+        a.total = total; a.off_w3 = o.w3; a.off_b3 = o.b3; a.off_b2 = o.b2;
+        a.add_b2 = pre_bias(params + o.b2) != nullptr;
         a.qsa = in.qbar_sa;
         a.B = (int)d.B; a.Hi = Hi;
         a.rows = (float)d.Bg;
@@ -342,7 +346,8 @@ struct IqlLearner::Impl {
         PtrList dh1{};
         dh1.p[0] = h2;
         dh1.n = 1;
-        dsilu_colsum(dh1, pre1, (int)B, Hi, aux::kColRows, h2, part_b1, s, 2);
+        dsilu_colsum(dh1, pre1, pre_bias(params + o.b1), (int)B, Hi, aux::kColRows, h2, part_b1,
+                     s, 2, total);
         {
             aux::Segs g;
             g.add(grad + o.b1, 0, Hi, total);

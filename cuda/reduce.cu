@@ -103,14 +103,15 @@ __global__ void k_colsum(const T *__restrict__ X, int rows, int width, int chunk
 
 // grid (column tiles, chunks, Z), block (kColTx, kColTy). dpre may be in.p[0] (in place): each
 // element is read and written by one thread, loads first.
-__global__ void k_dsilu_colsum(PtrList in, const float *pre, int rows, int cols, int chunk_rows,
-                               float *dpre, double *partial) {
+__global__ void k_dsilu_colsum(PtrList in, const float *pre, const float *bias, size_t zbias,
+                               int rows, int cols, int chunk_rows, float *dpre, double *partial) {
     __shared__ double sh[kColTy][kColTx + 1];
     const int col = blockIdx.x * kColTx + threadIdx.x;
     const size_t zoff = (size_t)blockIdx.z * rows * cols;
     const int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
     double acc = 0.0;
-    if (col < cols)
+    if (col < cols) {
+        const float b = bias ? bias[blockIdx.z * zbias + col] : 0.0f;
         for (int r = r0 + threadIdx.y; r < r1; r += U * kColTy) {
             float g[U], p[U];
 #pragma unroll
@@ -119,6 +120,7 @@ __global__ void k_dsilu_colsum(PtrList in, const float *pre, int rows, int cols,
                 const size_t i = zoff + (size_t)ru * cols + col;
                 g[u] = ru < r1 ? in.p[0][i] : 0.0f;
                 p[u] = ru < r1 ? pre[i] : 0.0f;
+                if (bias) p[u] = __fadd_rn(p[u], b);
             }
             for (int k = 1; k < in.n; ++k)
 #pragma unroll
@@ -135,6 +137,7 @@ __global__ void k_dsilu_colsum(PtrList in, const float *pre, int rows, int cols,
                 acc += (double)v;
             }
         }
+    }
     const double s = tile_col_sum(sh, acc);
     if (threadIdx.y == 0 && col < cols)
         partial[((size_t)blockIdx.z * gridDim.y + blockIdx.y) * cols + col] = s;
@@ -197,11 +200,13 @@ void colsum_partial(const float *X, int rows, int width, const float *row_scale,
     FH_LAUNCHED("k_colsum");
 }
 
-void dsilu_colsum(const PtrList &in, const float *pre, int rows, int cols, int chunk_rows,
-                  float *dpre, double *partial, cudaStream_t s, int Z) {
+void dsilu_colsum(const PtrList &in, const float *pre, const float *bias, int rows, int cols,
+                  int chunk_rows, float *dpre, double *partial, cudaStream_t s, int Z,
+                  size_t zbias) {
     dim3 grid((cols + kColTx - 1) / kColTx, colsum_chunks(rows, chunk_rows), Z),
         block(kColTx, kColTy);
-    k_dsilu_colsum<<<grid, block, 0, s>>>(in, pre, rows, cols, chunk_rows, dpre, partial);
+    k_dsilu_colsum<<<grid, block, 0, s>>>(in, pre, bias, zbias, rows, cols, chunk_rows, dpre,
+                                          partial);
     FH_LAUNCHED("k_dsilu_colsum");
 }
 

@@ -51,11 +51,13 @@ int colsum_chunks(int rows, int chunk_rows = kColsumRows);
 // chunk of kColsumRows rows; with Z > 1, matrix z is X + z·zstride.
 void colsum_partial(const float *X, int rows, int width, const float *row_scale,
                     double *partial, cudaStream_t s, int Z = 1, size_t zstride = 0);
-// dpre = (Σ_k in_k, summed in list order in float) ⊙ SiLU'(pre), written to dpre (which may be
-// in_0 when the list has one entry), and the column sums of dpre per chunk of chunk_rows rows;
-// with Z > 1, every pointer advances by rows·cols per matrix.
-void dsilu_colsum(const PtrList &in, const float *pre, int rows, int cols, int chunk_rows,
-                  float *dpre, double *partial, cudaStream_t s, int Z = 1);
+// dpre = (Σ_k in_k, summed in list order in float) ⊙ SiLU'(pre + bias), written to dpre (which
+// may be in_0 when the list has one entry), and the column sums of dpre per chunk of chunk_rows
+// rows; with Z > 1, every pointer advances by rows·cols per matrix and bias by zbias. bias (per
+// column) may be null: pre then holds the pre-activation itself (nn.cuh, pre_bias).
+void dsilu_colsum(const PtrList &in, const float *pre, const float *bias, int rows, int cols,
+                  int chunk_rows, float *dpre, double *partial, cudaStream_t s, int Z = 1,
+                  size_t zbias = 0);
 
 // The final pass: the sums of all `rows` rows of each column of Z stacked [rows, width]
 // partials, written as out = (float)(sum / div) to the segment that owns the column.
