@@ -51,10 +51,9 @@ constexpr int kHeadRowsPerWarp = 8;
 
 struct IqlHeadArgs {
     const float *h2;      // [2, B, Hi]
-    float *pre2;          // [2, B, Hi]: in h1 W2ᵀ (+ b2 when add_b2 is false), out dpre2
+    float *pre2;          // [2, B, Hi]: in h1 W2ᵀ (bias_silu leaves b2 out), out dpre2
     const float *params;  // [2, total]
     size_t total, off_w3, off_b3, off_b2;
-    bool add_b2;          // pre2 lacks b2 (nn.cuh, pre_bias)
     const float *qsa;     // [B]
     int B, Hi;
     float rows;           // W·B, the rows of the mean (SPEC §9)
@@ -77,7 +76,7 @@ __global__ void k_iql_head(IqlHeadArgs a) {
 
     const float *p = a.params + (size_t)net * a.total;
     const float *w3 = p + a.off_w3;
-    const float *b2 = a.add_b2 ? p + a.off_b2 : nullptr;
+    const float *b2 = p + a.off_b2;
     const float b3 = p[a.off_b3];
     const float tau = net ? a.tau[1] : a.tau[0];  // (no dynamic indexing of the params)
     const size_t base = (size_t)net * a.B * Hi;
@@ -95,8 +94,7 @@ __global__ void k_iql_head(IqlHeadArgs a) {
         const float li = __fmul_rn(__fmul_rn(w, u), u);
         const float dV = __fdiv_rn(__fmul_rn(__fmul_rn(-2.0f, w), u), a.rows);
         for (int j = lane; j < Hi; j += 32) {
-            const float pre = b2 ? __fadd_rn(prow[j], b2[j]) : prow[j];
-            const float dp = __fmul_rn(__fmul_rn(dV, w3[j]), dev_dsilu(pre));
+            const float dp = __fmul_rn(__fmul_rn(dV, w3[j]), dev_dsilu(__fadd_rn(prow[j], b2[j])));
             prow[j] = dp;
             acc[j] += (double)dp;
             acc[Hi + j] += (double)dV * (double)hrow[j];
@@ -320,7 +318,6 @@ struct IqlLearner::Impl {
         IqlHeadArgs a{};
         a.h2 = h2; a.pre2 = pre2; a.params = params;
         a.total = total; a.off_w3 = o.w3; a.off_b3 = o.b3; a.off_b2 = o.b2;
-        a.add_b2 = pre_bias(params + o.b2) != nullptr;
         a.qsa = in.qbar_sa;
         a.B = (int)d.B; a.Hi = Hi;
         a.rows = (float)d.Bg;
@@ -346,7 +343,7 @@ struct IqlLearner::Impl {
         PtrList dh1{};
         dh1.p[0] = h2;
         dh1.n = 1;
-        dsilu_colsum(dh1, pre1, pre_bias(params + o.b1), (int)B, Hi, aux::kColRows, h2, part_b1,
+        dsilu_colsum(dh1, pre1, params + o.b1, (int)B, Hi, aux::kColRows, h2, part_b1,
                      s, 2, total);
         {
             aux::Segs g;

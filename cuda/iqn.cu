@@ -29,8 +29,6 @@
 // backward is a third (iqn_backward.cu: dm stays in registers), and hraw's buffer is not
 // allocated.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 
 #include "aux_common.cuh"
@@ -197,7 +195,7 @@ __global__ void k_iqn_head(IqnHeadArgs a) {
 
 // dφpre and dψpre (in place of φraw, and into dpsi) with the column-sum partials of dbφ and dbψ:
 //   dφpre_inj = (dm_inj ψ_ij) SiLU'(φpre_inj);  dψpre_ij = (float)(Σ_n dm_inj φ_inj) SiLU'(ψpre_ij)
-// (ψpre = psi_pre + bpsi when bpsi is given: bias_silu leaves the bias out of psi_pre)
+// (ψpre = psi_pre + bpsi: bias_silu leaves the bias out of psi_pre)
 // grid (transition chunks, column tiles), block (32, 8); partial [chunks, 2·Hq] doubles.
 __global__ void k_psiphi_bwd(const float *__restrict__ dm, float *phi, const float *__restrict__ bphi,
                              const float *__restrict__ psi, const float *__restrict__ psi_pre,
@@ -226,7 +224,7 @@ __global__ void k_psiphi_bwd(const float *__restrict__ dm, float *phi, const flo
                 acc_phi += (double)v;
             }
             const float pp = psi_pre[(size_t)i * Hq + j];
-            const float v = __fmul_rn((float)dps, dev_dsilu(bpsi ? __fadd_rn(pp, bpsi[j]) : pp));
+            const float v = __fmul_rn((float)dps, dev_dsilu(__fadd_rn(pp, bpsi[j])));
             dpsi[(size_t)i * Hq + j] = v;
             acc_psi += (double)v;
         }
@@ -267,13 +265,6 @@ struct IqnLearner::Impl {
     // or auto (all three).
     bool fused_target = false, fused_online = false, fused_backward = false;
     int target_blocks = 0, online_blocks = 0;
-    // The fused backward recomputes φraw from cos instead of reading it back, so the online pass
-    // does not write it. Trial switch, read at capture, removed once its before/after table is
-    // archived: FOXHUNT_IQN_PHI=stored keeps the stored φraw.
-    bool phi_recomputed() const {
-        const char *e = getenv("FOXHUNT_IQN_PHI");
-        return fused_backward && !(e && !strcmp(e, "stored"));
-    }
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
          float *v)
         : d(dd), o(L.iqn), params(p), target(t), mom1(m), mom2(v) {
@@ -393,7 +384,7 @@ struct IqnLearner::Impl {
             f.scale = 1.0 / ((double)d.Bg * d.Nt);
             f.seed = seed; f.step = in.step;
             f.B = B; f.N = N; f.Nt = Nt; f.row0 = d.row0;
-            f.tau = tau; f.cos = cosb; f.phi = phi_recomputed() ? nullptr : phi; f.m = mbuf; f.dh = dh;
+            f.tau = tau; f.cos = cosb; f.phi = phi; f.m = mbuf; f.dh = dh;
             f.z_mean = z_mean; f.partial = part_head;
             iqn::online_fused(f, online_blocks, s);
             head_blocks = online_blocks;
@@ -424,17 +415,14 @@ struct IqnLearner::Impl {
         gemm_tn(bl, Hq, Hq, (int)RN, dh, mbuf, grad + o.Wm, 0.0f, "IQN dWm = dh^T m");
         int bwd_rows = bwd_chunks;
         if (fused_backward) {
-            const bool rec = phi_recomputed();
             const iqn::BackwardArgs f{dh, params + o.Wm, params + o.bphi, psi, psi_pre,
-                                      pre_bias(params + o.bpsi), rec ? params + o.Wphi : nullptr,
-                                      rec ? cosb : nullptr, phi, dpsi, B, N, part_bwd};
+                                      params + o.bpsi, phi, dpsi, B, N, part_bwd};
             iqn::backward_fused(f, online_blocks, s);
             bwd_rows = online_blocks;
         } else {
             gemm_nn(bl, (int)RN, Hq, Hq, dh, params + o.Wm, hraw, 0.0f, "IQN dm = dh Wm");
             k_psiphi_bwd<<<dim3(bwd_chunks, (Hq + kTx - 1) / kTx), dim3(kTx, kTy), 0, s>>>(
-                hraw, phi, params + o.bphi, psi, psi_pre, pre_bias(params + o.bpsi), dpsi, B, N, Hq,
-                part_bwd);
+                hraw, phi, params + o.bphi, psi, psi_pre, params + o.bpsi, dpsi, B, N, Hq, part_bwd);
             FH_LAUNCHED("k_psiphi_bwd");
         }
         {

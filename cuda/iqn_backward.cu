@@ -30,7 +30,6 @@ namespace {
 
 constexpr int kBwdW = 2 * kHq;
 constexpr int kBwdSmemFloats = kHq * kLDM + kHq;  // Wmᵀ, bφ
-constexpr int kBwdSmemFloatsPhi = kBwdSmemFloats + kHq * kLDP;  // and Wφ, to recompute φraw
 
 // Row state of one thread in a tile: its rows g and g + 8, their transitions, and whether it
 // writes dψ for them.
@@ -41,49 +40,24 @@ struct Rows {
 
 // ψ's pre-activations of transition i at columns u, u + 1 (x̃ Wψᵀ + bψ).
 __device__ __forceinline__ float2 psi_pre_pair(const BackwardArgs &a, size_t i, int u) {
-    float2 pp = __ldg(reinterpret_cast<const float2 *>(a.psi_pre + i * kHq + u));
-    if (a.bpsi) {
-        pp.x = __fadd_rn(pp.x, __ldg(a.bpsi + u));
-        pp.y = __fadd_rn(pp.y, __ldg(a.bpsi + u + 1));
-    }
-    return pp;
+    const float2 pp = __ldg(reinterpret_cast<const float2 *>(a.psi_pre + i * kHq + u));
+    return make_float2(__fadd_rn(pp.x, __ldg(a.bpsi + u)), __fadd_rn(pp.y, __ldg(a.bpsi + u + 1)));
 }
 
-// φraw of column tiles 4q .. 4q + 3 for the thread's rows, in accumulator layout: recomputed
-// from cos (a.cos given) or read back from a.phi. Rows past the batch get zeros.
-__device__ __forceinline__ void phi_of_quarter(const BackwardArgs &a, const float *Wphi,
-                                               const Rows &w, int q, float (&f)[4][4]) {
-    if (a.cos) {
-        phi_quarter(Wphi, w.v0 ? a.cos + w.r0 * kC : nullptr, w.v1 ? a.cos + w.r1 * kC : nullptr, q, f);
-        return;
-    }
-    const int tq = threadIdx.x & 3;
-    const float *ph0 = a.phi + w.r0 * kHq, *ph1 = a.phi + w.r1 * kHq;
-#pragma unroll
-    for (int n = 0; n < 4; ++n) {
-        const int u = 8 * (4 * q + n) + 2 * tq;
-        const float2 f0 = w.v0 ? *reinterpret_cast<const float2 *>(ph0 + u) : make_float2(0.0f, 0.0f);
-        const float2 f1 = w.v1 ? *reinterpret_cast<const float2 *>(ph1 + u) : make_float2(0.0f, 0.0f);
-        f[n][0] = f0.x;
-        f[n][1] = f0.y;
-        f[n][2] = f1.x;
-        f[n][3] = f1.y;
-    }
-}
-
-// The epilogue of column tiles 4q .. 4q + 3 from their dm and φraw accumulators: dφpre into
-// a.phi, dψpre on the transitions' first row groups, and the column sums into acc.
+// The epilogue of column tiles 4q .. 4q + 3 from their dm accumulators: dφpre in place of φraw,
+// dψpre on the transitions' first row groups, and the column sums into acc.
 __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const float *bphi,
                                                  const Rows &w, int N, int q,
-                                                 const float (&dm)[4][4], const float (&f)[4][4],
-                                                 float (&pend)[4], float (&acc)[2][4]) {
+                                                 const float (&dm)[4][4], float (&pend)[4],
+                                                 float (&acc)[2][4]) {
     const int tq = threadIdx.x & 3;
     float *ph0 = a.phi + w.r0 * kHq, *ph1 = a.phi + w.r1 * kHq;
     float v[4][4];  // [dbφ u, dbφ u + 1, dbψ u, dbψ u + 1][column tile]
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
         const int u = 8 * (4 * q + n) + 2 * tq;
-        const float2 f0 = make_float2(f[n][0], f[n][1]), f1 = make_float2(f[n][2], f[n][3]);
+        const float2 f0 = w.v0 ? *reinterpret_cast<const float2 *>(ph0 + u) : make_float2(0.0f, 0.0f);
+        const float2 f1 = w.v1 ? *reinterpret_cast<const float2 *>(ph1 + u) : make_float2(0.0f, 0.0f);
         const float2 p0 = __ldg(reinterpret_cast<const float2 *>(a.psi + w.i0 * kHq + u));
         const float2 p1 = __ldg(reinterpret_cast<const float2 *>(a.psi + w.i1 * kHq + u));
         const float b0 = bphi[u], b1 = bphi[u + 1];
@@ -126,13 +100,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_backward(BackwardArgs a)
     extern __shared__ float4 sm4[];
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
     float *bphi = WmT + kHq * kLDM;
-    float *Wphi = bphi + kHq;                      // only when φraw is recomputed
     for (int e = threadIdx.x; e < kHq * kHq; e += blockDim.x) {
         const int j = e / kHq, k = e - j * kHq;
         WmT[k * kLDM + j] = mma::stored<false>(__ldg(a.Wm + e));
     }
     for (int e = threadIdx.x; e < kHq; e += blockDim.x) bphi[e] = __ldg(a.bphi + e);
-    if (a.cos) stage_wphi(Wphi, a.Wphi);
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
@@ -175,13 +147,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_backward(BackwardArgs a)
         float pend[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-            float dq[4][4], f[4][4];
+            float dq[4][4];
 #pragma unroll
             for (int n = 0; n < 4; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) dq[n][e] = dm[4 * q + n][e];
-            phi_of_quarter(a, Wphi, w, q, f);
-            epilogue_quarter(a, bphi, w, N, q, dq, f, pend, acc);
+            epilogue_quarter(a, bphi, w, N, q, dq, pend, acc);
         }
     }
     // The block's partial row: warp rows in shared memory (over Wmᵀ), summed in warp order.
@@ -195,13 +166,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_backward(BackwardArgs a)
 }  // namespace
 
 void backward_fused_prepare() {
-    aux::allow_smem((const void *)k_iqn_backward, kBwdSmemFloatsPhi * sizeof(float),
+    aux::allow_smem((const void *)k_iqn_backward, kBwdSmemFloats * sizeof(float),
                     "IQN backward through m");
 }
 
 void backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
-    const size_t smem = (a.cos ? kBwdSmemFloatsPhi : kBwdSmemFloats) * sizeof(float);
-    k_iqn_backward<<<blocks, kWarps * 32, smem, s>>>(a);
+    k_iqn_backward<<<blocks, kWarps * 32, kBwdSmemFloats * sizeof(float), s>>>(a);
     FH_LAUNCHED("k_iqn_backward");
 }
 

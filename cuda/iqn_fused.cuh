@@ -43,14 +43,6 @@ struct Smem {
     float *Wphi, *Wm, *bphi, *bm, *wz;
 };
 
-// Wφ [128, 64] into shared memory rows of kLDP floats, rounded to TF32 (no barrier).
-__device__ __forceinline__ void stage_wphi(float *dst, const float *Wphi) {
-    for (int e = threadIdx.x; e < kHq * kC; e += blockDim.x) {
-        const int n = e / kC, k = e - n * kC;
-        dst[n * kLDP + k] = mma::stored<false>(__ldg(Wphi + e));
-    }
-}
-
 // Stage one net's Wφ, Wm (TF32-rounded), bφ, bm and w_z; ends with __syncthreads().
 __device__ __forceinline__ Smem stage_weights(float *sm, const float *Wphi, const float *bphi,
                                               const float *Wm, const float *bm, const float *wz) {
@@ -60,7 +52,10 @@ __device__ __forceinline__ Smem stage_weights(float *sm, const float *Wphi, cons
     s.bphi = s.Wm + kHq * kLDM;
     s.bm = s.bphi + kHq;
     s.wz = s.bm + kHq;
-    stage_wphi(s.Wphi, Wphi);
+    for (int e = threadIdx.x; e < kHq * kC; e += blockDim.x) {
+        const int n = e / kC, k = e - n * kC;
+        s.Wphi[n * kLDP + k] = mma::stored<false>(__ldg(Wphi + e));
+    }
     for (int e = threadIdx.x; e < kHq * kHq; e += blockDim.x) {
         const int n = e / kHq, k = e - n * kHq;
         s.Wm[n * kLDM + k] = mma::stored<false>(__ldg(Wm + e));
@@ -109,32 +104,6 @@ __device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, floa
             const float2 w = *reinterpret_cast<const float2 *>(s.Wphi + (8 * nu + gi) * kLDP + 8 * ka + 2 * tq);
             const mma::Op B[2] = {mma::loaded<false>(w.x), mma::loaded<false>(w.y)};
             mma::mma<false>(acc[nu], A, B);
-        }
-    }
-}
-
-// Column tiles 4q .. 4q + 3 of φraw = cos Wφᵀ (Wphi staged by stage_wphi) from the features
-// phi_tile stored for the thread's rows g (cosr0) and g + 8 (cosr1); a null row (past the batch)
-// reads zeros. The products and their order are phi_tile's, so φraw comes out in the same bits.
-__device__ __forceinline__ void phi_quarter(const float *Wphi, const float *cosr0,
-                                            const float *cosr1, int q, float (&acc)[4][4]) {
-    const int lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
-#pragma unroll
-    for (int n = 0; n < 4; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
-#pragma unroll
-    for (int ka = 0; ka < kC / 8; ++ka) {
-        const int k = 8 * ka + 2 * tq;
-        const float2 c0 = cosr0 ? __ldg(reinterpret_cast<const float2 *>(cosr0 + k)) : make_float2(0.0f, 0.0f);
-        const float2 c1 = cosr1 ? __ldg(reinterpret_cast<const float2 *>(cosr1 + k)) : make_float2(0.0f, 0.0f);
-        const mma::Op A[4] = {mma::op<false>(c0.x), mma::op<false>(c1.x), mma::op<false>(c0.y),
-                              mma::op<false>(c1.y)};
-#pragma unroll
-        for (int n = 0; n < 4; ++n) {
-            const float2 w = *reinterpret_cast<const float2 *>(Wphi + (8 * (4 * q + n) + gi) * kLDP + k);
-            const mma::Op B[2] = {mma::loaded<false>(w.x), mma::loaded<false>(w.y)};
-            mma::mma<false>(acc[n], A, B);
         }
     }
 }

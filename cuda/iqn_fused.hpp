@@ -39,7 +39,7 @@ struct OnlineArgs {
     // Outputs, rows i·N + n:
     float *tau;                             // [B·N] τ_in (purpose 2)
     float *cos;                             // [B·N, 64] cos(π k τ_in)
-    float *phi;                             // [B·N, 128] φraw = cos Wφᵀ (no bias); may be null
+    float *phi;                             // [B·N, 128] φraw = cos Wφᵀ (no bias)
     float *m;                               // [B·N, 128] m = ψ ⊙ SiLU(φraw + bφ)
     float *dh;                              // [B·N, 128] dL/d(m Wmᵀ + bm)
     float *z_mean;                          // [B] mean_n Z(x̃_i, τ_in)
@@ -49,11 +49,9 @@ struct OnlineArgs {
 struct BackwardArgs {
     const float *dh;                        // [B·N, 128] dhpre (the online pass's)
     const float *Wm, *bphi;                 // online net: Wm [128, 128], bφ [128]
-    const float *psi, *psi_pre;             // [B, 128] ψ and x̃ Wψᵀ (+ bψ when bpsi is null)
-    const float *bpsi;                      // [128] bψ, added to psi_pre; null: psi_pre has it
-    const float *Wphi, *cos;                // Wφ [128, 64] and the online pass's cos [B·N, 64]:
-                                            // φraw recomputed; null: read from phi
-    float *phi;                             // [B·N, 128] in: φraw (cos null); out: dφpre = dL/d(φraw + bφ)
+    const float *psi, *psi_pre;             // [B, 128] ψ and x̃ Wψᵀ (bias_silu leaves bψ out)
+    const float *bpsi;                      // [128] bψ, added to psi_pre
+    float *phi;                             // [B·N, 128] in: φraw; out: dφpre = dL/d(φraw + bφ)
     float *dpsi;                            // [B, 128] out: dψpre = dL/d(x̃ Wψᵀ + bψ)
     int B, N;
     double *partial;                        // [blocks, 2·128]: dbφ | dbψ column sums

@@ -1,8 +1,6 @@
 #include "nn.cuh"
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "common.hpp"
 #include "device_math.cuh"
@@ -25,8 +23,8 @@ __device__ __forceinline__ float4 add_silu(float4 &z, float4 b) {
 }
 
 // Matrix blockIdx.y: n elements (V = float4: four columns each), rows of N, its bias zbias
-// elements after the previous one's. STORE_PRE writes pre + b back (the earlier path).
-template <class V, bool STORE_PRE>
+// elements after the previous one's. pre is only read.
+template <class V>
 __global__ void k_bias_silu(V *pre, V *act, const V *b, size_t n, int N, size_t zbias) {
     pre += blockIdx.y * n;
     act += blockIdx.y * n;
@@ -35,7 +33,6 @@ __global__ void k_bias_silu(V *pre, V *act, const V *b, size_t n, int N, size_t 
          i += (size_t)gridDim.x * blockDim.x) {
         V z = pre[i];
         const V a = add_silu(z, b[i % N]);
-        if (STORE_PRE) pre[i] = z;
         act[i] = a;
     }
 }
@@ -57,25 +54,18 @@ __global__ void k_adam(float *p, float *m, float *v, const float *g, size_t n, f
 
 }  // namespace
 
-bool pre_stores_bias() {
-    const char *e = getenv("FOXHUNT_PRE");
-    return e && !strcmp(e, "stored");
-}
-
 void bias_silu(float *pre, float *act, const float *bias, size_t rows, int cols, cudaStream_t s,
                int Z, size_t zbias) {
     const bool vec = cols % 4 == 0 && zbias % 4 == 0 && (uintptr_t)pre % 16 == 0 &&
                      (uintptr_t)act % 16 == 0 && (uintptr_t)bias % 16 == 0;
-    const bool store = pre_stores_bias();
     const size_t n = rows * cols;
     const dim3 grid(grid_for(vec ? n / 4 : n, kThreads, 32768), Z);
     if (vec) {
-        auto *k = store ? k_bias_silu<float4, true> : k_bias_silu<float4, false>;
-        k<<<grid, kThreads, 0, s>>>((float4 *)pre, (float4 *)act, (const float4 *)bias, n / 4,
-                                    cols / 4, zbias / 4);
+        k_bias_silu<float4><<<grid, kThreads, 0, s>>>((float4 *)pre, (float4 *)act,
+                                                      (const float4 *)bias, n / 4, cols / 4,
+                                                      zbias / 4);
     } else {
-        auto *k = store ? k_bias_silu<float, true> : k_bias_silu<float, false>;
-        k<<<grid, kThreads, 0, s>>>(pre, act, bias, n, cols, zbias);
+        k_bias_silu<float><<<grid, kThreads, 0, s>>>(pre, act, bias, n, cols, zbias);
     }
     FH_LAUNCHED("k_bias_silu");
 }

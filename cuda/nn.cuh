@@ -12,17 +12,11 @@ namespace fh::cuda {
 // (matrix z at z·rows·cols) whose biases lie zbias floats apart. The float expression of
 // src/cpu/nn.hpp, element by element (vectorised by four where alignment allows). pre keeps the
 // GEMM's product without the bias: a backward that needs the pre-activation adds the bias to it
-// itself (pre_bias), in the same float addition, so that the layer's activations are written
-// once, not twice. act may be pre (a forward-only pass, in place).
+// itself, in the same float addition (so the same bits), and the layer's activations are
+// written once, not twice (bench/results/h200-2026-12-01-pre-bias-before-after.json). act may be
+// pre (a forward-only pass, in place).
 void bias_silu(float *pre, float *act, const float *bias, size_t rows, int cols, cudaStream_t s,
                int Z = 1, size_t zbias = 0);
-
-// Trial switch, read at each call (capture time), removed once its before/after table is
-// archived: FOXHUNT_PRE=stored keeps the earlier bias_silu, which wrote pre + bias back into pre.
-bool pre_stores_bias();
-// The bias a reader of a bias_silu layer's `pre` adds to it: `b`, or nullptr when pre already
-// holds it (FOXHUNT_PRE=stored).
-inline const float *pre_bias(const float *b) { return pre_stores_bias() ? nullptr : b; }
 
 // Adam (Kingma & Ba 2015, Algorithm 1; SPEC §5.6) on n flat parameters, as src/cpu/nn.cpp
 // adam(): t = *step + 1 read on the device, 1 − β^t in float64 rounded to float32. With

@@ -111,7 +111,7 @@ __global__ void k_dsilu_colsum(PtrList in, const float *pre, const float *bias, 
     const int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
     double acc = 0.0;
     if (col < cols) {
-        const float b = bias ? bias[blockIdx.z * zbias + col] : 0.0f;
+        const float b = bias[blockIdx.z * zbias + col];
         for (int r = r0 + threadIdx.y; r < r1; r += U * kColTy) {
             float g[U], p[U];
 #pragma unroll
@@ -120,7 +120,7 @@ __global__ void k_dsilu_colsum(PtrList in, const float *pre, const float *bias, 
                 const size_t i = zoff + (size_t)ru * cols + col;
                 g[u] = ru < r1 ? in.p[0][i] : 0.0f;
                 p[u] = ru < r1 ? pre[i] : 0.0f;
-                if (bias) p[u] = __fadd_rn(p[u], b);
+                p[u] = __fadd_rn(p[u], b);
             }
             for (int k = 1; k < in.n; ++k)
 #pragma unroll

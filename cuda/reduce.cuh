@@ -53,8 +53,8 @@ void colsum_partial(const float *X, int rows, int width, const float *row_scale,
                     double *partial, cudaStream_t s, int Z = 1, size_t zstride = 0);
 // dpre = (Σ_k in_k, summed in list order in float) ⊙ SiLU'(pre + bias), written to dpre (which
 // may be in_0 when the list has one entry), and the column sums of dpre per chunk of chunk_rows
-// rows; with Z > 1, every pointer advances by rows·cols per matrix and bias by zbias. bias (per
-// column) may be null: pre then holds the pre-activation itself (nn.cuh, pre_bias).
+// rows; with Z > 1, every pointer advances by rows·cols per matrix and bias (per column) by
+// zbias. pre is the layer's product without its bias, as bias_silu (nn.cuh) leaves it.
 void dsilu_colsum(const PtrList &in, const float *pre, const float *bias, int rows, int cols,
                   int chunk_rows, float *dpre, double *partial, cudaStream_t s, int Z = 1,
                   size_t zbias = 0);

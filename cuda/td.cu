@@ -6,7 +6,6 @@
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
-#include "nn.cuh"
 #include "reduce.cuh"
 
 namespace fh::cuda {
@@ -72,7 +71,7 @@ void backward_branch(CudaStep &st, const LaneCtx &l, int b) {
     PtrList in{};
     in.p[0] = dpre;
     in.n = 1;
-    dsilu_colsum(in, preg, pre_bias(p + o.c[b]), B, HB, kColsumRows, dpre, l.col, l.stream);
+    dsilu_colsum(in, preg, p + o.c[b], B, HB, kColsumRows, dpre, l.col, l.stream);
     colsum_final(l.col, B, HB, g + o.c[b], l.stream);
     gemm_tn(l.blas, HB, H, B, dpre, st.on.h2, g + o.V[b], 0.0f, "dV = dpre^T h2");
     gemm_nn(l.blas, B, H, HB, dpre, p + o.V[b], dh2, 0.0f, "dh2_b = dpre V");
@@ -88,14 +87,14 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
     PtrList in{};
     for (uint32_t b = 0; b < d.NB; ++b) in.p[b] = st.dh2 + (size_t)b * B * H;
     in.n = (int)d.NB;
-    dsilu_colsum(in, st.on.pre2, pre_bias(w.p + o.b2), B, H, kColsumRows, st.dpre2, l.col,
+    dsilu_colsum(in, st.on.pre2, w.p + o.b2, B, H, kColsumRows, st.dpre2, l.col,
                  l.stream);
     colsum_final(l.col, B, H, g + o.b2, l.stream);
     gemm_tn(l.blas, H, H, B, st.dpre2, st.on.h1, g + o.W2, 0.0f, "dW2sn = dpre2^T h1");
     gemm_nn(l.blas, B, H, H, st.dpre2, w.W2, st.dpre1, 0.0f, "dh1 = dpre2 W2sn");
     in.p[0] = st.dpre1;
     in.n = 1;
-    dsilu_colsum(in, st.on.pre1, pre_bias(w.p + o.b1), B, H, kColsumRows, st.dpre1, l.col,
+    dsilu_colsum(in, st.on.pre1, w.p + o.b1, B, H, kColsumRows, st.dpre1, l.col,
                  l.stream);
     colsum_final(l.col, B, H, g + o.b1, l.stream);
     gemm_tn(l.blas, H, D, B, st.dpre1, st.x2, g + o.W1, 0.0f, "dW1sn = dpre1^T x");
