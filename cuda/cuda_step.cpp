@@ -66,6 +66,10 @@ CudaStep::CudaStep(const fh_config &c, const Layout &l, DeviceMemory &mem, const
     alloc_qcache(mem, d, next, (int)B, false, false);
     alloc_qcache(mem, d, tgt, (int)(2 * B), false, false);
     alloc_qcache(mem, d, on, (int)B, true, true);
+    if (ddqn_branches_packed(d)) {
+        pack_next = mem.floats(MEM_ACT, packed_branch_floats(d));
+        pack_tgt = mem.floats(MEM_ACT, packed_branch_floats(d));
+    }
     a_star = mem.alloc_n<int32_t>(MEM_ACT, B * d.NB);
     y = mem.floats(MEM_ACT, B * d.NB);
     qbar_sa = mem.floats(MEM_ACT, B);
@@ -79,7 +83,9 @@ CudaStep::CudaStep(const fh_config &c, const Layout &l, DeviceMemory &mem, const
     // CQL adds the gradient of all branches in one launch (cql.cu).
     for (uint32_t b = 1; b < d.NB; ++b)
         if (L.q.U[b] - L.q.U[b - 1] != L.q.U[1] - L.q.U[0] ||
-            L.q.e[b] - L.q.e[b - 1] != L.q.U[1] - L.q.U[0])
+            L.q.e[b] - L.q.e[b - 1] != L.q.U[1] - L.q.U[0] ||
+            L.q.V[b] - L.q.V[b - 1] != L.q.U[1] - L.q.U[0] ||
+            L.q.c[b] - L.q.c[b - 1] != L.q.U[1] - L.q.U[0])
             fail(FH_ERR_INTERNAL, "branch blocks of the Q layout are not equally spaced");
     dpreg = mem.floats(MEM_ACT, (size_t)d.NB * B * d.HB);
     dh2 = mem.floats(MEM_ACT, (size_t)d.NB * B * d.H);

@@ -111,6 +111,9 @@ struct CudaStep {
     // §5.3 ddqn
     QCache next;                          // online on x~' (in place)
     QCache tgt;                           // target on [x~; x~'] (2B rows, in place)
+    // The branches' weights packed for next's and tgt's passes (memory_plan.hpp,
+    // packed_branch_floats; null when ddqn_branches_packed is false).
+    float *pack_next = nullptr, *pack_tgt = nullptr;
     int32_t *a_star = nullptr;            // [B, NB]
     float *y = nullptr;                   // [B, NB]
     float *qbar_sa = nullptr;             // [B]
@@ -167,6 +170,13 @@ void q_forward_trunk(const LaneCtx &l, const Dims &d, const Layout &L, const QVi
                      const float *x, QCache &c);
 void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
                       QCache &c, int b, float q_clip);
+// All NB branches of a forward-only pass (an in-place cache: q only, h1 dead after the trunk)
+// when ddqn_branches_packed(d): pack holds packed_branch_floats(d) floats of scratch.
+void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
+                               QCache &c, float *pack, float q_clip);
+// Trial switch, read at capture, removed once its before/after table is archived:
+// FOXHUNT_DDQN_BRANCHES=serial runs ddqn's branches one after another as before.
+bool ddqn_packed(const Dims &d);
 // spectral.cu: one power iteration on W [rows, cols] from u_in (u_out may alias it):
 // v = normalize(Wᵀu), u = normalize(W v), sigma = uᵀ W v, sigma_t = uᵀ Wt v (Wt may be null).
 // `scratch` holds power_scratch_doubles(d) doubles (src/memory_plan.hpp; rows = H, cols <=

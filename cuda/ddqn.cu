@@ -38,13 +38,21 @@ __global__ void k_ddqn_join(const float *qt, const int32_t *a_star, const int32_
     }
 }
 
+// The branches of one of ddqn's forward-only passes: packed (qnet.cu) or one after another.
+void forward_branches(CudaStep &st, const LaneCtx &l, const QView &w, QCache &c, float *pack) {
+    if (ddqn_packed(st.d)) {
+        q_forward_branches_packed(l, st.d, st.L, w, c, pack, st.cfg.q_clip);
+        return;
+    }
+    for (uint32_t b = 0; b < st.d.NB; ++b) q_forward_branch(l, st.d, st.L, w, c, (int)b, st.cfg.q_clip);
+}
+
 }  // namespace
 
 void ddqn_online_next(CudaStep &st, const LaneCtx &l) {
     const QView w = st.online_view();
     q_forward_trunk(l, st.d, st.L, w, st.inputs().xn, st.next);
-    for (uint32_t b = 0; b < st.d.NB; ++b)
-        q_forward_branch(l, st.d, st.L, w, st.next, (int)b, st.cfg.q_clip);
+    forward_branches(st, l, w, st.next, st.pack_next);
     const size_t n = (size_t)st.d.B * st.d.NB;
     k_argmax<<<grid_for(n), kThreads, 0, l.stream>>>(st.next.q, (int)st.d.B, (int)st.d.NB,
                                                      (int)st.d.A, st.a_star);
@@ -54,8 +62,7 @@ void ddqn_online_next(CudaStep &st, const LaneCtx &l) {
 void ddqn_target(CudaStep &st, const LaneCtx &l) {
     const QView w = st.target_view();
     q_forward_trunk(l, st.d, st.L, w, st.x2, st.tgt);
-    for (uint32_t b = 0; b < st.d.NB; ++b)
-        q_forward_branch(l, st.d, st.L, w, st.tgt, (int)b, st.cfg.q_clip);
+    forward_branches(st, l, w, st.tgt, st.pack_tgt);
 }
 
 void ddqn_join(CudaStep &st, const LaneCtx &l) {

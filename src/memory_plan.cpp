@@ -118,6 +118,7 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
         return n * F;
     };
     a += cache(B, false, false) + cache(2 * B, false, false) + cache(B, true, true);
+    if (ddqn_branches_packed(d)) a += 2 * packed_branch_floats(d) * F;  // next's and tgt's
     a += B * NB * I + (B * NB + B) * F;                // a*, y, Q̄sa
     a += (B * NB + 2 * NB * B * A + NB * A * HB + NB * A) * F + NB * colch * A * D8;
     a += (NB * B * HB + NB * B * H + 2 * B * H) * F + (3 * B * NB + 2 * B) * D8;

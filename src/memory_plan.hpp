@@ -30,6 +30,29 @@ inline uint64_t power_scratch_doubles(const Dims &d) {
     return 2 * (uint64_t)d.H + std::max<uint64_t>(kPowerBlockThreads, std::max(d.D, d.H));
 }
 
+// The ddqn child's forward-only passes run the Q net's NB branches packed (cuda/qnet.cu,
+// q_forward_branches_packed) when the heads' outputs fit the dead h1 buffer (NB·A <= H) and
+// there is more than one branch: the branches' weights side by side, [NB·HB, H] first layers
+// with their biases and the heads as one block-diagonal [NB·A, NB·HB] matrix with theirs.
+// The online-next and target passes each hold one such copy; each of its four parts starts
+// 256 bytes after the previous one's start, rounded up (aligned operands for cuBLAS).
+inline bool ddqn_branches_packed(const Dims &d) { return d.NB > 1 && d.NB * d.A <= d.H; }
+struct PackedBranches {
+    uint64_t Vcat, ccat, Ubd, ecat, total;  // offsets in floats, and the size
+};
+inline PackedBranches packed_branches(const Dims &d) {
+    const uint64_t nh = (uint64_t)d.NB * d.HB, na = (uint64_t)d.NB * d.A;
+    auto up = [](uint64_t n) { return (n + 63) / 64 * 64; };
+    PackedBranches p;
+    p.Vcat = 0;
+    p.ccat = up(nh * d.H);
+    p.Ubd = p.ccat + up(nh);
+    p.ecat = p.Ubd + up(na * nh);
+    p.total = p.ecat + na;
+    return p;
+}
+inline uint64_t packed_branch_floats(const Dims &d) { return packed_branches(d).total; }
+
 struct MemoryPlan {
     // As fh_memory_report: parameters, activations, workspaces, batch_staging, replay.
     uint64_t parameters = 0, activations = 0, workspaces = 0, batch_staging = 0, replay = 0;
