@@ -174,9 +174,6 @@ void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QV
 // when ddqn_branches_packed(d): pack holds packed_branch_floats(d) floats of scratch.
 void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
                                QCache &c, float *pack, float q_clip);
-// Trial switch, read at capture, removed once its before/after table is archived:
-// FOXHUNT_DDQN_BRANCHES=serial runs ddqn's branches one after another as before.
-bool ddqn_packed(const Dims &d);
 // spectral.cu: one power iteration on W [rows, cols] from u_in (u_out may alias it):
 // v = normalize(Wᵀu), u = normalize(W v), sigma = uᵀ W v, sigma_t = uᵀ Wt v (Wt may be null).
 // `scratch` holds power_scratch_doubles(d) doubles (src/memory_plan.hpp; rows = H, cols <=

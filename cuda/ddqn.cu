@@ -2,10 +2,12 @@
 // src/cpu/ddqn.cpp. Lane A: the online net on x̃' and a*_b = argmax (ties: lowest index);
 // lane B: the target net on [x̃; x̃'] (2B rows: its x̃ rows give Q̄sa, its x̃' rows evaluate a*
 // and, through their trunk features, the confidence target of the aux child); the join: y and
-// Q̄sa.
+// Q̄sa. Both passes run all branches at once where the config allows (qnet.cu,
+// q_forward_branches_packed): the branches' weights side by side, one GEMM per layer.
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
+#include "memory_plan.hpp"
 
 namespace fh::cuda {
 
@@ -38,9 +40,10 @@ __global__ void k_ddqn_join(const float *qt, const int32_t *a_star, const int32_
     }
 }
 
-// The branches of one of ddqn's forward-only passes: packed (qnet.cu) or one after another.
+// The branches of one of ddqn's forward-only passes: packed (qnet.cu) where the config allows
+// (memory_plan.hpp, ddqn_branches_packed), else one after another.
 void forward_branches(CudaStep &st, const LaneCtx &l, const QView &w, QCache &c, float *pack) {
-    if (ddqn_packed(st.d)) {
+    if (ddqn_branches_packed(st.d)) {
         q_forward_branches_packed(l, st.d, st.L, w, c, pack, st.cfg.q_clip);
         return;
     }

@@ -2,9 +2,6 @@
 // two-layer SiLU trunk, per branch a SiLU hidden layer and a linear head clamped to ±q_clip,
 // and the softplus confidence head on the trunk (one warp per row). The forward passes of
 // ddqn.cu and act.cu run the same trunk and branch functions.
-#include <cstdlib>
-#include <cstring>
-
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
@@ -85,16 +82,12 @@ __global__ void k_bias_clamp_packed(const float *__restrict__ zall, const float 
 
 }  // namespace
 
-bool ddqn_packed(const Dims &d) {
-    const char *e = getenv("FOXHUNT_DDQN_BRANCHES");
-    return ddqn_branches_packed(d) && !(e && !strcmp(e, "serial"));
-}
-
 // The branches side by side: g = SiLU(h2 Vcatᵀ + ccat) [M, NB·HB] (one GEMM, one bias_silu) and
 // z = g Ubdᵀ [M, NB·A] (one GEMM with the block-diagonal heads; its zero blocks add exact
-// zeros), then the heads' biases and the clamp into q. Three GEMM-sized steps instead of NB
-// chains of four: at B = 16384 the target pass's per-branch GEMMs (2B × 128 outputs) left the
-// GPU between waves and each chain step was a dependent graph node.
+// zeros), then the heads' biases and the clamp into q. Five kernels instead of NB chains of
+// four, one after another on the pass's lane: at B = 16384 the ddqn child went from 0.347 to
+// 0.285 ms multi-stream and 0.366 to 0.283 single-stream (H200,
+// bench/results/h200-2026-12-01-ddqn-packed-before-after.json).
 void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
                                QCache &c, float *pack, float q_clip) {
     const int M = c.M, H = (int)d.H, NB = (int)d.NB, HB = (int)d.HB, A = (int)d.A;
