@@ -37,8 +37,6 @@
 //   reductions of the partials (fixed order, double), Adam over 2·total floats.
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 
 #include "aux_common.cuh"
@@ -67,87 +65,8 @@ struct IqlHeadArgs {
     int rows_per_blk;
 };
 
-// One row's head scalars: V, the expectile weight's loss term li and dV (SPEC §5.5 step 2).
-struct HeadRow {
-    float V, q, li, dV;
-};
-__device__ __forceinline__ HeadRow head_scalars(float s, float b3, float q, float tau, float rows) {
-    HeadRow h;
-    h.V = __fadd_rn(s, b3);
-    h.q = q;
-    const float u = __fadd_rn(q, -h.V);
-    const float w = u < 0.0f ? __fadd_rn(1.0f, -tau) : tau;  // |τ − [ũ < 0]|
-    h.li = __fmul_rn(__fmul_rn(w, u), u);
-    h.dV = __fdiv_rn(__fmul_rn(__fmul_rn(-2.0f, w), u), rows);
-    return h;
-}
-
-// grid (blocks, 2 nets), block warps·32; warp w of block b takes rows b·rpb + w, + warps, ...,
-// two at a time (rows r and r + warps: their loads in flight together), each row's terms added
-// to the warp's accumulators in that order, as one row at a time would.
+// grid (blocks, 2 nets), block warps·32; warp w of block b takes rows b·rpb + w, + warps, ...
 __global__ void k_iql_head(IqlHeadArgs a) {
-    extern __shared__ double acc_all[];
-    const int net = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int nw = blockDim.x >> 5, Hi = a.Hi, W = 2 * Hi + 2;
-    double *acc = acc_all + (size_t)warp * W;
-    for (int c = lane; c < W; c += 32) acc[c] = 0.0;
-    __syncwarp();
-
-    const float *p = a.params + (size_t)net * a.total;
-    const float *__restrict__ w3 = p + a.off_w3;
-    const float *__restrict__ b2 = p + a.off_b2;
-    const float b3 = p[a.off_b3];
-    const float tau = net ? a.tau[1] : a.tau[0];  // (no dynamic indexing of the params)
-    const size_t base = (size_t)net * a.B * Hi;
-    const int r0 = blockIdx.x * a.rows_per_blk, r1 = min(a.B, r0 + a.rows_per_blk);
-    for (int ra = r0 + warp; ra < r1; ra += 2 * nw) {
-        const int rb = ra + nw;
-        const bool two = rb < r1;
-        const float *__restrict__ ha = a.h2 + base + (size_t)ra * Hi;
-        const float *__restrict__ hb = a.h2 + base + (size_t)(two ? rb : ra) * Hi;
-        float sa = 0.0f, sb = 0.0f;
-        for (int j = lane; j < Hi; j += 32) {
-            const float w = __ldg(w3 + j);
-            sa = fmaf(__ldg(ha + j), w, sa);
-            sb = fmaf(__ldg(hb + j), w, sb);
-        }
-        sa = warp_sum(sa);
-        sb = warp_sum(sb);
-        const HeadRow A = head_scalars(sa, b3, a.qsa[ra], tau, a.rows);
-        const HeadRow Bq = head_scalars(sb, b3, two ? a.qsa[rb] : 0.0f, tau, a.rows);
-        float *pa = a.pre2 + base + (size_t)ra * Hi, *pb = a.pre2 + base + (size_t)rb * Hi;
-        for (int j = lane; j < Hi; j += 32) {
-            const float w = __ldg(w3 + j), bj = __ldg(b2 + j);
-            const float xa = pa[j], xb = two ? pb[j] : 0.0f;
-            const float da = __fmul_rn(__fmul_rn(A.dV, w), dev_dsilu(__fadd_rn(xa, bj)));
-            pa[j] = da;
-            acc[j] += (double)da;
-            acc[Hi + j] += (double)A.dV * (double)__ldg(ha + j);
-            if (two) {
-                const float db = __fmul_rn(__fmul_rn(Bq.dV, w), dev_dsilu(__fadd_rn(xb, bj)));
-                pb[j] = db;
-                acc[j] += (double)db;
-                acc[Hi + j] += (double)Bq.dV * (double)__ldg(hb + j);
-            }
-        }
-        if (lane == 0) {
-            float *vout = net ? a.v_out[1] : a.v_out[0];
-            for (int k = 0; k < (two ? 2 : 1); ++k) {
-                const HeadRow &h = k ? Bq : A;
-                const int r = k ? rb : ra;
-                acc[2 * Hi] += (double)h.dV;
-                acc[2 * Hi + 1] += (double)h.li;
-                vout[r] = h.V;
-                if (net == 0)
-                    a.omega[r] = fminf(expf(__fmul_rn(a.awr_beta, __fadd_rn(h.q, -h.V))), a.awr_max);
-            }
-        }
-    }
-    aux::flush_row_acc(acc_all, W, a.partial + ((size_t)net * gridDim.x + blockIdx.x) * W);
-}
-
-// Trial (FOXHUNT_IQL_HEAD=one): the earlier head, one row at a time.
-__global__ void k_iql_head_one(IqlHeadArgs a) {
     extern __shared__ double acc_all[];
     const int net = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nw = blockDim.x >> 5, Hi = a.Hi, W = 2 * Hi + 2;
@@ -407,9 +326,7 @@ struct IqlLearner::Impl {
         a.v_out[0] = v_hi; a.v_out[1] = v_lo; a.omega = omega;
         a.partial = part_head;
         a.rows_per_blk = head.rows_per_blk;
-        const char *e = getenv("FOXHUNT_IQL_HEAD");
-        auto *kern = e && !strcmp(e, "one") ? k_iql_head_one : k_iql_head;
-        kern<<<dim3(head.blocks, 2), head.warps * 32, head.smem, s>>>(a);
+        k_iql_head<<<dim3(head.blocks, 2), head.warps * 32, head.smem, s>>>(a);
         FH_LAUNCHED("k_iql_head");
         {
             aux::Segs g;
