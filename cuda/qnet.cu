@@ -2,10 +2,6 @@
 // two-layer SiLU trunk, per branch a SiLU hidden layer and a linear head clamped to ±q_clip,
 // and the softplus confidence head on the trunk (one warp per row). The forward passes of
 // ddqn.cu and act.cu run the same trunk and branch functions.
-#include <algorithm>
-#include <cstdlib>
-#include <cstring>
-
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
@@ -84,65 +80,7 @@ __global__ void k_bias_clamp_packed(const float *__restrict__ zall, const float 
     }
 }
 
-// The branch heads from the packed hidden layer's products, without writing g: for row r and
-// branch b (a warp's fixed branch), g = SiLU(pre[r, b·HB + k] + c_b[k]) for the lane's k = lane,
-// lane + 32, ... (J = ceil(HB / 32) of them), then for each action a the lane's partial
-// Σ_k g_k U_b[a][k] (U_b's slice held in registers for the whole kernel), a warp sum, and
-// q[b][r][a] = clamp(sum + e_b[a], ±clip). The warps of the grid are NB × rows_par: warp w
-// serves branch w mod NB on rows w / NB, + rows_par, ...
-template <int JMAX, int AMAX>
-__global__ void __launch_bounds__(256) k_branch_heads(const float *__restrict__ pre,
-                                                      const float *__restrict__ p, size_t c0,
-                                                      size_t U0, size_t e0, size_t stride, int M,
-                                                      int NB, int HB, int A, int rows_par,
-                                                      float clip, float *__restrict__ q) {
-    const int lane = threadIdx.x & 31;
-    const int gw = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
-    if (gw >= NB * rows_par) return;
-    const int b = gw % NB;
-    const float *cb = p + c0 + (size_t)b * stride, *Ub = p + U0 + (size_t)b * stride;
-    float u[JMAX][AMAX], c[JMAX], e[AMAX];
-#pragma unroll
-    for (int j = 0; j < JMAX; ++j) {
-        const int k = lane + 32 * j;
-        c[j] = k < HB ? __ldg(cb + k) : 0.0f;
-#pragma unroll
-        for (int a = 0; a < AMAX; ++a) u[j][a] = k < HB && a < A ? __ldg(Ub + (size_t)a * HB + k) : 0.0f;
-    }
-#pragma unroll
-    for (int a = 0; a < AMAX; ++a) e[a] = a < A ? __ldg(p + e0 + (size_t)b * stride + a) : 0.0f;
-    const size_t ld = (size_t)NB * HB;
-    for (int r = gw / NB; r < M; r += rows_par) {
-        const float *row = pre + (size_t)r * ld + (size_t)b * HB;
-        float g[JMAX];
-#pragma unroll
-        for (int j = 0; j < JMAX; ++j) {
-            const int k = lane + 32 * j;
-            g[j] = k < HB ? dev_silu(__fadd_rn(__ldg(row + k), c[j])) : 0.0f;
-        }
-        float mine = 0.0f;
-#pragma unroll
-        for (int a = 0; a < AMAX; ++a) {
-            if (a < A) {
-                float sum = 0.0f;
-#pragma unroll
-                for (int j = 0; j < JMAX; ++j) sum = fmaf(g[j], u[j][a], sum);
-                sum = warp_sum(sum);
-                if (lane == a) mine = __fadd_rn(sum, e[a]);
-            }
-        }
-        if (lane < A) q[(size_t)b * M * A + (size_t)r * A + lane] = fminf(fmaxf(mine, -clip), clip);
-    }
-}
-
 }  // namespace
-
-// Trial switch, read at capture, removed once its before/after table is archived:
-// FOXHUNT_DDQN_HEADS=gemm keeps the heads as a block-diagonal GEMM after bias_silu.
-static bool heads_fused(const Dims &d) {
-    const char *e = getenv("FOXHUNT_DDQN_HEADS");
-    return d.HB <= 256 && d.A <= 8 && !(e && !strcmp(e, "gemm"));
-}
 
 // The branches side by side: g = SiLU(h2 Vcatᵀ + ccat) [M, NB·HB] (one GEMM, one bias_silu) and
 // z = g Ubdᵀ [M, NB·A] (one GEMM with the block-diagonal heads; its zero blocks add exact
@@ -163,15 +101,6 @@ void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L,
         w.p, o.V[0], o.c[0], o.U[0], o.e[0], o.V[1] - o.V[0], NB, H, HB, A, pk, pack);
     FH_LAUNCHED("k_pack_branches");
     gemm_nt(l.blas, M, nh, H, c.h2, Vcat, c.g, 0.0f, "branches h2 Vcat^T");
-    if (heads_fused(d)) {
-        const int rows_par = std::max(1, std::min(M, sm_count() * 64 / NB));
-        const int warps = NB * rows_par, blocks = (warps + 7) / 8;
-        auto *k = d.HB <= 128 ? k_branch_heads<4, 8> : k_branch_heads<8, 8>;
-        k<<<blocks, 256, 0, l.stream>>>(c.g, w.p, o.c[0], o.U[0], o.e[0], o.V[1] - o.V[0], M, NB,
-                                        HB, A, rows_par, q_clip, c.q);
-        FH_LAUNCHED("k_branch_heads");
-        return;
-    }
     bias_silu(c.g, c.g, ccat, M, nh, l.stream);
     float *zall = c.h1;  // dead after the trunk: [M, NB·A] fits since NB·A <= H
     gemm_nt(l.blas, M, na, nh, c.g, Ubd, zall, 0.0f, "branch heads g Ubd^T");
