@@ -12,8 +12,6 @@ namespace fh::cuda {
 
 namespace {
 
-constexpr int kPowerThreads = kPowerBlockThreads;  // memory_plan.hpp sizes the scratch by it
-
 __device__ void normalize_block(float *x, int n, double *sh) {
     double acc = 0;
     for (int j = threadIdx.x; j < n; j += blockDim.x) acc += (double)x[j] * x[j];
@@ -34,7 +32,7 @@ __device__ void normalize_block(float *x, int n, double *sh) {
 // G = min(8, 1024 / cols) row groups when cols <= 1024, else 1; the block sums over 1024
 // threads (normalize_block, block_sum) fix their order.
 __host__ __device__ inline int power_groups(int cols) {
-    return cols <= kPowerThreads ? min(8, kPowerThreads / cols) : 1;
+    return cols <= kPowerBlockThreads ? min(8, kPowerBlockThreads / cols) : 1;
 }
 
 __global__ void k_power_cols(const float *W, int rows, int cols, const float *u, double *part) {
@@ -48,7 +46,7 @@ __global__ void k_power_cols(const float *W, int rows, int cols, const float *u,
 }
 
 __global__ void k_power_v(const double *part, int cols, int G, float *v) {
-    __shared__ double sh[kPowerThreads];
+    __shared__ double sh[kPowerBlockThreads];
     for (int j = threadIdx.x; j < cols; j += blockDim.x) {
         double acc = 0;
         for (int k = 0; k < G; ++k) acc += part[(size_t)k * cols + j];
@@ -81,7 +79,7 @@ __global__ void k_power_rows(const float *W, const float *Wt, int rows, int cols
 
 __global__ void k_power_sigma(const double *row, const double *rowt, int rows, float *u_out,
                               float *sigma, float *sigma_t) {
-    __shared__ double sh[kPowerThreads];
+    __shared__ double sh[kPowerBlockThreads];
     normalize_block(u_out, rows, sh);
     double acc = 0;
     for (int i = threadIdx.x; i < rows; i += blockDim.x) acc += (double)u_out[i] * row[i];
@@ -126,12 +124,12 @@ void power_iteration(const float *W, const float *Wt, int rows, int cols, const 
     const int G = power_groups(cols);
     k_power_cols<<<dim3((cols + 255) / 256, G), 256, 0, s>>>(W, rows, cols, u_in, part);
     FH_LAUNCHED("k_power_cols");
-    k_power_v<<<1, kPowerThreads, 0, s>>>(part, cols, G, v);
+    k_power_v<<<1, kPowerBlockThreads, 0, s>>>(part, cols, G, v);
     FH_LAUNCHED("k_power_v");
     k_power_rows<<<(rows + 7) / 8, 256, 0, s>>>(W, Wt, rows, cols, v, row, Wt ? rowt : nullptr,
                                                 u_out);
     FH_LAUNCHED("k_power_rows");
-    k_power_sigma<<<1, kPowerThreads, 0, s>>>(row, Wt ? rowt : nullptr, rows, u_out, sigma,
+    k_power_sigma<<<1, kPowerBlockThreads, 0, s>>>(row, Wt ? rowt : nullptr, rows, u_out, sigma,
                                               sigma_t);
     FH_LAUNCHED("k_power_sigma");
 }
