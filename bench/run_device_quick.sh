@@ -17,6 +17,7 @@
 #   ncu-attn     Nsight Compute on the tensor-core attention kernels at B = 16384
 #   ncu-iqn      Nsight Compute on the fused IQN kernels at B = 16384 (one step)
 #   ncu-step     Nsight Compute: every kernel of one default step (B = 16384, TF32), durations
+#   ncu-warm     the same single-stream with warm caches ($NCU_ENV: a trial switch; $NCU_TAG: file suffix)
 #   nccl         test_cuda_nccl: W = 1 with a communicator bitwise equal to none (one GPU)
 #   nccl2        test_cuda_nccl_2gpu: W = 2 against one pipeline at 2B (skips below 2 GPUs)
 #   dp-bench     foxhunt-bench-dp at B = 16384: rows/s at W = 1 and every GPU, all-reduce share
@@ -94,6 +95,14 @@ for s in "$@"; do
       build-dev/examples/foxhunt-bench --batch 16384 --steps 1 --warmup 0 --modes multi-tf32 \
       --replay 0 --out /tmp/n.json > $OUT/ncu_step.csv 2>&1
     echo "ncu-step rc=$? lines=$(wc -l < $OUT/ncu_step.csv)" | tee -a $log ;;
+  ncu-warm)
+    # Like ncu-step, single-stream and with warm caches (--cache-control none): per-kernel times
+    # closer to what a kernel takes inside the graph. NCU_ENV="VAR=x" sets a trial switch.
+    timeout 200 env ${NCU_ENV:-} ncu --clock-control none --cache-control none \
+      --metrics gpu__time_duration.sum --csv \
+      build-dev/examples/foxhunt-bench --batch 16384 --steps 1 --warmup 0 --modes single-tf32 \
+      --replay 0 --out /tmp/n.json > $OUT/ncu_warm${NCU_TAG:-}.csv 2>&1
+    echo "ncu-warm rc=$? lines=$(wc -l < $OUT/ncu_warm${NCU_TAG:-}.csv)" | tee -a $log ;;
   vbench)
     # VARIANTS="VAR=a,b VAR2=c,d": one side-by-side run per variable, B = 16384, TF32. Each run
     # writes its whole output to $OUT as it goes and is stopped after VBENCH_TIMEOUT seconds

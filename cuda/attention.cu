@@ -100,6 +100,43 @@ __global__ void k_attn_comp(Geom g, const float *__restrict__ W, const float *__
     }
 }
 
+// The same composites, one warp per output: the lanes take the inner index in turn (float64
+// partials), then a fixed butterfly sums them. The loop version above leaves each thread a
+// 64-long chain of dependent float64 adds behind its loads (latency-bound: ~7700 threads).
+__global__ void k_attn_comp_warp(Geom g, const float *__restrict__ W, const float *__restrict__ b,
+                                 const float *__restrict__ Wt, const float *__restrict__ bt,
+                                 const float *__restrict__ Wg, const float *__restrict__ bg,
+                                 const float *__restrict__ P, float *__restrict__ comp) {
+    const int n1 = g.d3 * g.td, n2 = g.d3 * g.G, n3 = g.T * g.d3, n4 = g.d;
+    const int total = n1 + n2 + n3 + n4, lane = threadIdx.x & 31;
+    const int nw = gridDim.x * (blockDim.x >> 5);
+    for (int idx = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); idx < total; idx += nw) {
+        double s = 0.0, add = 0.0;
+        if (idx < n1) {
+            const int c = idx / g.td, kk = idx - c * g.td;
+            for (int a = lane; a < g.d; a += 32)
+                s += (double)W[(size_t)c * g.d + a] * (double)Wt[a * g.td + kk];
+        } else if (idx < n1 + n2) {
+            const int r = idx - n1, c = r / g.G, kk = r - c * g.G;
+            for (int a = lane; a < g.d; a += 32)
+                s += (double)W[(size_t)c * g.d + a] * (double)Wg[a * g.G + kk];
+        } else if (idx < n1 + n2 + n3) {
+            const int r = idx - n1 - n2, t = r / g.d3, c = r - t * g.d3;
+            const float *bias = t < g.To ? bt : bg;
+            add = (double)b[c];
+            for (int a = lane; a < g.d; a += 32)
+                s += (double)W[(size_t)c * g.d + a] *
+                     ((double)bias[a] + (double)P[(size_t)t * g.d + a]);
+        } else {
+            const int a = idx - n1 - n2 - n3;
+            for (int t = lane; t < g.T; t += 32)
+                s += (double)(t < g.To ? bt[a] : bg[a]) + (double)P[(size_t)t * g.d + a];
+        }
+        s = warp_sum(s);
+        if (lane == 0) comp[idx] = (float)(add + s);
+    }
+}
+
 struct AttnHeadArgs {
     float *h;                    // [B, hh] in: pool Wr1ᵀ (no bias), out: dL/d(pre)
     const float *br1, *wr2, *br2;
@@ -140,6 +177,87 @@ __global__ void k_attn_head(AttnHeadArgs a) {
             acc[2 * hh] += (double)dr;
             acc[2 * hh + 1] += (double)__fmul_rn(e, e);
         }
+    }
+    aux::flush_row_acc(acc_all, W, a.partial + (size_t)blockIdx.x * W);
+}
+
+// k_attn_head with the lane's K columns (j = lane + 32k < hh ≤ 32K) in registers: br1, w_r2,
+// the column sums, and the next row's h loaded while this row is computed. The same float
+// operations and the same order of every float64 sum as k_attn_head: the same bits.
+template <int K>
+__global__ void k_attn_head_reg(AttnHeadArgs a) {
+    extern __shared__ double acc_all[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int hh = a.hh, W = 2 * hh + 2;
+    float br1[K], wr2[K], hv[K];
+    double sb[K], sw[K], sdr = 0.0, sloss = 0.0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        const int j = lane + 32 * k;
+        br1[k] = j < hh ? a.br1[j] : 0.0f;
+        wr2[k] = j < hh ? a.wr2[j] : 0.0f;
+        sb[k] = 0.0;
+        sw[k] = 0.0;
+        hv[k] = 0.0f;
+    }
+    const float br2 = *a.br2;
+    const int r0 = blockIdx.x * a.rows_per_blk, r1 = min(a.B, r0 + a.rows_per_blk);
+    int i = r0 + warp;
+    float ri = 0.0f;
+    if (i < r1) {
+        ri = a.r[i];
+#pragma unroll
+        for (int k = 0; k < K; ++k)
+            if (lane + 32 * k < hh) hv[k] = a.h[(size_t)i * hh + lane + 32 * k];
+    }
+    for (; i < r1; i += nw) {
+        const int in = i + nw;
+        float hn[K], rn = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; ++k) hn[k] = 0.0f;
+        if (in < r1) {
+            rn = a.r[in];
+#pragma unroll
+            for (int k = 0; k < K; ++k)
+                if (lane + 32 * k < hh) hn[k] = a.h[(size_t)in * hh + lane + 32 * k];
+        }
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; ++k)
+            if (lane + 32 * k < hh) s = fmaf(dev_silu(__fadd_rn(hv[k], br1[k])), wr2[k], s);
+        s = warp_sum(s);
+        const float rhat = __fadd_rn(s, br2);
+        const float e = __fadd_rn(rhat, -ri);
+        const float dr = __fdiv_rn(__fmul_rn(2.0f, e), a.rows);
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const int j = lane + 32 * k;
+            if (j >= hh) continue;
+            const float pre = __fadd_rn(hv[k], br1[k]);
+            const float sg = dev_sigmoid(pre);
+            const float v = __fmul_rn(__fmul_rn(dr, wr2[k]), dev_dsilu_s(pre, sg));
+            a.h[(size_t)i * hh + j] = v;
+            sb[k] += (double)v;
+            sw[k] += (double)dr * (double)__fmul_rn(pre, sg);
+        }
+        sdr += (double)dr;
+        sloss += (double)__fmul_rn(e, e);
+#pragma unroll
+        for (int k = 0; k < K; ++k) hv[k] = hn[k];
+        ri = rn;
+    }
+    double *acc = acc_all + (size_t)warp * W;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        const int j = lane + 32 * k;
+        if (j < hh) {
+            acc[j] = sb[k];
+            acc[hh + j] = sw[k];
+        }
+    }
+    if (lane == 0) {
+        acc[2 * hh] = sdr;
+        acc[2 * hh + 1] = sloss;
     }
     aux::flush_row_acc(acc_all, W, a.partial + (size_t)blockIdx.x * W);
 }
@@ -203,6 +321,76 @@ __global__ void k_attn_fin(Geom g, AttnFinArgs f) {
     }
 }
 
+// The same gradients, one warp per output: the lanes take the inner index in turn (float64
+// partials), then a fixed butterfly sums them (k_attn_comp_warp's reason: dP, dWt and dWg are
+// 3d-long chains per thread in the loop version).
+__global__ void k_attn_fin_warp(Geom g, AttnFinArgs f) {
+    const float *S = f.tot, *M1 = S + g.T * g.d3, *M2 = M1 + g.d3 * g.td;
+    const int d = g.d, d3 = g.d3, td = g.td, G = g.G, T = g.T, na = g.na;
+    const int n1 = d3 * d, n2 = d3, n3 = T * d, n4 = d * td, n5 = d * G, n6 = d;
+    const int total = n1 + n2 + n3 + n4 + n5 + n6, lane = threadIdx.x & 31;
+    const int nw = gridDim.x * (blockDim.x >> 5);
+    const double Td = (double)T;
+    for (int idx = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); idx < total; idx += nw) {
+        int r = idx;
+        double s = 0.0;
+        if (r < n1) {  // dW[c, a]: M1 Wt, M2 Wg, S e0 over one index j
+            const int c = r / d, a = r - c * d;
+            for (int j = lane; j < td + G + T; j += 32) {
+                if (j < td) {
+                    s += (double)M1[c * td + j] * (double)f.Wt[a * td + j];
+                } else if (j < td + G) {
+                    const int kk = j - td;
+                    s += (double)M2[c * G + kk] * (double)f.Wg[a * G + kk];
+                } else {
+                    const int t = j - td - G;
+                    s += (double)S[t * d3 + c] *
+                         ((double)(t < g.To ? f.bt[a] : f.bg[a]) + (double)f.P[t * d + a]);
+                }
+            }
+            s = warp_sum(s);
+            if (lane == 0) f.gW[r] = (float)s;
+            continue;
+        }
+        r -= n1;
+        if (r < n2) {  // db[c]
+            for (int t = lane; t < T; t += 32) s += (double)S[t * d3 + r];
+            s = warp_sum(s);
+            if (lane == 0) f.gb[r] = (float)s;
+            continue;
+        }
+        r -= n2;
+        if (r < n3) {  // dP[t, a]
+            const int t = r / d, a = r - t * d;
+            for (int c = lane; c < d3; c += 32)
+                s += (double)f.W[(size_t)c * d + a] * (double)S[t * d3 + c];
+            s = warp_sum(s);
+            if (lane == 0) f.gP[r] = (float)(s + (double)f.R[a * na + na - 1] / Td);
+            continue;
+        }
+        r -= n3;
+        if (r < n4) {  // dWt[a, k]
+            const int a = r / td, kk = r - a * td;
+            for (int c = lane; c < d3; c += 32)
+                s += (double)f.W[(size_t)c * d + a] * (double)M1[c * td + kk];
+            s = warp_sum(s);
+            if (lane == 0) f.gWt[r] = (float)(s + (double)f.R[a * na + kk] / Td);
+            continue;
+        }
+        r -= n4;
+        if (r < n5) {  // dWg[a, k]
+            const int a = r / G, kk = r - a * G;
+            for (int c = lane; c < d3; c += 32)
+                s += (double)f.W[(size_t)c * d + a] * (double)M2[c * G + kk];
+            s = warp_sum(s);
+            if (lane == 0) f.gWg[r] = (float)(s + (double)f.R[a * na + td + kk] / Td);
+            continue;
+        }
+        r -= n5;
+        if (lane == 0) f.gbo[r] = f.R[r * na + na - 1];  // dbo = Σ_i dpool_i
+    }
+}
+
 // dbt = Σ_{t<To} dP[t], dbg = dP[To].
 __global__ void k_attn_fin2(Geom g, const float *__restrict__ gP, float *gbt, float *gbg) {
     for (int a = blockIdx.x * blockDim.x + threadIdx.x; a < g.d; a += gridDim.x * blockDim.x) {
@@ -237,6 +425,11 @@ struct AttentionLearner::Impl {
     void mark(int k, cudaStream_t s) {
         if (ev[0]) FH_CUDA(cudaEventRecord(ev[k], s));
     }
+
+    // Trial switch (FOXHUNT_ATTN_SMALL=loop: the composites, the head and the final gradients
+    // as thread-per-output loops, the code before; warp, the default: warp per output, and the
+    // head's columns in registers).
+    bool small_warp = true;
 
     static Kernels requested(Kernels k) {
         if (k != Kernels::AUTO) return k;
@@ -292,6 +485,7 @@ struct AttentionLearner::Impl {
         g = geometry(d);
         path = choose(g, requested(kernels), c.math_mode == FH_MATH_STRICT);
         head = aux::plan_rows(d.B, 2 * (int)d.hh + 2, kHeadRowsPerWarp, 0, "attention head");
+        if (const char *e = getenv("FOXHUNT_ATTN_SMALL")) small_warp = strcmp(e, "loop") != 0;
 
         const size_t B = d.B;
         const size_t o_comp = arena.reserve_n<float>(g.c_total);
@@ -319,8 +513,22 @@ struct AttentionLearner::Impl {
         part = arena.at<float>(o_part);
         part_head = arena.at<double>(o_ph);
         if (path->scratch_bytes()) path->bind_scratch(arena.at<char>(o_scr));
-        aux::allow_smem((const void *)k_attn_head, head.smem, "attention head");
+        aux::allow_smem(head_kernel(), head.smem, "attention head");
     }
+
+    const void *head_kernel() const {
+        if (small_warp) switch ((d.hh + 31) / 32) {
+            case 1: return (const void *)k_attn_head_reg<1>;
+            case 2: return (const void *)k_attn_head_reg<2>;
+            case 3: return (const void *)k_attn_head_reg<3>;
+            case 4: return (const void *)k_attn_head_reg<4>;
+            default: break;
+            }
+        return (const void *)k_attn_head;
+    }
+
+    // One warp per output of a warp-per-output kernel, 8 warps per block.
+    static int warp_blocks(int outputs) { return (outputs + 7) / 8; }
 
     void loss_grad(const Lane &lane, const StepInputs &in, float *loss) {
         cudaStream_t s = lane.stream;
@@ -329,8 +537,12 @@ struct AttentionLearner::Impl {
         const float *P = params;
         const float *Wg = d.G > 0 ? P + o.Wg : nullptr, *bg = d.G > 0 ? P + o.bg : nullptr;
 
-        k_attn_comp<<<(g.c_total + 255) / 256, 256, 0, s>>>(g, P + o.Wq, P + o.bq, P + o.Wt,
-                                                           P + o.bt, Wg, bg, P + o.P, comp);
+        if (small_warp)
+            k_attn_comp_warp<<<warp_blocks(g.c_total), 256, 0, s>>>(
+                g, P + o.Wq, P + o.bq, P + o.Wt, P + o.bt, Wg, bg, P + o.P, comp);
+        else
+            k_attn_comp<<<(g.c_total + 255) / 256, 256, 0, s>>>(g, P + o.Wq, P + o.bq, P + o.Wt,
+                                                               P + o.bt, Wg, bg, P + o.P, comp);
         FH_LAUNCHED("k_attn_comp");
         mark(0, s);
         path->forward(attn::FwdArgs{in.x, comp, P + o.Wt, Wg, P + o.bo, abar, pool, aug}, s);
@@ -342,7 +554,10 @@ struct AttentionLearner::Impl {
         a.h = hbuf; a.br1 = P + o.br1; a.wr2 = P + o.w_r2; a.br2 = P + o.b_r2;
         a.r = in.r; a.B = B; a.hh = hh; a.rows = (float)d.Bg; a.partial = part_head;
         a.rows_per_blk = head.rows_per_blk;
-        k_attn_head<<<head.blocks, head.warps * 32, head.smem, s>>>(a);
+        {
+            void *args[] = {&a};
+            FH_CUDA(cudaLaunchKernel(head_kernel(), head.blocks, head.warps * 32, args, head.smem, s));
+        }
         FH_LAUNCHED("k_attn_head");
         {
             aux::Segs sg;
@@ -372,7 +587,8 @@ struct AttentionLearner::Impl {
         f.gW = grad + o.Wq; f.gb = grad + o.bq; f.gP = grad + o.P; f.gWt = grad + o.Wt;
         f.gWg = d.G > 0 ? grad + o.Wg : nullptr; f.gbo = grad + o.bo;
         const int nfin = g.d3 * dm + g.d3 + g.T * dm + dm * g.td + dm * g.G + dm;
-        k_attn_fin<<<(nfin + 255) / 256, 256, 0, s>>>(g, f);
+        if (small_warp) k_attn_fin_warp<<<warp_blocks(nfin), 256, 0, s>>>(g, f);
+        else k_attn_fin<<<(nfin + 255) / 256, 256, 0, s>>>(g, f);
         FH_LAUNCHED("k_attn_fin");
         k_attn_fin2<<<(dm + 127) / 128, 128, 0, s>>>(g, grad + o.P, grad + o.bt,
                                                       d.G > 0 ? grad + o.bg : nullptr);

@@ -37,6 +37,8 @@
 //   reductions of the partials (fixed order, double), Adam over 2·total floats.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "aux_common.cuh"
@@ -106,6 +108,103 @@ __global__ void k_iql_head(IqlHeadArgs a) {
             if (net == 0)
                 a.omega[r] = fminf(expf(__fmul_rn(a.awr_beta, __fadd_rn(q, -V))), a.awr_max);
         }
+    }
+    aux::flush_row_acc(acc_all, W, a.partial + ((size_t)net * gridDim.x + blockIdx.x) * W);
+}
+
+// k_iql_head with the lane's K columns (j = lane + 32k < Hi ≤ 32K) in registers: b2, w3, the
+// column sums, and the next row's h2 and pre2 loaded while this row is computed. The same float
+// operations and the same order of every float64 sum as k_iql_head: the same bits.
+template <int K>
+__global__ void k_iql_head_reg(IqlHeadArgs a) {
+    extern __shared__ double acc_all[];
+    const int net = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nw = blockDim.x >> 5, Hi = a.Hi, W = 2 * Hi + 2;
+    const float *p = a.params + (size_t)net * a.total;
+    const float b3 = p[a.off_b3];
+    const float tau = net ? a.tau[1] : a.tau[0];
+    const size_t base = (size_t)net * a.B * Hi;
+    float w3[K], b2[K], hv[K], pv[K];
+    double sb[K], sw[K], sdv = 0.0, sloss = 0.0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        const int j = lane + 32 * k;
+        w3[k] = j < Hi ? p[a.off_w3 + j] : 0.0f;
+        b2[k] = j < Hi ? p[a.off_b2 + j] : 0.0f;
+        hv[k] = pv[k] = 0.0f;
+        sb[k] = sw[k] = 0.0;
+    }
+    const int r0 = blockIdx.x * a.rows_per_blk, r1 = min(a.B, r0 + a.rows_per_blk);
+    int r = r0 + warp;
+    float q = 0.0f;
+    if (r < r1) {
+        q = a.qsa[r];
+#pragma unroll
+        for (int k = 0; k < K; ++k)
+            if (lane + 32 * k < Hi) {
+                hv[k] = a.h2[base + (size_t)r * Hi + lane + 32 * k];
+                pv[k] = a.pre2[base + (size_t)r * Hi + lane + 32 * k];
+            }
+    }
+    for (; r < r1; r += nw) {
+        const int rn = r + nw;
+        float hn[K], pn[K], qn = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; ++k) hn[k] = pn[k] = 0.0f;
+        if (rn < r1) {
+            qn = a.qsa[rn];
+#pragma unroll
+            for (int k = 0; k < K; ++k)
+                if (lane + 32 * k < Hi) {
+                    hn[k] = a.h2[base + (size_t)rn * Hi + lane + 32 * k];
+                    pn[k] = a.pre2[base + (size_t)rn * Hi + lane + 32 * k];
+                }
+        }
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; ++k)
+            if (lane + 32 * k < Hi) s = fmaf(hv[k], w3[k], s);
+        s = warp_sum(s);
+        const float V = __fadd_rn(s, b3);
+        const float u = __fadd_rn(q, -V);
+        const float w = u < 0.0f ? __fadd_rn(1.0f, -tau) : tau;  // |τ − [ũ < 0]|
+        const float li = __fmul_rn(__fmul_rn(w, u), u);
+        const float dV = __fdiv_rn(__fmul_rn(__fmul_rn(-2.0f, w), u), a.rows);
+        float *prow = a.pre2 + base + (size_t)r * Hi;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const int j = lane + 32 * k;
+            if (j >= Hi) continue;
+            const float dp = __fmul_rn(__fmul_rn(dV, w3[k]), dev_dsilu(__fadd_rn(pv[k], b2[k])));
+            prow[j] = dp;
+            sb[k] += (double)dp;
+            sw[k] += (double)dV * (double)hv[k];
+        }
+        sdv += (double)dV;
+        sloss += (double)li;
+        if (lane == 0) {
+            (net ? a.v_out[1] : a.v_out[0])[r] = V;
+            if (net == 0) a.omega[r] = fminf(expf(__fmul_rn(a.awr_beta, __fadd_rn(q, -V))), a.awr_max);
+        }
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            hv[k] = hn[k];
+            pv[k] = pn[k];
+        }
+        q = qn;
+    }
+    double *acc = acc_all + (size_t)warp * W;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        const int j = lane + 32 * k;
+        if (j < Hi) {
+            acc[j] = sb[k];
+            acc[Hi + j] = sw[k];
+        }
+    }
+    if (lane == 0) {
+        acc[2 * Hi] = sdv;
+        acc[2 * Hi + 1] = sloss;
     }
     aux::flush_row_acc(acc_all, W, a.partial + ((size_t)net * gridDim.x + blockIdx.x) * W);
 }
@@ -209,7 +308,22 @@ struct IqlLearner::Impl {
         part_head = arena.at<double>(o_ph);
         part_b1 = arena.at<double>(o_pb);
         dptrs = arena.at<const void *>(o_ptr);
-        aux::allow_smem((const void *)k_iql_head, head.smem, "IQL head");
+        if (const char *e = getenv("FOXHUNT_IQL_HEAD")) head_reg = strcmp(e, "shared") != 0;
+        aux::allow_smem(head_kernel(), head.smem, "IQL head");
+    }
+
+    // Trial switch (FOXHUNT_IQL_HEAD=shared: k_iql_head, the code before; reg, the default: its
+    // columns in registers when Hi ≤ 128).
+    bool head_reg = true;
+    const void *head_kernel() const {
+        if (head_reg) switch ((d.Hi + 31) / 32) {
+            case 1: return (const void *)k_iql_head_reg<1>;
+            case 2: return (const void *)k_iql_head_reg<2>;
+            case 3: return (const void *)k_iql_head_reg<3>;
+            case 4: return (const void *)k_iql_head_reg<4>;
+            default: break;
+            }
+        return (const void *)k_iql_head;
     }
 
     // The five sites for input x; activations of net z at +z·B·Hi, parameters at +z·total.
@@ -326,7 +440,11 @@ struct IqlLearner::Impl {
         a.v_out[0] = v_hi; a.v_out[1] = v_lo; a.omega = omega;
         a.partial = part_head;
         a.rows_per_blk = head.rows_per_blk;
-        k_iql_head<<<dim3(head.blocks, 2), head.warps * 32, head.smem, s>>>(a);
+        {
+            void *args[] = {&a};
+            FH_CUDA(cudaLaunchKernel(head_kernel(), dim3(head.blocks, 2), head.warps * 32, args,
+                                     head.smem, s));
+        }
         FH_LAUNCHED("k_iql_head");
         {
             aux::Segs g;
