@@ -30,13 +30,14 @@
 //    (e_t's gradient is de_t = Wᵀ dqkv_t + dpool / T, the second term from the residual.)
 //
 // One step:
-//   k_attn_comp                   Wc, Wgc, cc, ebar
+//   k_attn_comp                   Wc, Wgc, cc, ebar (attention_factors.cu)
 //   path.forward                  ā per (transition, head) (attention_paths.hpp; tensor cores at
 //                                 the default sizes); per transition ē + bo into pool,
 //                                 [stok | g | 1] into aug
 //   pool += ā Woᵀ          nt M=B N=d  K=d  (beta 1)
 //   h = pool Wr1ᵀ          nt M=B N=hh K=d
-//   k_attn_head (warp per row): r̂, loss, dr, dh = (dr w_r2) ⊙ SiLU'; partials of br1, w_r2, b_r2
+//   k_attn_head (warp per row; k_attn_head_reg up to hh = 128): r̂, loss, dr,
+//                 dh = (dr w_r2) ⊙ SiLU'; partials of br1, w_r2, b_r2
 //   dWr1 = dhᵀ pool        tn M=hh N=d K=B
 //   dpool = dh Wr1         nn M=B N=d  K=hh
 //   dWo = dpoolᵀ ā         tn M=d  N=d K=B
@@ -44,7 +45,8 @@
 //   R = dpoolᵀ aug         tn M=d  N=td+G+1 K=B
 //   path.backward                 recomputes q, k, v and A (as FlashAttention does); per-token
 //                                 dq, dk, dv summed into partial rows of S, M1, M2 (no atomics)
-//   reduce the partial rows; k_attn_fin, k_attn_fin2.  (enqueue_adam: Adam.)
+//   reduce the partial rows; k_attn_fin, k_attn_fin2 (attention_factors.cu).  (enqueue_adam:
+//                                 Adam.)
 // The softmax, sums and products are float32 (the CPU uses float64 inside the softmax); the
 // factoring changes the rounding, not the function. Every config the CPU accepts runs here.
 #include <algorithm>
@@ -65,77 +67,6 @@ using attn::Kernels;
 namespace {
 
 constexpr int kHeadRowsPerWarp = 8;
-
-// Wc = W Wt, Wgc = W Wg, cc_t = W e0_t + b, ebar = Σ_t e0_t (float64 sums, rounded once).
-__global__ void k_attn_comp(Geom g, const float *__restrict__ W, const float *__restrict__ b,
-                            const float *__restrict__ Wt, const float *__restrict__ bt,
-                            const float *__restrict__ Wg, const float *__restrict__ bg,
-                            const float *__restrict__ P, float *__restrict__ comp) {
-    const int n1 = g.d3 * g.td, n2 = g.d3 * g.G, n3 = g.T * g.d3, n4 = g.d;
-    const int total = n1 + n2 + n3 + n4;
-    for (int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += gridDim.x * blockDim.x) {
-        double s = 0.0;
-        if (idx < n1) {
-            const int c = idx / g.td, kk = idx - c * g.td;
-            for (int a = 0; a < g.d; ++a)
-                s += (double)W[(size_t)c * g.d + a] * (double)Wt[a * g.td + kk];
-        } else if (idx < n1 + n2) {
-            const int r = idx - n1, c = r / g.G, kk = r - c * g.G;
-            for (int a = 0; a < g.d; ++a)
-                s += (double)W[(size_t)c * g.d + a] * (double)Wg[a * g.G + kk];
-        } else if (idx < n1 + n2 + n3) {
-            const int r = idx - n1 - n2, t = r / g.d3, c = r - t * g.d3;
-            const float *bias = t < g.To ? bt : bg;
-            s = (double)b[c];
-            for (int a = 0; a < g.d; ++a)
-                s += (double)W[(size_t)c * g.d + a] *
-                     ((double)bias[a] + (double)P[(size_t)t * g.d + a]);
-        } else {
-            const int a = idx - n1 - n2 - n3;
-            for (int t = 0; t < g.T; ++t)
-                s += (double)(t < g.To ? bt[a] : bg[a]) + (double)P[(size_t)t * g.d + a];
-        }
-        comp[idx] = (float)s;  // the regions are contiguous in this order (c_wg = n1, ...)
-    }
-}
-
-// The same composites, one warp per output: the lanes take the inner index in turn (float64
-// partials), then a fixed butterfly sums them. The loop version above leaves each thread a
-// 64-long chain of dependent float64 adds behind its loads (latency-bound: ~7700 threads).
-__global__ void k_attn_comp_warp(Geom g, const float *__restrict__ W, const float *__restrict__ b,
-                                 const float *__restrict__ Wt, const float *__restrict__ bt,
-                                 const float *__restrict__ Wg, const float *__restrict__ bg,
-                                 const float *__restrict__ P, float *__restrict__ comp) {
-    const int n1 = g.d3 * g.td, n2 = g.d3 * g.G, n3 = g.T * g.d3, n4 = g.d;
-    const int total = n1 + n2 + n3 + n4, lane = threadIdx.x & 31;
-    const int nw = gridDim.x * (blockDim.x >> 5);
-    for (int idx = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); idx < total; idx += nw) {
-        double s = 0.0, add = 0.0;
-        if (idx < n1) {
-            const int c = idx / g.td, kk = idx - c * g.td;
-            for (int a = lane; a < g.d; a += 32)
-                s += (double)W[(size_t)c * g.d + a] * (double)Wt[a * g.td + kk];
-        } else if (idx < n1 + n2) {
-            const int r = idx - n1, c = r / g.G, kk = r - c * g.G;
-            for (int a = lane; a < g.d; a += 32)
-                s += (double)W[(size_t)c * g.d + a] * (double)Wg[a * g.G + kk];
-        } else if (idx < n1 + n2 + n3) {
-            const int r = idx - n1 - n2, t = r / g.d3, c = r - t * g.d3;
-            const float *bias = t < g.To ? bt : bg;
-            add = (double)b[c];
-            for (int a = lane; a < g.d; a += 32)
-                s += (double)W[(size_t)c * g.d + a] *
-                     ((double)bias[a] + (double)P[(size_t)t * g.d + a]);
-        } else {
-            const int a = idx - n1 - n2 - n3;
-            for (int t = lane; t < g.T; t += 32)
-                s += (double)(t < g.To ? bt[a] : bg[a]) + (double)P[(size_t)t * g.d + a];
-        }
-        s = warp_sum(s);
-        if (lane == 0) comp[idx] = (float)(add + s);
-    }
-}
 
 struct AttnHeadArgs {
     float *h;                    // [B, hh] in: pool Wr1ᵀ (no bias), out: dL/d(pre)
@@ -181,8 +112,9 @@ __global__ void k_attn_head(AttnHeadArgs a) {
     aux::flush_row_acc(acc_all, W, a.partial + (size_t)blockIdx.x * W);
 }
 
-// k_attn_head with the lane's K columns (j = lane + 32k < hh ≤ 32K) in registers: br1, w_r2,
-// the column sums, and the next row's h loaded while this row is computed. The same float
+// k_attn_head for hh ≤ 128, the lane's K columns (j = lane + 32k < hh ≤ 32K) in registers: br1,
+// w_r2, the column sums, and the next row's h loaded while this row is computed (k_attn_head's
+// per-row read-modify-write of its shared-memory sums was a dependent chain). The same float
 // operations and the same order of every float64 sum as k_attn_head: the same bits.
 template <int K>
 __global__ void k_attn_head_reg(AttnHeadArgs a) {
@@ -262,145 +194,6 @@ __global__ void k_attn_head_reg(AttnHeadArgs a) {
     aux::flush_row_acc(acc_all, W, a.partial + (size_t)blockIdx.x * W);
 }
 
-struct AttnFinArgs {
-    const float *W, *Wt, *bt, *Wg, *bg, *P;  // parameters
-    const float *tot;                        // S [T, 3d] | M1 [3d, td] | M2 [3d, G]
-    const float *R;                          // [d, na]
-    float *gW, *gb, *gP, *gWt, *gWg, *gbo;   // gradient slices
-};
-
-__global__ void k_attn_fin(Geom g, AttnFinArgs f) {
-    const float *S = f.tot, *M1 = S + g.T * g.d3, *M2 = M1 + g.d3 * g.td;
-    const int d = g.d, d3 = g.d3, td = g.td, G = g.G, T = g.T, na = g.na;
-    const int n1 = d3 * d, n2 = d3, n3 = T * d, n4 = d * td, n5 = d * G, n6 = d;
-    const int total = n1 + n2 + n3 + n4 + n5 + n6;
-    const double Td = (double)T;
-    for (int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += gridDim.x * blockDim.x) {
-        int r = idx;
-        double s = 0.0;
-        if (r < n1) {  // dW[c, a]
-            const int c = r / d, a = r - c * d;
-            for (int kk = 0; kk < td; ++kk) s += (double)M1[c * td + kk] * (double)f.Wt[a * td + kk];
-            for (int kk = 0; kk < G; ++kk) s += (double)M2[c * G + kk] * (double)f.Wg[a * G + kk];
-            for (int t = 0; t < T; ++t)
-                s += (double)S[t * d3 + c] *
-                     ((double)(t < g.To ? f.bt[a] : f.bg[a]) + (double)f.P[t * d + a]);
-            f.gW[r] = (float)s;
-            continue;
-        }
-        r -= n1;
-        if (r < n2) {  // db[c]
-            for (int t = 0; t < T; ++t) s += (double)S[t * d3 + r];
-            f.gb[r] = (float)s;
-            continue;
-        }
-        r -= n2;
-        if (r < n3) {  // dP[t, a]
-            const int t = r / d, a = r - t * d;
-            for (int c = 0; c < d3; ++c) s += (double)f.W[(size_t)c * d + a] * (double)S[t * d3 + c];
-            f.gP[r] = (float)(s + (double)f.R[a * na + na - 1] / Td);
-            continue;
-        }
-        r -= n3;
-        if (r < n4) {  // dWt[a, k]
-            const int a = r / td, kk = r - a * td;
-            for (int c = 0; c < d3; ++c) s += (double)f.W[(size_t)c * d + a] * (double)M1[c * td + kk];
-            f.gWt[r] = (float)(s + (double)f.R[a * na + kk] / Td);
-            continue;
-        }
-        r -= n4;
-        if (r < n5) {  // dWg[a, k]
-            const int a = r / G, kk = r - a * G;
-            for (int c = 0; c < d3; ++c) s += (double)f.W[(size_t)c * d + a] * (double)M2[c * G + kk];
-            f.gWg[r] = (float)(s + (double)f.R[a * na + td + kk] / Td);
-            continue;
-        }
-        r -= n5;
-        f.gbo[r] = f.R[r * na + na - 1];  // dbo = Σ_i dpool_i
-    }
-}
-
-// The same gradients, one warp per output: the lanes take the inner index in turn (float64
-// partials), then a fixed butterfly sums them (k_attn_comp_warp's reason: dP, dWt and dWg are
-// 3d-long chains per thread in the loop version).
-__global__ void k_attn_fin_warp(Geom g, AttnFinArgs f) {
-    const float *S = f.tot, *M1 = S + g.T * g.d3, *M2 = M1 + g.d3 * g.td;
-    const int d = g.d, d3 = g.d3, td = g.td, G = g.G, T = g.T, na = g.na;
-    const int n1 = d3 * d, n2 = d3, n3 = T * d, n4 = d * td, n5 = d * G, n6 = d;
-    const int total = n1 + n2 + n3 + n4 + n5 + n6, lane = threadIdx.x & 31;
-    const int nw = gridDim.x * (blockDim.x >> 5);
-    const double Td = (double)T;
-    for (int idx = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); idx < total; idx += nw) {
-        int r = idx;
-        double s = 0.0;
-        if (r < n1) {  // dW[c, a]: M1 Wt, M2 Wg, S e0 over one index j
-            const int c = r / d, a = r - c * d;
-            for (int j = lane; j < td + G + T; j += 32) {
-                if (j < td) {
-                    s += (double)M1[c * td + j] * (double)f.Wt[a * td + j];
-                } else if (j < td + G) {
-                    const int kk = j - td;
-                    s += (double)M2[c * G + kk] * (double)f.Wg[a * G + kk];
-                } else {
-                    const int t = j - td - G;
-                    s += (double)S[t * d3 + c] *
-                         ((double)(t < g.To ? f.bt[a] : f.bg[a]) + (double)f.P[t * d + a]);
-                }
-            }
-            s = warp_sum(s);
-            if (lane == 0) f.gW[r] = (float)s;
-            continue;
-        }
-        r -= n1;
-        if (r < n2) {  // db[c]
-            for (int t = lane; t < T; t += 32) s += (double)S[t * d3 + r];
-            s = warp_sum(s);
-            if (lane == 0) f.gb[r] = (float)s;
-            continue;
-        }
-        r -= n2;
-        if (r < n3) {  // dP[t, a]
-            const int t = r / d, a = r - t * d;
-            for (int c = lane; c < d3; c += 32)
-                s += (double)f.W[(size_t)c * d + a] * (double)S[t * d3 + c];
-            s = warp_sum(s);
-            if (lane == 0) f.gP[r] = (float)(s + (double)f.R[a * na + na - 1] / Td);
-            continue;
-        }
-        r -= n3;
-        if (r < n4) {  // dWt[a, k]
-            const int a = r / td, kk = r - a * td;
-            for (int c = lane; c < d3; c += 32)
-                s += (double)f.W[(size_t)c * d + a] * (double)M1[c * td + kk];
-            s = warp_sum(s);
-            if (lane == 0) f.gWt[r] = (float)(s + (double)f.R[a * na + kk] / Td);
-            continue;
-        }
-        r -= n4;
-        if (r < n5) {  // dWg[a, k]
-            const int a = r / G, kk = r - a * G;
-            for (int c = lane; c < d3; c += 32)
-                s += (double)f.W[(size_t)c * d + a] * (double)M2[c * G + kk];
-            s = warp_sum(s);
-            if (lane == 0) f.gWg[r] = (float)(s + (double)f.R[a * na + td + kk] / Td);
-            continue;
-        }
-        r -= n5;
-        if (lane == 0) f.gbo[r] = f.R[r * na + na - 1];  // dbo = Σ_i dpool_i
-    }
-}
-
-// dbt = Σ_{t<To} dP[t], dbg = dP[To].
-__global__ void k_attn_fin2(Geom g, const float *__restrict__ gP, float *gbt, float *gbg) {
-    for (int a = blockIdx.x * blockDim.x + threadIdx.x; a < g.d; a += gridDim.x * blockDim.x) {
-        double s = 0.0;
-        for (int t = 0; t < g.To; ++t) s += (double)gP[t * g.d + a];
-        gbt[a] = (float)s;
-        if (g.G > 0) gbg[a] = gP[g.To * g.d + a];
-    }
-}
-
 }  // namespace
 
 struct AttentionLearner::Impl {
@@ -425,11 +218,6 @@ struct AttentionLearner::Impl {
     void mark(int k, cudaStream_t s) {
         if (ev[0]) FH_CUDA(cudaEventRecord(ev[k], s));
     }
-
-    // Trial switch (FOXHUNT_ATTN_SMALL=loop: the composites, the head and the final gradients
-    // as thread-per-output loops, the code before; warp, the default: warp per output, and the
-    // head's columns in registers).
-    bool small_warp = true;
 
     static Kernels requested(Kernels k) {
         if (k != Kernels::AUTO) return k;
@@ -485,7 +273,6 @@ struct AttentionLearner::Impl {
         g = geometry(d);
         path = choose(g, requested(kernels), c.math_mode == FH_MATH_STRICT);
         head = aux::plan_rows(d.B, 2 * (int)d.hh + 2, kHeadRowsPerWarp, 0, "attention head");
-        if (const char *e = getenv("FOXHUNT_ATTN_SMALL")) small_warp = strcmp(e, "loop") != 0;
 
         const size_t B = d.B;
         const size_t o_comp = arena.reserve_n<float>(g.c_total);
@@ -516,8 +303,9 @@ struct AttentionLearner::Impl {
         aux::allow_smem(head_kernel(), head.smem, "attention head");
     }
 
+    // The head's kernel: columns in registers up to hh = 128, k_attn_head beyond.
     const void *head_kernel() const {
-        if (small_warp) switch ((d.hh + 31) / 32) {
+        switch ((d.hh + 31) / 32) {
             case 1: return (const void *)k_attn_head_reg<1>;
             case 2: return (const void *)k_attn_head_reg<2>;
             case 3: return (const void *)k_attn_head_reg<3>;
@@ -527,9 +315,6 @@ struct AttentionLearner::Impl {
         return (const void *)k_attn_head;
     }
 
-    // One warp per output of a warp-per-output kernel, 8 warps per block.
-    static int warp_blocks(int outputs) { return (outputs + 7) / 8; }
-
     void loss_grad(const Lane &lane, const StepInputs &in, float *loss) {
         cudaStream_t s = lane.stream;
         const Blas &bl = checked_blas(lane, "attention");
@@ -537,13 +322,7 @@ struct AttentionLearner::Impl {
         const float *P = params;
         const float *Wg = d.G > 0 ? P + o.Wg : nullptr, *bg = d.G > 0 ? P + o.bg : nullptr;
 
-        if (small_warp)
-            k_attn_comp_warp<<<warp_blocks(g.c_total), 256, 0, s>>>(
-                g, P + o.Wq, P + o.bq, P + o.Wt, P + o.bt, Wg, bg, P + o.P, comp);
-        else
-            k_attn_comp<<<(g.c_total + 255) / 256, 256, 0, s>>>(g, P + o.Wq, P + o.bq, P + o.Wt,
-                                                               P + o.bt, Wg, bg, P + o.P, comp);
-        FH_LAUNCHED("k_attn_comp");
+        attn::composites(g, P + o.Wq, P + o.bq, P + o.Wt, P + o.bt, Wg, bg, P + o.P, comp, s);
         mark(0, s);
         path->forward(attn::FwdArgs{in.x, comp, P + o.Wt, Wg, P + o.bo, abar, pool, aug}, s);
         mark(1, s);
@@ -581,18 +360,13 @@ struct AttentionLearner::Impl {
             sg.add(tot, 0, g.pw);
             aux::reduce_partials(part, path->partial_rows(), g.pw, 1, sg, s);
         }
-        AttnFinArgs f{};
+        attn::FinArgs f{};
         f.W = P + o.Wq; f.Wt = P + o.Wt; f.bt = P + o.bt; f.Wg = Wg; f.bg = bg; f.P = P + o.P;
         f.tot = tot; f.R = R;
         f.gW = grad + o.Wq; f.gb = grad + o.bq; f.gP = grad + o.P; f.gWt = grad + o.Wt;
         f.gWg = d.G > 0 ? grad + o.Wg : nullptr; f.gbo = grad + o.bo;
-        const int nfin = g.d3 * dm + g.d3 + g.T * dm + dm * g.td + dm * g.G + dm;
-        if (small_warp) k_attn_fin_warp<<<warp_blocks(nfin), 256, 0, s>>>(g, f);
-        else k_attn_fin<<<(nfin + 255) / 256, 256, 0, s>>>(g, f);
-        FH_LAUNCHED("k_attn_fin");
-        k_attn_fin2<<<(dm + 127) / 128, 128, 0, s>>>(g, grad + o.P, grad + o.bt,
-                                                      d.G > 0 ? grad + o.bg : nullptr);
-        FH_LAUNCHED("k_attn_fin2");
+        f.gbt = grad + o.bt; f.gbg = d.G > 0 ? grad + o.bg : nullptr;
+        attn::param_grads(g, f, s);
     }
 };
 

@@ -70,6 +70,21 @@ public:
 std::unique_ptr<Path> make_tc_path(const Geom &g, bool split);
 std::unique_ptr<Path> make_general_path(const Geom &g);
 
+// The composites of attention.cu's header, step 1, into comp (layout of Geom), float64 sums
+// (attention_factors.cu).
+void composites(const Geom &g, const float *W, const float *b, const float *Wt, const float *bt,
+                const float *Wg, const float *bg, const float *P, float *comp, cudaStream_t s);
+
+// The parameter gradients of step 4 from the reduced batch sums (attention_factors.cu).
+struct FinArgs {
+    const float *W, *Wt, *bt, *Wg, *bg, *P;  // parameters (Wg, bg null when G = 0)
+    const float *tot;                        // S [T, 3d] | M1 [3d, td] | M2 [3d, G]
+    const float *R;                          // [d, na]
+    float *gW, *gb, *gP, *gWt, *gWg, *gbo;   // gradient slices (gWg null when G = 0)
+    float *gbt, *gbg;                        // dbt = Σ_{t<To} dP[t], dbg = dP[To] (null: G = 0)
+};
+void param_grads(const Geom &g, const FinArgs &f, cudaStream_t s);
+
 // pool and aug of FwdArgs (one warp per transition), for the paths whose forward kernel does
 // not write them.
 void pool_aug(const Geom &g, const FwdArgs &a, cudaStream_t s);

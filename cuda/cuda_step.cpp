@@ -94,8 +94,8 @@ CudaStep::CudaStep(const fh_config &c, const Layout &l, DeviceMemory &mem, const
     td_elt = mem.alloc_n<double>(MEM_ACT, B * d.NB);
     q_elt = mem.alloc_n<double>(MEM_ACT, B * d.NB);
     cql_elt = mem.alloc_n<double>(MEM_ACT, B * d.NB);
-    std_elt = mem.alloc_n<double>(MEM_ACT, B);
-    conf_elt = mem.alloc_n<double>(MEM_ACT, B);
+    ens_part = mem.alloc_n<double>(MEM_ACT, ensemble_blocks(B));
+    conf_part = mem.alloc_n<double>(MEM_ACT, 2 * confidence_blocks(B));
 
     v_hi = mem.floats(MEM_ACT, B);
     v_lo = mem.floats(MEM_ACT, B);

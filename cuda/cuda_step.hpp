@@ -131,7 +131,8 @@ struct CudaStep {
     float *cql_dU = nullptr, *cql_de = nullptr;  // [NB][A, HB], [NB][A]
     double *cql_part = nullptr;           // [NB][colsum chunks][A]
     double *cql_elt = nullptr;            // [B·NB]
-    double *std_elt = nullptr, *conf_elt = nullptr;  // [B]
+    // The aux tail's block sums: [ensemble_blocks(B)], [2·confidence_blocks(B)] (memory_plan.hpp).
+    double *ens_part = nullptr, *conf_part = nullptr;
     float *dpre_u = nullptr;              // [B] confidence head gradient
     double *regime_scr = nullptr;         // [2R]
     std::unique_ptr<IqlLearner> iql;

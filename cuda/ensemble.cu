@@ -1,24 +1,21 @@
 // SPEC §5.5 step 6 on the GPU, as src/cpu/ensemble.cpp: per sample the mean and population
 // variance (divisor 4) of {Q̄sa, V_hi, V_lo, mean_n Z}, two passes in double; the metric is
 // the mean of the standard deviations.
-#include <cstdlib>
-#include <cstring>
-
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
+#include "memory_plan.hpp"
 #include "reduce.cuh"
 
 namespace fh::cuda {
 
 namespace {
 
-// With `part`, each block also sums its threads' standard deviations (a fixed tree, block_sum)
-// into part[block], for one final pass over the blocks (reduce_partials) instead of the two
-// kernels of a sum over std_elt.
+// Each block also sums its threads' standard deviations (block_sum, a fixed tree) into
+// part[block]; one block's tree over those finishes the metric (reduce_final). Writing the
+// per-sample terms and summing them in two more kernels cost the aux tail one kernel more.
 __global__ void k_ensemble(const float *qbar_sa, const float *v_hi, const float *v_lo,
-                           const float *z_mean, int B, float *mean, float *var,
-                           double *std_elt, double *part) {
+                           const float *z_mean, int B, float *mean, float *var, double *part) {
     __shared__ double sh[kThreads];
     double mine = 0.0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)B;
@@ -30,11 +27,8 @@ __global__ void k_ensemble(const float *qbar_sa, const float *v_hi, const float 
         s2 /= 4.0;
         mean[i] = (float)mu;
         var[i] = (float)s2;
-        const double sd = sqrt((double)(float)s2);
-        if (part) mine += sd;
-        else std_elt[i] = sd;
+        mine += sqrt((double)(float)s2);
     }
-    if (!part) return;
     const double t = block_sum(mine, sh);
     if (threadIdx.x == 0) part[blockIdx.x] = t;
 }
@@ -42,20 +36,12 @@ __global__ void k_ensemble(const float *qbar_sa, const float *v_hi, const float 
 }  // namespace
 
 void ensemble(CudaStep &st, const LaneCtx &l) {
-    const int B = (int)st.d.B, blocks = grid_for(B);
-    // Trial switch FOXHUNT_TAIL=unfused: the per-sample terms written out and summed by two more
-    // kernels, as before. Otherwise the block sums land in std_elt's first `blocks` doubles.
-    const char *e = getenv("FOXHUNT_TAIL");
-    const bool fused = !(e && !strcmp(e, "unfused"));
+    const int B = (int)st.d.B, blocks = ensemble_blocks(B);
     k_ensemble<<<blocks, kThreads, 0, l.stream>>>(st.qbar_sa, st.v_hi, st.v_lo, st.z_mean, B,
                                                   st.buf[BUF_ENS_MEAN], st.buf[BUF_ENS_VAR],
-                                                  st.std_elt, fused ? st.std_elt : nullptr);
+                                                  st.ens_part);
     FH_LAUNCHED("k_ensemble");
-    if (fused) {
-        reduce_final(st.std_elt, blocks, &st.dm->ensemble_std, 0, (double)st.d.Bg, l.stream);
-    } else {
-        sum_to(st.std_elt, B, &st.dm->ensemble_std, (double)st.d.Bg, l.red, l.stream);
-    }
+    reduce_final(st.ens_part, blocks, &st.dm->ensemble_std, 0, (double)st.d.Bg, l.stream);
 }
 
 }  // namespace fh::cuda

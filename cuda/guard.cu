@@ -3,8 +3,6 @@
 #include "guard.cuh"
 
 #include <climits>
-#include <cstdlib>
-#include <cstring>
 
 #include "common.hpp"
 
@@ -59,9 +57,10 @@ __global__ void k_copy(DivergenceGuard::Dev *g, bool restore) {
 // Block b searches codes [b·chunk, (b+1)·chunk) of the code space: scalars first, then the
 // segments end to end.
 // A thread's codes rise, so the segment index k only moves forward: it is carried from one
-// code to the next instead of searched from 0 for each (a chain of dependent loads per code).
-// FOXHUNT_GUARD_FIND=scan (trial switch, read at capture) searches from 0 each time, as before.
-__global__ void k_find_partial(DivergenceGuard::Dev *g, bool walk) {
+// code to the next instead of searched from 0 for each, a chain of dependent loads per code
+// (adam child 0.036 → 0.032 ms at B = 16384 on the H200,
+// bench/results/h200-2026-12-02-guard-find-before-after.json).
+__global__ void k_find_partial(DivergenceGuard::Dev *g) {
     __shared__ long long best[kThreads];
     const unsigned long long codes = NUM_GUARD_SCALARS + g->total;
     const unsigned long long chunk = (codes + kBlocks - 1) / kBlocks;
@@ -74,7 +73,6 @@ __global__ void k_find_partial(DivergenceGuard::Dev *g, bool walk) {
             x = *g->scalars[c];
         } else {
             const unsigned long long e = c - NUM_GUARD_SCALARS;
-            if (!walk) k = 0;
             while (k + 1 < NUM_PERSISTENT && e >= g->seg[k + 1].base) ++k;
             x = g->seg[k].live[e - g->seg[k].base];
         }
@@ -161,8 +159,7 @@ void DivergenceGuard::snapshot(cudaStream_t s) {
 
 void DivergenceGuard::check(cudaStream_t s) {
     Dev *g = (Dev *)scratch_;
-    const char *e = getenv("FOXHUNT_GUARD_FIND");
-    k_find_partial<<<kBlocks, kThreads, 0, s>>>(g, !(e && !strcmp(e, "scan")));
+    k_find_partial<<<kBlocks, kThreads, 0, s>>>(g);
     FH_LAUNCHED("k_find_partial (guard)");
     k_find_final<<<1, kThreads, 0, s>>>(g);
     FH_LAUNCHED("k_find_final (guard)");

@@ -37,8 +37,6 @@
 //   reductions of the partials (fixed order, double), Adam over 2·total floats.
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 
 #include "aux_common.cuh"
@@ -112,9 +110,10 @@ __global__ void k_iql_head(IqlHeadArgs a) {
     aux::flush_row_acc(acc_all, W, a.partial + ((size_t)net * gridDim.x + blockIdx.x) * W);
 }
 
-// k_iql_head with the lane's K columns (j = lane + 32k < Hi ≤ 32K) in registers: b2, w3, the
-// column sums, and the next row's h2 and pre2 loaded while this row is computed. The same float
-// operations and the same order of every float64 sum as k_iql_head: the same bits.
+// k_iql_head for Hi ≤ 128, the lane's K columns (j = lane + 32k < Hi ≤ 32K) in registers: b2,
+// w3, the column sums, and the next row's h2 and pre2 loaded while this row is computed
+// (k_iql_head's per-row read-modify-write of its shared-memory sums was a dependent chain). The
+// same float operations and the same order of every float64 sum as k_iql_head: the same bits.
 template <int K>
 __global__ void k_iql_head_reg(IqlHeadArgs a) {
     extern __shared__ double acc_all[];
@@ -308,15 +307,13 @@ struct IqlLearner::Impl {
         part_head = arena.at<double>(o_ph);
         part_b1 = arena.at<double>(o_pb);
         dptrs = arena.at<const void *>(o_ptr);
-        if (const char *e = getenv("FOXHUNT_IQL_HEAD")) head_reg = strcmp(e, "shared") != 0;
         aux::allow_smem(head_kernel(), head.smem, "IQL head");
     }
 
-    // Trial switch (FOXHUNT_IQL_HEAD=shared: k_iql_head, the code before; reg, the default: its
-    // columns in registers when Hi ≤ 128).
-    bool head_reg = true;
+    // The head's kernel: columns in registers up to Hi = 128 (IQL 0.180 → 0.162 ms at B = 16384
+    // on the H200, bench/results/h200-2026-12-02-iql-head-before-after.json), k_iql_head beyond.
     const void *head_kernel() const {
-        if (head_reg) switch ((d.Hi + 31) / 32) {
+        switch ((d.Hi + 31) / 32) {
             case 1: return (const void *)k_iql_head_reg<1>;
             case 2: return (const void *)k_iql_head_reg<2>;
             case 3: return (const void *)k_iql_head_reg<3>;

@@ -53,6 +53,14 @@ inline PackedBranches packed_branches(const Dims &d) {
 }
 inline uint64_t packed_branch_floats(const Dims &d) { return packed_branches(d).total; }
 
+// The aux tail's per-block partial sums (cuda/ensemble.cu, confidence.cu): the ensemble's
+// grid (grid_for(B): 256 threads per block, at most 8192 blocks) holds one double per block,
+// the confidence head's (a warp per row, 8 rows per block) two.
+inline uint64_t ensemble_blocks(uint64_t B) {
+    return std::min<uint64_t>(std::max<uint64_t>(1, (B + 255) / 256), 8192);
+}
+inline uint64_t confidence_blocks(uint64_t B) { return (B + 7) / 8; }
+
 struct MemoryPlan {
     // As fh_memory_report: parameters, activations, workspaces, batch_staging, replay.
     uint64_t parameters = 0, activations = 0, workspaces = 0, batch_staging = 0, replay = 0;

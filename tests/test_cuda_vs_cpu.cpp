@@ -132,6 +132,14 @@ void test_small_variants_1_step(void **) {
     }
     {
         fh_config v = c;
+        /* Heads wider than 128: the IQL and attention reward heads' general kernels (the ones up
+         * to 128 keep their columns in registers). */
+        v.iql_hidden = 160;
+        v.attn_head_hidden = 136;
+        run("variant IQL and reward heads wider than 128", v, 1, kBounds, false);
+    }
+    {
+        fh_config v = c;
         v.batch_size = 1000;  /* not a multiple of any block size */
         v.clip_norm = 1e-3f;  /* clipping active */
         run("variant B=1000, clip active", v, 2, kBounds, false);
