@@ -120,39 +120,27 @@ template <int K>
 __global__ void k_attn_head_reg(AttnHeadArgs a) {
     extern __shared__ double acc_all[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    const int hh = a.hh, W = 2 * hh + 2;
-    float br1[K], wr2[K], hv[K];
+    const int hh = a.hh;
+    float br1[K], wr2[K];
+    aux::load_lane_cols(a.br1, hh, br1);
+    aux::load_lane_cols(a.wr2, hh, wr2);
     double sb[K], sw[K], sdr = 0.0, sloss = 0.0;
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-        const int j = lane + 32 * k;
-        br1[k] = j < hh ? a.br1[j] : 0.0f;
-        wr2[k] = j < hh ? a.wr2[j] : 0.0f;
-        sb[k] = 0.0;
-        sw[k] = 0.0;
-        hv[k] = 0.0f;
-    }
+    for (int k = 0; k < K; ++k) sb[k] = sw[k] = 0.0;
     const float br2 = *a.br2;
     const int r0 = blockIdx.x * a.rows_per_blk, r1 = min(a.B, r0 + a.rows_per_blk);
+    // Row i's reward and h (zeros past the block's rows).
+    auto fetch = [&](int i, float &r, float (&h)[K]) {
+        const bool ok = i < r1;
+        r = ok ? a.r[i] : 0.0f;
+        aux::load_lane_cols(ok ? a.h + (size_t)i * hh : nullptr, hh, h);
+    };
     int i = r0 + warp;
-    float ri = 0.0f;
-    if (i < r1) {
-        ri = a.r[i];
-#pragma unroll
-        for (int k = 0; k < K; ++k)
-            if (lane + 32 * k < hh) hv[k] = a.h[(size_t)i * hh + lane + 32 * k];
-    }
+    float ri, hv[K];
+    fetch(i, ri, hv);
     for (; i < r1; i += nw) {
-        const int in = i + nw;
-        float hn[K], rn = 0.0f;
-#pragma unroll
-        for (int k = 0; k < K; ++k) hn[k] = 0.0f;
-        if (in < r1) {
-            rn = a.r[in];
-#pragma unroll
-            for (int k = 0; k < K; ++k)
-                if (lane + 32 * k < hh) hn[k] = a.h[(size_t)in * hh + lane + 32 * k];
-        }
+        float rn, hn[K];
+        fetch(i + nw, rn, hn);
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < K; ++k)
@@ -178,20 +166,8 @@ __global__ void k_attn_head_reg(AttnHeadArgs a) {
         for (int k = 0; k < K; ++k) hv[k] = hn[k];
         ri = rn;
     }
-    double *acc = acc_all + (size_t)warp * W;
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-        const int j = lane + 32 * k;
-        if (j < hh) {
-            acc[j] = sb[k];
-            acc[hh + j] = sw[k];
-        }
-    }
-    if (lane == 0) {
-        acc[2 * hh] = sdr;
-        acc[2 * hh + 1] = sloss;
-    }
-    aux::flush_row_acc(acc_all, W, a.partial + (size_t)blockIdx.x * W);
+    aux::flush_lane_cols(acc_all, hh, sb, sw, sdr, sloss,
+                         a.partial + (size_t)blockIdx.x * (2 * hh + 2));
 }
 
 }  // namespace
@@ -305,14 +281,10 @@ struct AttentionLearner::Impl {
 
     // The head's kernel: columns in registers up to hh = 128, k_attn_head beyond.
     const void *head_kernel() const {
-        switch ((d.hh + 31) / 32) {
-            case 1: return (const void *)k_attn_head_reg<1>;
-            case 2: return (const void *)k_attn_head_reg<2>;
-            case 3: return (const void *)k_attn_head_reg<3>;
-            case 4: return (const void *)k_attn_head_reg<4>;
-            default: break;
-            }
-        return (const void *)k_attn_head;
+        const void *const regs[4] = {
+            (const void *)k_attn_head_reg<1>, (const void *)k_attn_head_reg<2>,
+            (const void *)k_attn_head_reg<3>, (const void *)k_attn_head_reg<4>};
+        return aux::pick_lane_cols((int)d.hh, regs, (const void *)k_attn_head);
     }
 
     void loss_grad(const Lane &lane, const StepInputs &in, float *loss) {

@@ -50,7 +50,8 @@ __global__ void k_attn_comp(Geom g, const float *__restrict__ W, const float *__
                 s += (double)(t < g.To ? bt[a] : bg[a]) + (double)P[(size_t)t * g.d + a];
         }
         s = warp_sum(s);
-        if (lane == 0) comp[idx] = (float)(add + s);  // regions contiguous in this order (c_wg = n1, ...)
+        // The regions are contiguous in this order (c_wg = n1, ...).
+        if (lane == 0) comp[idx] = (float)(add + s);
     }
 }
 

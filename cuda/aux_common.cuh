@@ -98,6 +98,43 @@ __device__ __forceinline__ void flush_row_acc(const double *acc, int width, doub
         out[c] = s;
     }
 }
+
+// Row kernels whose warps keep their column sums in registers (the IQL and attention reward
+// heads up to width 128): the lane owns columns j = lane + 32k, k < K.
+// pick_lane_cols: the kernel for width w: regs[K - 1] for K = ceil(w / 32) <= 4, else general.
+inline const void *pick_lane_cols(int w, const void *const (&regs)[4], const void *general) {
+    const int k = (w + 31) / 32;
+    return k >= 1 && k <= 4 ? regs[k - 1] : general;
+}
+// load_lane_cols: those columns of `row` (width w) into v; 0 where j >= w or row is null.
+template <int K>
+__device__ __forceinline__ void load_lane_cols(const float *row, int w, float (&v)[K]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < K; ++k) v[k] = row && lane + 32 * k < w ? row[lane + 32 * k] : 0.0f;
+}
+// flush_lane_cols: the warp's row of acc_all (width 2w + 2) is [a over the lane's columns | b
+// over them | s0 | s1] (s0, s1 from lane 0), then flush_row_acc into out.
+template <int K>
+__device__ __forceinline__ void flush_lane_cols(double *acc_all, int w, const double (&a)[K],
+                                                const double (&b)[K], double s0, double s1,
+                                                double *out) {
+    const int lane = threadIdx.x & 31, W = 2 * w + 2;
+    double *acc = acc_all + (size_t)(threadIdx.x >> 5) * W;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        const int j = lane + 32 * k;
+        if (j < w) {
+            acc[j] = a[k];
+            acc[w + j] = b[k];
+        }
+    }
+    if (lane == 0) {
+        acc[2 * w] = s0;
+        acc[2 * w + 1] = s1;
+    }
+    flush_row_acc(acc_all, W, out);
+}
 #endif
 
 }  // namespace fh::cuda::aux

@@ -118,47 +118,31 @@ template <int K>
 __global__ void k_iql_head_reg(IqlHeadArgs a) {
     extern __shared__ double acc_all[];
     const int net = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int nw = blockDim.x >> 5, Hi = a.Hi, W = 2 * Hi + 2;
+    const int nw = blockDim.x >> 5, Hi = a.Hi;
     const float *p = a.params + (size_t)net * a.total;
     const float b3 = p[a.off_b3];
     const float tau = net ? a.tau[1] : a.tau[0];
     const size_t base = (size_t)net * a.B * Hi;
-    float w3[K], b2[K], hv[K], pv[K];
+    float w3[K], b2[K];
+    aux::load_lane_cols(p + a.off_w3, Hi, w3);
+    aux::load_lane_cols(p + a.off_b2, Hi, b2);
     double sb[K], sw[K], sdv = 0.0, sloss = 0.0;
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-        const int j = lane + 32 * k;
-        w3[k] = j < Hi ? p[a.off_w3 + j] : 0.0f;
-        b2[k] = j < Hi ? p[a.off_b2 + j] : 0.0f;
-        hv[k] = pv[k] = 0.0f;
-        sb[k] = sw[k] = 0.0;
-    }
+    for (int k = 0; k < K; ++k) sb[k] = sw[k] = 0.0;
     const int r0 = blockIdx.x * a.rows_per_blk, r1 = min(a.B, r0 + a.rows_per_blk);
+    // Row r's Q̄sa, h2 and pre2 (zeros past the block's rows).
+    auto fetch = [&](int r, float &q, float (&h)[K], float (&pre)[K]) {
+        const bool ok = r < r1;
+        q = ok ? a.qsa[r] : 0.0f;
+        aux::load_lane_cols(ok ? a.h2 + base + (size_t)r * Hi : nullptr, Hi, h);
+        aux::load_lane_cols(ok ? a.pre2 + base + (size_t)r * Hi : nullptr, Hi, pre);
+    };
     int r = r0 + warp;
-    float q = 0.0f;
-    if (r < r1) {
-        q = a.qsa[r];
-#pragma unroll
-        for (int k = 0; k < K; ++k)
-            if (lane + 32 * k < Hi) {
-                hv[k] = a.h2[base + (size_t)r * Hi + lane + 32 * k];
-                pv[k] = a.pre2[base + (size_t)r * Hi + lane + 32 * k];
-            }
-    }
+    float q, hv[K], pv[K];
+    fetch(r, q, hv, pv);
     for (; r < r1; r += nw) {
-        const int rn = r + nw;
-        float hn[K], pn[K], qn = 0.0f;
-#pragma unroll
-        for (int k = 0; k < K; ++k) hn[k] = pn[k] = 0.0f;
-        if (rn < r1) {
-            qn = a.qsa[rn];
-#pragma unroll
-            for (int k = 0; k < K; ++k)
-                if (lane + 32 * k < Hi) {
-                    hn[k] = a.h2[base + (size_t)rn * Hi + lane + 32 * k];
-                    pn[k] = a.pre2[base + (size_t)rn * Hi + lane + 32 * k];
-                }
-        }
+        float qn, hn[K], pn[K];
+        fetch(r + nw, qn, hn, pn);
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < K; ++k)
@@ -183,7 +167,8 @@ __global__ void k_iql_head_reg(IqlHeadArgs a) {
         sloss += (double)li;
         if (lane == 0) {
             (net ? a.v_out[1] : a.v_out[0])[r] = V;
-            if (net == 0) a.omega[r] = fminf(expf(__fmul_rn(a.awr_beta, __fadd_rn(q, -V))), a.awr_max);
+            if (net == 0)
+                a.omega[r] = fminf(expf(__fmul_rn(a.awr_beta, __fadd_rn(q, -V))), a.awr_max);
         }
 #pragma unroll
         for (int k = 0; k < K; ++k) {
@@ -192,20 +177,8 @@ __global__ void k_iql_head_reg(IqlHeadArgs a) {
         }
         q = qn;
     }
-    double *acc = acc_all + (size_t)warp * W;
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-        const int j = lane + 32 * k;
-        if (j < Hi) {
-            acc[j] = sb[k];
-            acc[Hi + j] = sw[k];
-        }
-    }
-    if (lane == 0) {
-        acc[2 * Hi] = sdv;
-        acc[2 * Hi + 1] = sloss;
-    }
-    aux::flush_row_acc(acc_all, W, a.partial + ((size_t)net * gridDim.x + blockIdx.x) * W);
+    aux::flush_lane_cols(acc_all, Hi, sb, sw, sdv, sloss,
+                         a.partial + ((size_t)net * gridDim.x + blockIdx.x) * (2 * Hi + 2));
 }
 
 // The grouped GEMM's device pointer arrays, rewritten at the head of every step (x̃ is only
@@ -313,14 +286,10 @@ struct IqlLearner::Impl {
     // The head's kernel: columns in registers up to Hi = 128 (IQL 0.180 → 0.162 ms at B = 16384
     // on the H200, bench/results/h200-2026-12-02-iql-head-before-after.json), k_iql_head beyond.
     const void *head_kernel() const {
-        switch ((d.Hi + 31) / 32) {
-            case 1: return (const void *)k_iql_head_reg<1>;
-            case 2: return (const void *)k_iql_head_reg<2>;
-            case 3: return (const void *)k_iql_head_reg<3>;
-            case 4: return (const void *)k_iql_head_reg<4>;
-            default: break;
-            }
-        return (const void *)k_iql_head;
+        const void *const regs[4] = {
+            (const void *)k_iql_head_reg<1>, (const void *)k_iql_head_reg<2>,
+            (const void *)k_iql_head_reg<3>, (const void *)k_iql_head_reg<4>};
+        return aux::pick_lane_cols((int)d.Hi, regs, (const void *)k_iql_head);
     }
 
     // The five sites for input x; activations of net z at +z·B·Hi, parameters at +z·total.
