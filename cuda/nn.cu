@@ -9,12 +9,9 @@ namespace fh::cuda {
 
 namespace {
 
-// z += b, returns SiLU(z): one float, or four.
-__device__ __forceinline__ float add_silu(float &z, float b) {
-    z = __fadd_rn(z, b);
-    return dev_silu(z);
-}
-__device__ __forceinline__ float4 add_silu(float4 &z, float4 b) {
+// SiLU(z + b): one float, or four.
+__device__ __forceinline__ float add_silu(float z, float b) { return dev_silu(__fadd_rn(z, b)); }
+__device__ __forceinline__ float4 add_silu(float4 z, float4 b) {
     z.x = __fadd_rn(z.x, b.x);
     z.y = __fadd_rn(z.y, b.y);
     z.z = __fadd_rn(z.z, b.z);
@@ -23,17 +20,15 @@ __device__ __forceinline__ float4 add_silu(float4 &z, float4 b) {
 }
 
 // Matrix blockIdx.y: n elements (V = float4: four columns each), rows of N, its bias zbias
-// elements after the previous one's. pre is only read.
+// elements after the previous one's.
 template <class V>
-__global__ void k_bias_silu(V *pre, V *act, const V *b, size_t n, int N, size_t zbias) {
+__global__ void k_bias_silu(const V *pre, V *act, const V *b, size_t n, int N, size_t zbias) {
     pre += blockIdx.y * n;
     act += blockIdx.y * n;
     b += blockIdx.y * zbias;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        V z = pre[i];
-        const V a = add_silu(z, b[i % N]);
-        act[i] = a;
+        act[i] = add_silu(pre[i], b[i % N]);
     }
 }
 
@@ -54,14 +49,14 @@ __global__ void k_adam(float *p, float *m, float *v, const float *g, size_t n, f
 
 }  // namespace
 
-void bias_silu(float *pre, float *act, const float *bias, size_t rows, int cols, cudaStream_t s,
-               int Z, size_t zbias) {
+void bias_silu(const float *pre, float *act, const float *bias, size_t rows, int cols,
+               cudaStream_t s, int Z, size_t zbias) {
     const bool vec = cols % 4 == 0 && zbias % 4 == 0 && (uintptr_t)pre % 16 == 0 &&
                      (uintptr_t)act % 16 == 0 && (uintptr_t)bias % 16 == 0;
     const size_t n = rows * cols;
     const dim3 grid(grid_for(vec ? n / 4 : n, kThreads, 32768), Z);
     if (vec) {
-        k_bias_silu<float4><<<grid, kThreads, 0, s>>>((float4 *)pre, (float4 *)act,
+        k_bias_silu<float4><<<grid, kThreads, 0, s>>>((const float4 *)pre, (float4 *)act,
                                                       (const float4 *)bias, n / 4, cols / 4,
                                                       zbias / 4);
     } else {

@@ -15,8 +15,8 @@ namespace fh::cuda {
 // itself, in the same float addition (so the same bits), and the layer's activations are
 // written once, not twice (bench/results/h200-2026-12-01-pre-bias-before-after.json). act may be
 // pre (a forward-only pass, in place).
-void bias_silu(float *pre, float *act, const float *bias, size_t rows, int cols, cudaStream_t s,
-               int Z = 1, size_t zbias = 0);
+void bias_silu(const float *pre, float *act, const float *bias, size_t rows, int cols,
+               cudaStream_t s, int Z = 1, size_t zbias = 0);
 
 // Adam (Kingma & Ba 2015, Algorithm 1; SPEC §5.6) on n flat parameters, as src/cpu/nn.cpp
 // adam(): t = *step + 1 read on the device, 1 − β^t in float64 rounded to float32. With
