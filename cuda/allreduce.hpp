@@ -3,11 +3,14 @@
 // files call them:
 //   IQL's gradient, before its Adam                         aux child, lane 0, before the fork
 //   IQN's and attention's gradients, before their Adam      aux child, lane 0, after the join
-//   the regime statistics (sum, count per regime)           aux child, lane 0, regime_scale
+//                                                           (world = 1: none, their Adam steps
+//                                                           end their lanes)
+//   the regime statistics (sum, count per regime)           aux child, lane 3, regime_scale
 //   the Q-net gradient and the metrics' batch sums          adam child, before ‖g‖
 // Every call is one NCCL group (one launch, whatever the number of buffers), on lane 0 of its
-// child: no two collectives of the communicator can run at the same time (NCCL forbids it; it
-// can deadlock), and each rank enqueues them in the same order.
+// child, or lane 3 for the regime statistics, the aux child's only collective between its fork
+// and join: no two collectives of the communicator can run at the same time (NCCL forbids it;
+// it can deadlock), and each rank enqueues them in the same order.
 //
 // Sums are in place (ncclSum over float32, or float64 where the sums are double). NCCL's
 // reduction order is fixed for a fixed communicator, so the result is bitwise the same run to

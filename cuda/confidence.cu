@@ -2,6 +2,9 @@
 // the uncertainty Bellman equation (O'Donoghue et al. 2018), target s² + γ²(1 − d̃) ū(x̃') with
 // ū from the target trunk features of x̃' (ddqn's target pass, before the EMA) and the target
 // head after the EMA; the gradient goes into w_u and b_u only.
+#include <cstdlib>
+#include <string>
+
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
@@ -71,9 +74,104 @@ __global__ void k_confidence(const float *h2t_next, const float *wt_u, const flo
     }
 }
 
+// The fused pass: a block of 8 warps takes kConfidenceRows rows (8 per warp, in order). Each
+// warp forms its rows' target dots (conf_row's order: lane j takes columns j, j + 32, ..., then
+// a butterfly), lane k finishes row k's terms, and the block, a thread per column, adds
+// dpre_i · h2_i over its rows in row order into w_u's gradient. One partial row per block:
+// [Σ dpre h2 (H columns) | Σ dpre | Σ loss]; one column-sum pass over the blocks' rows finishes
+// all three (reduce_partials). This replaced a warp per row, whose 8-row blocks could not carry
+// the H-wide column sum, and a separate two-kernel column sum over h2.
+constexpr int kRowsPerWarp = (int)kConfidenceRows / (kThreads / 32);
+static_assert(kRowsPerWarp == 8, "lane k < 8 finishes row k of its warp");
+
+__global__ void k_confidence_fused(const float *h2t_next, const float *wt_u, const float *bt_u,
+                                   const float *var, const float *done, const float *u,
+                                   const float *pre_u, const float *h2, int B, int H, float rows,
+                                   float gamma, float *dpre, float *conf, double *part) {
+    __shared__ float dsh[kConfidenceRows];
+    __shared__ double lsh[kConfidenceRows];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int r0 = blockIdx.x * (int)kConfidenceRows, wr0 = r0 + warp * kRowsPerWarp;
+    double acc[kRowsPerWarp];
+#pragma unroll
+    for (int k = 0; k < kRowsPerWarp; ++k) acc[k] = 0.0;
+    for (int j = lane; j < H; j += 32) {
+        const float w = wt_u[j];
+#pragma unroll
+        for (int k = 0; k < kRowsPerWarp; ++k)
+            if (wr0 + k < B) acc[k] += (double)h2t_next[(size_t)(wr0 + k) * H + j] * w;
+    }
+    double mine = 0.0;
+#pragma unroll
+    for (int k = 0; k < kRowsPerWarp; ++k) {
+        const double a = warp_sum(acc[k]);
+        if (lane == k) mine = a;
+    }
+    if (lane < kRowsPerWarp) {
+        const int row = wr0 + lane;
+        float d = 0.0f;
+        double loss = 0.0;
+        if (row < B) {
+            const float ubar = dev_softplus(__fadd_rn((float)mine, *bt_u));
+            const float g2 = __fmul_rn(gamma, gamma);
+            const float t = __fadd_rn(var[row], __fmul_rn(__fmul_rn(g2, __fadd_rn(1.0f, -done[row])), ubar));
+            const float uu = u[row];
+            const float e = __fadd_rn(uu, -t);
+            loss = 0.5 * (double)e * e;
+            d = __fmul_rn(__fdiv_rn(e, rows), dev_sigmoid(pre_u[row]));  // mean over W·B rows
+            dpre[row] = d;
+            conf[row] = __fdiv_rn(1.0f, __fadd_rn(1.0f, sqrtf(uu)));
+        }
+        dsh[warp * kRowsPerWarp + lane] = d;
+        lsh[warp * kRowsPerWarp + lane] = loss;
+    }
+    __syncthreads();
+    const int nr = min((int)kConfidenceRows, B - r0);
+    double *out = part + (size_t)blockIdx.x * (H + 2);
+    for (int j = threadIdx.x; j < H; j += blockDim.x) {
+        double c = 0.0;
+        constexpr int U = 8;  // rows whose loads are in flight together; summed in row order
+        for (int k = 0; k < nr; k += U) {
+            float v[U];
+#pragma unroll
+            for (int q = 0; q < U; ++q) v[q] = k + q < nr ? h2[(size_t)(r0 + k + q) * H + j] : 0.0f;
+#pragma unroll
+            for (int q = 0; q < U; ++q)
+                if (k + q < nr) c = fma((double)dsh[k + q], (double)v[q], c);
+        }
+        out[j] = c;
+    }
+    if (threadIdx.x == 0) {
+        double sd = 0.0, sl = 0.0;
+        for (int k = 0; k < nr; ++k) {
+            sd += (double)dsh[k];
+            sl += lsh[k];
+        }
+        out[H] = sd;
+        out[H + 1] = sl;
+    }
+}
+
 }  // namespace
 
 void confidence(CudaStep &st, const LaneCtx &l) {
+    const char *trial = std::getenv("FOXHUNT_CONFIDENCE");  // TRIAL: "split" = the old kernels
+    if (!trial || std::string(trial) != "split") {
+        const int B = (int)st.d.B, H = (int)st.d.H, grid = (int)confidence_chunks(B);
+        const QOffsets &o = st.L.q;
+        const float *wt = st.buf[BUF_Q_TARGET];
+        k_confidence_fused<<<grid, kThreads, 0, l.stream>>>(
+            st.tgt.h2 + (size_t)B * H, wt + o.w_u, wt + o.b_u, st.buf[BUF_ENS_VAR], st.done_f,
+            st.on.u, st.on.pre_u, st.on.h2, B, H, (float)st.d.Bg, st.cfg.gamma, st.dpre_u,
+            st.buf[BUF_CONFIDENCE], st.conf_part);
+        FH_LAUNCHED("k_confidence_fused");
+        Segs segs;
+        segs.add(st.grad_q + o.w_u, 0, H);
+        segs.add(st.grad_q + o.b_u, H, 1);
+        segs.add(&st.dm->conf_loss, H + 1, 1, 0, (double)st.d.Bg);
+        reduce_partials(st.conf_part, grid, H + 2, 1, segs, l.stream);
+        return;
+    }
     const int B = (int)st.d.B, H = (int)st.d.H, grid = confidence_blocks(B);
     const QOffsets &o = st.L.q;
     const float *wt = st.buf[BUF_Q_TARGET];

@@ -95,7 +95,7 @@ CudaStep::CudaStep(const fh_config &c, const Layout &l, DeviceMemory &mem, const
     q_elt = mem.alloc_n<double>(MEM_ACT, B * d.NB);
     cql_elt = mem.alloc_n<double>(MEM_ACT, B * d.NB);
     ens_part = mem.alloc_n<double>(MEM_ACT, ensemble_blocks(B));
-    conf_part = mem.alloc_n<double>(MEM_ACT, 2 * confidence_blocks(B));
+    conf_part = mem.alloc_n<double>(MEM_ACT, confidence_partial_doubles(d));
 
     v_hi = mem.floats(MEM_ACT, B);
     v_lo = mem.floats(MEM_ACT, B);

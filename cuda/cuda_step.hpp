@@ -159,11 +159,13 @@ void confidence(CudaStep &s, const LaneCtx &l);        // confidence.cu
 void regime_scale(CudaStep &s, const LaneCtx &l);      // regime.cu
 void adam_q(CudaStep &s, const LaneCtx &l);            // adam_q.cu
 // learner_tasks.cpp: the aux learners (learners.hpp) as tasks; IQL's Adam follows its
-// all-reduce, IQN's and attention's run after the join (learner_adam), after theirs.
+// all-reduce; IQN's and attention's (learner_adam, `learners` = kAdamIqn | kAdamAttention of
+// schedule.hpp) end their lanes, or in a data-parallel step follow their all-reduce after the
+// join.
 void learner_iql(CudaStep &s, const LaneCtx &l);
 void learner_iqn(CudaStep &s, const LaneCtx &l);
 void learner_attention(CudaStep &s, const LaneCtx &l);
-void learner_adam(CudaStep &s, const LaneCtx &l);
+void learner_adam(CudaStep &s, const LaneCtx &l, int learners);
 
 // ---- pieces used by more than one file -----------------------------------------------------
 // qnet.cu: SPEC §4 trunk on c.M rows of x (pre1, h1, pre2, h2), and branch b (preg, g, z, q).

@@ -3,11 +3,11 @@
 // allreduce.hpp) before their Adam steps:
 //   lane 0:  IQL loss and gradient, its all-reduce, its Adam (V_hi's update precedes nothing
 //            else that reads it: ω and v_hi were written before)
-//   lane 1:  IQN loss and gradient          lane 2: attention loss and gradient
-//   join, lane 0 (learner_adam): both gradients' all-reduce (one NCCL group), both Adam steps.
-// The two Adam steps wait for the join even without a communicator: one schedule for both
-// cases, and an Adam over ~10^5 floats adds microseconds to lane 0.
+//   lane 1:  IQN loss and gradient, its Adam   lane 2: attention loss and gradient, its Adam
+// In a data-parallel step (world > 1) the two Adam steps wait for the join instead, on lane 0
+// after both gradients' all-reduce (one NCCL group): a collective runs on lane 0 only.
 #include "cuda_step.hpp"
+#include "schedule.hpp"
 
 namespace fh::cuda {
 
@@ -25,12 +25,16 @@ void learner_attention(CudaStep &s, const LaneCtx &l) {
     s.attn->enqueue_loss_grad(l.lane(), s.inputs(), &s.dm->attn_loss);
 }
 
-void learner_adam(CudaStep &s, const LaneCtx &l) {
-    s.dp.sum({SumBuf::f32s(s.iqn->grad_device(), s.iqn->grad_floats()),
-              SumBuf::f32s(s.attn->grad_device(), s.attn->grad_floats())},
-             l.stream);
-    s.iqn->enqueue_adam(l.lane(), s.step);
-    s.attn->enqueue_adam(l.lane(), s.step);
+void learner_adam(CudaStep &s, const LaneCtx &l, int learners) {
+    // After the join (a data-parallel step) both gradients are summed in one group first. On
+    // the learners' own lanes (world = 1) there is nothing to sum, and no collective may run
+    // beside the other lanes.
+    if (learners == (kAdamIqn | kAdamAttention))
+        s.dp.sum({SumBuf::f32s(s.iqn->grad_device(), s.iqn->grad_floats()),
+                  SumBuf::f32s(s.attn->grad_device(), s.attn->grad_floats())},
+                 l.stream);
+    if (learners & kAdamIqn) s.iqn->enqueue_adam(l.lane(), s.step);
+    if (learners & kAdamAttention) s.attn->enqueue_adam(l.lane(), s.step);
 }
 
 }  // namespace fh::cuda

@@ -448,10 +448,13 @@ typedef struct fh_timings {
     float total_ms;     /**< first child's start to last child's end */
     float aux_ema_ms;   /**< aux main lane: EMA of the target nets */
     float aux_iql_ms;   /**< aux main lane: both IQL trainers */
-    float aux_iqn_ms;   /**< aux IQN lane: loss and gradient */
-    float aux_attn_ms;  /**< aux attention lane: loss and gradient */
-    float aux_tail_ms;  /**< after the join: the Adam steps of IQN and attention, CQL,
-                             ensemble, confidence, regime scale */
+    float aux_iqn_ms;   /**< aux IQN lane: loss and gradient, then (one rank) its Adam step */
+    float aux_attn_ms;  /**< aux attention lane: loss and gradient, then (one rank) its Adam
+                             step */
+    float aux_tail_ms;  /**< ensemble and confidence head, on the IQN lane after IQN (beside
+                             the attention lane); in a data-parallel step (SPEC §9) until the
+                             Adam steps of IQN and attention after the join. (CQL and the
+                             regime scale run on a lane of their own, timed in aux_ms.) */
     /* Added in 0.2; timings of the 0.1 size (ending at aux_tail_ms) get the fields above. */
     float sample_ms;    /**< child sample: the batch drawn from the replay, SPEC §5.0 (0
                              without a replay) */

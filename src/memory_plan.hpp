@@ -60,6 +60,13 @@ inline uint64_t ensemble_blocks(uint64_t B) {
     return std::min<uint64_t>(std::max<uint64_t>(1, (B + 255) / 256), 8192);
 }
 inline uint64_t confidence_blocks(uint64_t B) { return (B + 7) / 8; }
+// The confidence head's fused pass (cuda/confidence.cu): blocks of kConfidenceRows rows, each
+// writing one partial row of H + 2 doubles (w_u's gradient, then b_u's and the loss).
+constexpr uint64_t kConfidenceRows = 64;
+inline uint64_t confidence_chunks(uint64_t B) { return std::max<uint64_t>(1, (B + kConfidenceRows - 1) / kConfidenceRows); }
+inline uint64_t confidence_partial_doubles(const Dims &d) {
+    return std::max<uint64_t>(confidence_chunks(d.B) * (d.H + 2), 2 * confidence_blocks(d.B));  // TRIAL: max with the split path's
+}
 
 struct MemoryPlan {
     // As fh_memory_report: parameters, activations, workspaces, batch_staging, replay.

@@ -1,6 +1,8 @@
 #include "schedule.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 namespace fh {
 
@@ -53,21 +55,43 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // the child that issues an NCCL collective (the regime statistics' sum) between the fork and
     // the join, so no two of them run at once. Without CQL (cql_alpha = 0) and with one regime,
     // lane 3 would be empty here: it is not forked, and unless branches use it, not created.
+    // The tail, the ensemble and the confidence head, needs IQN's z_mean and nothing of the
+    // attention lane: it runs on lane 1 after IQN, beside the end of the attention lane. The Adam
+    // steps of IQN and attention end their lanes too, except in a data-parallel step, where both
+    // gradients are summed across the ranks in one collective after the join (SPEC §9).
     const bool lane3 = c.cql_alpha > 0 || d.R > 1;
     const int aux_forked = lane3 ? 3 : 2;
+    const bool dp = d.world > 1;
     ChildDesc aux{ChildId::AUX, "aux", 1 + aux_forked, {}};
     aux.ops = {mark(Mark::AUX_EMA_BEGIN), run(Task::EMA_TARGETS), mark(Mark::AUX_EMA_END),
                run(Task::IQL), mark(Mark::AUX_IQL_END), fork(mask_of(1, aux_forked))};
     if (c.cql_alpha > 0) aux.ops.push_back(run(Task::CQL, 3));
     if (d.R > 1) aux.ops.push_back(run(Task::REGIME_SCALE, 3));
+    const char *trial = std::getenv("FOXHUNT_AUX_TAIL");  // TRIAL: "join" = the tail after the join
+    if (trial && std::string(trial) == "join") {
+        aux.ops.insert(aux.ops.end(),
+                       {mark(Mark::AUX_IQN_BEGIN, 1), run(Task::IQN, 1), mark(Mark::AUX_IQN_END, 1),
+                        mark(Mark::AUX_ATTN_BEGIN, 2), run(Task::ATTENTION, 2),
+                        mark(Mark::AUX_ATTN_END, 2), join(mask_of(1, aux_forked)),
+                        mark(Mark::AUX_TAIL_BEGIN), run(Task::AUX_ADAM, 0, kAdamIqn | kAdamAttention),
+                        run(Task::ENSEMBLE), run(Task::CONFIDENCE), mark(Mark::AUX_TAIL_END)});
+        s.push_back(aux);
+        s.push_back({ChildId::ADAM, "adam", 1, {run(Task::ADAM_Q), run(Task::GUARD_CHECK)}});
+        return s;
+    }
+    aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_IQN_BEGIN, 1), run(Task::IQN, 1)});
+    if (!dp) aux.ops.push_back(run(Task::AUX_ADAM, 1, kAdamIqn));
     aux.ops.insert(aux.ops.end(),
-                   {mark(Mark::AUX_IQN_BEGIN, 1), run(Task::IQN, 1), mark(Mark::AUX_IQN_END, 1),
-                    mark(Mark::AUX_ATTN_BEGIN, 2), run(Task::ATTENTION, 2),
-                    mark(Mark::AUX_ATTN_END, 2), join(mask_of(1, aux_forked)),
-                    mark(Mark::AUX_TAIL_BEGIN), run(Task::AUX_ADAM)});
-    aux.ops.push_back(run(Task::ENSEMBLE));
-    aux.ops.push_back(run(Task::CONFIDENCE));
-    aux.ops.push_back(mark(Mark::AUX_TAIL_END));
+                   {mark(Mark::AUX_IQN_END, 1), mark(Mark::AUX_TAIL_BEGIN, 1),
+                    run(Task::ENSEMBLE, 1), run(Task::CONFIDENCE, 1)});
+    if (!dp) aux.ops.push_back(mark(Mark::AUX_TAIL_END, 1));
+    aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_ATTN_BEGIN, 2), run(Task::ATTENTION, 2)});
+    if (!dp) aux.ops.push_back(run(Task::AUX_ADAM, 2, kAdamAttention));
+    aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_ATTN_END, 2), join(mask_of(1, aux_forked))});
+    if (dp) {
+        aux.ops.push_back(run(Task::AUX_ADAM, 0, kAdamIqn | kAdamAttention));
+        aux.ops.push_back(mark(Mark::AUX_TAIL_END));
+    }
     s.push_back(aux);
 
     s.push_back({ChildId::ADAM, "adam", 1, {run(Task::ADAM_Q), run(Task::GUARD_CHECK)}});

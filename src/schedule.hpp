@@ -31,8 +31,9 @@ enum class Task : int {
     IQL,               // §5.5.2: both expectile nets, their Adam, advantage weights
     IQN,               // §5.5.3: loss and gradient
     ATTENTION,         // §5.5.4: loss and gradient
-    AUX_ADAM,          // §5.5.3–4: the Adam steps of IQN and attention, after the join (so that
-                       // a data-parallel step sums both gradients across ranks at once, §9)
+    AUX_ADAM,          // §5.5.3–4: the Adam steps of the learners in `arg` (kAdamIqn,
+                       // kAdamAttention), each at the end of its lane; in a data-parallel step
+                       // both after the join, their gradients summed across ranks at once (§9)
     CQL,               // §5.5.5
     ENSEMBLE,          // §5.5.6
     CONFIDENCE,        // §5.5.7
@@ -51,11 +52,14 @@ enum class Mark : int {
     AUX_TAIL_BEGIN, AUX_TAIL_END, COUNT
 };
 
+// AUX_ADAM's arg: which learners' Adam steps it runs.
+constexpr int kAdamIqn = 1, kAdamAttention = 2;
+
 struct Op {
     enum Kind { RUN, FORK, JOIN, MARK } kind;
     Task task;      // RUN
     int lane;       // RUN, MARK: lane it runs on (0 = the child's origin lane)
-    int arg;        // RUN: branch index for *_BRANCH tasks; MARK: the Mark
+    int arg;        // RUN: branch index for *_BRANCH tasks, learners for AUX_ADAM; MARK: the Mark
     unsigned lanes; // FORK/JOIN: bit mask of the lanes forked from / joined into lane 0
 };
 

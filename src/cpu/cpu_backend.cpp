@@ -284,8 +284,8 @@ private:
         case Task::IQN: iqn(s_); break;
         case Task::ATTENTION: attention(s_); break;
         case Task::AUX_ADAM:
-            iqn_adam(s_);
-            attention_adam(s_);
+            if (op.arg & kAdamIqn) iqn_adam(s_);
+            if (op.arg & kAdamAttention) attention_adam(s_);
             break;
         case Task::CQL: cql(s_); break;
         case Task::ENSEMBLE: ensemble(s_); break;
