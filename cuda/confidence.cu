@@ -84,7 +84,7 @@ __global__ void k_confidence(const float *h2t_next, const float *wt_u, const flo
 constexpr int kRowsPerWarp = (int)kConfidenceRows / (kThreads / 32);
 static_assert(kRowsPerWarp == 8, "lane k < 8 finishes row k of its warp");
 
-__global__ void k_confidence_fused(const float *h2t_next, const float *wt_u, const float *bt_u,
+__global__ void __launch_bounds__(kThreads, 2) k_confidence_fused(const float *h2t_next, const float *wt_u, const float *bt_u,
                                    const float *var, const float *done, const float *u,
                                    const float *pre_u, const float *h2, int B, int H, float rows,
                                    float gamma, float *dpre, float *conf, double *part) {
@@ -95,11 +95,24 @@ __global__ void k_confidence_fused(const float *h2t_next, const float *wt_u, con
     double acc[kRowsPerWarp];
 #pragma unroll
     for (int k = 0; k < kRowsPerWarp; ++k) acc[k] = 0.0;
-    for (int j = lane; j < H; j += 32) {
-        const float w = wt_u[j];
+    // Four column steps of all 8 rows loaded before any is summed (32 loads in flight per
+    // lane); each row's sum keeps conf_row's column order.
+    constexpr int J = 4;
+    for (int j0 = lane; j0 < H; j0 += 32 * J) {
+        float v[J][kRowsPerWarp], w[J];
 #pragma unroll
-        for (int k = 0; k < kRowsPerWarp; ++k)
-            if (wr0 + k < B) acc[k] += (double)h2t_next[(size_t)(wr0 + k) * H + j] * w;
+        for (int m = 0; m < J; ++m) {
+            const int j = j0 + 32 * m;
+            w[m] = j < H ? wt_u[j] : 0.0f;
+#pragma unroll
+            for (int k = 0; k < kRowsPerWarp; ++k)
+                v[m][k] = j < H && wr0 + k < B ? h2t_next[(size_t)(wr0 + k) * H + j] : 0.0f;
+        }
+#pragma unroll
+        for (int m = 0; m < J; ++m)
+#pragma unroll
+            for (int k = 0; k < kRowsPerWarp; ++k)
+                if (j0 + 32 * m < H) acc[k] += (double)v[m][k] * w[m];
     }
     double mine = 0.0;
 #pragma unroll
@@ -129,15 +142,18 @@ __global__ void k_confidence_fused(const float *h2t_next, const float *wt_u, con
     const int nr = min((int)kConfidenceRows, B - r0);
     double *out = part + (size_t)blockIdx.x * (H + 2);
     for (int j = threadIdx.x; j < H; j += blockDim.x) {
+        // Half of the block's rows loaded before any is summed, twice; summed in row order.
+        constexpr int U = (int)kConfidenceRows / 2;
+        const float *col = h2 + (size_t)r0 * H + j;
         double c = 0.0;
-        constexpr int U = 8;  // rows whose loads are in flight together; summed in row order
-        for (int k = 0; k < nr; k += U) {
+#pragma unroll 1
+        for (int k0 = 0; k0 < (int)kConfidenceRows; k0 += U) {
             float v[U];
 #pragma unroll
-            for (int q = 0; q < U; ++q) v[q] = k + q < nr ? h2[(size_t)(r0 + k + q) * H + j] : 0.0f;
+            for (int k = 0; k < U; ++k, col += H) v[k] = k0 + k < nr ? *col : 0.0f;
 #pragma unroll
-            for (int q = 0; q < U; ++q)
-                if (k + q < nr) c = fma((double)dsh[k + q], (double)v[q], c);
+            for (int k = 0; k < U; ++k)
+                if (k0 + k < nr) c = fma((double)dsh[k0 + k], (double)v[k], c);
         }
         out[j] = c;
     }
