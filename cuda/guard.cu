@@ -3,6 +3,8 @@
 #include "guard.cuh"
 
 #include <climits>
+#include <cstdlib>
+#include <string>
 
 #include "common.hpp"
 
@@ -11,7 +13,10 @@ namespace fh::cuda {
 namespace {
 
 constexpr int kBlocks = 1024;       // partial minima of the search
-constexpr int kCopyBlocks = 256;    // per segment, grid-stride, for snapshot and restore
+constexpr int kCopyBlocks = 256;    // per segment, grid-stride, for the snapshot
+// The restore's grid is small: it copies only on a step that diverged, and on every other step
+// each of its blocks reads the code and returns, so a small grid is the cheap launch.
+constexpr int kRestoreBlocks = 16;  // per segment
 constexpr long long kNone = LLONG_MAX;
 
 struct Segment {
@@ -163,7 +168,9 @@ void DivergenceGuard::check(cudaStream_t s) {
     FH_LAUNCHED("k_find_partial (guard)");
     k_find_final<<<1, kThreads, 0, s>>>(g);
     FH_LAUNCHED("k_find_final (guard)");
-    k_copy<<<dim3(kCopyBlocks, NUM_PERSISTENT), kThreads, 0, s>>>(g, true);
+    const char *trial = std::getenv("FOXHUNT_GUARD_RESTORE");  // TRIAL: "wide" = kCopyBlocks
+    const int rb = trial && std::string(trial) == "wide" ? kCopyBlocks : kRestoreBlocks;
+    k_copy<<<dim3(rb, NUM_PERSISTENT), kThreads, 0, s>>>(g, true);
     FH_LAUNCHED("k_copy (guard restore)");
 }
 
