@@ -2,9 +2,6 @@
 // the uncertainty Bellman equation (O'Donoghue et al. 2018), target s² + γ²(1 − d̃) ū(x̃') with
 // ū from the target trunk features of x̃' (ddqn's target pass, before the EMA) and the target
 // head after the EMA; the gradient goes into w_u and b_u only.
-#include <cstdlib>
-#include <string>
-
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
@@ -15,79 +12,25 @@ namespace fh::cuda {
 
 namespace {
 
-static_assert(kThreads / 32 == 8, "confidence_blocks (memory_plan.hpp) counts 8 rows per block");
-
-// Row `row` (one warp): the double dot of the target trunk features with the target head, then
-// on lane 0 the row's terms: dpre[row] and conf[row] written, the loss term 0.5 e² and dpre
-// returned in loss and dp (the other lanes leave them as they were).
-__device__ __forceinline__ void conf_row(const float *h2t_next, const float *wt_u, const float *bt_u,
-                                         const float *var, const float *done, const float *u,
-                                         const float *pre_u, int H, float rows, float gamma,
-                                         int row, int lane, float *dpre, float *conf,
-                                         double &loss, double &dp) {
-    double acc = 0;
-    for (int j = lane; j < H; j += 32) acc += (double)h2t_next[(size_t)row * H + j] * wt_u[j];
-    acc = warp_sum(acc);
-    if (lane != 0) return;
-    const float ubar = dev_softplus(__fadd_rn((float)acc, *bt_u));
-    const float g2 = __fmul_rn(gamma, gamma);
-    const float t = __fadd_rn(var[row], __fmul_rn(__fmul_rn(g2, __fadd_rn(1.0f, -done[row])), ubar));
-    const float uu = u[row];
-    const float e = __fadd_rn(uu, -t);
-    loss = 0.5 * (double)e * e;
-    const float d = __fmul_rn(__fdiv_rn(e, rows), dev_sigmoid(pre_u[row]));  // mean over W·B rows
-    dpre[row] = d;
-    dp = (double)d;
-    conf[row] = __fdiv_rn(1.0f, __fadd_rn(1.0f, sqrtf(uu)));
-}
-
-// One warp per row (conf_row). Each block sums its rows' loss terms and dpre in warp order into
-// part[block] (Σ loss) and part[gridDim.x + block] (Σ dpre); one block's tree over each half
-// finishes conf_loss and b_u's gradient (reduce_final). This replaced a per-row loss buffer
-// with its two-kernel sum and a two-kernel column sum of dpre (aux tail 0.055 → 0.046 ms at
-// B = 16384 on the H200, bench/results/h200-2026-12-02-aux-tail-before-after.json; summing
-// the block pairs as rows of a column sum instead was slower, -aux-tail-column-final-rejected).
-__global__ void k_confidence(const float *h2t_next, const float *wt_u, const float *bt_u,
-                             const float *var, const float *done, const float *u,
-                             const float *pre_u, int B, int H, float rows, float gamma,
-                             float *dpre, float *conf, double *part) {
-    __shared__ double sh[kThreads / 32][2];
-    const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    double l = 0.0, g = 0.0;
-    if (row < B)
-        conf_row(h2t_next, wt_u, bt_u, var, done, u, pre_u, H, rows, gamma, row, lane, dpre, conf,
-                 l, g);
-    if (lane == 0) {
-        sh[warp][0] = l;
-        sh[warp][1] = g;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double sl = 0.0, sg = 0.0;
-        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) {
-            sl += sh[w][0];
-            sg += sh[w][1];
-        }
-        part[blockIdx.x] = sl;
-        part[gridDim.x + blockIdx.x] = sg;
-    }
-}
-
-// The fused pass: a block of 8 warps takes kConfidenceRows rows (8 per warp, in order). Each
-// warp forms its rows' target dots (conf_row's order: lane j takes columns j, j + 32, ..., then
-// a butterfly), lane k finishes row k's terms, and the block, a thread per column, adds
-// dpre_i · h2_i over its rows in row order into w_u's gradient. One partial row per block:
-// [Σ dpre h2 (H columns) | Σ dpre | Σ loss]; one column-sum pass over the blocks' rows finishes
-// all three (reduce_partials). This replaced a warp per row, whose 8-row blocks could not carry
-// the H-wide column sum, and a separate two-kernel column sum over h2.
+// A block of 8 warps takes kConfidenceRows rows (8 per warp, in order). Each warp forms its
+// rows' dots h̄2(x̃')·w̄_u in double (lane j takes columns j, j + 32, ..., then a butterfly),
+// lane k finishes row k's terms (ū, the target t, the error e, the loss ½e² and
+// dpre = e/(W·B) · σ(pre_u)), and the block, a thread per column, adds dpre_i · h2_i over its
+// rows in row order. One partial row per block, [Σ dpre·h2 (H columns) | Σ dpre | Σ ½e²]; one
+// column-sum pass over the blocks' rows finishes w_u's and b_u's gradients and conf_loss
+// (reduce_partials). This replaced a warp per row, whose 8-row blocks could not carry the
+// H-wide column sum, and a two-kernel column sum over h2 (aux tail 0.0375 → 0.0299 ms at
+// B = 16384 on the H200, bench/results/h200-2026-12-02-confidence-fused-before-after.json). A
+// first version walked its rows in dependent batches of 8 loads and was slower, 0.0375 →
+// 0.0479 ms (-confidence-fused-first-rejected.json): now half of a pass's loads are in flight
+// at once, within 128 registers.
 constexpr int kRowsPerWarp = (int)kConfidenceRows / (kThreads / 32);
 static_assert(kRowsPerWarp == 8, "lane k < 8 finishes row k of its warp");
 
-__global__ void __launch_bounds__(kThreads, 2) k_confidence_fused(const float *h2t_next, const float *wt_u, const float *bt_u,
-                                   const float *var, const float *done, const float *u,
-                                   const float *pre_u, const float *h2, int B, int H, float rows,
-                                   float gamma, float *dpre, float *conf, double *part) {
+__global__ void __launch_bounds__(kThreads, 2)
+    k_confidence(const float *h2t_next, const float *wt_u, const float *bt_u, const float *var,
+                 const float *done, const float *u, const float *pre_u, const float *h2, int B,
+                 int H, float rows, float gamma, float *conf, double *part) {
     __shared__ float dsh[kConfidenceRows];
     __shared__ double lsh[kConfidenceRows];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -96,7 +39,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_confidence_fused(const float *h
 #pragma unroll
     for (int k = 0; k < kRowsPerWarp; ++k) acc[k] = 0.0;
     // Four column steps of all 8 rows loaded before any is summed (32 loads in flight per
-    // lane); each row's sum keeps conf_row's column order.
+    // lane); each row's sum still runs over the lane's columns in order.
     constexpr int J = 4;
     for (int j0 = lane; j0 < H; j0 += 32 * J) {
         float v[J][kRowsPerWarp], w[J];
@@ -132,7 +75,6 @@ __global__ void __launch_bounds__(kThreads, 2) k_confidence_fused(const float *h
             const float e = __fadd_rn(uu, -t);
             loss = 0.5 * (double)e * e;
             d = __fmul_rn(__fdiv_rn(e, rows), dev_sigmoid(pre_u[row]));  // mean over W·B rows
-            dpre[row] = d;
             conf[row] = __fdiv_rn(1.0f, __fadd_rn(1.0f, sqrtf(uu)));
         }
         dsh[warp * kRowsPerWarp + lane] = d;
@@ -171,35 +113,20 @@ __global__ void __launch_bounds__(kThreads, 2) k_confidence_fused(const float *h
 }  // namespace
 
 void confidence(CudaStep &st, const LaneCtx &l) {
-    const char *trial = std::getenv("FOXHUNT_CONFIDENCE");  // TRIAL: "split" = the old kernels
-    if (!trial || std::string(trial) != "split") {
-        const int B = (int)st.d.B, H = (int)st.d.H, grid = (int)confidence_chunks(B);
-        const QOffsets &o = st.L.q;
-        const float *wt = st.buf[BUF_Q_TARGET];
-        k_confidence_fused<<<grid, kThreads, 0, l.stream>>>(
-            st.tgt.h2 + (size_t)B * H, wt + o.w_u, wt + o.b_u, st.buf[BUF_ENS_VAR], st.done_f,
-            st.on.u, st.on.pre_u, st.on.h2, B, H, (float)st.d.Bg, st.cfg.gamma, st.dpre_u,
-            st.buf[BUF_CONFIDENCE], st.conf_part);
-        FH_LAUNCHED("k_confidence_fused");
-        Segs segs;
-        segs.add(st.grad_q + o.w_u, 0, H);
-        segs.add(st.grad_q + o.b_u, H, 1);
-        segs.add(&st.dm->conf_loss, H + 1, 1, 0, (double)st.d.Bg);
-        reduce_partials(st.conf_part, grid, H + 2, 1, segs, l.stream);
-        return;
-    }
-    const int B = (int)st.d.B, H = (int)st.d.H, grid = confidence_blocks(B);
+    const int B = (int)st.d.B, H = (int)st.d.H, grid = (int)confidence_chunks(B);
     const QOffsets &o = st.L.q;
     const float *wt = st.buf[BUF_Q_TARGET];
-    k_confidence<<<grid, kThreads, 0, l.stream>>>(st.tgt.h2 + (size_t)B * H, wt + o.w_u, wt + o.b_u,
-                                                  st.buf[BUF_ENS_VAR], st.done_f, st.on.u,
-                                                  st.on.pre_u, B, H, (float)st.d.Bg,
-                                                  st.cfg.gamma, st.dpre_u,
+    k_confidence<<<grid, kThreads, 0, l.stream>>>(st.tgt.h2 + (size_t)B * H, wt + o.w_u,
+                                                  wt + o.b_u, st.buf[BUF_ENS_VAR], st.done_f,
+                                                  st.on.u, st.on.pre_u, st.on.h2, B, H,
+                                                  (float)st.d.Bg, st.cfg.gamma,
                                                   st.buf[BUF_CONFIDENCE], st.conf_part);
     FH_LAUNCHED("k_confidence");
-    colsum(st.on.h2, B, H, st.dpre_u, st.grad_q + o.w_u, l.col, l.stream);
-    reduce_final(st.conf_part, grid, &st.dm->conf_loss, 0, (double)st.d.Bg, l.stream);
-    reduce_final(st.conf_part + grid, grid, st.grad_q + o.b_u, 0, 1.0, l.stream);
+    Segs segs;
+    segs.add(st.grad_q + o.w_u, 0, H);
+    segs.add(st.grad_q + o.b_u, H, 1);
+    segs.add(&st.dm->conf_loss, H + 1, 1, 0, (double)st.d.Bg);
+    reduce_partials(st.conf_part, grid, H + 2, 1, segs, l.stream);
 }
 
 }  // namespace fh::cuda

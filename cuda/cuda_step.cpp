@@ -101,7 +101,6 @@ CudaStep::CudaStep(const fh_config &c, const Layout &l, DeviceMemory &mem, const
     v_lo = mem.floats(MEM_ACT, B);
     omega = mem.floats(MEM_ACT, B);
     z_mean = mem.floats(MEM_ACT, B);
-    dpre_u = mem.floats(MEM_ACT, B);
     regime_scr = mem.alloc_n<double>(MEM_ACT, 2 * (size_t)d.R);
 
     iql = std::make_unique<IqlLearner>(d, cfg, L, buf[BUF_IQL], buf[BUF_IQL_M], buf[BUF_IQL_V]);

@@ -131,9 +131,9 @@ struct CudaStep {
     float *cql_dU = nullptr, *cql_de = nullptr;  // [NB][A, HB], [NB][A]
     double *cql_part = nullptr;           // [NB][colsum chunks][A]
     double *cql_elt = nullptr;            // [B·NB]
-    // The aux tail's block sums: [ensemble_blocks(B)], [2·confidence_blocks(B)] (memory_plan.hpp).
+    // The aux tail's block sums: [ensemble_blocks(B)], [confidence_partial_doubles(d)]
+    // (memory_plan.hpp).
     double *ens_part = nullptr, *conf_part = nullptr;
-    float *dpre_u = nullptr;              // [B] confidence head gradient
     double *regime_scr = nullptr;         // [2R]
     std::unique_ptr<IqlLearner> iql;
     std::unique_ptr<IqnLearner> iqn;

@@ -3,8 +3,6 @@
 #include "guard.cuh"
 
 #include <climits>
-#include <cstdlib>
-#include <string>
 
 #include "common.hpp"
 
@@ -15,7 +13,9 @@ namespace {
 constexpr int kBlocks = 1024;       // partial minima of the search
 constexpr int kCopyBlocks = 256;    // per segment, grid-stride, for the snapshot
 // The restore's grid is small: it copies only on a step that diverged, and on every other step
-// each of its blocks reads the code and returns, so a small grid is the cheap launch.
+// each of its blocks reads the code and returns, so a small grid is the cheap launch (adam
+// child 0.033 → 0.030 ms at B = 16384 against 256 blocks per segment,
+// bench/results/h200-2026-12-02-guard-restore-before-after.json).
 constexpr int kRestoreBlocks = 16;  // per segment
 constexpr long long kNone = LLONG_MAX;
 
@@ -168,9 +168,7 @@ void DivergenceGuard::check(cudaStream_t s) {
     FH_LAUNCHED("k_find_partial (guard)");
     k_find_final<<<1, kThreads, 0, s>>>(g);
     FH_LAUNCHED("k_find_final (guard)");
-    const char *trial = std::getenv("FOXHUNT_GUARD_RESTORE");  // TRIAL: "wide" = kCopyBlocks
-    const int rb = trial && std::string(trial) == "wide" ? kCopyBlocks : kRestoreBlocks;
-    k_copy<<<dim3(rb, NUM_PERSISTENT), kThreads, 0, s>>>(g, true);
+    k_copy<<<dim3(kRestoreBlocks, NUM_PERSISTENT), kThreads, 0, s>>>(g, true);
     FH_LAUNCHED("k_copy (guard restore)");
 }
 

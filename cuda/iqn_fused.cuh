@@ -6,7 +6,8 @@
 // once (rounded to TF32) and walks through tiles of 128 rows r = i·Nr + n; warp w owns rows
 // 16w .. 16w + 15 of a tile, one m16 row tile, and each thread rows g and g + 8 of it
 // (g = lane / 4, t = lane % 4; fragment layout in mma_tf32.cuh):
-//   cos  [16, 64]   computed into A fragments directly (each thread its 4 entries per k step)
+//   cos  [16, 64]   computed into A fragments directly (each thread its 4 entries per k step,
+//                   by rotation from one sincospif per sequence: CosRot)
 //   φ    [16, 128]  = cos Wφᵀ: 16 column tiles × 8 k steps of m16n8k8, accumulators in registers
 //   m    the accumulator fragments times ψ, used as the A fragments of h = m Wmᵀ (the permuted
 //        contraction order of mma_tf32.cuh: no shared-memory round trip)
@@ -80,9 +81,11 @@ __device__ __forceinline__ float draw_tau(uint64_t seed, uint32_t row0, size_t r
 
 // The cosine features of one row, cos(π k τ) at the thread's k = 8κ + 2t + e (e = 0, 1) for
 // κ = 0, 1, ...: the first pair from sincospif, each next pair by a rotation through the angle
-// 8πτ (four multiply-adds per feature instead of a cospif's ~30 instructions). The rotation's
-// rounding grows by about an ulp per step, 7 steps at iqn_cos = 64: far below the TF32
-// rounding (2^-11) that the features get as MMA operands.
+// 8πτ (two products and two multiply-adds per feature instead of a cospif's ~30 instructions;
+// IQN lane 0.597 → 0.589 ms single-stream, aux child 1.187 → 1.174 ms multi-stream at
+// B = 16384, bench/results/h200-2026-12-02-iqn-cos-rotation-before-after.json). The rotation's
+// rounding grows by about an ulp per step, 7 steps at iqn_cos = 64 (2.1e-7 against float64 in
+// test_cuda_iqn): far below the TF32 rounding (2^-11) the features get as MMA operands.
 struct CosRot {
     float c[2], s[2], C8, S8;
     __device__ __forceinline__ void start(float t, int tq) {
@@ -102,7 +105,6 @@ struct CosRot {
 
 // φraw = cos(π k τ) Wφᵀ for the thread's rows g (τ t0) and g + 8 (τ t1), into acc. When `cosr0`
 // / `cosr1` are given, the features (k = 8κ + 2t and + 1) are stored there too.
-template <bool ROT>
 __device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, float (&acc)[kHq / 8][4],
                                          float *cosr0, float *cosr1) {
     const int lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
@@ -111,29 +113,15 @@ __device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, floa
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[nu][e] = 0.0f;
     CosRot q0, q1;
-    if (ROT) {
-        q0.start(t0, tq);
-        q1.start(t1, tq);
-    }
+    q0.start(t0, tq);
+    q1.start(t1, tq);
 #pragma unroll
     for (int ka = 0; ka < kC / 8; ++ka) {
-        const float f0 = (float)(8 * ka + 2 * tq), f1 = f0 + 1.0f;
-        float c00, c10, c01, c11;
-        if (ROT) {
-            if (ka > 0) {
-                q0.next();
-                q1.next();
-            }
-            c00 = q0.c[0];
-            c01 = q0.c[1];
-            c10 = q1.c[0];
-            c11 = q1.c[1];
-        } else {
-            c00 = cospif(f0 * t0);
-            c10 = cospif(f0 * t1);
-            c01 = cospif(f1 * t0);
-            c11 = cospif(f1 * t1);
+        if (ka > 0) {
+            q0.next();
+            q1.next();
         }
+        const float c00 = q0.c[0], c01 = q0.c[1], c10 = q1.c[0], c11 = q1.c[1];
         if (cosr0) *reinterpret_cast<float2 *>(cosr0 + 8 * ka + 2 * tq) = make_float2(c00, c01);
         if (cosr1) *reinterpret_cast<float2 *>(cosr1 + 8 * ka + 2 * tq) = make_float2(c10, c11);
         mma::Op A[4];

@@ -11,9 +11,6 @@
 
 #include "config.hpp"
 
-#include <cstdlib>
-#include <string>
-
 namespace fh::cuda::iqn {
 
 struct TargetArgs {
@@ -68,11 +65,6 @@ constexpr int kFusedRowsPerTile = 128;
 // the shapes the kernels are written for; for the online pass and the backward also
 // 16 % iqn_n == 0: a warp's 16 rows hold whole transitions).
 int fused_blocks(size_t rows);  // grid size for `rows` rows on the current device
-// TRIAL: FOXHUNT_IQN_COS=cospi keeps a cospif per cosine feature; else rotated (CosRot).
-inline bool cos_rotate() {
-    const char *v = std::getenv("FOXHUNT_IQN_COS");
-    return !(v && std::string(v) == "cospi");
-}
 void target_fused_prepare();    // opt the kernels into their shared memory (once each)
 void online_fused_prepare();
 void backward_fused_prepare();

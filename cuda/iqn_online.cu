@@ -50,7 +50,6 @@ __device__ __forceinline__ float head_row(const OnlineArgs &a, bool valid, size_
     return (float)(-((double)ds / a.kappa) * a.scale);
 }
 
-template <bool ROT>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
     extern __shared__ float4 sm4[];
     const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
@@ -73,7 +72,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
             if (v1) a.tau[r1] = t1;
         }
         float phi[kHq / 8][4];
-        phi_tile<ROT>(sw, t0, t1, phi, v0 ? a.cos + r0 * kC : nullptr, v1 ? a.cos + r1 * kC : nullptr);
+        phi_tile(sw, t0, t1, phi, v0 ? a.cos + r0 * kC : nullptr, v1 ? a.cos + r1 * kC : nullptr);
         const size_t i0 = v0 ? r0 / N : 0, i1 = v1 ? r1 / N : 0;
         mma::Op M[kHq / 8][4];
         merge_tile(sw, phi, a.psi + i0 * kHq, a.psi + i1 * kHq, M,
@@ -155,15 +154,11 @@ int fused_blocks(size_t rows) {
 }
 
 void online_fused_prepare() {
-    aux::allow_smem((const void *)k_iqn_online<true>, kSmemFloats * sizeof(float), "IQN online pass");
-    aux::allow_smem((const void *)k_iqn_online<false>, kSmemFloats * sizeof(float), "IQN online pass");
+    aux::allow_smem((const void *)k_iqn_online, kSmemFloats * sizeof(float), "IQN online pass");
 }
 
 void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s) {
-    if (cos_rotate())
-        k_iqn_online<true><<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
-    else
-        k_iqn_online<false><<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
+    k_iqn_online<<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
     FH_LAUNCHED("k_iqn_online");
 }
 

@@ -19,7 +19,6 @@ namespace fh::cuda::iqn {
 
 namespace {
 
-template <bool ROT>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
     extern __shared__ float4 sm4[];
     const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
@@ -34,7 +33,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
         const float t0 = draw_tau(a.seed, a.row0, r0, R, a.Nt, st, PURPOSE_IQN_TARGET);
         const float t1 = draw_tau(a.seed, a.row0, r1, R, a.Nt, st, PURPOSE_IQN_TARGET);
         float acc[kHq / 8][4];
-        phi_tile<ROT>(sw, t0, t1, acc, nullptr, nullptr);
+        phi_tile(sw, t0, t1, acc, nullptr, nullptr);
         const size_t ii0 = r0 < R ? r0 / a.Nt : 0, ii1 = r1 < R ? r1 / a.Nt : 0;
         mma::Op M[kHq / 8][4];
         merge_tile(sw, acc, a.psi + ii0 * kHq, a.psi + ii1 * kHq, M, nullptr, nullptr, nullptr,
@@ -51,16 +50,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
 }  // namespace
 
 void target_fused(const TargetArgs &a, int blocks, cudaStream_t s) {
-    if (cos_rotate())
-        k_iqn_target<true><<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
-    else
-        k_iqn_target<false><<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
+    k_iqn_target<<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
     FH_LAUNCHED("k_iqn_target");
 }
 
 void target_fused_prepare() {
-    aux::allow_smem((const void *)k_iqn_target<true>, kSmemFloats * sizeof(float), "IQN target pass");
-    aux::allow_smem((const void *)k_iqn_target<false>, kSmemFloats * sizeof(float), "IQN target pass");
+    aux::allow_smem((const void *)k_iqn_target, kSmemFloats * sizeof(float), "IQN target pass");
 }
 
 }  // namespace fh::cuda::iqn

@@ -54,19 +54,17 @@ inline PackedBranches packed_branches(const Dims &d) {
 inline uint64_t packed_branch_floats(const Dims &d) { return packed_branches(d).total; }
 
 // The aux tail's per-block partial sums (cuda/ensemble.cu, confidence.cu): the ensemble's
-// grid (grid_for(B): 256 threads per block, at most 8192 blocks) holds one double per block,
-// the confidence head's (a warp per row, 8 rows per block) two.
+// grid (grid_for(B): 256 threads per block, at most 8192 blocks) holds one double per block;
+// the confidence head's blocks of kConfidenceRows rows one row of H + 2 each (w_u's gradient,
+// then b_u's and the loss).
 inline uint64_t ensemble_blocks(uint64_t B) {
     return std::min<uint64_t>(std::max<uint64_t>(1, (B + 255) / 256), 8192);
 }
-inline uint64_t confidence_blocks(uint64_t B) { return (B + 7) / 8; }
-// The confidence head's fused pass (cuda/confidence.cu): blocks of kConfidenceRows rows, each
-// writing one partial row of H + 2 doubles (w_u's gradient, then b_u's and the loss).
 constexpr uint64_t kConfidenceRows = 64;
-inline uint64_t confidence_chunks(uint64_t B) { return std::max<uint64_t>(1, (B + kConfidenceRows - 1) / kConfidenceRows); }
-inline uint64_t confidence_partial_doubles(const Dims &d) {
-    return std::max<uint64_t>(confidence_chunks(d.B) * (d.H + 2), 2 * confidence_blocks(d.B));  // TRIAL: max with the split path's
+inline uint64_t confidence_chunks(uint64_t B) {
+    return std::max<uint64_t>(1, (B + kConfidenceRows - 1) / kConfidenceRows);
 }
+inline uint64_t confidence_partial_doubles(const Dims &d) { return confidence_chunks(d.B) * (d.H + 2); }
 
 struct MemoryPlan {
     // As fh_memory_report: parameters, activations, workspaces, batch_staging, replay.

@@ -1,8 +1,6 @@
 #include "schedule.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 namespace fh {
 
@@ -58,7 +56,9 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // The tail, the ensemble and the confidence head, needs IQN's z_mean and nothing of the
     // attention lane: it runs on lane 1 after IQN, beside the end of the attention lane. The Adam
     // steps of IQN and attention end their lanes too, except in a data-parallel step, where both
-    // gradients are summed across the ranks in one collective after the join (SPEC §9).
+    // gradients are summed across the ranks in one collective after the join (SPEC §9). Against
+    // all of it after the join: aux child 1.178 → 1.173 ms multi-stream at B = 16384, same bits
+    // (bench/results/h200-2026-12-02-aux-tail-lanes-before-after.json).
     const bool lane3 = c.cql_alpha > 0 || d.R > 1;
     const int aux_forked = lane3 ? 3 : 2;
     const bool dp = d.world > 1;
@@ -67,18 +67,6 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
                run(Task::IQL), mark(Mark::AUX_IQL_END), fork(mask_of(1, aux_forked))};
     if (c.cql_alpha > 0) aux.ops.push_back(run(Task::CQL, 3));
     if (d.R > 1) aux.ops.push_back(run(Task::REGIME_SCALE, 3));
-    const char *trial = std::getenv("FOXHUNT_AUX_TAIL");  // TRIAL: "join" = the tail after the join
-    if (trial && std::string(trial) == "join") {
-        aux.ops.insert(aux.ops.end(),
-                       {mark(Mark::AUX_IQN_BEGIN, 1), run(Task::IQN, 1), mark(Mark::AUX_IQN_END, 1),
-                        mark(Mark::AUX_ATTN_BEGIN, 2), run(Task::ATTENTION, 2),
-                        mark(Mark::AUX_ATTN_END, 2), join(mask_of(1, aux_forked)),
-                        mark(Mark::AUX_TAIL_BEGIN), run(Task::AUX_ADAM, 0, kAdamIqn | kAdamAttention),
-                        run(Task::ENSEMBLE), run(Task::CONFIDENCE), mark(Mark::AUX_TAIL_END)});
-        s.push_back(aux);
-        s.push_back({ChildId::ADAM, "adam", 1, {run(Task::ADAM_Q), run(Task::GUARD_CHECK)}});
-        return s;
-    }
     aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_IQN_BEGIN, 1), run(Task::IQN, 1)});
     if (!dp) aux.ops.push_back(run(Task::AUX_ADAM, 1, kAdamIqn));
     aux.ops.insert(aux.ops.end(),
