@@ -88,7 +88,7 @@ CudaStep::CudaStep(const fh_config &c, const Layout &l, DeviceMemory &mem, const
             L.q.c[b] - L.q.c[b - 1] != L.q.U[1] - L.q.U[0])
             fail(FH_ERR_INTERNAL, "branch blocks of the Q layout are not equally spaced");
     dpreg = mem.floats(MEM_ACT, (size_t)d.NB * B * d.HB);
-    dh2 = mem.floats(MEM_ACT, (size_t)d.NB * B * d.H);
+    dh2 = mem.floats(MEM_ACT, dh2_floats(d));
     dpre2 = mem.floats(MEM_ACT, B * d.H);
     dpre1 = mem.floats(MEM_ACT, B * d.H);
     td_elt = mem.alloc_n<double>(MEM_ACT, B * d.NB);

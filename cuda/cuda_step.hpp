@@ -121,8 +121,8 @@ struct CudaStep {
     QCache on;                            // online on x~, with pre-activations and the head
     float *delta = nullptr;               // [B, NB]
     float *dz = nullptr;                  // [NB][B, A]
-    float *dpreg = nullptr;               // [NB][B, HB]
-    float *dh2 = nullptr;                 // [NB][B, H] per-branch dh2_b
+    float *dpreg = nullptr;               // [B, NB·HB] side by side (dh2_one_product), else [NB][B, HB]
+    float *dh2 = nullptr;                 // [B, H] dh2 (dh2_one_product), else [NB][B, H] per branch
     float *dpre2 = nullptr, *dpre1 = nullptr;  // [B, H]
     double *td_elt = nullptr, *q_elt = nullptr;  // [B·NB] per-element terms of the sums
     // §5.5 aux

@@ -104,10 +104,11 @@ __global__ void k_colsum(const T *__restrict__ X, int rows, int width, int chunk
 // grid (column tiles, chunks, Z), block (kColTx, kColTy). dpre may be in.p[0] (in place): each
 // element is read and written by one thread, loads first.
 __global__ void k_dsilu_colsum(PtrList in, const float *pre, const float *bias, size_t zbias,
-                               int rows, int cols, int chunk_rows, float *dpre, double *partial) {
+                               int rows, int cols, int ld, int chunk_rows, float *dpre,
+                               double *partial) {
     __shared__ double sh[kColTy][kColTx + 1];
     const int col = blockIdx.x * kColTx + threadIdx.x;
-    const size_t zoff = (size_t)blockIdx.z * rows * cols;
+    const size_t zoff = (size_t)blockIdx.z * rows * cols;  // Z > 1 only with ld == cols
     const int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
     double acc = 0.0;
     if (col < cols) {
@@ -117,23 +118,23 @@ __global__ void k_dsilu_colsum(PtrList in, const float *pre, const float *bias, 
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int ru = r + u * kColTy;
-                const size_t i = zoff + (size_t)ru * cols + col;
+                const size_t i = zoff + (size_t)ru * ld + col;
                 g[u] = ru < r1 ? in.p[0][i] : 0.0f;
-                p[u] = ru < r1 ? pre[i] : 0.0f;
+                p[u] = ru < r1 ? pre[zoff + (size_t)ru * cols + col] : 0.0f;
                 p[u] = __fadd_rn(p[u], b);
             }
             for (int k = 1; k < in.n; ++k)
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
                     const int ru = r + u * kColTy;
-                    if (ru < r1) g[u] = __fadd_rn(g[u], in.p[k][zoff + (size_t)ru * cols + col]);
+                    if (ru < r1) g[u] = __fadd_rn(g[u], in.p[k][zoff + (size_t)ru * ld + col]);
                 }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int ru = r + u * kColTy;
                 if (ru >= r1) continue;
                 const float v = __fmul_rn(g[u], dev_dsilu(p[u]));
-                dpre[zoff + (size_t)ru * cols + col] = v;
+                dpre[zoff + (size_t)ru * ld + col] = v;
                 acc += (double)v;
             }
         }
@@ -202,10 +203,13 @@ void colsum_partial(const float *X, int rows, int width, const float *row_scale,
 
 void dsilu_colsum(const PtrList &in, const float *pre, const float *bias, int rows, int cols,
                   int chunk_rows, float *dpre, double *partial, cudaStream_t s, int Z,
-                  size_t zbias) {
+                  size_t zbias, int ld) {
+    if (ld == 0) ld = cols;
+    if (ld < cols || (Z > 1 && ld != cols))
+        fail(FH_ERR_INTERNAL, "dsilu_colsum: row stride %d for %d columns, %d matrices", ld, cols, Z);
     dim3 grid((cols + kColTx - 1) / kColTx, colsum_chunks(rows, chunk_rows), Z),
         block(kColTx, kColTy);
-    k_dsilu_colsum<<<grid, block, 0, s>>>(in, pre, bias, zbias, rows, cols, chunk_rows, dpre,
+    k_dsilu_colsum<<<grid, block, 0, s>>>(in, pre, bias, zbias, rows, cols, ld, chunk_rows, dpre,
                                           partial);
     FH_LAUNCHED("k_dsilu_colsum");
 }

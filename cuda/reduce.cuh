@@ -54,10 +54,11 @@ void colsum_partial(const float *X, int rows, int width, const float *row_scale,
 // dpre = (Σ_k in_k, summed in list order in float) ⊙ SiLU'(pre + bias), written to dpre (which
 // may be in_0 when the list has one entry), and the column sums of dpre per chunk of chunk_rows
 // rows; with Z > 1, every pointer advances by rows·cols per matrix and bias (per column) by
-// zbias. pre is the layer's product without its bias, as bias_silu (nn.cuh) leaves it.
+// zbias. pre is the layer's product without its bias, as bias_silu (nn.cuh) leaves it. The rows
+// of in and dpre lie ld floats apart (ld = 0: cols; a matrix inside a wider one, Z = 1 only).
 void dsilu_colsum(const PtrList &in, const float *pre, const float *bias, int rows, int cols,
                   int chunk_rows, float *dpre, double *partial, cudaStream_t s, int Z = 1,
-                  size_t zbias = 0);
+                  size_t zbias = 0, int ld = 0);
 
 // The final pass: the sums of all `rows` rows of each column of Z stacked [rows, width]
 // partials, written as out = (float)(sum / div) to the segment that owns the column.

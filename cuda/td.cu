@@ -1,11 +1,15 @@
 // SPEC §5.4 on the GPU, as src/cpu/td.cpp: the regime-weighted Huber TD loss on the branch
 // heads (ρ of the previous step; the clamp passes gradient strictly inside ±q_clip), the
-// backward of each branch on its own lane (dU, de, dg, SiLU' with dc, dV, dh2_b), and the
-// trunk backward: Σ_b dh2_b in branch order fused with SiLU' and db2, dW2, dh1, db1, dW1,
-// d_states = dpre1 W1eff, and the spectral-norm correction of §5.2.
+// backward of each branch on its own lane (dU, de, dg, SiLU' with dc, dV), and the trunk
+// backward: dh2 = Σ_b dpre_b V_b fused with SiLU' and db2, dW2, dh1, db1, dW1,
+// d_states = dpre1 W1eff, and the spectral-norm correction of §5.2. Where ddqn packs the
+// branches (dh2_one_product, memory_plan.hpp) the branches write their dpre side by side,
+// [B, NB·HB], and the trunk forms dh2 in one product over K = NB·HB against ddqn's packed V_cat;
+// otherwise each branch writes dh2_b = dpre_b V_b and the trunk sums them in branch order.
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
+#include "memory_plan.hpp"
 #include "reduce.cuh"
 
 namespace fh::cuda {
@@ -64,17 +68,25 @@ void backward_branch(CudaStep &st, const LaneCtx &l, int b) {
     float *g = st.grad_q;
     const float *dz = st.dz + (size_t)b * B * A;
     const float *gb = st.on.g + (size_t)b * B * HB, *preg = st.on.preg + (size_t)b * B * HB;
-    float *dpre = st.dpreg + (size_t)b * B * HB, *dh2 = st.dh2 + (size_t)b * B * H;
+    const bool cat = dh2_one_product(st.d);
+    const int ld = cat ? (int)d.NB * HB : HB;  // dpre's row stride
+    float *dpre = cat ? st.dpreg + (size_t)b * HB : st.dpreg + (size_t)b * B * HB;
     gemm_tn(l.blas, A, HB, B, dz, gb, g + o.U[b], 0.0f, "dU = dz^T g");
     colsum(dz, B, A, nullptr, g + o.e[b], l.col, l.stream);
-    gemm_nn(l.blas, B, HB, A, dz, p + o.U[b], dpre, 0.0f, "dg = dz U");
+    GemmDesc dg = desc_nn(B, HB, A, dz, p + o.U[b], dpre);
+    dg.ldc = ld;
+    gemm(l.blas, dg, 0.0f, "dg = dz U");
     PtrList in{};
     in.p[0] = dpre;
     in.n = 1;
-    dsilu_colsum(in, preg, p + o.c[b], B, HB, kColsumRows, dpre, l.col, l.stream);
+    dsilu_colsum(in, preg, p + o.c[b], B, HB, kColsumRows, dpre, l.col, l.stream, 1, 0, ld);
     colsum_final(l.col, B, HB, g + o.c[b], l.stream);
-    gemm_tn(l.blas, HB, H, B, dpre, st.on.h2, g + o.V[b], 0.0f, "dV = dpre^T h2");
-    gemm_nn(l.blas, B, H, HB, dpre, p + o.V[b], dh2, 0.0f, "dh2_b = dpre V");
+    GemmDesc dv = desc_tn(HB, H, B, dpre, st.on.h2, g + o.V[b]);
+    dv.ldb = ld;
+    gemm(l.blas, dv, 0.0f, "dV = dpre^T h2");
+    if (!cat)
+        gemm_nn(l.blas, B, H, HB, dpre, p + o.V[b], st.dh2 + (size_t)b * B * H, 0.0f,
+                "dh2_b = dpre V");
 }
 
 // SPEC §5.4 trunk backward (CPU: td.cpp backward_trunk).
@@ -85,8 +97,17 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
     float *g = st.grad_q;
     const QView w = st.online_view();
     PtrList in{};
-    for (uint32_t b = 0; b < d.NB; ++b) in.p[b] = st.dh2 + (size_t)b * B * H;
-    in.n = (int)d.NB;
+    if (dh2_one_product(st.d)) {
+        // dh2 = Σ_b dpre_b V_b as one product over K = NB·HB (the branches' dpre side by side).
+        const int K = (int)(d.NB * d.HB);
+        gemm_nn(l.blas, B, H, K, st.dpreg, st.pack_next + packed_branches(d).Vcat, st.dh2, 0.0f,
+                "dh2 = dpre_cat V_cat");
+        in.p[0] = st.dh2;
+        in.n = 1;
+    } else {
+        for (uint32_t b = 0; b < d.NB; ++b) in.p[b] = st.dh2 + (size_t)b * B * H;
+        in.n = (int)d.NB;
+    }
     dsilu_colsum(in, st.on.pre2, w.p + o.b2, B, H, kColsumRows, st.dpre2, l.col,
                  l.stream);
     colsum_final(l.col, B, H, g + o.b2, l.stream);
