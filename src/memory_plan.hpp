@@ -14,7 +14,6 @@
 #include <foxhunt.h>
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "config.hpp"
@@ -55,11 +54,8 @@ inline PackedBranches packed_branches(const Dims &d) {
 inline uint64_t packed_branch_floats(const Dims &d) { return packed_branches(d).total; }
 // Whether the Q net's backward (cuda/td.cu) keeps the branches' dpre side by side, [B, NB·HB],
 // and sums dh2 = Σ_b dpre_b V_b in one product against ddqn's packed V_cat: then dh2 is one
-// [B, H] buffer instead of one per branch.
-inline bool dh2_one_product(const Dims &d) {
-    const char *trial = std::getenv("FOXHUNT_DH2");  // TRIAL: "branch" = dh2_b per branch
-    return ddqn_branches_packed(d) && !(trial && std::string(trial) == "branch");
-}
+// [B, H] buffer instead of one per branch. It needs the pack, so it goes with ddqn's packing.
+inline bool dh2_one_product(const Dims &d) { return ddqn_branches_packed(d); }
 inline uint64_t dh2_floats(const Dims &d) {
     return (dh2_one_product(d) ? 1 : (uint64_t)d.NB) * d.B * d.H;
 }
