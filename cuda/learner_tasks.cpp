@@ -5,7 +5,8 @@
 //            else that reads it: ω and v_hi were written before)
 //   lane 1:  IQN loss and gradient, its Adam   lane 2: attention loss and gradient, its Adam
 // In a data-parallel step (world > 1) the two Adam steps wait for the join instead, on lane 0
-// after both gradients' all-reduce (one NCCL group): a collective runs on lane 0 only.
+// after both gradients' all-reduce (one NCCL group, on lane 0: no collective runs on the
+// learners' lanes).
 #include "cuda_step.hpp"
 #include "schedule.hpp"
 
