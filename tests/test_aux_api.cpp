@@ -12,7 +12,11 @@
 //    learners. Only the confidence head (q.w_u, q.b_u) may differ: it is trained on the
 //    ensemble variance by design. Two negative controls show the comparison has teeth: a tiny
 //    cql_alpha changes exactly the branch heads U_b, e_b, and R = 3 changes the TD-trained
-//    parameters from step 2 on (the regime scale of step 1 weights step 2's TD loss).
+//    parameters from step 2 on (the regime scale of step 1 weights step 2's TD loss);
+//  - the aux child's schedule, with one rank and with two: each task once (AUX_ADAM once per
+//    learner), the tail after IQN on IQN's lane, every forked lane in the fork, and no
+//    collective-issuing task (AUX_ADAM of both learners, IQL's) beside another between the fork
+//    and the join but REGIME_SCALE on its own lane.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -301,6 +305,63 @@ fh_config disabled_config() {
 
 }  // namespace
 
+// The aux child of build_schedule for `world` ranks: where each task runs and in which order.
+static void check_aux_schedule(uint32_t world) {
+    const fh_config c = fh_test_small_config();
+    const Dims d = make_dims(c, 0, world);
+    const ChildDesc *aux = nullptr;
+    const std::vector<ChildDesc> sched = build_schedule(d, c);
+    for (const ChildDesc &ch : sched)
+        if (ch.id == ChildId::AUX) aux = &ch;
+    assert_non_null(aux);
+    int fork_at = -1, join_at = -1, iqn_at = -1, ens_at = -1, conf_at = -1, adam_iqn = 0,
+        adam_attn = 0;
+    unsigned forked = 0;
+    for (int k = 0; k < (int)aux->ops.size(); ++k) {
+        const Op &op = aux->ops[k];
+        if (op.kind == Op::FORK) fork_at = k, forked = op.lanes;
+        if (op.kind == Op::JOIN) {
+            join_at = k;
+            assert_int_equal(op.lanes, forked);
+        }
+        if (op.kind != Op::RUN) continue;
+        const bool inside = fork_at >= 0 && join_at < 0;
+        // Every task between the fork and the join runs on a forked lane; the others on lane 0.
+        if (inside) assert_true((forked >> op.lane) & 1u);
+        else assert_int_equal(op.lane, 0);
+        switch (op.task) {
+        case Task::IQN: iqn_at = k; assert_int_equal(op.lane, 1); break;
+        case Task::ENSEMBLE: ens_at = k; assert_int_equal(op.lane, 1); break;
+        case Task::CONFIDENCE: conf_at = k; assert_int_equal(op.lane, 1); break;
+        case Task::ATTENTION: assert_int_equal(op.lane, 2); break;
+        case Task::REGIME_SCALE: assert_true(inside); assert_int_equal(op.lane, 3); break;
+        case Task::IQL: assert_false(inside); break;
+        case Task::AUX_ADAM:
+            adam_iqn += (op.arg & kAdamIqn) != 0;
+            adam_attn += (op.arg & kAdamAttention) != 0;
+            if (world > 1) {  // both gradients summed in one collective, after the join
+                assert_int_equal(op.arg, kAdamIqn | kAdamAttention);
+                assert_false(inside);
+            } else {  // each learner's Adam at the end of its own lane, no sum
+                assert_true(inside);
+                assert_int_equal(op.lane, op.arg == kAdamIqn ? 1 : 2);
+            }
+            break;
+        default: break;
+        }
+    }
+    assert_true(fork_at >= 0 && join_at > fork_at);
+    // The tail reads IQN's z_mean (ensemble) and the ensemble's variance (confidence).
+    assert_true(iqn_at >= 0 && iqn_at < ens_at && ens_at < conf_at && conf_at < join_at);
+    assert_int_equal(adam_iqn, 1);
+    assert_int_equal(adam_attn, 1);
+}
+
+static void test_aux_schedule_one_rank_and_two(void **) {
+    check_aux_schedule(1);
+    check_aux_schedule(2);
+}
+
 static void test_disabled_learners_are_skipped(void **) {
     const fh_config c = disabled_config();
     // The schedule has no CQL and no regime-scale task.
@@ -390,6 +451,7 @@ int main(void) {
         cmocka_unit_test(test_metrics_and_outputs_readable),
         cmocka_unit_test(test_learner_parameters_listed_and_trained),
         cmocka_unit_test(test_aux_losses_fall_on_fixed_batch),
+        cmocka_unit_test(test_aux_schedule_one_rank_and_two),
         cmocka_unit_test(test_disabled_learners_are_skipped),
         cmocka_unit_test(test_negative_control_tiny_cql),
         cmocka_unit_test(test_negative_control_regimes),
