@@ -16,6 +16,8 @@
 #   iqn-bench    foxhunt-bench at B = 16384, the four FOXHUNT_IQN_KERNELS levels side by side
 #   ncu-attn     Nsight Compute on the tensor-core attention kernels at B = 16384
 #   ncu-iqn      Nsight Compute on the fused IQN kernels at B = 16384 (one step)
+#   ncu-src      Nsight Compute's per-instruction stall samples (SourceCounters) of the fused IQN
+#                and tensor-core attention kernels at B = 16384, the SASS pages as CSV ($NCU_RE)
 #   ncu-step     Nsight Compute: every kernel of one default step (B = 16384, TF32), durations
 #   ncu-warm     the same single-stream with warm caches ($NCU_ENV: a trial switch; $NCU_TAG: file suffix)
 #   nccl         test_cuda_nccl: W = 1 with a communicator bitwise equal to none (one GPU)
@@ -90,6 +92,16 @@ for s in "$@"; do
       --replay 0 --out /tmp/n.json > $OUT/ncu_iqn.txt 2>&1
     echo "ncu rc=$?" | tee -a $log
     grep -E "k_iqn_|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Issued Ipc|Stall|Warp Cycles Per Issued|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|L1/TEX Hit|Pipe" $OUT/ncu_iqn.txt | head -120 | tee -a $log ;;
+  ncu-src)
+    timeout 300 ncu --clock-control none --kernel-name "regex:${NCU_RE:-k_iqn_|k_attn_tc}" \
+      --launch-skip 5 --launch-count 5 --section SourceCounters --section WarpStateStats \
+      --section SpeedOfLight -o /tmp/src \
+      build-dev/examples/foxhunt-bench --batch 16384 --steps 2 --warmup 0 --modes single-tf32 \
+      --replay 0 --out /tmp/n.json > $OUT/ncu_src_run.txt 2>&1
+    echo "ncu-src rc=$?" | tee -a $log
+    ncu -i /tmp/src.ncu-rep --page source --print-source sass --csv > $OUT/ncu_src_sass.csv 2>&1
+    echo "ncu-src page rc=$? lines=$(wc -l < $OUT/ncu_src_sass.csv)" | tee -a $log
+    ncu -i /tmp/src.ncu-rep --page details > $OUT/ncu_src_details.txt 2>&1 ;;
   ncu-step)
     timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
       build-dev/examples/foxhunt-bench --batch 16384 --steps 1 --warmup 0 --modes multi-tf32 \

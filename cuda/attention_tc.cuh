@@ -6,6 +6,7 @@
 
 #include "attention_paths.hpp"
 #include "mma_tf32.cuh"
+#include "stage.cuh"
 
 namespace fh::cuda::attn::tc {
 
@@ -31,17 +32,34 @@ struct TcShape {
 };
 
 // The block's cc_t of every head into shared memory (rows ≥ T and channels ≥ dh zero), once
-// per kernel: the projections then read it without bounds checks.
+// per kernel: the projections then read it without bounds checks. 8 loads per thread in flight
+// (stage.cuh).
 template <int MT, int KX>
 __device__ __forceinline__ void stage_cc(const Geom &g, const float *__restrict__ comp, float *ccb) {
     using S = TcShape<MT, KX>;
     const int w = g.heads * 3 * kDHP, ld = S::ldcb(g.heads);
-    for (int e = threadIdx.x; e < S::TP * w; e += blockDim.x) {
-        const int t = e / w, r = e - t * w, h = r / (3 * kDHP), r2 = r - h * 3 * kDHP;
+    auto at = [&](int e, int &t, int &r) {
+        t = e / w;
+        r = e - t * w;
+    };
+    auto load = [&](int e) {
+        int t, r;
+        at(e, t, r);
+        const int h = r / (3 * kDHP), r2 = r - h * 3 * kDHP;
         const int p = r2 / kDHP, j = r2 - p * kDHP;
-        ccb[t * ld + r] = (t < g.T && j < g.dh)
-                              ? __ldg(comp + g.c_cc + (size_t)t * g.d3 + p * g.d + h * g.dh + j)
-                              : 0.0f;
+        return (t < g.T && j < g.dh)
+                   ? __ldg(comp + g.c_cc + (size_t)t * g.d3 + p * g.d + h * g.dh + j)
+                   : 0.0f;
+    };
+    auto store = [&](int e, float v) {
+        int t, r;
+        at(e, t, r);
+        ccb[t * ld + r] = v;
+    };
+    if (g.batched) {
+        stage_batched<8, float>(S::TP * w, load, store);
+    } else {
+        for (int e = threadIdx.x; e < S::TP * w; e += blockDim.x) store(e, load(e));
     }
 }
 

@@ -417,8 +417,7 @@ struct IqnLearner::Impl {
         if (fused_backward) {
             const iqn::BackwardArgs f{dh, params + o.Wm, params + o.bphi, psi, psi_pre,
                                       params + o.bpsi, phi, dpsi, B, N, part_bwd};
-            iqn::backward_fused(f, online_blocks, s);
-            bwd_rows = online_blocks;
+            bwd_rows = iqn::backward_fused(f, online_blocks, s);
         } else {
             gemm_nn(bl, (int)RN, Hq, Hq, dh, params + o.Wm, hraw, 0.0f, "IQN dm = dh Wm");
             k_psiphi_bwd<<<dim3(bwd_chunks, (Hq + kTx - 1) / kTx), dim3(kTx, kTy), 0, s>>>(

@@ -19,6 +19,8 @@
 // Column sums: colsum_quarter (iqn_fused.cuh), then the block's warps in order. No atomics.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "aux_common.cuh"
 #include "iqn_fused.cuh"
@@ -46,9 +48,11 @@ __device__ __forceinline__ float2 psi_pre_pair(const BackwardArgs &a, size_t i, 
 
 // The epilogue of column tiles 4q .. 4q + 3 from their dm accumulators: dφpre in place of φraw,
 // dψpre on the transitions' first row groups, and the column sums into acc.
+// φraw of the thread's rows is read from src0 / src1 (global, or the warp's staged rows).
 __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const float *bphi,
                                                  const Rows &w, int N, int q,
-                                                 const float (&dm)[4][4], float (&pend)[4],
+                                                 const float (&dm)[4][4], const float *src0,
+                                                 const float *src1, float (&pend)[4],
                                                  float (&acc)[2][4]) {
     const int tq = threadIdx.x & 3;
     float *ph0 = a.phi + w.r0 * kHq, *ph1 = a.phi + w.r1 * kHq;
@@ -56,8 +60,8 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
         const int u = 8 * (4 * q + n) + 2 * tq;
-        const float2 f0 = w.v0 ? *reinterpret_cast<const float2 *>(ph0 + u) : make_float2(0.0f, 0.0f);
-        const float2 f1 = w.v1 ? *reinterpret_cast<const float2 *>(ph1 + u) : make_float2(0.0f, 0.0f);
+        const float2 f0 = w.v0 ? *reinterpret_cast<const float2 *>(src0 + u) : make_float2(0.0f, 0.0f);
+        const float2 f1 = w.v1 ? *reinterpret_cast<const float2 *>(src1 + u) : make_float2(0.0f, 0.0f);
         const float2 p0 = __ldg(reinterpret_cast<const float2 *>(a.psi + w.i0 * kHq + u));
         const float2 p1 = __ldg(reinterpret_cast<const float2 *>(a.psi + w.i1 * kHq + u));
         const float b0 = bphi[u], b1 = bphi[u + 1];
@@ -96,25 +100,64 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
     colsum_quarter<4>(q, v, pend, acc);
 }
 
-__global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_backward(BackwardArgs a) {
+// Wmᵀ into shared memory, TF32-rounded (kept out of line: inlined, it shifted the main loop's
+// register allocation into a spill).
+__device__ __noinline__ void stage_wmT(float *WmT, const float *Wm, bool batched) {
+    if (batched) {
+        // Wm's row j as float4s along k, lanes along j: the transposed stores of a warp go to
+        // 32 consecutive floats of a WmT row (no bank conflicts); 16 loads per thread in flight.
+        const float4 *w4 = reinterpret_cast<const float4 *>(Wm);
+        stage_batched<16, float4>(
+            kHq * kHq / 4, [&](int e) {
+                const int j = e % kHq, k4 = e / kHq;
+                return __ldg(w4 + j * (kHq / 4) + k4);
+            },
+            [&](int e, float4 v) {
+                const int j = e % kHq, k = 4 * (e / kHq);
+                const float4 t = tf32x4(v);
+                WmT[k * kLDM + j] = t.x;
+                WmT[(k + 1) * kLDM + j] = t.y;
+                WmT[(k + 2) * kLDM + j] = t.z;
+                WmT[(k + 3) * kLDM + j] = t.w;
+            });
+    } else {
+        for (int e = threadIdx.x; e < kHq * kHq; e += blockDim.x) {
+            const int j = e / kHq, k = e - j * kHq;
+            WmT[k * kLDM + j] = mma::stored<false>(__ldg(Wm + e));
+        }
+    }
+}
+
+// WARPS warps per block; STAGED: each warp copies its tile's φraw rows into shared memory
+// (cp.async) before the dm product and the epilogue reads them there, so that their latency
+// hides behind the product (TRIAL FOXHUNT_IQN_BWD=direct: WARPS = 8, φraw read at its use).
+template <int WARPS, bool STAGED>
+__global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) k_iqn_backward(BackwardArgs a, bool batched) {
+    constexpr int kTile = 16 * WARPS;
     extern __shared__ float4 sm4[];
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
     float *bphi = WmT + kHq * kLDM;
-    for (int e = threadIdx.x; e < kHq * kHq; e += blockDim.x) {
-        const int j = e / kHq, k = e - j * kHq;
-        WmT[k * kLDM + j] = mma::stored<false>(__ldg(a.Wm + e));
-    }
+    stage_wmT(WmT, a.Wm, batched);
     for (int e = threadIdx.x; e < kHq; e += blockDim.x) bphi[e] = __ldg(a.bphi + e);
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
     const int N = a.N;
     const size_t R = (size_t)a.B * N;
-    const size_t ntiles = (R + kRowsPerTile - 1) / kRowsPerTile;
+    const size_t ntiles = (R + kTile - 1) / kTile;
+    float *phs = bphi + kHq + (size_t)warp * 16 * kLDM;  // STAGED: the warp's 16 φraw rows
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // dbφ k=0,1; dbψ k=2,3
     for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         Rows w;
-        w.r0 = tile * kRowsPerTile + (size_t)warp * 16 + gi;
+        const size_t rw = tile * kTile + (size_t)warp * 16;  // the warp's first row
+        if (STAGED) {
+            // 16 rows of 32 16-byte chunks: a row per warp-wide copy, 16 per lane.
+            for (int c = lane; c < 16 * (kHq / 4); c += 32) {
+                const int rr = c / (kHq / 4), k4 = c - rr * (kHq / 4);
+                if (rw + rr < R) cp_async16(phs + rr * kLDM + 4 * k4, a.phi + (rw + rr) * kHq + 4 * k4);
+            }
+        }
+        w.r0 = rw + gi;
         w.r1 = w.r0 + 8;
         w.v0 = w.r0 < R;
         w.v1 = w.r1 < R;
@@ -144,6 +187,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_backward(BackwardArgs a)
             }
         }
         // The epilogue a quarter of the columns at a time.
+        if (STAGED) {
+            cp_async_wait_all();
+            __syncwarp();
+        }
+        const float *src0 = STAGED ? phs + gi * kLDM : a.phi + w.r0 * kHq;
+        const float *src1 = STAGED ? phs + (gi + 8) * kLDM : a.phi + w.r1 * kHq;
         float pend[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -152,8 +201,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_backward(BackwardArgs a)
             for (int n = 0; n < 4; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) dq[n][e] = dm[4 * q + n][e];
-            epilogue_quarter(a, bphi, w, N, q, dq, pend, acc);
+            epilogue_quarter(a, bphi, w, N, q, dq, src0, src1, pend, acc);
         }
+        if (STAGED) __syncwarp();  // the rows are read before the next tile's copies land
     }
     // The block's partial row: warp rows in shared memory (over Wmᵀ), summed in warp order.
     __syncthreads();
@@ -165,14 +215,37 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_backward(BackwardArgs a)
 
 }  // namespace
 
-void backward_fused_prepare() {
-    aux::allow_smem((const void *)k_iqn_backward, kBwdSmemFloats * sizeof(float),
-                    "IQN backward through m");
+// Shared memory of a block: Wmᵀ, bφ, and with STAGED 16 rows of φraw per warp.
+template <int WARPS, bool STAGED>
+constexpr size_t bwd_smem_bytes() {
+    return (kBwdSmemFloats + (STAGED ? (size_t)WARPS * 16 * kLDM : 0)) * sizeof(float);
 }
 
-void backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
-    k_iqn_backward<<<blocks, kWarps * 32, kBwdSmemFloats * sizeof(float), s>>>(a);
+// TRIAL: FOXHUNT_IQN_BWD=direct keeps 8-warp blocks reading φraw at its use.
+bool bwd_staged() {
+    const char *v = std::getenv("FOXHUNT_IQN_BWD");
+    return !(v && std::strcmp(v, "direct") == 0);
+}
+
+void backward_fused_prepare() {
+    aux::allow_smem((const void *)k_iqn_backward<kWarps, false>, bwd_smem_bytes<kWarps, false>(),
+                    "IQN backward through m");
+    aux::allow_smem((const void *)k_iqn_backward<16, true>, bwd_smem_bytes<16, true>(),
+                    "IQN backward through m (staged)");
+}
+
+int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
+    if (bwd_staged()) {
+        const size_t tiles = ((size_t)a.B * a.N + 16 * 16 - 1) / (16 * 16);
+        const int nb = (int)std::max<size_t>(1, std::min<size_t>({tiles, (size_t)sm_count(), (size_t)blocks}));
+        k_iqn_backward<16, true><<<nb, 16 * 32, bwd_smem_bytes<16, true>(), s>>>(a, stage_batched_trial());
+        FH_LAUNCHED("k_iqn_backward");
+        return nb;
+    }
+    k_iqn_backward<kWarps, false><<<blocks, kWarps * 32, bwd_smem_bytes<kWarps, false>(), s>>>(
+        a, stage_batched_trial());
     FH_LAUNCHED("k_iqn_backward");
+    return blocks;
 }
 
 }  // namespace fh::cuda::iqn

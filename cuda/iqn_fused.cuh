@@ -21,6 +21,7 @@
 #include "iqn_paths.hpp"
 #include "mma_tf32.cuh"
 #include "philox.hpp"
+#include "stage.cuh"
 
 namespace fh::cuda::iqn {
 
@@ -44,22 +45,46 @@ struct Smem {
     float *Wphi, *Wm, *bphi, *bm, *wz;
 };
 
-// Stage one net's Wφ, Wm (TF32-rounded), bφ, bm and w_z; ends with __syncthreads().
+// Stage one net's Wφ, Wm (TF32-rounded), bφ, bm and w_z; ends with __syncthreads(). The
+// matrices go as float4s, 8 loads per thread in flight (stage.cuh; Wφ and Wm are 16-byte aligned:
+// the IQN buffer starts 256-byte aligned and every tensor before them has a multiple of 128
+// floats at iqn_hidden = 128). TRIAL: batched = false keeps the serial loop.
+__device__ __forceinline__ float4 tf32x4(float4 v) {
+    return make_float4(mma::stored<false>(v.x), mma::stored<false>(v.y), mma::stored<false>(v.z),
+                       mma::stored<false>(v.w));
+}
+// Row-major [rows, cols] src into dst rows of ld floats, TF32-rounded (cols % 4 == 0).
+template <int ROWS, int COLS>
+__device__ __forceinline__ void stage_matrix(float *dst, int ld, const float *src) {
+    const float4 *s4 = reinterpret_cast<const float4 *>(src);
+    stage_batched<8, float4>(
+        ROWS * COLS / 4, [&](int e) { return __ldg(s4 + e); },
+        [&](int e, float4 v) {
+            const int n = e / (COLS / 4), k = 4 * (e - n * (COLS / 4));
+            *reinterpret_cast<float4 *>(dst + n * ld + k) = tf32x4(v);
+        });
+}
 __device__ __forceinline__ Smem stage_weights(float *sm, const float *Wphi, const float *bphi,
-                                              const float *Wm, const float *bm, const float *wz) {
+                                              const float *Wm, const float *bm, const float *wz,
+                                              bool batched) {
     Smem s;
     s.Wphi = sm;
     s.Wm = s.Wphi + kHq * kLDP;
     s.bphi = s.Wm + kHq * kLDM;
     s.bm = s.bphi + kHq;
     s.wz = s.bm + kHq;
-    for (int e = threadIdx.x; e < kHq * kC; e += blockDim.x) {
-        const int n = e / kC, k = e - n * kC;
-        s.Wphi[n * kLDP + k] = mma::stored<false>(__ldg(Wphi + e));
-    }
-    for (int e = threadIdx.x; e < kHq * kHq; e += blockDim.x) {
-        const int n = e / kHq, k = e - n * kHq;
-        s.Wm[n * kLDM + k] = mma::stored<false>(__ldg(Wm + e));
+    if (batched) {
+        stage_matrix<kHq, kC>(s.Wphi, kLDP, Wphi);
+        stage_matrix<kHq, kHq>(s.Wm, kLDM, Wm);
+    } else {
+        for (int e = threadIdx.x; e < kHq * kC; e += blockDim.x) {
+            const int n = e / kC, k = e - n * kC;
+            s.Wphi[n * kLDP + k] = mma::stored<false>(__ldg(Wphi + e));
+        }
+        for (int e = threadIdx.x; e < kHq * kHq; e += blockDim.x) {
+            const int n = e / kHq, k = e - n * kHq;
+            s.Wm[n * kLDM + k] = mma::stored<false>(__ldg(Wm + e));
+        }
     }
     for (int e = threadIdx.x; e < kHq; e += blockDim.x) {
         s.bphi[e] = __ldg(bphi + e);

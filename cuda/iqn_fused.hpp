@@ -70,6 +70,7 @@ void online_fused_prepare();
 void backward_fused_prepare();
 void target_fused(const TargetArgs &a, int blocks, cudaStream_t s);
 void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s);
-void backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s);
+// Returns the partial rows it wrote (at most `blocks`).
+int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s);
 
 }  // namespace fh::cuda::iqn

@@ -50,9 +50,10 @@ __device__ __forceinline__ float head_row(const OnlineArgs &a, bool valid, size_
     return (float)(-((double)ds / a.kappa) * a.scale);
 }
 
-__global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
+__global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a, bool batched) {
     extern __shared__ float4 sm4[];
-    const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
+    const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz,
+                                   batched);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
     const uint32_t st = (uint32_t)*a.step;
     const float bz = __ldg(a.bz);
@@ -158,7 +159,7 @@ void online_fused_prepare() {
 }
 
 void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s) {
-    k_iqn_online<<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
+    k_iqn_online<<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a, stage_batched_trial());
     FH_LAUNCHED("k_iqn_online");
 }
 

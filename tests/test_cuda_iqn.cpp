@@ -292,9 +292,10 @@ void test_backward_kernel_vs_float64(void **) {
         /* psi_pre without its bias, as bias_silu leaves it: the kernel adds bpsi. */
         const fh::cuda::iqn::BackwardArgs a{d_dh, d_Wm, d_bphi, d_psi, d_pp, d_bpsi, d_phi, d_dpsi,
                                             B, N, d_part};
+        int rows = 0;  /* the partial rows the kernel wrote (at most `blocks`) */
         launch_and_wait("backward_fused", [&] {
             fh::cuda::iqn::backward_fused_prepare();
-            fh::cuda::iqn::backward_fused(a, blocks, 0);
+            rows = fh::cuda::iqn::backward_fused(a, blocks, 0);
         });
         const std::vector<float> g_dphi = back(d_phi, R * Hq), g_dpsi = back(d_dpsi, (size_t)B * Hq);
         const std::vector<double> g_part = back(d_part, (size_t)blocks * 2 * Hq);
@@ -319,7 +320,8 @@ void test_backward_kernel_vs_float64(void **) {
                 dbpsi[k] += dpsi[(size_t)i * Hq + k];
             }
         std::vector<float> p_bphi(Hq, 0.0f), p_bpsi(Hq, 0.0f);
-        for (int b = 0; b < blocks; ++b)
+        if (rows < 1 || rows > blocks) fail_msg("backward_fused wrote %d partial rows (1..%d)", rows, blocks);
+        for (int b = 0; b < rows; ++b)
             for (int k = 0; k < Hq; ++k) {
                 p_bphi[k] += (float)g_part[(size_t)b * 2 * Hq + k];
                 p_bpsi[k] += (float)g_part[(size_t)b * 2 * Hq + Hq + k];
@@ -327,7 +329,7 @@ void test_backward_kernel_vs_float64(void **) {
         const double e[] = {rel_l2(g_dphi, dphi), rel_l2(g_dpsi, dpsi), rel_l2(p_bphi, dbphi),
                             rel_l2(p_bpsi, dbpsi)};
         const char *names[] = {"dphi_pre", "dpsi_pre", "dbphi", "dbpsi"};
-        printf("[IQN] fused backward kernel vs float64, B=%d N=%d, %d blocks:", B, N, blocks);
+        printf("[IQN] fused backward kernel vs float64, B=%d N=%d, %d blocks:", B, N, rows);
         for (int k = 0; k < 4; ++k) printf(" %s %.2e", names[k], e[k]);
         printf("\n");
         /* dm = dhpre Wm with TF32 operands (K = 128): ~5e-4; NaN means an output left unwritten. */
