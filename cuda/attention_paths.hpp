@@ -38,7 +38,6 @@ struct Geom {
     // composite buffer: Wc [3d, td] at 0, Wgc [3d, G] at c_wg, cc [T, 3d] at c_cc, ebar [d] at c_eb
     int c_wg, c_cc, c_eb, c_total;
     int pw;       // floats per partial row: S [T, 3d] | M1 [3d, td] | M2 [3d, G]
-    bool batched = true;  // TRIAL (FOXHUNT_STAGE=serial: false): stage.cuh's staging of cc
 };
 
 struct FwdArgs {

@@ -56,11 +56,7 @@ __device__ __forceinline__ void stage_cc(const Geom &g, const float *__restrict_
         at(e, t, r);
         ccb[t * ld + r] = v;
     };
-    if (g.batched) {
-        stage_batched<8, float>(S::TP * w, load, store);
-    } else {
-        for (int e = threadIdx.x; e < S::TP * w; e += blockDim.x) store(e, load(e));
-    }
+    stage_batched<8, float>(S::TP * w, load, store);
 }
 
 // X of transition i: obs rows [tok_t | 0], the goal row [0 | g], zero padding. fetch() issues

@@ -6,8 +6,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -26,13 +24,6 @@ inline int grid_for(size_t n, int threads = kThreads, int cap = 8192) {
     size_t g = (n + threads - 1) / threads;
     if (g < 1) g = 1;
     return (int)(g < (size_t)cap ? g : (size_t)cap);
-}
-
-// TRIAL: FOXHUNT_STAGE=serial keeps the fused IQN and tensor-core attention kernels' one-load-
-// at-a-time staging of their shared operands; else stage.cuh's batched copies.
-inline bool stage_batched_trial() {
-    const char *v = std::getenv("FOXHUNT_STAGE");
-    return !(v && std::strcmp(v, "serial") == 0);
 }
 
 }  // namespace fh::cuda

@@ -9,14 +9,18 @@
 // path (iqn.cu), which wrote dm (64 MiB at B = 16384) and read it back. dWm, dWφ and dWψ stay
 // cuBLAS GEMMs over all rows.
 //
-// Tiling. A block of 8 warps stages Wmᵀ [128, 128] in shared memory once (rounded to TF32; rows
-// of 136 floats, ≡ 8 mod 32, so the float2 B-fragment loads of a half-warp hit 32 banks) and walks
-// through tiles of 128 rows; warp w owns rows 16w .. 16w + 15, each thread rows g and g + 8
-// (g = lane / 4, t = lane % 4). dhpre's A fragments come from memory (float2 per row and k step,
-// whole 32-byte sectors); dm's 16 column tiles stay in registers (64 accumulators) and are
-// consumed a quarter at a time by the epilogue. Because 16 % N == 0 a transition's rows are lanes
-// of one warp: Σ_n is a fixed-order shuffle sum, written by the transition's first row group.
-// Column sums: colsum_quarter (iqn_fused.cuh), then the block's warps in order. No atomics.
+// Tiling. A block of 16 warps (one per SM: 204.5 KiB of shared memory, 128 registers a thread)
+// stages Wmᵀ [128, 128] in shared memory once (rounded to TF32; rows of 136 floats, ≡ 8 mod 32,
+// so the float2 B-fragment loads of a half-warp hit 32 banks) and walks through tiles of 256
+// rows; warp w owns rows 16w .. 16w + 15, each thread rows g and g + 8 (g = lane / 4,
+// t = lane % 4). At a tile's start the warp starts cp.async copies of its 16 φraw rows into its
+// own shared rows (136 floats apart, the same bank spread); they land while dm is computed and
+// the epilogue reads them there instead of waiting on memory. dhpre's A fragments come from
+// memory (float2 per row and k step, whole 32-byte sectors); dm's 16 column tiles stay in
+// registers (64 accumulators) and are consumed a quarter at a time by the epilogue. Because
+// 16 % N == 0 a transition's rows are lanes of one warp: Σ_n is a fixed-order shuffle sum,
+// written by the transition's first row group. Column sums: colsum_quarter (iqn_fused.cuh), then
+// the block's warps in order. No atomics.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -31,7 +35,9 @@ namespace fh::cuda::iqn {
 namespace {
 
 constexpr int kBwdW = 2 * kHq;
-constexpr int kBwdSmemFloats = kHq * kLDM + kHq;  // Wmᵀ, bφ
+constexpr int kBwdWarps = 16, kBwdTile = 16 * kBwdWarps;
+// Wmᵀ, bφ, then 16 rows of φraw per warp: 204.5 KiB, one block per SM.
+constexpr size_t kBwdSmemBytes = ((size_t)kHq * kLDM + kHq + (size_t)kBwdWarps * 16 * kLDM) * sizeof(float);
 
 // Row state of one thread in a tile: its rows g and g + 8, their transitions, and whether it
 // writes dψ for them.
@@ -100,63 +106,108 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
     colsum_quarter<4>(q, v, pend, acc);
 }
 
-// Wmᵀ into shared memory, TF32-rounded (kept out of line: inlined, it shifted the main loop's
-// register allocation into a spill).
-__device__ __noinline__ void stage_wmT(float *WmT, const float *Wm, bool batched) {
-    if (batched) {
-        // Wm's row j as float4s along k, lanes along j: the transposed stores of a warp go to
-        // 32 consecutive floats of a WmT row (no bank conflicts); 16 loads per thread in flight.
-        const float4 *w4 = reinterpret_cast<const float4 *>(Wm);
-        stage_batched<16, float4>(
-            kHq * kHq / 4, [&](int e) {
-                const int j = e % kHq, k4 = e / kHq;
-                return __ldg(w4 + j * (kHq / 4) + k4);
-            },
-            [&](int e, float4 v) {
-                const int j = e % kHq, k = 4 * (e / kHq);
-                const float4 t = tf32x4(v);
-                WmT[k * kLDM + j] = t.x;
-                WmT[(k + 1) * kLDM + j] = t.y;
-                WmT[(k + 2) * kLDM + j] = t.z;
-                WmT[(k + 3) * kLDM + j] = t.w;
-            });
+// Wmᵀ into shared memory, TF32-rounded: Wm's row j as float4s along k, lanes along j, so that
+// the transposed stores of a warp go to 32 consecutive floats of a WmT row (no bank conflicts);
+// 16 loads per thread in flight (stage.cuh). Out of line: inlined, it shifted the main loop's
+// register allocation into a spill.
+__device__ __noinline__ void stage_wmT(float *WmT, const float *Wm) {
+    const float4 *w4 = reinterpret_cast<const float4 *>(Wm);
+    stage_batched<16, float4>(
+        kHq * kHq / 4, [&](int e) {
+            const int j = e % kHq, k4 = e / kHq;
+            return __ldg(w4 + j * (kHq / 4) + k4);
+        },
+        [&](int e, float4 v) {
+            const int j = e % kHq, k = 4 * (e / kHq);
+            const float4 t = tf32x4(v);
+            WmT[k * kLDM + j] = t.x;
+            WmT[(k + 1) * kLDM + j] = t.y;
+            WmT[(k + 2) * kLDM + j] = t.z;
+            WmT[(k + 3) * kLDM + j] = t.w;
+        });
+}
+
+// The warp's rows of dhpre as A fragments of step ka (k = 8ka + 2t and + 1, the permuted order).
+struct DhA {
+    float2 x0, x1;
+    __device__ __forceinline__ void load(const Rows &w, const float *dh0, const float *dh1, int ka) {
+        const int k = 8 * ka + 2 * (threadIdx.x & 3);
+        x0 = w.v0 ? __ldg(reinterpret_cast<const float2 *>(dh0 + k)) : make_float2(0.0f, 0.0f);
+        x1 = w.v1 ? __ldg(reinterpret_cast<const float2 *>(dh1 + k)) : make_float2(0.0f, 0.0f);
+    }
+};
+
+// dm = dhpre Wm for the thread's rows (A from memory, B from Wmᵀ). PF > 0 (TRIAL): the loads of
+// PF steps ahead are in flight during a step's products; PF = 0 keeps the loop unrolled 4 times
+// and leaves the loads' placement to the compiler.
+template <int PF>
+__device__ __forceinline__ void dm_product(const float *WmT, const Rows &w, const float *dh0,
+                                           const float *dh1, float (&dm)[kHq / 8][4]) {
+    const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
+#pragma unroll
+    for (int nu = 0; nu < kHq / 8; ++nu)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dm[nu][e] = 0.0f;
+    auto step = [&](int ka, const DhA &x) {
+        const int k = 8 * ka + 2 * tq;
+        const mma::Op A[4] = {mma::op<false>(x.x0.x), mma::op<false>(x.x1.x), mma::op<false>(x.x0.y),
+                              mma::op<false>(x.x1.y)};
+#pragma unroll
+        for (int nu = 0; nu < kHq / 8; ++nu) {
+            const float2 wv = *reinterpret_cast<const float2 *>(WmT + (8 * nu + gi) * kLDM + k);
+            const mma::Op B[2] = {mma::loaded<false>(wv.x), mma::loaded<false>(wv.y)};
+            mma::mma<false>(dm[nu], A, B);
+        }
+    };
+    if (PF == 0) {
+#pragma unroll 4
+        for (int ka = 0; ka < kHq / 8; ++ka) {
+            DhA x;
+            x.load(w, dh0, dh1, ka);
+            step(ka, x);
+        }
     } else {
-        for (int e = threadIdx.x; e < kHq * kHq; e += blockDim.x) {
-            const int j = e / kHq, k = e - j * kHq;
-            WmT[k * kLDM + j] = mma::stored<false>(__ldg(Wm + e));
+        constexpr int P = PF > 0 ? PF : 1;
+        DhA q[P];
+#pragma unroll
+        for (int p = 0; p < P; ++p) q[p].load(w, dh0, dh1, p);
+#pragma unroll
+        for (int ka = 0; ka < kHq / 8; ++ka) {
+            const DhA x = q[ka % P];
+            if (ka + P < kHq / 8) q[ka % P].load(w, dh0, dh1, ka + P);
+            step(ka, x);
         }
     }
 }
 
-// WARPS warps per block; STAGED: each warp copies its tile's φraw rows into shared memory
-// (cp.async) before the dm product and the epilogue reads them there, so that their latency
-// hides behind the product (TRIAL FOXHUNT_IQN_BWD=direct: WARPS = 8, φraw read at its use).
-template <int WARPS, bool STAGED>
-__global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) k_iqn_backward(BackwardArgs a, bool batched) {
-    constexpr int kTile = 16 * WARPS;
+// A block of kBwdWarps warps; each warp copies its tile's φraw rows into shared memory
+// (cp.async) before the dm product and the epilogue reads them there: their latency hides
+// behind the product (16-warp blocks staging φraw against 8-warp blocks reading it at its use:
+// IQN lane 0.516 → 0.495 ms single-stream, aux child 1.126 → 1.102 ms multi-stream at
+// B = 16384, bench/results/h200-2026-12-02-iqn-bwd-staged-before-after.json).
+template <int PF>
+__global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs a) {
     extern __shared__ float4 sm4[];
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
     float *bphi = WmT + kHq * kLDM;
-    stage_wmT(WmT, a.Wm, batched);
+    stage_wmT(WmT, a.Wm);
     for (int e = threadIdx.x; e < kHq; e += blockDim.x) bphi[e] = __ldg(a.bphi + e);
     __syncthreads();
 
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2;
     const int N = a.N;
     const size_t R = (size_t)a.B * N;
-    const size_t ntiles = (R + kTile - 1) / kTile;
-    float *phs = bphi + kHq + (size_t)warp * 16 * kLDM;  // STAGED: the warp's 16 φraw rows
+    const size_t ntiles = (R + kBwdTile - 1) / kBwdTile;
+    float *phs = bphi + kHq + (size_t)warp * 16 * kLDM;  // the warp's 16 φraw rows
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // dbφ k=0,1; dbψ k=2,3
     for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-        Rows w;
-        const size_t rw = tile * kTile + (size_t)warp * 16;  // the warp's first row
-        if (STAGED) {
-            // 16 rows of 32 16-byte chunks: a row per warp-wide copy, 16 per lane.
-            for (int c = lane; c < 16 * (kHq / 4); c += 32) {
-                const int rr = c / (kHq / 4), k4 = c - rr * (kHq / 4);
-                if (rw + rr < R) cp_async16(phs + rr * kLDM + 4 * k4, a.phi + (rw + rr) * kHq + 4 * k4);
-            }
+        const size_t rw = tile * kBwdTile + (size_t)warp * 16;  // the warp's first row
+        // φraw: 16 rows of 32 16-byte chunks, a row per warp-wide copy, 16 per lane.
+        for (int c = lane; c < 16 * (kHq / 4); c += 32) {
+            const int rr = c / (kHq / 4), k4 = c - rr * (kHq / 4);
+            if (rw + rr < R) cp_async16(phs + rr * kLDM + 4 * k4, a.phi + (rw + rr) * kHq + 4 * k4);
         }
+        Rows w;
         w.r0 = rw + gi;
         w.r1 = w.r0 + 8;
         w.v0 = w.r0 < R;
@@ -165,34 +216,12 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) k_iqn_backward(Backwar
         w.i1 = w.v1 ? w.r1 / N : 0;
         w.lead0 = gi % N == 0;
         w.lead1 = N < 16 && gi % N == 0;
-        const float *dh0 = a.dh + w.r0 * kHq, *dh1 = a.dh + w.r1 * kHq;
-        // dm = dhpre Wm: A from memory (k = 8κ + 2t and + 1, the permuted order), B from Wmᵀ.
         float dm[kHq / 8][4];
-#pragma unroll
-        for (int nu = 0; nu < kHq / 8; ++nu)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dm[nu][e] = 0.0f;
-#pragma unroll 4
-        for (int ka = 0; ka < kHq / 8; ++ka) {
-            const int k = 8 * ka + 2 * tq;
-            const float2 x0 = w.v0 ? __ldg(reinterpret_cast<const float2 *>(dh0 + k)) : make_float2(0.0f, 0.0f);
-            const float2 x1 = w.v1 ? __ldg(reinterpret_cast<const float2 *>(dh1 + k)) : make_float2(0.0f, 0.0f);
-            const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x), mma::op<false>(x0.y),
-                                  mma::op<false>(x1.y)};
-#pragma unroll
-            for (int nu = 0; nu < kHq / 8; ++nu) {
-                const float2 wv = *reinterpret_cast<const float2 *>(WmT + (8 * nu + gi) * kLDM + k);
-                const mma::Op B[2] = {mma::loaded<false>(wv.x), mma::loaded<false>(wv.y)};
-                mma::mma<false>(dm[nu], A, B);
-            }
-        }
-        // The epilogue a quarter of the columns at a time.
-        if (STAGED) {
-            cp_async_wait_all();
-            __syncwarp();
-        }
-        const float *src0 = STAGED ? phs + gi * kLDM : a.phi + w.r0 * kHq;
-        const float *src1 = STAGED ? phs + (gi + 8) * kLDM : a.phi + w.r1 * kHq;
+        dm_product<PF>(WmT, w, a.dh + w.r0 * kHq, a.dh + w.r1 * kHq, dm);
+        // The epilogue a quarter of the columns at a time, φraw from the staged rows.
+        cp_async_wait_all();
+        __syncwarp();
+        const float *src0 = phs + gi * kLDM, *src1 = phs + (gi + 8) * kLDM;
         float pend[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -203,7 +232,7 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) k_iqn_backward(Backwar
                 for (int e = 0; e < 4; ++e) dq[n][e] = dm[4 * q + n][e];
             epilogue_quarter(a, bphi, w, N, q, dq, src0, src1, pend, acc);
         }
-        if (STAGED) __syncwarp();  // the rows are read before the next tile's copies land
+        __syncwarp();  // the rows are read before the next tile's copies land
     }
     // The block's partial row: warp rows in shared memory (over Wmᵀ), summed in warp order.
     __syncthreads();
@@ -213,39 +242,27 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) k_iqn_backward(Backwar
     aux::flush_row_acc(red, kBwdW, a.partial + (size_t)blockIdx.x * kBwdW);
 }
 
+// TRIAL: FOXHUNT_IQN_BWD_PF=0 leaves dhpre's loads to the compiler; else 4 steps ahead.
+bool bwd_prefetch() {
+    const char *v = std::getenv("FOXHUNT_IQN_BWD_PF");
+    return !(v && std::strcmp(v, "0") == 0);
+}
+
 }  // namespace
 
-// Shared memory of a block: Wmᵀ, bφ, and with STAGED 16 rows of φraw per warp.
-template <int WARPS, bool STAGED>
-constexpr size_t bwd_smem_bytes() {
-    return (kBwdSmemFloats + (STAGED ? (size_t)WARPS * 16 * kLDM : 0)) * sizeof(float);
-}
-
-// TRIAL: FOXHUNT_IQN_BWD=direct keeps 8-warp blocks reading φraw at its use.
-bool bwd_staged() {
-    const char *v = std::getenv("FOXHUNT_IQN_BWD");
-    return !(v && std::strcmp(v, "direct") == 0);
-}
-
 void backward_fused_prepare() {
-    aux::allow_smem((const void *)k_iqn_backward<kWarps, false>, bwd_smem_bytes<kWarps, false>(),
-                    "IQN backward through m");
-    aux::allow_smem((const void *)k_iqn_backward<16, true>, bwd_smem_bytes<16, true>(),
-                    "IQN backward through m (staged)");
+    aux::allow_smem((const void *)k_iqn_backward<0>, kBwdSmemBytes, "IQN backward through m");
+    aux::allow_smem((const void *)k_iqn_backward<4>, kBwdSmemBytes, "IQN backward through m");
 }
 
 int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
-    if (bwd_staged()) {
-        const size_t tiles = ((size_t)a.B * a.N + 16 * 16 - 1) / (16 * 16);
-        const int nb = (int)std::max<size_t>(1, std::min<size_t>({tiles, (size_t)sm_count(), (size_t)blocks}));
-        k_iqn_backward<16, true><<<nb, 16 * 32, bwd_smem_bytes<16, true>(), s>>>(a, stage_batched_trial());
-        FH_LAUNCHED("k_iqn_backward");
-        return nb;
-    }
-    k_iqn_backward<kWarps, false><<<blocks, kWarps * 32, bwd_smem_bytes<kWarps, false>(), s>>>(
-        a, stage_batched_trial());
+    const size_t tiles = ((size_t)a.B * a.N + kBwdTile - 1) / kBwdTile;
+    const int nb = (int)std::max<size_t>(
+        1, std::min<size_t>({tiles, (size_t)sm_count(), (size_t)std::max(1, blocks)}));
+    if (bwd_prefetch()) k_iqn_backward<4><<<nb, kBwdWarps * 32, kBwdSmemBytes, s>>>(a);
+    else k_iqn_backward<0><<<nb, kBwdWarps * 32, kBwdSmemBytes, s>>>(a);
     FH_LAUNCHED("k_iqn_backward");
-    return blocks;
+    return nb;
 }
 
 }  // namespace fh::cuda::iqn

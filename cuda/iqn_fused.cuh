@@ -48,7 +48,9 @@ struct Smem {
 // Stage one net's Wφ, Wm (TF32-rounded), bφ, bm and w_z; ends with __syncthreads(). The
 // matrices go as float4s, 8 loads per thread in flight (stage.cuh; Wφ and Wm are 16-byte aligned:
 // the IQN buffer starts 256-byte aligned and every tensor before them has a multiple of 128
-// floats at iqn_hidden = 128). TRIAL: batched = false keeps the serial loop.
+// floats at iqn_hidden = 128). The fused kernels' prologue was 17 to 37 % of their stall samples
+// with one load at a time: IQN lane 0.559 → 0.496 ms single-stream, wall 1.936 → 1.895 ms
+// multi-stream at B = 16384 (bench/results/h200-2026-12-02-stage-batched-before-after.json).
 __device__ __forceinline__ float4 tf32x4(float4 v) {
     return make_float4(mma::stored<false>(v.x), mma::stored<false>(v.y), mma::stored<false>(v.z),
                        mma::stored<false>(v.w));
@@ -65,27 +67,15 @@ __device__ __forceinline__ void stage_matrix(float *dst, int ld, const float *sr
         });
 }
 __device__ __forceinline__ Smem stage_weights(float *sm, const float *Wphi, const float *bphi,
-                                              const float *Wm, const float *bm, const float *wz,
-                                              bool batched) {
+                                              const float *Wm, const float *bm, const float *wz) {
     Smem s;
     s.Wphi = sm;
     s.Wm = s.Wphi + kHq * kLDP;
     s.bphi = s.Wm + kHq * kLDM;
     s.bm = s.bphi + kHq;
     s.wz = s.bm + kHq;
-    if (batched) {
-        stage_matrix<kHq, kC>(s.Wphi, kLDP, Wphi);
-        stage_matrix<kHq, kHq>(s.Wm, kLDM, Wm);
-    } else {
-        for (int e = threadIdx.x; e < kHq * kC; e += blockDim.x) {
-            const int n = e / kC, k = e - n * kC;
-            s.Wphi[n * kLDP + k] = mma::stored<false>(__ldg(Wphi + e));
-        }
-        for (int e = threadIdx.x; e < kHq * kHq; e += blockDim.x) {
-            const int n = e / kHq, k = e - n * kHq;
-            s.Wm[n * kLDM + k] = mma::stored<false>(__ldg(Wm + e));
-        }
-    }
+    stage_matrix<kHq, kC>(s.Wphi, kLDP, Wphi);
+    stage_matrix<kHq, kHq>(s.Wm, kLDM, Wm);
     for (int e = threadIdx.x; e < kHq; e += blockDim.x) {
         s.bphi[e] = __ldg(bphi + e);
         s.bm[e] = __ldg(bm + e);
@@ -164,7 +154,9 @@ __device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, floa
 }
 
 // m = ψ_i ⊙ SiLU(φraw + bφ) as the A fragments of h = m Wmᵀ; psi0 / psi1 are the ψ rows of the
-// thread's two rows. When phir*/mr* are given, φraw and m are stored there too.
+// thread's two rows, in global memory or (SMEM_PSI) in shared memory. When phir*/mr* are given,
+// φraw and m are stored there too.
+template <bool SMEM_PSI = false>
 __device__ __forceinline__ void merge_tile(const Smem &s, const float (&acc)[kHq / 8][4],
                                            const float *psi0, const float *psi1,
                                            mma::Op (&M)[kHq / 8][4], float *phir0, float *phir1,
@@ -173,8 +165,10 @@ __device__ __forceinline__ void merge_tile(const Smem &s, const float (&acc)[kHq
 #pragma unroll
     for (int nu = 0; nu < kHq / 8; ++nu) {
         const int u = 8 * nu + 2 * tq;
-        const float2 p0 = __ldg(reinterpret_cast<const float2 *>(psi0 + u));
-        const float2 p1 = __ldg(reinterpret_cast<const float2 *>(psi1 + u));
+        const float2 p0 = SMEM_PSI ? *reinterpret_cast<const float2 *>(psi0 + u)
+                                   : __ldg(reinterpret_cast<const float2 *>(psi0 + u));
+        const float2 p1 = SMEM_PSI ? *reinterpret_cast<const float2 *>(psi1 + u)
+                                   : __ldg(reinterpret_cast<const float2 *>(psi1 + u));
         float m[4];
         m[0] = p0.x * silu_fast(acc[nu][0] + s.bphi[u]);
         m[1] = p0.y * silu_fast(acc[nu][1] + s.bphi[u + 1]);

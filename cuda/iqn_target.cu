@@ -19,10 +19,9 @@ namespace fh::cuda::iqn {
 
 namespace {
 
-__global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a, bool batched) {
+__global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
     extern __shared__ float4 sm4[];
-    const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz,
-                                   batched);
+    const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
     const uint32_t st = (uint32_t)*a.step;
     const float bz = __ldg(a.bz);
@@ -51,7 +50,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a, boo
 }  // namespace
 
 void target_fused(const TargetArgs &a, int blocks, cudaStream_t s) {
-    k_iqn_target<<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a, stage_batched_trial());
+    k_iqn_target<<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
     FH_LAUNCHED("k_iqn_target");
 }
 
