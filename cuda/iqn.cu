@@ -386,7 +386,8 @@ struct IqnLearner::Impl {
             f.B = B; f.N = N; f.Nt = Nt; f.row0 = d.row0;
             f.tau = tau; f.cos = cosb; f.phi = phi; f.m = mbuf; f.dh = dh;
             f.z_mean = z_mean; f.partial = part_head;
-            head_blocks = iqn::online_fused(f, online_blocks, s);
+            iqn::online_fused(f, online_blocks, s);
+            head_blocks = online_blocks;
         } else {
             forward(bl, s, params, in.x, N, PURPOSE_IQN_ONLINE, in.step, tau);
             IqnHeadArgs a{};

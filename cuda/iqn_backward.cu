@@ -23,8 +23,6 @@
 // the block's warps in order. No atomics.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "aux_common.cuh"
 #include "iqn_fused.cuh"
@@ -127,65 +125,11 @@ __device__ __noinline__ void stage_wmT(float *WmT, const float *Wm) {
         });
 }
 
-// The warp's rows of dhpre as A fragments of step ka (k = 8ka + 2t and + 1, the permuted order).
-struct DhA {
-    float2 x0, x1;
-    __device__ __forceinline__ void load(const Rows &w, const float *dh0, const float *dh1, int ka) {
-        const int k = 8 * ka + 2 * (threadIdx.x & 3);
-        x0 = w.v0 ? __ldg(reinterpret_cast<const float2 *>(dh0 + k)) : make_float2(0.0f, 0.0f);
-        x1 = w.v1 ? __ldg(reinterpret_cast<const float2 *>(dh1 + k)) : make_float2(0.0f, 0.0f);
-    }
-};
-
-// dm = dhpre Wm for the thread's rows (A from memory, B from Wmᵀ). PF > 0 (TRIAL): the loads of
-// PF steps ahead are in flight during a step's products; PF = 0 keeps the loop unrolled 4 times
-// and leaves the loads' placement to the compiler.
-template <int PF>
-__device__ __forceinline__ void dm_product(const float *WmT, const Rows &w, const float *dh0,
-                                           const float *dh1, float (&dm)[kHq / 8][4]) {
-    const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
-#pragma unroll
-    for (int nu = 0; nu < kHq / 8; ++nu)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dm[nu][e] = 0.0f;
-    auto step = [&](int ka, const DhA &x) {
-        const int k = 8 * ka + 2 * tq;
-        const mma::Op A[4] = {mma::op<false>(x.x0.x), mma::op<false>(x.x1.x), mma::op<false>(x.x0.y),
-                              mma::op<false>(x.x1.y)};
-#pragma unroll
-        for (int nu = 0; nu < kHq / 8; ++nu) {
-            const float2 wv = *reinterpret_cast<const float2 *>(WmT + (8 * nu + gi) * kLDM + k);
-            const mma::Op B[2] = {mma::loaded<false>(wv.x), mma::loaded<false>(wv.y)};
-            mma::mma<false>(dm[nu], A, B);
-        }
-    };
-    if (PF == 0) {
-#pragma unroll 4
-        for (int ka = 0; ka < kHq / 8; ++ka) {
-            DhA x;
-            x.load(w, dh0, dh1, ka);
-            step(ka, x);
-        }
-    } else {
-        constexpr int P = PF > 0 ? PF : 1;
-        DhA q[P];
-#pragma unroll
-        for (int p = 0; p < P; ++p) q[p].load(w, dh0, dh1, p);
-#pragma unroll
-        for (int ka = 0; ka < kHq / 8; ++ka) {
-            const DhA x = q[ka % P];
-            if (ka + P < kHq / 8) q[ka % P].load(w, dh0, dh1, ka + P);
-            step(ka, x);
-        }
-    }
-}
-
 // A block of kBwdWarps warps; each warp copies its tile's φraw rows into shared memory
 // (cp.async) before the dm product and the epilogue reads them there: their latency hides
 // behind the product (16-warp blocks staging φraw against 8-warp blocks reading it at its use:
 // IQN lane 0.516 → 0.495 ms single-stream, aux child 1.126 → 1.102 ms multi-stream at
 // B = 16384, bench/results/h200-2026-12-02-iqn-bwd-staged-before-after.json).
-template <int PF>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs a) {
     extern __shared__ float4 sm4[];
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
@@ -194,7 +138,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
     for (int e = threadIdx.x; e < kHq; e += blockDim.x) bphi[e] = __ldg(a.bphi + e);
     __syncthreads();
 
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
     const int N = a.N;
     const size_t R = (size_t)a.B * N;
     const size_t ntiles = (R + kBwdTile - 1) / kBwdTile;
@@ -216,8 +160,27 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
         w.i1 = w.v1 ? w.r1 / N : 0;
         w.lead0 = gi % N == 0;
         w.lead1 = N < 16 && gi % N == 0;
+        const float *dh0 = a.dh + w.r0 * kHq, *dh1 = a.dh + w.r1 * kHq;
+        // dm = dhpre Wm: A from memory (k = 8κ + 2t and + 1, the permuted order), B from Wmᵀ.
         float dm[kHq / 8][4];
-        dm_product<PF>(WmT, w, a.dh + w.r0 * kHq, a.dh + w.r1 * kHq, dm);
+#pragma unroll
+        for (int nu = 0; nu < kHq / 8; ++nu)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dm[nu][e] = 0.0f;
+#pragma unroll 4
+        for (int ka = 0; ka < kHq / 8; ++ka) {
+            const int k = 8 * ka + 2 * tq;
+            const float2 x0 = w.v0 ? __ldg(reinterpret_cast<const float2 *>(dh0 + k)) : make_float2(0.0f, 0.0f);
+            const float2 x1 = w.v1 ? __ldg(reinterpret_cast<const float2 *>(dh1 + k)) : make_float2(0.0f, 0.0f);
+            const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x), mma::op<false>(x0.y),
+                                  mma::op<false>(x1.y)};
+#pragma unroll
+            for (int nu = 0; nu < kHq / 8; ++nu) {
+                const float2 wv = *reinterpret_cast<const float2 *>(WmT + (8 * nu + gi) * kLDM + k);
+                const mma::Op B[2] = {mma::loaded<false>(wv.x), mma::loaded<false>(wv.y)};
+                mma::mma<false>(dm[nu], A, B);
+            }
+        }
         // The epilogue a quarter of the columns at a time, φraw from the staged rows.
         cp_async_wait_all();
         __syncwarp();
@@ -242,25 +205,17 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
     aux::flush_row_acc(red, kBwdW, a.partial + (size_t)blockIdx.x * kBwdW);
 }
 
-// TRIAL: FOXHUNT_IQN_BWD_PF=0 leaves dhpre's loads to the compiler; else 4 steps ahead.
-bool bwd_prefetch() {
-    const char *v = std::getenv("FOXHUNT_IQN_BWD_PF");
-    return !(v && std::strcmp(v, "0") == 0);
-}
-
 }  // namespace
 
 void backward_fused_prepare() {
-    aux::allow_smem((const void *)k_iqn_backward<0>, kBwdSmemBytes, "IQN backward through m");
-    aux::allow_smem((const void *)k_iqn_backward<4>, kBwdSmemBytes, "IQN backward through m");
+    aux::allow_smem((const void *)k_iqn_backward, kBwdSmemBytes, "IQN backward through m");
 }
 
 int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
     const size_t tiles = ((size_t)a.B * a.N + kBwdTile - 1) / kBwdTile;
     const int nb = (int)std::max<size_t>(
         1, std::min<size_t>({tiles, (size_t)sm_count(), (size_t)std::max(1, blocks)}));
-    if (bwd_prefetch()) k_iqn_backward<4><<<nb, kBwdWarps * 32, kBwdSmemBytes, s>>>(a);
-    else k_iqn_backward<0><<<nb, kBwdWarps * 32, kBwdSmemBytes, s>>>(a);
+    k_iqn_backward<<<nb, kBwdWarps * 32, kBwdSmemBytes, s>>>(a);
     FH_LAUNCHED("k_iqn_backward");
     return nb;
 }

@@ -154,9 +154,7 @@ __device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, floa
 }
 
 // m = ψ_i ⊙ SiLU(φraw + bφ) as the A fragments of h = m Wmᵀ; psi0 / psi1 are the ψ rows of the
-// thread's two rows, in global memory or (SMEM_PSI) in shared memory. When phir*/mr* are given,
-// φraw and m are stored there too.
-template <bool SMEM_PSI = false>
+// thread's two rows. When phir*/mr* are given, φraw and m are stored there too.
 __device__ __forceinline__ void merge_tile(const Smem &s, const float (&acc)[kHq / 8][4],
                                            const float *psi0, const float *psi1,
                                            mma::Op (&M)[kHq / 8][4], float *phir0, float *phir1,
@@ -165,10 +163,8 @@ __device__ __forceinline__ void merge_tile(const Smem &s, const float (&acc)[kHq
 #pragma unroll
     for (int nu = 0; nu < kHq / 8; ++nu) {
         const int u = 8 * nu + 2 * tq;
-        const float2 p0 = SMEM_PSI ? *reinterpret_cast<const float2 *>(psi0 + u)
-                                   : __ldg(reinterpret_cast<const float2 *>(psi0 + u));
-        const float2 p1 = SMEM_PSI ? *reinterpret_cast<const float2 *>(psi1 + u)
-                                   : __ldg(reinterpret_cast<const float2 *>(psi1 + u));
+        const float2 p0 = __ldg(reinterpret_cast<const float2 *>(psi0 + u));
+        const float2 p1 = __ldg(reinterpret_cast<const float2 *>(psi1 + u));
         float m[4];
         m[0] = p0.x * silu_fast(acc[nu][0] + s.bphi[u]);
         m[1] = p0.y * silu_fast(acc[nu][1] + s.bphi[u + 1]);

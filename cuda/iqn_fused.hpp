@@ -69,8 +69,8 @@ void target_fused_prepare();    // opt the kernels into their shared memory (onc
 void online_fused_prepare();
 void backward_fused_prepare();
 void target_fused(const TargetArgs &a, int blocks, cudaStream_t s);
-// Return the partial rows they wrote (at most `blocks`).
-int online_fused(const OnlineArgs &a, int blocks, cudaStream_t s);
+void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s);
+// Returns the partial rows it wrote (at most `blocks`: its blocks are larger).
 int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s);
 
 }  // namespace fh::cuda::iqn

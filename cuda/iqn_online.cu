@@ -22,8 +22,6 @@
 // at the end. No atomics: the same inputs give the same bits.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "aux_common.cuh"
 #include "iqn_fused.cuh"
@@ -52,12 +50,7 @@ __device__ __forceinline__ float head_row(const OnlineArgs &a, bool valid, size_
     return (float)(-((double)ds / a.kappa) * a.scale);
 }
 
-// WARPS warps per block. PSI (TRIAL, FOXHUNT_IQN_PSI=direct keeps 8 warps and ψ read at its
-// use): each warp starts cp.async copies of its 16 / N rows of ψ at a tile's start, into its
-// shared rows after the weights; they land during the φ product and merge_tile reads them there.
-template <int WARPS, bool PSI>
-__global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) k_iqn_online(OnlineArgs a) {
-    constexpr int kTile = 16 * WARPS;
+__global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
     extern __shared__ float4 sm4[];
     const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
@@ -65,24 +58,12 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) k_iqn_online(OnlineArg
     const float bz = __ldg(a.bz);
     const int N = a.N;
     const size_t R = (size_t)a.B * N;
-    const size_t ntiles = (R + kTile - 1) / kTile;
-    const int prows = 16 / N;  // PSI: the transitions of a warp's 16 rows
-    float *psb = reinterpret_cast<float *>(sm4) + kSmemFloats + (size_t)warp * prows * kLDM;
+    const size_t ntiles = (R + kRowsPerTile - 1) / kRowsPerTile;
     // Column-sum accumulators of dbm (k = 0, 1) and dw_z (k = 2, 3), colsum_quarter's layout.
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
     double acc_loss = 0.0, acc_bz = 0.0;
     for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-        const size_t rw = tile * kTile + (size_t)warp * 16, r0 = rw + gi, r1 = r0 + 8;
-        if (PSI) {
-            // prows rows of 32 16-byte chunks (zeros past the batch: they meet zero gradients).
-            const size_t ib = rw / N;
-            for (int c = lane; c < prows * (kHq / 4); c += 32) {
-                const int rr = c / (kHq / 4), k4 = c - rr * (kHq / 4);
-                float *dst = psb + rr * kLDM + 4 * k4;
-                if (ib + rr < (size_t)a.B) cp_async16(dst, a.psi + (ib + rr) * kHq + 4 * k4);
-                else *reinterpret_cast<float4 *>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            }
-        }
+        const size_t r0 = tile * kRowsPerTile + (size_t)warp * 16 + gi, r1 = r0 + 8;
         const bool v0 = r0 < R, v1 = r1 < R;
         const float t0 = draw_tau(a.seed, a.row0, r0, R, N, st, PURPOSE_IQN_ONLINE);
         const float t1 = draw_tau(a.seed, a.row0, r1, R, N, st, PURPOSE_IQN_ONLINE);
@@ -94,15 +75,9 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) k_iqn_online(OnlineArg
         phi_tile(sw, t0, t1, phi, v0 ? a.cos + r0 * kC : nullptr, v1 ? a.cos + r1 * kC : nullptr);
         const size_t i0 = v0 ? r0 / N : 0, i1 = v1 ? r1 / N : 0;
         mma::Op M[kHq / 8][4];
-        if (PSI) {
-            cp_async_wait_all();
-            __syncwarp();
-        }
-        merge_tile<PSI>(sw, phi, PSI ? psb + (gi / N) * kLDM : a.psi + i0 * kHq,
-                        PSI ? psb + ((gi + 8) / N) * kLDM : a.psi + i1 * kHq, M,
-                        v0 ? a.phi + r0 * kHq : nullptr, v1 ? a.phi + r1 * kHq : nullptr,
-                        v0 ? a.m + r0 * kHq : nullptr, v1 ? a.m + r1 * kHq : nullptr);
-        if (PSI) __syncwarp();  // ψ is read before the next tile's copies land
+        merge_tile(sw, phi, a.psi + i0 * kHq, a.psi + i1 * kHq, M,
+                   v0 ? a.phi + r0 * kHq : nullptr, v1 ? a.phi + r1 * kHq : nullptr,
+                   v0 ? a.m + r0 * kHq : nullptr, v1 ? a.m + r1 * kHq : nullptr);
         // Z_in of the thread's two rows (every lane of the quad holds them).
         float z0, z1;
         z_rows(sw, M, z0, z1);
@@ -178,41 +153,13 @@ int fused_blocks(size_t rows) {
     return (int)std::max<size_t>(1, std::min<size_t>(tiles, 2 * (size_t)sm_count()));
 }
 
-namespace {
-
-constexpr int kPsiWarps = 16;
-// Shared memory of the PSI kernel at N: the weights and 16 / N rows of ψ per warp.
-size_t psi_smem_bytes(int N) {
-    return (kSmemFloats + (size_t)kPsiWarps * (16 / N) * kLDM) * sizeof(float);
-}
-// TRIAL: FOXHUNT_IQN_PSI=direct keeps 8-warp blocks reading ψ at its use. N = 1 always does
-// (16 rows of ψ per warp would not fit beside the weights).
-bool psi_staged(int N) {
-    const char *v = std::getenv("FOXHUNT_IQN_PSI");
-    return N >= 2 && !(v && std::strcmp(v, "direct") == 0);
-}
-
-}  // namespace
-
 void online_fused_prepare() {
-    aux::allow_smem((const void *)k_iqn_online<kWarps, false>, kSmemFloats * sizeof(float),
-                    "IQN online pass");
-    aux::allow_smem((const void *)k_iqn_online<kPsiWarps, true>, psi_smem_bytes(2),
-                    "IQN online pass");
+    aux::allow_smem((const void *)k_iqn_online, kSmemFloats * sizeof(float), "IQN online pass");
 }
 
-int online_fused(const OnlineArgs &a, int blocks, cudaStream_t s) {
-    if (psi_staged(a.N)) {
-        const size_t tiles = ((size_t)a.B * a.N + 16 * kPsiWarps - 1) / (16 * kPsiWarps);
-        const int nb = (int)std::max<size_t>(
-            1, std::min<size_t>({tiles, (size_t)sm_count(), (size_t)std::max(1, blocks)}));
-        k_iqn_online<kPsiWarps, true><<<nb, kPsiWarps * 32, psi_smem_bytes(a.N), s>>>(a);
-        FH_LAUNCHED("k_iqn_online");
-        return nb;
-    }
-    k_iqn_online<kWarps, false><<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
+void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s) {
+    k_iqn_online<<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
     FH_LAUNCHED("k_iqn_online");
-    return blocks;
 }
 
 }  // namespace fh::cuda::iqn

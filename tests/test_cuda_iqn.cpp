@@ -188,12 +188,10 @@ void test_online_kernel_vs_float64(void **) {
         a.scale = scale; a.seed = seed; a.step = d_step; a.B = B; a.N = N; a.Nt = Nt;
         a.row0 = row0; a.tau = d_tau; a.cos = d_cos; a.phi = d_phi; a.m = d_m; a.dh = d_dh;
         a.z_mean = d_zm; a.partial = d_part;
-        int rows = 0;  /* the partial rows the kernel wrote (at most `blocks`) */
         launch_and_wait("online_fused", [&] {
             fh::cuda::iqn::online_fused_prepare();
-            rows = fh::cuda::iqn::online_fused(a, blocks, 0);
+            fh::cuda::iqn::online_fused(a, blocks, 0);
         });
-        if (rows < 1 || rows > blocks) fail_msg("online_fused wrote %d partial rows (1..%d)", rows, blocks);
         const std::vector<float> g_tau = back(d_tau, R), g_cos = back(d_cos, R * C),
                                  g_phi = back(d_phi, R * Hq), g_m = back(d_m, R * Hq),
                                  g_dh = back(d_dh, R * Hq), g_zm = back(d_zm, B);
@@ -245,7 +243,7 @@ void test_online_kernel_vs_float64(void **) {
         }
         std::vector<float> p_dbm(Hq, 0.0f), p_dwz(Hq, 0.0f);
         double p_dbz = 0, p_loss = 0;
-        for (int b = 0; b < rows; ++b) {
+        for (int b = 0; b < blocks; ++b) {
             const double *row = g_part.data() + (size_t)b * (2 * Hq + 2);
             for (int j = 0; j < Hq; ++j) {
                 p_dbm[j] += (float)row[j];
@@ -260,7 +258,7 @@ void test_online_kernel_vs_float64(void **) {
                             std::fabs(p_loss - loss) / std::fabs(loss)};
         const char *names[] = {"cos", "phi", "m", "dh", "z_mean", "dbm", "dw_z", "db_z", "loss"};
         printf("[IQN] fused online kernel vs float64, B=%d N=%d, %d blocks: tau %zu of %zu rows "
-               "differ;", B, N, rows, tau_bad, R);
+               "differ;", B, N, blocks, tau_bad, R);
         for (int k = 0; k < 9; ++k) printf(" %s %.2e", names[k], e[k]);
         printf("\n");
         if (tau_bad) fail_msg("tau: %zu rows differ from Philox purpose 2", tau_bad);
