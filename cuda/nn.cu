@@ -1,9 +1,6 @@
 #include "nn.cuh"
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "common.hpp"
 #include "device_math.cuh"
@@ -35,49 +32,6 @@ __global__ void k_bias_silu(const V *pre, V *act, const V *b, size_t n, int N, s
     }
 }
 
-// The same, kBiasSiluU vectors per thread per pass loaded before any is computed (more bytes
-// in flight per thread than one at a time), a grid of a few resident waves, and the bias column
-// from an index of type I (32-bit when the matrix allows: a 64-bit modulo is a long call).
-// TRIAL (FOXHUNT_BIAS_SILU=flat keeps k_bias_silu).
-constexpr int kBiasSiluU = 4;
-template <class V, class I>
-__global__ void k_bias_silu_u(const V *pre, V *act, const V *b, I n, int N, size_t zbias) {
-    pre += blockIdx.y * (size_t)n;
-    act += blockIdx.y * (size_t)n;
-    b += blockIdx.y * zbias;
-    const I stride = (I)gridDim.x * blockDim.x;
-    for (I i0 = (I)blockIdx.x * blockDim.x + threadIdx.x; i0 < n; i0 += kBiasSiluU * stride) {
-        V z[kBiasSiluU];
-#pragma unroll
-        for (int u = 0; u < kBiasSiluU; ++u) {
-            const I i = i0 + u * stride;
-            if (i < n) z[u] = pre[i];
-        }
-#pragma unroll
-        for (int u = 0; u < kBiasSiluU; ++u) {
-            const I i = i0 + u * stride;
-            if (i < n) act[i] = add_silu(z[u], b[i % (I)N]);
-        }
-    }
-}
-
-template <class V>
-void launch_bias_silu_u(const V *pre, V *act, const V *b, size_t n, int N, size_t zbias, int Z,
-                        cudaStream_t s) {
-    const size_t waves = (size_t)sm_count() * (2048 / kThreads);  // resident blocks, one wave
-    const size_t want = (n + (size_t)kBiasSiluU * kThreads - 1) / ((size_t)kBiasSiluU * kThreads);
-    const dim3 grid((unsigned)std::max<size_t>(1, std::min(want, 4 * waves)), Z);
-    if (n < ((size_t)1 << 30))
-        k_bias_silu_u<V, uint32_t><<<grid, kThreads, 0, s>>>(pre, act, b, (uint32_t)n, N, zbias);
-    else
-        k_bias_silu_u<V, size_t><<<grid, kThreads, 0, s>>>(pre, act, b, n, N, zbias);
-}
-
-bool bias_silu_unrolled() {
-    const char *v = std::getenv("FOXHUNT_BIAS_SILU");
-    return !(v && std::strcmp(v, "flat") == 0);
-}
-
 __global__ void k_adam(float *p, float *m, float *v, const float *g, size_t n, float lr,
                        float beta1, float beta2, float eps, const uint64_t *step,
                        const float *norm, float clip) {
@@ -100,15 +54,6 @@ void bias_silu(const float *pre, float *act, const float *bias, size_t rows, int
     const bool vec = cols % 4 == 0 && zbias % 4 == 0 && (uintptr_t)pre % 16 == 0 &&
                      (uintptr_t)act % 16 == 0 && (uintptr_t)bias % 16 == 0;
     const size_t n = rows * cols;
-    if (bias_silu_unrolled()) {
-        if (vec)
-            launch_bias_silu_u<float4>((const float4 *)pre, (float4 *)act, (const float4 *)bias,
-                                       n / 4, cols / 4, zbias / 4, Z, s);
-        else
-            launch_bias_silu_u<float>(pre, act, bias, n, cols, zbias, Z, s);
-        FH_LAUNCHED("k_bias_silu");
-        return;
-    }
     const dim3 grid(grid_for(vec ? n / 4 : n, kThreads, 32768), Z);
     if (vec) {
         k_bias_silu<float4><<<grid, kThreads, 0, s>>>((const float4 *)pre, (float4 *)act,
