@@ -7,7 +7,7 @@
 // 96 elements per thread) and 5 to 7 % of the tensor-core attention kernels'. stage_batched
 // issues U loads per thread before it stores any of them, so a thread waits ⌈n / (U·blockDim)⌉
 // round trips instead of ⌈n / blockDim⌉. The copies are the same: the same values land in the
-// same places.
+// same places. Samples before and after: bench/results/h200-2026-12-02-ncu-source-iqn.txt.
 #pragma once
 
 namespace fh::cuda {
