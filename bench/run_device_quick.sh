@@ -101,7 +101,9 @@ for s in "$@"; do
     echo "ncu-src rc=$?" | tee -a $log
     ncu -i /tmp/src.ncu-rep --page source --print-source sass --csv > $OUT/ncu_src_sass.csv 2>&1
     echo "ncu-src page rc=$? lines=$(wc -l < $OUT/ncu_src_sass.csv)" | tee -a $log
-    ncu -i /tmp/src.ncu-rep --page details > $OUT/ncu_src_details.txt 2>&1 ;;
+    ncu -i /tmp/src.ncu-rep --page details > $OUT/ncu_src_details.txt 2>&1
+    python3 bench/ncu_source_summary.py $OUT/ncu_src_sass.csv 8 > $OUT/ncu_src_summary.txt 2>&1
+    grep -E "instructions,|by reason" $OUT/ncu_src_summary.txt | tee -a $log ;;
   ncu-step)
     timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
       build-dev/examples/foxhunt-bench --batch 16384 --steps 1 --warmup 0 --modes multi-tf32 \
@@ -114,7 +116,10 @@ for s in "$@"; do
       --metrics gpu__time_duration.sum --csv \
       build-dev/examples/foxhunt-bench --batch 16384 --steps 1 --warmup 0 --modes single-tf32 \
       --replay 0 --out /tmp/n.json > $OUT/ncu_warm${NCU_TAG:-}.csv 2>&1
-    echo "ncu-warm rc=$? lines=$(wc -l < $OUT/ncu_warm${NCU_TAG:-}.csv)" | tee -a $log ;;
+    echo "ncu-warm rc=$? lines=$(wc -l < $OUT/ncu_warm${NCU_TAG:-}.csv)" | tee -a $log
+    python3 bench/ncu_warm_summary.py $OUT/ncu_warm${NCU_TAG:-}.csv \
+      "One default step (B = 16384, TF32) single-stream, warm caches: {N} kernels, {T} us" \
+      > $OUT/ncu_warm${NCU_TAG:-}.txt 2>&1; head -12 $OUT/ncu_warm${NCU_TAG:-}.txt | tee -a $log ;;
   vbench)
     # VARIANTS="VAR=a,b VAR2=c,d": one side-by-side run per variable, B = 16384, TF32. Each run
     # writes its whole output to $OUT as it goes and is stopped after VBENCH_TIMEOUT seconds
