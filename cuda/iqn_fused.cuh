@@ -48,7 +48,7 @@ struct Smem {
 // Stage one net's Wφ, Wm (TF32-rounded), bφ, bm and w_z; ends with __syncthreads(). The
 // matrices go as float4s, 8 loads per thread in flight (stage.cuh; Wφ and Wm are 16-byte aligned:
 // the IQN buffer starts 256-byte aligned and every tensor before them has a multiple of 128
-// floats at iqn_hidden = 128). The fused kernels' prologue was 17 to 37 % of their stall samples
+// floats at iqn_hidden = 128). The fused kernels' prologue was 11 to 37 % of their stall samples
 // with one load at a time: IQN lane 0.559 → 0.496 ms single-stream, wall 1.936 → 1.895 ms
 // multi-stream at B = 16384 (bench/results/h200-2026-12-02-stage-batched-before-after.json).
 __device__ __forceinline__ float4 tf32x4(float4 v) {

@@ -3,7 +3,7 @@
 // Why: the plain loop `for (e = tid; e < n; e += blockDim.x) dst[f(e)] = g(__ldg(src + e))`
 // compiles to one load, a wait for it and one store per trip: every thread waits a full memory
 // round trip per element. Nsight's per-instruction samples on the H200 (2026-12-02, B = 16384)
-// put 17 to 37 % of the fused IQN kernels' stalls on that wait (IQN's three kernels stage 64 or
+// put 11 to 37 % of the fused IQN kernels' stalls on that wait (IQN's three kernels stage 64 or
 // 96 elements per thread) and 5 to 7 % of the tensor-core attention kernels'. stage_batched
 // issues U loads per thread before it stores any of them, so a thread waits ⌈n / (U·blockDim)⌉
 // round trips instead of ⌈n / blockDim⌉. The copies are the same: the same values land in the
