@@ -55,6 +55,17 @@ __global__ void k_attn_comp(Geom g, const float *__restrict__ W, const float *__
     }
 }
 
+// Σ_c W[c, a] · X[c·ld + col] over the d3 rows of W [d3, d], in double: the lanes take every
+// 32nd c in order, then a fixed-order warp sum (every lane gets it). The chain rule through the
+// composite weights for dP, dWt and dWg, which differ only in the column of S, M1 or M2.
+__device__ __forceinline__ double w_col_dot(const float *__restrict__ W, int d, int d3, int a,
+                                            const float *__restrict__ X, int ld, int col) {
+    double s = 0.0;
+    for (int c = threadIdx.x & 31; c < d3; c += 32)
+        s += (double)W[(size_t)c * d + a] * (double)X[c * ld + col];
+    return warp_sum(s);
+}
+
 // The parameter gradients from the batch sums (attention.cu's header, step 4).
 __global__ void k_attn_fin(Geom g, FinArgs f) {
     const float *S = f.tot, *M1 = S + g.T * g.d3, *M2 = M1 + g.d3 * g.td;
@@ -94,27 +105,21 @@ __global__ void k_attn_fin(Geom g, FinArgs f) {
         r -= n2;
         if (r < n3) {  // dP[t, a]
             const int t = r / d, a = r - t * d;
-            for (int c = lane; c < d3; c += 32)
-                s += (double)f.W[(size_t)c * d + a] * (double)S[t * d3 + c];
-            s = warp_sum(s);
+            s = w_col_dot(f.W, d, d3, a, S + t * d3, 1, 0);
             if (lane == 0) f.gP[r] = (float)(s + (double)f.R[a * na + na - 1] / Td);
             continue;
         }
         r -= n3;
         if (r < n4) {  // dWt[a, k]
             const int a = r / td, kk = r - a * td;
-            for (int c = lane; c < d3; c += 32)
-                s += (double)f.W[(size_t)c * d + a] * (double)M1[c * td + kk];
-            s = warp_sum(s);
+            s = w_col_dot(f.W, d, d3, a, M1, td, kk);
             if (lane == 0) f.gWt[r] = (float)(s + (double)f.R[a * na + kk] / Td);
             continue;
         }
         r -= n4;
         if (r < n5) {  // dWg[a, k]
             const int a = r / G, kk = r - a * G;
-            for (int c = lane; c < d3; c += 32)
-                s += (double)f.W[(size_t)c * d + a] * (double)M2[c * G + kk];
-            s = warp_sum(s);
+            s = w_col_dot(f.W, d, d3, a, M2, G, kk);
             if (lane == 0) f.gWg[r] = (float)(s + (double)f.R[a * na + td + kk] / Td);
             continue;
         }
