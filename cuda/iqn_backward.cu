@@ -52,7 +52,7 @@ __device__ __forceinline__ float2 psi_pre_pair(const BackwardArgs &a, size_t i, 
 
 // The epilogue of column tiles 4q .. 4q + 3 from their dm accumulators: dφpre in place of φraw,
 // dψpre on the transitions' first row groups, and the column sums into acc.
-// φraw of the thread's rows is read from src0 / src1 (global, or the warp's staged rows).
+// φraw of the thread's rows is read from src0 / src1, the warp's rows in shared memory.
 __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const float *bphi,
                                                  const Rows &w, int N, int q,
                                                  const float (&dm)[4][4], const float *src0,
