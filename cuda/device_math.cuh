@@ -68,6 +68,60 @@ __device__ __forceinline__ double block_sum(double v, double *sh) {
     return r;
 }
 
+// Σ x[0..n) as a block of WIDTH threads forms it with block_sum (thread t: 0 + x[t] +
+// x[t + WIDTH] + ..., then the tree: level w = WIDTH/2, ..., 1 adds value t + w into value t
+// for t < w), on a block of BLOCK threads (powers of two, 32 ≤ BLOCK ≤ WIDTH), with the same
+// double additions in the same order: thread t keeps the WIDTH / BLOCK values t, t + BLOCK, ...
+// and adds the levels w ≥ BLOCK in registers, the levels 32 ≤ w < BLOCK go through shared
+// memory, and warp 0 adds the last five by shuffles (lane t takes lane t + w: block_sum's
+// pairs). So k_adam finishes the global norm on its own blocks with k_reduce_final's bits
+// (WIDTH = kRedFinalThreads), and k_reduce_final runs it with BLOCK = WIDTH: one definition of
+// the order for both. The shuffles spare five of block_sum's barriers, which are most of the
+// sum's latency. blockDim.x must be BLOCK; `sh` holds BLOCK + 1 doubles. Every thread gets the
+// sum.
+template <int WIDTH, int BLOCK>
+__device__ __forceinline__ double wide_block_sum(const double *x, int n, double *sh) {
+    static_assert(BLOCK >= 32 && WIDTH % BLOCK == 0 && (WIDTH & (WIDTH - 1)) == 0 &&
+                      (BLOCK & (BLOCK - 1)) == 0,
+                  "wide_block_sum: powers of two, 32 <= BLOCK <= WIDTH");
+    constexpr int R = WIDTH / BLOCK;
+    const int t = threadIdx.x;
+    double v[R], first[R];
+    // Each value's first term loaded before any is summed, so that the loads are in flight
+    // together (a loop per value waited for each in turn); the sums keep their order.
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const int i = t + r * BLOCK;
+        first[r] = i < n ? x[i] : 0.0;
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        v[r] = 0;
+        const int i0 = t + r * BLOCK;
+        if (i0 < n) v[r] += first[r];
+        for (int i = i0 + WIDTH; i < n; i += WIDTH) v[r] += x[i];
+    }
+#pragma unroll
+    for (int w = WIDTH / 2; w >= BLOCK; w >>= 1)
+#pragma unroll
+        for (int r = 0; r < w / BLOCK; ++r) v[r] += v[r + w / BLOCK];
+    sh[t] = v[0];
+    __syncthreads();
+#pragma unroll
+    for (int w = BLOCK / 2; w >= 32; w >>= 1) {
+        if (t < w) sh[t] += sh[t + w];
+        __syncthreads();
+    }
+    if (t < 32) {
+        double s = sh[t];
+#pragma unroll
+        for (int w = 16; w > 0; w >>= 1) s += __shfl_down_sync(0xffffffffu, s, w);
+        if (t == 0) sh[BLOCK] = s;
+    }
+    __syncthreads();
+    return sh[BLOCK];
+}
+
 // The end of a column-parallel block of TY row lanes × (up to W) columns, thread (x, y) holding
 // `acc`, its partial sum over some rows of column x: returns Σ_y acc in y order to the threads
 // of lane y = 0 (others get 0). The fixed order makes the column sums the same bits run to run.

@@ -31,7 +31,7 @@ struct Segment {
 struct DivergenceGuard::Dev {
     Segment seg[NUM_PERSISTENT];
     const float *scalars[NUM_GUARD_SCALARS];
-    const uint64_t *step;
+    uint64_t *step;
     unsigned long long total;
     long long partial[kBlocks];
     // Counters (GuardReport's meaning).
@@ -92,8 +92,14 @@ __global__ void k_find_partial(DivergenceGuard::Dev *g) {
     if (threadIdx.x == 0) g->partial[blockIdx.x] = best[0];
 }
 
+// Also the step's step += 1 (ADAM_Q leaves it to this block rather than a kernel of its own:
+// adam_q.cu). Nothing between Adam and here reads the counter, and first_step below is the
+// incremented count, this step's number.
 __global__ void k_find_final(DivergenceGuard::Dev *g) {
     __shared__ long long best[kThreads];
+    // Thread 0's loads of the counter go out with the partials' (nothing else touches it here).
+    uint64_t step = 0;
+    if (threadIdx.x == 0) step = *g->step;
     long long mine = kNone;
     for (int b = threadIdx.x; b < kBlocks; b += blockDim.x) mine = min(mine, g->partial[b]);
     best[threadIdx.x] = mine;
@@ -103,6 +109,7 @@ __global__ void k_find_final(DivergenceGuard::Dev *g) {
         __syncthreads();
     }
     if (threadIdx.x != 0) return;
+    *g->step = ++step;
     const long long code = best[0] == kNone ? -1 : best[0];
     g->code = code;
     g->last_skipped = code >= 0;
@@ -118,7 +125,7 @@ __global__ void k_find_final(DivergenceGuard::Dev *g) {
     }
     ++g->skipped;
     if (g->pending++ == 0) {
-        g->first_step = *g->step;
+        g->first_step = step;
         g->first_code = code;
         g->first_value = x;
     }
@@ -127,7 +134,7 @@ __global__ void k_find_final(DivergenceGuard::Dev *g) {
 }  // namespace
 
 DivergenceGuard::DivergenceGuard(float *const bufs[], const size_t sizes[],
-                                 const float *const scalars[], const uint64_t *step) {
+                                 const float *const scalars[], uint64_t *step) {
     Dev h{};
     for (int b = 0; b < NUM_PERSISTENT; ++b) {
         h.seg[b].live = bufs[b];

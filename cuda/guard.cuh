@@ -5,7 +5,9 @@
 //   check(): finds the first non-finite quantity in guard.hpp's order, the step's scalars then
 //     the persistent buffers end to end (a fixed-grid min-index reduction: exact, no atomics,
 //     the same result whatever the schedule), updates the counters, and copies the shadow back
-//     when there is one (the restore kernel returns at once when there is none).
+//     when there is one (the restore kernel returns at once when there is none). The search's
+//     one-block final pass also advances the step counter (adam_q.cu leaves it to it; the
+//     restore never touches the counter).
 // report() reads the counters back (the caller has synchronised the step's streams).
 #pragma once
 #include <cstddef>
@@ -21,9 +23,10 @@ class DivergenceGuard {
 public:
     // @p bufs, @p sizes: the NUM_PERSISTENT persistent buffers of the layout (device, floats);
     // @p scalars: device addresses of the step's NUM_GUARD_SCALARS scalars, GuardScalar order;
-    // @p step: the device step counter, read after ADAM_Q's increment (= this step's number).
+    // @p step: the device step counter; check() increments it (the step's last ADAM_Q work)
+    // and records the incremented value (= this step's number).
     DivergenceGuard(float *const bufs[], const size_t sizes[], const float *const scalars[],
-                    const uint64_t *step);
+                    uint64_t *step);
     ~DivergenceGuard();
     DivergenceGuard(const DivergenceGuard &) = delete;
     DivergenceGuard &operator=(const DivergenceGuard &) = delete;

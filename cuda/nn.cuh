@@ -19,11 +19,24 @@ void bias_silu(const float *pre, float *act, const float *bias, size_t rows, int
                cudaStream_t s, int Z = 1, size_t zbias = 0);
 
 // Adam (Kingma & Ba 2015, Algorithm 1; SPEC §5.6) on n flat parameters, as src/cpu/nn.cpp
-// adam(): t = *step + 1 read on the device, 1 − β^t in float64 rounded to float32. With
-// grad_norm given (on the device), g is first scaled by clip / ‖g‖ when ‖g‖ > clip (SPEC §5.6
-// global-norm clipping); without, by 1.
+// adam(): t = *step + 1 read on the device, 1 − β^t in float64 rounded to float32. Unclipped
+// (the learners' Adam steps).
 void adam(float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
-          float beta2, float eps, const uint64_t *step, cudaStream_t s,
-          const float *grad_norm = nullptr, float clip = 0.0f);
+          float beta2, float eps, const uint64_t *step, cudaStream_t s);
+
+// ‖g‖ not yet summed: the nb partial sums of squares reduce_f32 (op 1) left (reduce.cuh).
+struct NormPartials {
+    const double *partial;
+    int nb;
+    float *out;  // ‖g‖, the metric: written by block 0, read by no other block
+};
+// The same with SPEC §5.6's global-norm clipping (g scaled by clip / ‖g‖ when ‖g‖ > clip), the
+// norm's final sum folded in: each block forms (float)sqrt(Σ partial) itself, with the double
+// additions of reduce_final in its order (device_math.cuh wide_block_sum), so the norm, the
+// scale and every parameter keep the bits of reduce_final then Adam, one kernel fewer in the
+// adam child's chain (adam_q.cu).
+void adam(float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
+          float beta2, float eps, const uint64_t *step, cudaStream_t s, const NormPartials &norm,
+          float clip);
 
 }  // namespace fh::cuda

@@ -48,10 +48,8 @@ __global__ void k_reduce_dot(const float *a, const float *b, size_t n, size_t ch
 
 __global__ void k_reduce_final(const double *partial, int nb, float *out, int op, double div,
                                double mul) {
-    __shared__ double sh[kRedMaxBlocks];
-    double v = 0;
-    for (int i = threadIdx.x; i < nb; i += blockDim.x) v += partial[i];
-    const double s = block_sum(v, sh);
+    __shared__ double sh[kRedFinalThreads + 1];
+    const double s = wide_block_sum<kRedFinalThreads, kRedFinalThreads>(partial, nb, sh);
     if (threadIdx.x == 0) *out = op == 1 ? (float)sqrt(s) : (float)(mul * s / div);
 }
 
@@ -185,7 +183,7 @@ void reduce_dot(const float *a, const float *b, size_t n, double *partial, cudaS
 
 void reduce_final(const double *partial, int nb, float *out, int final_op, double div,
                   cudaStream_t s, double mul) {
-    k_reduce_final<<<1, kRedMaxBlocks, 0, s>>>(partial, nb, out, final_op, div, mul);
+    k_reduce_final<<<1, kRedFinalThreads, 0, s>>>(partial, nb, out, final_op, div, mul);
     FH_LAUNCHED("k_reduce_final");
 }
 

@@ -20,6 +20,9 @@ struct PtrList {
 
 // ---- reductions ------------------------------------------------------------------------------
 constexpr int kRedMaxBlocks = 1024;  // the most partials of one reduction
+// The final pass's block: one thread per partial at most. Its order of additions is also
+// formed on smaller blocks by k_adam (nn.cu, device_math.cuh wide_block_sum).
+constexpr int kRedFinalThreads = kRedMaxBlocks;
 // Partial sums of x (op 0: x_i, op 1: x_i²) over a fixed grid; then the final block writes
 // out = (float)(Σ / div) (final op 0) or (float)sqrt(Σ) (final op 1). `partial` holds
 // reduce_blocks(n) doubles.
