@@ -444,7 +444,7 @@ void CudaBackend::timings(fh_timings *t) {
     t->total_ms = ms(child_ev_[0], child_ev_[sched_.size()]);
     auto span = [&](Mark a, Mark b) { return ms(mark_ev_[(int)a], mark_ev_[(int)b]); };
     t->aux_ema_ms = span(Mark::AUX_EMA_BEGIN, Mark::AUX_EMA_END);
-    t->aux_iql_ms = span(Mark::AUX_EMA_END, Mark::AUX_IQL_END);
+    t->aux_iql_ms = span(Mark::AUX_IQL_BEGIN, Mark::AUX_IQL_END);
     t->aux_iqn_ms = span(Mark::AUX_IQN_BEGIN, Mark::AUX_IQN_END);
     t->aux_attn_ms = span(Mark::AUX_ATTN_BEGIN, Mark::AUX_ATTN_END);
     t->aux_tail_ms = span(Mark::AUX_TAIL_BEGIN, Mark::AUX_TAIL_END);

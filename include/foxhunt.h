@@ -442,12 +442,15 @@ typedef struct fh_timings {
     float her_ms;       /**< child her: HER relabelling, SPEC §5.1 */
     float spectral_ms;  /**< child spectral: power iteration, SPEC §5.2 */
     float ddqn_ms;      /**< child ddqn: targets, SPEC §5.3 */
-    float forward_ms;   /**< child forward: forward, TD loss, backward, SPEC §5.4 */
+    float forward_ms;   /**< child forward: forward, TD loss, backward, SPEC §5.4; with
+                             at least two branches also IQL (SPEC §5.5 step 2), beside the
+                             trunk backward: nothing between reads what it writes */
     float aux_ms;       /**< child aux: EMA and auxiliary learners, SPEC §5.5 */
     float adam_ms;      /**< child adam: clip and Adam of the Q net, SPEC §5.6 */
     float total_ms;     /**< first child's start to last child's end */
     float aux_ema_ms;   /**< aux main lane: EMA of the target nets */
-    float aux_iql_ms;   /**< aux main lane: both IQL trainers */
+    float aux_iql_ms;   /**< both IQL trainers (in the forward child where forward_ms says so,
+                             else on the aux main lane) */
     float aux_iqn_ms;   /**< aux IQN lane: loss and gradient, then (one rank) its Adam step */
     float aux_attn_ms;  /**< aux attention lane: loss and gradient, then (one rank) its Adam
                              step */

@@ -12,6 +12,19 @@ Op mark(Mark m, int lane = 0) { return Op{Op::MARK, Task::HER_RELABEL, lane, (in
 unsigned mask_of(int first, int count) { return ((1u << count) - 1u) << first; }
 }  // namespace
 
+// IQL runs in the forward child, on lane 2 beside the trunk backward on lane 0, not in the aux
+// child before IQN and attention fork (SPEC §5.5's place). IQL reads x̃ and ddqn's Q̄sa and
+// writes only its own nets, ω, V_hi, V_lo and its losses, which nothing reads before the aux
+// child's fork, so the results are SPEC's. Why: the trunk backward is a chain of small kernels
+// that leaves most SMs idle, and IQL was the aux child's only serial part before the fork. At
+// B = 16384, TF32 multi-stream on the H200: forward child 0.406 → 0.543 ms, aux child 1.114 →
+// 0.935, wall 1.894 → 1.850 ms; single-stream unchanged, 2.287 → 2.289
+// (bench/results/h200-2026-12-02-iql-place-before-after.json; both rows with a trial SiLU
+// kernel in the ddqn child that was not kept, docs/cuda.md "Findings"). Lane 2 has a workspace of its own
+// (lane 1 shares lane 0's), so this needs at least two branch lanes; with one branch IQL stays in
+// the aux child.
+static bool iql_beside_trunk_backward(const Dims &d) { return d.NB >= 2; }
+
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     std::vector<ChildDesc> s;
     if (d.K > 0) s.push_back({ChildId::SAMPLE, "sample", 1, {run(Task::SAMPLE)}});
@@ -42,11 +55,16 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     fwd.ops.push_back(run(Task::TD_METRICS));
     for (uint32_t b = 0; b < d.NB; ++b) fwd.ops.push_back(run(Task::BWD_BRANCH, 1 + b % branch_lanes, b));
     fwd.ops.push_back(join(bl));
+    const bool iql_fwd = iql_beside_trunk_backward(d);
+    if (iql_fwd)
+        fwd.ops.insert(fwd.ops.end(), {fork(mask_of(2, 1)), mark(Mark::AUX_IQL_BEGIN, 2),
+                                       run(Task::IQL, 2), mark(Mark::AUX_IQL_END, 2)});
     fwd.ops.push_back(run(Task::BWD_TRUNK));
+    if (iql_fwd) fwd.ops.push_back(join(mask_of(2, 1)));
     s.push_back(fwd);
 
-    // The aux child (SPEC §5.5): EMA and IQL on lane 0, then IQN and attention fork onto lanes
-    // 1 and 2, and CQL and the regime scales onto lane 3: they read IQL's ω and the forward
+    // The aux child (SPEC §5.5): EMA (and IQL, where it is not in the forward child) on lane 0,
+    // then IQN and attention fork onto lanes 1 and 2, and CQL and the regime scales onto lane 3: they read IQL's ω and the forward
     // child's TD errors, and nothing before the join reads what they write, so they run beside
     // IQN and attention instead of after the join (4.5 % of the step at B = 16384, multi-stream:
     // bench/results/h200-2026-12-01-aux-schedule-before-after.json). Lane 3 is the only lane of
@@ -63,8 +81,11 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     const int aux_forked = lane3 ? 3 : 2;
     const bool dp = d.world > 1;
     ChildDesc aux{ChildId::AUX, "aux", 1 + aux_forked, {}};
-    aux.ops = {mark(Mark::AUX_EMA_BEGIN), run(Task::EMA_TARGETS), mark(Mark::AUX_EMA_END),
-               run(Task::IQL), mark(Mark::AUX_IQL_END), fork(mask_of(1, aux_forked))};
+    aux.ops = {mark(Mark::AUX_EMA_BEGIN), run(Task::EMA_TARGETS), mark(Mark::AUX_EMA_END)};
+    if (!iql_fwd)
+        aux.ops.insert(aux.ops.end(),
+                       {mark(Mark::AUX_IQL_BEGIN), run(Task::IQL), mark(Mark::AUX_IQL_END)});
+    aux.ops.push_back(fork(mask_of(1, aux_forked)));
     if (c.cql_alpha > 0) aux.ops.push_back(run(Task::CQL, 3));
     if (d.R > 1) aux.ops.push_back(run(Task::REGIME_SCALE, 3));
     aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_IQN_BEGIN, 1), run(Task::IQN, 1)});
@@ -90,9 +111,10 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
 // (split-K partials and the like), so two calls that may run at the same time must not share
 // one: they would race, and results would depend on timing. Calls that never overlap may:
 // - the children run one after another (the parent graph is a chain);
-// - inside a child, lane 0 runs its GEMMs before its FORK and after its JOIN, lanes 1..4 only
-//   between them: they all run side by side, and lane 0 runs no GEMM meanwhile (between the
-//   forward child's fork and join it sums the TD metrics, on its own reduction scratch);
+// - inside a child, lanes 1..4 run only between a FORK and its JOIN; lane 0 runs no GEMM
+//   between a fork and join that include lane 1 (between the forward child's branch fork and
+//   join it sums the TD metrics, on its own reduction scratch); its trunk backward runs beside
+//   IQL on lane 2 alone;
 // - act()'s stream waits for the done event of the last launched step, and act() returns only
 //   once its own work has finished (also when it fails); the API is single-threaded, so no
 //   step is launched while act() runs.

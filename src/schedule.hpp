@@ -45,9 +45,10 @@ enum class Task : int {
                        // CPU's TD_LOSS computes them in its pass)
 };
 
-// Timing marks inside the aux child (fh_timings.aux_*_ms are differences of these).
+// Timing marks of the aux learners (fh_timings.aux_*_ms are differences of these; IQL's pair
+// may sit in the forward child: schedule.cpp, iql_beside_trunk_backward).
 enum class Mark : int {
-    AUX_EMA_BEGIN, AUX_EMA_END, AUX_IQL_END,
+    AUX_EMA_BEGIN, AUX_EMA_END, AUX_IQL_BEGIN, AUX_IQL_END,
     AUX_IQN_BEGIN, AUX_IQN_END, AUX_ATTN_BEGIN, AUX_ATTN_END,
     AUX_TAIL_BEGIN, AUX_TAIL_END, COUNT
 };

@@ -357,9 +357,54 @@ static void check_aux_schedule(uint32_t world) {
     assert_int_equal(adam_attn, 1);
 }
 
+// IQL's place (schedule.cpp): once per step, in the forward child on lane 2 beside the trunk
+// backward (lane 2's workspace is its own: lane 1 shares lane 0's, so lane 1 must not be in that
+// fork), after every branch's backward; with one branch, in the aux child before the fork.
+static void check_iql_place(uint32_t branches) {
+    fh_config c = fh_test_small_config();
+    c.num_branches = branches;
+    const Dims d = make_dims(c);
+    int count = 0;
+    for (const ChildDesc &ch : build_schedule(d, c)) {
+        unsigned forked = 0;
+        int last_bwd_branch = -1, trunk = -1, iql = -1, join_after = -1;
+        for (int k = 0; k < (int)ch.ops.size(); ++k) {
+            const Op &op = ch.ops[k];
+            if (op.kind == Op::FORK) forked = op.lanes;
+            if (op.kind == Op::JOIN) {
+                if (iql >= 0 && join_after < 0) join_after = k;
+                forked = 0;
+            }
+            if (op.kind != Op::RUN) continue;
+            if (op.task == Task::BWD_BRANCH) last_bwd_branch = k;
+            if (op.task == Task::BWD_TRUNK) trunk = k;
+            if (op.task != Task::IQL) continue;
+            ++count;
+            iql = k;
+            if (branches >= 2) {
+                assert_int_equal((int)ch.id, (int)ChildId::FORWARD);
+                assert_int_equal(op.lane, 2);
+                assert_int_equal(forked, 1u << 2);
+            } else {
+                assert_int_equal((int)ch.id, (int)ChildId::AUX);
+                assert_int_equal(op.lane, 0);
+                assert_int_equal(forked, 0u);
+            }
+        }
+        if (ch.id == ChildId::FORWARD && branches >= 2) {
+            assert_true(last_bwd_branch >= 0 && last_bwd_branch < iql);
+            assert_true(iql < trunk && trunk < join_after);
+        }
+    }
+    assert_int_equal(count, 1);
+}
+
 static void test_aux_schedule_one_rank_and_two(void **) {
     check_aux_schedule(1);
     check_aux_schedule(2);
+    check_iql_place(4);
+    check_iql_place(2);
+    check_iql_place(1);
 }
 
 static void test_disabled_learners_are_skipped(void **) {

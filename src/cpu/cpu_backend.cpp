@@ -173,7 +173,7 @@ private:
         total_ms_ = (float)ms_between(t0, Clock::now());
         auto span = [&](Mark a, Mark b) { return (float)ms_between(marks[(int)a], marks[(int)b]); };
         aux_ms_[0] = span(Mark::AUX_EMA_BEGIN, Mark::AUX_EMA_END);
-        aux_ms_[1] = span(Mark::AUX_EMA_END, Mark::AUX_IQL_END);
+        aux_ms_[1] = span(Mark::AUX_IQL_BEGIN, Mark::AUX_IQL_END);
         aux_ms_[2] = span(Mark::AUX_IQN_BEGIN, Mark::AUX_IQN_END);
         aux_ms_[3] = span(Mark::AUX_ATTN_BEGIN, Mark::AUX_ATTN_END);
         aux_ms_[4] = span(Mark::AUX_TAIL_BEGIN, Mark::AUX_TAIL_END);
