@@ -6,7 +6,6 @@
 #   ctest-par    every test_cuda_* binary under ctest -j$(nproc), as the README's test command runs them
 #   attn-test    test_cuda_attention only
 #   vs-cpu       test_cuda_vs_cpu only
-#   linear-test  test_cuda_linear only (the fused SiLU layer against float64, both paths)
 #   iqn-test     test_cuda_iqn only (the fused IQN kernels against float64, the paths against each other)
 #   attn-bench   foxhunt-bench-attention at B = 1024, 4096, 16384, 65536
 #   step-bench   foxhunt-bench at B = 16384, the attention kernel paths side by side
@@ -66,10 +65,6 @@ for s in "$@"; do
     timeout 300 build-dev/tests/test_cuda_iqn > $OUT/iqn_test.txt 2>&1
     echo "iqn-test rc=$?" | tee -a $log
     grep -E "\[IQN\]|FAILED|rror|PASSED" $OUT/iqn_test.txt | tee -a $log ;;
-  linear-test)
-    timeout 300 build-dev/tests/test_cuda_linear > $OUT/linear_test.txt 2>&1
-    echo "linear-test rc=$?" | tee -a $log
-    grep -E "\[LINEAR\]|FAILED|rror|PASSED" $OUT/linear_test.txt | tee -a $log ;;
   vs-cpu)
     timeout 400 build-dev/tests/test_cuda_vs_cpu > $OUT/vs_cpu.txt 2>&1
     echo "vs-cpu rc=$?" | tee -a $log
