@@ -1,7 +1,9 @@
 // SPEC §9 on the GPU: the sums across the ranks of a data-parallel step, through the caller's
 // NCCL communicator, enqueued (and so captured into the step graph) at the points the task
 // files call them:
-//   IQL's gradient, before its Adam                         aux child, lane 0, before the fork
+//   IQL's gradient, before its Adam                         forward child, lane 2, beside the
+//                                                           trunk backward (one branch: aux
+//                                                           child, lane 0, before the fork)
 //   IQN's and attention's gradients, before their Adam      aux child, lane 0, after the join
 //                                                           (world = 1: none, their Adam steps
 //                                                           end their lanes)
@@ -9,7 +11,7 @@
 //   the Q-net gradient and the metrics' batch sums          adam child, before ‖g‖
 // Every call is one NCCL group (one launch, whatever the number of buffers), on lane 0 of its
 // child, or lane 3 for the regime statistics, the aux child's only collective between its fork
-// and join: no two collectives of the communicator can run at the same time (NCCL forbids it;
+// and join, or lane 2 for IQL's, the forward child's only collective: no two collectives of the communicator can run at the same time (NCCL forbids it;
 // it can deadlock), and each rank enqueues them in the same order.
 //
 // Sums are in place (ncclSum over float32, or float64 where the sums are double). NCCL's

@@ -1,9 +1,11 @@
-// SPEC §5.5 steps 2–4 as tasks of the aux child: the learners of learners.hpp on their lanes,
-// with the sums of their gradients across the ranks of a data-parallel step (SPEC §9,
-// allreduce.hpp) before their Adam steps:
-//   lane 0:  IQL loss and gradient, its all-reduce, its Adam (V_hi's update precedes nothing
-//            else that reads it: ω and v_hi were written before)
-//   lane 1:  IQN loss and gradient, its Adam   lane 2: attention loss and gradient, its Adam
+// SPEC §5.5 steps 2–4 as tasks: the learners of learners.hpp on their lanes, with the sums of
+// their gradients across the ranks of a data-parallel step (SPEC §9, allreduce.hpp) before
+// their Adam steps:
+//   IQL (forward child, lane 2, beside the trunk backward; aux child, lane 0, with one branch:
+//        schedule.cpp): loss and gradient, its all-reduce, its Adam (V_hi's update precedes
+//        nothing else that reads it: ω and v_hi were written before)
+//   aux child, lane 1: IQN loss and gradient, its Adam   lane 2: attention loss and gradient,
+//        its Adam
 // In a data-parallel step (world > 1) the two Adam steps wait for the join instead, on lane 0
 // after both gradients' all-reduce (one NCCL group, on lane 0: no collective runs on the
 // learners' lanes).

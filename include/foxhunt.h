@@ -445,7 +445,8 @@ typedef struct fh_timings {
     float forward_ms;   /**< child forward: forward, TD loss, backward, SPEC §5.4; with
                              at least two branches also IQL (SPEC §5.5 step 2), beside the
                              trunk backward: nothing between reads what it writes */
-    float aux_ms;       /**< child aux: EMA and auxiliary learners, SPEC §5.5 */
+    float aux_ms;       /**< child aux: EMA and auxiliary learners, SPEC §5.5 (IQL only with
+                             a single branch: see forward_ms) */
     float adam_ms;      /**< child adam: clip and Adam of the Q net, SPEC §5.6 */
     float total_ms;     /**< first child's start to last child's end */
     float aux_ema_ms;   /**< aux main lane: EMA of the target nets */
