@@ -11,8 +11,9 @@
 //   the Q-net gradient and the metrics' batch sums          adam child, before ‖g‖
 // Every call is one NCCL group (one launch, whatever the number of buffers), on lane 0 of its
 // child, or lane 3 for the regime statistics, the aux child's only collective between its fork
-// and join, or lane 2 for IQL's, the forward child's only collective: no two collectives of the communicator can run at the same time (NCCL forbids it;
-// it can deadlock), and each rank enqueues them in the same order.
+// and join, or lane 2 for IQL's, the forward child's only collective: no two collectives of
+// the communicator can run at the same time (NCCL forbids it; it can deadlock), and each rank
+// enqueues them in the same order.
 //
 // Sums are in place (ncclSum over float32, or float64 where the sums are double). NCCL's
 // reduction order is fixed for a fixed communicator, so the result is bitwise the same run to
