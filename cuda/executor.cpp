@@ -12,9 +12,10 @@
 // after each child (the per-child timings).
 //
 // The step counter lives on the device (uint64): the sample, HER, IQN and Adam read it, the
-// guard's final search block in the adam child increments it (guard.cu). train(step, k) compares the API's count with what
-// the device will hold after the work already launched and, when they differ (a checkpoint was
-// loaded), enqueues a one-thread kernel that sets it before the launches.
+// guard's final search block in the adam child increments it (guard.cu). train(step, k)
+// compares the API's count with what the device will hold after the work already launched and,
+// when they differ (a checkpoint was loaded), enqueues a one-thread kernel that sets it before
+// the launches.
 //
 // Only read(), write(), metrics(), timings(), act(), sync() and checkpoints wait for the GPU,
 // and settle() for the check of the last call's device arrays (device_input.hpp).

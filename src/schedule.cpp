@@ -20,9 +20,9 @@ unsigned mask_of(int first, int count) { return ((1u << count) - 1u) << first; }
 // B = 16384, TF32 multi-stream on the H200: forward child 0.406 → 0.543 ms, aux child 1.114 →
 // 0.935, wall 1.894 → 1.850 ms; single-stream unchanged, 2.287 → 2.289
 // (bench/results/h200-2026-12-02-iql-place-before-after.json; both rows with a trial SiLU
-// kernel in the ddqn child that was not kept, docs/cuda.md "Findings"). Lane 2 has a workspace of its own
-// (lane 1 shares lane 0's), so this needs at least two branch lanes; with one branch IQL stays in
-// the aux child.
+// kernel in the ddqn child that was not kept, docs/cuda.md "Findings"). Lane 2 has a workspace
+// of its own (lane 1 shares lane 0's), so this needs at least two branch lanes; with one branch
+// IQL stays in the aux child.
 static bool iql_beside_trunk_backward(const Dims &d) { return d.NB >= 2; }
 
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
@@ -64,9 +64,10 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     s.push_back(fwd);
 
     // The aux child (SPEC §5.5): EMA (and IQL, where it is not in the forward child) on lane 0,
-    // then IQN and attention fork onto lanes 1 and 2, and CQL and the regime scales onto lane 3: they read IQL's ω and the forward
-    // child's TD errors, and nothing before the join reads what they write, so they run beside
-    // IQN and attention instead of after the join (4.5 % of the step at B = 16384, multi-stream:
+    // then IQN and attention fork onto lanes 1 and 2, and CQL and the regime scales onto lane 3:
+    // they read IQL's ω and the forward child's TD errors, and nothing before the join reads
+    // what they write, so they run beside IQN and attention instead of after the join (4.5 % of
+    // the step at B = 16384, multi-stream:
     // bench/results/h200-2026-12-01-aux-schedule-before-after.json). Lane 3 is the only lane of
     // the child that issues an NCCL collective (the regime statistics' sum) between the fork and
     // the join, so no two of them run at once. Without CQL (cql_alpha = 0) and with one regime,
