@@ -7,6 +7,8 @@
 #   attn-test    test_cuda_attention only
 #   vs-cpu       test_cuda_vs_cpu only
 #   iqn-test     test_cuda_iqn only (the fused IQN kernels against float64, the paths against each other)
+#   iql-test     test_cuda_iql (the fused IQL kernel against float64, the paths against each other
+#                and the CPU), test_cuda_iql_gemm and test_cuda_memory_plan
 #   attn-bench   foxhunt-bench-attention at B = 1024, 4096, 16384, 65536
 #   step-bench   foxhunt-bench at B = 16384, the attention kernel paths side by side
 #   digest       tests/python/state_digest.py in the four modes (bitwise checks of refactors)
@@ -65,6 +67,12 @@ for s in "$@"; do
     timeout 300 build-dev/tests/test_cuda_iqn > $OUT/iqn_test.txt 2>&1
     echo "iqn-test rc=$?" | tee -a $log
     grep -E "\[IQN\]|FAILED|rror|PASSED" $OUT/iqn_test.txt | tee -a $log ;;
+  iql-test)
+    for t in test_cuda_iql test_cuda_iql_gemm test_cuda_memory_plan; do
+      timeout 300 build-dev/tests/$t > $OUT/$t.txt 2>&1
+      echo "$t rc=$?" | tee -a $log
+      grep -E "\[(IQL|IQL-GEMM|MEMORY)\]|FAILED|rror|PASSED" $OUT/$t.txt | tee -a $log
+    done ;;
   vs-cpu)
     timeout 400 build-dev/tests/test_cuda_vs_cpu > $OUT/vs_cpu.txt 2>&1
     echo "vs-cpu rc=$?" | tee -a $log

@@ -35,11 +35,17 @@
 //   dpre1 = dh1 ⊙ SiLU'(pre1 + b1) in place, with the column-sum partials of db1
 //   B1w dW1[z] = dpre1[z]ᵀ x̃               tn  M=Hi N=D K=B
 //   reductions of the partials (fixed order, double), Adam over 2·total floats.
+// In TF32 and BF16 modes at iql_hidden = 128 with D % 8 == 0 and D ≤ 128 (src/iql_paths.hpp),
+// F1, the two bias_silu passes, F2, the head, B2x and dsilu_colsum are one tensor-core kernel
+// (iql_fused.cu) writing h1, dpre2 and dpre1 and the partial sums; B2w and B1w stay as above.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 
 #include "aux_common.cuh"
+#include "iql_fused.hpp"
+#include "iql_paths.hpp"
 #include "learners.hpp"
 #include "nn.cuh"
 
@@ -227,6 +233,11 @@ struct IqlLearner::Impl {
     aux::RowPlan head;
     int b1_chunks;
     Site sites[kSites];
+    // TF32 and BF16 modes at iql_hidden = 128, D % 8 == 0, D ≤ 128: F1, F2, the head, B2x and
+    // dsilu_colsum are one kernel (iql_fused.cu), which writes h1, dpre2 (into pre2) and dpre1
+    // (into h2); pre1 is not allocated. FOXHUNT_IQL_KERNELS=unfused keeps the separate passes.
+    bool fused = false;
+    int fused_blocks = 0;
 
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *m, float *v)
         : d(dd), o(L.iql), total(L.iql.total), params(p), mom1(m), mom2(v) {
@@ -263,16 +274,26 @@ struct IqlLearner::Impl {
         const size_t BH = (size_t)d.B * d.Hi, W = 2 * (size_t)d.Hi + 2;
         head = aux::plan_rows(d.B, (int)W, kHeadRowsPerWarp, 0, "IQL head");
         b1_chunks = aux::col_chunks(d.B);
-        const size_t o_pre1 = arena.reserve_n<float>(2 * BH);
+        fused = iql_fused(d, c);
+        if (fused) {
+            // The kernel reads W1 and W2 as float4s and x̃'s rows with 16-byte copies.
+            if (o.W1 % 4 || o.W2 % 4 || total % 4)
+                fail(FH_ERR_INTERNAL, "IQL layout: W1 at %zu, W2 at %zu, %zu floats per net: "
+                     "the fused kernel needs multiples of 4", o.W1, o.W2, total);
+            fused_blocks = iql::fused_blocks((int)d.B);
+        }
+        // Partial rows for the head's grid or the fused kernel's (at most one per 128-row tile).
+        const int head_rows = std::max(head.blocks, b1_chunks);
+        const size_t o_pre1 = arena.reserve_n<float>(fused ? 0 : 2 * BH);
         const size_t o_h1 = arena.reserve_n<float>(2 * BH);
         const size_t o_pre2 = arena.reserve_n<float>(2 * BH);
         const size_t o_h2 = arena.reserve_n<float>(2 * BH);
         const size_t o_grad = arena.reserve_n<float>(2 * total);
-        const size_t o_ph = arena.reserve_n<double>(2 * (size_t)head.blocks * W);
+        const size_t o_ph = arena.reserve_n<double>(2 * (size_t)head_rows * W);
         const size_t o_pb = arena.reserve_n<double>(2 * (size_t)b1_chunks * d.Hi);
         const size_t o_ptr = arena.reserve_n<void *>(kSites * 6);
         arena.allocate("the IQL learner");
-        pre1 = arena.at<float>(o_pre1);
+        pre1 = fused ? nullptr : arena.at<float>(o_pre1);
         h1 = arena.at<float>(o_h1);
         pre2 = arena.at<float>(o_pre2);
         h2 = arena.at<float>(o_h2);
@@ -281,6 +302,7 @@ struct IqlLearner::Impl {
         part_b1 = arena.at<double>(o_pb);
         dptrs = arena.at<const void *>(o_ptr);
         aux::allow_smem(head_kernel(), head.smem, "IQL head");
+        if (fused) iql::fused_prepare();
     }
 
     // The head's kernel: columns in registers up to Hi = 128 (IQL 0.180 → 0.162 ms at B = 16384
@@ -301,7 +323,7 @@ struct IqlLearner::Impl {
             float *G = grad + z * total;
             const size_t A = z * BH;
             // dpre2 lives in pre2, dh1 and then dpre1 in h2 (see the file comment).
-            sites[0].g[z] = desc_nt(B, Hi, D, x, P + o.W1, pre1 + A);
+            sites[0].g[z] = desc_nt(B, Hi, D, x, P + o.W1, pre1 ? pre1 + A : nullptr);
             sites[1].g[z] = desc_nt(B, Hi, Hi, h1 + A, P + o.W2, pre2 + A);
             sites[2].g[z] = desc_tn(Hi, Hi, B, pre2 + A, h1 + A, G + o.W2);
             sites[3].g[z] = desc_nn(B, Hi, Hi, pre2 + A, P + o.W2, h2 + A);
@@ -368,6 +390,38 @@ struct IqlLearner::Impl {
         strided(bl, s);
     }
 
+    // F1 .. B2x in one kernel, and the sums of its partial rows (iql_fused.cu).
+    void fused_pass(const StepInputs &in, float *v_hi, float *v_lo, float *omega, float *loss,
+                    cudaStream_t s) {
+        if (reinterpret_cast<uintptr_t>(in.x) % 16)
+            fail(FH_ERR_INTERNAL, "IQL: x~ at %p is not 16-byte aligned", (const void *)in.x);
+        const int Hi = (int)d.Hi;
+        iql::FusedArgs a{};
+        a.x = in.x;
+        a.params = params;
+        a.total = total;
+        a.off_W1 = o.W1; a.off_b1 = o.b1; a.off_W2 = o.W2;
+        a.off_b2 = o.b2; a.off_w3 = o.w3; a.off_b3 = o.b3;
+        a.qsa = in.qbar_sa;
+        a.B = (int)d.B; a.D = (int)d.D;
+        a.rows = (float)d.Bg;
+        a.tau[0] = tau[0]; a.tau[1] = tau[1];
+        a.awr_beta = awr_beta; a.awr_max = awr_max;
+        a.v_out[0] = v_hi; a.v_out[1] = v_lo; a.omega = omega;
+        a.h1 = h1; a.dpre2 = pre2; a.dpre1 = h2;
+        a.part_head = part_head; a.part_b1 = part_b1;
+        iql::fused(a, fused_blocks, s);
+        aux::Segs g;
+        g.add(grad + o.b2, 0, Hi, total);
+        g.add(grad + o.w3, Hi, Hi, total);
+        g.add(grad + o.b3, 2 * Hi, 1, total);
+        g.add(loss, 2 * Hi + 1, 1, 1, (double)d.Bg);  // loss[0] hi, loss[1] lo
+        aux::reduce_partials(part_head, fused_blocks, 2 * Hi + 2, 2, g, s);
+        aux::Segs g1;
+        g1.add(grad + o.b1, 0, Hi, total);
+        aux::reduce_partials(part_b1, fused_blocks, Hi, 2, g1, s);
+    }
+
     void loss_grad(const Lane &lane, const StepInputs &in, float *v_hi, float *v_lo,
                    float *omega, float *loss) {
         cudaStream_t s = lane.stream;
@@ -386,6 +440,13 @@ struct IqlLearner::Impl {
                 }
             k_set_ptrs<<<1, 32, 0, s>>>(t, dptrs);
             FH_LAUNCHED("k_set_ptrs (IQL)");
+        }
+
+        if (fused) {
+            fused_pass(in, v_hi, v_lo, omega, loss, s);
+            run(bl, 2);
+            run(bl, 4);
+            return;
         }
 
         // Forward.

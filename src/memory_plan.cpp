@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "error.hpp"
+#include "iql_paths.hpp"
 #include "iqn_paths.hpp"
 #include "replay.hpp"
 #include "schedule.hpp"
@@ -135,9 +136,10 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     // IQL (iql.cu).
     Arena iql;
     const uint64_t BH = B * d.Hi, W = 2 * (uint64_t)d.Hi + 2;
-    for (int k = 0; k < 4; ++k) iql.add(2 * BH * F);
+    for (int k = 0; k < 4; ++k) iql.add(k == 0 && iql_fused(d, c) ? 0 : 2 * BH * F);  // pre1
     iql.add(2 * (uint64_t)L.iql.total * F);
-    iql.add(2 * (uint64_t)row_blocks(B, W, 8, 0) * W * D8);
+    // The head's partial rows, or the fused kernel's (one per 128-row tile at most).
+    iql.add(2 * std::max<uint64_t>(row_blocks(B, W, 8, 0), chunks(B, 128)) * W * D8);
     iql.add(2 * chunks(B, 128) * d.Hi * D8);
     iql.add(5 * 6 * sizeof(void *));
     // IQN (iqn.cu).

@@ -1,0 +1,346 @@
+// IQL's value nets V_hi, V_lo (Kostrikov et al. 2021; SPEC §4, §5.5 step 2) fused on tensor
+// cores: TF32 mma.sync m16n8k8 (mma_tf32.cuh), iql_hidden = 128, D = obs + goal ≤ 128, D % 8 = 0.
+// One kernel per step does, for every row of x̃ and both nets,
+//   z1 = x̃ W1ᵀ + b1,  h1 = SiLU(z1)                                           -> h1
+//   z2 = h1 W2ᵀ + b2,  V = SiLU(z2)·w3 + b3,  ũ = Q̄sa − V,  L_τ terms |τ − [ũ<0]| ũ²
+//   dV = −2 |τ − [ũ<0]| ũ / (W·B),  dpre2 = dV w3 ⊙ SiLU'(z2)                  -> V, ω, dpre2
+//   dh1 = dpre2 W2,  dpre1 = dh1 ⊙ SiLU'(z1)                                   -> dpre1
+// with per-block column sums of db2 = Σ dpre2, dw3 = Σ dV SiLU(z2), db1 = Σ dpre1, db3 = Σ dV
+// and the loss terms. It replaces the unfused path's three GEMMs F1, F2 and B2x, its two
+// bias_silu passes, the warp-per-row head and dsilu_colsum (cuda/iql.cu), and their round trips
+// of pre1, pre2 and h2 through memory. The weight gradients, contractions over the batch, stay
+// cuBLAS GEMMs on what it writes.
+//
+// Tiling. grid (blocks, 2 nets), 8 warps; a block walks tiles of 128 rows, warp w owns rows
+// 16w .. 16w + 15 of a tile (one m16 tile; thread (g, t) rows g and g + 8). W1 and W2 of the
+// block's net sit in shared memory for the whole kernel, TF32-rounded once; each warp copies its
+// next tile's 16 x̃ rows into its own shared rows with cp.async while it works on the current one
+// (8 warps per SM leave little else to hide the load behind). The activations never leave
+// registers: layer 2 takes SiLU(z1) as A fragments straight from the accumulators and dh1 takes
+// dpre2 the same way (the permuted contraction order of mma_tf32.cuh). SiLU'(z1) waits for the
+// backward as fp16 pairs: in float32 it spilled (255 registers), and fp16's 2^-11 relative
+// rounding is that of the TF32 operand dpre1 becomes in dW1's GEMM. dh1 = dpre2 W2 reads W2 by columns where the forward reads it by rows: the
+// shared copies are XOR-swizzled (swz below) so that both reads, and the x̃ reads, hit 32
+// different banks. 3 × 64 KiB + 1.5 KiB of shared memory: one block per SM.
+//
+// Deterministic: a row is one warp's, the column sums go through tile128.cuh's fixed butterfly,
+// across tiles in each lane's registers, across warps in warp order and across blocks in
+// reduce_partials' block order. No atomics.
+#include <algorithm>
+
+#include <cuda_fp16.h>
+
+#include "aux_common.cuh"
+#include "iql_fused.hpp"
+#include "iql_paths.hpp"
+#include "mma_tf32.cuh"
+#include "stage.cuh"
+#include "tile128.cuh"
+
+namespace fh::cuda::iql {
+
+namespace {
+
+constexpr int kH = 128, kWarps = 8, kTileRows = 16 * kWarps;
+static_assert(kH == (int)kIqlFusedHidden && kH == (int)kIqlFusedMaxInput,
+              "src/iql_paths.hpp names the widths this kernel is written for");
+static_assert(kTileRows == kFusedRowsPerTile, "iql_fused.hpp's tile size");
+constexpr int kHeadW = 2 * kH + 2;  // db2 | dw3 | db3 | Σ loss terms
+constexpr int kRedW = kHeadW + kH;  // ... | db1
+constexpr int kMat = kH * kH;
+// W1, W2, the warps' x̃ rows [8 × 16, 128], then b1, b2, w3.
+constexpr int kSmemFloats = 3 * kMat + 3 * kH;
+static_assert(2 * kWarps * kRedW <= kMat, "the warps' partial rows (doubles) fit over x̃'s rows");
+
+// The shared-memory index of element (r, c) of a [*, 128] matrix: column c XOR 8·f(r mod 8) with
+// f = (r ^ (r >> 2)) & 3 on r's low three bits. The reads are (fragment layout, g = lane / 4,
+// t = lane % 4): rows g of 8-row groups at columns 8κ + 2t as float2 (the forward's B operand
+// and x̃'s A operand; each half-warp's g < 4 or g ≥ 4 takes four different f), and rows 8κ + 2t
+// (+1) at column 8ν + g as single floats (dh1's B operand; the four t take four different f).
+// The XOR moves whole aligned groups of 8 columns, so float4 stores and float2 reads stay whole.
+__device__ __forceinline__ int swz(int r, int c) {
+    const int f = (r & 3) ^ ((r >> 2) & 1);
+    return r * kH + (c ^ (f << 3));
+}
+
+// Row-major W [128, K] (K % 4 == 0) into dst, rounded to TF32, 8 loads per thread in flight.
+__device__ __forceinline__ void stage_w(float *dst, const float *src, int K) {
+    const float4 *s4 = reinterpret_cast<const float4 *>(src);
+    const int q = K / 4;
+    stage_batched<8, float4>(
+        kH * q, [&](int e) { return __ldg(s4 + e); },
+        [&](int e, float4 v) {
+            const int r = e / q, c = 4 * (e - r * q);
+            *reinterpret_cast<float4 *>(dst + swz(r, c)) = tile::tf32x4(v);
+        });
+}
+
+// x̃ rows row0 .. row0 + 15 (clamped to B − 1: rows past the batch compute on a real row and
+// are masked) into the warp's rows xw, asynchronously; the warp waits with cp_async_wait_all()
+// and __syncwarp() before it reads them.
+__device__ __forceinline__ void fetch_x(float *xw, const float *x, size_t row0, int B, int D) {
+    const int lane = threadIdx.x & 31, q = D / 4;
+    for (int e = lane; e < 16 * q; e += 32) {
+        const int rr = e / q, c = 4 * (e - rr * q);
+        const size_t r = min(row0 + (size_t)rr, (size_t)B - 1);
+        cp_async16(xw + swz(rr, c), x + r * D + c);
+    }
+}
+
+__device__ __forceinline__ float2 ld2(const float *p) { return *reinterpret_cast<const float2 *>(p); }
+__device__ __forceinline__ void st2(float *p, float a, float b) {
+    *reinterpret_cast<float2 *>(p) = make_float2(a, b);
+}
+
+// The head of one row: ũ = Q̄sa − V, its loss term (li) and dV; V and ω written by the quad's
+// first thread. Rows past the batch give dV = li = 0.
+__device__ __forceinline__ float head_row(const FusedArgs &a, int net, bool valid, size_t r,
+                                          float V, float tau, float &li) {
+    li = 0.0f;
+    if (!valid) return 0.0f;
+    const float q = __ldg(a.qsa + r);
+    const float u = __fadd_rn(q, -V);
+    const float w = u < 0.0f ? __fadd_rn(1.0f, -tau) : tau;  // |τ − [ũ < 0]|
+    li = __fmul_rn(__fmul_rn(w, u), u);
+    if ((threadIdx.x & 3) == 0) {
+        (net ? a.v_out[1] : a.v_out[0])[r] = V;
+        if (net == 0) a.omega[r] = fminf(expf(__fmul_rn(a.awr_beta, __fadd_rn(q, -V))), a.awr_max);
+    }
+    return __fdiv_rn(__fmul_rn(__fmul_rn(-2.0f, w), u), a.rows);
+}
+
+__global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
+    extern __shared__ float4 sm4[];
+    float *W1s = reinterpret_cast<float *>(sm4), *W2s = W1s + kMat, *Xs = W2s + kMat;
+    float *b1s = Xs + kMat, *b2s = b1s + kH, *w3s = b2s + kH;
+    const int net = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int gi = lane >> 2, tq = lane & 3, B = a.B, D = a.D, KD = D / 8;
+    const float *p = a.params + (size_t)net * a.total;
+    const size_t ntiles = ((size_t)B + kTileRows - 1) / kTileRows;
+    float *xw = Xs + warp * 16 * kH;
+    size_t tile = blockIdx.x;
+    if (tile < ntiles) fetch_x(xw, a.x, tile * kTileRows + warp * 16, B, D);
+    stage_w(W1s, p + a.off_W1, D);
+    stage_w(W2s, p + a.off_W2, kH);
+    for (int e = threadIdx.x; e < kH; e += blockDim.x) {
+        b1s[e] = __ldg(p + a.off_b1 + e);
+        b2s[e] = __ldg(p + a.off_b2 + e);
+        w3s[e] = __ldg(p + a.off_w3 + e);
+    }
+    __syncthreads();
+    const float b3 = __ldg(p + a.off_b3);
+    const float tau = net ? a.tau[1] : a.tau[0];  // (no dynamic indexing of the params)
+    const size_t base = (size_t)net * B * kH;
+    // Column sums, tile128.cuh's colsum_quarter layout: db2 (k = 0, 1), dw3 (2, 3); db1 (0, 1).
+    float acc_h[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    float acc_b1[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+    double acc_loss = 0.0, acc_db3 = 0.0;
+    for (; tile < ntiles; tile += gridDim.x) {
+        const size_t r0 = tile * kTileRows + warp * 16 + gi, r1 = r0 + 8;
+        const bool v0 = r0 < (size_t)B, v1 = r1 < (size_t)B;
+        cp_async_wait_all();
+        __syncwarp();
+        // Layer 1: z1 = x̃ W1ᵀ (+ b1 below), K = D in steps of 8.
+        float z1[kH / 8][4];
+#pragma unroll
+        for (int nu = 0; nu < kH / 8; ++nu)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) z1[nu][e] = 0.0f;
+#pragma unroll
+        for (int ka = 0; ka < kH / 8; ++ka) {
+            if (ka >= KD) break;
+            const float2 x0 = ld2(xw + swz(gi, 8 * ka + 2 * tq));
+            const float2 x1 = ld2(xw + swz(gi + 8, 8 * ka + 2 * tq));
+            const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x),
+                                  mma::op<false>(x0.y), mma::op<false>(x1.y)};
+#pragma unroll
+            for (int nu = 0; nu < kH / 8; ++nu) {
+                const float2 w = ld2(W1s + swz(8 * nu + gi, 8 * ka + 2 * tq));
+                const mma::Op Bf[2] = {mma::loaded<false>(w.x), mma::loaded<false>(w.y)};
+                mma::mma<false>(z1[nu], A, Bf);
+            }
+        }
+        __syncwarp();
+        if (tile + gridDim.x < ntiles)
+            fetch_x(xw, a.x, (tile + gridDim.x) * kTileRows + warp * 16, B, D);
+
+        // Layer 2: h1 = SiLU(z1 + b1), stored and used as the A fragments of z2 = h1 W2ᵀ.
+        float *h1r0 = v0 ? a.h1 + base + r0 * kH : nullptr;
+        float *h1r1 = v1 ? a.h1 + base + r1 * kH : nullptr;
+        float z2[kH / 8][4];
+#pragma unroll
+        for (int nu = 0; nu < kH / 8; ++nu)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) z2[nu][e] = 0.0f;
+        __half2 ds1[kH / 8][2];  // SiLU'(z1) for the backward, rows g | g + 8
+#pragma unroll
+        for (int ka = 0; ka < kH / 8; ++ka) {
+            const int u = 8 * ka + 2 * tq;
+            const float2 bb = ld2(b1s + u);
+            z1[ka][0] += bb.x;
+            z1[ka][1] += bb.y;
+            z1[ka][2] += bb.x;
+            z1[ka][3] += bb.y;
+            float h[4], ds[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float sg = tile::sigmoid_fast(z1[ka][e]);
+                h[e] = z1[ka][e] * sg;
+                ds[e] = tile::dsilu_of(z1[ka][e], sg);
+            }
+            ds1[ka][0] = __floats2half2_rn(ds[0], ds[1]);
+            ds1[ka][1] = __floats2half2_rn(ds[2], ds[3]);
+            if (h1r0) st2(h1r0 + u, h[0], h[1]);
+            if (h1r1) st2(h1r1 + u, h[2], h[3]);
+            mma::Op A[4];
+            mma::a_from_acc<false>(A, h);
+#pragma unroll
+            for (int nu = 0; nu < kH / 8; ++nu) {
+                const float2 w = ld2(W2s + swz(8 * nu + gi, 8 * ka + 2 * tq));
+                const mma::Op Bf[2] = {mma::loaded<false>(w.x), mma::loaded<false>(w.y)};
+                mma::mma<false>(z2[nu], A, Bf);
+            }
+        }
+
+        // The head: V of the thread's rows (a quad sums a row), ũ, the loss terms and dV.
+        float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+        for (int nu = 0; nu < kH / 8; ++nu) {
+            const int u = 8 * nu + 2 * tq;
+            const float2 bb = ld2(b2s + u), ww = ld2(w3s + u);
+            z2[nu][0] += bb.x;
+            z2[nu][1] += bb.y;
+            z2[nu][2] += bb.x;
+            z2[nu][3] += bb.y;
+            s0 = fmaf(tile::silu_fast(z2[nu][0]), ww.x, s0);
+            s0 = fmaf(tile::silu_fast(z2[nu][1]), ww.y, s0);
+            s1 = fmaf(tile::silu_fast(z2[nu][2]), ww.x, s1);
+            s1 = fmaf(tile::silu_fast(z2[nu][3]), ww.y, s1);
+        }
+        float li0, li1;
+        const float dV0 = head_row(a, net, v0, r0, tile::quad_sum(s0) + b3, tau, li0);
+        const float dV1 = head_row(a, net, v1, r1, tile::quad_sum(s1) + b3, tau, li1);
+        if (tq == 0) {
+            acc_loss += (double)li0 + (double)li1;
+            acc_db3 += (double)dV0 + (double)dV1;
+        }
+
+        // dpre2 = dV w3 ⊙ SiLU'(z2) in place of z2 (stored), with the column sums of db2 and dw3.
+        float *d2r0 = v0 ? a.dpre2 + base + r0 * kH : nullptr;
+        float *d2r1 = v1 ? a.dpre2 + base + r1 * kH : nullptr;
+        float pend[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            float v[4][4];  // [db2 u, db2 u + 1, dw3 u, dw3 u + 1][column tile]
+#pragma unroll
+            for (int n = 0; n < 4; ++n) {
+                const int nu = 4 * q + n, u = 8 * nu + 2 * tq;
+                const float2 ww = ld2(w3s + u);
+                float s[4], d[4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[e] = tile::sigmoid_fast(z2[nu][e]);
+                d[0] = dV0 * ww.x * tile::dsilu_of(z2[nu][0], s[0]);
+                d[1] = dV0 * ww.y * tile::dsilu_of(z2[nu][1], s[1]);
+                d[2] = dV1 * ww.x * tile::dsilu_of(z2[nu][2], s[2]);
+                d[3] = dV1 * ww.y * tile::dsilu_of(z2[nu][3], s[3]);
+                if (d2r0) st2(d2r0 + u, d[0], d[1]);
+                if (d2r1) st2(d2r1 + u, d[2], d[3]);
+                v[0][n] = d[0] + d[2];
+                v[1][n] = d[1] + d[3];
+                v[2][n] = fmaf(dV0, z2[nu][0] * s[0], dV1 * (z2[nu][2] * s[2]));
+                v[3][n] = fmaf(dV0, z2[nu][1] * s[1], dV1 * (z2[nu][3] * s[3]));
+#pragma unroll
+                for (int e = 0; e < 4; ++e) z2[nu][e] = d[e];
+            }
+            tile::colsum_quarter<4>(q, v, pend, acc_h);
+        }
+
+        // dh1 = dpre2 W2 a quarter of the columns at a time; dpre1 = dh1 ⊙ SiLU'(z1) (stored),
+        // with the column sums of db1.
+        mma::Op Dp[kH / 8][4];
+#pragma unroll
+        for (int ka = 0; ka < kH / 8; ++ka) mma::a_from_acc<false>(Dp[ka], z2[ka]);
+        float *d1r0 = v0 ? a.dpre1 + base + r0 * kH : nullptr;
+        float *d1r1 = v1 ? a.dpre1 + base + r1 * kH : nullptr;
+        float pb[2];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            float dh[4][4];
+#pragma unroll
+            for (int n = 0; n < 4; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) dh[n][e] = 0.0f;
+#pragma unroll
+            for (int ka = 0; ka < kH / 8; ++ka)
+#pragma unroll
+                for (int n = 0; n < 4; ++n) {
+                    const int col = 8 * (4 * q + n) + gi;
+                    const mma::Op Bf[2] = {mma::loaded<false>(W2s[swz(8 * ka + 2 * tq, col)]),
+                                           mma::loaded<false>(W2s[swz(8 * ka + 2 * tq + 1, col)])};
+                    mma::mma<false>(dh[n], Dp[ka], Bf);
+                }
+            float v[2][4];
+#pragma unroll
+            for (int n = 0; n < 4; ++n) {
+                const int nu = 4 * q + n, u = 8 * nu + 2 * tq;
+                float d[4];
+                const float2 s0 = __half22float2(ds1[nu][0]), s1 = __half22float2(ds1[nu][1]);
+                d[0] = dh[n][0] * s0.x;
+                d[1] = dh[n][1] * s0.y;
+                d[2] = dh[n][2] * s1.x;
+                d[3] = dh[n][3] * s1.y;
+                if (d1r0) st2(d1r0 + u, d[0], d[1]);
+                if (d1r1) st2(d1r1 + u, d[2], d[3]);
+                v[0][n] = d[0] + d[2];
+                v[1][n] = d[1] + d[3];
+            }
+            tile::colsum_quarter<2>(q, v, pb, acc_b1);
+        }
+    }
+
+    // The block's partial rows: the warps' rows in shared memory (over x̃'s), summed in warp order.
+    acc_loss = warp_sum(acc_loss);
+    acc_db3 = warp_sum(acc_db3);
+    __syncthreads();
+    double *red = reinterpret_cast<double *>(Xs);
+    double *mine = red + (size_t)warp * kRedW;
+#pragma unroll
+    for (int pp = 0; pp < 2; ++pp)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int c = tile::owned_col(pp, e);
+            mine[c] = (double)acc_h[pp][e];
+            mine[kH + c] = (double)acc_h[pp][2 + e];
+            mine[kHeadW + c] = (double)acc_b1[pp][e];
+        }
+    if (lane == 0) {
+        mine[2 * kH] = acc_db3;
+        mine[2 * kH + 1] = acc_loss;
+    }
+    __syncthreads();
+    const size_t prow = (size_t)net * gridDim.x + blockIdx.x;
+    for (int c = threadIdx.x; c < kRedW; c += blockDim.x) {
+        double s = 0.0;
+        for (int w = 0; w < kWarps; ++w) s += red[(size_t)w * kRedW + c];
+        if (c < kHeadW) a.part_head[prow * kHeadW + c] = s;
+        else a.part_b1[prow * kH + (c - kHeadW)] = s;
+    }
+}
+
+}  // namespace
+
+int fused_blocks(int B) {
+    const int tiles = (B + kTileRows - 1) / kTileRows;
+    return std::max(1, std::min(tiles, std::max(1, sm_count() / 2)));
+}
+
+void fused_prepare() {
+    aux::allow_smem((const void *)k_iql_fused, kSmemFloats * sizeof(float), "IQL fused pass");
+}
+
+void fused(const FusedArgs &a, int blocks, cudaStream_t s) {
+    k_iql_fused<<<dim3(blocks, 2), kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
+    FH_LAUNCHED("k_iql_fused");
+}
+
+}  // namespace fh::cuda::iql
