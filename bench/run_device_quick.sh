@@ -17,7 +17,8 @@
 #                $VARIANTS ("VAR=a,b VAR2=c,d")
 #   iqn-bench    foxhunt-bench at B = 16384, the four FOXHUNT_IQN_KERNELS levels side by side
 #   ncu-attn     Nsight Compute on the tensor-core attention kernels at B = 16384
-#   ncu-iqn      Nsight Compute on the fused IQN kernels at B = 16384 (one step)
+#   ncu-iqn      Nsight Compute on the fused IQN kernels at B = 16384 (one step; $NCU_RE: other
+#                kernels, e.g. k_iql_fused)
 #   ncu-src      Nsight Compute's per-instruction stall samples (SourceCounters) of the fused IQN
 #                and tensor-core attention kernels at B = 16384, the SASS pages as CSV ($NCU_RE)
 #   ncu-step     Nsight Compute: every kernel of one default step (B = 16384, TF32), durations
@@ -93,16 +94,16 @@ for s in "$@"; do
     echo "ncu rc=$?" | tee -a $log
     grep -E "k_attn_tc|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Issued Ipc|Executed Instructions |Stall|Warp Cycles Per Issued|Bank|Shared Memory Configuration|Dynamic Shared" $OUT/ncu_attn.txt | head -80 | tee -a $log ;;
   ncu-iqn)
-    timeout 300 ncu --clock-control none --kernel-name regex:k_iqn_ --launch-skip 3 --launch-count 3 \
+    timeout 300 ncu --clock-control none --kernel-name "regex:${NCU_RE:-k_iqn_}" --launch-skip ${NCU_SKIP:-3} --launch-count ${NCU_COUNT:-3} \
       --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
       --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
       build-dev/examples/foxhunt-bench --batch 16384 --steps 2 --warmup 0 --modes multi-tf32 \
       --replay 0 --out /tmp/n.json > $OUT/ncu_iqn.txt 2>&1
     echo "ncu rc=$?" | tee -a $log
-    grep -E "k_iqn_|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Issued Ipc|Stall|Warp Cycles Per Issued|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|L1/TEX Hit|Pipe" $OUT/ncu_iqn.txt | head -120 | tee -a $log ;;
+    grep -E "k_iqn_|k_iql_|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Issued Ipc|Stall|Warp Cycles Per Issued|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|L1/TEX Hit|Pipe" $OUT/ncu_iqn.txt | head -120 | tee -a $log ;;
   ncu-src)
     timeout 300 ncu --clock-control none --kernel-name "regex:${NCU_RE:-k_iqn_|k_attn_tc}" \
-      --launch-skip 5 --launch-count 5 --section SourceCounters --section WarpStateStats \
+      --launch-skip ${NCU_SKIP:-5} --launch-count ${NCU_COUNT:-5} --section SourceCounters --section WarpStateStats \
       --section SpeedOfLight -o /tmp/src \
       build-dev/examples/foxhunt-bench --batch 16384 --steps 2 --warmup 0 --modes single-tf32 \
       --replay 0 --out /tmp/n.json > $OUT/ncu_src_run.txt 2>&1

@@ -13,22 +13,21 @@
 //
 // Tiling. grid (blocks, 2 nets), 8 warps; a block walks tiles of 128 rows, warp w owns rows
 // 16w .. 16w + 15 of a tile (one m16 tile; thread (g, t) rows g and g + 8). W1 and W2 of the
-// block's net sit in shared memory for the whole kernel, TF32-rounded once; each warp copies its
-// next tile's 16 x̃ rows into its own shared rows with cp.async while it works on the current one
-// (8 warps per SM leave little else to hide the load behind). The activations never leave
-// registers: layer 2 takes SiLU(z1) as A fragments straight from the accumulators and dh1 takes
-// dpre2 the same way (the permuted contraction order of mma_tf32.cuh). SiLU'(z1) waits for the
-// backward as fp16 pairs: in float32 it spilled (255 registers), and fp16's 2^-11 relative
-// rounding is that of the TF32 operand dpre1 becomes in dW1's GEMM. dh1 = dpre2 W2 reads W2 by columns where the forward reads it by rows: the
-// shared copies are XOR-swizzled (swz below) so that both reads, and the x̃ reads, hit 32
-// different banks. 3 × 64 KiB + 1.5 KiB of shared memory: one block per SM.
+// block's net sit in shared memory for the whole kernel, TF32-rounded once. Each warp has 16
+// shared rows of its own that hold, in turn, the A operands of its three products: x̃ (copied
+// with cp.async at the end of the previous tile, while the warp finishes it), h1, then dpre2
+// (both TF32-rounded as they are written). The accumulators z1 (then SiLU'(z1)), z2 and dh1 stay
+// in registers. Going through shared memory lets the loops over the contraction stay rolled: with
+// every loop unrolled and the A operands taken from the accumulators, the kernel was 8480
+// instructions and a third of its stall samples were instruction fetch (ncu on the H200).
+// dh1 = dpre2 W2 reads W2 by columns where the forward reads it by rows: the shared copies are
+// XOR-swizzled (swz below) so that both reads, and the A-operand reads, hit 32 different banks.
+// 3 × 64 KiB + 1.5 KiB of shared memory: one block per SM.
 //
 // Deterministic: a row is one warp's, the column sums go through tile128.cuh's fixed butterfly,
 // across tiles in each lane's registers, across warps in warp order and across blocks in
 // reduce_partials' block order. No atomics.
 #include <algorithm>
-
-#include <cuda_fp16.h>
 
 #include "aux_common.cuh"
 #include "iql_fused.hpp"
@@ -92,6 +91,37 @@ __device__ __forceinline__ void st2(float *p, float a, float b) {
     *reinterpret_cast<float2 *>(p) = make_float2(a, b);
 }
 
+template <int N>
+__device__ __forceinline__ void zero(float (&c)[N][4]) {
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) c[n][e] = 0.0f;
+}
+
+// The A fragment of contraction step ka from the warp's rows xw (values already TF32).
+__device__ __forceinline__ void a_rows(mma::Op (&A)[4], const float *xw, int ka) {
+    const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
+    const float2 x0 = ld2(xw + swz(gi, 8 * ka + 2 * tq));
+    const float2 x1 = ld2(xw + swz(gi + 8, 8 * ka + 2 * tq));
+    A[0] = mma::loaded<false>(x0.x);
+    A[1] = mma::loaded<false>(x1.x);
+    A[2] = mma::loaded<false>(x0.y);
+    A[3] = mma::loaded<false>(x1.y);
+}
+
+// c[ν] += A · Wᵀ over contraction step ka for all 16 column tiles ν (W read by rows).
+__device__ __forceinline__ void mma_row(float (&c)[kH / 8][4], const mma::Op (&A)[4],
+                                        const float *Ws, int ka) {
+    const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
+#pragma unroll
+    for (int nu = 0; nu < kH / 8; ++nu) {
+        const float2 w = ld2(Ws + swz(8 * nu + gi, 8 * ka + 2 * tq));
+        const mma::Op Bf[2] = {mma::loaded<false>(w.x), mma::loaded<false>(w.y)};
+        mma::mma<false>(c[nu], A, Bf);
+    }
+}
+
 // The head of one row: ũ = Q̄sa − V, its loss term (li) and dV; V and ω written by the quad's
 // first thread. Rows past the batch give dV = li = 0.
 __device__ __forceinline__ float head_row(const FusedArgs &a, int net, bool valid, size_t r,
@@ -140,67 +170,53 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
         const bool v0 = r0 < (size_t)B, v1 = r1 < (size_t)B;
         cp_async_wait_all();
         __syncwarp();
-        // Layer 1: z1 = x̃ W1ᵀ (+ b1 below), K = D in steps of 8.
+        // Layer 1: z1 = x̃ W1ᵀ, K = D in steps of 8 (x̃ rounded to TF32 as it is read).
         float z1[kH / 8][4];
-#pragma unroll
-        for (int nu = 0; nu < kH / 8; ++nu)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) z1[nu][e] = 0.0f;
-#pragma unroll
-        for (int ka = 0; ka < kH / 8; ++ka) {
-            if (ka >= KD) break;
+        zero(z1);
+#pragma unroll 2
+        for (int ka = 0; ka < KD; ++ka) {
             const float2 x0 = ld2(xw + swz(gi, 8 * ka + 2 * tq));
             const float2 x1 = ld2(xw + swz(gi + 8, 8 * ka + 2 * tq));
             const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x),
                                   mma::op<false>(x0.y), mma::op<false>(x1.y)};
-#pragma unroll
-            for (int nu = 0; nu < kH / 8; ++nu) {
-                const float2 w = ld2(W1s + swz(8 * nu + gi, 8 * ka + 2 * tq));
-                const mma::Op Bf[2] = {mma::loaded<false>(w.x), mma::loaded<false>(w.y)};
-                mma::mma<false>(z1[nu], A, Bf);
-            }
+            mma_row(z1, A, W1s, ka);
         }
         __syncwarp();
-        if (tile + gridDim.x < ntiles)
-            fetch_x(xw, a.x, (tile + gridDim.x) * kTileRows + warp * 16, B, D);
 
-        // Layer 2: h1 = SiLU(z1 + b1), stored and used as the A fragments of z2 = h1 W2ᵀ.
+        // h1 = SiLU(z1 + b1): stored, and into the warp's rows (TF32) as layer 2's A operand;
+        // SiLU'(z1 + b1) kept for the backward.
         float *h1r0 = v0 ? a.h1 + base + r0 * kH : nullptr;
         float *h1r1 = v1 ? a.h1 + base + r1 * kH : nullptr;
-        float z2[kH / 8][4];
 #pragma unroll
-        for (int nu = 0; nu < kH / 8; ++nu)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) z2[nu][e] = 0.0f;
-        __half2 ds1[kH / 8][2];  // SiLU'(z1) for the backward, rows g | g + 8
-#pragma unroll
-        for (int ka = 0; ka < kH / 8; ++ka) {
-            const int u = 8 * ka + 2 * tq;
+        for (int nu = 0; nu < kH / 8; ++nu) {
+            const int u = 8 * nu + 2 * tq;
             const float2 bb = ld2(b1s + u);
-            z1[ka][0] += bb.x;
-            z1[ka][1] += bb.y;
-            z1[ka][2] += bb.x;
-            z1[ka][3] += bb.y;
-            float h[4], ds[4];
+            float h[4];
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const float sg = tile::sigmoid_fast(z1[ka][e]);
-                h[e] = z1[ka][e] * sg;
-                ds[e] = tile::dsilu_of(z1[ka][e], sg);
+                const float z = z1[nu][e] + ((e & 1) ? bb.y : bb.x);
+                const float sg = tile::sigmoid_fast(z);
+                h[e] = z * sg;
+                z1[nu][e] = tile::dsilu_of(z, sg);
             }
-            ds1[ka][0] = __floats2half2_rn(ds[0], ds[1]);
-            ds1[ka][1] = __floats2half2_rn(ds[2], ds[3]);
             if (h1r0) st2(h1r0 + u, h[0], h[1]);
             if (h1r1) st2(h1r1 + u, h[2], h[3]);
-            mma::Op A[4];
-            mma::a_from_acc<false>(A, h);
-#pragma unroll
-            for (int nu = 0; nu < kH / 8; ++nu) {
-                const float2 w = ld2(W2s + swz(8 * nu + gi, 8 * ka + 2 * tq));
-                const mma::Op Bf[2] = {mma::loaded<false>(w.x), mma::loaded<false>(w.y)};
-                mma::mma<false>(z2[nu], A, Bf);
-            }
+            st2(xw + swz(gi, u), mma::stored<false>(h[0]), mma::stored<false>(h[1]));
+            st2(xw + swz(gi + 8, u), mma::stored<false>(h[2]), mma::stored<false>(h[3]));
         }
+        float (&ds1)[kH / 8][4] = z1;
+        __syncwarp();
+
+        // Layer 2: z2 = h1 W2ᵀ (+ b2 below).
+        float z2[kH / 8][4];
+        zero(z2);
+#pragma unroll 2
+        for (int ka = 0; ka < kH / 8; ++ka) {
+            mma::Op A[4];
+            a_rows(A, xw, ka);
+            mma_row(z2, A, W2s, ka);
+        }
+        __syncwarp();
 
         // The head: V of the thread's rows (a quad sums a row), ũ, the loss terms and dV.
         float s0 = 0.0f, s1 = 0.0f;
@@ -225,7 +241,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
             acc_db3 += (double)dV0 + (double)dV1;
         }
 
-        // dpre2 = dV w3 ⊙ SiLU'(z2) in place of z2 (stored), with the column sums of db2 and dw3.
+        // dpre2 = dV w3 ⊙ SiLU'(z2): stored, and into the warp's rows (TF32) as dh1's A operand,
+        // with the column sums of db2 and dw3.
         float *d2r0 = v0 ? a.dpre2 + base + r0 * kH : nullptr;
         float *d2r1 = v1 ? a.dpre2 + base + r1 * kH : nullptr;
         float pend[4];
@@ -236,59 +253,58 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
             for (int n = 0; n < 4; ++n) {
                 const int nu = 4 * q + n, u = 8 * nu + 2 * tq;
                 const float2 ww = ld2(w3s + u);
-                float s[4], d[4];
+                float sg[4], d[4];
 #pragma unroll
-                for (int e = 0; e < 4; ++e) s[e] = tile::sigmoid_fast(z2[nu][e]);
-                d[0] = dV0 * ww.x * tile::dsilu_of(z2[nu][0], s[0]);
-                d[1] = dV0 * ww.y * tile::dsilu_of(z2[nu][1], s[1]);
-                d[2] = dV1 * ww.x * tile::dsilu_of(z2[nu][2], s[2]);
-                d[3] = dV1 * ww.y * tile::dsilu_of(z2[nu][3], s[3]);
+                for (int e = 0; e < 4; ++e) sg[e] = tile::sigmoid_fast(z2[nu][e]);
+                d[0] = dV0 * ww.x * tile::dsilu_of(z2[nu][0], sg[0]);
+                d[1] = dV0 * ww.y * tile::dsilu_of(z2[nu][1], sg[1]);
+                d[2] = dV1 * ww.x * tile::dsilu_of(z2[nu][2], sg[2]);
+                d[3] = dV1 * ww.y * tile::dsilu_of(z2[nu][3], sg[3]);
                 if (d2r0) st2(d2r0 + u, d[0], d[1]);
                 if (d2r1) st2(d2r1 + u, d[2], d[3]);
+                st2(xw + swz(gi, u), mma::stored<false>(d[0]), mma::stored<false>(d[1]));
+                st2(xw + swz(gi + 8, u), mma::stored<false>(d[2]), mma::stored<false>(d[3]));
                 v[0][n] = d[0] + d[2];
                 v[1][n] = d[1] + d[3];
-                v[2][n] = fmaf(dV0, z2[nu][0] * s[0], dV1 * (z2[nu][2] * s[2]));
-                v[3][n] = fmaf(dV0, z2[nu][1] * s[1], dV1 * (z2[nu][3] * s[3]));
-#pragma unroll
-                for (int e = 0; e < 4; ++e) z2[nu][e] = d[e];
+                v[2][n] = fmaf(dV0, z2[nu][0] * sg[0], dV1 * (z2[nu][2] * sg[2]));
+                v[3][n] = fmaf(dV0, z2[nu][1] * sg[1], dV1 * (z2[nu][3] * sg[3]));
             }
             tile::colsum_quarter<4>(q, v, pend, acc_h);
         }
+        __syncwarp();
 
-        // dh1 = dpre2 W2 a quarter of the columns at a time; dpre1 = dh1 ⊙ SiLU'(z1) (stored),
-        // with the column sums of db1.
-        mma::Op Dp[kH / 8][4];
+        // dh1 = dpre2 W2 (W2 read by columns), then the next tile's x̃ into the warp's rows.
+        float dh[kH / 8][4];
+        zero(dh);
+#pragma unroll 2
+        for (int ka = 0; ka < kH / 8; ++ka) {
+            mma::Op A[4];
+            a_rows(A, xw, ka);
 #pragma unroll
-        for (int ka = 0; ka < kH / 8; ++ka) mma::a_from_acc<false>(Dp[ka], z2[ka]);
+            for (int nu = 0; nu < kH / 8; ++nu) {
+                const int col = 8 * nu + gi;
+                const mma::Op Bf[2] = {mma::loaded<false>(W2s[swz(8 * ka + 2 * tq, col)]),
+                                       mma::loaded<false>(W2s[swz(8 * ka + 2 * tq + 1, col)])};
+                mma::mma<false>(dh[nu], A, Bf);
+            }
+        }
+        __syncwarp();
+        if (tile + gridDim.x < ntiles)
+            fetch_x(xw, a.x, (tile + gridDim.x) * kTileRows + warp * 16, B, D);
+
+        // dpre1 = dh1 ⊙ SiLU'(z1 + b1), stored, with the column sums of db1.
         float *d1r0 = v0 ? a.dpre1 + base + r0 * kH : nullptr;
         float *d1r1 = v1 ? a.dpre1 + base + r1 * kH : nullptr;
         float pb[2];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-            float dh[4][4];
-#pragma unroll
-            for (int n = 0; n < 4; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) dh[n][e] = 0.0f;
-#pragma unroll
-            for (int ka = 0; ka < kH / 8; ++ka)
-#pragma unroll
-                for (int n = 0; n < 4; ++n) {
-                    const int col = 8 * (4 * q + n) + gi;
-                    const mma::Op Bf[2] = {mma::loaded<false>(W2s[swz(8 * ka + 2 * tq, col)]),
-                                           mma::loaded<false>(W2s[swz(8 * ka + 2 * tq + 1, col)])};
-                    mma::mma<false>(dh[n], Dp[ka], Bf);
-                }
             float v[2][4];
 #pragma unroll
             for (int n = 0; n < 4; ++n) {
                 const int nu = 4 * q + n, u = 8 * nu + 2 * tq;
                 float d[4];
-                const float2 s0 = __half22float2(ds1[nu][0]), s1 = __half22float2(ds1[nu][1]);
-                d[0] = dh[n][0] * s0.x;
-                d[1] = dh[n][1] * s0.y;
-                d[2] = dh[n][2] * s1.x;
-                d[3] = dh[n][3] * s1.y;
+#pragma unroll
+                for (int e = 0; e < 4; ++e) d[e] = dh[nu][e] * ds1[nu][e];
                 if (d1r0) st2(d1r0 + u, d[0], d[1]);
                 if (d1r1) st2(d1r1 + u, d[2], d[3]);
                 v[0][n] = d[0] + d[2];
