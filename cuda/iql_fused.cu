@@ -16,7 +16,7 @@
 // block's net sit in shared memory for the whole kernel, TF32-rounded once. Each warp has 16
 // shared rows of its own that hold, in turn, the A operands of its three products: x̃ (copied
 // with cp.async at the end of the previous tile, while the warp finishes it), h1, then dpre2
-// (both TF32-rounded as they are written). The accumulators z1 (then SiLU'(z1)), z2 and dh1 stay
+// (both TF32-rounded and in fragment order as they are written: put_a). The accumulators z1 (then SiLU'(z1)), z2 and dh1 stay
 // in registers. Going through shared memory lets the loops over the contraction stay rolled: with
 // every loop unrolled and the A operands taken from the accumulators, the kernel was 8480
 // instructions and a third of its stall samples were instruction fetch (ncu on the H200).
@@ -99,15 +99,21 @@ __device__ __forceinline__ void zero(float (&c)[N][4]) {
         for (int e = 0; e < 4; ++e) c[n][e] = 0.0f;
 }
 
-// The A fragment of contraction step ka from the warp's rows xw (values already TF32).
-__device__ __forceinline__ void a_rows(mma::Op (&A)[4], const float *xw, int ka) {
-    const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
-    const float2 x0 = ld2(xw + swz(gi, 8 * ka + 2 * tq));
-    const float2 x1 = ld2(xw + swz(gi + 8, 8 * ka + 2 * tq));
-    A[0] = mma::loaded<false>(x0.x);
-    A[1] = mma::loaded<false>(x1.x);
-    A[2] = mma::loaded<false>(x0.y);
-    A[3] = mma::loaded<false>(x1.y);
+// h1 and dpre2 wait in the warp's rows in fragment order: each thread writes the A fragment of
+// contraction step ka (its accumulator tile ka, a_from_acc's order, TF32-rounded) as one float4
+// at [ka][lane] and reads back only its own: one 128-bit access each way, and the four values
+// land in the register quad the mma reads (row-major reads of two float2 cost 4 moves per mma).
+__device__ __forceinline__ void put_a(float *xw, int ka, const float (&c)[4]) {
+    *reinterpret_cast<float4 *>(xw + (ka * 32 + (threadIdx.x & 31)) * 4) =
+        make_float4(mma::stored<false>(c[0]), mma::stored<false>(c[2]), mma::stored<false>(c[1]),
+                    mma::stored<false>(c[3]));
+}
+__device__ __forceinline__ void get_a(mma::Op (&A)[4], const float *xw, int ka) {
+    const float4 v = *reinterpret_cast<const float4 *>(xw + (ka * 32 + (threadIdx.x & 31)) * 4);
+    A[0] = mma::loaded<false>(v.x);
+    A[1] = mma::loaded<false>(v.y);
+    A[2] = mma::loaded<false>(v.z);
+    A[3] = mma::loaded<false>(v.w);
 }
 
 // c[ν] += A · Wᵀ over contraction step ka for all 16 column tiles ν (W read by rows).
@@ -158,6 +164,15 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
         w3s[e] = __ldg(p + a.off_w3 + e);
     }
     __syncthreads();
+    // dh1's B operand W2[8κ + 2t + e][8ν + g] is swz's element at w2c[e][ν % 4][1024 κ + 32 ⌊ν/4⌋]:
+    // row 8κ + r (r = 2t + e < 8) has f(r), and (8ν + g) XOR 8 f = 32 ⌊ν/4⌋ + 8 ((ν % 4) XOR f) + g.
+    const float *w2c[2][4];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        const int r = 2 * tq + e, f = (r & 3) ^ ((r >> 2) & 1);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) w2c[e][j] = W2s + r * kH + 8 * (j ^ f) + gi;
+    }
     const float b3 = __ldg(p + a.off_b3);
     const float tau = net ? a.tau[1] : a.tau[0];  // (no dynamic indexing of the params)
     const size_t base = (size_t)net * B * kH;
@@ -201,8 +216,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
             }
             if (h1r0) st2(h1r0 + u, h[0], h[1]);
             if (h1r1) st2(h1r1 + u, h[2], h[3]);
-            st2(xw + swz(gi, u), mma::stored<false>(h[0]), mma::stored<false>(h[1]));
-            st2(xw + swz(gi + 8, u), mma::stored<false>(h[2]), mma::stored<false>(h[3]));
+            put_a(xw, nu, h);
         }
         float (&ds1)[kH / 8][4] = z1;
         __syncwarp();
@@ -213,7 +227,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
 #pragma unroll 2
         for (int ka = 0; ka < kH / 8; ++ka) {
             mma::Op A[4];
-            a_rows(A, xw, ka);
+            get_a(A, xw, ka);
             mma_row(z2, A, W2s, ka);
         }
         __syncwarp();
@@ -262,8 +276,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
                 d[3] = dV1 * ww.y * tile::dsilu_of(z2[nu][3], sg[3]);
                 if (d2r0) st2(d2r0 + u, d[0], d[1]);
                 if (d2r1) st2(d2r1 + u, d[2], d[3]);
-                st2(xw + swz(gi, u), mma::stored<false>(d[0]), mma::stored<false>(d[1]));
-                st2(xw + swz(gi + 8, u), mma::stored<false>(d[2]), mma::stored<false>(d[3]));
+                put_a(xw, nu, d);
                 v[0][n] = d[0] + d[2];
                 v[1][n] = d[1] + d[3];
                 v[2][n] = fmaf(dV0, z2[nu][0] * sg[0], dV1 * (z2[nu][2] * sg[2]));
@@ -279,12 +292,12 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
 #pragma unroll 2
         for (int ka = 0; ka < kH / 8; ++ka) {
             mma::Op A[4];
-            a_rows(A, xw, ka);
+            get_a(A, xw, ka);
 #pragma unroll
             for (int nu = 0; nu < kH / 8; ++nu) {
-                const int col = 8 * nu + gi;
-                const mma::Op Bf[2] = {mma::loaded<false>(W2s[swz(8 * ka + 2 * tq, col)]),
-                                       mma::loaded<false>(W2s[swz(8 * ka + 2 * tq + 1, col)])};
+                const int m = 32 * (nu >> 2) + kH * 8 * ka;
+                const mma::Op Bf[2] = {mma::loaded<false>(w2c[0][nu & 3][m]),
+                                       mma::loaded<false>(w2c[1][nu & 3][m])};
                 mma::mma<false>(dh[nu], A, Bf);
             }
         }
