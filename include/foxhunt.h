@@ -219,7 +219,10 @@ typedef enum fh_math_mode {
                              8 MiB staging buffer per cuBLAS workspace, and time: docs/cuda.md */
 } fh_math_mode;
 
-/** How the two IQL value nets share their GEMMs on CUDA (FH_MATH_BF16: always sequential). */
+/** How the two IQL value nets share their GEMMs on CUDA (FH_MATH_BF16: always sequential). In
+ *  TF32 and BF16 modes at iql_hidden = 128 with obs_dim + goal_dim a multiple of 8 up to 128, the
+ *  forward, the loss head and the input-side backward are one fused tensor-core kernel instead
+ *  (docs/cuda.md), and this applies to the two weight-gradient GEMMs only. */
 typedef enum fh_iql_gemm {
     FH_IQL_GEMM_AUTO = 0,       /**< the fastest measured on the H200: sequential */
     FH_IQL_GEMM_GROUPED = 1,    /**< cublasGemmGroupedBatchedEx (cuBLAS >= 12.5, aligned
