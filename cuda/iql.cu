@@ -41,8 +41,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 
 #include "aux_common.cuh"
@@ -240,10 +238,6 @@ struct IqlLearner::Impl {
     // (into h2); pre1 is not allocated. FOXHUNT_IQL_KERNELS=unfused keeps the separate passes.
     bool fused = false;
     int fused_blocks = 0;
-    // Trial switch (deleted after its before/after run): FOXHUNT_IQL_WGRAD=cublas runs the fused
-    // path's weight gradients as cuBLAS GEMMs B2w and B1w instead of iql_wgrad.cu.
-    bool wgrad_mma = true;
-    float *part_w2 = nullptr, *part_w1 = nullptr;
 
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *m, float *v)
         : d(dd), o(L.iql), total(L.iql.total), params(p), mom1(m), mom2(v) {
@@ -287,8 +281,6 @@ struct IqlLearner::Impl {
                 fail(FH_ERR_INTERNAL, "IQL layout: W1 at %zu, W2 at %zu, %zu floats per net: "
                      "the fused kernel needs multiples of 4", o.W1, o.W2, total);
             fused_blocks = iql::fused_blocks((int)d.B);
-            const char *e = getenv("FOXHUNT_IQL_WGRAD");
-            wgrad_mma = !(e && !strcmp(e, "cublas"));
         }
         // Partial rows for the head's grid or the fused kernel's (at most one per 128-row tile).
         const int head_rows = std::max(head.blocks, b1_chunks);
@@ -300,10 +292,6 @@ struct IqlLearner::Impl {
         const size_t o_ph = arena.reserve_n<double>(2 * (size_t)head_rows * W);
         const size_t o_pb = arena.reserve_n<double>(2 * (size_t)b1_chunks * d.Hi);
         const size_t o_ptr = arena.reserve_n<void *>(kSites * 6);
-        // The weight-gradient kernel's chunk partials (iql_wgrad.cu), on the fused path.
-        const size_t wch = fused ? (size_t)iql::wgrad_chunks((int)d.B) : 0;
-        const size_t o_pw2 = arena.reserve_n<float>(2 * wch * d.Hi * d.Hi);
-        const size_t o_pw1 = arena.reserve_n<float>(2 * wch * d.Hi * d.D);
         arena.allocate("the IQL learner");
         pre1 = fused ? nullptr : arena.at<float>(o_pre1);
         h1 = arena.at<float>(o_h1);
@@ -313,15 +301,8 @@ struct IqlLearner::Impl {
         part_head = arena.at<double>(o_ph);
         part_b1 = arena.at<double>(o_pb);
         dptrs = arena.at<const void *>(o_ptr);
-        if (fused) {
-            part_w2 = arena.at<float>(o_pw2);
-            part_w1 = arena.at<float>(o_pw1);
-        }
         aux::allow_smem(head_kernel(), head.smem, "IQL head");
-        if (fused) {
-            iql::fused_prepare();
-            iql::wgrad_prepare();
-        }
+        if (fused) iql::fused_prepare();
     }
 
     // The head's kernel: columns in registers up to Hi = 128 (IQL 0.180 → 0.162 ms at B = 16384
@@ -441,23 +422,6 @@ struct IqlLearner::Impl {
         aux::reduce_partials(part_b1, fused_blocks, Hi, 2, g1, s);
     }
 
-    // dW2 and dW1 of both nets from the fused pass's outputs (iql_wgrad.cu), then their chunks'
-    // sums into the gradient.
-    void weight_grads(const StepInputs &in, cudaStream_t s) {
-        const int Hi = (int)d.Hi, D = (int)d.D, chunks = iql::wgrad_chunks((int)d.B);
-        iql::WgradArgs w{};
-        w.dpre2 = pre2; w.h1 = h1; w.dpre1 = h2; w.x = in.x;
-        w.B = (int)d.B; w.D = D;
-        w.part_w2 = part_w2; w.part_w1 = part_w1;
-        iql::wgrad(w, s);
-        aux::Segs g2;
-        g2.add(grad + o.W2, 0, Hi * Hi, total);
-        aux::reduce_partials(part_w2, chunks, Hi * Hi, 2, g2, s);
-        aux::Segs g1;
-        g1.add(grad + o.W1, 0, Hi * D, total);
-        aux::reduce_partials(part_w1, chunks, Hi * D, 2, g1, s);
-    }
-
     void loss_grad(const Lane &lane, const StepInputs &in, float *v_hi, float *v_lo,
                    float *omega, float *loss) {
         cudaStream_t s = lane.stream;
@@ -480,12 +444,8 @@ struct IqlLearner::Impl {
 
         if (fused) {
             fused_pass(in, v_hi, v_lo, omega, loss, s);
-            if (wgrad_mma) {
-                weight_grads(in, s);
-            } else {
-                run(bl, 2);
-                run(bl, 4);
-            }
+            run(bl, 2);
+            run(bl, 4);
             return;
         }
 

@@ -30,21 +30,6 @@ struct FusedArgs {
 
 constexpr int kFusedRowsPerTile = 128;
 
-// The weight gradients of both nets from what the fused pass wrote (cuda/iql_wgrad.cu):
-// dW2[z] = dpre2[z]ᵀ h1[z] and dW1[z] = dpre1[z]ᵀ x̃ over the batch, as partial sums of chunks of
-// kWgradChunk rows, which reduce_partials adds in chunk order.
-struct WgradArgs {
-    const float *dpre2, *h1, *dpre1;  // [2, B, 128]
-    const float *x;                   // [B, D] x̃, rows 16-byte aligned
-    int B, D;
-    float *part_w2;                   // [2, chunks, 128 · 128]
-    float *part_w1;                   // [2, chunks, 128 · D]
-};
-constexpr int kWgradChunk = 512;
-inline int wgrad_chunks(int B) { return (B + kWgradChunk - 1) / kWgradChunk; }
-void wgrad_prepare();  // opts the kernel into its shared memory (once)
-void wgrad(const WgradArgs &a, cudaStream_t s);
-
 int fused_blocks(int B);  // blocks per net (grid (this, 2)); at most ceil(B / 128)
 void fused_prepare();     // opts the kernel into its shared memory (once)
 void fused(const FusedArgs &a, int blocks, cudaStream_t s);

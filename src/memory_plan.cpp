@@ -142,10 +142,6 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     iql.add(2 * std::max<uint64_t>(row_blocks(B, W, 8, 0), chunks(B, 128)) * W * D8);
     iql.add(2 * chunks(B, 128) * d.Hi * D8);
     iql.add(5 * 6 * sizeof(void *));
-    // The fused path's weight-gradient partials (cuda/iql_wgrad.cu: chunks of 512 rows).
-    const uint64_t wch = iql_fused(d, c) ? chunks(B, 512) : 0;
-    iql.add(2 * wch * d.Hi * d.Hi * F);
-    iql.add(2 * wch * d.Hi * d.D * F);
     // IQN (iqn.cu).
     Arena iqn;
     const uint64_t Hq = d.Hq, Rmax = B * std::max(d.N, d.Nt), Wq = 2 * Hq + 2;
