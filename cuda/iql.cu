@@ -395,7 +395,6 @@ struct IqlLearner::Impl {
                     cudaStream_t s) {
         if (reinterpret_cast<uintptr_t>(in.x) % 16)
             fail(FH_ERR_INTERNAL, "IQL: x~ at %p is not 16-byte aligned", (const void *)in.x);
-        const int Hi = (int)d.Hi;
         iql::FusedArgs a{};
         a.x = in.x;
         a.params = params;
@@ -411,15 +410,25 @@ struct IqlLearner::Impl {
         a.h1 = h1; a.dpre2 = pre2; a.dpre1 = h2;
         a.part_head = part_head; a.part_b1 = part_b1;
         iql::fused(a, fused_blocks, s);
+        reduce_head(fused_blocks, loss, s);
+        reduce_b1(fused_blocks, s);
+    }
+
+    // The head's partial rows (db2 | dw3 | db3 | loss terms) into the gradient and the losses.
+    void reduce_head(int rows, float *loss, cudaStream_t s) {
+        const int Hi = (int)d.Hi;
         aux::Segs g;
         g.add(grad + o.b2, 0, Hi, total);
         g.add(grad + o.w3, Hi, Hi, total);
         g.add(grad + o.b3, 2 * Hi, 1, total);
         g.add(loss, 2 * Hi + 1, 1, 1, (double)d.Bg);  // loss[0] hi, loss[1] lo
-        aux::reduce_partials(part_head, fused_blocks, 2 * Hi + 2, 2, g, s);
-        aux::Segs g1;
-        g1.add(grad + o.b1, 0, Hi, total);
-        aux::reduce_partials(part_b1, fused_blocks, Hi, 2, g1, s);
+        aux::reduce_partials(part_head, rows, 2 * Hi + 2, 2, g, s);
+    }
+    // db1's partial rows into the gradient.
+    void reduce_b1(int rows, cudaStream_t s) {
+        aux::Segs g;
+        g.add(grad + o.b1, 0, (int)d.Hi, total);
+        aux::reduce_partials(part_b1, rows, (int)d.Hi, 2, g, s);
     }
 
     void loss_grad(const Lane &lane, const StepInputs &in, float *v_hi, float *v_lo,
@@ -473,14 +482,7 @@ struct IqlLearner::Impl {
                                      head.smem, s));
         }
         FH_LAUNCHED("k_iql_head");
-        {
-            aux::Segs g;
-            g.add(grad + o.b2, 0, Hi, total);
-            g.add(grad + o.w3, Hi, Hi, total);
-            g.add(grad + o.b3, 2 * Hi, 1, total);
-            g.add(loss, 2 * Hi + 1, 1, 1, (double)d.Bg);  // loss[0] hi, loss[1] lo
-            aux::reduce_partials(part_head, head.blocks, 2 * Hi + 2, 2, g, s);
-        }
+        reduce_head(head.blocks, loss, s);
 
         // Backward through layer 2 and layer 1.
         run(bl, 2);
@@ -490,11 +492,7 @@ struct IqlLearner::Impl {
         dh1.n = 1;
         dsilu_colsum(dh1, pre1, params + o.b1, (int)B, Hi, aux::kColRows, h2, part_b1,
                      s, 2, total);
-        {
-            aux::Segs g;
-            g.add(grad + o.b1, 0, Hi, total);
-            aux::reduce_partials(part_b1, b1_chunks, Hi, 2, g, s);
-        }
+        reduce_b1(b1_chunks, s);
         run(bl, 4);
     }
 };
