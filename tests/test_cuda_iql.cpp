@@ -23,6 +23,9 @@ extern "C" {
 #include <stdint.h>
 #include <cmocka.h>
 }
+#if FOXHUNT_HAVE_CUDA
+#include "cuda_dev.hpp"
+#endif
 
 #include <cmath>
 #include <cstdlib>
@@ -44,17 +47,8 @@ double dsilu(double z) {
 }
 
 template <class T>
-T *dev(const std::vector<T> &v) {
-    T *p = nullptr;
-    if (cudaMalloc(&p, std::max<size_t>(1, v.size()) * sizeof(T)) != cudaSuccess) fail_msg("cudaMalloc");
-    cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
-    return p;
-}
-template <class T>
-std::vector<T> host(const T *p, size_t n) {
-    std::vector<T> v(n);
-    cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
-    return v;
+T *ptr(const cuda_test::Dev &d) {
+    return static_cast<T *>(d.p);
 }
 
 /* ‖g − ref‖₂ / ‖ref‖₂ (NaN, e.g. an unwritten row, gives NaN). */
@@ -101,25 +95,26 @@ void test_fused_kernel_vs_float64(void **) {
 
         const int blocks = fh::cuda::iql::fused_blocks(B);
         const size_t BH = (size_t)B * H, W = 2 * H + 2;
-        float *d_x = dev(x), *d_p = dev(params), *d_q = dev(qsa);
+        using cuda_test::dev_of;
+        const cuda_test::Dev d_x = dev_of(x), d_p = dev_of(params), d_q = dev_of(qsa);
         const std::vector<float> nan_b(B, NAN), nan_bh(2 * BH, NAN);
-        float *d_vh = dev(nan_b), *d_vl = dev(nan_b), *d_om = dev(nan_b);
-        float *d_h1 = dev(nan_bh), *d_d2 = dev(nan_bh), *d_d1 = dev(nan_bh);
-        double *d_ph = dev(std::vector<double>(2 * (size_t)blocks * W, NAN));
-        double *d_pb = dev(std::vector<double>(2 * (size_t)blocks * H, NAN));
+        const cuda_test::Dev d_vh = dev_of(nan_b), d_vl = dev_of(nan_b), d_om = dev_of(nan_b);
+        const cuda_test::Dev d_h1 = dev_of(nan_bh), d_d2 = dev_of(nan_bh), d_d1 = dev_of(nan_bh);
+        const cuda_test::Dev d_ph = dev_of(std::vector<double>(2 * (size_t)blocks * W, NAN));
+        const cuda_test::Dev d_pb = dev_of(std::vector<double>(2 * (size_t)blocks * H, NAN));
         fh::cuda::iql::FusedArgs a{};
-        a.x = d_x;
-        a.params = d_p;
+        a.x = ptr<float>(d_x);
+        a.params = ptr<float>(d_p);
         a.total = total;
         a.off_W1 = oW1; a.off_b1 = ob1; a.off_W2 = oW2; a.off_b2 = ob2; a.off_w3 = ow3; a.off_b3 = ob3;
-        a.qsa = d_q;
+        a.qsa = ptr<float>(d_q);
         a.B = B; a.D = D;
         a.rows = rows;
         a.tau[0] = tau[0]; a.tau[1] = tau[1];
         a.awr_beta = beta; a.awr_max = wmax;
-        a.v_out[0] = d_vh; a.v_out[1] = d_vl; a.omega = d_om;
-        a.h1 = d_h1; a.dpre2 = d_d2; a.dpre1 = d_d1;
-        a.part_head = d_ph; a.part_b1 = d_pb;
+        a.v_out[0] = ptr<float>(d_vh); a.v_out[1] = ptr<float>(d_vl); a.omega = ptr<float>(d_om);
+        a.h1 = ptr<float>(d_h1); a.dpre2 = ptr<float>(d_d2); a.dpre1 = ptr<float>(d_d1);
+        a.part_head = ptr<double>(d_ph); a.part_b1 = ptr<double>(d_pb);
         std::string err;
         try {
             fh::cuda::iql::fused_prepare();
@@ -177,12 +172,11 @@ void test_fused_kernel_vs_float64(void **) {
             }
         }
         auto tod = [](const std::vector<float> &v) { return std::vector<double>(v.begin(), v.end()); };
-        std::vector<double> gV = tod(host(d_vh, B)), gVl = tod(host(d_vl, B));
+        std::vector<double> gV = tod(d_vh.get<float>()), gVl = tod(d_vl.get<float>());
         gV.insert(gV.end(), gVl.begin(), gVl.end());
-        const std::vector<double> gom = tod(host(d_om, B)), gh1 = tod(host(d_h1, 2 * BH)),
-                                  gd2 = tod(host(d_d2, 2 * BH)), gd1 = tod(host(d_d1, 2 * BH));
-        const std::vector<double> ph = host(d_ph, 2 * (size_t)blocks * W),
-                                  pb = host(d_pb, 2 * (size_t)blocks * H);
+        const std::vector<double> gom = tod(d_om.get<float>()), gh1 = tod(d_h1.get<float>()),
+                                  gd2 = tod(d_d2.get<float>()), gd1 = tod(d_d1.get<float>());
+        const std::vector<double> ph = d_ph.get<double>(), pb = d_pb.get<double>();
         std::vector<double> gsum(2 * (W + H), 0.0);
         for (int z = 0; z < 2; ++z)
             for (int b = 0; b < blocks; ++b) {
@@ -216,10 +210,6 @@ void test_fused_kernel_vs_float64(void **) {
          * ~1e-3. NaN (an unwritten row or partial) fails. */
         for (const auto &c : checks)
             if (!(c.err <= c.bound)) fail_msg("fused IQL, D=%d: %s rel. error %.3e > %.1e", D, c.name, c.err, c.bound);
-        for (void *p : {(void *)d_x, (void *)d_p, (void *)d_q, (void *)d_vh, (void *)d_vl,
-                        (void *)d_om, (void *)d_h1, (void *)d_d2, (void *)d_d1, (void *)d_ph,
-                        (void *)d_pb})
-            cudaFree(p);
     }
 }
 #endif
