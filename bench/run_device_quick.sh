@@ -9,6 +9,7 @@
 #   iqn-test     test_cuda_iqn only (the fused IQN kernels against float64, the paths against each other)
 #   iql-test     test_cuda_iql (the fused IQL kernel against float64, the paths against each other
 #                and the CPU), test_cuda_iql_gemm and test_cuda_memory_plan
+#   iql-san      compute-sanitizer memcheck, synccheck, racecheck on test_cuda_iql's kernel test
 #   attn-bench   foxhunt-bench-attention at B = 1024, 4096, 16384, 65536
 #   step-bench   foxhunt-bench at B = 16384, the attention kernel paths side by side
 #   digest       tests/python/state_digest.py in the four modes (bitwise checks of refactors)
@@ -73,6 +74,13 @@ for s in "$@"; do
       timeout 300 build-dev/tests/$t > $OUT/$t.txt 2>&1
       echo "$t rc=$?" | tee -a $log
       grep -E "\[(IQL|IQL-GEMM|MEMORY)\]|FAILED|rror|PASSED" $OUT/$t.txt | tee -a $log
+    done ;;
+  iql-san)
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+    for tool in memcheck synccheck racecheck; do
+      FOXHUNT_TEST_FILTER="test_fused_kernel*" timeout ${SAN_TIMEOUT:-120} "$cs" --tool $tool \
+        --error-exitcode 99 --print-limit 50 build-dev/tests/test_cuda_iql > $OUT/iql_san_$tool.txt 2>&1
+      echo "[SANITIZER] test_cuda_iql kernel test, $tool: rc=$? $(grep -Eo "(ERROR|RACECHECK) SUMMARY: .*" $OUT/iql_san_$tool.txt | tail -1)" | tee -a $log
     done ;;
   vs-cpu)
     timeout 400 build-dev/tests/test_cuda_vs_cpu > $OUT/vs_cpu.txt 2>&1

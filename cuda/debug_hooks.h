@@ -11,6 +11,7 @@
  */
 #ifndef FOXHUNT_CUDA_DEBUG_HOOKS_H
 #define FOXHUNT_CUDA_DEBUG_HOOKS_H
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -24,6 +25,10 @@ long fh_cuda_debug_child_nodes(int child);
 /* The fh_iql_gemm the most recently created CUDA pipeline's IQL learner actually uses (after
  * AUTO's choice and any fallback); -1 if none was created. */
 int fh_cuda_debug_iql_gemm_mode(void);
+/* The device buffer of the IQL learner's gradient [hi | lo] (2·layout.iql.total floats, *n) of
+ * the most recently created CUDA pipeline, as its last step left it; null if none. Read it after
+ * fh_pipeline_sync(), before another pipeline is created. */
+const float *fh_cuda_debug_iql_grad(size_t *n);
 /* The device batch block of the most recently created CUDA pipeline, the batch its next (or
  * last) step's HER child reads: pointers to obs, next_obs, reward, goal, next_achieved_goal,
  * her_goal, action, regime, done ([B, ...] each, as in fh_batch); nulls if none. Read it after

@@ -58,6 +58,9 @@ replay::BatchBlock g_last_block{};   // of the most recently created pipeline, g
 const void *g_block_owner = nullptr;
 std::atomic<long> g_child_nodes[(int)ChildId::COUNT] = {-1, -1, -1, -1, -1, -1, -1};
 std::atomic<int> g_iql_gemm_mode{-1};  // fh_iql_gemm of the most recently created pipeline
+// The IQL learner's gradient [hi | lo] of the most recently created pipeline (a test hook).
+std::atomic<const float *> g_iql_grad{nullptr};
+std::atomic<size_t> g_iql_grad_n{0};
 
 class CudaBackend final : public Backend {
 public:
@@ -186,6 +189,8 @@ void CudaBackend::create(HostBuffers init) {
 
     st_ = std::make_unique<CudaStep>(cfg_, L_, mem_, up_->block());
     g_iql_gemm_mode = st_->iql->gemm_mode();
+    g_iql_grad = st_->iql->grad_device();
+    g_iql_grad_n = st_->iql->grad_floats();
     {
         // The divergence guard over the persistent buffers and the step's scalars, in
         // guard.hpp's GuardScalar order; made before the eager run so that its kernels load then.
@@ -494,6 +499,11 @@ extern "C" long fh_cuda_debug_child_nodes(int child) {
 }
 
 extern "C" int fh_cuda_debug_iql_gemm_mode(void) { return fh::cuda::g_iql_gemm_mode; }
+
+extern "C" const float *fh_cuda_debug_iql_grad(size_t *n) {
+    if (n) *n = fh::cuda::g_iql_grad_n;
+    return fh::cuda::g_iql_grad;
+}
 
 extern "C" int fh_cuda_debug_step_pending(void) {
     std::lock_guard<std::mutex> lk(fh::cuda::g_last_mu);

@@ -2,12 +2,14 @@
  * 1. the kernel alone against a float64 evaluation of SPEC §4 and §5.5 step 2 (Kostrikov et al.
  *    2021's expectile loss) from the same random x̃, Q̄sa and weights of both nets: every output it
  *    writes (V_hi, V_lo, ω, h1, dpre2, dpre1) on every row, and its partial sums of db2, dw3, db3,
- *    db1 and the loss, at D = 128 and D = 64, with a partly filled last tile and the mean's
- *    divisor W·B ≠ B;
+ *    db1 and the loss, at D = 128 and D = 72, with a partly filled last tile, blocks that walk
+ *    several tiles, and the mean's divisor W·B ≠ B;
  * 2. whole TF32 steps of the fused and unfused paths (FOXHUNT_IQL_KERNELS) against each other and
  *    the CPU: the IQL parameters, both losses and the ensemble mean (which reads V_hi and V_lo)
  *    after 1 and 5 steps, at B = 1000 and 4096 and at D = 64;
- * 3. two fused runs bitwise equal, and FOXHUNT_IQL_KERNELS=bogus refused with FH_ERR_BAD_VALUE.
+ * 3. the IQL gradient after one step, fused against unfused, and the fused pipeline's memory
+ *    (pre1 not allocated);
+ * 4. two fused runs bitwise equal, and FOXHUNT_IQL_KERNELS=bogus refused with FH_ERR_BAD_VALUE.
  * Skipped without a GPU. */
 #if FOXHUNT_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -15,6 +17,8 @@
 #include "../cuda/iql_fused.hpp"
 #include "error.hpp"
 #endif
+
+extern "C" const float *fh_cuda_debug_iql_grad(size_t *n) __attribute__((weak));
 
 extern "C" {
 #include <setjmp.h>
@@ -64,7 +68,11 @@ double rel(const std::vector<double> &ref, const std::vector<double> &g) {
 void test_fused_kernel_vs_float64(void **) {
     if (!fh_test_have_cuda()) skip();
     const int H = 128;
-    for (int D : {128, 64}) {
+    /* D = 72: an odd number of contraction steps (9). Each D with the library's grid (one tile
+     * per block at this B) and with 2 blocks, whose grid-stride loops take 3 and 4 tiles: the
+     * next tile's x̃ prefetch and the sums across tiles. */
+    for (const int D : {128, 72})
+    for (const int grid : {0, 2}) {
         const int B = 777;                 /* 7 tiles, the last with 9 rows */
         const float rows = 2.0f * (float)B; /* W = 2: the mean over both ranks' rows */
         std::mt19937 rng(40 + D);
@@ -93,7 +101,7 @@ void test_fused_kernel_vs_float64(void **) {
         const std::vector<float> x = vec((size_t)B * D, 1.0f), qsa = vec(B, 1.0f);
         const float tau[2] = {0.9f, 0.1f}, beta = 3.0f, wmax = 100.0f;
 
-        const int blocks = fh::cuda::iql::fused_blocks(B);
+        const int blocks = grid ? grid : fh::cuda::iql::fused_blocks(B);
         const size_t BH = (size_t)B * H, W = 2 * H + 2;
         using cuda_test::dev_of;
         const cuda_test::Dev d_x = dev_of(x), d_p = dev_of(params), d_q = dev_of(qsa);
@@ -206,10 +214,9 @@ void test_fused_kernel_vs_float64(void **) {
                blocks);
         for (const auto &c : checks) printf(" %s %.2e", c.name, c.err);
         printf("\n");
-        /* TF32 operands (2^-11) in chained products of K = D and 128, fast SiLU, fp16 SiLU'(z1):
-         * ~1e-3. NaN (an unwritten row or partial) fails. */
+        /* TF32 operands (2^-11) in chained products of K = D and 128, fast SiLU: ~1e-3. NaN (an unwritten row or partial) fails. */
         for (const auto &c : checks)
-            if (!(c.err <= c.bound)) fail_msg("fused IQL, D=%d: %s rel. error %.3e > %.1e", D, c.name, c.err, c.bound);
+            if (!(c.err <= c.bound)) fail_msg("fused IQL, D=%d, %d blocks: %s rel. error %.3e > %.1e", D, blocks, c.name, c.err, c.bound);
     }
 }
 #endif
@@ -281,6 +288,60 @@ void test_fused_steps_agree(void **) {
     }
 }
 
+#if FOXHUNT_HAVE_CUDA
+/* The gradient itself, which the parameters after Adam's sign-like first steps barely show: the
+ * IQL learner's gradient [hi | lo] after one step on the same batch, fused against unfused
+ * (both TF32), at B = 3000 (24 tiles, the last partial) and at D = 72. This covers the host side
+ * of the fused path too (the weight-gradient GEMMs on what the kernel wrote, the partial sums
+ * over its grid). Also: the fused path is the one running (its pipeline lacks pre1). */
+void test_fused_gradient_matches(void **) {
+    if (!fh_test_have_cuda()) skip();
+    if (!fh_cuda_debug_iql_grad) skip();
+    for (const uint32_t obs : {124u, 68u}) {
+        fh_config base = default_config(3000);
+        base.obs_dim = obs;
+        Batches bt(base, 17, 1);
+        std::vector<float> g[2];
+        fh_memory_report mem[2];
+        for (int k = 0; k < 2; ++k) {
+            if (k == 0) setenv("FOXHUNT_IQL_KERNELS", "unfused", 1);
+            fh_pipeline *p = make(cuda_config(base, FH_MATH_TF32));
+            unsetenv("FOXHUNT_IQL_KERNELS");
+            step(p, bt.b[0]);
+            if (fh_pipeline_sync(p) != FH_OK) fail_msg("sync: %s", fh_last_error_message());
+            size_t n = 0;
+            const float *d = fh_cuda_debug_iql_grad(&n);
+            assert_non_null(d);
+            g[k].resize(n);
+            if (cudaMemcpy(g[k].data(), d, n * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess)
+                fail_msg("copying the IQL gradient");
+            mem[k].struct_size = sizeof mem[k];
+            if (fh_pipeline_memory(p, &mem[k]) != FH_OK) fail_msg("memory: %s", fh_last_error_message());
+            fh_pipeline_destroy(p);
+        }
+        assert_int_equal(g[0].size(), g[1].size());
+        const size_t total = g[0].size() / 2;
+        double worst = 0, norm = 0;
+        for (int z = 0; z < 2; ++z) {
+            const double e = fh_test_rel_err(g[1].data() + z * total, g[0].data() + z * total, total);
+            worst = std::max(worst, std::isnan(e) ? INFINITY : e);
+        }
+        for (float v : g[0]) norm += (double)v * v;
+        const uint64_t pre1 = 2ull * base.batch_size * base.iql_hidden * sizeof(float);
+        printf("[IQL] gradient after 1 step, B=3000 D=%u: fused against unfused %.3e (|g| %.3e); "
+               "activations %llu -> %llu bytes (pre1 %llu)\n", obs + base.goal_dim, worst,
+               std::sqrt(norm), (unsigned long long)mem[0].activations,
+               (unsigned long long)mem[1].activations, (unsigned long long)pre1);
+        if (!(norm > 0)) fail_msg("IQL gradient is zero");
+        /* TF32 products in both paths (2^-11 operands), summed in other orders: ~1e-3. */
+        if (!(worst <= 1e-2)) fail_msg("fused IQL gradient, D=%u: %.3e from the unfused one", obs + base.goal_dim, worst);
+        /* The fused path does not allocate pre1 [2, B, 128] but needs at most as many partial
+         * rows as the unfused head: exactly pre1 less. */
+        assert_true(mem[0].activations - mem[1].activations == pre1);
+    }
+}
+#endif
+
 void test_fused_deterministic(void **) {
     if (!fh_test_have_cuda()) skip();
     const fh_config c = cuda_config(default_config(3000), FH_MATH_TF32);
@@ -305,11 +366,17 @@ void test_bad_kernels_env(void **) {
 }  // namespace
 
 int main(void) {
+    /* FOXHUNT_TEST_FILTER=pattern (cmocka's * and ? wildcards) runs the matching tests only: the
+     * kernel tests alone under compute-sanitizer (bench/run_device_quick.sh iql-san). */
+    if (const char *f = getenv("FOXHUNT_TEST_FILTER")) cmocka_set_test_filter(f);
     const struct CMUnitTest tests[] = {
 #if FOXHUNT_HAVE_CUDA
         cmocka_unit_test(test_fused_kernel_vs_float64),
 #endif
         cmocka_unit_test(test_fused_steps_agree),
+#if FOXHUNT_HAVE_CUDA
+        cmocka_unit_test(test_fused_gradient_matches),
+#endif
         cmocka_unit_test(test_fused_deterministic),
         cmocka_unit_test(test_bad_kernels_env)};
     return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
