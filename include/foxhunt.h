@@ -212,8 +212,8 @@ typedef enum fh_math_mode {
     FH_MATH_STRICT = 1, /**< IEEE float32: per tensor within 1e-5 of the CPU after 1 step */
     FH_MATH_BF16 = 2    /**< the cuBLAS GEMMs on bfloat16 operands (7 stored mantissa bits,
                              rounded to nearest even from the float32 activations and weights
-                             just before each GEMM) with float32 accumulation; the fused IQN
-                             and attention tensor-core kernels keep TF32 operands. Per tensor
+                             just before each GEMM) with float32 accumulation; the fused IQN,
+                             IQL and attention tensor-core kernels keep TF32 operands. Per tensor
                              within ~5e-3 of the CPU after 1 and 20 steps at B <= 2048 (more
                              for zero-initialised biases at large B: docs/cuda.md). Costs an
                              8 MiB staging buffer per cuBLAS workspace, and time: docs/cuda.md */
