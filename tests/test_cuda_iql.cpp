@@ -18,8 +18,6 @@
 #include "error.hpp"
 #endif
 
-extern "C" const float *fh_cuda_debug_iql_grad(size_t *n) __attribute__((weak));
-
 extern "C" {
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,6 +36,10 @@ extern "C" {
 #include <string>
 
 #include "test_cuda_util.h"
+
+#if FOXHUNT_HAVE_CUDA
+extern "C" const float *fh_cuda_debug_iql_grad(size_t *n) __attribute__((weak));
+#endif
 
 using namespace fhtest;
 
