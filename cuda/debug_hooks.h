@@ -27,7 +27,7 @@ long fh_cuda_debug_child_nodes(int child);
 int fh_cuda_debug_iql_gemm_mode(void);
 /* The device buffer of the IQL learner's gradient [hi | lo] (2·layout.iql.total floats, *n) of
  * the most recently created CUDA pipeline, as its last step left it; null if none. Read it after
- * fh_pipeline_sync(), before another pipeline is created. */
+ * fh_pipeline_sync(), before the pipeline is destroyed or another one created. */
 const float *fh_cuda_debug_iql_grad(size_t *n);
 /* The device batch block of the most recently created CUDA pipeline, the batch its next (or
  * last) step's HER child reads: pointers to obs, next_obs, reward, goal, next_achieved_goal,
