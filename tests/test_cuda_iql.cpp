@@ -223,28 +223,13 @@ void test_fused_kernel_vs_float64(void **) {
 }
 #endif
 
-const char *const kIqlTensors[] = {"iql_hi.W1", "iql_hi.b1", "iql_hi.W2", "iql_hi.b2",
-                                   "iql_hi.w3", "iql_hi.b3", "iql_lo.W1", "iql_lo.b1",
-                                   "iql_lo.W2", "iql_lo.b2", "iql_lo.w3", "iql_lo.b3"};
-
-/* The largest relative error over the IQL tensors and the outputs that carry V and ω. */
+/* The largest relative error over the IQL tensors and the ensemble mean (which reads V_hi and
+ * V_lo). */
 double iql_err(fh_pipeline *a, fh_pipeline *b, std::string &worst) {
-    double mx = 0;
-    std::vector<const char *> names(std::begin(kIqlTensors), std::end(kIqlTensors));
-    names.push_back("ensemble_mean");
-    for (const char *name : names) {
-        fh_tensor_info info;
-        info.struct_size = sizeof info;
-        if (fh_pipeline_find_tensor(a, name, &info) != FH_OK) fail_msg("no tensor %s", name);
-        const size_t n = (size_t)info.rows * info.cols;
-        std::vector<float> x = read(a, name, n), y = read(b, name, n);
-        const double e = fh_test_rel_err(x.data(), y.data(), n);
-        if (!(e <= mx)) {
-            mx = e;
-            worst = name;
-        }
-    }
-    return mx;
+    return max_rel_err(a, b, {"iql_hi.W1", "iql_hi.b1", "iql_hi.W2", "iql_hi.b2", "iql_hi.w3",
+                              "iql_hi.b3", "iql_lo.W1", "iql_lo.b1", "iql_lo.W2", "iql_lo.b2",
+                              "iql_lo.w3", "iql_lo.b3", "ensemble_mean"},
+                       worst);
 }
 
 void test_fused_steps_agree(void **) {

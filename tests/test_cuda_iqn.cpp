@@ -343,21 +343,9 @@ void test_backward_kernel_vs_float64(void **) {
 #endif
 
 double iqn_err(fh_pipeline *a, fh_pipeline *b, std::string &worst) {
-    double mx = 0;
-    for (const char *name : {"iqn.Wpsi", "iqn.bpsi", "iqn.Wphi", "iqn.bphi", "iqn.Wm", "iqn.bm",
-                             "iqn.w_z", "iqn.b_z", "ensemble_mean"}) {
-        fh_tensor_info info;
-        info.struct_size = sizeof info;
-        if (fh_pipeline_find_tensor(a, name, &info) != FH_OK) fail_msg("no tensor %s", name);
-        const size_t n = (size_t)info.rows * info.cols;
-        std::vector<float> x = read(a, name, n), y = read(b, name, n);
-        const double e = fh_test_rel_err(x.data(), y.data(), n);
-        if (!(e <= mx)) {
-            mx = e;
-            worst = name;
-        }
-    }
-    return mx;
+    return max_rel_err(a, b, {"iqn.Wpsi", "iqn.bpsi", "iqn.Wphi", "iqn.bphi", "iqn.Wm", "iqn.bm",
+                              "iqn.w_z", "iqn.b_z", "ensemble_mean"},
+                       worst);
 }
 
 void test_fused_paths_agree(void **) {

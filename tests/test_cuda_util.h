@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -92,6 +93,26 @@ inline std::vector<float> read(fh_pipeline *p, const char *name, size_t n) {
     if (fh_pipeline_read_tensor(p, name, v.data(), n) != FH_OK)
         fail_msg("read %s: %s", name, fh_last_error_message());
     return v;
+}
+
+/* The largest fh_test_rel_err(a's tensor, b's tensor) over the named tensors (a NaN counts as the
+ * largest); that tensor's name in `worst`. */
+inline double max_rel_err(fh_pipeline *a, fh_pipeline *b, std::initializer_list<const char *> names,
+                          std::string &worst) {
+    double mx = 0;
+    for (const char *name : names) {
+        fh_tensor_info info;
+        info.struct_size = sizeof info;
+        if (fh_pipeline_find_tensor(a, name, &info) != FH_OK) fail_msg("no tensor %s", name);
+        const size_t n = (size_t)info.rows * info.cols;
+        const std::vector<float> x = read(a, name, n), y = read(b, name, n);
+        const double e = fh_test_rel_err(x.data(), y.data(), n);
+        if (!(e <= mx)) {
+            mx = e;
+            worst = name;
+        }
+    }
+    return mx;
 }
 
 /* Every tensor and the metrics of a pipeline (waits for its queued work). */
