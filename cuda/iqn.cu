@@ -422,9 +422,7 @@ struct IqnLearner::Impl {
 
         // Merge layer, then ψ and φ.
         gemm_tn(bl, Hq, Hq, (int)RN, dh, mbuf, grad + o.Wm, 0.0f, "IQN dWm = dh^T m");
-        if (merged) {
-            // (the online kernel did the backward through m)
-        } else if (fused_backward) {
+        if (fused_backward && !merged) {
             const iqn::BackwardArgs f{dh, params + o.Wm, params + o.bphi, psi, psi_pre,
                                       params + o.bpsi, phi, dpsi, B, N, part_bwd};
             bwd_rows = iqn::backward_fused(f, online_blocks, s);
