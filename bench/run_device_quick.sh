@@ -16,7 +16,7 @@
 #   digest-env   the same with the environment $DIGEST_ENV against without: equal or not
 #   vbench       foxhunt-bench at B = 16384 (TF32, multi/single), one --variant run per entry of
 #                $VARIANTS ("VAR=a,b VAR2=c,d")
-#   iqn-bench    foxhunt-bench at B = 16384, the five FOXHUNT_IQN_KERNELS levels side by side
+#   iqn-bench    foxhunt-bench at B = 16384, the four FOXHUNT_IQN_KERNELS levels side by side
 #   ncu-attn     Nsight Compute on the tensor-core attention kernels at B = 16384
 #   ncu-iqn      Nsight Compute on the fused IQN kernels at B = 16384 (one step; $NCU_RE: other
 #                kernels, e.g. k_iql_fused)
@@ -151,7 +151,7 @@ for s in "$@"; do
     done ;;
   iqn-bench)
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
-      --variant FOXHUNT_IQN_KERNELS=unfused,target,online,fused,merged --machine h200 \
+      --variant FOXHUNT_IQN_KERNELS=unfused,target,online,fused --machine h200 \
       --out $OUT/iqn_bench.json 2>&1 | tail -11 | tee -a $log ;;
   nccl|nccl2)
     bin=test_cuda_nccl; [ "$s" = nccl2 ] && bin=test_cuda_nccl_2gpu

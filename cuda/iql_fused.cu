@@ -21,7 +21,7 @@
 // every loop unrolled and the A operands taken from the accumulators, the kernel was 8480
 // instructions and a third of its stall samples were instruction fetch (ncu on the H200).
 // dh1 = dpre2 W2 reads W2 by columns where the forward reads it by rows: the shared copies are
-// XOR-swizzled (tile128.cuh's swz) so that both reads, and the A-operand reads, hit 32 different banks.
+// XOR-swizzled (swz below) so that both reads, and the A-operand reads, hit 32 different banks.
 // 3 × 64 KiB + 1.5 KiB of shared memory: one block per SM.
 //
 // Deterministic: a row is one warp's, the column sums go through tile128.cuh's fixed butterfly,
@@ -51,7 +51,16 @@ constexpr int kMat = kH * kH;
 constexpr int kSmemFloats = 3 * kMat + 3 * kH;
 static_assert(2 * kWarps * kRedW <= kMat, "the warps' partial rows (doubles) fit over x̃'s rows");
 
-using tile::swz;
+// The shared-memory index of element (r, c) of a [*, 128] matrix: column c XOR 8·f(r mod 8) with
+// f = (r ^ (r >> 2)) & 3 on r's low three bits. The reads are (fragment layout, g = lane / 4,
+// t = lane % 4): rows g of 8-row groups at columns 8κ + 2t as float2 (the forward's B operand
+// and x̃'s A operand; each half-warp's g < 4 or g ≥ 4 takes four different f), and rows 8κ + 2t
+// (+1) at column 8ν + g as single floats (dh1's B operand; the four t take four different f).
+// The XOR moves whole aligned groups of 8 columns, so float4 stores and float2 reads stay whole.
+__device__ __forceinline__ int swz(int r, int c) {
+    const int f = (r & 3) ^ ((r >> 2) & 1);
+    return r * kH + (c ^ (f << 3));
+}
 
 // Row-major W [128, K] (K % 4 == 0) into dst, rounded to TF32, 8 loads per thread in flight.
 __device__ __forceinline__ void stage_w(float *dst, const float *src, int K) {
@@ -155,8 +164,15 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
         w3s[e] = __ldg(p + a.off_w3 + e);
     }
     __syncthreads();
-    tile::ColB w2c;  // dh1 = dpre2 W2 reads W2 by columns
-    w2c.init(W2s);
+    // dh1's B operand W2[8κ + 2t + e][8ν + g] is swz's element at w2c[e][ν % 4][1024 κ + 32 ⌊ν/4⌋]:
+    // row 8κ + r (r = 2t + e < 8) has f(r), and (8ν + g) XOR 8 f = 32 ⌊ν/4⌋ + 8 ((ν % 4) XOR f) + g.
+    const float *w2c[2][4];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        const int r = 2 * tq + e, f = (r & 3) ^ ((r >> 2) & 1);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) w2c[e][j] = W2s + r * kH + 8 * (j ^ f) + gi;
+    }
     const float b3 = __ldg(p + a.off_b3);
     const float tau = net ? a.tau[1] : a.tau[0];  // (no dynamic indexing of the params)
     const size_t base = (size_t)net * B * kH;
@@ -277,7 +293,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
         for (int ka = 0; ka < kH / 8; ++ka) {
             mma::Op A[4];
             get_a(A, xw, ka);
-            w2c.mma_step(dh, A, ka);
+#pragma unroll
+            for (int nu = 0; nu < kH / 8; ++nu) {
+                const int m = 32 * (nu >> 2) + kH * 8 * ka;
+                const mma::Op Bf[2] = {mma::loaded<false>(w2c[0][nu & 3][m]),
+                                       mma::loaded<false>(w2c[1][nu & 3][m])};
+                mma::mma<false>(dh[nu], A, Bf);
+            }
         }
         __syncwarp();
         if (tile + gridDim.x < ntiles)

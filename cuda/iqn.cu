@@ -263,7 +263,7 @@ struct IqnLearner::Impl {
     // unfused passes). FOXHUNT_IQN_KERNELS picks how many of them those modes use, for tests
     // and side-by-side timing: unfused (none), target, online (the target and online passes), fused
     // or auto (all three).
-    bool fused_target = false, fused_online = false, fused_backward = false, merged = false;
+    bool fused_target = false, fused_online = false, fused_backward = false;
     int target_blocks = 0, online_blocks = 0;
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
          float *v)
@@ -286,7 +286,6 @@ struct IqnLearner::Impl {
         fused_target = paths.target;
         fused_online = paths.online;
         fused_backward = paths.backward;
-        merged = paths.merged;
         if (fused_target) target_blocks = iqn::fused_blocks((size_t)d.B * d.Nt);
         if (fused_online) online_blocks = iqn::fused_blocks((size_t)d.B * d.N);
         // Partial rows for the unfused kernels' grids or the fused ones' (at most one per tile).
@@ -327,7 +326,6 @@ struct IqnLearner::Impl {
         if (fused_target) iqn::target_fused_prepare();
         if (fused_online) iqn::online_fused_prepare();
         if (fused_backward) iqn::backward_fused_prepare();
-        if (merged) iqn::merged_prepare();
     }
 
     // Forward of net P on input x with Nr quantile fractions of `purpose`: ψpre, ψ, cos, φraw,
@@ -373,7 +371,7 @@ struct IqnLearner::Impl {
 
         // Online forward on x̃ (τ purpose 2), kept for the backward, and the head: Z, z_mean, the
         // loss, dZ, dhpre and the head's gradient partials.
-        int head_blocks = head.blocks, bwd_rows = bwd_chunks;
+        int head_blocks = head.blocks;
         if (fused_online) {
             gemm_nt(bl, B, Hq, D, in.x, params + o.Wpsi, psi_pre, 0.0f, "IQN psi = x Wpsi^T");
             bias_silu(psi_pre, psi, params + o.bpsi, d.B, Hq, s);
@@ -388,15 +386,8 @@ struct IqnLearner::Impl {
             f.B = B; f.N = N; f.Nt = Nt; f.row0 = d.row0;
             f.tau = tau; f.cos = cosb; f.phi = phi; f.m = mbuf; f.dh = dh;
             f.z_mean = z_mean; f.partial = part_head;
-            if (merged) {
-                // The backward through m too (dφpre into phi): its partials are ready below.
-                const iqn::BackwardArgs b{nullptr, params + o.Wm, params + o.bphi, psi, psi_pre,
-                                          params + o.bpsi, phi, dpsi, B, N, part_bwd};
-                head_blocks = bwd_rows = iqn::merged(iqn::MergedArgs{f, b}, s);
-            } else {
-                iqn::online_fused(f, online_blocks, s);
-                head_blocks = online_blocks;
-            }
+            iqn::online_fused(f, online_blocks, s);
+            head_blocks = online_blocks;
         } else {
             forward(bl, s, params, in.x, N, PURPOSE_IQN_ONLINE, in.step, tau);
             IqnHeadArgs a{};
@@ -422,7 +413,8 @@ struct IqnLearner::Impl {
 
         // Merge layer, then ψ and φ.
         gemm_tn(bl, Hq, Hq, (int)RN, dh, mbuf, grad + o.Wm, 0.0f, "IQN dWm = dh^T m");
-        if (fused_backward && !merged) {
+        int bwd_rows = bwd_chunks;
+        if (fused_backward) {
             const iqn::BackwardArgs f{dh, params + o.Wm, params + o.bphi, psi, psi_pre,
                                       params + o.bpsi, phi, dpsi, B, N, part_bwd};
             bwd_rows = iqn::backward_fused(f, online_blocks, s);

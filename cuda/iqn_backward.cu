@@ -37,6 +37,73 @@ constexpr int kBwdWarps = 16, kBwdTile = 16 * kBwdWarps;
 // Wmᵀ, bφ, then 16 rows of φraw per warp: 204.5 KiB, one block per SM.
 constexpr size_t kBwdSmemBytes = ((size_t)kHq * kLDM + kHq + (size_t)kBwdWarps * 16 * kLDM) * sizeof(float);
 
+// Row state of one thread in a tile: its rows g and g + 8, their transitions, and whether it
+// writes dψ for them.
+struct Rows {
+    size_t r0, r1, i0, i1;
+    bool v0, v1, lead0, lead1;
+};
+
+// ψ's pre-activations of transition i at columns u, u + 1 (x̃ Wψᵀ + bψ).
+__device__ __forceinline__ float2 psi_pre_pair(const BackwardArgs &a, size_t i, int u) {
+    const float2 pp = __ldg(reinterpret_cast<const float2 *>(a.psi_pre + i * kHq + u));
+    return make_float2(__fadd_rn(pp.x, __ldg(a.bpsi + u)), __fadd_rn(pp.y, __ldg(a.bpsi + u + 1)));
+}
+
+// The epilogue of column tiles 4q .. 4q + 3 from their dm accumulators: dφpre in place of φraw,
+// dψpre on the transitions' first row groups, and the column sums into acc.
+// φraw of the thread's rows is read from src0 / src1, the warp's rows in shared memory.
+__device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const float *bphi,
+                                                 const Rows &w, int N, int q,
+                                                 const float (&dm)[4][4], const float *src0,
+                                                 const float *src1, float (&pend)[4],
+                                                 float (&acc)[2][4]) {
+    const int tq = threadIdx.x & 3;
+    float *ph0 = a.phi + w.r0 * kHq, *ph1 = a.phi + w.r1 * kHq;
+    float v[4][4];  // [dbφ u, dbφ u + 1, dbψ u, dbψ u + 1][column tile]
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+        const int u = 8 * (4 * q + n) + 2 * tq;
+        const float2 f0 = w.v0 ? *reinterpret_cast<const float2 *>(src0 + u) : make_float2(0.0f, 0.0f);
+        const float2 f1 = w.v1 ? *reinterpret_cast<const float2 *>(src1 + u) : make_float2(0.0f, 0.0f);
+        const float2 p0 = __ldg(reinterpret_cast<const float2 *>(a.psi + w.i0 * kHq + u));
+        const float2 p1 = __ldg(reinterpret_cast<const float2 *>(a.psi + w.i1 * kHq + u));
+        const float b0 = bphi[u], b1 = bphi[u + 1];
+        const float z00 = f0.x + b0, z01 = f0.y + b1, z10 = f1.x + b0, z11 = f1.y + b1;
+        const float s00 = sigmoid_fast(z00), s01 = sigmoid_fast(z01);
+        const float s10 = sigmoid_fast(z10), s11 = sigmoid_fast(z11);
+        const float d00 = dm[n][0] * p0.x * dsilu_of(z00, s00);
+        const float d01 = dm[n][1] * p0.y * dsilu_of(z01, s01);
+        const float d10 = dm[n][2] * p1.x * dsilu_of(z10, s10);
+        const float d11 = dm[n][3] * p1.y * dsilu_of(z11, s11);
+        if (w.v0) *reinterpret_cast<float2 *>(ph0 + u) = make_float2(d00, d01);
+        if (w.v1) *reinterpret_cast<float2 *>(ph1 + u) = make_float2(d10, d11);
+        v[0][n] = d00 + d10;
+        v[1][n] = d01 + d11;
+        // Σ_n dm ⊙ φ over each transition, then dψpre on its first row group's lanes.
+        float e0 = dm[n][0] * (z00 * s00), e1 = dm[n][1] * (z01 * s01);
+        float e2 = dm[n][2] * (z10 * s10), e3 = dm[n][3] * (z11 * s11);
+        transition_sum(N, e0, e2);
+        transition_sum(N, e1, e3);
+        float q00 = 0.0f, q01 = 0.0f, q10 = 0.0f, q11 = 0.0f;
+        if (w.lead0 && w.v0) {
+            const float2 pp = psi_pre_pair(a, w.i0, u);
+            q00 = e0 * dsilu_fast(pp.x);
+            q01 = e1 * dsilu_fast(pp.y);
+            *reinterpret_cast<float2 *>(a.dpsi + w.i0 * kHq + u) = make_float2(q00, q01);
+        }
+        if (w.lead1 && w.v1) {
+            const float2 pp = psi_pre_pair(a, w.i1, u);
+            q10 = e2 * dsilu_fast(pp.x);
+            q11 = e3 * dsilu_fast(pp.y);
+            *reinterpret_cast<float2 *>(a.dpsi + w.i1 * kHq + u) = make_float2(q10, q11);
+        }
+        v[2][n] = q00 + q10;
+        v[3][n] = q01 + q11;
+    }
+    colsum_quarter<4>(q, v, pend, acc);
+}
+
 // Wmᵀ into shared memory, TF32-rounded: Wm's row j as float4s along k, lanes along j, so that
 // the transposed stores of a warp go to 32 consecutive floats of a WmT row (no bank conflicts);
 // 16 loads per thread in flight (stage.cuh). Out of line: inlined, it shifted the main loop's
@@ -84,8 +151,16 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
             const int rr = c / (kHq / 4), k4 = c - rr * (kHq / 4);
             if (rw + rr < R) cp_async16(phs + rr * kLDM + 4 * k4, a.phi + (rw + rr) * kHq + 4 * k4);
         }
-        const Rows w = tile_rows((uint32_t)rw, N, (uint32_t)R);
-        const float *dh0 = a.dh + (size_t)w.r0 * kHq, *dh1 = a.dh + (size_t)w.r1 * kHq;
+        Rows w;
+        w.r0 = rw + gi;
+        w.r1 = w.r0 + 8;
+        w.v0 = w.r0 < R;
+        w.v1 = w.r1 < R;
+        w.i0 = w.v0 ? w.r0 / N : 0;
+        w.i1 = w.v1 ? w.r1 / N : 0;
+        w.lead0 = gi % N == 0;
+        w.lead1 = N < 16 && gi % N == 0;
+        const float *dh0 = a.dh + w.r0 * kHq, *dh1 = a.dh + w.r1 * kHq;
         // dm = dhpre Wm: A from memory (k = 8κ + 2t and + 1, the permuted order), B from Wmᵀ.
         float dm[kHq / 8][4];
 #pragma unroll
@@ -113,22 +188,12 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
         float pend[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-            float dq[4][4], fr[4][4];
+            float dq[4][4];
 #pragma unroll
-            for (int n = 0; n < 4; ++n) {
-                const int u = 8 * (4 * q + n) + 2 * tq;
-                const float2 f0 = w.v0 ? *reinterpret_cast<const float2 *>(src0 + u) : make_float2(0.0f, 0.0f);
-                const float2 f1 = w.v1 ? *reinterpret_cast<const float2 *>(src1 + u) : make_float2(0.0f, 0.0f);
-                fr[n][0] = f0.x;
-                fr[n][1] = f0.y;
-                fr[n][2] = f1.x;
-                fr[n][3] = f1.y;
+            for (int n = 0; n < 4; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) dq[n][e] = dm[4 * q + n][e];
-            }
-            float v[4][4];
-            epilogue_quarter(a, bphi, w, N, q, dq, fr, v);
-            colsum_quarter<4>(q, v, pend, acc);
+            epilogue_quarter(a, bphi, w, N, q, dq, src0, src1, pend, acc);
         }
         __syncwarp();  // the rows are read before the next tile's copies land
     }

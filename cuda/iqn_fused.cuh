@@ -35,7 +35,6 @@ static_assert(kRowsPerTile == kFusedRowsPerTile, "iqn_fused.hpp's tile size");
 // Wφ, Wm, then bφ, bm, w_z.
 constexpr int kSmemFloats = kHq * kLDP + kHq * kLDM + 3 * kHq;
 
-using tile::colsum_part;
 using tile::colsum_quarter;
 using tile::dsilu_fast;
 using tile::dsilu_of;
@@ -67,29 +66,16 @@ __device__ __forceinline__ void stage_matrix(float *dst, int ld, const float *sr
             *reinterpret_cast<float4 *>(dst + n * ld + k) = tf32x4(v);
         });
 }
-// SWZ: Wm as tile128.cuh's swizzled [128, 128] (read by rows and by columns: iqn_merged.cu)
-// instead of rows of kLDM floats.
-template <bool SWZ = false>
 __device__ __forceinline__ Smem stage_weights(float *sm, const float *Wphi, const float *bphi,
                                               const float *Wm, const float *bm, const float *wz) {
     Smem s;
     s.Wphi = sm;
     s.Wm = s.Wphi + kHq * kLDP;
-    s.bphi = s.Wm + (SWZ ? kHq * kHq : kHq * kLDM);
+    s.bphi = s.Wm + kHq * kLDM;
     s.bm = s.bphi + kHq;
     s.wz = s.bm + kHq;
     stage_matrix<kHq, kC>(s.Wphi, kLDP, Wphi);
-    if (SWZ) {
-        const float4 *w4 = reinterpret_cast<const float4 *>(Wm);
-        stage_batched<8, float4>(
-            kHq * kHq / 4, [&](int e) { return __ldg(w4 + e); },
-            [&](int e, float4 v) {
-                const int n = e / (kHq / 4), k = 4 * (e - n * (kHq / 4));
-                *reinterpret_cast<float4 *>(s.Wm + tile::swz(n, k)) = tf32x4(v);
-            });
-    } else {
-        stage_matrix<kHq, kHq>(s.Wm, kLDM, Wm);
-    }
+    stage_matrix<kHq, kHq>(s.Wm, kLDM, Wm);
     for (int e = threadIdx.x; e < kHq; e += blockDim.x) {
         s.bphi[e] = __ldg(bphi + e);
         s.bm[e] = __ldg(bm + e);
@@ -192,14 +178,8 @@ __device__ __forceinline__ void merge_tile(const Smem &s, const float (&acc)[kHq
     }
 }
 
-// Wm[row][col] of stage_weights<SWZ>'s copy.
-template <bool SWZ>
-__device__ __forceinline__ int wm_at(int row, int col) {
-    return SWZ ? tile::swz(row, col) : row * kLDM + col;
-}
-
 // Column tiles nu0 .. nu0 + NT − 1 of h = m Wmᵀ (no bias): h[n] is tile nu0 + n.
-template <int NT, bool SWZ = false>
+template <int NT>
 __device__ __forceinline__ void h_tiles(const Smem &s, const mma::Op (&M)[kHq / 8][4], int nu0,
                                         float (&h)[NT][4]) {
     const int lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
@@ -212,7 +192,7 @@ __device__ __forceinline__ void h_tiles(const Smem &s, const mma::Op (&M)[kHq / 
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
             const int nu = nu0 + n;
-            const float2 w = *reinterpret_cast<const float2 *>(s.Wm + wm_at<SWZ>(8 * nu + gi, 8 * ka + 2 * tq));
+            const float2 w = *reinterpret_cast<const float2 *>(s.Wm + (8 * nu + gi) * kLDM + 8 * ka + 2 * tq);
             const mma::Op B[2] = {mma::loaded<false>(w.x), mma::loaded<false>(w.y)};
             mma::mma<false>(h[n], M[ka], B);
         }
@@ -246,7 +226,6 @@ __device__ __forceinline__ void transition_sum(int N, float &v, float &w) {
 // Z's row dots without b_z, Σ_u SiLU(h_u + bm_u) w_z,u over all kHq columns of the thread's
 // rows g (z0) and g + 8 (z1), h = m Wmᵀ from the m fragments M a half at a time (h_tiles<8>,
 // z_half); every lane of the quad returns the row's sum. The target and online passes share it.
-template <bool SWZ = false>
 __device__ __forceinline__ void z_rows(const Smem &s, const mma::Op (&M)[kHq / 8][4], float &z0,
                                        float &z1) {
     z0 = 0.0f;
@@ -254,7 +233,7 @@ __device__ __forceinline__ void z_rows(const Smem &s, const mma::Op (&M)[kHq / 8
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
         float h[8][4];
-        h_tiles<8, SWZ>(s, M, 8 * half, h);
+        h_tiles<8>(s, M, 8 * half, h);
         z_half(s, h, half, z0, z1);
     }
     z0 = quad_sum(z0);
@@ -272,86 +251,6 @@ __device__ __forceinline__ void store_colsums(double *row, const float (&acc)[2]
             row[c] = (double)acc[p][e];
             row[kHq + c] = (double)acc[p][2 + e];
         }
-}
-
-// Row state of one thread in a tile: its rows g and g + 8, their transitions, and whether it
-// writes dψ for them.
-struct Rows {
-    uint32_t r0, r1, i0, i1;  // 32-bit: the learner refuses B·N > INT32_MAX (cuda/iqn.cu)
-    bool v0, v1, lead0, lead1;
-};
-// The rows of a warp whose first row is rw (16 % N == 0: a transition's rows share a warp).
-__device__ __forceinline__ Rows tile_rows(uint32_t rw, int N, uint32_t R) {
-    const int gi = (threadIdx.x & 31) >> 2;
-    Rows w;
-    w.r0 = rw + gi;
-    w.r1 = w.r0 + 8;
-    w.v0 = w.r0 < R;
-    w.v1 = w.r1 < R;
-    w.i0 = w.v0 ? w.r0 / (uint32_t)N : 0;
-    w.i1 = w.v1 ? w.r1 / (uint32_t)N : 0;
-    w.lead0 = gi % N == 0;
-    w.lead1 = N < 16 && gi % N == 0;
-    return w;
-}
-
-// ψ's pre-activations of transition i at columns u, u + 1 (x̃ Wψᵀ + bψ).
-__device__ __forceinline__ float2 psi_pre_pair(const BackwardArgs &a, size_t i, int u) {
-    const float2 pp = __ldg(reinterpret_cast<const float2 *>(a.psi_pre + i * kHq + u));
-    return make_float2(__fadd_rn(pp.x, __ldg(a.bpsi + u)), __fadd_rn(pp.y, __ldg(a.bpsi + u + 1)));
-}
-
-// The backward's epilogue of column tiles 4q .. 4q + 3 from their dm accumulators (iqn_backward.cu,
-// iqn_merged.cu): dφpre into a.phi, dψpre on the transitions' first row groups, and the column
-// sums' terms v of dbφ (k = 0, 1) and dbψ (k = 2, 3) for colsum_quarter. fr[n] is φraw of the
-// thread's rows at tile 4q + n in accumulator order (row g at columns u, u + 1, then row g + 8),
-// zero for rows past R.
-__device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const float *bphi,
-                                                 const Rows &w, int N, int q,
-                                                 const float (&dm)[4][4], const float (&fr)[4][4],
-                                                 float (&v)[4][4]) {
-    const int tq = threadIdx.x & 3;
-    float *ph0 = a.phi + (size_t)w.r0 * kHq, *ph1 = a.phi + (size_t)w.r1 * kHq;
-    // v: [dbφ u, dbφ u + 1, dbψ u, dbψ u + 1][column tile]
-#pragma unroll
-    for (int n = 0; n < 4; ++n) {
-        const int u = 8 * (4 * q + n) + 2 * tq;
-        const float2 f0 = make_float2(fr[n][0], fr[n][1]), f1 = make_float2(fr[n][2], fr[n][3]);
-        const float2 p0 = __ldg(reinterpret_cast<const float2 *>(a.psi + (size_t)w.i0 * kHq + u));
-        const float2 p1 = __ldg(reinterpret_cast<const float2 *>(a.psi + (size_t)w.i1 * kHq + u));
-        const float b0 = bphi[u], b1 = bphi[u + 1];
-        const float z00 = f0.x + b0, z01 = f0.y + b1, z10 = f1.x + b0, z11 = f1.y + b1;
-        const float s00 = sigmoid_fast(z00), s01 = sigmoid_fast(z01);
-        const float s10 = sigmoid_fast(z10), s11 = sigmoid_fast(z11);
-        const float d00 = dm[n][0] * p0.x * dsilu_of(z00, s00);
-        const float d01 = dm[n][1] * p0.y * dsilu_of(z01, s01);
-        const float d10 = dm[n][2] * p1.x * dsilu_of(z10, s10);
-        const float d11 = dm[n][3] * p1.y * dsilu_of(z11, s11);
-        if (w.v0) *reinterpret_cast<float2 *>(ph0 + u) = make_float2(d00, d01);
-        if (w.v1) *reinterpret_cast<float2 *>(ph1 + u) = make_float2(d10, d11);
-        v[0][n] = d00 + d10;
-        v[1][n] = d01 + d11;
-        // Σ_n dm ⊙ φ over each transition, then dψpre on its first row group's lanes.
-        float e0 = dm[n][0] * (z00 * s00), e1 = dm[n][1] * (z01 * s01);
-        float e2 = dm[n][2] * (z10 * s10), e3 = dm[n][3] * (z11 * s11);
-        transition_sum(N, e0, e2);
-        transition_sum(N, e1, e3);
-        float q00 = 0.0f, q01 = 0.0f, q10 = 0.0f, q11 = 0.0f;
-        if (w.lead0 && w.v0) {
-            const float2 pp = psi_pre_pair(a, w.i0, u);
-            q00 = e0 * dsilu_fast(pp.x);
-            q01 = e1 * dsilu_fast(pp.y);
-            *reinterpret_cast<float2 *>(a.dpsi + (size_t)w.i0 * kHq + u) = make_float2(q00, q01);
-        }
-        if (w.lead1 && w.v1) {
-            const float2 pp = psi_pre_pair(a, w.i1, u);
-            q10 = e2 * dsilu_fast(pp.x);
-            q11 = e3 * dsilu_fast(pp.y);
-            *reinterpret_cast<float2 *>(a.dpsi + (size_t)w.i1 * kHq + u) = make_float2(q10, q11);
-        }
-        v[2][n] = q00 + q10;
-        v[3][n] = q01 + q11;
-    }
 }
 
 }  // namespace fh::cuda::iqn

@@ -2,8 +2,7 @@
 // iqn_cos = 64): the target pass (cuda/iqn_target.cu) writes Z̄(x̃', τ') [B, N'] from ψ̄ without
 // intermediate buffers; the online pass with its loss head (cuda/iqn_online.cu) writes what the
 // backward reads and the head's gradient partials; the backward through m (cuda/iqn_backward.cu)
-// turns dhpre into dφpre and dψpre without the dm buffer; cuda/iqn_merged.cu runs the last two
-// as one kernel.
+// turns dhpre into dφpre and dψpre without the dm buffer.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -58,15 +57,6 @@ struct BackwardArgs {
     double *partial;                        // [blocks, 2·128]: dbφ | dbψ column sums
 };
 
-// The online pass and the backward through m as one kernel (iqn_merged.cu): `on` as for
-// online_fused() except that on.phi is not written (φraw stays in shared memory), `bw` as for
-// backward_fused() with bw.phi the output dφpre and bw.dh unused (dhpre is on.dh, and dm is
-// computed from it in registers).
-struct MergedArgs {
-    OnlineArgs on;
-    BackwardArgs bw;
-};
-
 // Rows per tile of the fused kernels: their grids never exceed ceil(rows / this) blocks, which
 // sizes their partial buffers (src/memory_plan.cpp counts them the same way).
 constexpr int kFusedRowsPerTile = 128;
@@ -82,8 +72,5 @@ void target_fused(const TargetArgs &a, int blocks, cudaStream_t s);
 void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s);
 // Returns the partial rows it wrote (at most `blocks`: its blocks are larger).
 int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s);
-// One block per SM; returns the partial rows it wrote into on.partial and bw.partial (each).
-void merged_prepare();
-int merged(const MergedArgs &a, cudaStream_t s);
 
 }  // namespace fh::cuda::iqn

@@ -22,7 +22,6 @@
 // at the end. No atomics: the same inputs give the same bits.
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "aux_common.cuh"
 #include "iqn_fused.cuh"
@@ -32,11 +31,7 @@ namespace fh::cuda::iqn {
 
 namespace {
 
-constexpr int kPartW = 2 * kHq + 2, kBwdPartW = 2 * kHq;
-// MERGED: Wφ, swizzled Wm, bφ, bm, w_z, then each warp's 16 φraw rows: 169.5 KiB, one block per SM.
-constexpr size_t kMergedSmemBytes =
-    ((size_t)kHq * kLDP + kHq * kHq + 3 * kHq + kWarps * 16 * kHq + kWarps * 16 * 32) * sizeof(float);
-static_assert(kWarps * (kPartW + kBwdPartW) * sizeof(double) <= (size_t)kHq * kLDP * sizeof(float) + kHq * kHq * sizeof(float), "the partial rows fit over the weights");
+constexpr int kPartW = 2 * kHq + 2;
 
 // dZ of one row (0 past the batch) and its loss terms Σ_m |τ − 1{u<0}| huber_κ(u) / κ.
 __device__ __forceinline__ float head_row(const OnlineArgs &a, bool valid, size_t i, float tau,
@@ -55,42 +50,20 @@ __device__ __forceinline__ float head_row(const OnlineArgs &a, bool valid, size_
     return (float)(-((double)ds / a.kappa) * a.scale);
 }
 
-// MERGED = false: the online pass (k_iqn_online); MERGED = true: the online pass and the backward
-// through m in one kernel (iqn_merged's header below).
-template <bool MERGED>
-__global__ void __launch_bounds__(kWarps * 32, MERGED ? 1 : 2) k_iqn_online(MergedArgs ma) {
-    const OnlineArgs &a = ma.on;
-    const BackwardArgs &b = ma.bw;
+__global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
     extern __shared__ float4 sm4[];
-    const Smem sw = stage_weights<MERGED>(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm,
-                                          a.bm, a.wz);
+    const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
     const uint32_t st = (uint32_t)*a.step;
     const float bz = __ldg(a.bz);
     const int N = a.N;
-    // MERGED indexes rows in 32 bits (fewer registers; the learner refuses B·N > INT32_MAX,
-    // cuda/iqn.cu); the online pass alone keeps size_t (it spilled more with 32 bits).
-    using Idx = std::conditional_t<MERGED, uint32_t, size_t>;
-    const Idx R = (Idx)a.B * (Idx)N;
-    const Idx ntiles = (R + kRowsPerTile - 1) / kRowsPerTile;
-    // MERGED: the warp's φraw (16 rows) in accumulator order, float4 [tile ν][lane]: each thread
-    // reads back only what it wrote. Wm's columns as dm's B operand.
-    float *const fr_all = sw.wz + kHq;  // kWarps × 16 rows of φraw, then the accumulators
-    float4 *fr4 = reinterpret_cast<float4 *>(fr_all) + warp * (kHq / 8) * 32 + lane;
-    tile::ColB wmc;
-    if (MERGED) wmc.init(sw.Wm);
-    // Column-sum accumulators of dbm (k = 0, 1) and dw_z (k = 2, 3), colsum_quarter's layout;
-    // MERGED: also dbφ (0, 1) and dbψ (2, 3).
-    // MERGED keeps them in shared memory, a lane's 16 at [warp][k][lane] (registers are short);
-    // each tile adds one term to each, as the register accumulators do.
+    const size_t R = (size_t)a.B * N;
+    const size_t ntiles = (R + kRowsPerTile - 1) / kRowsPerTile;
+    // Column-sum accumulators of dbm (k = 0, 1) and dw_z (k = 2, 3), colsum_quarter's layout.
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    float *accs = fr_all + kWarps * 16 * kHq + warp * 16 * 32 + lane;
-    if (MERGED)
-#pragma unroll
-        for (int k = 0; k < 16; ++k) accs[32 * k] = 0.0f;
     double acc_loss = 0.0, acc_bz = 0.0;
-    for (Idx tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-        const Idx r0 = tile * kRowsPerTile + (Idx)warp * 16 + gi, r1 = r0 + 8;
+    for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+        const size_t r0 = tile * kRowsPerTile + (size_t)warp * 16 + gi, r1 = r0 + 8;
         const bool v0 = r0 < R, v1 = r1 < R;
         const float t0 = draw_tau(a.seed, a.row0, r0, R, N, st, PURPOSE_IQN_ONLINE);
         const float t1 = draw_tau(a.seed, a.row0, r1, R, N, st, PURPOSE_IQN_ONLINE);
@@ -99,23 +72,15 @@ __global__ void __launch_bounds__(kWarps * 32, MERGED ? 1 : 2) k_iqn_online(Merg
             if (v1) a.tau[r1] = t1;
         }
         float phi[kHq / 8][4];
-        phi_tile(sw, t0, t1, phi, v0 ? a.cos + (size_t)r0 * kC : nullptr,
-                 v1 ? a.cos + (size_t)r1 * kC : nullptr);
-        if (MERGED) {
-#pragma unroll
-            for (int nu = 0; nu < kHq / 8; ++nu)
-                fr4[nu * 32] = make_float4(v0 ? phi[nu][0] : 0.0f, v0 ? phi[nu][1] : 0.0f,
-                                           v1 ? phi[nu][2] : 0.0f, v1 ? phi[nu][3] : 0.0f);
-        }
-        const Idx i0 = v0 ? r0 / (Idx)N : 0, i1 = v1 ? r1 / (Idx)N : 0;
+        phi_tile(sw, t0, t1, phi, v0 ? a.cos + r0 * kC : nullptr, v1 ? a.cos + r1 * kC : nullptr);
+        const size_t i0 = v0 ? r0 / N : 0, i1 = v1 ? r1 / N : 0;
         mma::Op M[kHq / 8][4];
-        merge_tile(sw, phi, a.psi + (size_t)i0 * kHq, a.psi + (size_t)i1 * kHq, M,
-                   !MERGED && v0 ? a.phi + (size_t)r0 * kHq : nullptr,
-                   !MERGED && v1 ? a.phi + (size_t)r1 * kHq : nullptr,
-                   v0 ? a.m + (size_t)r0 * kHq : nullptr, v1 ? a.m + (size_t)r1 * kHq : nullptr);
+        merge_tile(sw, phi, a.psi + i0 * kHq, a.psi + i1 * kHq, M,
+                   v0 ? a.phi + r0 * kHq : nullptr, v1 ? a.phi + r1 * kHq : nullptr,
+                   v0 ? a.m + r0 * kHq : nullptr, v1 ? a.m + r1 * kHq : nullptr);
         // Z_in of the thread's two rows (every lane of the quad holds them).
         float z0, z1;
-        z_rows<MERGED>(sw, M, z0, z1);
+        z_rows(sw, M, z0, z1);
         z0 += bz;
         z1 += bz;
         // z_mean: the transition's N rows are lanes g .. g + N − 1 of one half (N ≤ 8), or both
@@ -136,22 +101,14 @@ __global__ void __launch_bounds__(kWarps * 32, MERGED ? 1 : 2) k_iqn_online(Merg
             acc_bz += (double)dz0 + (double)dz1;
         }
         // dhpre = dZ w_z ⊙ SiLU'(h + bm) from h recomputed, a quarter of the columns at a time
-        // (fewer live registers), and the tile's column sums. MERGED: dm = dhpre Wm accumulates
-        // over the quarters, each quarter's dhpre its four contraction steps (the order in
-        // which iqn_backward.cu reads them back: the same products in the same order).
-        float *dh0 = v0 ? a.dh + (size_t)r0 * kHq : nullptr, *dh1 = v1 ? a.dh + (size_t)r1 * kHq : nullptr;
-        float dm[kHq / 8][4];
-        if (MERGED)
-#pragma unroll
-            for (int nu = 0; nu < kHq / 8; ++nu)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) dm[nu][e] = 0.0f;
+        // (fewer live registers), and the tile's column sums.
+        float *dh0 = v0 ? a.dh + r0 * kHq : nullptr, *dh1 = v1 ? a.dh + r1 * kHq : nullptr;
         float pend[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-            float v[4][4];  // [dbm u, dbm u + 1, dw_z u, dw_z u + 1][column tile]
             float h[4][4];
-            h_tiles<4, MERGED>(sw, M, 4 * q, h);
+            h_tiles<4>(sw, M, 4 * q, h);
+            float v[4][4];  // [dbm u, dbm u + 1, dw_z u, dw_z u + 1][column tile]
 #pragma unroll
             for (int n = 0; n < 4; ++n) {
                 const int u = 8 * (4 * q + n) + 2 * tq;
@@ -171,61 +128,13 @@ __global__ void __launch_bounds__(kWarps * 32, MERGED ? 1 : 2) k_iqn_online(Merg
                 v[1][n] = d01 + d11;
                 v[2][n] = fmaf(dz0, p00 * s00, dz1 * (p10 * s10));
                 v[3][n] = fmaf(dz0, p01 * s01, dz1 * (p11 * s11));
-                if (MERGED) {
-                    // Rows past R give 0 here, as their zero loads do in iqn_backward.cu.
-                    const float d[4] = {v0 ? d00 : 0.0f, v0 ? d01 : 0.0f, v1 ? d10 : 0.0f,
-                                        v1 ? d11 : 0.0f};
-                    mma::Op A[4];
-                    mma::a_from_acc<false>(A, d);
-                    wmc.mma_step(dm, A, 4 * q + n);
-                }
             }
-            if (MERGED) {
-                float out[4];
-                colsum_part<4>(q, v, pend, out);
-                if (q & 1)
-#pragma unroll
-                    for (int k = 0; k < 4; ++k) accs[32 * (4 * (q >> 1) + k)] += out[k];
-            } else {
-                colsum_quarter<4>(q, v, pend, acc);
-            }
-        }
-        if (MERGED) {
-            // The backward's epilogue, φraw from the warp's shared rows.
-            const Rows w = tile_rows((uint32_t)(tile * kRowsPerTile) + warp * 16, N, (uint32_t)R);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                float dq[4][4], fr[4][4];
-#pragma unroll
-                for (int n = 0; n < 4; ++n) {
-                    const float4 f = fr4[(4 * q + n) * 32];
-                    fr[n][0] = f.x;
-                    fr[n][1] = f.y;
-                    fr[n][2] = f.z;
-                    fr[n][3] = f.w;
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) dq[n][e] = dm[4 * q + n][e];
-                }
-                float v[4][4], out[4];
-                epilogue_quarter(b, sw.bphi, w, N, q, dq, fr, v);
-                colsum_part<4>(q, v, pend, out);
-                if (q & 1)
-#pragma unroll
-                    for (int k = 0; k < 4; ++k) accs[32 * (8 + 4 * (q >> 1) + k)] += out[k];
-            }
+            colsum_quarter<4>(q, v, pend, acc);
         }
     }
-    // The block's partial rows: warp rows in shared memory (over the weights), summed in warp
-    // order; the backward's (MERGED) after the head's, in a region of their own.
+    // The block's partial row: warp rows in shared memory (over the weights), summed in warp order.
     acc_loss = warp_sum(acc_loss);
     acc_bz = warp_sum(acc_bz);
-    float accb[2][4];
-    if (MERGED)
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-            acc[k >> 2][k & 3] = accs[32 * k];
-            accb[k >> 2][k & 3] = accs[32 * (8 + k)];
-        }
     __syncthreads();
     double *red = reinterpret_cast<double *>(sm4);
     double *mine = red + (size_t)warp * kPartW;
@@ -234,10 +143,7 @@ __global__ void __launch_bounds__(kWarps * 32, MERGED ? 1 : 2) k_iqn_online(Merg
         mine[2 * kHq] = acc_bz;
         mine[2 * kHq + 1] = acc_loss;
     }
-    if (MERGED) store_colsums(red + kWarps * kPartW + (size_t)warp * kBwdPartW, accb);
     aux::flush_row_acc(red, kPartW, a.partial + (size_t)blockIdx.x * kPartW);
-    if (MERGED)
-        aux::flush_row_acc(red + kWarps * kPartW, kBwdPartW, b.partial + (size_t)blockIdx.x * kBwdPartW);
 }
 
 }  // namespace
@@ -248,27 +154,12 @@ int fused_blocks(size_t rows) {
 }
 
 void online_fused_prepare() {
-    aux::allow_smem((const void *)k_iqn_online<false>, kSmemFloats * sizeof(float), "IQN online pass");
+    aux::allow_smem((const void *)k_iqn_online, kSmemFloats * sizeof(float), "IQN online pass");
 }
 
 void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s) {
-    MergedArgs ma{};
-    ma.on = a;
-    k_iqn_online<false><<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(ma);
+    k_iqn_online<<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
     FH_LAUNCHED("k_iqn_online");
-}
-
-void merged_prepare() {
-    aux::allow_smem((const void *)k_iqn_online<true>, kMergedSmemBytes,
-                    "IQN online pass and backward");
-}
-
-int merged(const MergedArgs &a, cudaStream_t s) {
-    const size_t tiles = ((size_t)a.on.B * a.on.N + kRowsPerTile - 1) / kRowsPerTile;
-    const int nb = (int)std::max<size_t>(1, std::min<size_t>(tiles, (size_t)sm_count()));
-    k_iqn_online<true><<<nb, kWarps * 32, kMergedSmemBytes, s>>>(a);
-    FH_LAUNCHED("k_iqn_online<merged>");
-    return nb;
 }
 
 }  // namespace fh::cuda::iqn

@@ -22,47 +22,6 @@ __device__ __forceinline__ float4 tf32x4(float4 v) {
                        mma::stored<false>(v.w));
 }
 
-// The shared-memory index of element (r, c) of a [*, 128] matrix stored XOR-swizzled: column c
-// XOR 8·f(r mod 8) with f = (r ^ (r >> 2)) & 3 on r's low three bits. The reads are (fragment
-// layout, g = lane / 4, t = lane % 4): rows g of 8-row groups at columns 8κ + 2t as float2 (a B
-// operand read by rows, W in x Wᵀ; each half-warp's g < 4 or g ≥ 4 takes four different f), and
-// rows 8κ + 2t (+1) at column 8ν + g as single floats (a B operand read by columns, W in x W;
-// the four t take four different f). Both hit 32 different banks. The XOR moves whole aligned
-// groups of 8 columns, so float4 stores and float2 reads stay whole.
-__device__ __forceinline__ int swz(int r, int c) {
-    const int f = (r & 3) ^ ((r >> 2) & 1);
-    return r * 128 + (c ^ (f << 3));
-}
-
-// Column reads of a swizzled [128, 128] W as B operands of x W (contraction over W's rows): the
-// element W[8κ + 2t + e][8ν + g] is at col[e][ν % 4][1024 κ + 32 ⌊ν/4⌋]: row 8κ + r (r = 2t + e
-// < 8) has f(r), and (8ν + g) XOR 8 f = 32 ⌊ν/4⌋ + 8 ((ν % 4) XOR f) + g. The pointers are set
-// once per kernel; each read is then a base plus a constant.
-struct ColB {
-    const float *W;
-    int col[2][4];  // offsets from W (32-bit: fewer registers than eight pointers)
-    __device__ __forceinline__ void init(const float *Ws) {
-        const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-        W = Ws;
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int r = 2 * t + e, f = (r & 3) ^ ((r >> 2) & 1);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) col[e][j] = r * 128 + 8 * (j ^ f) + g;
-        }
-    }
-    // c[ν] += A · W[8κ .. 8κ + 7, :] over contraction step κ = ka for all 16 column tiles ν.
-    __device__ __forceinline__ void mma_step(float (&c)[16][4], const mma::Op (&A)[4], int ka) const {
-#pragma unroll
-        for (int nu = 0; nu < 16; ++nu) {
-            const int m = 32 * (nu >> 2) + 1024 * ka;
-            const mma::Op Bf[2] = {mma::loaded<false>(W[col[0][nu & 3] + m]),
-                                   mma::loaded<false>(W[col[1][nu & 3] + m])};
-            mma::mma<false>(c[nu], A, Bf);
-        }
-    }
-};
-
 // The sum over a quad (the 4 threads of one row pair).
 __device__ __forceinline__ float quad_sum(float v) {
     v += __shfl_xor_sync(0xffffffffu, v, 1);
@@ -97,26 +56,15 @@ __device__ __forceinline__ float merge2(float even, float odd) {
 // is the thread's value (its two rows summed) of kind k at column 8(4q + n) + 2t + (k % 2); K
 // kinds (e.g. the two columns of dbm and of dw_z). pend keeps the even quarter's part4 results;
 // after the odd one, acc[q / 2][k] += the warp's sum at column owned_col(q / 2, k % 2).
-// colsum_part: the same without the accumulators: after an odd quarter, out[k] is the warp's
-// sum at owned_col(q / 2, k % 2).
-template <int K>
-__device__ __forceinline__ void colsum_part(int q, float (&v)[K][4], float (&pend)[K],
-                                            float (&out)[K]) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-        const float p = part4(v[k]);
-        if (q & 1) out[k] = merge2(pend[k], p);
-        else pend[k] = p;
-    }
-}
 template <int K>
 __device__ __forceinline__ void colsum_quarter(int q, float (&v)[K][4], float (&pend)[K],
                                                float (&acc)[2][K]) {
-    float out[K];
-    colsum_part<K>(q, v, pend, out);
-    if (q & 1)
 #pragma unroll
-        for (int k = 0; k < K; ++k) acc[q >> 1][k] += out[k];
+    for (int k = 0; k < K; ++k) {
+        const float p = part4(v[k]);
+        if (q & 1) acc[q >> 1][k] += merge2(pend[k], p);
+        else pend[k] = p;
+    }
 }
 // The column of accumulator acc[pair][k] of colsum_quarter, e = k % 2.
 __device__ __forceinline__ int owned_col(int pair, int e) {

@@ -15,13 +15,11 @@ struct IqnPaths {
     bool target = false;    // the target pass after ψ̄: iqn_hidden = 128, iqn_cos = 64
     bool online = false;    // the online pass and head: also 16 % iqn_n == 0
     bool backward = false;  // the backward through m: with the online pass
-    bool merged = false;    // the online pass and the backward as one kernel (iqn_merged)
 };
 
 // TF32 and BF16 modes fuse every pass whose shapes fit; strict FP32 none.
-// FOXHUNT_IQN_KERNELS = unfused | target | online | fused | merged | auto (the default, =
-// merged) caps how many (for tests and side-by-side timing); any other value fails with
-// FH_ERR_BAD_VALUE.
+// FOXHUNT_IQN_KERNELS = unfused | target | online | fused | auto (the default, = fused) caps
+// how many (for tests and side-by-side timing); any other value fails with FH_ERR_BAD_VALUE.
 IqnPaths iqn_paths(const Dims &d, const fh_config &c);
 
 }  // namespace fh

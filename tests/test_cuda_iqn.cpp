@@ -8,11 +8,9 @@
  *    N = 8, 4, 16 and 1 (the shapes of its z_mean sums), with a partly filled last tile;
  * 3. the backward kernel alone against a float64 evaluation of the chain rule through
  *    m = ψ ⊙ φ: dφpre, dψpre and the partial sums of dbφ and dbψ, at the same N;
- * 4. the merged kernel (the online pass and the backward in one) against those two kernels:
- *    bitwise on every buffer, to float rounding on the partial sums;
- * 5. whole steps of the five levels of FOXHUNT_IQN_KERNELS (merged, fused, online, target,
- *    unfused) against each other and the CPU: IQN loss, parameters and the ensemble mean after 1
- *    and 5 steps (TF32 products in every GPU path, so they agree to TF32 rounding, not bitwise).
+ * 4. whole steps of the four levels of FOXHUNT_IQN_KERNELS (fused, online, target, unfused)
+ *    against each other and the CPU: IQN loss, parameters and the ensemble mean after 1 and 5
+ *    steps (TF32 products in every GPU path, so they agree to TF32 rounding, not bitwise).
  * Skipped without a GPU. */
 #if FOXHUNT_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -33,7 +31,6 @@ extern "C" {
 
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <random>
 #include <string>
 
@@ -343,127 +340,6 @@ void test_backward_kernel_vs_float64(void **) {
             cudaFree(p);
     }
 }
-
-/* The merged kernel (online pass and backward through m in one, iqn_online.cu) against the two
- * kernels it merges, both checked against float64 above: every buffer it writes bitwise equal
- * (the same products in the same order), the partial sums' totals to float rounding (its blocks
- * group the tiles differently). B = 2500 at N = 8 gives more tiles than SMs (blocks walk
- * several, with a partly filled last tile). */
-void test_merged_kernel_vs_two(void **) {
-    if (!fh_test_have_cuda()) skip();
-    const int Hq = 128, C = 64, Nt = 8;
-    struct Case {
-        int B, N;
-    };
-    for (const Case k : {Case{333, 8}, Case{333, 4}, Case{333, 16}, Case{333, 1}, Case{2500, 8}}) {
-        const int B = k.B, N = k.N;
-        const size_t R = (size_t)B * N;
-        Normal vec(41 + N);
-        std::uniform_real_distribution<float> ud(0.0f, 1.0f);
-        const std::vector<float> psi = vec((size_t)B * Hq, 0.8f), Wphi = vec((size_t)Hq * C, 0.25f),
-                                 bphi = vec(Hq, 0.3f), Wm = vec((size_t)Hq * Hq, 0.12f),
-                                 bm = vec(Hq, 0.3f), wz = vec(Hq, 0.3f), bz = vec(1, 0.5f),
-                                 zt = vec((size_t)B * Nt, 1.0f), r = vec(B, 0.5f),
-                                 psi_pre = vec((size_t)B * Hq, 1.0f), bpsi = vec(Hq, 0.3f);
-        std::vector<float> done(B);
-        for (float &d : done) d = ud(vec.rng) < 0.2f ? 1.0f : 0.0f;
-        const int blocks = fh::cuda::iqn::fused_blocks(R);
-        const std::vector<float> nan_r(R, NAN), nan_rc(R * C, NAN), nan_rh(R * Hq, NAN),
-            nan_b(B, NAN), nan_bh((size_t)B * Hq, NAN);
-        float *d_psi = dev(psi), *d_Wphi = dev(Wphi), *d_bphi = dev(bphi), *d_Wm = dev(Wm),
-              *d_bm = dev(bm), *d_wz = dev(wz), *d_bz = dev(bz), *d_zt = dev(zt), *d_r = dev(r),
-              *d_done = dev(done), *d_pp = dev(psi_pre), *d_bpsi = dev(bpsi);
-        uint64_t *d_step = dev(std::vector<uint64_t>{5});
-        /* Two output sets: [0] the two kernels, [1] the merged one. */
-        float *d_tau[2], *d_cos[2], *d_phi[2], *d_m[2], *d_dh[2], *d_zm[2], *d_dpsi[2];
-        double *d_ph[2], *d_pb[2];
-        fh::cuda::iqn::MergedArgs a[2];
-        for (int v = 0; v < 2; ++v) {
-            d_tau[v] = dev(nan_r); d_cos[v] = dev(nan_rc); d_phi[v] = dev(nan_rh);
-            d_m[v] = dev(nan_rh); d_dh[v] = dev(nan_rh); d_zm[v] = dev(nan_b); d_dpsi[v] = dev(nan_bh);
-            d_ph[v] = dev(std::vector<double>((size_t)blocks * (2 * Hq + 2), NAN));
-            d_pb[v] = dev(std::vector<double>((size_t)blocks * 2 * Hq, NAN));
-            fh::cuda::iqn::OnlineArgs &o = a[v].on;
-            o = fh::cuda::iqn::OnlineArgs{};
-            o.psi = d_psi; o.Wphi = d_Wphi; o.bphi = d_bphi; o.Wm = d_Wm; o.bm = d_bm; o.wz = d_wz;
-            o.bz = d_bz; o.zt = d_zt; o.r = d_r; o.done = d_done; o.gamma = 0.99f; o.kappa = 1.0f;
-            o.scale = 1.0 / (2.0 * B * Nt); o.seed = 4321; o.step = d_step; o.B = B; o.N = N;
-            o.Nt = Nt; o.row0 = 0; o.tau = d_tau[v]; o.cos = d_cos[v]; o.phi = d_phi[v];
-            o.m = d_m[v]; o.dh = d_dh[v]; o.z_mean = d_zm[v]; o.partial = d_ph[v];
-            a[v].bw = fh::cuda::iqn::BackwardArgs{d_dh[v], d_Wm, d_bphi, d_psi, d_pp, d_bpsi,
-                                                  d_phi[v], d_dpsi[v], B, N, d_pb[v]};
-        }
-        int rows_two = 0, rows_merged = 0;
-        launch_and_wait("online_fused + backward_fused", [&] {
-            fh::cuda::iqn::online_fused_prepare();
-            fh::cuda::iqn::backward_fused_prepare();
-            fh::cuda::iqn::online_fused(a[0].on, blocks, 0);
-            rows_two = fh::cuda::iqn::backward_fused(a[0].bw, blocks, 0);
-        });
-        launch_and_wait("merged", [&] {
-            fh::cuda::iqn::merged_prepare();
-            rows_merged = fh::cuda::iqn::merged(a[1], 0);
-        });
-        if (rows_merged < 1 || rows_merged > blocks)
-            fail_msg("merged wrote %d partial rows (1..%d)", rows_merged, blocks);
-        struct Buf {
-            const char *name;
-            float *p[2];
-            size_t n;
-        };
-        const Buf bufs[] = {{"tau", {d_tau[0], d_tau[1]}, R},
-                            {"cos", {d_cos[0], d_cos[1]}, R * C},
-                            {"m", {d_m[0], d_m[1]}, R * Hq},
-                            {"dh", {d_dh[0], d_dh[1]}, R * Hq},
-                            {"dphi_pre", {d_phi[0], d_phi[1]}, R * Hq},
-                            {"dpsi_pre", {d_dpsi[0], d_dpsi[1]}, (size_t)B * Hq},
-                            {"z_mean", {d_zm[0], d_zm[1]}, (size_t)B}};
-        printf("[IQN] merged kernel vs online + backward, B=%d N=%d, %d blocks:", B, N, rows_merged);
-        for (const Buf &b : bufs) {
-            const std::vector<float> x = back(b.p[0], b.n), y = back(b.p[1], b.n);
-            size_t diff = 0, nan = 0;
-            for (size_t e = 0; e < b.n; ++e) {
-                diff += memcmp(&x[e], &y[e], sizeof(float)) != 0;
-                nan += std::isnan(y[e]);
-            }
-            printf(" %s %zu/%zu differ;", b.name, diff, b.n);
-            if (diff || nan) fail_msg("merged, B=%d N=%d: %s: %zu of %zu values differ from the two "
-                                      "kernels' (%zu NaN: unwritten)", B, N, b.name, diff, b.n, nan);
-        }
-        /* Partial totals: the column sums of dbm, dw_z, db_z, the loss, dbφ and dbψ. */
-        auto totals = [&](const double *d_head, int head_rows, const double *d_bwd, int bwd_rows) {
-            const int wh = 2 * Hq + 2, wb = 2 * Hq;
-            const std::vector<double> ph = back(d_head, (size_t)head_rows * wh),
-                                      pb = back(d_bwd, (size_t)bwd_rows * wb);
-            std::vector<double> t(wh + wb, 0.0);
-            for (int b = 0; b < head_rows; ++b)
-                for (int c = 0; c < wh; ++c) t[c] += ph[(size_t)b * wh + c];
-            for (int b = 0; b < bwd_rows; ++b)
-                for (int c = 0; c < wb; ++c) t[wh + c] += pb[(size_t)b * wb + c];
-            return t;
-        };
-        const std::vector<double> t0 = totals(d_ph[0], blocks, d_pb[0], rows_two),
-                                  t1 = totals(d_ph[1], rows_merged, d_pb[1], rows_merged);
-        double num = 0, den = 0;
-        for (size_t c = 0; c < t0.size(); ++c) {
-            num += (t1[c] - t0[c]) * (t1[c] - t0[c]);
-            den += t0[c] * t0[c];
-        }
-        const double e = std::sqrt(num / den);
-        printf(" partial totals rel. %.2e\n", e);
-        /* Float column sums per lane over a block's tiles, grouped differently: ~1e-7. */
-        if (!(e <= 1e-5)) fail_msg("merged, B=%d N=%d: partial totals rel. error %.3e", B, N, e);
-        for (int v = 0; v < 2; ++v)
-            for (void *p : {(void *)d_tau[v], (void *)d_cos[v], (void *)d_phi[v], (void *)d_m[v],
-                            (void *)d_dh[v], (void *)d_zm[v], (void *)d_dpsi[v], (void *)d_ph[v],
-                            (void *)d_pb[v]})
-                cudaFree(p);
-        for (void *p : {(void *)d_psi, (void *)d_Wphi, (void *)d_bphi, (void *)d_Wm, (void *)d_bm,
-                        (void *)d_wz, (void *)d_bz, (void *)d_zt, (void *)d_r, (void *)d_done,
-                        (void *)d_pp, (void *)d_bpsi, (void *)d_step})
-            cudaFree(p);
-    }
-}
 #endif
 
 double iqn_err(fh_pipeline *a, fh_pipeline *b, std::string &worst) {
@@ -491,37 +367,35 @@ void test_fused_paths_agree(void **) {
         fh_pipeline *target = make(cuda_config(base, FH_MATH_TF32));
         setenv("FOXHUNT_IQN_KERNELS", "online", 1);
         fh_pipeline *online = make(cuda_config(base, FH_MATH_TF32));
-        setenv("FOXHUNT_IQN_KERNELS", "fused", 1);
-        fh_pipeline *fused = make(cuda_config(base, FH_MATH_TF32));
         unsetenv("FOXHUNT_IQN_KERNELS");
-        fh_pipeline *merged = make(cuda_config(base, FH_MATH_TF32));
+        fh_pipeline *fused = make(cuda_config(base, FH_MATH_TF32));
         Batches bt(base, 77, 5);
         for (int s = 0; s < 5; ++s) {
-            for (fh_pipeline *p : {cpu, unfused, target, online, fused, merged}) step(p, bt.b[(size_t)s]);
+            for (fh_pipeline *p : {cpu, unfused, target, online, fused}) step(p, bt.b[(size_t)s]);
             if (s != 0 && s != 4) continue;
             fh_metrics mf;
             mf.struct_size = sizeof(fh_metrics);
-            fh_pipeline_metrics(merged, &mf);
-            printf("[IQN] B=%u N=%u N'=%u after %d step%s, merged (the default) against:", k.B,
-                   k.N, k.Nt, s + 1, s ? "s" : "");
-            const char *names[] = {"unfused", "target", "online", "fused", "CPU"};
-            fh_pipeline *others[] = {unfused, target, online, fused, cpu};
-            for (int o = 0; o < 5; ++o) {
+            fh_pipeline_metrics(fused, &mf);
+            printf("[IQN] B=%u N=%u N'=%u after %d step%s, fused against:", k.B, k.N, k.Nt, s + 1,
+                   s ? "s" : "");
+            const char *names[] = {"unfused", "target", "online", "CPU"};
+            fh_pipeline *others[] = {unfused, target, online, cpu};
+            for (int o = 0; o < 4; ++o) {
                 fh_metrics mo;
                 mo.struct_size = sizeof(fh_metrics);
                 fh_pipeline_metrics(others[o], &mo);
                 std::string w;
-                const double e = iqn_err(merged, others[o], w);
+                const double e = iqn_err(fused, others[o], w);
                 const double l = std::fabs(mf.iqn_loss - mo.iqn_loss) / std::fabs(mo.iqn_loss);
                 printf(" %s %.3e (%s), loss %.3e;", names[o], e, w.c_str(), l);
                 /* TF32 products (2^-11 operand rounding) in every path: the test_cuda_vs_cpu bound. */
                 if (!(e <= 5e-2 && l <= 5e-2))
-                    fail_msg("merged IQN passes: B=%u N=%u step %d against %s: %.3e (%s), loss %.3e",
+                    fail_msg("fused IQN passes: B=%u N=%u step %d against %s: %.3e (%s), loss %.3e",
                              k.B, k.N, s + 1, names[o], e, w.c_str(), l);
             }
             printf("\n");
         }
-        for (fh_pipeline *p : {cpu, unfused, target, online, fused, merged}) fh_pipeline_destroy(p);
+        for (fh_pipeline *p : {cpu, unfused, target, online, fused}) fh_pipeline_destroy(p);
     }
 }
 
@@ -533,7 +407,6 @@ int main(void) {
         cmocka_unit_test(test_target_kernel_vs_float64),
         cmocka_unit_test(test_online_kernel_vs_float64),
         cmocka_unit_test(test_backward_kernel_vs_float64),
-        cmocka_unit_test(test_merged_kernel_vs_two),
 #endif
         cmocka_unit_test(test_fused_paths_agree)};
     return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
