@@ -8,7 +8,8 @@ namespace fh::cuda::attn {
 // One warp, transition x̃_i = xi: aug_i = [stok_i | g_i | 1] with stok = Σ_{t<To} tok_t (in t
 // order), and pool_i = (ebar + Wt stok + Wg g) / T + bo, i.e. the mean over tokens of e_t plus bo
 // (the ā Woᵀ part of the pooled residual stream is added by a GEMM afterwards).
-__device__ __forceinline__ void pool_aug_row(const Geom &g, const float *__restrict__ xi,
+template <class GT>
+__device__ __forceinline__ void pool_aug_row(const GT &g, const float *__restrict__ xi,
                                              const float *__restrict__ comp,
                                              const float *__restrict__ Wt,
                                              const float *__restrict__ Wg,

@@ -30,11 +30,14 @@
 // k index of the backward products runs in the permuted order of mma_tf32.cuh).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "attention_paths.hpp"
 #include "attention_pool.cuh"
 #include "attention_tc.cuh"
 #include "aux_common.cuh"
+#include "error.hpp"
 #include "mma_tf32.cuh"
 
 namespace fh::cuda::attn {
@@ -49,9 +52,9 @@ constexpr int kTargetSamples = 64;
 
 // The forward: blocks of up to 8 warps (two slots of 4 heads at the default), at most 128
 // registers so that two blocks fit an SM (one for the largest split variant, which would spill).
-template <int MT, int KX, bool SPLIT>
+template <class GT, int MT, int KX, bool SPLIT>
 __global__ void __launch_bounds__(256, (SPLIT && KX == 2) ? 1 : 2)
-k_attn_tc_fwd(Geom g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
+k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               float *__restrict__ abar, const float *__restrict__ Wt, const float *__restrict__ Wg,
               const float *__restrict__ bo, float *__restrict__ pool, float *__restrict__ aug) {
     using S = TcShape<MT, KX>;
@@ -112,9 +115,9 @@ k_attn_tc_fwd(Geom g, int wph, int spb, const float *__restrict__ x, const float
 // The backward: blocks of heads × wph ≤ 4 warps capped at 168 registers so that three fit an
 // SM (two for the split and two-feature-step variants, which would spill at 168); WIDE blocks
 // (5 to 8 heads, one warp each) take what they need.
-template <int MT, int KX, bool SPLIT, bool WIDE>
+template <class GT, int MT, int KX, bool SPLIT, bool WIDE>
 __global__ void __launch_bounds__(WIDE ? 256 : 128, WIDE ? 1 : ((SPLIT || KX == 2) ? 2 : 3))
-k_attn_tc_bwd(Geom g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
+k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               const float *__restrict__ dabar, float *__restrict__ partial) {
     using S = TcShape<MT, KX>;
     constexpr int NT = S::NT;
@@ -298,16 +301,28 @@ k_attn_tc_bwd(Geom g, int wph, int spb, const float *__restrict__ x, const float
         }
 }
 
-using FwdFn = void (*)(Geom, int, int, const float *, const float *, float *, const float *,
-                      const float *, const float *, float *, float *);
-using BwdFn = void (*)(Geom, int, int, const float *, const float *, const float *, float *);
+template <class GT>
+using FwdFn = void (*)(GT, int, int, const float *, const float *, float *, const float *,
+                       const float *, const float *, float *, float *);
+template <class GT>
+using BwdFn = void (*)(GT, int, int, const float *, const float *, const float *, float *);
 
 template <int MT, int KX, bool SPLIT>
-void pick(bool wide, FwdFn &f, BwdFn &b, size_t &wf, size_t &wb) {
-    f = k_attn_tc_fwd<MT, KX, SPLIT>;
-    b = wide ? k_attn_tc_bwd<MT, KX, SPLIT, true> : k_attn_tc_bwd<MT, KX, SPLIT, false>;
+void pick(bool wide, FwdFn<Geom> &f, BwdFn<Geom> &b, size_t &wf, size_t &wb) {
+    f = k_attn_tc_fwd<Geom, MT, KX, SPLIT>;
+    b = wide ? k_attn_tc_bwd<Geom, MT, KX, SPLIT, true> : k_attn_tc_bwd<Geom, MT, KX, SPLIT, false>;
     wf = TcShape<MT, KX>::FWD_FLOATS;
     wb = TcShape<MT, KX>::BWD_FLOATS;
+}
+
+// FOXHUNT_ATTN_GEOM = runtime | auto (the default): whether the default config's geometry
+// runs the kernels compiled for it (GeomDefault) or the ones that read it at run time. For
+// side-by-side timing; any other value fails with FH_ERR_BAD_VALUE.
+bool fixed_geometry_wanted() {
+    const char *e = getenv("FOXHUNT_ATTN_GEOM");
+    if (!e || !*e || !strcmp(e, "auto")) return true;
+    if (!strcmp(e, "runtime")) return false;
+    fail(FH_ERR_BAD_VALUE, "FOXHUNT_ATTN_GEOM='%s': expected auto or runtime", e);
 }
 
 class TcPath final : public Path {
@@ -321,6 +336,18 @@ public:
         wph_ = std::max(1, 4 / g.heads);
         const bool wide = g.heads * wph_ > 4;
         size_t wf = 0, wb = 0;
+        if (GeomDefault::matches(g) && fixed_geometry_wanted()) {
+            // The default config: the kernels compiled for its geometry (key 4 or 5 below).
+            static_assert(GeomDefault::T == 32 && GeomDefault::td + GeomDefault::G == 8 &&
+                              GeomDefault::heads == 4, "MT = 2, KX = 1, one slot of 4 heads");
+            if (split) {
+                fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, true>;
+                bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, true, false>;
+            } else {
+                fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, false>;
+                bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, false, false>;
+            }
+        }
         switch (key) {
         case 0: pick<1, 1, false>(wide, fwd_, bwd_, wf, wb); break;
         case 1: pick<1, 1, true>(wide, fwd_, bwd_, wf, wb); break;
@@ -336,13 +363,14 @@ public:
         const size_t cc = (size_t)(MT * 16) * (g.heads * 3 * kDHP + 8);
         smem_f_ = (cc + (size_t)g.heads * wph_f_ * wf) * sizeof(float);
         smem_b_ = (cc + (size_t)g.heads * wph_ * wb) * sizeof(float);
-        aux::allow_smem((const void *)fwd_, smem_f_, "attention forward (tensor cores)");
-        aux::allow_smem((const void *)bwd_, smem_b_, "attention backward (tensor cores)");
+        const void *kf = fwd_d_ ? (const void *)fwd_d_ : (const void *)fwd_;
+        const void *kb = bwd_d_ ? (const void *)bwd_d_ : (const void *)bwd_;
+        aux::allow_smem(kf, smem_f_, "attention forward (tensor cores)");
+        aux::allow_smem(kb, smem_b_, "attention backward (tensor cores)");
         // A block covers wph transitions at a time: its range is a multiple of wph.
-        spb_f_ = round_up(wave_samples_per_block((const void *)fwd_, threads_f_, smem_f_, g.B,
-                                                 kTargetSamples), wph_f_);
-        spb_b_ = round_up(wave_samples_per_block((const void *)bwd_, threads_, smem_b_, g.B,
-                                                 kTargetSamples), wph_);
+        spb_f_ = round_up(wave_samples_per_block(kf, threads_f_, smem_f_, g.B, kTargetSamples),
+                          wph_f_);
+        spb_b_ = round_up(wave_samples_per_block(kb, threads_, smem_b_, g.B, kTargetSamples), wph_);
         nblk_f_ = (g.B + spb_f_ - 1) / spb_f_;
         nblk_b_ = (g.B + spb_b_ - 1) / spb_b_;
     }
@@ -351,12 +379,21 @@ public:
     int partial_rows() const override { return nblk_b_ * wph_; }
 
     void forward(const FwdArgs &a, cudaStream_t s) override {
-        fwd_<<<nblk_f_, threads_f_, smem_f_, s>>>(g_, wph_f_, spb_f_, a.x, a.comp, a.abar, a.Wt,
-                                                  a.Wg, a.bo, a.pool, a.aug);
+        if (fwd_d_)
+            fwd_d_<<<nblk_f_, threads_f_, smem_f_, s>>>(GeomDefault{g_.B}, wph_f_, spb_f_, a.x, a.comp,
+                                                        a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug);
+        else
+            fwd_<<<nblk_f_, threads_f_, smem_f_, s>>>(g_, wph_f_, spb_f_, a.x, a.comp, a.abar,
+                                                      a.Wt, a.Wg, a.bo, a.pool, a.aug);
         FH_LAUNCHED("k_attn_tc_fwd");
     }
     void backward(const BwdArgs &a, cudaStream_t s) override {
-        bwd_<<<nblk_b_, threads_, smem_b_, s>>>(g_, wph_, spb_b_, a.x, a.comp, a.dabar, a.partial);
+        if (bwd_d_)
+            bwd_d_<<<nblk_b_, threads_, smem_b_, s>>>(GeomDefault{g_.B}, wph_, spb_b_, a.x, a.comp,
+                                                      a.dabar, a.partial);
+        else
+            bwd_<<<nblk_b_, threads_, smem_b_, s>>>(g_, wph_, spb_b_, a.x, a.comp, a.dabar,
+                                                    a.partial);
         FH_LAUNCHED("k_attn_tc_bwd");
     }
 
@@ -365,8 +402,10 @@ private:
 
     Geom g_;
     bool split_;
-    FwdFn fwd_ = nullptr;
-    BwdFn bwd_ = nullptr;
+    FwdFn<Geom> fwd_ = nullptr;
+    BwdFn<Geom> bwd_ = nullptr;
+    FwdFn<GeomDefault> fwd_d_ = nullptr;  // set for the default config's geometry
+    BwdFn<GeomDefault> bwd_d_ = nullptr;
     int wph_f_ = 1, wph_ = 1, threads_f_ = 32, threads_ = 32, spb_f_ = 1, spb_b_ = 1,
         nblk_f_ = 1, nblk_b_ = 1;
     size_t smem_f_ = 0, smem_b_ = 0;
