@@ -12,7 +12,8 @@
 //
 // Paths (attention.cu picks one at creation; FOXHUNT_ATTN_KERNELS overrides it):
 //   TC        tensor cores, TF32 mma.sync (attention_tc.cu): T ≤ 32, d_head ≤ 16,
-//             attn_token_dim + goal_dim ≤ 16, heads ≤ 8 — the default config and its neighbours
+//             attn_token_dim + goal_dim ≤ 16, heads ≤ 8 — the default config (its geometry
+//             compiled into the kernels) and its neighbours
 //   TC_SPLIT  the same with split TF32 (3 products per tile): float32 accuracy, strict mode
 //   GENERAL   float32 SIMT, every config the CPU backend accepts (attention_general.cu)
 // (The SIMT kernels these replaced were measured side by side before they were deleted:
