@@ -119,8 +119,8 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
 // The backward: blocks of heads × wph ≤ 4 warps capped at 168 registers so that three fit an
 // SM (two for the split and two-feature-step variants, which would spill at 168); WIDE blocks
 // (5 to 8 heads, one warp each) take what they need.
-template <class GT, int MT, int KX, bool SPLIT, bool WIDE, int MINB = 0>
-__global__ void __launch_bounds__(WIDE ? 256 : 128, MINB ? MINB : (WIDE ? 1 : ((SPLIT || KX == 2) ? 2 : 3)))
+template <class GT, int MT, int KX, bool SPLIT, bool WIDE>
+__global__ void __launch_bounds__(WIDE ? 256 : 128, WIDE ? 1 : ((SPLIT || KX == 2) ? 2 : 3))
 k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               const float *__restrict__ dabar, float *__restrict__ partial) {
     using S = TcShape<MT, KX>;
@@ -341,9 +341,7 @@ public:
                 bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, true, false>;
             } else {
                 fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, false>;
-                const char *e = getenv("FOXHUNT_ATTN_BWD_MINB");  // trial
-                bwd_d_ = (e && !strcmp(e, "2")) ? k_attn_tc_bwd<GeomDefault, 2, 1, false, false, 2>
-                                                : k_attn_tc_bwd<GeomDefault, 2, 1, false, false>;
+                bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, false, false>;
             }
         }
         switch (key) {
