@@ -35,8 +35,6 @@
 // the same operations in the same order: the same bits.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "attention_paths.hpp"
 #include "attention_pool.cuh"
