@@ -130,6 +130,8 @@ __device__ __noinline__ void stage_wmT(float *WmT, const float *Wm) {
 // behind the product (16-warp blocks staging φraw against 8-warp blocks reading it at its use:
 // IQN lane 0.516 → 0.495 ms single-stream, aux child 1.126 → 1.102 ms multi-stream at
 // B = 16384, bench/results/h200-2026-12-02-iqn-bwd-staged-before-after.json).
+// NC: N compiled in (kFixedN), or 0 to read it from a.
+template <int NC>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs a) {
     extern __shared__ float4 sm4[];
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
@@ -139,7 +141,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
-    const int N = a.N;
+    const int N = NC ? NC : a.N;
     const size_t R = (size_t)a.B * N;
     const size_t ntiles = (R + kBwdTile - 1) / kBwdTile;
     float *phs = bphi + kHq + (size_t)warp * 16 * kLDM;  // the warp's 16 φraw rows
@@ -208,14 +210,18 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
 }  // namespace
 
 void backward_fused_prepare() {
-    aux::allow_smem((const void *)k_iqn_backward, kBwdSmemBytes, "IQN backward through m");
+    for (const void *k : {(const void *)k_iqn_backward<0>, (const void *)k_iqn_backward<kFixedN>})
+        aux::allow_smem(k, kBwdSmemBytes, "IQN backward through m");
 }
 
 int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
     const size_t tiles = ((size_t)a.B * a.N + kBwdTile - 1) / kBwdTile;
     const int nb = (int)std::max<size_t>(
         1, std::min<size_t>({tiles, (size_t)sm_count(), (size_t)std::max(1, blocks)}));
-    k_iqn_backward<<<nb, kBwdWarps * 32, kBwdSmemBytes, s>>>(a);
+    if (fixed_n(a.N))
+        k_iqn_backward<kFixedN><<<nb, kBwdWarps * 32, kBwdSmemBytes, s>>>(a);
+    else
+        k_iqn_backward<0><<<nb, kBwdWarps * 32, kBwdSmemBytes, s>>>(a);
     FH_LAUNCHED("k_iqn_backward");
     return nb;
 }

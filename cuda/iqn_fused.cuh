@@ -16,6 +16,8 @@
 // half-warp hit 32 different banks. Deterministic: each row is one warp's, no atomics.
 #pragma once
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "iqn_fused.hpp"
 #include "iqn_paths.hpp"
@@ -34,6 +36,16 @@ constexpr int kWarps = 8, kRowsPerTile = 16 * kWarps;
 static_assert(kRowsPerTile == kFusedRowsPerTile, "iqn_fused.hpp's tile size");
 // Wφ, Wm, then bφ, bm, w_z.
 constexpr int kSmemFloats = kHq * kLDP + kHq * kLDM + 3 * kHq;
+
+// The default config's N = N' = 8, compiled into an instance of each kernel (the row → transition
+// divisions become shifts, the loops over a transition's rows and over N' get fixed trip counts);
+// other values run the instance that reads them at run time. The two compute the same
+// operations in the same order.
+constexpr int kFixedN = 8;
+inline bool fixed_n(int n) {
+    const char *e = getenv("FOXHUNT_IQN_FIXED_N");  // trial: "runtime" keeps the other instance
+    return n == kFixedN && !(e && !strcmp(e, "runtime"));
+}
 
 using tile::colsum_quarter;
 using tile::dsilu_fast;

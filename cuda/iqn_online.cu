@@ -34,13 +34,13 @@ namespace {
 constexpr int kPartW = 2 * kHq + 2;
 
 // dZ of one row (0 past the batch) and its loss terms Σ_m |τ − 1{u<0}| huber_κ(u) / κ.
-__device__ __forceinline__ float head_row(const OnlineArgs &a, bool valid, size_t i, float tau,
-                                          float z, double &loss) {
+__device__ __forceinline__ float head_row(const OnlineArgs &a, int Nt, bool valid, size_t i,
+                                          float tau, float z, double &loss) {
     if (!valid) return 0.0f;
     const float ri = __ldg(a.r + i), disc = a.gamma * (1.0f - __ldg(a.done + i));
-    const float *zt = a.zt + i * a.Nt;
+    const float *zt = a.zt + i * Nt;
     float ls = 0.0f, ds = 0.0f;
-    for (int m = 0; m < a.Nt; ++m) {
+    for (int m = 0; m < Nt; ++m) {
         const float u = fmaf(disc, __ldg(zt + m), ri) - z;
         const float w = fabsf(tau - (u < 0.0f ? 1.0f : 0.0f));
         ls = fmaf(w, dev_huber(u, a.kappa), ls);
@@ -50,13 +50,15 @@ __device__ __forceinline__ float head_row(const OnlineArgs &a, bool valid, size_
     return (float)(-((double)ds / a.kappa) * a.scale);
 }
 
+// NC, NTC: N and N' compiled in (kFixedN), or 0 to read them from a.
+template <int NC, int NTC>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
     extern __shared__ float4 sm4[];
     const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
     const uint32_t st = (uint32_t)*a.step;
     const float bz = __ldg(a.bz);
-    const int N = a.N;
+    const int N = NC ? NC : a.N, Nt = NTC ? NTC : a.Nt;
     const size_t R = (size_t)a.B * N;
     const size_t ntiles = (R + kRowsPerTile - 1) / kRowsPerTile;
     // Column-sum accumulators of dbm (k = 0, 1) and dw_z (k = 2, 3), colsum_quarter's layout.
@@ -94,8 +96,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
             }
         }
         double loss = 0.0;
-        const float dz0 = head_row(a, v0, i0, t0, z0, loss);
-        const float dz1 = head_row(a, v1, i1, t1, z1, loss);
+        const float dz0 = head_row(a, Nt, v0, i0, t0, z0, loss);
+        const float dz1 = head_row(a, Nt, v1, i1, t1, z1, loss);
         if (tq == 0) {
             acc_loss += loss;
             acc_bz += (double)dz0 + (double)dz1;
@@ -154,11 +156,15 @@ int fused_blocks(size_t rows) {
 }
 
 void online_fused_prepare() {
-    aux::allow_smem((const void *)k_iqn_online, kSmemFloats * sizeof(float), "IQN online pass");
+    for (const void *k : {(const void *)k_iqn_online<0, 0>, (const void *)k_iqn_online<kFixedN, kFixedN>})
+        aux::allow_smem(k, kSmemFloats * sizeof(float), "IQN online pass");
 }
 
 void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s) {
-    k_iqn_online<<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
+    if (fixed_n(a.N) && fixed_n(a.Nt))
+        k_iqn_online<kFixedN, kFixedN><<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
+    else
+        k_iqn_online<0, 0><<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
     FH_LAUNCHED("k_iqn_online");
 }
 

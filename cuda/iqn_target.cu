@@ -19,22 +19,25 @@ namespace fh::cuda::iqn {
 
 namespace {
 
+// NTC: N' compiled in (kFixedN), or 0 to read it from a.
+template <int NTC>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
     extern __shared__ float4 sm4[];
     const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
     const uint32_t st = (uint32_t)*a.step;
     const float bz = __ldg(a.bz);
-    const size_t R = (size_t)a.B * a.Nt;
+    const int Nt = NTC ? NTC : a.Nt;
+    const size_t R = (size_t)a.B * Nt;
     const size_t ntiles = (R + kRowsPerTile - 1) / kRowsPerTile;
     for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         const size_t r0 = tile * kRowsPerTile + (size_t)warp * 16 + gi, r1 = r0 + 8;
         // τ'_im (purpose 3); rows index this rank's ψ̄, the draw's c0 is the global row.
-        const float t0 = draw_tau(a.seed, a.row0, r0, R, a.Nt, st, PURPOSE_IQN_TARGET);
-        const float t1 = draw_tau(a.seed, a.row0, r1, R, a.Nt, st, PURPOSE_IQN_TARGET);
+        const float t0 = draw_tau(a.seed, a.row0, r0, R, Nt, st, PURPOSE_IQN_TARGET);
+        const float t1 = draw_tau(a.seed, a.row0, r1, R, Nt, st, PURPOSE_IQN_TARGET);
         float acc[kHq / 8][4];
         phi_tile(sw, t0, t1, acc, nullptr, nullptr);
-        const size_t ii0 = r0 < R ? r0 / a.Nt : 0, ii1 = r1 < R ? r1 / a.Nt : 0;
+        const size_t ii0 = r0 < R ? r0 / Nt : 0, ii1 = r1 < R ? r1 / Nt : 0;
         mma::Op M[kHq / 8][4];
         merge_tile(sw, acc, a.psi + ii0 * kHq, a.psi + ii1 * kHq, M, nullptr, nullptr, nullptr,
                    nullptr);
@@ -50,12 +53,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
 }  // namespace
 
 void target_fused(const TargetArgs &a, int blocks, cudaStream_t s) {
-    k_iqn_target<<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
+    if (fixed_n(a.Nt))
+        k_iqn_target<kFixedN><<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
+    else
+        k_iqn_target<0><<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
     FH_LAUNCHED("k_iqn_target");
 }
 
 void target_fused_prepare() {
-    aux::allow_smem((const void *)k_iqn_target, kSmemFloats * sizeof(float), "IQN target pass");
+    for (const void *k : {(const void *)k_iqn_target<0>, (const void *)k_iqn_target<kFixedN>})
+        aux::allow_smem(k, kSmemFloats * sizeof(float), "IQN target pass");
 }
 
 }  // namespace fh::cuda::iqn
