@@ -16,8 +16,6 @@
 // half-warp hit 32 different banks. Deterministic: each row is one warp's, no atomics.
 #pragma once
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "iqn_fused.hpp"
 #include "iqn_paths.hpp"
@@ -40,12 +38,10 @@ constexpr int kSmemFloats = kHq * kLDP + kHq * kLDM + 3 * kHq;
 // The default config's N = N' = 8, compiled into an instance of each kernel (the row → transition
 // divisions become shifts, the loops over a transition's rows and over N' get fixed trip counts);
 // other values run the instance that reads them at run time. The two compute the same
-// operations in the same order.
+// operations in the same order (IQN lane 0.494 → 0.474 ms single-stream at B = 16384,
+// bench/results/h200-2026-12-02-iqn-fixed-n-before-after.json).
 constexpr int kFixedN = 8;
-inline bool fixed_n(int n) {
-    const char *e = getenv("FOXHUNT_IQN_FIXED_N");  // trial: "runtime" keeps the other instance
-    return n == kFixedN && !(e && !strcmp(e, "runtime"));
-}
+inline bool fixed_n(int n) { return n == kFixedN; }
 
 using tile::colsum_quarter;
 using tile::dsilu_fast;
