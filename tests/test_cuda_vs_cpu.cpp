@@ -139,6 +139,23 @@ void test_small_variants_1_step(void **) {
         run("variant IQL and reward heads wider than 128", v, 1, kBounds, false);
     }
     {
+        /* The fused branch heads (cuda/qnet.cu k_branch_heads) at each action tile: A = 12 (16
+         * actions per warp), packed in ddqn (NB·A <= H); A = 40 over branch_hidden = 40 (two
+         * chunks of 32 actions, columns not a multiple of 32); one branch (never packed). */
+        fh_config v = c;
+        v.actions_per_branch = 12;
+        v.trunk_hidden = 48;
+        run("variant A=12, H=48 (packed heads)", v, 1, kBounds, false);
+        v.num_branches = 2;
+        v.actions_per_branch = 40;
+        v.branch_hidden = 40;
+        v.trunk_hidden = 96;
+        run("variant NB=2, A=40, HB=40 (action chunks)", v, 1, kBounds, false);
+        v.num_branches = 1;
+        v.actions_per_branch = 4;
+        run("variant NB=1", v, 1, kBounds, false);
+    }
+    {
         fh_config v = c;
         v.batch_size = 1000;  /* not a multiple of any block size */
         v.clip_norm = 1e-3f;  /* clipping active */
