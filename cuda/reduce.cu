@@ -99,29 +99,9 @@ __global__ void k_colsum(const T *__restrict__ X, int rows, int width, int chunk
     }
 }
 
-// The incoming gradient of dsilu_colsum, element i (row ru, column col): Σ_k in_k in list order.
-struct ListIn {
-    PtrList in;
-    __device__ float load(size_t i, int, int) const {
-        float g = in.p[0][i];
-        for (int k = 1; k < in.n; ++k) g = __fadd_rn(g, in.p[k][i]);
-        return g;
-    }
-};
-// ... or dz U with one non-zero per row of dz (OneHotRows).
-struct OneHotIn {
-    OneHotRows h;
-    int cols;
-    __device__ float load(size_t, int ru, int col) const {
-        const int a = h.index[(size_t)ru * h.index_stride];
-        return __fmul_rn(h.v[(size_t)ru * h.ld + a], h.M[(size_t)a * cols + col]);
-    }
-};
-
-// grid (column tiles, chunks, Z), block (kColTx, kColTy). dpre may be the input (in place): each
+// grid (column tiles, chunks, Z), block (kColTx, kColTy). dpre may be in.p[0] (in place): each
 // element is read and written by one thread, loads first.
-template <class In>
-__global__ void k_dsilu_colsum(In in, const float *pre, const float *bias, size_t zbias,
+__global__ void k_dsilu_colsum(PtrList in, const float *pre, const float *bias, size_t zbias,
                                int rows, int cols, int ld, int chunk_rows, float *dpre,
                                double *partial) {
     __shared__ double sh[kColTy][kColTx + 1];
@@ -136,10 +116,17 @@ __global__ void k_dsilu_colsum(In in, const float *pre, const float *bias, size_
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int ru = r + u * kColTy;
-                g[u] = ru < r1 ? in.load(zoff + (size_t)ru * ld + col, ru, col) : 0.0f;
+                const size_t i = zoff + (size_t)ru * ld + col;
+                g[u] = ru < r1 ? in.p[0][i] : 0.0f;
                 p[u] = ru < r1 ? pre[zoff + (size_t)ru * cols + col] : 0.0f;
                 p[u] = __fadd_rn(p[u], b);
             }
+            for (int k = 1; k < in.n; ++k)
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const int ru = r + u * kColTy;
+                    if (ru < r1) g[u] = __fadd_rn(g[u], in.p[k][zoff + (size_t)ru * ld + col]);
+                }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int ru = r + u * kColTy;
@@ -153,20 +140,6 @@ __global__ void k_dsilu_colsum(In in, const float *pre, const float *bias, size_
     const double s = tile_col_sum(sh, acc);
     if (threadIdx.y == 0 && col < cols)
         partial[((size_t)blockIdx.z * gridDim.y + blockIdx.y) * cols + col] = s;
-}
-
-template <class In>
-void dsilu_colsum_impl(const In &in, const float *pre, const float *bias, int rows, int cols,
-                       int chunk_rows, float *dpre, double *partial, cudaStream_t s, int Z,
-                       size_t zbias, int ld) {
-    if (ld == 0) ld = cols;
-    if (ld < cols || (Z > 1 && ld != cols))
-        fail(FH_ERR_INTERNAL, "dsilu_colsum: row stride %d for %d columns, %d matrices", ld, cols, Z);
-    dim3 grid((cols + kColTx - 1) / kColTx, colsum_chunks(rows, chunk_rows), Z),
-        block(kColTx, kColTy);
-    k_dsilu_colsum<In><<<grid, block, 0, s>>>(in, pre, bias, zbias, rows, cols, ld, chunk_rows,
-                                              dpre, partial);
-    FH_LAUNCHED("k_dsilu_colsum");
 }
 
 template <class T>
@@ -229,14 +202,14 @@ void colsum_partial(const float *X, int rows, int width, const float *row_scale,
 void dsilu_colsum(const PtrList &in, const float *pre, const float *bias, int rows, int cols,
                   int chunk_rows, float *dpre, double *partial, cudaStream_t s, int Z,
                   size_t zbias, int ld) {
-    dsilu_colsum_impl(ListIn{in}, pre, bias, rows, cols, chunk_rows, dpre, partial, s, Z, zbias,
-                      ld);
-}
-
-void dsilu_colsum(const OneHotRows &in, const float *pre, const float *bias, int rows, int cols,
-                  int chunk_rows, float *dpre, double *partial, cudaStream_t s, int ld) {
-    dsilu_colsum_impl(OneHotIn{in, cols}, pre, bias, rows, cols, chunk_rows, dpre, partial, s, 1,
-                      0, ld);
+    if (ld == 0) ld = cols;
+    if (ld < cols || (Z > 1 && ld != cols))
+        fail(FH_ERR_INTERNAL, "dsilu_colsum: row stride %d for %d columns, %d matrices", ld, cols, Z);
+    dim3 grid((cols + kColTx - 1) / kColTx, colsum_chunks(rows, chunk_rows), Z),
+        block(kColTx, kColTy);
+    k_dsilu_colsum<<<grid, block, 0, s>>>(in, pre, bias, zbias, rows, cols, ld, chunk_rows, dpre,
+                                          partial);
+    FH_LAUNCHED("k_dsilu_colsum");
 }
 
 void reduce_partials(const double *part, int rows, int width, int Z, const Segs &segs,

@@ -62,19 +62,6 @@ void colsum_partial(const float *X, int rows, int width, const float *row_scale,
 void dsilu_colsum(const PtrList &in, const float *pre, const float *bias, int rows, int cols,
                   int chunk_rows, float *dpre, double *partial, cudaStream_t s, int Z = 1,
                   size_t zbias = 0, int ld = 0);
-// The same with the incoming gradient dz M, where row i of dz [rows, ld] is zero except at
-// column index[i · index_stride] (a TD gradient at the action taken) and M is [*, cols]: element
-// (i, j) is v_i · M[a_i, j] exactly (the product's other terms are exact zeros), so no GEMM
-// forms it.
-struct OneHotRows {
-    const float *v;        // dz, [rows, ld]
-    int ld;
-    const int32_t *index;  // a_i at index[i · index_stride]
-    int index_stride;
-    const float *M;        // [*, cols]
-};
-void dsilu_colsum(const OneHotRows &in, const float *pre, const float *bias, int rows, int cols,
-                  int chunk_rows, float *dpre, double *partial, cudaStream_t s, int ld = 0);
 
 // The final pass: the sums of all `rows` rows of each column of Z stacked [rows, width]
 // partials, written as out = (float)(sum / div) to the segment that owns the column.

@@ -9,9 +9,6 @@
 // one product replaced NB GEMMs writing [B, H] each and a SiLU' pass reading all of them:
 // forward child 0.433 → 0.401 ms multi-stream and 0.631 → 0.582 single-stream at B = 16384,
 // 48 MiB less memory (bench/results/h200-2026-12-02-dh2-one-product-before-after.json).
-#include <cstdlib>
-#include <cstring>
-
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
@@ -47,13 +44,6 @@ __global__ void k_td_loss(const float *q, const float *z, const float *y, const 
     }
 }
 
-// Trial switch: FOXHUNT_BRANCH_DG=gemm forms dg = dz U with a GEMM (the path before the
-// one-hot gather), for the side-by-side run.
-bool branch_dg_gather() {
-    const char *e = getenv("FOXHUNT_BRANCH_DG");
-    return !(e && strcmp(e, "gemm") == 0);
-}
-
 }  // namespace
 
 void td_loss(CudaStep &st, const LaneCtx &l) {
@@ -86,19 +76,13 @@ void backward_branch(CudaStep &st, const LaneCtx &l, int b) {
     float *dpre = cat ? st.dpreg + (size_t)b * HB : st.dpreg + (size_t)b * B * HB;
     gemm_tn(l.blas, A, HB, B, dz, gb, g + o.U[b], 0.0f, "dU = dz^T g");
     colsum(dz, B, A, nullptr, g + o.e[b], l.col, l.stream);
-    if (branch_dg_gather()) {
-        // dg = dz U: k_td_loss writes one non-zero per row of dz, at the action taken.
-        const OneHotRows dg{dz, A, st.action + b, (int)d.NB, p + o.U[b]};
-        dsilu_colsum(dg, preg, p + o.c[b], B, HB, kColsumRows, dpre, l.col, l.stream, ld);
-    } else {
-        GemmDesc dg = desc_nn(B, HB, A, dz, p + o.U[b], dpre);
-        dg.ldc = ld;
-        gemm(l.blas, dg, 0.0f, "dg = dz U");
-        PtrList in{};
-        in.p[0] = dpre;
-        in.n = 1;
-        dsilu_colsum(in, preg, p + o.c[b], B, HB, kColsumRows, dpre, l.col, l.stream, 1, 0, ld);
-    }
+    GemmDesc dg = desc_nn(B, HB, A, dz, p + o.U[b], dpre);
+    dg.ldc = ld;
+    gemm(l.blas, dg, 0.0f, "dg = dz U");
+    PtrList in{};
+    in.p[0] = dpre;
+    in.n = 1;
+    dsilu_colsum(in, preg, p + o.c[b], B, HB, kColsumRows, dpre, l.col, l.stream, 1, 0, ld);
     colsum_final(l.col, B, HB, g + o.c[b], l.stream);
     GemmDesc dv = desc_tn(HB, H, B, dpre, st.on.h2, g + o.V[b]);
     dv.ldb = ld;
