@@ -107,7 +107,8 @@ struct BranchHeads {
 // at M = 2B = 32768 where this kernel makes one.
 // Tiling: a warp owns R = 32/AC rows of one branch and AC of its actions at a time (AC = 8, 16
 // or 32; A > AC loops over chunks of actions, recomputing SiLU from pre). Lane l reads columns
-// j ≡ l (mod 32) of the R rows, coalesced, and keeps R·AC = 32 partial dot products; U_b's rows
+// j ≡ l (mod 32) of the R rows, coalesced, 128 columns per pass with all of the pass's loads
+// issued before any is used, and keeps R·AC = 32 partial dot products; U_b's rows
 // are read through L1 (A·HB floats shared by every warp). The 32 partials are summed across
 // the warp by recursive halving (31 shuffles; lane l ends with product l = r·AC + a), in a
 // fixed order, so results are the same bits on every run.
@@ -125,8 +126,8 @@ __device__ __forceinline__ void halve(float (&v)[32], int lane) {
 }
 
 template <int AC>
-__global__ void __launch_bounds__(kThreads) k_branch_heads(BranchHeads k) {
-    constexpr int R = 32 / AC;
+__global__ void __launch_bounds__(kThreads, 2) k_branch_heads(BranchHeads k) {
+    constexpr int R = 32 / AC, T = 4;  // T columns per lane per pass: 128 columns
     const int lane = threadIdx.x & 31;
     const size_t groups = ((size_t)k.M + R - 1) / R;
     const size_t units = groups * k.NB;
@@ -141,24 +142,42 @@ __global__ void __launch_bounds__(kThreads) k_branch_heads(BranchHeads k) {
             float v[32];
 #pragma unroll
             for (int i = 0; i < 32; ++i) v[i] = 0.0f;
-#pragma unroll 4
-            for (int j = lane; j < k.HB; j += 32) {
-                const float cj = cb[j];
-                float s[R];
+            for (int jc = 0; jc < k.HB; jc += 32 * T) {
+                // Every load of the pass first, so that they are in flight together (g may
+                // alias pre: it is stored only after them, at this pass's own columns).
+                float x[T][R], cj[T];
 #pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    s[r] = 0.0f;
-                    if (row0 + r < k.M) {
-                        const size_t at = (size_t)(row0 + r) * k.ld + j;
-                        s[r] = dev_silu(__fadd_rn(pre[at], cj));
-                        if (g && last) g[at] = s[r];
-                    }
+                for (int t = 0; t < T; ++t) {
+                    const int j = jc + t * 32 + lane;
+                    cj[t] = j < k.HB ? cb[j] : 0.0f;
+#pragma unroll
+                    for (int r = 0; r < R; ++r)
+                        x[t][r] = j < k.HB && row0 + r < k.M ? pre[(size_t)(row0 + r) * k.ld + j]
+                                                             : 0.0f;
                 }
 #pragma unroll
-                for (int a = 0; a < AC; ++a) {
-                    const float w = a0 + a < k.A ? Ub[(size_t)(a0 + a) * k.HB + j] : 0.0f;
+                for (int t = 0; t < T; ++t)
 #pragma unroll
-                    for (int r = 0; r < R; ++r) v[r * AC + a] = fmaf(s[r], w, v[r * AC + a]);
+                    for (int r = 0; r < R; ++r) x[t][r] = dev_silu(__fadd_rn(x[t][r], cj[t]));
+                if (g && last)
+#pragma unroll
+                    for (int t = 0; t < T; ++t) {
+                        const int j = jc + t * 32 + lane;
+#pragma unroll
+                        for (int r = 0; r < R; ++r)
+                            if (j < k.HB && row0 + r < k.M)
+                                g[(size_t)(row0 + r) * k.ld + j] = x[t][r];
+                    }
+#pragma unroll
+                for (int t = 0; t < T; ++t) {
+                    const int j = jc + t * 32 + lane;
+                    if (j >= k.HB) break;
+#pragma unroll
+                    for (int a = 0; a < AC; ++a) {
+                        const float w = a0 + a < k.A ? Ub[(size_t)(a0 + a) * k.HB + j] : 0.0f;
+#pragma unroll
+                        for (int r = 0; r < R; ++r) v[r * AC + a] = fmaf(x[t][r], w, v[r * AC + a]);
+                    }
                 }
             }
             halve<16>(v, lane);
