@@ -139,9 +139,8 @@ void test_small_variants_1_step(void **) {
         run("variant IQL and reward heads wider than 128", v, 1, kBounds, false);
     }
     {
-        /* The fused branch heads (cuda/qnet.cu k_branch_heads) at each action tile: A = 12 (16
-         * actions per warp), packed in ddqn (NB·A <= H); A = 40 over branch_hidden = 40 (two
-         * chunks of 32 actions, columns not a multiple of 32); one branch (never packed). */
+        /* Branch shapes: A = 12 with ddqn's branches packed (NB·A <= H); A = 40 over
+         * branch_hidden = 40, packed; one branch (never packed). */
         fh_config v = c;
         v.actions_per_branch = 12;
         v.trunk_hidden = 48;
