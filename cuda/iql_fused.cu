@@ -28,6 +28,8 @@
 // across tiles in each lane's registers, across warps in warp order and across blocks in
 // reduce_partials' block order. No atomics.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "aux_common.cuh"
 #include "iql_fused.hpp"
@@ -77,7 +79,9 @@ __device__ __forceinline__ void stage_w(float *dst, const float *src, int K) {
 // x̃ rows row0 .. row0 + 15 (clamped to B − 1: rows past the batch compute on a real row and
 // are masked) into the warp's rows xw, asynchronously; the warp waits with cp_async_wait_all()
 // and __syncwarp() before it reads them.
-__device__ __forceinline__ void fetch_x(float *xw, const float *x, size_t row0, int B, int D) {
+template <int kD>
+__device__ __forceinline__ void fetch_x(float *xw, const float *x, size_t row0, int B, int Drt) {
+    const int D = kD ? kD : Drt;
     const int lane = threadIdx.x & 31, q = D / 4;
     for (int e = lane; e < 16 * q; e += 32) {
         const int rr = e / q, c = 4 * (e - rr * q);
@@ -145,17 +149,20 @@ __device__ __forceinline__ float head_row(const FusedArgs &a, int net, bool vali
     return __fdiv_rn(__fmul_rn(__fmul_rn(-2.0f, w), u), a.rows);
 }
 
+// kD: D compiled in (the default config's 128: the x̃ copy's row and column of each element are
+// shifts and masks, layer 1's loop a fixed count), or 0, read from a.D.
+template <int kD>
 __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
     extern __shared__ float4 sm4[];
     float *W1s = reinterpret_cast<float *>(sm4), *W2s = W1s + kMat, *Xs = W2s + kMat;
     float *b1s = Xs + kMat, *b2s = b1s + kH, *w3s = b2s + kH;
     const int net = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int gi = lane >> 2, tq = lane & 3, B = a.B, D = a.D, KD = D / 8;
+    const int gi = lane >> 2, tq = lane & 3, B = a.B, D = kD ? kD : a.D, KD = D / 8;
     const float *p = a.params + (size_t)net * a.total;
     const size_t ntiles = ((size_t)B + kTileRows - 1) / kTileRows;
     float *xw = Xs + warp * 16 * kH;
     size_t tile = blockIdx.x;
-    if (tile < ntiles) fetch_x(xw, a.x, tile * kTileRows + warp * 16, B, D);
+    if (tile < ntiles) fetch_x<kD>(xw, a.x, tile * kTileRows + warp * 16, B, D);
     stage_w(W1s, p + a.off_W1, D);
     stage_w(W2s, p + a.off_W2, kH);
     for (int e = threadIdx.x; e < kH; e += blockDim.x) {
@@ -303,7 +310,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
         }
         __syncwarp();
         if (tile + gridDim.x < ntiles)
-            fetch_x(xw, a.x, (tile + gridDim.x) * kTileRows + warp * 16, B, D);
+            fetch_x<kD>(xw, a.x, (tile + gridDim.x) * kTileRows + warp * 16, B, D);
 
         // dpre1 = dh1 ⊙ SiLU'(z1 + b1), stored, with the column sums of db1.
         float *d1r0 = v0 ? a.dpre1 + base + r0 * kH : nullptr;
@@ -364,11 +371,24 @@ int fused_blocks(int B) {
 }
 
 void fused_prepare() {
-    aux::allow_smem((const void *)k_iql_fused, kSmemFloats * sizeof(float), "IQL fused pass");
+    aux::allow_smem((const void *)k_iql_fused<0>, kSmemFloats * sizeof(float), "IQL fused pass");
+    aux::allow_smem((const void *)k_iql_fused<kH>, kSmemFloats * sizeof(float), "IQL fused pass");
+}
+
+// Trial switch: FOXHUNT_IQL_FIXED_D=runtime runs the instance that reads D at run time for
+// every D, for the side-by-side run.
+static bool fixed_d_allowed() {
+    const char *e = getenv("FOXHUNT_IQL_FIXED_D");
+    return !(e && strcmp(e, "runtime") == 0);
 }
 
 void fused(const FusedArgs &a, int blocks, cudaStream_t s) {
-    k_iql_fused<<<dim3(blocks, 2), kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
+    const dim3 grid(blocks, 2);
+    const size_t smem = kSmemFloats * sizeof(float);
+    if (a.D == kH && fixed_d_allowed())
+        k_iql_fused<kH><<<grid, kWarps * 32, smem, s>>>(a);
+    else
+        k_iql_fused<0><<<grid, kWarps * 32, smem, s>>>(a);
     FH_LAUNCHED("k_iql_fused");
 }
 
