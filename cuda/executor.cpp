@@ -154,6 +154,7 @@ private:
     cudaEvent_t fork_ev_ = nullptr;
     cudaEvent_t join_ev_[kMaxLanes] = {};
     cudaEvent_t child_ev_[(int)ChildId::COUNT + 1] = {};
+    int start_ev_[(int)ChildId::COUNT] = {};  // the event child k starts after (capture_all)
     cudaEvent_t mark_ev_[(int)Mark::COUNT] = {};
     cudaEvent_t done_ev_ = nullptr;
     int her_end_ev_ = 1;     // index into child_ev_ of the event after the HER child
@@ -243,12 +244,21 @@ void CudaBackend::capture_all() {
         FH_CUDA(cudaGraphGetNodes(g, nullptr, &nodes));
         g_child_nodes[(int)sched_[k].id] = (long)nodes;
     }
+    // The parent: event 0, then each child followed by its event k + 1. A child waits for the
+    // event after the previous child, or, beside the previous one (ChildDesc::beside_previous),
+    // for what that one waits for; the child after such a pair waits for both events.
     FH_CUDA(cudaGraphCreate(&parent_, 0));
-    cudaGraphNode_t prev = nullptr, node = nullptr;
-    FH_CUDA(cudaGraphAddEventRecordNode(&prev, parent_, nullptr, 0, child_ev_[0]));
+    std::vector<cudaGraphNode_t> ev(sched_.size() + 1);
+    FH_CUDA(cudaGraphAddEventRecordNode(&ev[0], parent_, nullptr, 0, child_ev_[0]));
     for (size_t k = 0; k < sched_.size(); ++k) {
-        FH_CUDA(cudaGraphAddChildGraphNode(&node, parent_, &prev, 1, child_[k]));
-        FH_CUDA(cudaGraphAddEventRecordNode(&prev, parent_, &node, 1, child_ev_[k + 1]));
+        start_ev_[k] = (int)k;
+        if (k > 0 && sched_[k].beside_previous) start_ev_[k] = start_ev_[k - 1];
+        cudaGraphNode_t deps[2] = {ev[start_ev_[k]], nullptr}, node = nullptr;
+        size_t ndeps = 1;
+        if (k > 0 && sched_[k - 1].beside_previous && !sched_[k].beside_previous)
+            deps[ndeps++] = ev[k - 1];
+        FH_CUDA(cudaGraphAddChildGraphNode(&node, parent_, deps, ndeps, child_[k]));
+        FH_CUDA(cudaGraphAddEventRecordNode(&ev[k + 1], parent_, &node, 1, child_ev_[k + 1]));
     }
     FH_CUDA(cudaGraphInstantiate(&exec_, parent_, 0));
     FH_CUDA(cudaGraphUpload(exec_, launch_));
@@ -435,7 +445,7 @@ void CudaBackend::timings(fh_timings *t) {
         return v;
     };
     for (size_t k = 0; k < sched_.size(); ++k) {
-        const float v = ms(child_ev_[k], child_ev_[k + 1]);
+        const float v = ms(child_ev_[start_ev_[k]], child_ev_[k + 1]);
         switch (sched_[k].id) {
         case ChildId::HER: t->her_ms = v; break;
         case ChildId::SPECTRAL: t->spectral_ms = v; break;

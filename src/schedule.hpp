@@ -69,6 +69,11 @@ struct ChildDesc {
     const char *name;
     int num_lanes;  // lanes used, the origin lane included
     std::vector<Op> ops;
+    // The child waits for what the previous child waits for, not for the previous child, and
+    // the next child waits for both: the two run side by side (the CUDA executor's parent
+    // graph; the CPU executor runs children in list order). For children that share no buffer
+    // and no lane scratch.
+    bool beside_previous = false;
 };
 
 // Lanes a pipeline owns: enough for the widest child.

@@ -399,7 +399,42 @@ static void check_iql_place(uint32_t branches) {
     assert_int_equal(count, 1);
 }
 
+// EMA's place (schedule.cpp): once per step, in the forward child on lane 0 after the TD loss
+// (beside the branch backward), so after ddqn, the last reader of the Q target, and before the
+// aux child's IQN and confidence tasks, its next readers, and every Adam step. And the spectral
+// child beside HER in multi-stream mode only.
+static void check_ema_and_beside(fh_exec_mode mode) {
+    fh_config c = fh_test_small_config();
+    c.exec_mode = mode;
+    const Dims d = make_dims(c);
+    const std::vector<ChildDesc> sched = build_schedule(d, c);
+    int count = 0;
+    for (size_t k = 0; k < sched.size(); ++k) {
+        const ChildDesc &ch = sched[k];
+        assert_int_equal(ch.beside_previous,
+                         ch.id == ChildId::SPECTRAL && mode == FH_EXEC_MULTI_STREAM);
+        if (ch.beside_previous) assert_int_equal((int)sched[k - 1].id, (int)ChildId::HER);
+        int td = -1;
+        for (int i = 0; i < (int)ch.ops.size(); ++i) {
+            const Op &op = ch.ops[i];
+            if (op.kind != Op::RUN) continue;
+            if (op.task == Task::TD_LOSS) td = i;
+            if (op.task == Task::IQN || op.task == Task::CONFIDENCE || op.task == Task::AUX_ADAM ||
+                op.task == Task::ADAM_Q)
+                assert_int_equal(count, 1);
+            if (op.task != Task::EMA_TARGETS) continue;
+            ++count;
+            assert_int_equal((int)ch.id, (int)ChildId::FORWARD);
+            assert_int_equal(op.lane, 0);
+            assert_true(td >= 0 && td < i);
+        }
+    }
+    assert_int_equal(count, 1);
+}
+
 static void test_aux_schedule_one_rank_and_two(void **) {
+    check_ema_and_beside(FH_EXEC_MULTI_STREAM);
+    check_ema_and_beside(FH_EXEC_SINGLE_STREAM);
     check_aux_schedule(1);
     check_aux_schedule(2);
     check_iql_place(4);
