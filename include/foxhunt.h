@@ -443,7 +443,9 @@ typedef struct fh_metrics {
 typedef struct fh_timings {
     size_t struct_size; /**< sizeof(fh_timings) */
     float her_ms;       /**< child her: HER relabelling, SPEC §5.1 */
-    float spectral_ms;  /**< child spectral: power iteration, SPEC §5.2 */
+    float spectral_ms;  /**< child spectral: the divergence guard's snapshot and the power
+                             iteration, SPEC §5.2; multi-stream, it runs beside the her child
+                             and is timed from the same start */
     float ddqn_ms;      /**< child ddqn: targets, SPEC §5.3 */
     float forward_ms;   /**< child forward: forward, TD loss, backward, SPEC §5.4; with
                              at least two branches also IQL (SPEC §5.5 step 2), beside the
@@ -452,7 +454,9 @@ typedef struct fh_timings {
                              a single branch: see forward_ms) */
     float adam_ms;      /**< child adam: clip and Adam of the Q net, SPEC §5.6 */
     float total_ms;     /**< first child's start to last child's end */
-    float aux_ema_ms;   /**< aux main lane: EMA of the target nets */
+    float aux_ema_ms;   /**< EMA of the target nets (SPEC §5.5 step 1), on the forward
+                             child's main lane beside the branch backward (nothing reads the
+                             targets between ddqn and the aux child) */
     float aux_iql_ms;   /**< both IQL trainers (in the forward child where forward_ms says so,
                              else on the aux main lane) */
     float aux_iqn_ms;   /**< aux IQN lane: loss and gradient, then (one rank) its Adam step */

@@ -1,8 +1,6 @@
 #include "schedule.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 namespace fh {
 
@@ -27,20 +25,6 @@ unsigned mask_of(int first, int count) { return ((1u << count) - 1u) << first; }
 // IQL stays in the aux child.
 static bool iql_beside_trunk_backward(const Dims &d) { return d.NB >= 2; }
 
-// Trial switch: FOXHUNT_EMA_PLACE=aux runs EMA first in the aux child (SPEC's place), for the
-// side-by-side run.
-static bool ema_in_forward() {
-    const char *e = getenv("FOXHUNT_EMA_PLACE");
-    return !(e && strcmp(e, "aux") == 0);
-}
-
-// Trial switch: FOXHUNT_CHILDREN=chain runs the spectral child after HER (the parent graph a
-// chain), for the side-by-side run.
-static bool spectral_beside_her() {
-    const char *e = getenv("FOXHUNT_CHILDREN");
-    return !(e && strcmp(e, "chain") == 0);
-}
-
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     std::vector<ChildDesc> s;
     if (d.K > 0) s.push_back({ChildId::SAMPLE, "sample", 1, {run(Task::SAMPLE)}});
@@ -51,10 +35,11 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // normalised weights (its own scratch); HER reads only the batch and writes the step's
     // transitions (its reductions on lane 0's scratch, which the spectral child does not
     // use). So in multi-stream mode the two run side by side, both short chains of small
-    // kernels.
+    // kernels: wall 1.710 → 1.692 ms at B = 16384, TF32 multi-stream, the same bits
+    // (bench/results/h200-2026-12-02-spectral-beside-her-before-after.json).
     s.push_back({ChildId::SPECTRAL, "spectral", 1,
                  {run(Task::GUARD_SNAPSHOT), run(Task::SPECTRAL_POWER)}});
-    s.back().beside_previous = c.exec_mode == FH_EXEC_MULTI_STREAM && spectral_beside_her();
+    s.back().beside_previous = c.exec_mode == FH_EXEC_MULTI_STREAM;
     s.push_back({ChildId::DDQN, "ddqn", 3,
                  {fork(mask_of(1, 2)), run(Task::DDQN_ONLINE_NEXT, 1), run(Task::DDQN_TARGET, 2),
                   join(mask_of(1, 2)), run(Task::DDQN_JOIN)}});
@@ -78,11 +63,11 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // EMA (SPEC §5.5 step 1) on lane 0 beside the branch backward, not first in the aux child:
     // it reads the online nets, which change only in the Adam steps after it, and writes the
     // targets, which nothing reads between ddqn and the aux child's IQN and confidence tasks;
-    // so the results are SPEC's order's, and the aux child's serial prefix is shorter.
-    const bool ema_fwd = ema_in_forward();
-    if (ema_fwd)
-        fwd.ops.insert(fwd.ops.end(), {mark(Mark::AUX_EMA_BEGIN), run(Task::EMA_TARGETS),
-                                       mark(Mark::AUX_EMA_END)});
+    // so the results are SPEC's order's, and the aux child's serial prefix is shorter: aux child
+    // 0.869 → 0.860 ms, wall 1.702 → 1.693 ms at B = 16384, TF32 multi-stream, the same bits
+    // (bench/results/h200-2026-12-02-ema-place-before-after.json).
+    fwd.ops.insert(fwd.ops.end(), {mark(Mark::AUX_EMA_BEGIN), run(Task::EMA_TARGETS),
+                                   mark(Mark::AUX_EMA_END)});
     for (uint32_t b = 0; b < d.NB; ++b) fwd.ops.push_back(run(Task::BWD_BRANCH, 1 + b % branch_lanes, b));
     fwd.ops.push_back(join(bl));
     const bool iql_fwd = iql_beside_trunk_backward(d);
@@ -93,8 +78,8 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     if (iql_fwd) fwd.ops.push_back(join(mask_of(2, 1)));
     s.push_back(fwd);
 
-    // The aux child (SPEC §5.5): EMA (and IQL, where it is not in the forward child) on lane 0,
-    // then IQN and attention fork onto lanes 1 and 2, and CQL and the regime scales onto lane 3:
+    // The aux child (SPEC §5.5): IQL on lane 0 where it is not in the forward child, then IQN
+    // and attention fork onto lanes 1 and 2, and CQL and the regime scales onto lane 3:
     // they read IQL's ω and the forward child's TD errors, and nothing before the join reads
     // what they write, so they run beside IQN and attention instead of after the join (4.5 % of
     // the step at B = 16384, multi-stream:
@@ -112,8 +97,6 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     const int aux_forked = lane3 ? 3 : 2;
     const bool dp = d.world > 1;
     ChildDesc aux{ChildId::AUX, "aux", 1 + aux_forked, {}};
-    if (!ema_fwd)
-        aux.ops = {mark(Mark::AUX_EMA_BEGIN), run(Task::EMA_TARGETS), mark(Mark::AUX_EMA_END)};
     if (!iql_fwd)
         aux.ops.insert(aux.ops.end(),
                        {mark(Mark::AUX_IQL_BEGIN), run(Task::IQL), mark(Mark::AUX_IQL_END)});
