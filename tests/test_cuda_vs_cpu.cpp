@@ -149,7 +149,7 @@ void test_small_variants_1_step(void **) {
         v.actions_per_branch = 40;
         v.branch_hidden = 40;
         v.trunk_hidden = 96;
-        run("variant NB=2, A=40, HB=40 (action chunks)", v, 1, kBounds, false);
+        run("variant NB=2, A=40, HB=40 (packed heads)", v, 1, kBounds, false);
         v.num_branches = 1;
         v.actions_per_branch = 4;
         run("variant NB=1", v, 1, kBounds, false);
