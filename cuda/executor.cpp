@@ -251,8 +251,10 @@ void CudaBackend::capture_all() {
     std::vector<cudaGraphNode_t> ev(sched_.size() + 1);
     FH_CUDA(cudaGraphAddEventRecordNode(&ev[0], parent_, nullptr, 0, child_ev_[0]));
     for (size_t k = 0; k < sched_.size(); ++k) {
-        start_ev_[k] = (int)k;
-        if (k > 0 && sched_[k].beside_previous) start_ev_[k] = start_ev_[k - 1];
+        if (sched_[k].beside_previous && (k == 0 || sched_[k - 1].beside_previous))
+            fail(FH_ERR_INTERNAL, "child %s: beside_previous pairs two children, no more",
+                 sched_[k].name);
+        start_ev_[k] = sched_[k].beside_previous ? start_ev_[k - 1] : (int)k;
         cudaGraphNode_t deps[2] = {ev[start_ev_[k]], nullptr}, node = nullptr;
         size_t ndeps = 1;
         if (k > 0 && sched_[k - 1].beside_previous && !sched_[k].beside_previous)

@@ -72,7 +72,7 @@ struct ChildDesc {
     // The child waits for what the previous child waits for, not for the previous child, and
     // the next child waits for both: the two run side by side (the CUDA executor's parent
     // graph; the CPU executor runs children in list order). For children that share no buffer
-    // and no lane scratch.
+    // and no lane scratch; two children at most side by side (never two such flags in a row).
     bool beside_previous = false;
 };
 
