@@ -77,9 +77,7 @@ __device__ __forceinline__ void stage_w(float *dst, const float *src, int K) {
 // x̃ rows row0 .. row0 + 15 (clamped to B − 1: rows past the batch compute on a real row and
 // are masked) into the warp's rows xw, asynchronously; the warp waits with cp_async_wait_all()
 // and __syncwarp() before it reads them.
-template <int kD>
-__device__ __forceinline__ void fetch_x(float *xw, const float *x, size_t row0, int B, int Drt) {
-    const int D = kD ? kD : Drt;
+__device__ __forceinline__ void fetch_x(float *xw, const float *x, size_t row0, int B, int D) {
     const int lane = threadIdx.x & 31, q = D / 4;
     for (int e = lane; e < 16 * q; e += 32) {
         const int rr = e / q, c = 4 * (e - rr * q);
@@ -162,7 +160,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
     const size_t ntiles = ((size_t)B + kTileRows - 1) / kTileRows;
     float *xw = Xs + warp * 16 * kH;
     size_t tile = blockIdx.x;
-    if (tile < ntiles) fetch_x<kD>(xw, a.x, tile * kTileRows + warp * 16, B, D);
+    if (tile < ntiles) fetch_x(xw, a.x, tile * kTileRows + warp * 16, B, D);
     stage_w(W1s, p + a.off_W1, D);
     stage_w(W2s, p + a.off_W2, kH);
     for (int e = threadIdx.x; e < kH; e += blockDim.x) {
@@ -310,7 +308,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
         }
         __syncwarp();
         if (tile + gridDim.x < ntiles)
-            fetch_x<kD>(xw, a.x, (tile + gridDim.x) * kTileRows + warp * 16, B, D);
+            fetch_x(xw, a.x, (tile + gridDim.x) * kTileRows + warp * 16, B, D);
 
         // dpre1 = dh1 ⊙ SiLU'(z1 + b1), stored, with the column sums of db1.
         float *d1r0 = v0 ? a.dpre1 + base + r0 * kH : nullptr;
