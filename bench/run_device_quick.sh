@@ -6,6 +6,7 @@
 #   ctest-par    every test_cuda_* binary under ctest -j$(nproc), as the README's test command runs them
 #   attn-test    test_cuda_attention only
 #   vs-cpu       test_cuda_vs_cpu only
+#   linear-test  test_cuda_linear only (the fused SiLU layer against float64, both paths)
 #   iqn-test     test_cuda_iqn only (the fused IQN kernels against float64, the paths against each other)
 #   iql-test     test_cuda_iql (the fused IQL kernel against float64, the paths against each other
 #                and the CPU), test_cuda_iql_gemm and test_cuda_memory_plan
@@ -82,6 +83,10 @@ for s in "$@"; do
         --error-exitcode 99 --print-limit 50 build-dev/tests/test_cuda_iql > $OUT/iql_san_$tool.txt 2>&1
       echo "[SANITIZER] test_cuda_iql kernel test, $tool: rc=$? $(grep -Eo "(ERROR|RACECHECK) SUMMARY: .*" $OUT/iql_san_$tool.txt | tail -1)" | tee -a $log
     done ;;
+  linear-test)
+    timeout 300 build-dev/tests/test_cuda_linear > $OUT/linear_test.txt 2>&1
+    echo "linear-test rc=$?" | tee -a $log
+    grep -E "\[LINEAR\]|FAILED|rror|PASSED" $OUT/linear_test.txt | tee -a $log ;;
   vs-cpu)
     timeout 400 build-dev/tests/test_cuda_vs_cpu > $OUT/vs_cpu.txt 2>&1
     echo "vs-cpu rc=$?" | tee -a $log

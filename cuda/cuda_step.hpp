@@ -47,13 +47,20 @@ struct QCache {
     float *preg = nullptr, *g = nullptr;  // [NB][M, HB]
     float *z = nullptr, *q = nullptr;     // [NB][M, A]
     float *pre_u = nullptr, *u = nullptr; // [M] (online pass on x~ only)
+    // h2 holds TF32 values (the fused SiLU layer wrote it: cuda/linear_silu.hpp); set when the
+    // trunk is enqueued, read by the branch layers after it.
+    bool h2_tf32 = false;
 };
 void alloc_qcache(DeviceMemory &mem, const Dims &d, QCache &c, int M, bool head, bool keep_pre);
 
 // The Q net's weights as one pass sees them: a flat buffer (online or target) with the trunk
-// matrices replaced by their spectrally normalised copies where SN applies.
+// matrices replaced by their spectrally normalised copies where SN applies; where the pass has
+// them, its packed branch weights (q_pack, memory_plan.hpp PackedBranches), with, when tf32,
+// its trunk and branch matrices rounded to TF32 for the fused SiLU layers (cuda/linear_silu.hpp).
 struct QView {
     const float *p, *W1, *W2;
+    const float *pack = nullptr;
+    bool tf32 = false;
 };
 
 // Where a task runs: its lane's stream and cuBLAS handle (bound to that stream and its own
@@ -173,10 +180,14 @@ void q_forward_trunk(const LaneCtx &l, const Dims &d, const Layout &L, const QVi
                      const float *x, QCache &c);
 void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
                       QCache &c, int b, float q_clip);
+// The pass's packed weights into `pack` (packed_branch_floats(d) floats; the config must have
+// ddqn_branches_packed(d)): the branches side by side and, in a lane with Blas::linear_tc, the
+// TF32 copies of the SiLU layers' matrices. Returns w with pack (and tf32) set.
+QView q_pack(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w, float *pack);
 // All NB branches of a forward-only pass (an in-place cache: q only, h1 dead after the trunk)
-// when ddqn_branches_packed(d): pack holds packed_branch_floats(d) floats of scratch.
-void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
-                               QCache &c, float *pack, float q_clip);
+// from w.pack (q_pack).
+void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const QView &w, QCache &c,
+                               float q_clip);
 // spectral.cu: one power iteration on W [rows, cols] from u_in (u_out may alias it):
 // v = normalize(Wᵀu), u = normalize(W v), sigma = uᵀ W v, sigma_t = uᵀ Wt v (Wt may be null).
 // `scratch` holds power_scratch_doubles(d) doubles (src/memory_plan.hpp; rows = H, cols <=

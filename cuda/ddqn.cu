@@ -40,11 +40,16 @@ __global__ void k_ddqn_join(const float *qt, const int32_t *a_star, const int32_
     }
 }
 
-// The branches of one of ddqn's forward-only passes: packed (qnet.cu) where the config allows
-// (memory_plan.hpp, ddqn_branches_packed), else one after another.
-void forward_branches(CudaStep &st, const LaneCtx &l, const QView &w, QCache &c, float *pack) {
-    if (ddqn_branches_packed(st.d)) {
-        q_forward_branches_packed(l, st.d, st.L, w, c, pack, st.cfg.q_clip);
+// One of ddqn's forward-only passes on x: its weights packed first where the config allows
+// (memory_plan.hpp, ddqn_branches_packed; the trunk then reads their TF32 copies where the lane
+// fuses its SiLU layers), the trunk, then the branches packed (qnet.cu) or one after another.
+void forward_pass(CudaStep &st, const LaneCtx &l, QView w, const float *x, QCache &c,
+                  float *pack) {
+    const bool packed = ddqn_branches_packed(st.d);
+    if (packed) w = q_pack(l, st.d, st.L, w, pack);
+    q_forward_trunk(l, st.d, st.L, w, x, c);
+    if (packed) {
+        q_forward_branches_packed(l, st.d, w, c, st.cfg.q_clip);
         return;
     }
     for (uint32_t b = 0; b < st.d.NB; ++b) q_forward_branch(l, st.d, st.L, w, c, (int)b, st.cfg.q_clip);
@@ -53,9 +58,7 @@ void forward_branches(CudaStep &st, const LaneCtx &l, const QView &w, QCache &c,
 }  // namespace
 
 void ddqn_online_next(CudaStep &st, const LaneCtx &l) {
-    const QView w = st.online_view();
-    q_forward_trunk(l, st.d, st.L, w, st.inputs().xn, st.next);
-    forward_branches(st, l, w, st.next, st.pack_next);
+    forward_pass(st, l, st.online_view(), st.inputs().xn, st.next, st.pack_next);
     const size_t n = (size_t)st.d.B * st.d.NB;
     k_argmax<<<grid_for(n), kThreads, 0, l.stream>>>(st.next.q, (int)st.d.B, (int)st.d.NB,
                                                      (int)st.d.A, st.a_star);
@@ -63,9 +66,7 @@ void ddqn_online_next(CudaStep &st, const LaneCtx &l) {
 }
 
 void ddqn_target(CudaStep &st, const LaneCtx &l) {
-    const QView w = st.target_view();
-    q_forward_trunk(l, st.d, st.L, w, st.x2, st.tgt);
-    forward_branches(st, l, w, st.tgt, st.pack_tgt);
+    forward_pass(st, l, st.target_view(), st.x2, st.tgt, st.pack_tgt);
 }
 
 void ddqn_join(CudaStep &st, const LaneCtx &l) {

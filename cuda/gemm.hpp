@@ -25,6 +25,9 @@ struct Blas {
     // FH_MATH_BF16: kBf16StageElems bfloat16s (src/schedule.hpp) where gemm() stages the
     // operands' bfloat16 copies; null in the other modes.
     void *bf16_stage = nullptr;
+    // The Q net's SiLU layers in cuda/linear_silu.cu's fused kernel (linear_tc_enabled) where
+    // the pass has TF32-rounded weights, not cuBLAS + bias_silu.
+    bool linear_tc = false;
 };
 // CUBLAS_COMPUTE_32F for FH_MATH_STRICT and FH_MATH_BF16 (float32 accumulation of bfloat16
 // operands), CUBLAS_COMPUTE_32F_FAST_TF32 for FH_MATH_TF32. (CUBLAS_COMPUTE_32F_FAST_16BF on

@@ -4,6 +4,7 @@
 
 #include "common.hpp"
 #include "device_memory.hpp"
+#include "linear_silu.hpp"
 #include "reduce.cuh"
 
 namespace fh::cuda {
@@ -29,7 +30,8 @@ int Lanes::slot(int lane) const { return workspace_slot(multi_, lane); }
 
 Lanes::Lanes(const fh_config &c, const std::vector<ChildDesc> &sched, size_t col_doubles,
              DeviceMemory &mem)
-    : multi_(c.exec_mode == FH_EXEC_MULTI_STREAM), nlanes_(1), compute_(compute_type(c)) {
+    : multi_(c.exec_mode == FH_EXEC_MULTI_STREAM), nlanes_(1), compute_(compute_type(c)),
+      linear_tc_(linear_tc_enabled(c)) {
     for (const ChildDesc &ch : sched) nlanes_ = std::max(nlanes_, ch.num_lanes);
     if (nlanes_ > kMaxLanes)
         fail(FH_ERR_INTERNAL, "schedule uses %d lanes > %d", nlanes_, kMaxLanes);
@@ -67,8 +69,8 @@ void Lanes::release() noexcept {
 }
 
 LaneCtx Lanes::ctx(int lane) const {
-    return LaneCtx{stream(lane), Blas{handles_[lane], compute_, bf16_stage(lane)}, col_[lane],
-                   red_[lane]};
+    return LaneCtx{stream(lane), Blas{handles_[lane], compute_, bf16_stage(lane), linear_tc_},
+                   col_[lane], red_[lane]};
 }
 
 }  // namespace fh::cuda

@@ -48,6 +48,7 @@ private:
     bool multi_;
     int nlanes_;
     cublasComputeType_t compute_;
+    bool linear_tc_;  // Blas::linear_tc of every lane
     cudaStream_t streams_[kMaxLanes] = {};
     cublasHandle_t handles_[kMaxLanes] = {};
     void *ws_[kMaxLanes] = {};         // per slot

@@ -5,8 +5,8 @@
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
+#include "linear_silu.hpp"
 #include "memory_plan.hpp"
-#include "nn.cuh"
 
 namespace fh::cuda {
 
@@ -38,20 +38,37 @@ __global__ void k_conf_head(const float *h2, const float *w_u, const float *b_u,
     }
 }
 
+__device__ __forceinline__ float tf32_rna(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return __uint_as_float(r);
+}
+
 // The packed branch weights of q_forward_branches_packed (memory_plan.hpp, packed_branches)
 // from the flat buffer p, whose branch blocks lie `stride` floats apart: Vcat [NB·HB, H] (V_b's
 // rows), ccat [NB·HB], the block-diagonal Ubd [NB·A, NB·HB] (U_b at rows b·A, columns b·HB;
-// zeros elsewhere) and ecat [NB·A]. One thread per packed element (the padding is not written).
+// zeros elsewhere) and ecat [NB·A]; with `tf32`, Vcat rounded to TF32 and the TF32 copies W1t of
+// W1 [H, D] and W2t of W2 [H, H] (the pass's effective trunk matrices). One thread per packed
+// element (the padding is not written).
 __global__ void k_pack_branches(const float *__restrict__ p, size_t V0, size_t c0, size_t U0,
                                 size_t e0, size_t stride, int NB, int H, int HB, int A,
-                                PackedBranches pk, float *__restrict__ pack) {
-    const size_t nh = (size_t)NB * HB, na = (size_t)NB * A;
-    const size_t nV = nh * H, nU = na * nh, n = nV + nh + nU + na;
+                                const float *__restrict__ W1, const float *__restrict__ W2, int D,
+                                bool tf32, PackedBranches pk, float *__restrict__ pack) {
+    const size_t nh = (size_t)NB * HB, na = (size_t)NB * A, n1 = (size_t)H * D;
+    const size_t nV = nh * H, nU = na * nh, nb = nV + nh + nU + na;
+    const size_t n = nb + (tf32 ? n1 + (size_t)H * H : 0);
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
         if (k < nV) {
             const size_t r = k / H, col = k - r * H, b = r / HB;
-            pack[pk.Vcat + k] = p[V0 + b * stride + (r - b * HB) * H + col];
+            const float v = p[V0 + b * stride + (r - b * HB) * H + col];
+            pack[pk.Vcat + k] = tf32 ? tf32_rna(v) : v;
+        } else if (k >= nb) {
+            const size_t e = k - nb;
+            if (e < n1)
+                pack[pk.W1t + e] = tf32_rna(W1[e]);
+            else
+                pack[pk.W2t + (e - n1)] = tf32_rna(W2[e - n1]);
         } else if (k < nV + nh) {
             const size_t r = k - nV, b = r / HB;
             pack[pk.ccat + r] = p[c0 + b * stride + (r - b * HB)];
@@ -82,26 +99,37 @@ __global__ void k_bias_clamp_packed(const float *__restrict__ zall, const float 
 
 }  // namespace
 
-// The branches side by side: g = SiLU(h2 Vcatᵀ + ccat) [M, NB·HB] (one GEMM, one bias_silu) and
+// The branches side by side: g = SiLU(h2 Vcatᵀ + ccat) [M, NB·HB] (one SiLU layer) and
 // z = g Ubdᵀ [M, NB·A] (one GEMM with the block-diagonal heads; its zero blocks add exact
 // zeros), then the heads' biases and the clamp into q. Five kernels instead of NB chains of
 // four, one after another on the pass's lane: at B = 16384 the ddqn child went from 0.347 to
 // 0.285 ms multi-stream and 0.366 to 0.283 single-stream (H200,
 // bench/results/h200-2026-12-01-ddqn-packed-before-after.json).
-void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
-                               QCache &c, float *pack, float q_clip) {
+QView q_pack(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w, float *pack) {
+    const int H = (int)d.H, NB = (int)d.NB, HB = (int)d.HB, A = (int)d.A;
+    const size_t nh = (size_t)NB * HB, na = (size_t)NB * A;
+    const QOffsets &o = L.q;
+    const bool tf32 = l.blas.linear_tc;
+    const size_t n = nh * H + nh + na * nh + na + (tf32 ? (size_t)H * (d.D + H) : 0);
+    k_pack_branches<<<grid_for(n), kThreads, 0, l.stream>>>(
+        w.p, o.V[0], o.c[0], o.U[0], o.e[0], o.V[1] - o.V[0], NB, H, HB, A, w.W1, w.W2, (int)d.D,
+        tf32, packed_branches(d), pack);
+    FH_LAUNCHED("k_pack_branches");
+    QView v = w;
+    v.pack = pack;
+    v.tf32 = tf32;
+    return v;
+}
+
+void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const QView &w, QCache &c,
+                               float q_clip) {
     const int M = c.M, H = (int)d.H, NB = (int)d.NB, HB = (int)d.HB, A = (int)d.A;
     const int nh = NB * HB, na = NB * A;
-    const QOffsets &o = L.q;
     const PackedBranches pk = packed_branches(d);
-    const float *Vcat = pack + pk.Vcat, *ccat = pack + pk.ccat, *Ubd = pack + pk.Ubd,
-                *ecat = pack + pk.ecat;
-    const size_t npack = (size_t)nh * H + nh + (size_t)na * nh + na;
-    k_pack_branches<<<grid_for(npack), kThreads, 0, l.stream>>>(
-        w.p, o.V[0], o.c[0], o.U[0], o.e[0], o.V[1] - o.V[0], NB, H, HB, A, pk, pack);
-    FH_LAUNCHED("k_pack_branches");
-    gemm_nt(l.blas, M, nh, H, c.h2, Vcat, c.g, 0.0f, "branches h2 Vcat^T");
-    bias_silu(c.g, c.g, ccat, M, nh, l.stream);
+    const float *Vcat = w.pack + pk.Vcat, *ccat = w.pack + pk.ccat, *Ubd = w.pack + pk.Ubd,
+                *ecat = w.pack + pk.ecat;
+    linear_silu(l.blas, l.stream, M, nh, H, c.h2, c.h2_tf32, Vcat, w.tf32 ? Vcat : nullptr, ccat,
+                c.g, c.g, "branches h2 Vcat^T");
     float *zall = c.h1;  // dead after the trunk: [M, NB·A] fits since NB·A <= H
     gemm_nt(l.blas, M, na, nh, c.g, Ubd, zall, 0.0f, "branch heads g Ubd^T");
     k_bias_clamp_packed<<<grid_for((size_t)M * na), kThreads, 0, l.stream>>>(zall, ecat, M, NB, A,
@@ -109,30 +137,49 @@ void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L,
     FH_LAUNCHED("k_bias_clamp_packed");
 }
 
+// With w.tf32 both layers read the pack's TF32 copies (x rounded in the first layer's kernel);
+// the second then reads h1 as the first wrote it.
 void q_forward_trunk(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
                      const float *x, QCache &c) {
     const int M = c.M, H = (int)d.H, D = (int)d.D;
-    gemm_nt(l.blas, M, H, D, x, w.W1, c.pre1, 0.0f, "trunk x W1^T");
-    bias_silu(c.pre1, c.h1, w.p + L.q.b1, M, H, l.stream);
-    gemm_nt(l.blas, M, H, H, c.h1, w.W2, c.pre2, 0.0f, "trunk h1 W2^T");
-    bias_silu(c.pre2, c.h2, w.p + L.q.b2, M, H, l.stream);
+    const PackedBranches pk = packed_branches(d);
+    const bool h1_tf32 =
+        linear_silu(l.blas, l.stream, M, H, D, x, false, w.W1, w.tf32 ? w.pack + pk.W1t : nullptr,
+                    w.p + L.q.b1, c.pre1, c.h1, "trunk x W1^T");
+    c.h2_tf32 = linear_silu(l.blas, l.stream, M, H, H, c.h1, h1_tf32, w.W2,
+                            w.tf32 ? w.pack + pk.W2t : nullptr, w.p + L.q.b2, c.pre2, c.h2,
+                            "trunk h1 W2^T");
 }
 
+// Branch b's rows of the packed Vcat are V_b (rounded with w.tf32), and of ccat c_b.
 void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
                       QCache &c, int b, float q_clip) {
     const int M = c.M, H = (int)d.H, HB = (int)d.HB, A = (int)d.A;
     float *preg = c.preg + (size_t)b * M * HB, *g = c.g + (size_t)b * M * HB;
     float *z = c.z + (size_t)b * M * A, *q = c.q + (size_t)b * M * A;
-    gemm_nt(l.blas, M, HB, H, c.h2, w.p + L.q.V[b], preg, 0.0f, "branch h2 V^T");
-    bias_silu(preg, g, w.p + L.q.c[b], M, HB, l.stream);
+    const PackedBranches pk = packed_branches(d);
+    const float *Vt = w.tf32 ? w.pack + pk.Vcat + (size_t)b * HB * H : nullptr;
+    const float *cb = w.pack ? w.pack + pk.ccat + (size_t)b * HB : w.p + L.q.c[b];
+    linear_silu(l.blas, l.stream, M, HB, H, c.h2, c.h2_tf32, w.p + L.q.V[b], Vt, cb, preg, g,
+                "branch h2 V^T");
     gemm_nt(l.blas, M, A, HB, g, w.p + L.q.U[b], z, 0.0f, "branch g U^T");
     k_bias_clamp<<<grid_for((size_t)M * A), kThreads, 0, l.stream>>>(z, q, w.p + L.q.e[b], M, A,
                                                                     q_clip);
     FH_LAUNCHED("k_bias_clamp");
 }
 
+// The forward child's passes read ddqn's online pack (its weights have not changed since).
+static QView forward_view(const CudaStep &st, const LaneCtx &l) {
+    QView w = st.online_view();
+    if (st.pack_next) {
+        w.pack = st.pack_next;
+        w.tf32 = l.blas.linear_tc;
+    }
+    return w;
+}
+
 void forward_trunk(CudaStep &st, const LaneCtx &l) {
-    const QView w = st.online_view();
+    const QView w = forward_view(st, l);
     q_forward_trunk(l, st.d, st.L, w, st.x2, st.on);
     const int M = (int)st.d.B;
     const int grid = (M + kThreads / 32 - 1) / (kThreads / 32);
@@ -142,7 +189,7 @@ void forward_trunk(CudaStep &st, const LaneCtx &l) {
 }
 
 void forward_branch(CudaStep &st, const LaneCtx &l, int b) {
-    q_forward_branch(l, st.d, st.L, st.online_view(), st.on, b, st.cfg.q_clip);
+    q_forward_branch(l, st.d, st.L, forward_view(st, l), st.on, b, st.cfg.q_clip);
 }
 
 }  // namespace fh::cuda

@@ -37,8 +37,11 @@ inline uint64_t power_scratch_doubles(const Dims &d) {
 // The online-next and target passes each hold one such copy; each of its four parts starts
 // 256 bytes after the previous one's start, rounded up (aligned operands for cuBLAS).
 inline bool ddqn_branches_packed(const Dims &d) { return d.NB > 1 && d.NB * d.A <= d.H; }
+// W1t [H, D] and W2t [H, H]: the pass's trunk matrices (spectrally normalised where SN applies)
+// rounded to TF32, which the fused SiLU layers read (cuda/linear_silu.cu); Vcat is rounded too
+// then. Written only where those layers run.
 struct PackedBranches {
-    uint64_t Vcat, ccat, Ubd, ecat, total;  // offsets in floats, and the size
+    uint64_t Vcat, ccat, Ubd, ecat, W1t, W2t, total;  // offsets in floats, and the size
 };
 inline PackedBranches packed_branches(const Dims &d) {
     const uint64_t nh = (uint64_t)d.NB * d.HB, na = (uint64_t)d.NB * d.A;
@@ -48,7 +51,9 @@ inline PackedBranches packed_branches(const Dims &d) {
     p.ccat = up(nh * d.H);
     p.Ubd = p.ccat + up(nh);
     p.ecat = p.Ubd + up(na * nh);
-    p.total = p.ecat + na;
+    p.W1t = p.ecat + up(na);
+    p.W2t = p.W1t + up((uint64_t)d.H * d.D);
+    p.total = p.W2t + (uint64_t)d.H * d.H;
     return p;
 }
 inline uint64_t packed_branch_floats(const Dims &d) { return packed_branches(d).total; }

@@ -1,0 +1,283 @@
+// A SiLU layer in one kernel on Hopper's warpgroup tensor cores: act = SiLU(X Wᵀ + b) and, for a
+// layer whose backward needs it, pre = X Wᵀ (the product without its bias, as bias_silu leaves
+// it: nn.cuh). TF32 operands, float32 accumulation (wgmma m64n128k8 .tf32, PTX ISA
+// "Asynchronous Warpgroup Level Matrix Multiply-Accumulate").
+//
+// Why: cuBLAS has no SiLU epilogue, so every SiLU layer was a GEMM writing its product and a
+// bias_silu pass reading it back and writing the activation. At B = 16384 the ddqn child's two
+// forward-only passes move about 0.8 GB through HBM that way and are bound by it.
+//
+// Operands already rounded. wgmma reads TF32 operands from shared memory as they are and ignores
+// their low 13 bits: it truncates, a bias of the same sign in every product. An earlier form of
+// this kernel (docs/cuda.md, "Findings") rounded each staged chunk in shared memory (cvt.rna) and
+// lost what the fusion saved to that pass. Here the operands arrive rounded, so truncation is
+// exact: W is a TF32-rounded copy (the pass's pack, qnet.cu), and the activation this kernel
+// writes is rounded (cvt.rna) in its epilogue, so the next layer reads it as it is. Only a first
+// layer's X (x̃, read exactly by the other learners) is rounded here, ROUND_X, a pass over its
+// K / 32 chunks. The pre-activation is stored unrounded (the backward's SiLU' reads it).
+//
+// Tiling. A block of two warpgroups computes a 128 × 128 tile of the output: warpgroup w rows
+// 64w..64w+63, all 128 columns (64 accumulators per thread). K runs in chunks of 32 through a
+// ring of three shared-memory stages, each the chunk of X's 128 rows and of W's 128 rows
+// (2 × 16 KiB), filled by cp.async (every thread four 16-byte copies per operand) two chunks
+// ahead of the products. Both operands are K-major, as wgmma requires for TF32, in the 128-byte
+// swizzled layout: row r's 16-byte piece c sits at r·128 + 16·(c ⊕ (r mod 8)), so that the
+// eight rows a product reads at one k hit eight different bank groups; a k step of 8 is the
+// descriptor's start address plus 32 bytes. 96 KiB of stages let two blocks share an SM, so
+// that one block's epilogue overlaps another's products. The epilogue adds the bias, applies
+// SiLU (the float expression of src/cpu/nn.hpp), rounds, and stores straight from the
+// accumulators (each row's 8 consecutive floats of a quad are one 32-byte sector).
+//
+// The instructions exist only in sm_90a code (nvcc's arch-specific target, which CMake adds for
+// this file): in any other compilation the kernel is empty, and k_linear_probe tells the host
+// which one the driver loaded, so a GPU without them runs cuBLAS + bias_silu instead.
+#include "linear_silu.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "common.hpp"
+#include "device_math.cuh"
+#include "nn.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FH_HAVE_WGMMA 1
+#endif
+
+namespace fh::cuda {
+
+namespace {
+
+constexpr int kBM = 128, kBN = 128, kBK = 32, kStages = 3, kThreadsTc = 256;
+constexpr int kTileBytes = kBM * kBK * 4;  // one operand's chunk: 128 rows of 128 bytes
+constexpr int kStageBytes = 2 * kTileBytes;
+constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + alignment of the ring to 1024
+
+__global__ void k_linear_probe(int *has) {
+#ifdef FH_HAVE_WGMMA
+    *has = 1;
+#else
+    *has = 0;
+#endif
+}
+
+#ifdef FH_HAVE_WGMMA
+__device__ __forceinline__ float tf32_round(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return __uint_as_float(r);
+}
+
+// Shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"): start address, leading
+// byte offset (unused by swizzled K-major layouts), stride byte offset between 8-row groups
+// (1024 = 8 rows of 128 bytes), swizzle mode 1 = 128 bytes.
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) |
+           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+// X's or W's chunk [rows row0.., columns k0..k0+31] into a stage (128-byte swizzle). Rows past
+// `rows` repeat the last one (their results are not stored).
+__device__ __forceinline__ void load_chunk(uint32_t dst, const float *__restrict__ src, int K,
+                                           int row0, int rows, int k0) {
+#pragma unroll
+    for (int i = 0; i < kBM * 8 / kThreadsTc; ++i) {
+        const int e = threadIdx.x + i * kThreadsTc, r = e >> 3, c = e & 7;
+        const int gr = min(row0 + r, rows - 1);
+        const float *p = src + (size_t)gr * K + k0 + 4 * c;
+        const uint32_t s = dst + r * 128 + ((c ^ (r & 7)) << 4);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(p) : "memory");
+    }
+}
+
+// The same thread's copies of that chunk, rounded in place to TF32 (round to nearest, ties away:
+// cvt.rna, as mma_tf32.cuh's products read their operands).
+__device__ __forceinline__ void round_chunk(uint32_t dst) {
+#pragma unroll
+    for (int i = 0; i < kBM * 8 / kThreadsTc; ++i) {
+        const int e = threadIdx.x + i * kThreadsTc, r = e >> 3, c = e & 7;
+        const uint32_t s = dst + r * 128 + ((c ^ (r & 7)) << 4);
+        float4 v;
+        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(s));
+        uint32_t u[4];
+        asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u[0]) : "f"(v.x));
+        asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u[1]) : "f"(v.y));
+        asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u[2]) : "f"(v.z));
+        asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u[3]) : "f"(v.w));
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(s), "r"(u[0]), "r"(u[1]),
+                     "r"(u[2]), "r"(u[3]) : "memory");
+    }
+}
+
+__device__ __forceinline__ void wgmma_m64n128k8(float (&d)[64], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
+        "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
+        "%55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),
+          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),
+          "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db));
+}
+#endif
+
+// grid (N / 128, ⌈M / 128⌉), 256 threads, kSmemBytes of dynamic shared memory. W holds TF32
+// values; X too unless ROUND_X (then its chunks are rounded in shared memory, round_chunk).
+template <bool ROUND_X>
+__global__ void __launch_bounds__(kThreadsTc, 2)
+k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
+              const float *__restrict__ bias, int M, int N, int K, float *pre, float *act) {
+#ifdef FH_HAVE_WGMMA
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
+    const int wg = threadIdx.x >> 7;
+    const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN, nk = K / kBK;
+    const auto stage_x = [&](int s) { return base + s * kStageBytes; };
+    const auto stage_w = [&](int s) { return base + s * kStageBytes + kTileBytes; };
+    // One cp.async group per chunk, every stage filled before the first product.
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+        if (s < nk) {
+            load_chunk(stage_x(s), X, K, m0, M, s * kBK);
+            load_chunk(stage_w(s), W, K, n0, N, s * kBK);
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    }
+    // A chunk is ready for the products once every thread has seen its own copies land,
+    // rounded them (ROUND_X), and made them visible to the tensor cores' (async) proxy; the
+    // barrier then makes that true of all threads' copies.
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1) : "memory");
+    if (ROUND_X) round_chunk(stage_x(0));
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    float d[64];
+#pragma unroll
+    for (int j = 0; j < 64; ++j) d[j] = 0.0f;
+    for (int kc = 0; kc < nk; ++kc) {
+        const int s = kc % kStages;
+        const uint64_t da = sw128_desc(stage_x(s) + wg * 64 * 128), db = sw128_desc(stage_w(s));
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int k = 0; k < kBK / 8; ++k) wgmma_m64n128k8(d, da + 2 * k, db + 2 * k);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        // While the tensor cores multiply chunk kc, the next chunk is readied (its stage is
+        // another).
+        if (kc + 1 < nk) {
+            asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
+            if (ROUND_X) round_chunk(stage_x((kc + 1) % kStages));
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        // Both warpgroups are done with stage s and chunk kc + 1 is ready: s takes chunk
+        // kc + kStages.
+        __syncthreads();
+        if (kc + kStages < nk) {
+            load_chunk(stage_x(s), X, K, m0, M, (kc + kStages) * kBK);
+            load_chunk(stage_w(s), W, K, n0, N, (kc + kStages) * kBK);
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    // Accumulator j of thread (warp v of the warpgroup, g = lane / 4, t = lane % 4): row
+    // 16v + g (+ 8 for the odd pairs), column 8·(j / 4) + 2t + (j mod 2).
+    const int lane = threadIdx.x & 31, v = (threadIdx.x >> 5) & 3;
+    const int r0 = m0 + wg * 64 + v * 16 + (lane >> 2), t2 = 2 * (lane & 3);
+    const bool keep_pre = pre != act;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const int col = n0 + 8 * j + t2;
+        const float2 b = *reinterpret_cast<const float2 *>(bias + col);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = r0 + 8 * h;
+            if (row >= M) continue;
+            const float p0 = d[4 * j + 2 * h], p1 = d[4 * j + 2 * h + 1];
+            const size_t at = (size_t)row * N + col;
+            if (keep_pre) *reinterpret_cast<float2 *>(pre + at) = make_float2(p0, p1);
+            *reinterpret_cast<float2 *>(act + at) = make_float2(
+                tf32_round(dev_silu(__fadd_rn(p0, b.x))), tf32_round(dev_silu(__fadd_rn(p1, b.y))));
+        }
+    }
+#endif
+}
+
+// Whether the loaded code of k_linear_silu has the wgmma instructions, per device (0: not yet
+// probed, 1: yes, 2: no).
+int g_has_wgmma[64];
+std::mutex g_probe_mutex;
+
+bool has_wgmma() {
+    int dev = 0;
+    FH_CUDA(cudaGetDevice(&dev));
+    if (dev < 0 || dev >= 64) return false;
+    std::lock_guard<std::mutex> lock(g_probe_mutex);
+    if (g_has_wgmma[dev] == 0) {
+        int *flag = nullptr, host = 0;
+        FH_CUDA(cudaMalloc(&flag, sizeof(int)));
+        k_linear_probe<<<1, 1>>>(flag);
+        const cudaError_t launched = cudaGetLastError();
+        const cudaError_t copied = cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost);
+        cudaFree(flag);
+        FH_CUDA(launched);
+        FH_CUDA(copied);
+        if (host) {
+            FH_CUDA(cudaFuncSetAttribute(k_linear_silu<true>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+            FH_CUDA(cudaFuncSetAttribute(k_linear_silu<false>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+        }
+        g_has_wgmma[dev] = host ? 1 : 2;
+    }
+    return g_has_wgmma[dev] == 1;
+}
+
+bool fits(int M, int N, int K, const float *X, const float *W, const float *bias,
+          const float *pre, const float *act) {
+    const auto a16 = [](const void *p) { return p == nullptr || (uintptr_t)p % 16 == 0; };
+    return M > 0 && N % kBN == 0 && K % kBK == 0 && K > 0 && a16(X) && a16(W) && a16(bias) &&
+           a16(pre) && a16(act);
+}
+
+}  // namespace
+
+bool linear_tc_enabled(const fh_config &c) {
+    const char *e = getenv("FOXHUNT_LINEAR");
+    if (e && *e && strcmp(e, "auto") && strcmp(e, "wgmma") && strcmp(e, "cublas"))
+        fail(FH_ERR_BAD_VALUE, "FOXHUNT_LINEAR='%s': expected auto, wgmma or cublas", e);
+    if (c.math_mode != FH_MATH_TF32) return false;
+    if (e && !strcmp(e, "cublas")) return false;
+    return has_wgmma();
+}
+
+bool linear_silu(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X, bool x_tf32,
+                 const float *W, const float *Wt, const float *bias, float *pre, float *act,
+                 const char *what) {
+    if (bl.linear_tc && Wt && fits(M, N, K, X, Wt, bias, pre, act)) {
+        const dim3 grid(N / kBN, (M + kBM - 1) / kBM);
+        if (x_tf32)
+            k_linear_silu<false><<<grid, kThreadsTc, kSmemBytes, s>>>(X, Wt, bias, M, N, K, pre, act);
+        else
+            k_linear_silu<true><<<grid, kThreadsTc, kSmemBytes, s>>>(X, Wt, bias, M, N, K, pre, act);
+        FH_LAUNCHED("k_linear_silu");
+        return true;
+    }
+    gemm_nt(bl, M, N, K, X, W, pre, 0.0f, what);
+    bias_silu(pre, act, bias, M, N, s);
+    return false;
+}
+
+}  // namespace fh::cuda

@@ -1,0 +1,29 @@
+// A SiLU layer, act = SiLU(X Wᵀ + bias), in one kernel where the lane's math allows
+// (cuda/linear_silu.cu: TF32 on Hopper's warpgroup tensor cores), else cuBLAS + bias_silu.
+#pragma once
+#include <foxhunt.h>
+
+#include "gemm.hpp"
+
+namespace fh::cuda {
+
+// Whether the pipeline's lanes run their SiLU layers in the fused kernel (Blas::linear_tc): TF32
+// math on a GPU whose loaded code has the wgmma instructions (sm_90a), unless the environment
+// says FOXHUNT_LINEAR=cublas (cuBLAS + bias_silu, kept for side-by-side timing). A value other
+// than auto, wgmma or cublas is FH_ERR_BAD_VALUE.
+bool linear_tc_enabled(const fh_config &c);
+
+// X [M, K], W [N, K], bias [N], row-major float32: act [M, N] = SiLU(X Wᵀ + bias) (bias per
+// column, the float expression of bias_silu) and, when pre is not act, pre [M, N] = X Wᵀ without
+// the bias (as bias_silu's callers keep it for the backward). On the handle's stream `s`.
+//
+// One kernel when bl.linear_tc, Wt (W rounded to TF32, round to nearest, ties away) is given,
+// N is a multiple of 128, K of 32 and every pointer 16-byte aligned; `x_tf32` says X already
+// holds TF32 values (an activation this kernel wrote), else the kernel rounds it. Then act is
+// stored rounded to TF32 and the function returns true. Otherwise gemm_nt (named `what` in
+// errors) then bias_silu, act exact, and false.
+bool linear_silu(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X, bool x_tf32,
+                 const float *W, const float *Wt, const float *bias, float *pre, float *act,
+                 const char *what);
+
+}  // namespace fh::cuda

@@ -1,0 +1,203 @@
+/* The fused SiLU layer (cuda/linear_silu.cu): act = SiLU(X Wᵀ + b) and pre = X Wᵀ against a
+ * float64 evaluation of the same formula, on the wgmma kernel and on the cuBLAS + bias_silu path,
+ * at the Q net's, IQN's and IQL's shapes and at shapes with a partly filled last row tile, with
+ * the pre-activation kept and not kept (pre = act), and X given exact (the kernel rounds it) or
+ * already TF32 (x_tf32).
+ * - The kernel: W is passed as its TF32 copy (rounded here, round to nearest, ties away), and
+ *   the reference takes the same rounded operands, so their products are exact in float64 and
+ *   only the float32 accumulation differs: pre within 3e-5 of Σ_k |x_k w_k| per element, 5e-6
+ *   over the tensor. Truncating X instead of rounding it (what wgmma does to an unrounded
+ *   operand) is off by about 2^-11 of each operand, ~3e-5 of that sum per element at one
+ *   standard deviation, so the worst of a layer's elements fails the bound. act must hold TF32
+ *   values and be SiLU of the reference within its rounding (2^-11 of itself).
+ * - cuBLAS: operands exact, TF32 inside cuBLAS: 2.5e-3 of the sum, 1e-3 over the tensor.
+ * On a Hopper GPU the test also requires that the wgmma kernel is the one that runs (the probe
+ * found its code), so a silent fallback cannot pass for it. Skipped without a GPU. */
+#if FOXHUNT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "../cuda/lanes.hpp"
+#include "../cuda/linear_silu.hpp"
+#include "config.hpp"
+#include "error.hpp"
+#endif
+
+extern "C" {
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+}
+
+#include <cmath>
+#include <cstring>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "test_cuda_util.h"
+
+using namespace fhtest;
+
+namespace {
+
+#if FOXHUNT_HAVE_CUDA
+float *dev(const std::vector<float> &v) {
+    float *p = nullptr;
+    if (cudaMalloc(&p, std::max<size_t>(1, v.size()) * sizeof(float)) != cudaSuccess)
+        fail_msg("cudaMalloc");
+    cudaMemcpy(p, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice);
+    return p;
+}
+
+std::vector<float> host(const float *p, size_t n) {
+    std::vector<float> v(n);
+    cudaMemcpy(v.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost);
+    return v;
+}
+
+struct Shape {
+    int M, N, K;
+};
+
+float tf32_rna(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x1000u) & ~0x1FFFu;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* One layer on one path (the kernel when bl.linear_tc); fails the test beyond the bounds. */
+void check_layer(const fh::cuda::Blas &bl, cudaStream_t s, Shape sh, bool keep_pre, bool x_tf32,
+                 unsigned seed) {
+    const int M = sh.M, N = sh.N, K = sh.K;
+    const bool tc = bl.linear_tc;
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> X((size_t)M * K), W((size_t)N * K), Wt((size_t)N * K), b(N);
+    for (float &e : X) e = x_tf32 ? tf32_rna(nd(rng)) : nd(rng);
+    for (float &e : W) e = nd(rng) / std::sqrt((float)K);
+    for (size_t k = 0; k < W.size(); ++k) Wt[k] = tf32_rna(W[k]);
+    for (float &e : b) e = 0.5f * nd(rng);
+    float *dX = dev(X), *dW = dev(W), *dWt = dev(Wt), *db = dev(b);
+    float *dact = dev(std::vector<float>((size_t)M * N, NAN));
+    float *dpre = keep_pre ? dev(std::vector<float>((size_t)M * N, NAN)) : dact;
+    std::string err;
+    bool fused = false;
+    try {
+        fused = fh::cuda::linear_silu(bl, s, M, N, K, dX, x_tf32, dW, dWt, db, dpre, dact,
+                                      "test layer");
+    } catch (const fh::Error &e) {
+        err = e.message;
+    }
+    if (!err.empty()) fail_msg("linear_silu threw: %s", err.c_str());
+    if (fused != tc) fail_msg("linear_silu ran the %s path", fused ? "fused" : "cuBLAS");
+    const cudaError_t ce = cudaStreamSynchronize(s);
+    if (ce != cudaSuccess) fail_msg("linear_silu: %s", cudaGetErrorString(ce));
+    const std::vector<float> act = host(dact, (size_t)M * N);
+    const std::vector<float> pre = keep_pre ? host(dpre, (size_t)M * N) : std::vector<float>();
+    const double pk = tc ? 3e-5 : 2.5e-3, tensor_bound = tc ? 5e-6 : 1e-3;
+    double worst = 0, num = 0, den = 0, pnum = 0, pden = 0;
+    bool all_tf32 = true;
+    for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+            double z = 0, mag = 0;
+            for (int k = 0; k < K; ++k) {
+                const float x = X[(size_t)i * K + k];
+                const double t = (double)(tc ? tf32_rna(x) : x) *
+                                 (tc ? Wt[(size_t)j * K + k] : W[(size_t)j * K + k]);
+                z += t;
+                mag += std::fabs(t);
+            }
+            const double zb = z + b[j], a = zb / (1.0 + std::exp(-zb));
+            const double bound = pk * mag + 1e-6;
+            const float got = act[(size_t)i * N + j];
+            if (tc && tf32_rna(got) != got) all_tf32 = false;
+            /* SiLU's slope is at most 1.1: the activation's bound is the product's, times 1.1,
+             * plus its own rounding to TF32 on the kernel's path. */
+            const double abound = 1.1 * bound + (tc ? std::ldexp(std::fabs(a), -11) : 0.0);
+            const double ea = std::fabs(got - a) / abound;
+            worst = std::max(worst, std::isfinite(ea) ? ea : 1e30);
+            num += (got - a) * (got - a);
+            den += a * a;
+            if (keep_pre) {
+                const double ep = std::fabs(pre[(size_t)i * N + j] - z) / bound;
+                worst = std::max(worst, std::isfinite(ep) ? ep : 1e30);
+                pnum += (pre[(size_t)i * N + j] - z) * (pre[(size_t)i * N + j] - z);
+                pden += z * z;
+            }
+        }
+    const double rel = std::sqrt(num / den), prel = keep_pre ? std::sqrt(pnum / pden) : 0.0;
+    printf("[LINEAR] %s M=%d N=%d K=%d %s, X %s: worst %.3f of the bound, relative error act "
+           "%.2e pre %.2e\n",
+           tc ? "wgmma" : "cublas", M, N, K, keep_pre ? "pre kept" : "act only",
+           x_tf32 ? "TF32" : "exact", worst, rel, prel);
+    /* act's own rounding (up to 2^-11 relative) dominates its tensor-wide error on the kernel. */
+    if (!(worst <= 1.0 && rel <= (tc ? 5e-4 : tensor_bound) && prel <= tensor_bound && all_tf32))
+        fail_msg("linear_silu (%s) M=%d N=%d K=%d: worst %.3f of the bound, relative %.2e / %.2e%s",
+                 tc ? "wgmma" : "cublas", M, N, K, worst, rel, prel,
+                 all_tf32 ? "" : ", act not TF32");
+    cudaFree(dX);
+    cudaFree(dW);
+    cudaFree(dWt);
+    cudaFree(db);
+    cudaFree(dact);
+    if (keep_pre) cudaFree(dpre);
+}
+
+void test_linear_silu_vs_float64(void **) {
+    if (!fh_test_have_cuda()) skip();
+    fh_config c;
+    fh_config_init(&c);
+    c.backend = FH_BACKEND_CUDA;
+    c.math_mode = FH_MATH_TF32;
+    bool tc = false;
+    try {
+        tc = fh::cuda::linear_tc_enabled(c);
+    } catch (const fh::Error &e) {
+        fail_msg("linear_tc_enabled: %s", e.message.c_str());
+    }
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    printf("[LINEAR] %s (cc %d.%d): wgmma kernel %s\n", prop.name, prop.major, prop.minor,
+           tc ? "loaded" : "absent");
+    if (prop.major == 9 && prop.minor == 0 && !getenv("FOXHUNT_LINEAR") && !tc)
+        fail_msg("a Hopper GPU, but the wgmma kernel's code was not loaded");
+    cudaStream_t s;
+    cudaStreamCreate(&s);
+    void *ws = nullptr;
+    const size_t ws_bytes = 32u << 20;
+    cudaMalloc(&ws, ws_bytes);
+    fh::cuda::Blas bl{fh::cuda::make_handle(c, s, ws, ws_bytes), fh::cuda::compute_type(c),
+                      nullptr, false};
+    /* The Q net's trunk and packed branches, IQN's ψ (D → 128), a last row tile of 1 and of 77
+     * rows, the smallest K. */
+    const Shape shapes[] = {{4096, 256, 128}, {1000, 256, 256}, {2048, 512, 256},
+                            {513, 128, 128},  {77, 128, 32},    {129, 384, 64}};
+    unsigned seed = 1;
+    for (int path = 0; path < 2; ++path) {
+        bl.linear_tc = path == 1;
+        if (bl.linear_tc && !tc) continue;
+        for (const Shape &sh : shapes)
+            for (bool keep : {true, false})
+                for (bool xt : {false, true}) check_layer(bl, s, sh, keep, xt, seed++);
+    }
+    cublasDestroy(bl.handle);
+    cudaFree(ws);
+    cudaStreamDestroy(s);
+}
+#endif
+
+}  // namespace
+
+int main(void) {
+#if FOXHUNT_HAVE_CUDA
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_linear_silu_vs_float64)};
+    return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
+#else
+    return 77;
+#endif
+}
