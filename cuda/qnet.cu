@@ -121,28 +121,13 @@ QView q_pack(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w, f
     return v;
 }
 
-void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
-                               QCache &c, float q_clip) {
+void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const QView &w, QCache &c,
+                               float q_clip) {
     const int M = c.M, H = (int)d.H, NB = (int)d.NB, HB = (int)d.HB, A = (int)d.A;
     const int nh = NB * HB, na = NB * A;
     const PackedBranches pk = packed_branches(d);
     const float *Vcat = w.pack + pk.Vcat, *ccat = w.pack + pk.ccat, *Ubd = w.pack + pk.Ubd,
                 *ecat = w.pack + pk.ecat;
-    // The heads in the SiLU layer's epilogue where its column tiles are the branches: g is then
-    // never stored (the ddqn child 0.243 → ? ms multi-stream at B = 16384).
-    if (HB == kHeadsTile && w.tf32) {
-        const QOffsets &o = L.q;
-        BranchHeads hd;
-        hd.U = w.p + o.U[0];
-        hd.e = w.p + o.e[0];
-        hd.u_stride = hd.e_stride = o.V[1] - o.V[0];
-        hd.z = hd.q = c.q;
-        hd.A = A;
-        hd.clip = q_clip;
-        if (linear_silu_heads(l.blas, l.stream, M, nh, H, c.h2, c.h2_tf32, Vcat, ccat, nullptr,
-                              nullptr, hd))
-            return;
-    }
     linear_silu(l.blas, l.stream, M, nh, H, c.h2, c.h2_tf32, Vcat, w.tf32 ? Vcat : nullptr, ccat,
                 c.g, c.g, "branches h2 Vcat^T");
     float *zall = c.h1;  // dead after the trunk: [M, NB·A] fits since NB·A <= H
@@ -175,17 +160,6 @@ void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QV
     const PackedBranches pk = packed_branches(d);
     const float *Vt = w.tf32 ? w.pack + pk.Vcat + (size_t)b * HB * H : nullptr;
     const float *cb = w.pack ? w.pack + pk.ccat + (size_t)b * HB : w.p + L.q.c[b];
-    if (HB == kHeadsTile && Vt) {
-        BranchHeads hd;
-        hd.U = w.p + L.q.U[b];
-        hd.e = w.p + L.q.e[b];
-        hd.z = z;
-        hd.q = q;
-        hd.A = A;
-        hd.clip = q_clip;
-        if (linear_silu_heads(l.blas, l.stream, M, HB, H, c.h2, c.h2_tf32, Vt, cb, preg, g, hd))
-            return;
-    }
     linear_silu(l.blas, l.stream, M, HB, H, c.h2, c.h2_tf32, w.p + L.q.V[b], Vt, cb, preg, g,
                 "branch h2 V^T");
     gemm_nt(l.blas, M, A, HB, g, w.p + L.q.U[b], z, 0.0f, "branch g U^T");
