@@ -186,8 +186,8 @@ void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QV
 QView q_pack(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w, float *pack);
 // All NB branches of a forward-only pass (an in-place cache: q only, h1 dead after the trunk)
 // from w.pack (q_pack).
-void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const QView &w, QCache &c,
-                               float q_clip);
+void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
+                               QCache &c, float q_clip);
 // spectral.cu: one power iteration on W [rows, cols] from u_in (u_out may alias it):
 // v = normalize(Wᵀu), u = normalize(W v), sigma = uᵀ W v, sigma_t = uᵀ Wt v (Wt may be null).
 // `scratch` holds power_scratch_doubles(d) doubles (src/memory_plan.hpp; rows = H, cols <=

@@ -49,7 +49,7 @@ void forward_pass(CudaStep &st, const LaneCtx &l, QView w, const float *x, QCach
     if (packed) w = q_pack(l, st.d, st.L, w, pack);
     q_forward_trunk(l, st.d, st.L, w, x, c);
     if (packed) {
-        q_forward_branches_packed(l, st.d, w, c, st.cfg.q_clip);
+        q_forward_branches_packed(l, st.d, st.L, w, c, st.cfg.q_clip);
         return;
     }
     for (uint32_t b = 0; b < st.d.NB; ++b) q_forward_branch(l, st.d, st.L, w, c, (int)b, st.cfg.q_clip);

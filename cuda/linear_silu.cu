@@ -50,6 +50,7 @@ namespace fh::cuda {
 namespace {
 
 constexpr int kBM = 128, kBN = 128, kBK = 32, kStages = 3, kThreadsTc = 256;
+static_assert(kBN == kHeadsTile, "a HEADS tile is one branch of linear_silu.hpp's width");
 constexpr int kTileBytes = kBM * kBK * 4;  // one operand's chunk: 128 rows of 128 bytes
 constexpr int kStageBytes = 2 * kTileBytes;
 constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + alignment of the ring to 1024
@@ -137,10 +138,13 @@ __device__ __forceinline__ void wgmma_m64n128k8(float (&d)[64], uint64_t da, uin
 
 // grid (N / 128, ⌈M / 128⌉), 256 threads, kSmemBytes of dynamic shared memory. W holds TF32
 // values; X too unless ROUND_X (then its chunks are rounded in shared memory, round_chunk).
-template <bool ROUND_X>
+// HEADS: each column tile is one branch's hidden layer (linear_silu_heads), and the epilogue
+// also forms the branch's head from the unrounded activations.
+template <bool ROUND_X, bool HEADS>
 __global__ void __launch_bounds__(kThreadsTc, 2)
 k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
-              const float *__restrict__ bias, int M, int N, int K, float *pre, float *act) {
+              const float *__restrict__ bias, int M, int N, int K, float *pre, float *act,
+              BranchHeads hd) {
 #ifdef FH_HAVE_WGMMA
     extern __shared__ unsigned char smem_raw[];
     const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
@@ -192,11 +196,28 @@ k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
+    // HEADS: the branch's U_b [A, 128] into the ring, idle now (every thread's copies landed and
+    // every product read its stages before the loop's last barrier).
+    const float *us = nullptr;
+    if (HEADS) {
+        float *ring = reinterpret_cast<float *>(
+            smem_raw + (base - (uint32_t)__cvta_generic_to_shared(smem_raw)));
+        __syncthreads();
+        const float *Ub = hd.U + (size_t)blockIdx.x * hd.u_stride;
+        for (int e = threadIdx.x; e < hd.A * kBN; e += kThreadsTc) ring[e] = __ldg(Ub + e);
+        __syncthreads();
+        us = ring;
+    }
     // Accumulator j of thread (warp v of the warpgroup, g = lane / 4, t = lane % 4): row
     // 16v + g (+ 8 for the odd pairs), column 8·(j / 4) + 2t + (j mod 2).
     const int lane = threadIdx.x & 31, v = (threadIdx.x >> 5) & 3;
     const int r0 = m0 + wg * 64 + v * 16 + (lane >> 2), t2 = 2 * (lane & 3);
-    const bool keep_pre = pre != act;
+    const bool keep_pre = pre && pre != act;
+    // HEADS: this thread's share of z[row][a] = Σ_c g[row][c] U_b[a][c], its 32 columns in
+    // ascending order (float32, from g before its rounding).
+    float zp[kMaxHeadActions][2];
+#pragma unroll
+    for (int a = 0; a < kMaxHeadActions; ++a) zp[a][0] = zp[a][1] = 0.0f;
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
         const int col = n0 + 8 * j + t2;
@@ -204,13 +225,43 @@ k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = r0 + 8 * h;
-            if (row >= M) continue;
             const float p0 = d[4 * j + 2 * h], p1 = d[4 * j + 2 * h + 1];
+            const float g0 = dev_silu(__fadd_rn(p0, b.x)), g1 = dev_silu(__fadd_rn(p1, b.y));
+            if (HEADS) {
+#pragma unroll
+                for (int a = 0; a < kMaxHeadActions; ++a)
+                    if (a < hd.A) {
+                        const float2 u = *reinterpret_cast<const float2 *>(us + a * kBN + 8 * j + t2);
+                        zp[a][h] = fmaf(g1, u.y, fmaf(g0, u.x, zp[a][h]));
+                    }
+            }
+            if (row >= M) continue;
             const size_t at = (size_t)row * N + col;
             if (keep_pre) *reinterpret_cast<float2 *>(pre + at) = make_float2(p0, p1);
-            *reinterpret_cast<float2 *>(act + at) = make_float2(
-                tf32_round(dev_silu(__fadd_rn(p0, b.x))), tf32_round(dev_silu(__fadd_rn(p1, b.y))));
+            if (act)
+                *reinterpret_cast<float2 *>(act + at) = make_float2(tf32_round(g0), tf32_round(g1));
         }
+    }
+    if (HEADS) {
+        // The quad's four shares summed by a butterfly ((s0 + s1) + (s2 + s3) in every lane: the
+        // same bits), then lane t writes actions t and t + 4 of its two rows.
+        const size_t tile = (size_t)blockIdx.x * M * hd.A;
+        const float *eb = hd.e + (size_t)blockIdx.x * hd.e_stride;
+#pragma unroll
+        for (int a = 0; a < kMaxHeadActions; ++a)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float s = zp[a][h];
+                s += __shfl_xor_sync(0xffffffffu, s, 1);
+                s += __shfl_xor_sync(0xffffffffu, s, 2);
+                const int row = r0 + 8 * h;
+                if (a < hd.A && (a & 3) == (lane & 3) && row < M) {
+                    const float z = __fadd_rn(s, __ldg(eb + a));
+                    const size_t at = tile + (size_t)row * hd.A + a;
+                    if (hd.z != hd.q) hd.z[at] = z;
+                    hd.q[at] = fminf(fmaxf(z, -hd.clip), hd.clip);
+                }
+            }
     }
 #endif
 }
@@ -234,12 +285,13 @@ bool has_wgmma() {
         cudaFree(flag);
         FH_CUDA(launched);
         FH_CUDA(copied);
-        if (host) {
-            FH_CUDA(cudaFuncSetAttribute(k_linear_silu<true>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-            FH_CUDA(cudaFuncSetAttribute(k_linear_silu<false>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-        }
+        if (host)
+            for (const void *k : {(const void *)k_linear_silu<true, false>,
+                                  (const void *)k_linear_silu<false, false>,
+                                  (const void *)k_linear_silu<true, true>,
+                                  (const void *)k_linear_silu<false, true>})
+                FH_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             kSmemBytes));
         g_has_wgmma[dev] = host ? 1 : 2;
     }
     return g_has_wgmma[dev] == 1;
@@ -252,11 +304,24 @@ bool fits(int M, int N, int K, const float *X, const float *W, const float *bias
            a16(pre) && a16(act);
 }
 
+template <bool HEADS>
+void launch(dim3 grid, cudaStream_t s, bool x_tf32, const float *X, const float *Wt,
+            const float *bias, int M, int N, int K, float *pre, float *act, const BranchHeads &hd) {
+    if (x_tf32)
+        k_linear_silu<false, HEADS>
+            <<<grid, kThreadsTc, kSmemBytes, s>>>(X, Wt, bias, M, N, K, pre, act, hd);
+    else
+        k_linear_silu<true, HEADS>
+            <<<grid, kThreadsTc, kSmemBytes, s>>>(X, Wt, bias, M, N, K, pre, act, hd);
+    FH_LAUNCHED("k_linear_silu");
+}
+
 }  // namespace
 
 bool linear_tc_enabled(const fh_config &c) {
     const char *e = getenv("FOXHUNT_LINEAR");
-    if (e && *e && strcmp(e, "auto") && strcmp(e, "wgmma") && strcmp(e, "cublas"))
+    if (e && *e && strcmp(e, "auto") && strcmp(e, "wgmma") && strcmp(e, "cublas") &&
+        strcmp(e, "wgmma-noheads"))
         fail(FH_ERR_BAD_VALUE, "FOXHUNT_LINEAR='%s': expected auto, wgmma or cublas", e);
     if (c.math_mode != FH_MATH_TF32) return false;
     if (e && !strcmp(e, "cublas")) return false;
@@ -268,16 +333,24 @@ bool linear_silu(const Blas &bl, cudaStream_t s, int M, int N, int K, const floa
                  const char *what) {
     if (bl.linear_tc && Wt && fits(M, N, K, X, Wt, bias, pre, act)) {
         const dim3 grid(N / kBN, (M + kBM - 1) / kBM);
-        if (x_tf32)
-            k_linear_silu<false><<<grid, kThreadsTc, kSmemBytes, s>>>(X, Wt, bias, M, N, K, pre, act);
-        else
-            k_linear_silu<true><<<grid, kThreadsTc, kSmemBytes, s>>>(X, Wt, bias, M, N, K, pre, act);
-        FH_LAUNCHED("k_linear_silu");
+        launch<false>(grid, s, x_tf32, X, Wt, bias, M, N, K, pre, act, BranchHeads{});
         return true;
     }
     gemm_nt(bl, M, N, K, X, W, pre, 0.0f, what);
     bias_silu(pre, act, bias, M, N, s);
     return false;
+}
+
+bool linear_silu_heads(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X,
+                       bool x_tf32, const float *Wt, const float *bias, float *pre, float *act,
+                       const BranchHeads &hd) {
+    if (!bl.linear_tc || !Wt || hd.A < 1 || hd.A > kMaxHeadActions ||
+        !fits(M, N, K, X, Wt, bias, pre, act))
+        return false;
+    const char *ev = getenv("FOXHUNT_LINEAR");  // trial switch, side by side
+    if (ev && !strcmp(ev, "wgmma-noheads")) return false;
+    launch<true>(dim3(N / kBN, (M + kBM - 1) / kBM), s, x_tf32, X, Wt, bias, M, N, K, pre, act, hd);
+    return true;
 }
 
 }  // namespace fh::cuda

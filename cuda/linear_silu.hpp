@@ -26,4 +26,24 @@ bool linear_silu(const Blas &bl, cudaStream_t s, int M, int N, int K, const floa
                  const float *W, const float *Wt, const float *bias, float *pre, float *act,
                  const char *what);
 
+// SPEC §4's branch heads, z_b = g_b U_bᵀ + e_b and q_b = clamp(z_b, ±clip), for branch layers
+// whose column tiles of 128 are the branches (HB = 128): tile x's U [A, 128] at U + x·u_stride,
+// e [A] at e + x·e_stride, z and q [M, A] at + x·M·A (z may be q: only q is written).
+constexpr int kMaxHeadActions = 8, kHeadsTile = 128;
+struct BranchHeads {
+    const float *U = nullptr, *e = nullptr;
+    size_t u_stride = 0, e_stride = 0;
+    float *z = nullptr, *q = nullptr;
+    int A = 0;
+    float clip = 0.0f;
+};
+// linear_silu's fused kernel (the same conditions; act and pre may both be null: then neither
+// is stored) with the heads in its epilogue: each row's A dot products over the tile's 128
+// unrounded activations in float32, in a fixed order (a quarter of the columns per thread, then
+// a butterfly over the quad), then + e and the clamp. Returns false, enqueuing nothing, where
+// the kernel cannot run or A > kMaxHeadActions.
+bool linear_silu_heads(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X,
+                       bool x_tf32, const float *Wt, const float *bias, float *pre, float *act,
+                       const BranchHeads &hd);
+
 }  // namespace fh::cuda

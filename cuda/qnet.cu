@@ -121,13 +121,28 @@ QView q_pack(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w, f
     return v;
 }
 
-void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const QView &w, QCache &c,
-                               float q_clip) {
+void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
+                               QCache &c, float q_clip) {
     const int M = c.M, H = (int)d.H, NB = (int)d.NB, HB = (int)d.HB, A = (int)d.A;
     const int nh = NB * HB, na = NB * A;
     const PackedBranches pk = packed_branches(d);
     const float *Vcat = w.pack + pk.Vcat, *ccat = w.pack + pk.ccat, *Ubd = w.pack + pk.Ubd,
                 *ecat = w.pack + pk.ecat;
+    // The heads in the SiLU layer's epilogue where its column tiles are the branches: g is then
+    // never stored (the ddqn child 0.243 → ? ms multi-stream at B = 16384).
+    if (HB == kHeadsTile && w.tf32) {
+        const QOffsets &o = L.q;
+        BranchHeads hd;
+        hd.U = w.p + o.U[0];
+        hd.e = w.p + o.e[0];
+        hd.u_stride = hd.e_stride = o.V[1] - o.V[0];
+        hd.z = hd.q = c.q;
+        hd.A = A;
+        hd.clip = q_clip;
+        if (linear_silu_heads(l.blas, l.stream, M, nh, H, c.h2, c.h2_tf32, Vcat, ccat, nullptr,
+                              nullptr, hd))
+            return;
+    }
     linear_silu(l.blas, l.stream, M, nh, H, c.h2, c.h2_tf32, Vcat, w.tf32 ? Vcat : nullptr, ccat,
                 c.g, c.g, "branches h2 Vcat^T");
     float *zall = c.h1;  // dead after the trunk: [M, NB·A] fits since NB·A <= H

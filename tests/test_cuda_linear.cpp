@@ -11,6 +11,7 @@
  *   standard deviation, so the worst of a layer's elements fails the bound. act must hold TF32
  *   values and be SiLU of the reference within its rounding (2^-11 of itself).
  * - cuBLAS: operands exact, TF32 inside cuBLAS: 2.5e-3 of the sum, 1e-3 over the tensor.
+ * Then linear_silu_heads, the branch heads in the kernel's epilogue (check_heads).
  * On a Hopper GPU the test also requires that the wgmma kernel is the one that runs (the probe
  * found its code), so a silent fallback cannot pass for it. Skipped without a GPU. */
 #if FOXHUNT_HAVE_CUDA
@@ -30,6 +31,7 @@ extern "C" {
 #include <cmocka.h>
 }
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
@@ -148,6 +150,93 @@ void check_layer(const fh::cuda::Blas &bl, cudaStream_t s, Shape sh, bool keep_p
     if (keep_pre) cudaFree(dpre);
 }
 
+/* linear_silu_heads on the kernel: ncol branches of 128 (the tiles), the heads against float64
+ * (z = Σ_c SiLU(x·w_c + b_c) U[a][c] + e[a] with the rounded operands of check_layer, q its
+ * clamp): float32 dot products over 128 activations, each within 1.1 × check_layer's bound of
+ * its float64 value, so z within Σ_c |U[a][c]| of that plus 1e-5 of Σ_c |g_c U[a][c]|. */
+void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K, int A,
+                 bool keep, bool z_apart, unsigned seed) {
+    const int N = 128 * nbr;
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> X((size_t)M * K), Wt((size_t)N * K), b(N), U((size_t)nbr * A * 128),
+        e((size_t)nbr * A);
+    for (float &v : X) v = nd(rng);
+    for (float &v : Wt) v = tf32_rna(nd(rng) / std::sqrt((float)K));
+    for (float &v : b) v = 0.5f * nd(rng);
+    for (float &v : U) v = nd(rng) / std::sqrt(128.0f);
+    for (float &v : e) v = 0.1f * nd(rng);
+    const float clip = 0.6f;
+    float *dX = dev(X), *dW = dev(Wt), *db = dev(b), *dU = dev(U), *de = dev(e);
+    const size_t nq = (size_t)nbr * M * A;
+    float *dq = dev(std::vector<float>(nq, NAN));
+    float *dz = z_apart ? dev(std::vector<float>(nq, NAN)) : dq;
+    float *dact = keep ? dev(std::vector<float>((size_t)M * N, NAN)) : nullptr;
+    float *dpre = keep ? dev(std::vector<float>((size_t)M * N, NAN)) : nullptr;
+    fh::cuda::BranchHeads hd;
+    hd.U = dU;
+    hd.u_stride = (size_t)A * 128;
+    hd.e = de;
+    hd.e_stride = A;
+    hd.z = dz;
+    hd.q = dq;
+    hd.A = A;
+    hd.clip = clip;
+    bool ran = false;
+    try {
+        ran = fh::cuda::linear_silu_heads(bl, s, M, N, K, dX, false, dW, db, dpre, dact, hd);
+    } catch (const fh::Error &ex) {
+        fail_msg("linear_silu_heads threw: %s", ex.message.c_str());
+    }
+    if (!ran) fail_msg("linear_silu_heads did not run (M=%d N=%d K=%d A=%d)", M, N, K, A);
+    const cudaError_t ce = cudaStreamSynchronize(s);
+    if (ce != cudaSuccess) fail_msg("linear_silu_heads: %s", cudaGetErrorString(ce));
+    const std::vector<float> q = host(dq, nq), z = z_apart ? host(dz, nq) : q;
+    double worst = 0;
+    std::vector<double> g(N), gb(N);
+    for (int i = 0; i < M; ++i) {
+        for (int c = 0; c < N; ++c) {
+            double zz = 0, mag = 0;
+            for (int k = 0; k < K; ++k) {
+                const double t = (double)tf32_rna(X[(size_t)i * K + k]) * Wt[(size_t)c * K + k];
+                zz += t;
+                mag += std::fabs(t);
+            }
+            const double zb = zz + b[c];
+            g[c] = zb / (1.0 + std::exp(-zb));
+            gb[c] = 1.1 * (3e-5 * mag + 1e-6);
+        }
+        for (int br = 0; br < nbr; ++br)
+            for (int a = 0; a < A; ++a) {
+                const float *u = U.data() + ((size_t)br * A + a) * 128;
+                double ref = e[(size_t)br * A + a], bound = 1e-6, gu = 0;
+                for (int c = 0; c < 128; ++c) {
+                    ref += g[br * 128 + c] * u[c];
+                    bound += std::fabs(u[c]) * gb[br * 128 + c];
+                    gu += std::fabs(g[br * 128 + c] * u[c]);
+                }
+                bound += 1e-5 * gu;
+                const size_t at = (size_t)br * M * A + (size_t)i * A + a;
+                const double qr = std::min(std::max(ref, -(double)clip), (double)clip);
+                /* z is q's buffer when not apart: then only q holds a value to check. */
+                const double ez = z_apart ? std::fabs(z[at] - ref) / bound : 0.0;
+                const double eq = std::fabs(q[at] - qr) / bound;
+                worst = std::max({worst, std::isfinite(ez) ? ez : 1e30, std::isfinite(eq) ? eq : 1e30});
+            }
+    }
+    printf("[LINEAR] heads M=%d branches=%d K=%d A=%d %s, z %s: worst %.3f of the bound\n", M,
+           nbr, K, A, keep ? "act and pre kept" : "act not stored", z_apart ? "apart" : "= q",
+           worst);
+    if (!(worst <= 1.0))
+        fail_msg("linear_silu_heads M=%d A=%d: worst %.3f of the bound", M, A, worst);
+    for (float *ptr : {dX, dW, db, dU, de, dq}) cudaFree(ptr);
+    if (z_apart) cudaFree(dz);
+    if (keep) {
+        cudaFree(dact);
+        cudaFree(dpre);
+    }
+}
+
 void test_linear_silu_vs_float64(void **) {
     if (!fh_test_have_cuda()) skip();
     fh_config c;
@@ -184,6 +273,15 @@ void test_linear_silu_vs_float64(void **) {
         for (const Shape &sh : shapes)
             for (bool keep : {true, false})
                 for (bool xt : {false, true}) check_layer(bl, s, sh, keep, xt, seed++);
+    }
+    /* The heads: ddqn's packed layer (4 branches, nothing but q stored), a forward branch (z, q,
+     * act and pre), A < 8, a last row tile of 1. */
+    bl.linear_tc = true;
+    if (tc) {
+        check_heads(bl, s, 1000, 4, 256, 8, false, false, seed++);
+        check_heads(bl, s, 513, 1, 256, 8, true, true, seed++);
+        check_heads(bl, s, 129, 2, 64, 5, true, true, seed++);
+        check_heads(bl, s, 77, 1, 128, 3, false, true, seed++);
     }
     cublasDestroy(bl.handle);
     cudaFree(ws);
