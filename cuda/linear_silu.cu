@@ -28,13 +28,18 @@
 // SiLU (the float expression of src/cpu/nn.hpp), rounds, and stores straight from the
 // accumulators (each row's 8 consecutive floats of a quad are one 32-byte sector).
 //
+// Heads (HEADS, linear_silu_heads): when a column tile is one branch's hidden layer (HB = 128),
+// the epilogue also forms the branch's A head outputs of each row from the unrounded
+// activations: U_b [A, 128] is staged in the idle ring, each thread sums its 32 columns of a row
+// in float32 in ascending order, a butterfly over the quad adds the four shares (the same bits in
+// every lane), and lane t writes actions t and t + 4. ddqn's forward-only passes then never store
+// g (qnet.cu says what that saved, and why the forward child does not use it).
+//
 // The instructions exist only in sm_90a code (nvcc's arch-specific target, which CMake adds for
 // this file): in any other compilation the kernel is empty, and k_linear_probe tells the host
 // which one the driver loaded, so a GPU without them runs cuBLAS + bias_silu instead.
 #include "linear_silu.hpp"
 
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 
 #include "common.hpp"
@@ -318,15 +323,7 @@ void launch(dim3 grid, cudaStream_t s, bool x_tf32, const float *X, const float 
 
 }  // namespace
 
-bool linear_tc_enabled(const fh_config &c) {
-    const char *e = getenv("FOXHUNT_LINEAR");
-    if (e && *e && strcmp(e, "auto") && strcmp(e, "wgmma") && strcmp(e, "cublas") &&
-        strcmp(e, "wgmma-noheads"))
-        fail(FH_ERR_BAD_VALUE, "FOXHUNT_LINEAR='%s': expected auto, wgmma or cublas", e);
-    if (c.math_mode != FH_MATH_TF32) return false;
-    if (e && !strcmp(e, "cublas")) return false;
-    return has_wgmma();
-}
+bool linear_tc_enabled(const fh_config &c) { return c.math_mode == FH_MATH_TF32 && has_wgmma(); }
 
 bool linear_silu(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X, bool x_tf32,
                  const float *W, const float *Wt, const float *bias, float *pre, float *act,
@@ -347,8 +344,6 @@ bool linear_silu_heads(const Blas &bl, cudaStream_t s, int M, int N, int K, cons
     if (!bl.linear_tc || !Wt || hd.A < 1 || hd.A > kMaxHeadActions ||
         !fits(M, N, K, X, Wt, bias, pre, act))
         return false;
-    const char *ev = getenv("FOXHUNT_LINEAR");  // trial switch, side by side
-    if (ev && !strcmp(ev, "wgmma-noheads")) return false;
     launch<true>(dim3(N / kBN, (M + kBM - 1) / kBM), s, x_tf32, X, Wt, bias, M, N, K, pre, act, hd);
     return true;
 }

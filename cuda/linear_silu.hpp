@@ -8,9 +8,8 @@
 namespace fh::cuda {
 
 // Whether the pipeline's lanes run their SiLU layers in the fused kernel (Blas::linear_tc): TF32
-// math on a GPU whose loaded code has the wgmma instructions (sm_90a), unless the environment
-// says FOXHUNT_LINEAR=cublas (cuBLAS + bias_silu, kept for side-by-side timing). A value other
-// than auto, wgmma or cublas is FH_ERR_BAD_VALUE.
+// math on a GPU whose loaded code has the wgmma instructions (sm_90a). Elsewhere (strict FP32,
+// BF16, other GPUs) cuBLAS + bias_silu.
 bool linear_tc_enabled(const fh_config &c);
 
 // X [M, K], W [N, K], bias [N], row-major float32: act [M, N] = SiLU(X Wᵀ + bias) (bias per

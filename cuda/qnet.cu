@@ -129,7 +129,12 @@ void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L,
     const float *Vcat = w.pack + pk.Vcat, *ccat = w.pack + pk.ccat, *Ubd = w.pack + pk.Ubd,
                 *ecat = w.pack + pk.ecat;
     // The heads in the SiLU layer's epilogue where its column tiles are the branches: g is then
-    // never stored (the ddqn child 0.243 → ? ms multi-stream at B = 16384).
+    // never stored, and the heads GEMM and k_bias_clamp_packed do not run (ddqn child 0.239 →
+    // 0.230 ms, wall 1.657 → 1.643 ms multi-stream at B = 16384, the mean of three side-by-side
+    // runs, bench/results/h200-2026-12-02-linear-rounded-operands-before-after*.json). The
+    // forward child's branches keep the heads GEMM: they store g for the backward anyway, and
+    // with the heads in their epilogue the forward child was 0.015 ms slower
+    // (h200-2026-12-02-linear-heads-forward-rejected.json).
     if (HB == kHeadsTile && w.tf32) {
         const QOffsets &o = L.q;
         BranchHeads hd;
