@@ -139,84 +139,32 @@ __device__ __forceinline__ void wgmma_m64n128k8(float (&d)[64], uint64_t da, uin
           "+f"(d[62]), "+f"(d[63])
         : "l"(da), "l"(db));
 }
-#endif
 
-// grid (N / 128, ⌈M / 128⌉), 256 threads, kSmemBytes of dynamic shared memory. W holds TF32
-// values; X too unless ROUND_X (then its chunks are rounded in shared memory, round_chunk).
-// HEADS: each column tile is one branch's hidden layer (linear_silu_heads), and the epilogue
-// also forms the branch's head from the unrounded activations.
-template <bool ROUND_X, bool HEADS>
-__global__ void __launch_bounds__(kThreadsTc, 2)
-k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
-              const float *__restrict__ bias, int M, int N, int K, float *pre, float *act,
-              BranchHeads hd) {
-#ifdef FH_HAVE_WGMMA
-    extern __shared__ unsigned char smem_raw[];
-    const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
-    const int wg = threadIdx.x >> 7;
-    const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN, nk = K / kBK;
-    const auto stage_x = [&](int s) { return base + s * kStageBytes; };
-    const auto stage_w = [&](int s) { return base + s * kStageBytes + kTileBytes; };
-    // One cp.async group per chunk, every stage filled before the first product.
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-        if (s < nk) {
-            load_chunk(stage_x(s), X, K, m0, M, s * kBK);
-            load_chunk(stage_w(s), W, K, n0, N, s * kBK);
-        }
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
-    }
-    // A chunk is ready for the products once every thread has seen its own copies land,
-    // rounded them (ROUND_X), and made them visible to the tensor cores' (async) proxy; the
-    // barrier then makes that true of all threads' copies.
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1) : "memory");
-    if (ROUND_X) round_chunk(stage_x(0));
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
-    float d[64];
-#pragma unroll
-    for (int j = 0; j < 64; ++j) d[j] = 0.0f;
-    for (int kc = 0; kc < nk; ++kc) {
-        const int s = kc % kStages;
-        const uint64_t da = sw128_desc(stage_x(s) + wg * 64 * 128), db = sw128_desc(stage_w(s));
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int k = 0; k < kBK / 8; ++k) wgmma_m64n128k8(d, da + 2 * k, db + 2 * k);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        // While the tensor cores multiply chunk kc, the next chunk is readied (its stage is
-        // another).
-        if (kc + 1 < nk) {
-            asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
-            if (ROUND_X) round_chunk(stage_x((kc + 1) % kStages));
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        }
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        // Both warpgroups are done with stage s and chunk kc + 1 is ready: s takes chunk
-        // kc + kStages.
-        __syncthreads();
-        if (kc + kStages < nk) {
-            load_chunk(stage_x(s), X, K, m0, M, (kc + kStages) * kBK);
-            load_chunk(stage_w(s), W, K, n0, N, (kc + kStages) * kBK);
-        }
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
-    }
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-    // HEADS: the branch's U_b [A, 128] into the ring, idle now (every thread's copies landed and
-    // every product read its stages before the loop's last barrier).
-    const float *us = nullptr;
+// The epilogues (after the products; d holds the thread's 64 accumulators, the ring is idle).
+// Accumulator j of thread (warp v of the warpgroup, g = lane / 4, t = lane % 4): row
+// 16v + g (+ 8 for the odd pairs), column 8·(j / 4) + 2t + (j mod 2).
+struct Frag {
+    int r0, t2, lane;
+};
+__device__ __forceinline__ Frag frag_of(int m0) {
+    const int lane = threadIdx.x & 31, v = (threadIdx.x >> 5) & 3, wg = threadIdx.x >> 7;
+    return Frag{m0 + wg * 64 + v * 16 + (lane >> 2), 2 * (lane & 3), lane};
+}
+
+// act = tf32(SiLU(d + bias)), pre = d where kept; HEADS: the branch heads too (linear_silu_heads).
+template <bool HEADS>
+__device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring, int M, int N,
+                                              int n0, const float *__restrict__ bias, float *pre,
+                                              float *act, const BranchHeads &hd) {
+    const Frag f = frag_of(blockIdx.y * kBM);
+    const int r0 = f.r0, t2 = f.t2, lane = f.lane;
+    // HEADS: the branch's U_b [A, 128] into the ring.
+    const float *us = ring;
     if (HEADS) {
-        float *ring = reinterpret_cast<float *>(
-            smem_raw + (base - (uint32_t)__cvta_generic_to_shared(smem_raw)));
-        __syncthreads();
         const float *Ub = hd.U + (size_t)blockIdx.x * hd.u_stride;
         for (int e = threadIdx.x; e < hd.A * kBN; e += kThreadsTc) ring[e] = __ldg(Ub + e);
         __syncthreads();
-        us = ring;
     }
-    // Accumulator j of thread (warp v of the warpgroup, g = lane / 4, t = lane % 4): row
-    // 16v + g (+ 8 for the odd pairs), column 8·(j / 4) + 2t + (j mod 2).
-    const int lane = threadIdx.x & 31, v = (threadIdx.x >> 5) & 3;
-    const int r0 = m0 + wg * 64 + v * 16 + (lane >> 2), t2 = 2 * (lane & 3);
     const bool keep_pre = pre && pre != act;
     // HEADS: this thread's share of z[row][a] = Σ_c g[row][c] U_b[a][c], its 32 columns in
     // ascending order (float32, from g before its rounding).
@@ -268,6 +216,124 @@ k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
                 }
             }
     }
+}
+
+// dpre = tf32(d ⊙ SiLU'(P + bias)) (the float expression of dsilu_colsum) and the block's column
+// sums of the unrounded values (linear_dsilu): each thread's two rows per column in double into
+// the ring (row groups of 8 lanes in warp order), then one thread per column adds the 64 row
+// groups in order. Rows past M add nothing.
+constexpr int kPartLd = kBN + 4;  // doubles per row group: the groups' stores spread over banks
+static_assert(kThreadsTc / 4 * kPartLd * 8 <= kStages * kStageBytes, "the ring holds the sums");
+__device__ __forceinline__ void epilogue_dsilu(const float (&d)[64], double *ring, int M, int N,
+                                               int n0, const float *__restrict__ bias,
+                                               const float *__restrict__ P, float *dpre,
+                                               double *partial) {
+    const Frag f = frag_of(blockIdx.y * kBM);
+    double *mine = ring + (size_t)(threadIdx.x >> 2) * kPartLd;  // row group (warp, g)
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const int col = n0 + 8 * j + f.t2;
+        const float2 b = *reinterpret_cast<const float2 *>(bias + col);
+        double s0 = 0.0, s1 = 0.0;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = f.r0 + 8 * h;
+            if (row >= M) continue;
+            const size_t at = (size_t)row * N + col;
+            const float2 p = __ldg(reinterpret_cast<const float2 *>(P + at));
+            const float v0 = __fmul_rn(d[4 * j + 2 * h], dev_dsilu(__fadd_rn(p.x, b.x)));
+            const float v1 = __fmul_rn(d[4 * j + 2 * h + 1], dev_dsilu(__fadd_rn(p.y, b.y)));
+            *reinterpret_cast<float2 *>(dpre + at) = make_float2(tf32_round(v0), tf32_round(v1));
+            s0 += (double)v0;
+            s1 += (double)v1;
+        }
+        mine[8 * j + f.t2] = s0;
+        mine[8 * j + f.t2 + 1] = s1;
+    }
+    __syncthreads();
+    if (threadIdx.x < kBN) {
+        double s = 0.0;
+        for (int r = 0; r < kThreadsTc / 4; ++r) s += ring[(size_t)r * kPartLd + threadIdx.x];
+        partial[(size_t)blockIdx.y * N + n0 + threadIdx.x] = s;
+    }
+}
+#endif
+
+enum { kEpiSilu, kEpiHeads, kEpiDsilu };
+struct DsiluPart {
+    const float *P = nullptr;
+    double *partial = nullptr;
+};
+
+// grid (N / 128, ⌈M / 128⌉), 256 threads, kSmemBytes of dynamic shared memory. W holds TF32
+// values; X too unless ROUND_X (then its chunks are rounded in shared memory, round_chunk).
+// EPI: kEpiSilu (linear_silu), kEpiHeads (linear_silu_heads), kEpiDsilu (linear_dsilu: bias and
+// P its SiLU' input, act its output).
+template <bool ROUND_X, int EPI>
+__global__ void __launch_bounds__(kThreadsTc, 2)
+k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
+              const float *__restrict__ bias, int M, int N, int K, float *pre, float *act,
+              BranchHeads hd, DsiluPart dp) {
+#ifdef FH_HAVE_WGMMA
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
+    const int wg = threadIdx.x >> 7;
+    const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN, nk = K / kBK;
+    const auto stage_x = [&](int s) { return base + s * kStageBytes; };
+    const auto stage_w = [&](int s) { return base + s * kStageBytes + kTileBytes; };
+    // One cp.async group per chunk, every stage filled before the first product.
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+        if (s < nk) {
+            load_chunk(stage_x(s), X, K, m0, M, s * kBK);
+            load_chunk(stage_w(s), W, K, n0, N, s * kBK);
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    }
+    // A chunk is ready for the products once every thread has seen its own copies land,
+    // rounded them (ROUND_X), and made them visible to the tensor cores' (async) proxy; the
+    // barrier then makes that true of all threads' copies.
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1) : "memory");
+    if (ROUND_X) round_chunk(stage_x(0));
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    float d[64];
+#pragma unroll
+    for (int j = 0; j < 64; ++j) d[j] = 0.0f;
+    for (int kc = 0; kc < nk; ++kc) {
+        const int s = kc % kStages;
+        const uint64_t da = sw128_desc(stage_x(s) + wg * 64 * 128), db = sw128_desc(stage_w(s));
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int k = 0; k < kBK / 8; ++k) wgmma_m64n128k8(d, da + 2 * k, db + 2 * k);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        // While the tensor cores multiply chunk kc, the next chunk is readied (its stage is
+        // another).
+        if (kc + 1 < nk) {
+            asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
+            if (ROUND_X) round_chunk(stage_x((kc + 1) % kStages));
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        // Both warpgroups are done with stage s and chunk kc + 1 is ready: s takes chunk
+        // kc + kStages.
+        __syncthreads();
+        if (kc + kStages < nk) {
+            load_chunk(stage_x(s), X, K, m0, M, (kc + kStages) * kBK);
+            load_chunk(stage_w(s), W, K, n0, N, (kc + kStages) * kBK);
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    // The ring is idle once every thread's copies landed and every product read its stages
+    // (the loop's last barrier); this barrier covers the copies.
+    unsigned char *ring = smem_raw + (base - (uint32_t)__cvta_generic_to_shared(smem_raw));
+    __syncthreads();
+    if (EPI == kEpiDsilu)
+        epilogue_dsilu(d, reinterpret_cast<double *>(ring), M, N, n0, bias, dp.P, act, dp.partial);
+    else
+        epilogue_silu<EPI == kEpiHeads>(d, reinterpret_cast<float *>(ring), M, N, n0, bias, pre,
+                                        act, hd);
 #endif
 }
 
@@ -291,10 +357,10 @@ bool has_wgmma() {
         FH_CUDA(launched);
         FH_CUDA(copied);
         if (host)
-            for (const void *k : {(const void *)k_linear_silu<true, false>,
-                                  (const void *)k_linear_silu<false, false>,
-                                  (const void *)k_linear_silu<true, true>,
-                                  (const void *)k_linear_silu<false, true>})
+            for (const void *k :
+                 {(const void *)k_linear_silu<true, kEpiSilu>, (const void *)k_linear_silu<false, kEpiSilu>,
+                  (const void *)k_linear_silu<true, kEpiHeads>, (const void *)k_linear_silu<false, kEpiHeads>,
+                  (const void *)k_linear_silu<true, kEpiDsilu>, (const void *)k_linear_silu<false, kEpiDsilu>})
                 FH_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              kSmemBytes));
         g_has_wgmma[dev] = host ? 1 : 2;
@@ -309,15 +375,17 @@ bool fits(int M, int N, int K, const float *X, const float *W, const float *bias
            a16(pre) && a16(act);
 }
 
-template <bool HEADS>
-void launch(dim3 grid, cudaStream_t s, bool x_tf32, const float *X, const float *Wt,
-            const float *bias, int M, int N, int K, float *pre, float *act, const BranchHeads &hd) {
+template <int EPI>
+void launch(int M, int N, cudaStream_t s, bool x_tf32, const float *X, const float *Wt,
+            const float *bias, int K, float *pre, float *act, const BranchHeads &hd,
+            const DsiluPart &dp) {
+    const dim3 grid(N / kBN, (M + kBM - 1) / kBM);
     if (x_tf32)
-        k_linear_silu<false, HEADS>
-            <<<grid, kThreadsTc, kSmemBytes, s>>>(X, Wt, bias, M, N, K, pre, act, hd);
+        k_linear_silu<false, EPI>
+            <<<grid, kThreadsTc, kSmemBytes, s>>>(X, Wt, bias, M, N, K, pre, act, hd, dp);
     else
-        k_linear_silu<true, HEADS>
-            <<<grid, kThreadsTc, kSmemBytes, s>>>(X, Wt, bias, M, N, K, pre, act, hd);
+        k_linear_silu<true, EPI>
+            <<<grid, kThreadsTc, kSmemBytes, s>>>(X, Wt, bias, M, N, K, pre, act, hd, dp);
     FH_LAUNCHED("k_linear_silu");
 }
 
@@ -329,8 +397,7 @@ bool linear_silu(const Blas &bl, cudaStream_t s, int M, int N, int K, const floa
                  const float *W, const float *Wt, const float *bias, float *pre, float *act,
                  const char *what) {
     if (bl.linear_tc && Wt && fits(M, N, K, X, Wt, bias, pre, act)) {
-        const dim3 grid(N / kBN, (M + kBM - 1) / kBM);
-        launch<false>(grid, s, x_tf32, X, Wt, bias, M, N, K, pre, act, BranchHeads{});
+        launch<kEpiSilu>(M, N, s, x_tf32, X, Wt, bias, K, pre, act, BranchHeads{}, DsiluPart{});
         return true;
     }
     gemm_nt(bl, M, N, K, X, W, pre, 0.0f, what);
@@ -344,7 +411,18 @@ bool linear_silu_heads(const Blas &bl, cudaStream_t s, int M, int N, int K, cons
     if (!bl.linear_tc || !Wt || hd.A < 1 || hd.A > kMaxHeadActions ||
         !fits(M, N, K, X, Wt, bias, pre, act))
         return false;
-    launch<true>(dim3(N / kBN, (M + kBM - 1) / kBM), s, x_tf32, X, Wt, bias, M, N, K, pre, act, hd);
+    launch<kEpiHeads>(M, N, s, x_tf32, X, Wt, bias, K, pre, act, hd, DsiluPart{});
+    return true;
+}
+
+bool linear_dsilu(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X, bool x_tf32,
+                  const float *Wt, const float *P, const float *bias, float *dpre,
+                  double *partial) {
+    if (!bl.linear_tc || !Wt || !fits(M, N, K, X, Wt, bias, P, dpre)) return false;
+    DsiluPart dp;
+    dp.P = P;
+    dp.partial = partial;
+    launch<kEpiDsilu>(M, N, s, x_tf32, X, Wt, bias, K, nullptr, dpre, BranchHeads{}, dp);
     return true;
 }
 

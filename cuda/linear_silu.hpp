@@ -45,4 +45,15 @@ bool linear_silu_heads(const Blas &bl, cudaStream_t s, int M, int N, int K, cons
                        bool x_tf32, const float *Wt, const float *bias, float *pre, float *act,
                        const BranchHeads &hd);
 
+// A SiLU layer's backward through its input GEMM on the same kernel (the trunk backward,
+// cuda/td.cu): with Wt [N, K] TF32 values (the transpose of the next layer's weight, so that
+// X Wtᵀ = dY W), dpre [M, N] = (X Wtᵀ) ⊙ SiLU'(P + bias) (P the layer's pre-activation without
+// its bias; the float expression of dsilu_colsum) stored rounded to TF32, and
+// partial [⌈M / 128⌉, N] (double) the column sums of the unrounded dpre over each 128-row tile,
+// for reduce_partials. The same conditions as linear_silu's kernel (x_tf32 likewise); returns
+// false, enqueuing nothing, where it cannot run.
+bool linear_dsilu(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X, bool x_tf32,
+                  const float *Wt, const float *P, const float *bias, float *dpre,
+                  double *partial);
+
 }  // namespace fh::cuda

@@ -48,15 +48,15 @@ __device__ __forceinline__ float tf32_rna(float x) {
 // from the flat buffer p, whose branch blocks lie `stride` floats apart: Vcat [NB·HB, H] (V_b's
 // rows), ccat [NB·HB], the block-diagonal Ubd [NB·A, NB·HB] (U_b at rows b·A, columns b·HB;
 // zeros elsewhere) and ecat [NB·A]; with `tf32`, Vcat rounded to TF32 and the TF32 copies W1t of
-// W1 [H, D] and W2t of W2 [H, H] (the pass's effective trunk matrices). One thread per packed
-// element (the padding is not written).
+// W1 [H, D] and W2t of W2 [H, H] (the pass's effective trunk matrices), W2T of W2ᵀ and VcatT of
+// Vcatᵀ. One thread per packed element (the padding is not written).
 __global__ void k_pack_branches(const float *__restrict__ p, size_t V0, size_t c0, size_t U0,
                                 size_t e0, size_t stride, int NB, int H, int HB, int A,
                                 const float *__restrict__ W1, const float *__restrict__ W2, int D,
                                 bool tf32, PackedBranches pk, float *__restrict__ pack) {
     const size_t nh = (size_t)NB * HB, na = (size_t)NB * A, n1 = (size_t)H * D;
     const size_t nV = nh * H, nU = na * nh, nb = nV + nh + nU + na;
-    const size_t n = nb + (tf32 ? n1 + (size_t)H * H : 0);
+    const size_t n2 = (size_t)H * H, n = nb + (tf32 ? n1 + 2 * n2 + nV : 0);
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
         if (k < nV) {
@@ -65,10 +65,17 @@ __global__ void k_pack_branches(const float *__restrict__ p, size_t V0, size_t c
             pack[pk.Vcat + k] = tf32 ? tf32_rna(v) : v;
         } else if (k >= nb) {
             const size_t e = k - nb;
-            if (e < n1)
+            if (e < n1) {
                 pack[pk.W1t + e] = tf32_rna(W1[e]);
-            else
+            } else if (e < n1 + n2) {
                 pack[pk.W2t + (e - n1)] = tf32_rna(W2[e - n1]);
+            } else if (e < n1 + 2 * n2) {
+                const size_t t = e - n1 - n2, r = t / H, col = t - r * H;
+                pack[pk.W2T + t] = tf32_rna(W2[col * H + r]);
+            } else {  // VcatT [H, nh]: row r, column c = Vcat[c][r] = V_b[c − b·HB][r]
+                const size_t t = e - n1 - 2 * n2, r = t / nh, c = t - r * nh, b = c / HB;
+                pack[pk.VcatT + t] = tf32_rna(p[V0 + b * stride + (c - b * HB) * H + r]);
+            }
         } else if (k < nV + nh) {
             const size_t r = k - nV, b = r / HB;
             pack[pk.ccat + r] = p[c0 + b * stride + (r - b * HB)];
@@ -110,7 +117,8 @@ QView q_pack(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w, f
     const size_t nh = (size_t)NB * HB, na = (size_t)NB * A;
     const QOffsets &o = L.q;
     const bool tf32 = l.blas.linear_tc;
-    const size_t n = nh * H + nh + na * nh + na + (tf32 ? (size_t)H * (d.D + H) : 0);
+    const size_t n =
+        nh * H + nh + na * nh + na + (tf32 ? (size_t)H * (d.D + 2 * H) + nh * H : 0);
     k_pack_branches<<<grid_for(n), kThreads, 0, l.stream>>>(
         w.p, o.V[0], o.c[0], o.U[0], o.e[0], o.V[1] - o.V[0], NB, H, HB, A, w.W1, w.W2, (int)d.D,
         tf32, packed_branches(d), pack);

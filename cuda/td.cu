@@ -12,6 +12,7 @@
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
+#include "linear_silu.hpp"
 #include "memory_plan.hpp"
 #include "reduce.cuh"
 
@@ -99,8 +100,29 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
     const QOffsets &o = st.L.q;
     float *g = st.grad_q;
     const QView w = st.online_view();
+    // On the fused kernel (linear_dsilu; TF32 on Hopper, with ddqn's pack, whose W2ᵀ and V_catᵀ
+    // copies it reads): dh2 and dpre2, then dh1 and dpre1, each one kernel instead of a GEMM and
+    // dsilu_colsum, the bias gradients' column sums from its per-tile partials (in dh2's buffer,
+    // which nothing else uses then). dpre2 and dpre1 are stored rounded to TF32: their other
+    // readers are TF32 GEMMs.
+    const int tiles = (B + 127) / 128;
+    // (⌈B / 128⌉ rows of H doubles fit dh2's B·H floats for every B > 1.)
+    const bool fused = l.blas.linear_tc && st.pack_next && dh2_one_product(d) && 2 * tiles <= B;
+    double *part = reinterpret_cast<double *>(st.dh2);
+    const auto bias_grad = [&](float *out) {
+        Segs sg;
+        sg.add(out, 0, H);
+        reduce_partials(part, tiles, H, 1, sg, l.stream);
+    };
+    const PackedBranches pk = packed_branches(d);
+    bool dpre2_tf32 = false;
+    if (fused)
+        dpre2_tf32 = linear_dsilu(l.blas, l.stream, B, H, (int)(d.NB * d.HB), st.dpreg, false,
+                                  st.pack_next + pk.VcatT, st.on.pre2, w.p + o.b2, st.dpre2, part);
     PtrList in{};
-    if (dh2_one_product(st.d)) {
+    if (dpre2_tf32) {
+        bias_grad(g + o.b2);
+    } else if (dh2_one_product(st.d)) {
         // dh2 = Σ_b dpre_b V_b as one product over K = NB·HB (the branches' dpre side by side).
         const int K = (int)(d.NB * d.HB);
         gemm_nn(l.blas, B, H, K, st.dpreg, st.pack_next + packed_branches(d).Vcat, st.dh2, 0.0f,
@@ -111,16 +133,21 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
         for (uint32_t b = 0; b < d.NB; ++b) in.p[b] = st.dh2 + (size_t)b * B * H;
         in.n = (int)d.NB;
     }
-    dsilu_colsum(in, st.on.pre2, w.p + o.b2, B, H, kColsumRows, st.dpre2, l.col,
-                 l.stream);
-    colsum_final(l.col, B, H, g + o.b2, l.stream);
+    if (!dpre2_tf32) {
+        dsilu_colsum(in, st.on.pre2, w.p + o.b2, B, H, kColsumRows, st.dpre2, l.col, l.stream);
+        colsum_final(l.col, B, H, g + o.b2, l.stream);
+    }
     gemm_tn(l.blas, H, H, B, st.dpre2, st.on.h1, g + o.W2, 0.0f, "dW2sn = dpre2^T h1");
-    gemm_nn(l.blas, B, H, H, st.dpre2, w.W2, st.dpre1, 0.0f, "dh1 = dpre2 W2sn");
-    in.p[0] = st.dpre1;
-    in.n = 1;
-    dsilu_colsum(in, st.on.pre1, w.p + o.b1, B, H, kColsumRows, st.dpre1, l.col,
-                 l.stream);
-    colsum_final(l.col, B, H, g + o.b1, l.stream);
+    if (fused && linear_dsilu(l.blas, l.stream, B, H, H, st.dpre2, dpre2_tf32,
+                              st.pack_next + pk.W2T, st.on.pre1, w.p + o.b1, st.dpre1, part)) {
+        bias_grad(g + o.b1);
+    } else {
+        gemm_nn(l.blas, B, H, H, st.dpre2, w.W2, st.dpre1, 0.0f, "dh1 = dpre2 W2sn");
+        in.p[0] = st.dpre1;
+        in.n = 1;
+        dsilu_colsum(in, st.on.pre1, w.p + o.b1, B, H, kColsumRows, st.dpre1, l.col, l.stream);
+        colsum_final(l.col, B, H, g + o.b1, l.stream);
+    }
     gemm_tn(l.blas, H, D, B, st.dpre1, st.x2, g + o.W1, 0.0f, "dW1sn = dpre1^T x");
     gemm_nn(l.blas, B, D, H, st.dpre1, w.W1, st.buf[BUF_D_STATES], 0.0f,
             "d_states = dpre1 W1sn");

@@ -39,9 +39,10 @@ inline uint64_t power_scratch_doubles(const Dims &d) {
 inline bool ddqn_branches_packed(const Dims &d) { return d.NB > 1 && d.NB * d.A <= d.H; }
 // W1t [H, D] and W2t [H, H]: the pass's trunk matrices (spectrally normalised where SN applies)
 // rounded to TF32, which the fused SiLU layers read (cuda/linear_silu.cu); Vcat is rounded too
-// then. Written only where those layers run.
+// then. W2T [H, H] and VcatT [H, NB·HB]: W2's and Vcat's transposes, rounded, which the fused
+// SiLU' layers of the trunk backward read (cuda/td.cu). Written only where those layers run.
 struct PackedBranches {
-    uint64_t Vcat, ccat, Ubd, ecat, W1t, W2t, total;  // offsets in floats, and the size
+    uint64_t Vcat, ccat, Ubd, ecat, W1t, W2t, W2T, VcatT, total;  // offsets in floats, the size
 };
 inline PackedBranches packed_branches(const Dims &d) {
     const uint64_t nh = (uint64_t)d.NB * d.HB, na = (uint64_t)d.NB * d.A;
@@ -53,7 +54,9 @@ inline PackedBranches packed_branches(const Dims &d) {
     p.ecat = p.Ubd + up(na * nh);
     p.W1t = p.ecat + up(na);
     p.W2t = p.W1t + up((uint64_t)d.H * d.D);
-    p.total = p.W2t + (uint64_t)d.H * d.H;
+    p.W2T = p.W2t + up((uint64_t)d.H * d.H);
+    p.VcatT = p.W2T + up((uint64_t)d.H * d.H);
+    p.total = p.VcatT + nh * d.H;
     return p;
 }
 inline uint64_t packed_branch_floats(const Dims &d) { return packed_branches(d).total; }

@@ -11,7 +11,8 @@
  *   standard deviation, so the worst of a layer's elements fails the bound. act must hold TF32
  *   values and be SiLU of the reference within its rounding (2^-11 of itself).
  * - cuBLAS: operands exact, TF32 inside cuBLAS: 2.5e-3 of the sum, 1e-3 over the tensor.
- * Then linear_silu_heads, the branch heads in the kernel's epilogue (check_heads).
+ * Then linear_silu_heads, the branch heads in the kernel's epilogue (check_heads), and
+ * linear_dsilu, the trunk backward's SiLU' epilogue with its column sums (check_dsilu).
  * On a Hopper GPU the test also requires that the wgmma kernel is the one that runs (the probe
  * found its code), so a silent fallback cannot pass for it. Skipped without a GPU. */
 #if FOXHUNT_HAVE_CUDA
@@ -237,6 +238,76 @@ void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K
     }
 }
 
+/* linear_dsilu on the kernel: dpre = (X Wtᵀ) ⊙ SiLU'(P + b) against float64 with the rounded
+ * operands (so the product within check_layer's kernel bound, times |SiLU'| ≤ 1.1, plus 1e-6 of
+ * |v| + |z| for SiLU' in float, plus dpre's own rounding to TF32, 2^-11 of itself), stored as
+ * TF32 values, and each 128-row tile's column
+ * sums within the sum of those bounds over its rows (plus 1e-12 of the sum's magnitude). */
+void check_dsilu(const fh::cuda::Blas &bl, cudaStream_t s, int M, int N, int K, bool x_tf32,
+                 unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> X((size_t)M * K), Wt((size_t)N * K), P((size_t)M * N), b(N);
+    for (float &v : X) v = x_tf32 ? tf32_rna(nd(rng)) : nd(rng);
+    for (float &v : Wt) v = tf32_rna(nd(rng) / std::sqrt((float)K));
+    for (float &v : P) v = 2.0f * nd(rng);
+    for (float &v : b) v = 0.5f * nd(rng);
+    const int tiles = (M + 127) / 128;
+    float *dX = dev(X), *dW = dev(Wt), *dP = dev(P), *db = dev(b);
+    float *dout = dev(std::vector<float>((size_t)M * N, NAN));
+    double *dpart = nullptr;
+    cudaMalloc(&dpart, (size_t)tiles * N * sizeof(double));
+    bool ran = false;
+    try {
+        ran = fh::cuda::linear_dsilu(bl, s, M, N, K, dX, x_tf32, dW, dP, db, dout, dpart);
+    } catch (const fh::Error &ex) {
+        fail_msg("linear_dsilu threw: %s", ex.message.c_str());
+    }
+    if (!ran) fail_msg("linear_dsilu did not run (M=%d N=%d K=%d)", M, N, K);
+    const cudaError_t ce = cudaStreamSynchronize(s);
+    if (ce != cudaSuccess) fail_msg("linear_dsilu: %s", cudaGetErrorString(ce));
+    const std::vector<float> out = host(dout, (size_t)M * N);
+    std::vector<double> part((size_t)tiles * N);
+    cudaMemcpy(part.data(), dpart, part.size() * sizeof(double), cudaMemcpyDeviceToHost);
+    std::vector<double> ps((size_t)tiles * N, 0.0), pb((size_t)tiles * N, 0.0),
+        pm((size_t)tiles * N, 0.0);
+    double worst = 0;
+    bool all_tf32 = true;
+    for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+            double z = 0, mag = 0;
+            for (int k = 0; k < K; ++k) {
+                const double t = (double)tf32_rna(X[(size_t)i * K + k]) * Wt[(size_t)j * K + k];
+                z += t;
+                mag += std::fabs(t);
+            }
+            const double p = (double)P[(size_t)i * N + j] + b[j], sg = 1.0 / (1.0 + std::exp(-p));
+            const double ds = sg * (1.0 + p * (1.0 - sg)), v = z * ds;
+            /* + 1e-6 |z|: SiLU' of P + b rounded to float (P's rounding, the float sigmoid),
+             * which does not vanish where SiLU' does. */
+            const double vb = std::fabs(ds) * (3e-5 * mag + 1e-6) + 1e-6 * (std::fabs(v) + std::fabs(z));
+            const float got = out[(size_t)i * N + j];
+            if (tf32_rna(got) != got) all_tf32 = false;
+            const double e = std::fabs(got - v) / (vb + std::ldexp(std::fabs(v), -11));
+            worst = std::max(worst, std::isfinite(e) ? e : 1e30);
+            const size_t t = (size_t)(i / 128) * N + j;
+            ps[t] += v;
+            pb[t] += vb;
+            pm[t] += std::fabs(v);
+        }
+    for (size_t t = 0; t < ps.size(); ++t) {
+        const double e = std::fabs(part[t] - ps[t]) / (pb[t] + 1e-12 * pm[t] + 1e-12);
+        worst = std::max(worst, std::isfinite(e) ? e : 1e30);
+    }
+    printf("[LINEAR] dsilu M=%d N=%d K=%d X %s: worst %.3f of the bound%s\n", M, N, K,
+           x_tf32 ? "TF32" : "exact", worst, all_tf32 ? "" : ", dpre not TF32");
+    if (!(worst <= 1.0 && all_tf32))
+        fail_msg("linear_dsilu M=%d N=%d K=%d: worst %.3f of the bound%s", M, N, K, worst,
+                 all_tf32 ? "" : ", dpre not TF32");
+    for (float *ptr : {dX, dW, dP, db, dout}) cudaFree(ptr);
+    cudaFree(dpart);
+}
+
 void test_linear_silu_vs_float64(void **) {
     if (!fh_test_have_cuda()) skip();
     fh_config c;
@@ -282,6 +353,10 @@ void test_linear_silu_vs_float64(void **) {
         check_heads(bl, s, 513, 1, 256, 8, true, true, seed++);
         check_heads(bl, s, 129, 2, 64, 5, true, true, seed++);
         check_heads(bl, s, 77, 1, 128, 3, false, true, seed++);
+        /* The trunk backward's two shapes (dh2 over the packed branches, dh1), a partial tile. */
+        check_dsilu(bl, s, 1000, 256, 512, false, seed++);
+        check_dsilu(bl, s, 513, 256, 256, true, seed++);
+        check_dsilu(bl, s, 77, 128, 64, false, seed++);
     }
     cublasDestroy(bl.handle);
     cudaFree(ws);
