@@ -9,6 +9,9 @@
 // one product replaced NB GEMMs writing [B, H] each and a SiLU' pass reading all of them:
 // forward child 0.433 → 0.401 ms multi-stream and 0.631 → 0.582 single-stream at B = 16384,
 // 48 MiB less memory (bench/results/h200-2026-12-02-dh2-one-product-before-after.json).
+#include <cstdlib>
+#include <cstring>
+
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
@@ -107,7 +110,9 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
     // readers are TF32 GEMMs.
     const int tiles = (B + 127) / 128;
     // (⌈B / 128⌉ rows of H doubles fit dh2's B·H floats for every B > 1.)
-    const bool fused = l.blas.linear_tc && st.pack_next && dh2_one_product(d) && 2 * tiles <= B;
+    const char *trial = getenv("FOXHUNT_TRUNK_BWD");  // trial switch, side by side
+    const bool fused = l.blas.linear_tc && st.pack_next && dh2_one_product(d) && 2 * tiles <= B &&
+                       !(trial && !strcmp(trial, "cublas"));
     double *part = reinterpret_cast<double *>(st.dh2);
     const auto bias_grad = [&](float *out) {
         Segs sg;
