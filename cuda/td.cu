@@ -9,9 +9,6 @@
 // one product replaced NB GEMMs writing [B, H] each and a SiLU' pass reading all of them:
 // forward child 0.433 → 0.401 ms multi-stream and 0.631 → 0.582 single-stream at B = 16384,
 // 48 MiB less memory (bench/results/h200-2026-12-02-dh2-one-product-before-after.json).
-#include <cstdlib>
-#include <cstring>
-
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
@@ -107,12 +104,13 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
     // copies it reads): dh2 and dpre2, then dh1 and dpre1, each one kernel instead of a GEMM and
     // dsilu_colsum, the bias gradients' column sums from its per-tile partials (in dh2's buffer,
     // which nothing else uses then). dpre2 and dpre1 are stored rounded to TF32: their other
-    // readers are TF32 GEMMs.
+    // readers are TF32 GEMMs. Forward child 0.473 → 0.460 ms, wall 1.646 → 1.635 ms
+    // multi-stream at B = 16384 (three side-by-side runs,
+    // bench/results/h200-2026-12-02-trunk-backward-dsilu-before-after*.json; single-stream
+    // 2.108 → 2.106, where the trunk backward does not wait on the branch lanes' SMs).
     const int tiles = (B + 127) / 128;
     // (⌈B / 128⌉ rows of H doubles fit dh2's B·H floats for every B > 1.)
-    const char *trial = getenv("FOXHUNT_TRUNK_BWD");  // trial switch, side by side
-    const bool fused = l.blas.linear_tc && st.pack_next && dh2_one_product(d) && 2 * tiles <= B &&
-                       !(trial && !strcmp(trial, "cublas"));
+    const bool fused = l.blas.linear_tc && st.pack_next && dh2_one_product(d) && 2 * tiles <= B;
     double *part = reinterpret_cast<double *>(st.dh2);
     const auto bias_grad = [&](float *out) {
         Segs sg;
