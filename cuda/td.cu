@@ -107,7 +107,7 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
     // readers are TF32 GEMMs. Forward child 0.473 → 0.460 ms, wall 1.646 → 1.635 ms
     // multi-stream at B = 16384 (three side-by-side runs,
     // bench/results/h200-2026-12-02-trunk-backward-dsilu-before-after*.json; single-stream
-    // 2.108 → 2.106, where the trunk backward does not wait on the branch lanes' SMs).
+    // 2.108 → 2.106 ms).
     const int tiles = (B + 127) / 128;
     // (⌈B / 128⌉ rows of H doubles fit dh2's B·H floats for every B > 1.)
     const bool fused = l.blas.linear_tc && st.pack_next && dh2_one_product(d) && 2 * tiles <= B;
