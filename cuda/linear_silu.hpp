@@ -12,6 +12,14 @@ namespace fh::cuda {
 // BF16, other GPUs) cuBLAS + bias_silu.
 bool linear_tc_enabled(const fh_config &c);
 
+// Whether the fused kernel pays for an [M, N] output: at least kLinearMinTiles tiles of
+// 128 × 128 (about one per SM of an H200). Below that cuBLAS's smaller tiles and split-K fill the
+// GPU and the kernel lost (B = 1024: wall 0.502 → 0.560 ms multi-stream with it everywhere,
+// bench/results/h200-2026-12-02-linear-small-batch-before-after.json). The callers pass no
+// TF32 weights where it does not pay, so the layer runs on cuBLAS.
+constexpr int kLinearMinTiles = 128;
+bool linear_tc_pays(int M, int N);
+
 // X [M, K], W [N, K], bias [N], row-major float32: act [M, N] = SiLU(X Wᵀ + bias) (bias per
 // column, the float expression of bias_silu) and, when pre is not act, pre [M, N] = X Wᵀ without
 // the bias (as bias_silu's callers keep it for the backward). On the handle's stream `s`.

@@ -143,7 +143,8 @@ void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L,
     // forward child's branches keep the heads GEMM: they store g for the backward anyway, and
     // with the heads in their epilogue the forward child was 0.015 ms slower
     // (h200-2026-12-02-linear-heads-forward-rejected.json).
-    if (HB == kHeadsTile && w.tf32) {
+    const bool tc = w.tf32 && linear_tc_pays(M, nh);
+    if (HB == kHeadsTile && tc) {
         const QOffsets &o = L.q;
         BranchHeads hd;
         hd.U = w.p + o.U[0];
@@ -156,7 +157,7 @@ void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L,
                               nullptr, hd))
             return;
     }
-    linear_silu(l.blas, l.stream, M, nh, H, c.h2, c.h2_tf32, Vcat, w.tf32 ? Vcat : nullptr, ccat,
+    linear_silu(l.blas, l.stream, M, nh, H, c.h2, c.h2_tf32, Vcat, tc ? Vcat : nullptr, ccat,
                 c.g, c.g, "branches h2 Vcat^T");
     float *zall = c.h1;  // dead after the trunk: [M, NB·A] fits since NB·A <= H
     gemm_nt(l.blas, M, na, nh, c.g, Ubd, zall, 0.0f, "branch heads g Ubd^T");
@@ -171,11 +172,12 @@ void q_forward_trunk(const LaneCtx &l, const Dims &d, const Layout &L, const QVi
                      const float *x, QCache &c) {
     const int M = c.M, H = (int)d.H, D = (int)d.D;
     const PackedBranches pk = packed_branches(d);
+    const bool tc = w.tf32 && linear_tc_pays(M, H);
     const bool h1_tf32 =
-        linear_silu(l.blas, l.stream, M, H, D, x, false, w.W1, w.tf32 ? w.pack + pk.W1t : nullptr,
+        linear_silu(l.blas, l.stream, M, H, D, x, false, w.W1, tc ? w.pack + pk.W1t : nullptr,
                     w.p + L.q.b1, c.pre1, c.h1, "trunk x W1^T");
     c.h2_tf32 = linear_silu(l.blas, l.stream, M, H, H, c.h1, h1_tf32, w.W2,
-                            w.tf32 ? w.pack + pk.W2t : nullptr, w.p + L.q.b2, c.pre2, c.h2,
+                            tc ? w.pack + pk.W2t : nullptr, w.p + L.q.b2, c.pre2, c.h2,
                             "trunk h1 W2^T");
 }
 
@@ -186,7 +188,8 @@ void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QV
     float *preg = c.preg + (size_t)b * M * HB, *g = c.g + (size_t)b * M * HB;
     float *z = c.z + (size_t)b * M * A, *q = c.q + (size_t)b * M * A;
     const PackedBranches pk = packed_branches(d);
-    const float *Vt = w.tf32 ? w.pack + pk.Vcat + (size_t)b * HB * H : nullptr;
+    const bool tc = w.tf32 && linear_tc_pays(M, HB);
+    const float *Vt = tc ? w.pack + pk.Vcat + (size_t)b * HB * H : nullptr;
     const float *cb = w.pack ? w.pack + pk.ccat + (size_t)b * HB : w.p + L.q.c[b];
     linear_silu(l.blas, l.stream, M, HB, H, c.h2, c.h2_tf32, w.p + L.q.V[b], Vt, cb, preg, g,
                 "branch h2 V^T");

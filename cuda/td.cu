@@ -110,7 +110,8 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
     // 2.108 → 2.106 ms).
     const int tiles = (B + 127) / 128;
     // (⌈B / 128⌉ rows of H doubles fit dh2's B·H floats for every B > 1.)
-    const bool fused = l.blas.linear_tc && st.pack_next && dh2_one_product(d) && 2 * tiles <= B;
+    const bool fused = l.blas.linear_tc && st.pack_next && dh2_one_product(d) && 2 * tiles <= B &&
+                       linear_tc_pays(B, H);
     double *part = reinterpret_cast<double *>(st.dh2);
     const auto bias_grad = [&](float *out) {
         Segs sg;
