@@ -40,7 +40,6 @@
 // which one the driver loaded, so a GPU without them runs cuBLAS + bias_silu instead.
 #include "linear_silu.hpp"
 
-#include <cstdlib>
 #include <mutex>
 
 #include "common.hpp"
@@ -393,9 +392,7 @@ void launch(int M, int N, cudaStream_t s, bool x_tf32, const float *X, const flo
 }  // namespace
 
 bool linear_tc_pays(int M, int N) {
-    const char *e = getenv("FOXHUNT_LINEAR_MIN_TILES");  // trial switch, side by side
-    const long min_tiles = e && *e ? atol(e) : kLinearMinTiles;
-    return (long)(N / kBN) * ((M + kBM - 1) / kBM) >= min_tiles;
+    return (long)(N / kBN) * ((M + kBM - 1) / kBM) >= kLinearMinTiles;
 }
 
 bool linear_tc_enabled(const fh_config &c) { return c.math_mode == FH_MATH_TF32 && has_wgmma(); }

@@ -141,7 +141,7 @@ void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L,
     // 0.230 ms, wall 1.657 → 1.643 ms multi-stream at B = 16384, the mean of three side-by-side
     // runs, bench/results/h200-2026-12-02-linear-rounded-operands-before-after*.json). The
     // forward child's branches keep the heads GEMM: they store g for the backward anyway, and
-    // with the heads in their epilogue the forward child was 0.015 ms slower
+    // with the heads in their epilogue the forward child was 0.016 ms slower
     // (h200-2026-12-02-linear-heads-forward-rejected.json).
     const bool tc = w.tf32 && linear_tc_pays(M, nh);
     if (HB == kHeadsTile && tc) {

@@ -208,7 +208,12 @@ typedef enum fh_exec_mode {
  */
 typedef enum fh_math_mode {
     FH_MATH_TF32 = 0,   /**< TF32 tensor cores (default): operands rounded to TF32 (10 stored
-                             mantissa bits); per tensor within ~2e-3 of the CPU after 3 steps */
+                             mantissa bits); per tensor within ~2e-3 of the CPU after 3 steps.
+                             On Hopper (sm_90a code) the Q net's large SiLU layers run as one
+                             kernel each and store their activations, and the trunk backward
+                             its SiLU' outputs, rounded to TF32 (they are tensor-core operands;
+                             the confidence head reads the rounded trunk features too); ddqn's
+                             branch heads are then float32 dot products: docs/cuda.md */
     FH_MATH_STRICT = 1, /**< IEEE float32: per tensor within 1e-5 of the CPU after 1 step */
     FH_MATH_BF16 = 2    /**< the cuBLAS GEMMs on bfloat16 operands (7 stored mantissa bits,
                              rounded to nearest even from the float32 activations and weights
