@@ -1,7 +1,8 @@
 // A SiLU layer in one kernel on Hopper's warpgroup tensor cores: act = SiLU(X Wᵀ + b) and, for a
 // layer whose backward needs it, pre = X Wᵀ (the product without its bias, as bias_silu leaves
-// it: nn.cuh). TF32 operands, float32 accumulation (wgmma m64n128k8 .tf32, PTX ISA
-// "Asynchronous Warpgroup Level Matrix Multiply-Accumulate").
+// it: nn.cuh); or, in the trunk backward, dpre = (X Wᵀ) ⊙ SiLU'(P + b) with its column sums.
+// TF32 operands, float32 accumulation (wgmma m64n128k8 .tf32, PTX ISA "Asynchronous Warpgroup
+// Level Matrix Multiply-Accumulate").
 //
 // Why: cuBLAS has no SiLU epilogue, so every SiLU layer was a GEMM writing its product and a
 // bias_silu pass reading it back and writing the activation. At B = 16384 the ddqn child's two
@@ -34,6 +35,12 @@
 // in float32 in ascending order, a butterfly over the quad adds the four shares (the same bits in
 // every lane), and lane t writes actions t and t + 4. ddqn's forward-only passes then never store
 // g (qnet.cu says what that saved, and why the forward child does not use it).
+//
+// SiLU' (linear_dsilu, the trunk backward's dh → dpre against W's transpose): the epilogue
+// multiplies by SiLU'(P + b) (P the forward's pre-activation, read per element), stores dpre
+// rounded, and sums each column's unrounded values over the tile's rows in double: each thread
+// its two rows, into the idle ring, then one thread per column over the 64 row groups in order,
+// one partial row per tile for reduce_partials. No atomics; the same bits every run.
 //
 // The instructions exist only in sm_90a code (nvcc's arch-specific target, which CMake adds for
 // this file): in any other compilation the kernel is empty, and k_linear_probe tells the host
@@ -356,11 +363,12 @@ bool has_wgmma() {
         cudaFree(flag);
         FH_CUDA(launched);
         FH_CUDA(copied);
+        const void *kernels[] = {
+            (const void *)k_linear_silu<true, kEpiSilu>,  (const void *)k_linear_silu<false, kEpiSilu>,
+            (const void *)k_linear_silu<true, kEpiHeads>, (const void *)k_linear_silu<false, kEpiHeads>,
+            (const void *)k_linear_silu<true, kEpiDsilu>, (const void *)k_linear_silu<false, kEpiDsilu>};
         if (host)
-            for (const void *k :
-                 {(const void *)k_linear_silu<true, kEpiSilu>, (const void *)k_linear_silu<false, kEpiSilu>,
-                  (const void *)k_linear_silu<true, kEpiHeads>, (const void *)k_linear_silu<false, kEpiHeads>,
-                  (const void *)k_linear_silu<true, kEpiDsilu>, (const void *)k_linear_silu<false, kEpiDsilu>})
+            for (const void *k : kernels)
                 FH_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              kSmemBytes));
         g_has_wgmma[dev] = host ? 1 : 2;

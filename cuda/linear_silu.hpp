@@ -14,9 +14,9 @@ bool linear_tc_enabled(const fh_config &c);
 
 // Whether the fused kernel pays for an [M, N] output: at least kLinearMinTiles tiles of
 // 128 × 128 (about one per SM of an H200). Below that cuBLAS's smaller tiles and split-K fill the
-// GPU and the kernel lost (B = 1024: wall 0.502 → 0.560 ms multi-stream with it everywhere,
-// bench/results/h200-2026-12-02-linear-small-batch-before-after.json). The callers pass no
-// TF32 weights where it does not pay, so the layer runs on cuBLAS.
+// GPU and the kernel lost (B = 1024: wall 0.558 ms multi-stream with it everywhere, 0.509 with
+// this gate, side by side; bench/results/h200-2026-12-02-linear-small-batch-before-after.json).
+// The callers pass no TF32 weights where it does not pay, so the layer runs on cuBLAS.
 constexpr int kLinearMinTiles = 128;
 bool linear_tc_pays(int M, int N);
 

@@ -104,10 +104,10 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
     // copies it reads): dh2 and dpre2, then dh1 and dpre1, each one kernel instead of a GEMM and
     // dsilu_colsum, the bias gradients' column sums from its per-tile partials (in dh2's buffer,
     // which nothing else uses then). dpre2 and dpre1 are stored rounded to TF32: their other
-    // readers are TF32 GEMMs. Forward child 0.473 → 0.460 ms, wall 1.646 → 1.635 ms
+    // readers are TF32 GEMMs. Forward child 0.473 → 0.460 ms, wall 1.646 → 1.636 ms
     // multi-stream at B = 16384 (three side-by-side runs,
     // bench/results/h200-2026-12-02-trunk-backward-dsilu-before-after*.json; single-stream
-    // 2.108 → 2.106 ms).
+    // 2.108 → 2.105 ms; the means of the three).
     const int tiles = (B + 127) / 128;
     // (⌈B / 128⌉ rows of H doubles fit dh2's B·H floats for every B > 1.)
     const bool fused = l.blas.linear_tc && st.pack_next && dh2_one_product(d) && 2 * tiles <= B &&
