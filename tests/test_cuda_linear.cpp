@@ -345,8 +345,8 @@ void test_linear_silu_vs_float64(void **) {
             for (bool keep : {true, false})
                 for (bool xt : {false, true}) check_layer(bl, s, sh, keep, xt, seed++);
     }
-    /* The heads: ddqn's packed layer (4 branches, nothing but q stored), a forward branch (z, q,
-     * act and pre), A < 8, a last row tile of 1. */
+    /* The heads: ddqn's packed layer (4 branches, nothing but q stored), the kernel's other
+     * options (z apart from q, act and pre stored), A < 8, a last row tile of 1. */
     bl.linear_tc = true;
     if (tc) {
         check_heads(bl, s, 1000, 4, 256, 8, false, false, seed++);
