@@ -42,9 +42,10 @@ grep -E "\[(ACCURACY|NOSYNC|DETERMINISM|ACT|TIMINGS|MEMORY|GRAPH|GUARD)\]|tests 
 [ -n "$bg" ] && tail -25 $OUT/ctest_other.txt | tee -a $log
 
 # compute-sanitizer's memcheck, racecheck and synccheck over every CUDA path at B <= 256
-# (tests/test_cuda_sanitize.cpp): the quick script's step (its build of build-dev is a no-op
-# here); counts in the log, reports in $OUT/sanitize/sanitize_<tool>.txt.
-OUT=$OUT/sanitize bash bench/run_device_quick.sh sanitize > /dev/null 2>&1
+# (tests/test_cuda_sanitize.cpp), and over the fused SiLU layers' own test (test_cuda_linear:
+# those small configs are below the layers' 128-tile gate): the quick script's steps (its build
+# of build-dev is a no-op here); counts in the log, reports in $OUT/sanitize/.
+OUT=$OUT/sanitize bash bench/run_device_quick.sh sanitize linear-san > /dev/null 2>&1
 grep "SANITIZER" $OUT/sanitize/log.txt | tee -a $log
 
 # The Python binding's tests and the PyTorch oracle against the CUDA backend (strict FP32).

@@ -7,6 +7,9 @@
 #   attn-test    test_cuda_attention only
 #   vs-cpu       test_cuda_vs_cpu only
 #   linear-test  test_cuda_linear only (the fused SiLU layer against float64, both paths)
+#   linear-san   compute-sanitizer memcheck, synccheck, racecheck on test_cuda_linear (the fused
+#                SiLU layers' every epilogue; test_cuda_sanitize's small configs are below their
+#                128-tile gate)
 #   iqn-test     test_cuda_iqn only (the fused IQN kernels against float64, the paths against each other)
 #   iql-test     test_cuda_iql (the fused IQL kernel against float64, the paths against each other
 #                and the CPU), test_cuda_iql_gemm and test_cuda_memory_plan
@@ -82,6 +85,13 @@ for s in "$@"; do
       FOXHUNT_TEST_FILTER="test_fused_kernel*" timeout ${SAN_TIMEOUT:-120} "$cs" --tool $tool \
         --error-exitcode 99 --print-limit 50 build-dev/tests/test_cuda_iql > $OUT/iql_san_$tool.txt 2>&1
       echo "[SANITIZER] test_cuda_iql kernel test, $tool: rc=$? $(grep -Eo "(ERROR|RACECHECK) SUMMARY: .*" $OUT/iql_san_$tool.txt | tail -1)" | tee -a $log
+    done ;;
+  linear-san)
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+    for tool in memcheck synccheck racecheck; do
+      timeout ${SAN_TIMEOUT:-200} "$cs" --tool $tool --error-exitcode 99 --print-limit 50 \
+        build-dev/tests/test_cuda_linear > $OUT/linear_san_$tool.txt 2>&1
+      echo "[SANITIZER] test_cuda_linear, $tool: rc=$? $(grep -Eo "(ERROR|RACECHECK) SUMMARY: .*" $OUT/linear_san_$tool.txt | tail -1)" | tee -a $log
     done ;;
   linear-test)
     timeout 300 build-dev/tests/test_cuda_linear > $OUT/linear_test.txt 2>&1
