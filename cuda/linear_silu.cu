@@ -51,6 +51,7 @@
 
 #include "common.hpp"
 #include "device_math.cuh"
+#include "mma_tf32.cuh"
 #include "nn.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -76,12 +77,6 @@ __global__ void k_linear_probe(int *has) {
 }
 
 #ifdef FH_HAVE_WGMMA
-__device__ __forceinline__ float tf32_round(float x) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return __uint_as_float(r);
-}
-
 // Shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"): start address, leading
 // byte offset (unused by swizzled K-major layouts), stride byte offset between 8-row groups
 // (1024 = 8 rows of 128 bytes), swizzle mode 1 = 128 bytes.
@@ -191,7 +186,8 @@ __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring,
 #pragma unroll
                 for (int a = 0; a < kMaxHeadActions; ++a)
                     if (a < hd.A) {
-                        const float2 u = *reinterpret_cast<const float2 *>(us + a * kBN + 8 * j + t2);
+                        const float2 u =
+                            *reinterpret_cast<const float2 *>(us + a * kBN + 8 * j + t2);
                         zp[a][h] = fmaf(g1, u.y, fmaf(g0, u.x, zp[a][h]));
                     }
             }
@@ -199,7 +195,8 @@ __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring,
             const size_t at = (size_t)row * N + col;
             if (keep_pre) *reinterpret_cast<float2 *>(pre + at) = make_float2(p0, p1);
             if (act)
-                *reinterpret_cast<float2 *>(act + at) = make_float2(tf32_round(g0), tf32_round(g1));
+                *reinterpret_cast<float2 *>(act + at) =
+                    make_float2(mma::stored<false>(g0), mma::stored<false>(g1));
         }
     }
     if (HEADS) {
@@ -250,7 +247,8 @@ __device__ __forceinline__ void epilogue_dsilu(const float (&d)[64], double *rin
             const float2 p = __ldg(reinterpret_cast<const float2 *>(P + at));
             const float v0 = __fmul_rn(d[4 * j + 2 * h], dev_dsilu(__fadd_rn(p.x, b.x)));
             const float v1 = __fmul_rn(d[4 * j + 2 * h + 1], dev_dsilu(__fadd_rn(p.y, b.y)));
-            *reinterpret_cast<float2 *>(dpre + at) = make_float2(tf32_round(v0), tf32_round(v1));
+            *reinterpret_cast<float2 *>(dpre + at) =
+                make_float2(mma::stored<false>(v0), mma::stored<false>(v1));
             s0 += (double)v0;
             s1 += (double)v1;
         }
@@ -363,10 +361,12 @@ bool has_wgmma() {
         cudaFree(flag);
         FH_CUDA(launched);
         FH_CUDA(copied);
-        const void *kernels[] = {
-            (const void *)k_linear_silu<true, kEpiSilu>,  (const void *)k_linear_silu<false, kEpiSilu>,
-            (const void *)k_linear_silu<true, kEpiHeads>, (const void *)k_linear_silu<false, kEpiHeads>,
-            (const void *)k_linear_silu<true, kEpiDsilu>, (const void *)k_linear_silu<false, kEpiDsilu>};
+        const void *kernels[] = {(const void *)k_linear_silu<true, kEpiSilu>,
+                                 (const void *)k_linear_silu<false, kEpiSilu>,
+                                 (const void *)k_linear_silu<true, kEpiHeads>,
+                                 (const void *)k_linear_silu<false, kEpiHeads>,
+                                 (const void *)k_linear_silu<true, kEpiDsilu>,
+                                 (const void *)k_linear_silu<false, kEpiDsilu>};
         if (host)
             for (const void *k : kernels)
                 FH_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,

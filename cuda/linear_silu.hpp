@@ -1,5 +1,9 @@
 // A SiLU layer, act = SiLU(X Wᵀ + bias), in one kernel where the lane's math allows
 // (cuda/linear_silu.cu: TF32 on Hopper's warpgroup tensor cores), else cuBLAS + bias_silu.
+// Internal to the CUDA backend. All tensors are float32 device memory the caller owns; every
+// function enqueues on stream `s` and returns without waiting. A failed launch or cuBLAS call
+// throws fh::Error with FH_ERR_CUDA naming the kernel or the GEMM (common.hpp); the API
+// boundary turns it into a status.
 #pragma once
 #include <foxhunt.h>
 

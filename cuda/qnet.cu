@@ -7,6 +7,7 @@
 #include "device_math.cuh"
 #include "linear_silu.hpp"
 #include "memory_plan.hpp"
+#include "mma_tf32.cuh"
 
 namespace fh::cuda {
 
@@ -38,12 +39,6 @@ __global__ void k_conf_head(const float *h2, const float *w_u, const float *b_u,
     }
 }
 
-__device__ __forceinline__ float tf32_rna(float x) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return __uint_as_float(r);
-}
-
 // The packed branch weights of q_forward_branches_packed (memory_plan.hpp, packed_branches)
 // from the flat buffer p, whose branch blocks lie `stride` floats apart: Vcat [NB·HB, H] (V_b's
 // rows), ccat [NB·HB], the block-diagonal Ubd [NB·A, NB·HB] (U_b at rows b·A, columns b·HB;
@@ -62,19 +57,20 @@ __global__ void k_pack_branches(const float *__restrict__ p, size_t V0, size_t c
         if (k < nV) {
             const size_t r = k / H, col = k - r * H, b = r / HB;
             const float v = p[V0 + b * stride + (r - b * HB) * H + col];
-            pack[pk.Vcat + k] = tf32 ? tf32_rna(v) : v;
+            pack[pk.Vcat + k] = tf32 ? mma::stored<false>(v) : v;
         } else if (k >= nb) {
             const size_t e = k - nb;
             if (e < n1) {
-                pack[pk.W1t + e] = tf32_rna(W1[e]);
+                pack[pk.W1t + e] = mma::stored<false>(W1[e]);
             } else if (e < n1 + n2) {
-                pack[pk.W2t + (e - n1)] = tf32_rna(W2[e - n1]);
+                pack[pk.W2t + (e - n1)] = mma::stored<false>(W2[e - n1]);
             } else if (e < n1 + 2 * n2) {
                 const size_t t = e - n1 - n2, r = t / H, col = t - r * H;
-                pack[pk.W2T + t] = tf32_rna(W2[col * H + r]);
+                pack[pk.W2T + t] = mma::stored<false>(W2[col * H + r]);
             } else {  // VcatT [H, nh]: row r, column c = Vcat[c][r] = V_b[c − b·HB][r]
                 const size_t t = e - n1 - 2 * n2, r = t / nh, c = t - r * nh, b = c / HB;
-                pack[pk.VcatT + t] = tf32_rna(p[V0 + b * stride + (c - b * HB) * H + r]);
+                pack[pk.VcatT + t] =
+                    mma::stored<false>(p[V0 + b * stride + (c - b * HB) * H + r]);
             }
         } else if (k < nV + nh) {
             const size_t r = k - nV, b = r / HB;

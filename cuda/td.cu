@@ -129,7 +129,7 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
     } else if (dh2_one_product(st.d)) {
         // dh2 = Σ_b dpre_b V_b as one product over K = NB·HB (the branches' dpre side by side).
         const int K = (int)(d.NB * d.HB);
-        gemm_nn(l.blas, B, H, K, st.dpreg, st.pack_next + packed_branches(d).Vcat, st.dh2, 0.0f,
+        gemm_nn(l.blas, B, H, K, st.dpreg, st.pack_next + pk.Vcat, st.dh2, 0.0f,
                 "dh2 = dpre_cat V_cat");
         in.p[0] = st.dh2;
         in.n = 1;
