@@ -73,6 +73,23 @@ float tf32_rna(float x) {
     return x;
 }
 
+/* Row i of X [M, K] times row j of W [N, K] in float64, X's elements rounded to TF32 first when
+ * round_x (as the kernel reads them); mag = Σ_k |x_k w_k|, the scale of the bounds. */
+struct Dot {
+    double z, mag;
+};
+Dot ref_dot(const std::vector<float> &X, const std::vector<float> &W, int i, int j, int K,
+            bool round_x) {
+    Dot r{0.0, 0.0};
+    for (int k = 0; k < K; ++k) {
+        const float x = X[(size_t)i * K + k];
+        const double t = (double)(round_x ? tf32_rna(x) : x) * W[(size_t)j * K + k];
+        r.z += t;
+        r.mag += std::fabs(t);
+    }
+    return r;
+}
+
 /* One layer on one path (the kernel when bl.linear_tc); fails the test beyond the bounds. */
 void check_layer(const fh::cuda::Blas &bl, cudaStream_t s, Shape sh, bool keep_pre, bool x_tf32,
                  unsigned seed) {
@@ -107,14 +124,8 @@ void check_layer(const fh::cuda::Blas &bl, cudaStream_t s, Shape sh, bool keep_p
     bool all_tf32 = true;
     for (int i = 0; i < M; ++i)
         for (int j = 0; j < N; ++j) {
-            double z = 0, mag = 0;
-            for (int k = 0; k < K; ++k) {
-                const float x = X[(size_t)i * K + k];
-                const double t = (double)(tc ? tf32_rna(x) : x) *
-                                 (tc ? Wt[(size_t)j * K + k] : W[(size_t)j * K + k]);
-                z += t;
-                mag += std::fabs(t);
-            }
+            const Dot dot = ref_dot(X, tc ? Wt : W, i, j, K, tc);
+            const double z = dot.z, mag = dot.mag;
             const double zb = z + b[j], a = zb / (1.0 + std::exp(-zb));
             const double bound = pk * mag + 1e-6;
             const float got = act[(size_t)i * N + j];
@@ -197,15 +208,10 @@ void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K
     std::vector<double> g(N), gb(N);
     for (int i = 0; i < M; ++i) {
         for (int c = 0; c < N; ++c) {
-            double zz = 0, mag = 0;
-            for (int k = 0; k < K; ++k) {
-                const double t = (double)tf32_rna(X[(size_t)i * K + k]) * Wt[(size_t)c * K + k];
-                zz += t;
-                mag += std::fabs(t);
-            }
-            const double zb = zz + b[c];
+            const Dot dot = ref_dot(X, Wt, i, c, K, true);
+            const double zb = dot.z + b[c];
             g[c] = zb / (1.0 + std::exp(-zb));
-            gb[c] = 1.1 * (3e-5 * mag + 1e-6);
+            gb[c] = 1.1 * (3e-5 * dot.mag + 1e-6);
         }
         for (int br = 0; br < nbr; ++br)
             for (int a = 0; a < A; ++a) {
@@ -222,7 +228,8 @@ void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K
                 /* z is q's buffer when not apart: then only q holds a value to check. */
                 const double ez = z_apart ? std::fabs(z[at] - ref) / bound : 0.0;
                 const double eq = std::fabs(q[at] - qr) / bound;
-                worst = std::max({worst, std::isfinite(ez) ? ez : 1e30, std::isfinite(eq) ? eq : 1e30});
+                worst = std::max(
+                    {worst, std::isfinite(ez) ? ez : 1e30, std::isfinite(eq) ? eq : 1e30});
             }
     }
     printf("[LINEAR] heads M=%d branches=%d K=%d A=%d %s, z %s: worst %.3f of the bound\n", M,
@@ -275,17 +282,14 @@ void check_dsilu(const fh::cuda::Blas &bl, cudaStream_t s, int M, int N, int K, 
     bool all_tf32 = true;
     for (int i = 0; i < M; ++i)
         for (int j = 0; j < N; ++j) {
-            double z = 0, mag = 0;
-            for (int k = 0; k < K; ++k) {
-                const double t = (double)tf32_rna(X[(size_t)i * K + k]) * Wt[(size_t)j * K + k];
-                z += t;
-                mag += std::fabs(t);
-            }
+            const Dot dot = ref_dot(X, Wt, i, j, K, true);
+            const double z = dot.z, mag = dot.mag;
             const double p = (double)P[(size_t)i * N + j] + b[j], sg = 1.0 / (1.0 + std::exp(-p));
             const double ds = sg * (1.0 + p * (1.0 - sg)), v = z * ds;
             /* + 1e-6 |z|: SiLU' of P + b rounded to float (P's rounding, the float sigmoid),
              * which does not vanish where SiLU' does. */
-            const double vb = std::fabs(ds) * (3e-5 * mag + 1e-6) + 1e-6 * (std::fabs(v) + std::fabs(z));
+            const double vb =
+                std::fabs(ds) * (3e-5 * mag + 1e-6) + 1e-6 * (std::fabs(v) + std::fabs(z));
             const float got = out[(size_t)i * N + j];
             if (tf32_rna(got) != got) all_tf32 = false;
             const double e = std::fabs(got - v) / (vb + std::ldexp(std::fabs(v), -11));
