@@ -10,8 +10,6 @@
 #   linear-san   compute-sanitizer memcheck, synccheck, racecheck on test_cuda_linear (the fused
 #                SiLU layers' every epilogue; test_cuda_sanitize's small configs are below their
 #                128-tile gate)
-#   qfused-test  test_cuda_qnet_fused only (ddqn's fused Q pass against the layer kernels, bitwise,
-#                and against float64)
 #   iqn-test     test_cuda_iqn only (the fused IQN kernels against float64, the paths against each other)
 #   iql-test     test_cuda_iql (the fused IQL kernel against float64, the paths against each other
 #                and the CPU), test_cuda_iql_gemm and test_cuda_memory_plan
@@ -20,7 +18,6 @@
 #   step-bench   foxhunt-bench at B = 16384, the attention kernel paths side by side
 #   digest       tests/python/state_digest.py in the four modes (bitwise checks of refactors)
 #   digest-env   the same with the environment $DIGEST_ENV against without: equal or not
-#                ($DIGEST_ARGS: state_digest.py's options, e.g. "--batch 16384")
 #   vbench       foxhunt-bench at B = 16384 (TF32, multi/single), one --variant run per entry of
 #                $VARIANTS ("VAR=a,b VAR2=c,d")
 #   iqn-bench    foxhunt-bench at B = 16384, the four FOXHUNT_IQN_KERNELS levels side by side
@@ -96,10 +93,6 @@ for s in "$@"; do
         build-dev/tests/test_cuda_linear > $OUT/linear_san_$tool.txt 2>&1
       echo "[SANITIZER] test_cuda_linear, $tool: rc=$? $(grep -Eo "(ERROR|RACECHECK) SUMMARY: .*" $OUT/linear_san_$tool.txt | tail -1)" | tee -a $log
     done ;;
-  qfused-test)
-    timeout 300 build-dev/tests/test_cuda_qnet_fused > $OUT/qfused_test.txt 2>&1
-    echo "qfused-test rc=$?" | tee -a $log
-    grep -E "\[QFUSED\]|FAILED|rror|PASSED" $OUT/qfused_test.txt | tee -a $log ;;
   linear-test)
     timeout 300 build-dev/tests/test_cuda_linear > $OUT/linear_test.txt 2>&1
     echo "linear-test rc=$?" | tee -a $log
@@ -254,10 +247,9 @@ for s in "$@"; do
   digest-env)
     # The digests with the environment $DIGEST_ENV ("VAR=a VAR2=b": a trial switch's old path)
     # against the default: equal lines mean the switch leaves every bit as it was.
-    # shellcheck disable=SC2086  # DIGEST_ARGS and DIGEST_ENV are lists of words
-    timeout 300 python3 tests/python/state_digest.py build-dev/libfoxhunt.so ${DIGEST_ARGS:-} > $OUT/digest_default.txt 2>&1
-    # shellcheck disable=SC2086
-    timeout 300 env $DIGEST_ENV python3 tests/python/state_digest.py build-dev/libfoxhunt.so ${DIGEST_ARGS:-} > $OUT/digest_env.txt 2>&1
+    timeout 300 python3 tests/python/state_digest.py build-dev/libfoxhunt.so > $OUT/digest_default.txt 2>&1
+    # shellcheck disable=SC2086  # DIGEST_ENV is a list of assignments
+    timeout 300 env $DIGEST_ENV python3 tests/python/state_digest.py build-dev/libfoxhunt.so > $OUT/digest_env.txt 2>&1
     if diff $OUT/digest_default.txt $OUT/digest_env.txt > /dev/null; then
       echo "digest-env: $DIGEST_ENV bitwise equal to the default in every mode" | tee -a $log
     else

@@ -4,14 +4,10 @@
 // and, through their trunk features, the confidence target of the aux child); the join: y and
 // Q̄sa. Both passes run all branches at once where the config allows (qnet.cu,
 // q_forward_branches_packed): the branches' weights side by side, one GEMM per layer.
-#include <cstdlib>
-#include <cstring>
-
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
 #include "memory_plan.hpp"
-#include "qnet_fused.hpp"
 
 namespace fh::cuda {
 
@@ -47,51 +43,10 @@ __global__ void k_ddqn_join(const float *qt, const int32_t *a_star, const int32_
 // One of ddqn's forward-only passes on x: its weights packed first where the config allows
 // (memory_plan.hpp, ddqn_branches_packed; the trunk then reads their TF32 copies where the lane
 // fuses its SiLU layers), the trunk, then the branches packed (qnet.cu) or one after another.
-// Trial switch: FOXHUNT_DDQN_FUSED=layers keeps the layer-by-layer kernels (read at each
-// capture: foxhunt-bench --variant sets it between pipelines of one process).
-bool fused_enabled() {
-    const char *v = getenv("FOXHUNT_DDQN_FUSED");
-    return !(v && strcmp(v, "layers") == 0);
-}
-
-// The pass as one kernel (qnet_fused.cu) where the lane's layers run on the wgmma kernel and
-// the batch fills the GPU: its results are theirs, bit for bit. h2 of rows ≥ h2_from is stored
-// (the target pass's x̃' rows, which the confidence target reads).
-bool fused_pass(CudaStep &st, const LaneCtx &l, const QView &w, const float *x, QCache &c,
-                int h2_from) {
-    if (!w.tf32 || !fused_enabled() || !q_fused_pays(c.M)) return false;
-    const Dims &d = st.d;
-    const QOffsets &o = st.L.q;
-    const PackedBranches pk = packed_branches(d);
-    QFusedArgs a;
-    a.x = x;
-    a.W1t = w.pack + pk.W1t;
-    a.b1 = w.p + o.b1;
-    a.W2t = w.pack + pk.W2t;
-    a.b2 = w.p + o.b2;
-    a.Vcat = w.pack + pk.Vcat;
-    a.ccat = w.pack + pk.ccat;
-    a.U = w.p + o.U[0];
-    a.e = w.p + o.e[0];
-    a.ue_stride = o.V[1] - o.V[0];
-    a.M = c.M;
-    a.D = (int)d.D;
-    a.H = (int)d.H;
-    a.HB = (int)d.HB;
-    a.NB = (int)d.NB;
-    a.A = (int)d.A;
-    a.clip = st.cfg.q_clip;
-    a.q = c.q;
-    a.h2 = h2_from < c.M ? c.h2 : nullptr;
-    a.h2_from = h2_from;
-    return q_forward_fused(a, l.stream);
-}
-
 void forward_pass(CudaStep &st, const LaneCtx &l, QView w, const float *x, QCache &c,
-                  float *pack, int h2_from) {
+                  float *pack) {
     const bool packed = ddqn_branches_packed(st.d);
     if (packed) w = q_pack(l, st.d, st.L, w, pack);
-    if (packed && fused_pass(st, l, w, x, c, h2_from)) return;
     q_forward_trunk(l, st.d, st.L, w, x, c);
     if (packed) {
         q_forward_branches_packed(l, st.d, st.L, w, c, st.cfg.q_clip);
@@ -103,7 +58,7 @@ void forward_pass(CudaStep &st, const LaneCtx &l, QView w, const float *x, QCach
 }  // namespace
 
 void ddqn_online_next(CudaStep &st, const LaneCtx &l) {
-    forward_pass(st, l, st.online_view(), st.inputs().xn, st.next, st.pack_next, (int)st.d.B);
+    forward_pass(st, l, st.online_view(), st.inputs().xn, st.next, st.pack_next);
     const size_t n = (size_t)st.d.B * st.d.NB;
     k_argmax<<<grid_for(n), kThreads, 0, l.stream>>>(st.next.q, (int)st.d.B, (int)st.d.NB,
                                                      (int)st.d.A, st.a_star);
@@ -111,7 +66,7 @@ void ddqn_online_next(CudaStep &st, const LaneCtx &l) {
 }
 
 void ddqn_target(CudaStep &st, const LaneCtx &l) {
-    forward_pass(st, l, st.target_view(), st.x2, st.tgt, st.pack_tgt, (int)st.d.B);
+    forward_pass(st, l, st.target_view(), st.x2, st.tgt, st.pack_tgt);
 }
 
 void ddqn_join(CudaStep &st, const LaneCtx &l) {

@@ -53,7 +53,10 @@
 #include "device_math.cuh"
 #include "mma_tf32.cuh"
 #include "nn.cuh"
-#include "wgmma_tf32.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FH_HAVE_WGMMA 1
+#endif
 
 namespace fh::cuda {
 
@@ -74,7 +77,13 @@ __global__ void k_linear_probe(int *has) {
 }
 
 #ifdef FH_HAVE_WGMMA
-using namespace wgmma;
+// Shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"): start address, leading
+// byte offset (unused by swizzled K-major layouts), stride byte offset between 8-row groups
+// (1024 = 8 rows of 128 bytes), swizzle mode 1 = 128 bytes.
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) |
+           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
 
 // X's or W's chunk [rows row0.., columns k0..k0+31] into a stage (128-byte swizzle). Rows past
 // `rows` repeat the last one (their results are not stored).
@@ -85,7 +94,8 @@ __device__ __forceinline__ void load_chunk(uint32_t dst, const float *__restrict
         const int e = threadIdx.x + i * kThreadsTc, r = e >> 3, c = e & 7;
         const int gr = min(row0 + r, rows - 1);
         const float *p = src + (size_t)gr * K + k0 + 4 * c;
-        cp_async16(dst + sw128(r, c), p);
+        const uint32_t s = dst + r * 128 + ((c ^ (r & 7)) << 4);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(p) : "memory");
     }
 }
 
@@ -95,7 +105,7 @@ __device__ __forceinline__ void round_chunk(uint32_t dst) {
 #pragma unroll
     for (int i = 0; i < kBM * 8 / kThreadsTc; ++i) {
         const int e = threadIdx.x + i * kThreadsTc, r = e >> 3, c = e & 7;
-        const uint32_t s = dst + sw128(r, c);
+        const uint32_t s = dst + r * 128 + ((c ^ (r & 7)) << 4);
         float4 v;
         asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(s));
@@ -107,6 +117,29 @@ __device__ __forceinline__ void round_chunk(uint32_t dst) {
         asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(s), "r"(u[0]), "r"(u[1]),
                      "r"(u[2]), "r"(u[3]) : "memory");
     }
+}
+
+__device__ __forceinline__ void wgmma_m64n128k8(float (&d)[64], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
+        "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
+        "%55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),
+          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),
+          "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db));
 }
 
 // The epilogues (after the products; d holds the thread's 64 accumulators, the ring is idle).
@@ -275,7 +308,10 @@ k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
     for (int kc = 0; kc < nk; ++kc) {
         const int s = kc % kStages;
         const uint64_t da = sw128_desc(stage_x(s) + wg * 64 * 128), db = sw128_desc(stage_w(s));
-        chunk_k32(d, da, db);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int k = 0; k < kBK / 8; ++k) wgmma_m64n128k8(d, da + 2 * k, db + 2 * k);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         // While the tensor cores multiply chunk kc, the next chunk is readied (its stage is
         // another).
         if (kc + 1 < nk) {
