@@ -18,6 +18,8 @@
 #   step-bench   foxhunt-bench at B = 16384, the attention kernel paths side by side
 #   digest       tests/python/state_digest.py in the four modes (bitwise checks of refactors)
 #   digest-env   the same with the environment $DIGEST_ENV against without: equal or not
+#                ($DIGEST_ARGS: state_digest.py's options, e.g. "--batch 16384" where a trial's
+#                path runs only at large batches)
 #   vbench       foxhunt-bench at B = 16384 (TF32, multi/single), one --variant run per entry of
 #                $VARIANTS ("VAR=a,b VAR2=c,d")
 #   iqn-bench    foxhunt-bench at B = 16384, the four FOXHUNT_IQN_KERNELS levels side by side
@@ -247,9 +249,10 @@ for s in "$@"; do
   digest-env)
     # The digests with the environment $DIGEST_ENV ("VAR=a VAR2=b": a trial switch's old path)
     # against the default: equal lines mean the switch leaves every bit as it was.
-    timeout 300 python3 tests/python/state_digest.py build-dev/libfoxhunt.so > $OUT/digest_default.txt 2>&1
-    # shellcheck disable=SC2086  # DIGEST_ENV is a list of assignments
-    timeout 300 env $DIGEST_ENV python3 tests/python/state_digest.py build-dev/libfoxhunt.so > $OUT/digest_env.txt 2>&1
+    # shellcheck disable=SC2086  # DIGEST_ARGS and DIGEST_ENV are lists of words
+    timeout 300 python3 tests/python/state_digest.py build-dev/libfoxhunt.so ${DIGEST_ARGS:-} > $OUT/digest_default.txt 2>&1
+    # shellcheck disable=SC2086
+    timeout 300 env $DIGEST_ENV python3 tests/python/state_digest.py build-dev/libfoxhunt.so ${DIGEST_ARGS:-} > $OUT/digest_env.txt 2>&1
     if diff $OUT/digest_default.txt $OUT/digest_env.txt > /dev/null; then
       echo "digest-env: $DIGEST_ENV bitwise equal to the default in every mode" | tee -a $log
     else
