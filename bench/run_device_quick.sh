@@ -9,7 +9,8 @@
 #   linear-test  test_cuda_linear only (the fused SiLU layer against float64, both paths)
 #   linear-san   compute-sanitizer memcheck, synccheck, racecheck on test_cuda_linear (the fused
 #                SiLU layers' every epilogue; test_cuda_sanitize's small configs are below their
-#                128-tile gate)
+#                128-tile gate) and on test_cuda_branch_grads (the branch backward's kernel at
+#                B = 16384 and at its edge cases)
 #   iqn-test     test_cuda_iqn only (the fused IQN kernels against float64, the paths against each other)
 #   iql-test     test_cuda_iql (the fused IQL kernel against float64, the paths against each other
 #                and the CPU), test_cuda_iql_gemm and test_cuda_memory_plan
@@ -90,10 +91,12 @@ for s in "$@"; do
     done ;;
   linear-san)
     cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
-    for tool in memcheck synccheck racecheck; do
-      timeout ${SAN_TIMEOUT:-200} "$cs" --tool $tool --error-exitcode 99 --print-limit 50 \
-        build-dev/tests/test_cuda_linear > $OUT/linear_san_$tool.txt 2>&1
-      echo "[SANITIZER] test_cuda_linear, $tool: rc=$? $(grep -Eo "(ERROR|RACECHECK) SUMMARY: .*" $OUT/linear_san_$tool.txt | tail -1)" | tee -a $log
+    for t in test_cuda_linear test_cuda_branch_grads; do
+      for tool in memcheck synccheck racecheck; do
+        timeout ${SAN_TIMEOUT:-200} "$cs" --tool $tool --error-exitcode 99 --print-limit 50 \
+          build-dev/tests/$t > $OUT/${t}_san_$tool.txt 2>&1
+        echo "[SANITIZER] $t, $tool: rc=$? $(grep -Eo "(ERROR|RACECHECK) SUMMARY: .*" $OUT/${t}_san_$tool.txt | tail -1)" | tee -a $log
+      done
     done ;;
   linear-test)
     timeout 300 build-dev/tests/test_cuda_linear > $OUT/linear_test.txt 2>&1

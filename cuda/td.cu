@@ -1,14 +1,16 @@
 // SPEC §5.4 on the GPU, as src/cpu/td.cpp: the regime-weighted Huber TD loss on the branch
 // heads (ρ of the previous step; the clamp passes gradient strictly inside ±q_clip), the
-// backward of each branch on its own lane (dU, de, dg, SiLU' with dc, dV), and the trunk
-// backward: dh2 = Σ_b dpre_b V_b fused with SiLU' and db2, dW2, dh1, db1, dW1,
-// d_states = dpre1 W1eff, and the spectral-norm correction of §5.2. Where ddqn packs the
+// backward of each branch on its own lane (dU, de, dpre = (dz U) ⊙ SiLU' and dc in one kernel,
+// k_branch_grads; then dV), and the trunk backward: dh2 = Σ_b dpre_b V_b fused with SiLU' and
+// db2, dW2, dh1, db1, dW1, d_states = dpre1 W1eff, and the spectral-norm correction of §5.2.
+// Where ddqn packs the
 // branches (dh2_one_product, memory_plan.hpp) the branches write their dpre side by side,
 // [B, NB·HB], and the trunk forms dh2 in one product over K = NB·HB against ddqn's packed V_cat;
 // otherwise each branch writes dh2_b = dpre_b V_b and the trunk sums them in branch order. The
 // one product replaced NB GEMMs writing [B, H] each and a SiLU' pass reading all of them:
 // forward child 0.433 → 0.401 ms multi-stream and 0.631 → 0.582 single-stream at B = 16384,
 // 48 MiB less memory (bench/results/h200-2026-12-02-dh2-one-product-before-after.json).
+#include "branch_grads.hpp"
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
@@ -45,6 +47,92 @@ __global__ void k_td_loss(const float *q, const float *z, const float *y, const 
     }
 }
 
+// The branch backward below the head (branch_grads.hpp). Block: kGradRows rows, 256 threads as
+// 128 columns × 2 row halves (a warp reads 32 consecutive columns of one row: whole sectors of g,
+// preg and dpre). The block's rows of dz go to shared memory first (read back as broadcasts).
+// A thread loads g and preg for kGradBatch of its rows at once, then takes them in row order,
+// keeping its column's sums in double (and column 0's thread the half's sums of dz); the second
+// half hands its sums to the first through shared memory, which adds them (first + second) and
+// writes the block's partial row: dU [A·HB] | dc [HB] | de [A]. Columns past 128 take further
+// rounds.
+constexpr int kGradRows = 128, kGradCols = 128, kGradMaxA = 8, kGradBatch = 8;
+// AC: A compiled in (8), or 0 to read it from a.
+template <int AC>
+__global__ void __launch_bounds__(2 * kGradCols) k_branch_grads(BranchGradArgs a) {
+    __shared__ float dz_s[kGradRows][kGradMaxA];
+    __shared__ double hand[kGradCols][kGradMaxA + 1];
+    __shared__ double hand_de[kGradMaxA];
+    const int tc = threadIdx.x % kGradCols, half = threadIdx.x / kGradCols;
+    const int A = AC ? AC : a.A, HB = a.HB, W = A * HB + HB + A;
+    const int b0 = blockIdx.x * kGradRows, nb = min(kGradRows, a.B - b0);
+    for (int e = threadIdx.x; e < kGradRows * kGradMaxA; e += blockDim.x) {
+        const int r = e / kGradMaxA, k = e % kGradMaxA;
+        dz_s[r][k] = r < nb && k < A ? a.dz[(size_t)(b0 + r) * A + k] : 0.0f;
+    }
+    __syncthreads();
+    const int r0 = half * (kGradRows / 2), r1 = min(nb, r0 + kGradRows / 2);  // block rows
+    double *out = a.part + (size_t)blockIdx.x * W;
+    for (int c0 = 0; c0 < HB; c0 += kGradCols) {
+        const int c = c0 + tc;
+        const bool col = c < HB, de_thread = tc == 0 && c0 == 0;
+        float u[kGradMaxA];
+#pragma unroll
+        for (int k = 0; k < kGradMaxA; ++k) u[k] = col && k < A ? a.U[(size_t)k * HB + c] : 0.0f;
+        const float bias = col ? a.c[c] : 0.0f;
+        double su[kGradMaxA], se[kGradMaxA], sc = 0.0;
+#pragma unroll
+        for (int k = 0; k < kGradMaxA; ++k) su[k] = se[k] = 0.0;
+        if (col)
+            for (int rb = r0; rb < r1; rb += kGradBatch) {
+                float gv[kGradBatch], pv[kGradBatch];
+#pragma unroll
+                for (int t = 0; t < kGradBatch; ++t) {
+                    const size_t at = (size_t)(b0 + rb + t) * HB + c;
+                    gv[t] = rb + t < r1 ? __ldg(a.g + at) : 0.0f;
+                    pv[t] = rb + t < r1 ? __ldg(a.preg + at) : 0.0f;
+                }
+#pragma unroll
+                for (int t = 0; t < kGradBatch; ++t) {
+                    if (rb + t >= r1) break;
+                    const float *dzi = dz_s[rb + t];
+                    float dg = 0.0f;
+#pragma unroll
+                    for (int k = 0; k < kGradMaxA; ++k)
+                        if (k < A) dg = fmaf(dzi[k], u[k], dg);
+                    const float v = __fmul_rn(dg, dev_dsilu(__fadd_rn(pv[t], bias)));
+                    a.dpre[(size_t)(b0 + rb + t) * a.ld + c] = v;
+                    sc += (double)v;
+#pragma unroll
+                    for (int k = 0; k < kGradMaxA; ++k)
+                        if (k < A) su[k] = fma((double)dzi[k], (double)gv[t], su[k]);
+                    if (de_thread)
+#pragma unroll
+                        for (int k = 0; k < kGradMaxA; ++k) se[k] += (double)dzi[k];
+                }
+            }
+        if (half == 1) {
+#pragma unroll
+            for (int k = 0; k < kGradMaxA; ++k) hand[tc][k] = su[k];
+            hand[tc][kGradMaxA] = sc;
+            if (de_thread)
+#pragma unroll
+                for (int k = 0; k < kGradMaxA; ++k) hand_de[k] = se[k];
+        }
+        __syncthreads();
+        if (half == 0 && col) {
+#pragma unroll
+            for (int k = 0; k < kGradMaxA; ++k)
+                if (k < A) out[(size_t)k * HB + c] = su[k] + hand[tc][k];
+            out[(size_t)A * HB + c] = sc + hand[tc][kGradMaxA];
+            if (de_thread)
+#pragma unroll
+                for (int k = 0; k < kGradMaxA; ++k)
+                    if (k < A) out[(size_t)A * HB + HB + k] = se[k] + hand_de[k];
+        }
+        __syncthreads();  // the shared sums are read before the next round writes them
+    }
+}
+
 }  // namespace
 
 void td_loss(CudaStep &st, const LaneCtx &l) {
@@ -63,6 +151,27 @@ void td_metrics(CudaStep &st, const LaneCtx &l) {
     sum_to(st.q_elt, n, &st.dm->q_mean, (double)d.Bg * d.NB, l.red, l.stream);
 }
 
+size_t branch_grad_partials(int B, int HB, int A) {
+    return (size_t)((B + kGradRows - 1) / kGradRows) * ((size_t)A * HB + HB + A);
+}
+
+bool branch_grads(const BranchGradArgs &a, cudaStream_t s) {
+    if (a.A < 1 || a.A > kGradMaxA || a.B < 1 || a.HB < 1) return false;
+    const int blocks = (a.B + kGradRows - 1) / kGradRows;
+    if (a.A == 8)
+        k_branch_grads<8><<<blocks, 2 * kGradCols, 0, s>>>(a);
+    else
+        k_branch_grads<0><<<blocks, 2 * kGradCols, 0, s>>>(a);
+    FH_LAUNCHED("k_branch_grads");
+    const int AH = a.A * a.HB;
+    Segs sg;
+    sg.add(a.dU, 0, AH);
+    sg.add(a.dc, AH, a.HB);
+    sg.add(a.de, AH + a.HB, a.A);
+    reduce_partials(a.part, blocks, AH + a.HB + a.A, 1, sg, s);
+    return true;
+}
+
 // SPEC §5.4 backward of branch b (CPU: td.cpp backward_branch).
 void backward_branch(CudaStep &st, const LaneCtx &l, int b) {
     const Dims &d = st.d;
@@ -75,16 +184,29 @@ void backward_branch(CudaStep &st, const LaneCtx &l, int b) {
     const bool cat = dh2_one_product(st.d);
     const int ld = cat ? (int)d.NB * HB : HB;  // dpre's row stride
     float *dpre = cat ? st.dpreg + (size_t)b * HB : st.dpreg + (size_t)b * B * HB;
-    gemm_tn(l.blas, A, HB, B, dz, gb, g + o.U[b], 0.0f, "dU = dz^T g");
-    colsum(dz, B, A, nullptr, g + o.e[b], l.col, l.stream);
-    GemmDesc dg = desc_nn(B, HB, A, dz, p + o.U[b], dpre);
-    dg.ldc = ld;
-    gemm(l.blas, dg, 0.0f, "dg = dz U");
-    PtrList in{};
-    in.p[0] = dpre;
-    in.n = 1;
-    dsilu_colsum(in, preg, p + o.c[b], B, HB, kColsumRows, dpre, l.col, l.stream, 1, 0, ld);
-    colsum_final(l.col, B, HB, g + o.c[b], l.stream);
+    // dU, de, dpre and dc in one pass over the branch's rows (branch_grads), its block partials
+    // in the part of dh2's buffer that this branch writes later or that the trunk backward
+    // writes after the join. It replaced two GEMMs (dU = dzᵀ g with split-K, dg = dz U at
+    // K = A) and three column-sum passes (de, and dsilu_colsum's dc), which remain the path for
+    // A > 8 or partials that do not fit: forward child 0.460 → 0.435 ms and wall 1.639 →
+    // 1.615 ms multi-stream, 0.697 → 0.621 and 2.110 → 2.033 single-stream at B = 16384
+    // (bench/results/h200-2026-12-02-branch-grads-before-after.json).
+    const size_t region = (size_t)B * H / (cat ? d.NB : 1) / 2;  // doubles per branch
+    BranchGradArgs ga{dz, gb, preg, p + o.U[b], p + o.c[b], B, HB, A, ld, dpre,
+                      reinterpret_cast<double *>(st.dh2) + (size_t)b * region, g + o.U[b],
+                      g + o.c[b], g + o.e[b]};
+    if (!(branch_grad_partials(B, HB, A) <= region && branch_grads(ga, l.stream))) {
+        gemm_tn(l.blas, A, HB, B, dz, gb, g + o.U[b], 0.0f, "dU = dz^T g");
+        colsum(dz, B, A, nullptr, g + o.e[b], l.col, l.stream);
+        GemmDesc dg = desc_nn(B, HB, A, dz, p + o.U[b], dpre);
+        dg.ldc = ld;
+        gemm(l.blas, dg, 0.0f, "dg = dz U");
+        PtrList in{};
+        in.p[0] = dpre;
+        in.n = 1;
+        dsilu_colsum(in, preg, p + o.c[b], B, HB, kColsumRows, dpre, l.col, l.stream, 1, 0, ld);
+        colsum_final(l.col, B, HB, g + o.c[b], l.stream);
+    }
     GemmDesc dv = desc_tn(HB, H, B, dpre, st.on.h2, g + o.V[b]);
     dv.ldb = ld;
     gemm(l.blas, dv, 0.0f, "dV = dpre^T h2");

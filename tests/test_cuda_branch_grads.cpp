@@ -1,0 +1,183 @@
+/* A branch's gradients below its head in one pass (branch_grads, cuda/td.cu) against float64:
+ *   dpre = (dz U) ⊙ SiLU'(preg + c), dU = dzᵀ g, dc = Σ_i dpre, de = Σ_i dz.
+ * Bounds (per element, from the kernel's arithmetic):
+ * - dpre: dz U as a float32 fused multiply-add chain over A ≤ 8 terms (8 roundings of at most
+ *   2^-24 of Σ_a |dz_a U_a| each) times SiLU' in float (its sigmoid from expf and a division,
+ *   a few ulp, which do not vanish where SiLU' does): within 1e-6 · |SiLU'| · Σ_a |dz_a U_a| +
+ *   1e-6 |dpre| + 1e-6 (1 + |z|) |dz U|, z = preg + c;
+ * - dU and de: exact float products summed in double, rounded once to float: within 2^-24 of
+ *   the value plus 1e-12 of Σ |terms|;
+ * - dc: the sum of the kernel's float dpre in double: within the sum of dpre's bounds plus
+ *   2^-24 of the value.
+ * The TD loss's dz has one nonzero per row (the taken action); a dense dz is checked too. Shapes:
+ * the default branch at B = 16384 with the branches side by side (ld = 4·128), a last partial
+ * block, HB > 128 (two column rounds) with A = 5 (the kernel reading A at run time), HB = 64 with
+ * A = 3. A > 8 is refused with nothing enqueued. Skipped without a GPU. */
+#if FOXHUNT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "../cuda/branch_grads.hpp"
+#include "error.hpp"
+#endif
+
+extern "C" {
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+}
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "test_cuda_util.h"
+
+namespace {
+
+#if FOXHUNT_HAVE_CUDA
+template <class T>
+T *dev(const std::vector<T> &v) {
+    T *p = nullptr;
+    if (cudaMalloc(&p, std::max<size_t>(1, v.size()) * sizeof(T)) != cudaSuccess)
+        fail_msg("cudaMalloc");
+    cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+    return p;
+}
+
+template <class T>
+std::vector<T> host(const T *p, size_t n) {
+    std::vector<T> v(n);
+    cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return v;
+}
+
+struct Case {
+    int B, HB, A, ld;
+    bool sparse;
+};
+
+double err(double got, double want, double bound) {
+    const double e = std::fabs(got - want) / bound;
+    return std::isfinite(e) ? e : 1e30;
+}
+
+void check_case(Case cs, unsigned seed) {
+    const int B = cs.B, HB = cs.HB, A = cs.A, ld = cs.ld;
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::uniform_int_distribution<int> act(0, A - 1);
+    std::vector<float> dz((size_t)B * A, 0.0f), g((size_t)B * HB), preg((size_t)B * HB),
+        U((size_t)A * HB), c(HB);
+    for (int i = 0; i < B; ++i) {
+        if (cs.sparse)
+            dz[(size_t)i * A + act(rng)] = 1e-4f * nd(rng);
+        else
+            for (int k = 0; k < A; ++k) dz[(size_t)i * A + k] = 1e-4f * nd(rng);
+    }
+    for (size_t k = 0; k < g.size(); ++k) {
+        preg[k] = 2.0f * nd(rng);
+        g[k] = std::fabs(nd(rng));
+    }
+    for (float &v : U) v = nd(rng) / std::sqrt((float)HB);
+    for (float &v : c) v = 0.5f * nd(rng);
+    const size_t np = fh::cuda::branch_grad_partials(B, HB, A);
+    float *ddz = dev(dz), *dg = dev(g), *dp = dev(preg), *dU_w = dev(U), *dc_w = dev(c);
+    float *dpre = dev(std::vector<float>((size_t)B * ld, NAN));
+    float *dU = dev(std::vector<float>((size_t)A * HB, NAN));
+    float *dcb = dev(std::vector<float>(HB, NAN)), *de = dev(std::vector<float>(A, NAN));
+    double *part = dev(std::vector<double>(np, NAN));
+    fh::cuda::BranchGradArgs a{ddz, dg, dp, dU_w, dc_w, B, HB, A, ld, dpre, part, dU, dcb, de};
+    try {
+        if (!fh::cuda::branch_grads(a, nullptr)) fail_msg("branch_grads refused A=%d", A);
+        fh::cuda::BranchGradArgs bad = a;
+        bad.A = 9;
+        if (fh::cuda::branch_grads(bad, nullptr)) fail_msg("branch_grads took A = 9");
+    } catch (const fh::Error &e) {
+        fail_msg("branch_grads threw: %s", e.message.c_str());
+    }
+    const cudaError_t ce = cudaDeviceSynchronize();
+    if (ce != cudaSuccess) fail_msg("branch_grads: %s", cudaGetErrorString(ce));
+    const std::vector<float> hp = host(dpre, (size_t)B * ld), hU = host(dU, (size_t)A * HB),
+                             hc = host(dcb, (size_t)HB), he = host(de, (size_t)A);
+    double w_pre = 0, w_U = 0, w_c = 0, w_e = 0;
+    bool untouched = true;
+    std::vector<double> cref(HB, 0.0), cbound(HB, 0.0);
+    for (int i = 0; i < B; ++i)
+        for (int j = 0; j < ld; ++j) {
+            const float got = hp[(size_t)i * ld + j];
+            if (j >= HB) {
+                untouched &= std::isnan(got);
+                continue;
+            }
+            double dgr = 0.0, mag = 0.0;
+            for (int k = 0; k < A; ++k) {
+                const double t = (double)dz[(size_t)i * A + k] * U[(size_t)k * HB + j];
+                dgr += t;
+                mag += std::fabs(t);
+            }
+            const double z = (double)preg[(size_t)i * HB + j] + c[j];
+            const double s = 1.0 / (1.0 + std::exp(-z)), ds = s * (1.0 + z * (1.0 - s));
+            /* + 1e-6 (1 + |z|) |dz U|: SiLU' in float is off by a few ulp of its terms, which
+             * does not vanish where SiLU' does (z ≈ −2.4). */
+            const double v = dgr * ds;
+            const double vb = 1e-6 * std::fabs(ds) * mag + 1e-6 * std::fabs(v) +
+                              1e-6 * (1.0 + std::fabs(z)) * std::fabs(dgr) + 1e-30;
+            w_pre = std::max(w_pre, err(got, v, vb));
+            cref[j] += v;
+            cbound[j] += vb;
+        }
+    for (int k = 0; k < A; ++k) {
+        double e = 0.0, emag = 0.0;
+        for (int i = 0; i < B; ++i) {
+            e += dz[(size_t)i * A + k];
+            emag += std::fabs(dz[(size_t)i * A + k]);
+        }
+        w_e = std::max(w_e, err(he[k], e, std::ldexp(std::fabs(e), -24) + 1e-12 * emag + 1e-30));
+        for (int j = 0; j < HB; ++j) {
+            double u = 0.0, umag = 0.0;
+            for (int i = 0; i < B; ++i) {
+                const double t = (double)dz[(size_t)i * A + k] * g[(size_t)i * HB + j];
+                u += t;
+                umag += std::fabs(t);
+            }
+            w_U = std::max(w_U, err(hU[(size_t)k * HB + j], u,
+                                    std::ldexp(std::fabs(u), -24) + 1e-12 * umag + 1e-30));
+        }
+    }
+    for (int j = 0; j < HB; ++j)
+        w_c = std::max(w_c, err(hc[j], cref[j], cbound[j] + std::ldexp(std::fabs(cref[j]), -24)));
+    printf("[BRANCH-GRADS] B=%d HB=%d A=%d ld=%d dz %s: worst of the bound dpre %.3f dU %.3f "
+           "dc %.3f de %.3f%s\n",
+           B, HB, A, ld, cs.sparse ? "one-hot" : "dense", w_pre, w_U, w_c, w_e,
+           untouched ? "" : ", columns past HB written");
+    if (!(w_pre <= 1.0 && w_U <= 1.0 && w_c <= 1.0 && w_e <= 1.0 && untouched))
+        fail_msg("branch_grads B=%d HB=%d A=%d: worst dpre %.3f dU %.3f dc %.3f de %.3f%s", B, HB,
+                 A, w_pre, w_U, w_c, w_e, untouched ? "" : ", columns past HB written");
+    for (float *ptr : {ddz, dg, dp, dU_w, dc_w, dpre, dU, dcb, de}) cudaFree(ptr);
+    cudaFree(part);
+}
+
+void test_branch_grads_vs_float64(void **) {
+    if (!fh_test_have_cuda()) skip();
+    const Case cases[] = {{16384, 128, 8, 512, true},
+                          {1000, 128, 8, 128, false},
+                          {77, 200, 5, 200, true},
+                          {300, 64, 3, 64, false}};
+    unsigned seed = 3;
+    for (const Case &cs : cases) check_case(cs, seed++);
+}
+#endif
+
+}  // namespace
+
+int main(void) {
+#if FOXHUNT_HAVE_CUDA
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_branch_grads_vs_float64)};
+    return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
+#else
+    return 77;
+#endif
+}
