@@ -28,7 +28,8 @@ size_t branch_grad_partials(int B, int HB, int A);
 // Enqueues the pass and its reduction and returns true for 1 ≤ A ≤ 8; else enqueues nothing and
 // returns false. dg = dz U_b is a float32 fused multiply-add chain over a = 0 .. A−1 per element;
 // dpre's expression is dsilu_colsum's; dU, dc and de are sums in double over each block's rows in
-// order, then over the blocks in order (reduce_partials): no atomics, the same bits every run.
+// order, then over the blocks in reduce_partials' fixed pattern: no atomics, the same bits every
+// run.
 bool branch_grads(const BranchGradArgs &a, cudaStream_t s);
 
 }  // namespace fh::cuda

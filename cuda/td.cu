@@ -191,11 +191,14 @@ void backward_branch(CudaStep &st, const LaneCtx &l, int b) {
     // A > 8 or partials that do not fit: forward child 0.460 → 0.435 ms and wall 1.639 →
     // 1.615 ms multi-stream, 0.697 → 0.621 and 2.110 → 2.033 single-stream at B = 16384
     // (bench/results/h200-2026-12-02-branch-grads-before-after.json).
-    const size_t region = (size_t)B * H / (cat ? d.NB : 1) / 2;  // doubles per branch
+    // This branch's floats of dh2 (all of dh2_b, or its NB-th with the branches side by side),
+    // from an 8-byte boundary.
+    const size_t span = (size_t)B * H / (cat ? d.NB : 1);
+    float *base = st.dh2 + (size_t)b * span;
+    const size_t pad = (uintptr_t)base % sizeof(double) ? 1 : 0;
     BranchGradArgs ga{dz, gb, preg, p + o.U[b], p + o.c[b], B, HB, A, ld, dpre,
-                      reinterpret_cast<double *>(st.dh2) + (size_t)b * region, g + o.U[b],
-                      g + o.c[b], g + o.e[b]};
-    if (!(branch_grad_partials(B, HB, A) <= region && branch_grads(ga, l.stream))) {
+                      reinterpret_cast<double *>(base + pad), g + o.U[b], g + o.c[b], g + o.e[b]};
+    if (!(branch_grad_partials(B, HB, A) <= (span - pad) / 2 && branch_grads(ga, l.stream))) {
         gemm_tn(l.blas, A, HB, B, dz, gb, g + o.U[b], 0.0f, "dU = dz^T g");
         colsum(dz, B, A, nullptr, g + o.e[b], l.col, l.stream);
         GemmDesc dg = desc_nn(B, HB, A, dz, p + o.U[b], dpre);

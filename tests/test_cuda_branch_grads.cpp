@@ -11,8 +11,9 @@
  *   2^-24 of the value.
  * The TD loss's dz has one nonzero per row (the taken action); a dense dz is checked too. Shapes:
  * the default branch at B = 16384 with the branches side by side (ld = 4·128), a last partial
- * block, HB > 128 (two column rounds) with A = 5 (the kernel reading A at run time), HB = 64 with
- * A = 3. A > 8 is refused with nothing enqueued. Skipped without a GPU. */
+ * block, HB > 128 (two column rounds) with A = 5 (the kernel reading A at run time) and with
+ * A = 8, HB = 64 with A = 3. A > 8 is refused with nothing enqueued. A second run must give the
+ * same bits. Skipped without a GPU. */
 #if FOXHUNT_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -102,6 +103,15 @@ void check_case(Case cs, unsigned seed) {
     if (ce != cudaSuccess) fail_msg("branch_grads: %s", cudaGetErrorString(ce));
     const std::vector<float> hp = host(dpre, (size_t)B * ld), hU = host(dU, (size_t)A * HB),
                              hc = host(dcb, (size_t)HB), he = host(de, (size_t)A);
+    /* A second run gives the same bits (fixed-order sums, no atomics). */
+    try {
+        fh::cuda::branch_grads(a, nullptr);
+    } catch (const fh::Error &e) {
+        fail_msg("branch_grads threw: %s", e.message.c_str());
+    }
+    if (cudaDeviceSynchronize() != cudaSuccess) fail_msg("branch_grads, second run");
+    const bool same = host(dpre, (size_t)B * ld) == hp && host(dU, (size_t)A * HB) == hU &&
+                      host(dcb, (size_t)HB) == hc && host(de, (size_t)A) == he;
     double w_pre = 0, w_U = 0, w_c = 0, w_e = 0;
     bool untouched = true;
     std::vector<double> cref(HB, 0.0), cbound(HB, 0.0);
@@ -150,12 +160,13 @@ void check_case(Case cs, unsigned seed) {
     for (int j = 0; j < HB; ++j)
         w_c = std::max(w_c, err(hc[j], cref[j], cbound[j] + std::ldexp(std::fabs(cref[j]), -24)));
     printf("[BRANCH-GRADS] B=%d HB=%d A=%d ld=%d dz %s: worst of the bound dpre %.3f dU %.3f "
-           "dc %.3f de %.3f%s\n",
+           "dc %.3f de %.3f%s%s\n",
            B, HB, A, ld, cs.sparse ? "one-hot" : "dense", w_pre, w_U, w_c, w_e,
-           untouched ? "" : ", columns past HB written");
-    if (!(w_pre <= 1.0 && w_U <= 1.0 && w_c <= 1.0 && w_e <= 1.0 && untouched))
-        fail_msg("branch_grads B=%d HB=%d A=%d: worst dpre %.3f dU %.3f dc %.3f de %.3f%s", B, HB,
-                 A, w_pre, w_U, w_c, w_e, untouched ? "" : ", columns past HB written");
+           untouched ? "" : ", columns past HB written", same ? ", rerun bitwise equal" : "");
+    if (!(w_pre <= 1.0 && w_U <= 1.0 && w_c <= 1.0 && w_e <= 1.0 && untouched && same))
+        fail_msg("branch_grads B=%d HB=%d A=%d: worst dpre %.3f dU %.3f dc %.3f de %.3f%s%s", B,
+                 HB, A, w_pre, w_U, w_c, w_e, untouched ? "" : ", columns past HB written",
+                 same ? "" : ", a second run differs");
     for (float *ptr : {ddz, dg, dp, dU_w, dc_w, dpre, dU, dcb, de}) cudaFree(ptr);
     cudaFree(part);
 }
@@ -165,6 +176,7 @@ void test_branch_grads_vs_float64(void **) {
     const Case cases[] = {{16384, 128, 8, 512, true},
                           {1000, 128, 8, 128, false},
                           {77, 200, 5, 200, true},
+                          {333, 200, 8, 256, false},
                           {300, 64, 3, 64, false}};
     unsigned seed = 3;
     for (const Case &cs : cases) check_case(cs, seed++);
