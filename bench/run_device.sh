@@ -43,8 +43,9 @@ grep -E "\[(ACCURACY|NOSYNC|DETERMINISM|ACT|TIMINGS|MEMORY|GRAPH|GUARD)\]|tests 
 
 # compute-sanitizer's memcheck, racecheck and synccheck over every CUDA path at B <= 256
 # (tests/test_cuda_sanitize.cpp), and over the fused SiLU layers' own test (test_cuda_linear:
-# those small configs are below the layers' 128-tile gate): the quick script's steps (its build
-# of build-dev is a no-op here); counts in the log, reports in $OUT/sanitize/.
+# those small configs are below the layers' 128-tile gate) and the branch backward's
+# (test_cuda_branch_grads, at B = 16384 too): the quick script's steps (its build of build-dev
+# is a no-op here); counts in the log, reports in $OUT/sanitize/.
 OUT=$OUT/sanitize bash bench/run_device_quick.sh sanitize linear-san > /dev/null 2>&1
 grep "SANITIZER" $OUT/sanitize/log.txt | tee -a $log
 

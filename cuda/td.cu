@@ -190,9 +190,9 @@ void backward_branch(CudaStep &st, const LaneCtx &l, int b) {
     // K = A) and three column-sum passes (de, and dsilu_colsum's dc), which remain the path for
     // A > 8 or partials that do not fit: forward child 0.460 → 0.435 ms and wall 1.639 →
     // 1.615 ms multi-stream, 0.697 → 0.621 and 2.110 → 2.033 single-stream at B = 16384
-    // (bench/results/h200-2026-12-02-branch-grads-before-after.json).
-    // This branch's floats of dh2 (all of dh2_b, or its NB-th with the branches side by side),
-    // from an 8-byte boundary.
+    // (bench/results/h200-2026-12-02-branch-grads-before-after.json). The partials take this
+    // branch's floats of dh2 (all of dh2_b, or its NB-th with the branches side by side), from
+    // an 8-byte boundary.
     const size_t span = (size_t)B * H / (cat ? d.NB : 1);
     float *base = st.dh2 + (size_t)b * span;
     const size_t pad = (uintptr_t)base % sizeof(double) ? 1 : 0;
