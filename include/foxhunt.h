@@ -218,9 +218,10 @@ typedef enum fh_math_mode {
     FH_MATH_BF16 = 2    /**< the cuBLAS GEMMs on bfloat16 operands (7 stored mantissa bits,
                              rounded to nearest even from the float32 activations and weights
                              just before each GEMM) with float32 accumulation; the fused IQN,
-                             IQL and attention tensor-core kernels keep TF32 operands. Per tensor
-                             within ~5e-3 of the CPU after 1 and 20 steps at B <= 2048 (more
-                             for zero-initialised biases at large B: docs/cuda.md). Costs an
+                             IQL and attention tensor-core kernels keep TF32 operands, and
+                             the branch backward below the heads (dU, de, the SiLU' and dc) runs
+                             in float32 with double sums. Per tensor within ~6e-3 of the CPU
+                             after 1 step, ~1e-2 after 3 at B = 16384 (docs/cuda.md). Costs an
                              8 MiB staging buffer per cuBLAS workspace, and time: docs/cuda.md */
 } fh_math_mode;
 
