@@ -28,11 +28,15 @@ extern "C" {
 #include <stdint.h>
 #include <cmocka.h>
 }
+#if FOXHUNT_HAVE_CUDA
+#include "cuda_dev.hpp"
+#endif
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "test_cuda_util.h"
@@ -40,20 +44,27 @@ extern "C" {
 namespace {
 
 #if FOXHUNT_HAVE_CUDA
-template <class T>
-T *dev(const std::vector<T> &v) {
-    T *p = nullptr;
-    if (cudaMalloc(&p, std::max<size_t>(1, v.size()) * sizeof(T)) != cudaSuccess)
-        fail_msg("cudaMalloc");
-    cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
-    return p;
-}
+using cuda_test::Dev;
+using cuda_test::dev_of;
 
 template <class T>
-std::vector<T> host(const T *p, size_t n) {
-    std::vector<T> v(n);
-    cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
-    return v;
+T *ptr(const Dev &d) {
+    return static_cast<T *>(d.p);
+}
+
+/* One call of branch_grads and a wait for it: whether it ran; a throw or a fault fails the test
+ * (after the handler, not from inside it). */
+bool run(const fh::cuda::BranchGradArgs &a) {
+    bool ran = false;
+    std::string err;
+    try {
+        ran = fh::cuda::branch_grads(a, nullptr);
+    } catch (const fh::Error &e) {
+        err = e.message;
+    }
+    if (!err.empty()) fail_msg("branch_grads threw: %s", err.c_str());
+    cuda_test::cuda_ok(cudaDeviceSynchronize(), "branch_grads");
+    return ran;
 }
 
 struct Case {
@@ -86,37 +97,30 @@ void check_case(Case cs, unsigned seed) {
     for (float &v : U) v = nd(rng) / std::sqrt((float)HB);
     for (float &v : c) v = 0.5f * nd(rng);
     const size_t np = fh::cuda::branch_grad_partials(B, HB, A);
-    float *ddz = dev(dz), *dg = dev(g), *dp = dev(preg), *dU_w = dev(U), *dc_w = dev(c);
-    float *dpre = dev(std::vector<float>((size_t)B * ld, NAN));
-    float *dU = dev(std::vector<float>((size_t)A * HB, NAN));
-    float *dcb = dev(std::vector<float>(HB, NAN)), *de = dev(std::vector<float>(A, NAN));
-    double *part = dev(std::vector<double>(np, NAN));
-    fh::cuda::BranchGradArgs a{ddz, dg, dp, dU_w, dc_w, B, HB, A, ld, dpre, part, dU, dcb, de};
-    try {
-        if (!fh::cuda::branch_grads(a, nullptr)) fail_msg("branch_grads refused A=%d", A);
-        fh::cuda::BranchGradArgs bad = a;
-        bad.A = 9;
-        if (fh::cuda::branch_grads(bad, nullptr)) fail_msg("branch_grads took A = 9");
-    } catch (const fh::Error &e) {
-        fail_msg("branch_grads threw: %s", e.message.c_str());
-    }
-    const cudaError_t ce = cudaDeviceSynchronize();
-    if (ce != cudaSuccess) fail_msg("branch_grads: %s", cudaGetErrorString(ce));
-    const std::vector<float> hp = host(dpre, (size_t)B * ld), hU = host(dU, (size_t)A * HB),
-                             hc = host(dcb, (size_t)HB), he = host(de, (size_t)A);
-    /* A second run gives the same bits (fixed-order sums, no atomics). */
-    try {
-        fh::cuda::branch_grads(a, nullptr);
-    } catch (const fh::Error &e) {
-        fail_msg("branch_grads threw: %s", e.message.c_str());
-    }
-    if (cudaDeviceSynchronize() != cudaSuccess) fail_msg("branch_grads, second run");
-    /* Bytes, not ==: dpre's columns past HB hold NaN, which equals nothing. */
+    const Dev ddz = dev_of(dz), dg = dev_of(g), dp = dev_of(preg), dU_w = dev_of(U),
+              dc_w = dev_of(c);
+    const Dev dpre = dev_of(std::vector<float>((size_t)B * ld, NAN));
+    const Dev dU = dev_of(std::vector<float>((size_t)A * HB, NAN));
+    const Dev dcb = dev_of(std::vector<float>(HB, NAN)), de = dev_of(std::vector<float>(A, NAN));
+    const Dev part = dev_of(std::vector<double>(np, NAN));
+    const fh::cuda::BranchGradArgs a{ptr<float>(ddz), ptr<float>(dg),  ptr<float>(dp),
+                                     ptr<float>(dU_w), ptr<float>(dc_w), B, HB, A, ld,
+                                     ptr<float>(dpre), ptr<double>(part), ptr<float>(dU),
+                                     ptr<float>(dcb), ptr<float>(de)};
+    if (!run(a)) fail_msg("branch_grads refused A=%d", A);
+    fh::cuda::BranchGradArgs bad = a;
+    bad.A = 9;
+    if (run(bad)) fail_msg("branch_grads took A = 9");
+    const std::vector<float> hp = dpre.get<float>(), hU = dU.get<float>(), hc = dcb.get<float>(),
+                             he = de.get<float>();
+    /* A second run gives the same bits (fixed-order sums, no atomics); bytes, not ==: dpre's
+     * columns past HB hold NaN, which equals nothing. */
+    run(a);
     const auto bits = [](const std::vector<float> &x, const std::vector<float> &y) {
         return x.size() == y.size() && memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
     };
-    const bool same = bits(host(dpre, (size_t)B * ld), hp) && bits(host(dU, (size_t)A * HB), hU) &&
-                      bits(host(dcb, (size_t)HB), hc) && bits(host(de, (size_t)A), he);
+    const bool same = bits(dpre.get<float>(), hp) && bits(dU.get<float>(), hU) &&
+                      bits(dcb.get<float>(), hc) && bits(de.get<float>(), he);
     double w_pre = 0, w_U = 0, w_c = 0, w_e = 0;
     bool untouched = true;
     std::vector<double> cref(HB, 0.0), cbound(HB, 0.0);
@@ -172,8 +176,6 @@ void check_case(Case cs, unsigned seed) {
         fail_msg("branch_grads B=%d HB=%d A=%d: worst dpre %.3f dU %.3f dc %.3f de %.3f%s%s", B,
                  HB, A, w_pre, w_U, w_c, w_e, untouched ? "" : ", columns past HB written",
                  same ? "" : ", a second run differs");
-    for (float *ptr : {ddz, dg, dp, dU_w, dc_w, dpre, dU, dcb, de}) cudaFree(ptr);
-    cudaFree(part);
 }
 
 void test_branch_grads_vs_float64(void **) {
