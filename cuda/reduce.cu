@@ -1,6 +1,7 @@
 #include "reduce.cuh"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "common.hpp"
 #include "device_math.cuh"
@@ -142,15 +143,69 @@ __global__ void k_dsilu_colsum(PtrList in, const float *pre, const float *bias, 
         partial[((size_t)blockIdx.z * gridDim.y + blockIdx.y) * cols + col] = s;
 }
 
+// The final pass over a few hundred partial rows is a chain of dependent loads, not a bandwidth
+// problem: k_colsum's 8 row lanes, 4 rows in flight each, walked 264 partial rows in 9 rounds
+// (7.3 µs after IQN's online pass, warm Nsight). Here a block of 32 columns × 32 row lanes
+// loads 8 rows per lane at once (a round covers 256 rows), each lane sums its rows y, y + 32, ...
+// in order in double, and the 32 lanes meet in a fixed tree in shared memory (y + 16, + 8, ...).
+constexpr int kFinTx = 32, kFinTy = 32, kFinBatch = 8;
+template <class T>
+__global__ void __launch_bounds__(kFinTx *kFinTy) k_colsum_final(const T *__restrict__ X, int rows,
+                                                                 int width, Segs segs) {
+    __shared__ double sh[kFinTy][kFinTx + 1];
+    const int col = blockIdx.x * kFinTx + threadIdx.x, z = blockIdx.z, y = threadIdx.y;
+    X += (size_t)z * rows * width;
+    double acc = 0.0;
+    if (col < width)
+        for (int r = y; r < rows; r += kFinBatch * kFinTy) {
+            double v[kFinBatch];
+#pragma unroll
+            for (int u = 0; u < kFinBatch; ++u) {
+                const int ru = r + u * kFinTy;
+                v[u] = ru < rows ? (double)X[(size_t)ru * width + col] : 0.0;
+            }
+#pragma unroll
+            for (int u = 0; u < kFinBatch; ++u)
+                if (r + u * kFinTy < rows) acc += v[u];
+        }
+    sh[y][threadIdx.x] = acc;
+    __syncthreads();
+#pragma unroll
+    for (int w = kFinTy / 2; w >= 1; w >>= 1) {
+        if (y < w) sh[y][threadIdx.x] += sh[y + w][threadIdx.x];
+        __syncthreads();
+    }
+    if (y != 0 || col >= width) return;
+    const double s = sh[0][threadIdx.x];
+    for (int k = 0; k < segs.n; ++k) {
+        const Seg &g = segs.s[k];
+        if (col >= g.col0 && col < g.col0 + g.len)
+            g.dst[(size_t)z * g.zstride + (col - g.col0)] = (float)(s / g.div);
+    }
+}
+
+// TRIAL (to be deleted after the side-by-side run): FOXHUNT_TRIAL_REDUCE=old keeps k_colsum as
+// the final pass; read at each call (graph capture), so foxhunt-bench --variant can switch it.
+inline bool trial_old_final() {
+    const char *e = getenv("FOXHUNT_TRIAL_REDUCE");
+    return e && e[0] == 'o';
+}
+
 template <class T>
 void reduce_partials_impl(const T *part, int rows, int width, int Z, const Segs &segs,
                           cudaStream_t s) {
     if (segs.n < 1 || segs.n > kMaxSegs)
         fail(FH_ERR_INTERNAL, "reduce_partials: %d segments", segs.n);
-    dim3 grid((width + kColTx - 1) / kColTx, 1, Z), block(kColTx, kColTy);
-    k_colsum<T><<<grid, block, 0, s>>>(part, rows, width, rows, (size_t)rows * width, nullptr,
-                                       nullptr, segs);
-    FH_LAUNCHED("k_colsum (final)");
+    if (trial_old_final()) {
+        dim3 grid((width + kColTx - 1) / kColTx, 1, Z), block(kColTx, kColTy);
+        k_colsum<T><<<grid, block, 0, s>>>(part, rows, width, rows, (size_t)rows * width,
+                                           nullptr, nullptr, segs);
+        FH_LAUNCHED("k_colsum (final)");
+        return;
+    }
+    dim3 grid((width + kFinTx - 1) / kFinTx, 1, Z), block(kFinTx, kFinTy);
+    k_colsum_final<T><<<grid, block, 0, s>>>(part, rows, width, segs);
+    FH_LAUNCHED("k_colsum_final");
 }
 
 }  // namespace
