@@ -1,7 +1,6 @@
 #include "reduce.cuh"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "common.hpp"
 #include "device_math.cuh"
@@ -63,12 +62,9 @@ constexpr int kColTx = 32, kColTy = 8;
 // keep the row order.
 constexpr int U = kRowBatch;
 
-// grid (column tiles, chunks, Z), block (kColTx, kColTy). Writes `partial` when given (pass
-// one), else the segments (the final pass, one chunk).
-template <class T>
-__global__ void k_colsum(const T *__restrict__ X, int rows, int width, int chunk_rows,
-                         size_t zstride, const float *__restrict__ row_scale, double *partial,
-                         Segs segs) {
+// grid (column tiles, chunks, Z), block (kColTx, kColTy): one partial row per chunk.
+__global__ void k_colsum(const float *__restrict__ X, int rows, int width, int chunk_rows,
+                         size_t zstride, const float *__restrict__ row_scale, double *partial) {
     __shared__ double sh[kColTy][kColTx + 1];
     const int col = blockIdx.x * kColTx + threadIdx.x, z = blockIdx.z;
     X += z * zstride;
@@ -88,16 +84,8 @@ __global__ void k_colsum(const T *__restrict__ X, int rows, int width, int chunk
                 if (r + u * kColTy < r1) acc = row_scale ? fma(w[u], v[u], acc) : acc + v[u];
         }
     const double s = tile_col_sum(sh, acc);
-    if (threadIdx.y != 0 || col >= width) return;
-    if (partial) {
+    if (threadIdx.y == 0 && col < width)
         partial[((size_t)z * gridDim.y + blockIdx.y) * width + col] = s;
-        return;
-    }
-    for (int k = 0; k < segs.n; ++k) {
-        const Seg &g = segs.s[k];
-        if (col >= g.col0 && col < g.col0 + g.len)
-            g.dst[(size_t)z * g.zstride + (col - g.col0)] = (float)(s / g.div);
-    }
 }
 
 // grid (column tiles, chunks, Z), block (kColTx, kColTy). dpre may be in.p[0] (in place): each
@@ -147,7 +135,10 @@ __global__ void k_dsilu_colsum(PtrList in, const float *pre, const float *bias, 
 // problem: k_colsum's 8 row lanes, 4 rows in flight each, walked 264 partial rows in 9 rounds
 // (7.3 µs after IQN's online pass, warm Nsight). Here a block of 32 columns × 32 row lanes
 // loads 8 rows per lane at once (a round covers 256 rows), each lane sums its rows y, y + 32, ...
-// in order in double, and the 32 lanes meet in a fixed tree in shared memory (y + 16, + 8, ...).
+// in order in double, and the 32 lanes meet in a fixed tree in shared memory (y + 16, + 8, ...):
+// 13 final passes of the default step 63.0 → 49.6 µs with warm caches, wall 1.615 → 1.605 ms
+// multi-stream and 2.035 → 2.019 single at B = 16384
+// (bench/results/h200-2026-12-02-reduce-final-before-after.json, -ncu-warm.txt).
 constexpr int kFinTx = 32, kFinTy = 32, kFinBatch = 8;
 template <class T>
 __global__ void __launch_bounds__(kFinTx *kFinTy) k_colsum_final(const T *__restrict__ X, int rows,
@@ -184,25 +175,11 @@ __global__ void __launch_bounds__(kFinTx *kFinTy) k_colsum_final(const T *__rest
     }
 }
 
-// TRIAL (to be deleted after the side-by-side run): FOXHUNT_TRIAL_REDUCE=old keeps k_colsum as
-// the final pass; read at each call (graph capture), so foxhunt-bench --variant can switch it.
-inline bool trial_old_final() {
-    const char *e = getenv("FOXHUNT_TRIAL_REDUCE");
-    return e && e[0] == 'o';
-}
-
 template <class T>
 void reduce_partials_impl(const T *part, int rows, int width, int Z, const Segs &segs,
                           cudaStream_t s) {
     if (segs.n < 1 || segs.n > kMaxSegs)
         fail(FH_ERR_INTERNAL, "reduce_partials: %d segments", segs.n);
-    if (trial_old_final()) {
-        dim3 grid((width + kColTx - 1) / kColTx, 1, Z), block(kColTx, kColTy);
-        k_colsum<T><<<grid, block, 0, s>>>(part, rows, width, rows, (size_t)rows * width,
-                                           nullptr, nullptr, segs);
-        FH_LAUNCHED("k_colsum (final)");
-        return;
-    }
     dim3 grid((width + kFinTx - 1) / kFinTx, 1, Z), block(kFinTx, kFinTy);
     k_colsum_final<T><<<grid, block, 0, s>>>(part, rows, width, segs);
     FH_LAUNCHED("k_colsum_final");
@@ -249,8 +226,7 @@ int colsum_chunks(int rows, int chunk_rows) {
 void colsum_partial(const float *X, int rows, int width, const float *row_scale,
                     double *partial, cudaStream_t s, int Z, size_t zstride) {
     dim3 grid((width + kColTx - 1) / kColTx, colsum_chunks(rows), Z), block(kColTx, kColTy);
-    k_colsum<float><<<grid, block, 0, s>>>(X, rows, width, kColsumRows, zstride, row_scale,
-                                           partial, Segs{});
+    k_colsum<<<grid, block, 0, s>>>(X, rows, width, kColsumRows, zstride, row_scale, partial);
     FH_LAUNCHED("k_colsum");
 }
 

@@ -43,9 +43,10 @@ void sum_to(const double *x, size_t n, float *out, double div, double *partial, 
 // Column sums of Z stacked row-major [rows, width] matrices go in chunks of rows: one block
 // sums one chunk of a 32-column tile, each of its 8 row lanes every 8th row in order, then the
 // lanes in order (device_math.cuh tile_col_sum), in double. Partials are [Z][chunks][width];
-// reduce_partials() sums them the same way (all rows of a column in one chunk). A thread loads
-// kRowBatch of its rows at once, then sums them in row order (so the bits do not depend on it);
-// regime.cu's per-regime sums do the same.
+// reduce_partials() sums all rows of a column in one block of 32 row lanes, each lane every 32nd
+// row in order, then the lanes in a fixed tree. A thread loads several of its rows at once, then
+// sums them in row order (so the bits do not depend on how many); regime.cu's per-regime sums do
+// the same.
 constexpr int kRowBatch = 4;
 
 constexpr int kColsumRows = 256;  // rows per chunk of colsum_partial

@@ -10,8 +10,6 @@
 // one product replaced NB GEMMs writing [B, H] each and a SiLU' pass reading all of them:
 // forward child 0.433 → 0.401 ms multi-stream and 0.631 → 0.582 single-stream at B = 16384,
 // 48 MiB less memory (bench/results/h200-2026-12-02-dh2-one-product-before-after.json).
-#include <cstdlib>
-
 #include "branch_grads.hpp"
 #include "common.hpp"
 #include "cuda_step.hpp"
@@ -57,14 +55,14 @@ __global__ void k_td_loss(const float *q, const float *z, const float *y, const 
 // half hands its sums to the first through shared memory, which adds them (first + second) and
 // writes the block's partial row: dU [A·HB] | dc [HB] | de [A]. Columns past 128 take further
 // rounds.
-constexpr int kGradCols = 128, kGradMaxA = 8, kGradBatch = 8;
-// TRIAL (to be deleted after the side-by-side run): FOXHUNT_TRIAL_REDUCE=new64 runs 64-row blocks.
-inline int grad_rows() {
-    const char *e = getenv("FOXHUNT_TRIAL_REDUCE");
-    return e && e[0] == 'n' && e[3] == '6' ? 64 : 128;
-}
+// 64 rows a block rather than 128: a branch's 256 blocks put two blocks (16 warps) on an SM
+// where the branches run one after another, and each thread walks 32 rows instead of 64.
+// Single-stream forward child 0.617 → 0.595 ms, multi-stream unchanged (the branches side by side
+// already filled the SMs) (bench/results/h200-2026-12-02-reduce-final-before-after.json, "new"
+// against "new64").
+constexpr int kGradRows = 64, kGradCols = 128, kGradMaxA = 8, kGradBatch = 8;
 // AC: A compiled in (8), or 0 to read it from a.
-template <int AC, int kGradRows>
+template <int AC>
 __global__ void __launch_bounds__(2 * kGradCols) k_branch_grads(BranchGradArgs a) {
     __shared__ float dz_s[kGradRows][kGradMaxA];
     __shared__ double hand[kGradCols][kGradMaxA + 1];
@@ -159,20 +157,16 @@ void td_metrics(CudaStep &st, const LaneCtx &l) {
 }
 
 size_t branch_grad_partials(int B, int HB, int A) {
-    return (size_t)((B + grad_rows() - 1) / grad_rows()) * ((size_t)A * HB + HB + A);
+    return (size_t)((B + kGradRows - 1) / kGradRows) * ((size_t)A * HB + HB + A);
 }
 
 bool branch_grads(const BranchGradArgs &a, cudaStream_t s) {
     if (a.A < 1 || a.A > kGradMaxA || a.B < 1 || a.HB < 1) return false;
-    const int rows = grad_rows(), blocks = (a.B + rows - 1) / rows;
-    if (a.A == 8 && rows == 64)
-        k_branch_grads<8, 64><<<blocks, 2 * kGradCols, 0, s>>>(a);
-    else if (a.A == 8)
-        k_branch_grads<8, 128><<<blocks, 2 * kGradCols, 0, s>>>(a);
-    else if (rows == 64)
-        k_branch_grads<0, 64><<<blocks, 2 * kGradCols, 0, s>>>(a);
+    const int blocks = (a.B + kGradRows - 1) / kGradRows;
+    if (a.A == 8)
+        k_branch_grads<8><<<blocks, 2 * kGradCols, 0, s>>>(a);
     else
-        k_branch_grads<0, 128><<<blocks, 2 * kGradCols, 0, s>>>(a);
+        k_branch_grads<0><<<blocks, 2 * kGradCols, 0, s>>>(a);
     FH_LAUNCHED("k_branch_grads");
     const int AH = a.A * a.HB;
     Segs sg;
