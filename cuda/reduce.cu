@@ -136,9 +136,9 @@ __global__ void k_dsilu_colsum(PtrList in, const float *pre, const float *bias, 
 // (7.3 µs after IQN's online pass, warm Nsight). Here a block of 32 columns × 32 row lanes
 // loads 8 rows per lane at once (a round covers 256 rows), each lane sums its rows y, y + 32, ...
 // in order in double, and the 32 lanes meet in a fixed tree in shared memory (y + 16, + 8, ...):
-// 13 final passes of the default step 63.0 → 49.6 µs with warm caches, wall 1.615 → 1.605 ms
-// multi-stream and 2.035 → 2.019 single at B = 16384
-// (bench/results/h200-2026-12-02-reduce-final-before-after.json, -ncu-warm.txt).
+// the default step's 13 final passes 63.0 → 49.6 µs with warm caches; wall 1.618 / 1.612 →
+// 1.602 ms multi-stream and 2.036 / 2.034 → 2.019 single at B = 16384, two runs of the old pass
+// against one (bench/results/h200-2026-12-02-reduce-final-before-after.json, -ncu-warm.txt).
 constexpr int kFinTx = 32, kFinTy = 32, kFinBatch = 8;
 template <class T>
 __global__ void __launch_bounds__(kFinTx *kFinTy) k_colsum_final(const T *__restrict__ X, int rows,
