@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <deque>
 #include <new>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "guard.hpp"
 #include "layout.hpp"
 #include "memory_plan.hpp"
+#include "state_ranges.hpp"
 
 struct fh_pipeline {
     fh_config config;
@@ -93,29 +95,6 @@ const fh::TensorEntry &find(const fh_pipeline *p, const char *name) {
     const fh::TensorEntry *t = p->layout.find(name);
     if (!t) fh::fail(FH_ERR_UNKNOWN_NAME, "no tensor is named '%s'", name);
     return *t;
-}
-
-// State tensors have ranges beyond finiteness: a spectral u must have a norm (σ = uᵀWv would be
-// 0), a running mean square s_k cannot be negative (ρ = √(s̄/s_k)), and ρ_k lives in
-// [regime_min, regime_max] (a negative one would turn the TD loss into gradient ascent).
-void check_state_values(const fh_pipeline *p, const fh::TensorEntry &t, const float *in) {
-    if (t.name.rfind("sn.u.", 0) == 0) {
-        double n2 = 0;
-        for (size_t i = 0; i < t.count(); ++i) n2 += (double)in[i] * in[i];
-        if (!(n2 > 0)) fh::fail(FH_ERR_BAD_VALUE, "tensor '%s' is all zeros: a spectral u needs "
-                                "a non-zero norm", t.name.c_str());
-    } else if (t.name == "regime.s") {
-        for (size_t i = 0; i < t.count(); ++i)
-            if (in[i] < 0)
-                fh::fail(FH_ERR_BAD_VALUE, "%s[0, %zu] = %g is negative (a mean square)",
-                         t.name.c_str(), i, (double)in[i]);
-    } else if (t.name == "regime.scale") {
-        const float lo = p->config.regime_min, hi = p->config.regime_max;
-        for (size_t i = 0; i < t.count(); ++i)
-            if (!(in[i] >= lo && in[i] <= hi))
-                fh::fail(FH_ERR_BAD_VALUE, "%s[0, %zu] = %g is outside [regime_min, regime_max] "
-                         "= [%g, %g]", t.name.c_str(), i, (double)in[i], (double)lo, (double)hi);
-    }
 }
 
 void fill_info(const fh::TensorEntry &t, fh_tensor_info *info) {
@@ -415,7 +394,14 @@ fh_status fh_pipeline_write_tensor(fh_pipeline *p, const char *name, const float
             fh::fail(FH_ERR_BUFFER_SIZE, "argument 'count' = %zu but tensor '%s' [%u, %u] has %zu",
                      count, name, t.rows, t.cols, t.count());
         fh::check_finite(name, in, t.rows, t.cols);
-        check_state_values(p, t, in);
+        // The range checks see `in` for this tensor and the current values of the others.
+        std::deque<std::vector<float>> current;  // deque: earlier pointers stay valid
+        fh::check_state_range(p->config, p->layout, t, [&](const fh::TensorEntry &o) {
+            if (o.name == t.name) return in;
+            current.emplace_back(o.count());
+            p->backend->read(o.buf, o.offset, o.count(), current.back().data());
+            return (const float *)current.back().data();
+        });
         p->backend->write(t.buf, t.offset, count, in);
     });
 }

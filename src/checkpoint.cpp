@@ -15,6 +15,7 @@
 #include "atomic_file.hpp"
 #include "config.hpp"
 #include "error.hpp"
+#include "state_ranges.hpp"
 
 namespace fh {
 
@@ -319,6 +320,15 @@ Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L
         memcpy(&format, head.data() + sizeof kMagic, 4);
         memcpy(&fp_size, head.data() + sizeof kMagic + 4, 4);
     }
+    // A file that ends inside the header (after the magic, before the fingerprint's end) was cut
+    // short, unless the part there already names a format this library does not write.
+    if (head.size() < fp_at + fp.size()) {
+        uint32_t fmt = kFormat;
+        if (head.size() >= sizeof kMagic + 4) memcpy(&fmt, head.data() + sizeof kMagic, 4);
+        if (fmt == kFormat || fmt == kFormatReplay)
+            fail(FH_ERR_CHECKPOINT_TRUNCATED, "checkpoint '%s' ends at byte %zu, inside its "
+                 "header (%zu bytes for this config)", path, size, fp_at + fp.size());
+    }
     const bool same_config = head.size() == fp_at + fp.size() &&
                              (format == kFormat || format == kFormatReplay) &&
                              fp_size == fp.size() &&
@@ -389,6 +399,25 @@ Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L
     const std::string bad = first_non_finite(L, ck.bufs);
     if (!bad.empty())
         fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': %s is not finite", path, bad.c_str());
+    // Nor state out of the ranges write_tensor enforces (state_ranges.hpp).
+    for (const TensorEntry &t : L.tensors) {
+        if (!t.writable) continue;
+        try {
+            check_state_range(c, L, t, [&](const TensorEntry &o) {
+                return (const float *)ck.bufs[o.buf].data() + o.offset;
+            });
+        } catch (const Error &e) {
+            fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': %s", path, e.message.c_str());
+        }
+    }
+    // Counters no run can reach (2^63 steps, acts or rows: centuries at a million a second) are
+    // damage, and the step and row counts must not wrap when they advance.
+    const uint64_t most = 1ull << 63;
+    if (ck.step >= most || ck.act_calls >= most || (ck.has_replay && ck.replay.n_ins >= most))
+        fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': step %llu, act calls %llu, rows "
+             "inserted %llu: a count of 2^63 or more is not one a run reaches", path,
+             (unsigned long long)ck.step, (unsigned long long)ck.act_calls,
+             (unsigned long long)(ck.has_replay ? ck.replay.n_ins : 0));
     // Nor may it smuggle in rows that an insert would refuse.
     if (ck.has_replay && ck.replay.rows.R > 0) {
         try {

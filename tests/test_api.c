@@ -283,6 +283,24 @@ static void test_tensors_by_name(void **state) {
            "regime.scale[0, 2] = -5");
     rho3[2] = 4.0f; /* = regime_max: allowed */
     assert_int_equal(fh_pipeline_write_tensor(p, "regime.scale", rho3, 3), FH_OK);
+    /* Under spectral normalisation (W2 here), no write may make σ vanish: a u whose product
+     * with W rounds to (nearly) nothing, a W of zeros, a target W of zeros. Nothing changes. */
+    float u[16], u_before[16], w2[16 * 16], w2_before[16 * 16];
+    assert_int_equal(fh_pipeline_read_tensor(p, "sn.u.W2", u_before, 16), FH_OK);
+    assert_int_equal(fh_pipeline_read_tensor(p, "q.W2", w2_before, 256), FH_OK);
+    for (int i = 0; i < 16; ++i) u[i] = i == 3 ? 1e-45f : 0.0f; /* one denormal */
+    expect(fh_pipeline_write_tensor(p, "sn.u.W2", u, 16), FH_ERR_BAD_VALUE, "below 1e-12");
+    memset(w2, 0, sizeof w2);
+    expect(fh_pipeline_write_tensor(p, "q.W2", w2, 256), FH_ERR_BAD_VALUE, "'q.W2'");
+    expect(fh_pipeline_write_tensor(p, "target.q.W2", w2, 256), FH_ERR_BAD_VALUE,
+           "'target.q.W2' is all zeros");
+    assert_int_equal(fh_pipeline_read_tensor(p, "sn.u.W2", u, 16), FH_OK);
+    assert_memory_equal(u, u_before, sizeof u);
+    assert_int_equal(fh_pipeline_read_tensor(p, "q.W2", w2, 256), FH_OK);
+    assert_memory_equal(w2, w2_before, sizeof w2);
+    /* q.W1 has no spectral normalisation here: zeros are a weight like any other. */
+    float w1[16 * 10] = {0};
+    assert_int_equal(fh_pipeline_write_tensor(p, "q.W1", w1, 160), FH_OK);
     fh_pipeline_destroy(p);
     /* One regime: scaling is off (rho ≡ 1), so its state cannot be written. */
     c.num_regimes = 1;

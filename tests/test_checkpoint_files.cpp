@@ -1,7 +1,8 @@
 /* Checkpoints and the file system: what a save may replace (only regular files), the mode it
  * gives a new file (the umask's), that a save killed half way leaves no file behind, and that a
  * large file which merely starts like a checkpoint is refused from its header (the replay
- * section's header included). */
+ * section's header included), and that forged state or counters and a file cut inside its header
+ * are refused. */
 #include "replay_ref.hpp"  // before cmocka.h
 
 extern "C" {
@@ -251,6 +252,105 @@ void test_replay_section_sized_from_its_header(void **) {
     fh_pipeline_destroy(p);
 }
 
+
+/* A checkpoint holds no state that write_tensor would refuse and no counter a run cannot reach:
+ * forged files (checksum resealed) with a regime scale outside [regime_min, regime_max], a
+ * negative running mean square, a spectral u of zeros (σ would be 0), a step count of 2^64 − 1
+ * (Adam's t would wrap to 0) or 2^63 rows inserted are refused as corrupt; a file that ends
+ * inside its header is truncated, not damaged. None of them changes the pipeline. */
+void reseal(std::string &b) {  // FNV-1a of the format (src/checkpoint.cpp)
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i + 8 < b.size(); ++i) { h ^= (uint8_t)b[i]; h *= 1099511628211ull; }
+    memcpy(&b[b.size() - 8], &h, 8);
+}
+
+size_t find_floats(const std::string &b, const float *x, size_t n) {
+    const size_t at = b.find(std::string((const char *)x, n * sizeof(float)));
+    if (at == std::string::npos || b.find(std::string((const char *)x, n * 4), at + 1) != std::string::npos)
+        fail_msg("the written values are not in the checkpoint exactly once");
+    return at;
+}
+
+void test_forged_state_refused(void **) {
+    fh_pipeline *p = make_stepped();
+    /* Distinctive values, to find them in the file. */
+    const float rho[3] = {1.25f, 0.75f, 3.5f}, s[3] = {0.125f, 2.0f, 0.5f};
+    float u[16];
+    for (int i = 0; i < 16; ++i) u[i] = 0.0625f * (float)(i + 1) * (i % 2 ? -1.0f : 1.0f);
+    assert_int_equal(fh_pipeline_write_tensor(p, "regime.scale", rho, 3), FH_OK);
+    assert_int_equal(fh_pipeline_write_tensor(p, "regime.s", s, 3), FH_OK);
+    assert_int_equal(fh_pipeline_write_tensor(p, "sn.u.W2", u, 16), FH_OK);
+    const std::string dir = fresh_dir("forged");
+    const std::string good = dir + "/good.ckpt", x = dir + "/x.ckpt";
+    assert_int_equal(fh_pipeline_save(p, good.c_str()), FH_OK);
+    const std::string g = slurp(good);
+    const size_t at_rho = find_floats(g, rho, 3), at_s = find_floats(g, s, 3),
+                 at_u = find_floats(g, u, 16);
+    uint32_t fp_bytes;
+    memcpy(&fp_bytes, &g[12], 4);
+    const size_t at_step = 16 + fp_bytes;
+    uint64_t step;
+    memcpy(&step, &g[at_step], 8);
+    assert_int_equal(step, 1);
+    auto load = [&](const std::string &bytes, fh_status want, const char *msg) {
+        FILE *f = fopen(x.c_str(), "wb");
+        fwrite(bytes.data(), 1, bytes.size(), f);
+        fclose(f);
+        const fh_status st = fh_pipeline_load(p, x.c_str());
+        if (st != want || !strstr(fh_last_error_message(), msg))
+            fail_msg("%s: %s (%s), expected %s with '%s'", msg, fh_status_string(st),
+                     fh_last_error_message(), fh_status_string(want), msg);
+    };
+    auto forged = [&](size_t at, const void *v, size_t n) {
+        std::string b = g;
+        memcpy(&b[at], v, n);
+        reseal(b);
+        return b;
+    };
+    const float minus1 = -1.0f, big = 1e30f, zeros[16] = {0};
+    load(forged(at_rho, &minus1, 4), FH_ERR_CHECKPOINT_CORRUPT, "regime.scale[0, 0] = -1 is outside");
+    load(forged(at_rho + 8, &big, 4), FH_ERR_CHECKPOINT_CORRUPT, "regime.scale[0, 2] = 1e+30");
+    load(forged(at_s + 4, &minus1, 4), FH_ERR_CHECKPOINT_CORRUPT, "regime.s[0, 1] = -1 is negative");
+    load(forged(at_u, zeros, sizeof zeros), FH_ERR_CHECKPOINT_CORRUPT, "below 1e-12");
+    const uint64_t wrap = ~0ull, half = 1ull << 63;
+    load(forged(at_step, &wrap, 8), FH_ERR_CHECKPOINT_CORRUPT, "2^63 or more");
+    load(forged(at_step + 8, &half, 8), FH_ERR_CHECKPOINT_CORRUPT, "act calls 9223372036854775808");
+    for (size_t cut : {(size_t)8, (size_t)12, (size_t)16, (size_t)100, (size_t)at_step - 1})
+        load(g.substr(0, cut), FH_ERR_CHECKPOINT_TRUNCATED, "inside its header");
+    /* The state and counters are what they were: the same checkpoint again. */
+    assert_int_equal(fh_pipeline_save(p, x.c_str()), FH_OK);
+    assert_true(slurp(x) == g);
+    fh_pipeline_destroy(p);
+
+    /* A replay's rows-inserted count of 2^63: no run gets there, and it would wrap. */
+    const fh_config c = replay_ref::config(7, 3);
+    assert_int_equal(fh_pipeline_create(&c, &p), FH_OK);
+    const replay_ref::Rows rows = replay_ref::random_rows(c, 9, 1, 0.2);
+    const fh_replay_rows v = rows.view();
+    assert_int_equal(fh_pipeline_insert(p, &v), FH_OK);
+    const std::string with = dir + "/with.ckpt", plain = dir + "/plain.ckpt";
+    assert_int_equal(fh_pipeline_save_ex(p, with.c_str(), FH_SAVE_REPLAY), FH_OK);
+    assert_int_equal(fh_pipeline_save(p, plain.c_str()), FH_OK);
+    const std::string w = slurp(with);
+    const size_t at_ins = slurp(plain).size() - 8 + 8;  // after the replay header's K and E
+    uint64_t n_ins;
+    memcpy(&n_ins, &w[at_ins], 8);
+    assert_int_equal(n_ins, 9);
+    std::string b = w;
+    memcpy(&b[at_ins], &half, 8);
+    reseal(b);
+    FILE *f = fopen(x.c_str(), "wb");
+    fwrite(b.data(), 1, b.size(), f);
+    fclose(f);
+    /* Both counts leave K = 7 valid rows, so the file's size still matches its header. */
+    const fh_status st = fh_pipeline_load(p, x.c_str());
+    if (st != FH_ERR_CHECKPOINT_CORRUPT || !strstr(fh_last_error_message(), "rows inserted 9223372036854775808"))
+        fail_msg("rows inserted 2^63: %s (%s)", fh_status_string(st), fh_last_error_message());
+    assert_int_equal(fh_pipeline_save_ex(p, x.c_str(), FH_SAVE_REPLAY), FH_OK);
+    assert_true(slurp(x) == w);
+    fh_pipeline_destroy(p);
+}
+
 }  // namespace
 
 int main(void) {
@@ -260,6 +360,7 @@ int main(void) {
         cmocka_unit_test(test_killed_save_leaves_nothing),
         cmocka_unit_test(test_large_file_refused_from_header),
         cmocka_unit_test(test_replay_section_sized_from_its_header),
+        cmocka_unit_test(test_forged_state_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
