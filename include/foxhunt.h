@@ -107,7 +107,11 @@
  * its tasks in order; the CUDA executor captures each child on its lanes (streams) and links the
  * children into one parent graph, so a step is one graph launch. Every network is one flat
  * float32 buffer, so EMA, Adam, clipping and checkpoints are single loops. Results are bitwise
- * reproducible run to run (fixed-order reductions, no atomics). The details, with the measured
+ * reproducible run to run on one machine (fixed-order reductions, no atomics). The CPU backend's
+ * GEMMs are OpenBLAS's, whose bits also depend on its thread count (OPENBLAS_NUM_THREADS) and
+ * on the CPU's kernel: with another thread count or machine the same step differs in the last
+ * bits (52 of 96 tensors after one step, by up to 2e-7, between 1 and 2 threads). On CUDA the
+ * bits depend on the device and the library versions. The details, with the measured
  * speed on an H200: @ref design "docs/design.md" and docs/cuda.md.
  */
 /**

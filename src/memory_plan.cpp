@@ -270,10 +270,11 @@ void check_fits(uint64_t need, uint64_t available, const std::string &where,
     if (need <= available) return;
     fail(FH_ERR_OUT_OF_MEMORY,
          "config needs %llu bytes of %s (parameters %llu, activations %llu, workspaces %llu, "
-         "batch staging %llu, step scratch %llu; fh_memory_plan() itemises it), %llu available "
-         "(%s)", (unsigned long long)need, where.c_str(), (unsigned long long)p.parameters,
-         (unsigned long long)p.activations, (unsigned long long)p.workspaces,
-         (unsigned long long)p.batch_staging, (unsigned long long)p.transient,
+         "batch staging %llu, replay %llu, step scratch %llu; fh_memory_plan() itemises it), "
+         "%llu available (%s)", (unsigned long long)need, where.c_str(),
+         (unsigned long long)p.parameters, (unsigned long long)p.activations,
+         (unsigned long long)p.workspaces, (unsigned long long)p.batch_staging,
+         (unsigned long long)p.replay, (unsigned long long)p.transient,
          (unsigned long long)available, source.c_str());
 }
 

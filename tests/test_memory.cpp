@@ -290,6 +290,20 @@ void test_creation_refused_before_allocating(void **) {
         fail_msg("message: %s", msg);
     printf("[MEMORY] refused with %zu bytes allocated at the peak: %s\n", scope.peak(), msg);
     assert_true(scope.peak() < (1u << 20));
+    /* A replay of 2^32 transitions (K·E at SPEC §2.1's limit, ~0.4 TB): the message names the
+     * replay's bytes among the parts it adds up. */
+    fh_config_init(&c);
+    c.backend = FH_BACKEND_CPU;
+    c.replay_capacity = c.replay_envs = 65536;
+    assert_int_equal(fh_memory_plan(&c, &r), FH_OK);
+    if (r.replay <= avail) {
+        printf("[MEMORY] this machine has room for the replay: refusal not checked\n");
+        return;
+    }
+    assert_int_equal(fh_pipeline_create(&c, &p), FH_ERR_OUT_OF_MEMORY);
+    const std::string want = "replay " + std::to_string(r.replay);
+    if (!strstr(fh_last_error_message(), want.c_str()))
+        fail_msg("message without '%s': %s", want.c_str(), fh_last_error_message());
 }
 
 /* L4: a first step that runs out of memory half way restores the state and gives back what it
