@@ -45,7 +45,19 @@ def _config_value(name, value):
     if ctype is ctypes.c_float:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
             raise TypeError("%s=%r: expected a real number" % (name, value))
-        return float(value)
+        # The field is a float32: a value it cannot hold would reach the library as an infinity
+        # or, worse, as 0 (lr_q=1e-300 would turn learning off without a word).
+        try:
+            v = float(value)
+        except OverflowError:
+            raise ValueError("%s=%r overflows float32" % (name, value)) from None
+        with np.errstate(over="ignore", under="ignore"):
+            f32 = float(np.float32(v))
+        if np.isfinite(v) and not np.isfinite(f32):
+            raise ValueError("%s=%r overflows float32" % (name, value))
+        if v != 0 and f32 == 0:
+            raise ValueError("%s=%r underflows float32 to 0" % (name, value))
+        return v
     if not isinstance(value, (int, np.integer)):  # bool is an int: her_terminal_on_success=True
         raise TypeError("%s=%r: expected an int" % (name, value))
     lo, hi = _INT_RANGES[ctype]
@@ -301,6 +313,8 @@ class Pipeline:
         return [(name, shape, group) for name, shape, group, _, _ in self._tensors]
 
     def _info(self, name):
+        if not isinstance(name, str):
+            raise TypeError("name: expected a str, got %s" % type(name).__name__)
         info = _abi.new(_abi.fh_tensor_info)
         self._call("fh_pipeline_find_tensor", name.encode(), byref(info))
         return _tensor_shape(name, info.rows, info.cols, info.group), info.rows * info.cols
@@ -340,6 +354,8 @@ class Pipeline:
         marks each environment's last transition of an episode (termination or time limit);
         done = 1 requires episode_end = 1. Host and device arrays as upload() says."""
         c = self._config
+        if c["replay_capacity"] == 0:  # the library's FH_ERR_UNSUPPORTED, before any shape check
+            self._call("fh_pipeline_insert", byref(_abi.new(_abi.fh_replay_rows)))
         E, O, G, NB = c["replay_envs"], c["obs_dim"], c["goal_dim"], c["num_branches"]
         values = dict(obs=obs, goal=goal, action=action, reward=reward, done=done,
                       next_obs=next_obs, next_achieved_goal=next_achieved_goal, regime=regime,
@@ -465,7 +481,7 @@ class Pipeline:
         allowed = {tuple(shape), (count,)} | ({(1, count)} if len(shape) == 1 else set())
         if a.shape not in allowed:
             raise ValueError("%s: expected shape %s, got %s" % (name, tuple(shape), a.shape))
-        a = np.ascontiguousarray(a, dtype=np.float32)
+        a = _float_array(a, name, a.shape)
         self._call("fh_pipeline_write_tensor", name.encode(), _ptr(a, c_float),
                    ctypes.c_size_t(count))
 

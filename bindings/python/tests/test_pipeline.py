@@ -1,5 +1,7 @@
 """foxhunt.Pipeline against the library: config keywords, upload checks, step, act, metrics,
 tensors, read/write, checkpoints, errors and lifetime."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -24,6 +26,13 @@ def test_wrong_types_and_ranges_refused_before_the_call(fh):
         fh.Pipeline(**dict(SMALL, her_reward="medium"))
     with pytest.raises(ValueError):
         fh.Pipeline(**dict(SMALL, sn_layers=["W3"]))
+    # The float fields are float32: a value they cannot hold is refused, not turned into 0 or inf.
+    with pytest.raises(ValueError, match=r"lr_q=1e-300 underflows float32 to 0"):
+        fh.Pipeline(**dict(SMALL, lr_q=1e-300))
+    with pytest.raises(ValueError, match=r"clip_norm=1e\+300 overflows float32"):
+        fh.Pipeline(**dict(SMALL, clip_norm=1e300))
+    with pytest.raises(ValueError, match="overflows float32"):
+        fh.Pipeline(**dict(SMALL, clip_norm=10 ** 400))
 
 
 @pytest.mark.parametrize("override,status", [
@@ -248,6 +257,17 @@ def test_write_then_read(fh, pipe):
     with pytest.raises(fh.FoxhuntError) as ei:
         pipe.write("q.b1", bad)
     assert ei.value.status == fh.Status.ERR_NON_FINITE
+    # A float64 beyond float32's range is named, with no numpy warning on the way.
+    bad[3] = 1e300
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"q.b1\[3\] = 1e\+300 overflows float32"):
+            pipe.write("q.b1", bad)
+    for name in (None, b"q.W1", 3):
+        with pytest.raises(TypeError, match="name: expected a str"):
+            pipe.read(name)
+        with pytest.raises(TypeError, match="name: expected a str"):
+            pipe.write(name, np.zeros(3))
 
 
 def test_act(fh, pipe):

@@ -106,6 +106,10 @@ def test_checkpoint_with_replay_resumes_bit_for_bit(fh, tmp_path):
         with pytest.raises(fh.FoxhuntError) as ei:
             plain.save(path, include_replay=True)
         assert ei.value.status == fh.Status.ERR_UNSUPPORTED
+        # Rows for a pipeline without a replay: the library's refusal, not a shape complaint.
+        with pytest.raises(fh.FoxhuntError, match="without a replay") as ei:
+            plain.insert(**make_rows(2, seed=3))
+        assert ei.value.status == fh.Status.ERR_UNSUPPORTED
 
 
 # ---- device arrays ---------------------------------------------------------------------------
