@@ -170,7 +170,6 @@ void adam_q(CudaStep &s, const LaneCtx &l);            // adam_q.cu
 // schedule.hpp) end their lanes, or in a data-parallel step follow their all-reduce after the
 // join.
 void learner_iql(CudaStep &s, const LaneCtx &l);
-void learner_iql_grads(CudaStep &s, const LaneCtx &l);
 void learner_iqn(CudaStep &s, const LaneCtx &l);
 void learner_attention(CudaStep &s, const LaneCtx &l);
 void learner_adam(CudaStep &s, const LaneCtx &l, int learners);

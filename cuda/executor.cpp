@@ -371,7 +371,6 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
     case Task::BWD_TRUNK: backward_trunk(s, l); break;
     case Task::EMA_TARGETS: ema_targets(s, l); break;
     case Task::IQL: learner_iql(s, l); break;
-    case Task::IQL_GRADS: learner_iql_grads(s, l); break;
     case Task::IQN: learner_iqn(s, l); break;
     case Task::ATTENTION: learner_attention(s, l); break;
     case Task::AUX_ADAM: learner_adam(s, l, arg); break;

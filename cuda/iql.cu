@@ -431,11 +431,10 @@ struct IqlLearner::Impl {
         aux::reduce_partials(part_b1, rows, (int)d.Hi, 2, g, s);
     }
 
-    // Everything but the weight gradients' GEMMs (sites 2 and 4; weight_grads()). The fused
-    // path issues no cuBLAS call here.
-    void pass(const Lane &lane, const StepInputs &in, float *v_hi, float *v_lo, float *omega,
-              float *loss) {
+    void loss_grad(const Lane &lane, const StepInputs &in, float *v_hi, float *v_lo,
+                   float *omega, float *loss) {
         cudaStream_t s = lane.stream;
+        const Blas &bl = checked_blas(lane, "IQL");
         const size_t B = d.B;
         const int Hi = (int)d.Hi;
 
@@ -454,9 +453,10 @@ struct IqlLearner::Impl {
 
         if (fused) {
             fused_pass(in, v_hi, v_lo, omega, loss, s);
+            run(bl, 2);
+            run(bl, 4);
             return;
         }
-        const Blas &bl = checked_blas(lane, "IQL");
 
         // Forward.
         run(bl, 0);
@@ -484,7 +484,8 @@ struct IqlLearner::Impl {
         FH_LAUNCHED("k_iql_head");
         reduce_head(head.blocks, loss, s);
 
-        // Backward through layer 2 and layer 1 (dW2, site 2, in weight_grads()).
+        // Backward through layer 2 and layer 1.
+        run(bl, 2);
         run(bl, 3);
         PtrList dh1{};
         dh1.p[0] = h2;
@@ -492,12 +493,6 @@ struct IqlLearner::Impl {
         dsilu_colsum(dh1, pre1, params + o.b1, (int)B, Hi, aux::kColRows, h2, part_b1,
                      s, 2, total);
         reduce_b1(b1_chunks, s);
-    }
-
-    // dW2 = dpre2ᵀ h1 and dW1 = dpre1ᵀ x̃ of both nets, from what pass() left.
-    void weight_grads(const Lane &lane) {
-        const Blas &bl = checked_blas(lane, "IQL");
-        run(bl, 2);
         run(bl, 4);
     }
 };
@@ -508,14 +503,10 @@ IqlLearner::IqlLearner(const Dims &d, const fh_config &c, const Layout &L, float
 
 IqlLearner::~IqlLearner() = default;
 
-void IqlLearner::enqueue_pass(const Lane &lane, const StepInputs &in, float *v_hi, float *v_lo,
-                              float *omega, float *loss) {
-    impl_->pass(lane, in, v_hi, v_lo, omega, loss);
+void IqlLearner::enqueue_loss_grad(const Lane &lane, const StepInputs &in, float *v_hi,
+                                   float *v_lo, float *omega, float *loss) {
+    impl_->loss_grad(lane, in, v_hi, v_lo, omega, loss);
 }
-
-void IqlLearner::enqueue_weight_grads(const Lane &lane) { impl_->weight_grads(lane); }
-
-bool IqlLearner::pass_without_gemm() const { return impl_->fused; }
 
 // One Adam over [hi | lo].
 void IqlLearner::enqueue_adam(const Lane &lane, const uint64_t *step) {

@@ -1,10 +1,9 @@
 // SPEC §5.5 steps 2–4 as tasks: the learners of learners.hpp on their lanes, with the sums of
 // their gradients across the ranks of a data-parallel step (SPEC §9, allreduce.hpp) before
 // their Adam steps:
-//   IQL (forward child; aux child, lane 0, with one branch: schedule.cpp): its pass (loss,
-//        ω, V and the gradient but the weight matrices'), then IQL_GRADS: the weight
-//        gradients, the all-reduce, its Adam (V_hi's update precedes nothing else that reads
-//        it: ω and v_hi were written before)
+//   IQL (forward child, lane 2, beside the trunk backward; aux child, lane 0, with one branch:
+//        schedule.cpp): loss and gradient, its all-reduce, its Adam (V_hi's update precedes
+//        nothing else that reads it: ω and v_hi were written before)
 //   aux child, lane 1: IQN loss and gradient, its Adam   lane 2: attention loss and gradient,
 //        its Adam
 // In a data-parallel step (world > 1) the two Adam steps wait for the join instead, on lane 0
@@ -16,11 +15,7 @@
 namespace fh::cuda {
 
 void learner_iql(CudaStep &s, const LaneCtx &l) {
-    s.iql->enqueue_pass(l.lane(), s.inputs(), s.v_hi, s.v_lo, s.omega, s.dm->iql_loss);
-}
-
-void learner_iql_grads(CudaStep &s, const LaneCtx &l) {
-    s.iql->enqueue_weight_grads(l.lane());
+    s.iql->enqueue_loss_grad(l.lane(), s.inputs(), s.v_hi, s.v_lo, s.omega, s.dm->iql_loss);
     s.dp.sum({SumBuf::f32s(s.iql->grad_device(), s.iql->grad_floats())}, l.stream);
     s.iql->enqueue_adam(l.lane(), s.step);
 }

@@ -52,16 +52,10 @@ public:
     IqlLearner(const Dims &d, const fh_config &c, const Layout &L, float *params, float *m,
                float *v);
     ~IqlLearner();
-    // The gradient in two parts, so that the schedule can run them apart (src/schedule.cpp):
-    // enqueue_pass writes v_hi, v_lo [B] (before the update), omega [B], loss[2] (hi, lo) and
-    // every gradient of both nets but the weight matrices', [hi | lo] as layout.iql
-    // (grad_device(), grad_floats() floats); enqueue_weight_grads, on a later call on any
-    // lane, writes dW1 and dW2 from what the pass left. On the fused path (pass_without_gemm(),
-    // as src/iql_paths.hpp's iql_fused) the pass makes no cuBLAS call.
-    void enqueue_pass(const Lane &lane, const StepInputs &in, float *v_hi, float *v_lo,
-                      float *omega, float *loss);
-    void enqueue_weight_grads(const Lane &lane);
-    bool pass_without_gemm() const;
+    // Writes v_hi, v_lo [B] (before the update), omega [B], loss[2] (hi, lo) and the gradient
+    // of both nets, [hi | lo] as layout.iql (grad_device(), grad_floats() floats).
+    void enqueue_loss_grad(const Lane &lane, const StepInputs &in, float *v_hi, float *v_lo,
+                           float *omega, float *loss);
     void enqueue_adam(const Lane &lane, const uint64_t *step);  // Adam t = *step + 1
     float *grad_device();
     size_t grad_floats() const;

@@ -1,10 +1,6 @@
 #include "schedule.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
-
-#include "iql_paths.hpp"
 
 namespace fh {
 
@@ -28,15 +24,6 @@ unsigned mask_of(int first, int count) { return ((1u << count) - 1u) << first; }
 // of its own (lane 1 shares lane 0's), so this needs at least two branch lanes; with one branch
 // IQL stays in the aux child.
 static bool iql_beside_trunk_backward(const Dims &d) { return d.NB >= 2; }
-
-// TRIAL (to be deleted after the side-by-side run): FOXHUNT_TRIAL_IQL=split runs IQL's fused
-// pass on lane 0 beside the branch backward, its weight gradients and Adam beside the trunk
-// backward.
-// =first: the pass beside the branch forward instead.
-static int trial_iql_split() {
-    const char *e = getenv("FOXHUNT_TRIAL_IQL");
-    return !e ? 0 : !strcmp(e, "split") ? 2 : !strcmp(e, "first") ? 1 : 0;
-}
 
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     std::vector<ChildDesc> s;
@@ -62,11 +49,8 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     const int branch_lanes = (int)d.NB < kMaxLanes - 1 ? (int)d.NB : kMaxLanes - 1;
     ChildDesc fwd{ChildId::FORWARD, "forward", 1 + branch_lanes, {}};
     const unsigned bl = mask_of(1, branch_lanes);
-    const bool iql_fwd = iql_beside_trunk_backward(d);
-    const int iql_early = iql_fwd && iql_fused(d, c) ? trial_iql_split() : 0;
     fwd.ops.push_back(run(Task::FWD_TRUNK));
     fwd.ops.push_back(fork(bl));
-    if (iql_early == 1) fwd.ops.insert(fwd.ops.end(), {mark(Mark::AUX_IQL_BEGIN), run(Task::IQL)});
     for (uint32_t b = 0; b < d.NB; ++b) fwd.ops.push_back(run(Task::FWD_BRANCH, 1 + b % branch_lanes, b));
     fwd.ops.push_back(join(bl));
     fwd.ops.push_back(run(Task::TD_LOSS));
@@ -84,15 +68,12 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // (bench/results/h200-2026-12-02-ema-place-before-after.json).
     fwd.ops.insert(fwd.ops.end(), {mark(Mark::AUX_EMA_BEGIN), run(Task::EMA_TARGETS),
                                    mark(Mark::AUX_EMA_END)});
-    if (iql_early == 2) fwd.ops.insert(fwd.ops.end(), {mark(Mark::AUX_IQL_BEGIN), run(Task::IQL)});
     for (uint32_t b = 0; b < d.NB; ++b) fwd.ops.push_back(run(Task::BWD_BRANCH, 1 + b % branch_lanes, b));
     fwd.ops.push_back(join(bl));
-    if (iql_fwd) {
-        fwd.ops.push_back(fork(mask_of(2, 1)));
-        if (!iql_early)
-            fwd.ops.insert(fwd.ops.end(), {mark(Mark::AUX_IQL_BEGIN, 2), run(Task::IQL, 2)});
-        fwd.ops.insert(fwd.ops.end(), {run(Task::IQL_GRADS, 2), mark(Mark::AUX_IQL_END, 2)});
-    }
+    const bool iql_fwd = iql_beside_trunk_backward(d);
+    if (iql_fwd)
+        fwd.ops.insert(fwd.ops.end(), {fork(mask_of(2, 1)), mark(Mark::AUX_IQL_BEGIN, 2),
+                                       run(Task::IQL, 2), mark(Mark::AUX_IQL_END, 2)});
     fwd.ops.push_back(run(Task::BWD_TRUNK));
     if (iql_fwd) fwd.ops.push_back(join(mask_of(2, 1)));
     s.push_back(fwd);
@@ -117,8 +98,8 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     const bool dp = d.world > 1;
     ChildDesc aux{ChildId::AUX, "aux", 1 + aux_forked, {}};
     if (!iql_fwd)
-        aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_IQL_BEGIN), run(Task::IQL),
-                                       run(Task::IQL_GRADS), mark(Mark::AUX_IQL_END)});
+        aux.ops.insert(aux.ops.end(),
+                       {mark(Mark::AUX_IQL_BEGIN), run(Task::IQL), mark(Mark::AUX_IQL_END)});
     aux.ops.push_back(fork(mask_of(1, aux_forked)));
     if (c.cql_alpha > 0) aux.ops.push_back(run(Task::CQL, 3));
     if (d.R > 1) aux.ops.push_back(run(Task::REGIME_SCALE, 3));

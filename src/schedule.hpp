@@ -28,9 +28,7 @@ enum class Task : int {
     BWD_BRANCH,        // §5.4: branch `arg` backward: dU, de, dV, dc, dh2_b
     BWD_TRUNK,         // §5.4: dh2 = sum_b dh2_b in branch order, trunk backward, d_states
     EMA_TARGETS,       // §5.5.1: Polyak update of the Q and IQN targets
-    IQL,               // §5.5.2: both expectile nets' pass: V, ω, losses, the gradient but
-                       // the weight matrices' (the CPU: the whole learner, Adam included)
-    IQL_GRADS,         // §5.5.2: IQL's weight gradients and its Adam (empty on the CPU)
+    IQL,               // §5.5.2: both expectile nets, their Adam, advantage weights
     IQN,               // §5.5.3: loss and gradient
     ATTENTION,         // §5.5.4: loss and gradient
     AUX_ADAM,          // §5.5.3–4: the Adam steps of the learners in `arg` (kAdamIqn,

@@ -281,7 +281,6 @@ private:
         case Task::BWD_TRUNK: backward_trunk(s_); break;
         case Task::EMA_TARGETS: ema_targets(s_); break;
         case Task::IQL: iql(s_); break;
-        case Task::IQL_GRADS: break;  // iql() computed the whole learner
         case Task::IQN: iqn(s_); break;
         case Task::ATTENTION: attention(s_); break;
         case Task::AUX_ADAM:
