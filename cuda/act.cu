@@ -26,10 +26,7 @@ __global__ void k_act_select(const float *q, int n, int NB, int A, uint64_t seed
         const float *row = q + b * (size_t)n * A + i * A;
         uint32_t best = (uint32_t)dev_first_argmax(row, A);
         const Words w = philox(seed, row0 + (uint32_t)i, (uint32_t)b, act_call, PURPOSE_ACT);
-        if (uniform24(w.w[0]) < epsilon) {
-            const uint32_t r = (uint32_t)__fmul_rn(uniform24(w.w[1]), (float)A);
-            best = r < (uint32_t)A - 1 ? r : (uint32_t)A - 1;
-        }
+        if (uniform24(w.w[0]) < epsilon) best = uniform_index(w.w[1], (uint32_t)A);
         actions[k] = (int32_t)best;
         if (q_values)
             for (int a = 0; a < A; ++a) q_values[k * A + a] = row[a];

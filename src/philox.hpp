@@ -32,4 +32,11 @@ FH_HD Words philox(uint64_t seed, uint32_t c0, uint32_t c1, uint32_t c2, uint32_
 // (x >> 8) * 2^-24: 24 random bits, exact in float32, in [0, 1).
 FH_HD float uniform24(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
 
+// ⌊uniform24(x) · n⌋ exactly, in integers: < n always. The float product uniform24(x) · n can
+// round up to the next integer when n is not a power of two (about 2e-5 of draws at n = 1000),
+// which SPEC's ⌊word · A⌋ does not allow.
+FH_HD uint32_t uniform_index(uint32_t x, uint32_t n) {
+    return (uint32_t)(((uint64_t)(x >> 8) * n) >> 24);
+}
+
 }  // namespace fh

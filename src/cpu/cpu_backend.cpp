@@ -213,8 +213,7 @@ public:
                 for (uint32_t a = 1; a < d.A; ++a)
                     if (q[a] > q[best]) best = a;
                 const Words w = philox(cfg_.seed, i, b, (uint32_t)act_call, PURPOSE_ACT);
-                if (uniform24(w.w[0]) < epsilon)
-                    best = std::min((uint32_t)(uniform24(w.w[1]) * (float)d.A), d.A - 1);
+                if (uniform24(w.w[0]) < epsilon) best = uniform_index(w.w[1], d.A);
                 actions[(size_t)i * d.NB + b] = (int32_t)best;
                 if (q_values) memcpy(q_values + ((size_t)i * d.NB + b) * d.A, q, d.A * sizeof(float));
             }
