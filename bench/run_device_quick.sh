@@ -6,8 +6,8 @@
 #   ctest-par    every test_cuda_* binary under ctest -j$(nproc), as the README's test command runs them
 #   attn-test    test_cuda_attention only
 #   vs-cpu       test_cuda_vs_cpu only
-#   reduce-test  test_cuda_reduce and test_cuda_branch_grads on the kept path, then with $REDUCE_ENV
-#                ("VAR=x", a trial switch) plain and under memcheck and racecheck
+#   reduce-test  test_cuda_reduce and test_cuda_branch_grads, plain and under memcheck and racecheck,
+#                on the kept path and, when set, with $REDUCE_ENV ("VAR=x", a trial switch)
 #   linear-test  test_cuda_linear only (the fused SiLU layer against float64, both paths)
 #   linear-san   compute-sanitizer memcheck, synccheck, racecheck on test_cuda_linear (the fused
 #                SiLU layers' every epilogue; test_cuda_sanitize's small configs are below their
@@ -101,8 +101,8 @@ for s in "$@"; do
       done
     done ;;
   reduce-test)
-    # test_cuda_reduce on the kept path and on $REDUCE_ENV (e.g. a trial switch), then
-    # test_cuda_branch_grads with $REDUCE_ENV, each also under compute-sanitizer memcheck and racecheck.
+    # test_cuda_reduce and test_cuda_branch_grads on the kept path and, when set, with $REDUCE_ENV
+    # (a trial switch), each also under compute-sanitizer memcheck and racecheck.
     cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
     for e in "" ${REDUCE_ENV:-}; do
       for t in test_cuda_reduce test_cuda_branch_grads; do
@@ -110,7 +110,6 @@ for s in "$@"; do
         timeout 300 env $e build-dev/tests/$t > $OUT/$tag.txt 2>&1
         echo "$t ${e:-(kept path)} rc=$?" | tee -a $log
         grep -E "\[(REDUCE|BRANCH-GRADS)\]|FAILED|rror|PASSED" $OUT/$tag.txt | tee -a $log
-        [ -z "$e" ] && continue  # the sanitizers on the switched path only
         for tool in memcheck racecheck; do
           timeout ${SAN_TIMEOUT:-200} env $e "$cs" --tool $tool --error-exitcode 99 --print-limit 50 \
             build-dev/tests/$t > $OUT/${tag}_san_$tool.txt 2>&1

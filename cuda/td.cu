@@ -23,7 +23,7 @@ namespace fh::cuda {
 namespace {
 
 __global__ void k_td_loss(const float *q, const float *z, const float *y, const int32_t *action,
-                          const int32_t *regime, const float *rho, int B, int NB, int A,
+                          const int32_t *regime, const float *rho, int R, int B, int NB, int A,
                           float rows, float kappa, float q_clip, float *delta, float *dz,
                           double *loss_elt, double *q_elt) {
     // 1/(W·B·NB): the mean is over the rows of every rank (SPEC §9; rows = B when W = 1).
@@ -32,7 +32,7 @@ __global__ void k_td_loss(const float *q, const float *z, const float *y, const 
     for (size_t ib = blockIdx.x * (size_t)blockDim.x + threadIdx.x; ib < n;
          ib += (size_t)gridDim.x * blockDim.x) {
         const size_t i = ib / NB, b = ib % NB;
-        const float w = rho[regime[i]];
+        const float w = R > 1 ? rho[regime[i]] : 1.0f;  // SPEC §5.5 step 8: R = 1 ⇒ ρ ≡ 1
         const int a = action[ib];
         const size_t base = b * (size_t)B * A + i * A;
         const float qa = q[base + a];
@@ -144,7 +144,8 @@ void td_loss(CudaStep &st, const LaneCtx &l) {
     const Dims &d = st.d;
     const int B = (int)d.B, NB = (int)d.NB;
     k_td_loss<<<grid_for((size_t)B * NB), kThreads, 0, l.stream>>>(
-        st.on.q, st.on.z, st.y, st.action, st.regime, st.buf[BUF_REGIME] + d.R, B, NB, (int)d.A,
+        st.on.q, st.on.z, st.y, st.action, st.regime, st.buf[BUF_REGIME] + d.R, (int)d.R, B, NB,
+        (int)d.A,
         (float)d.Bg, st.cfg.huber_kappa, st.cfg.q_clip, st.delta, st.dz, st.td_elt, st.q_elt);
     FH_LAUNCHED("k_td_loss");
 }

@@ -747,7 +747,8 @@ FH_API fh_status fh_pipeline_read_tensor(fh_pipeline *pipeline, const char *name
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_UNKNOWN_NAME (also for read-only tensors: step
  *         outputs, and the regime state when num_regimes = 1);
  *         FH_ERR_BUFFER_SIZE; FH_ERR_NON_FINITE; FH_ERR_BAD_VALUE (a spectral u of zero norm,
- *         a negative regime.s, a regime.scale outside [regime_min, regime_max]; and for a layer
+ *         a negative regime.s, a regime.scale outside [regime_min, regime_max] other than 1,
+ *         its initial value (SPEC §5.5 step 8); and for a layer
  *         under spectral normalisation, a "q.Wk" or "sn.u.Wk" with which the power iteration's
  *         first product Wᵀu, rounded to float32, has a norm below 1e-12, or an all-zero
  *         "target.q.Wk": σ or σ̄ would vanish and every later step be skipped, SPEC §5.2);
@@ -803,7 +804,8 @@ FH_API fh_status fh_pipeline_save_ex(fh_pipeline *pipeline, const char *path, ui
  *         FH_ERR_CHECKPOINT_TRUNCATED (this config's header, or the start of one, but the file
  *         ends early);
  *         FH_ERR_CHECKPOINT_CORRUPT (bad magic, format, checksum or size, a non-finite value,
- *         a state value that fh_pipeline_write_tensor() would refuse, a step, act or
+ *         a state value that fh_pipeline_write_tensor() would refuse, a regime scale other
+ *         than 1 with num_regimes = 1, a step, act or
  *         rows-inserted count of 2^63 or more, or replay rows that an insert would refuse);
  *         FH_ERR_CHECKPOINT_CONFIG (an intact checkpoint of another config, or a replay of
  *         another shape, or a replay and a pipeline without one); FH_ERR_OUT_OF_MEMORY;

@@ -399,9 +399,9 @@ Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L
     const std::string bad = first_non_finite(L, ck.bufs);
     if (!bad.empty())
         fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': %s is not finite", path, bad.c_str());
-    // Nor state out of the ranges write_tensor enforces (state_ranges.hpp).
+    // Nor state out of the ranges write_tensor enforces (state_ranges.hpp), read-only state
+    // included: with one regime a checkpoint's ρ must be the 1 that nothing writes.
     for (const TensorEntry &t : L.tensors) {
-        if (!t.writable) continue;
         try {
             check_state_range(c, L, t, [&](const TensorEntry &o) {
                 return (const float *)ck.bufs[o.buf].data() + o.offset;

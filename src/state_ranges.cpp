@@ -51,6 +51,10 @@ void check_state_range(const fh_config &c, const Layout &L, const TensorEntry &t
         if (t.name != W && t.name != u) continue;
         const TensorEntry *tw = L.find(W.c_str()), *tu = L.find(u.c_str());
         if (!tw || !tu) fail(FH_ERR_INTERNAL, "layout without %s or %s", W.c_str(), u.c_str());
+        // A u of zeros is named as such, whichever of the pair is being checked.
+        if (all_zero(values(*tu), tu->count()))
+            fail(FH_ERR_BAD_VALUE, "tensor '%s' is all zeros: a spectral u needs a non-zero norm",
+                 u.c_str());
         const double n = first_product_norm(values(*tw), values(*tu), tw->rows, tw->cols);
         if (!(n >= kNormFloor))
             fail(FH_ERR_BAD_VALUE, "tensor '%s': with %s and %s as they would be, ‖Wᵀu‖ = %g is "
@@ -64,11 +68,18 @@ void check_state_range(const fh_config &c, const Layout &L, const TensorEntry &t
                 fail(FH_ERR_BAD_VALUE, "%s[0, %zu] = %g is negative (a mean square)",
                      t.name.c_str(), i, (double)x[i]);
     } else if (t.name == "regime.scale") {
+        // ρ starts at 1 and each update clamps it to [regime_min, regime_max] (SPEC §5.5 step
+        // 8), which need not contain 1; with one regime ρ ≡ 1.
         const float lo = c.regime_min, hi = c.regime_max;
-        for (size_t i = 0; i < t.count(); ++i)
-            if (!(x[i] >= lo && x[i] <= hi))
+        for (size_t i = 0; i < t.count(); ++i) {
+            if (d.R == 1 && x[i] != 1.0f)
+                fail(FH_ERR_BAD_VALUE, "%s[0, %zu] = %g, but with num_regimes = 1 the scale is 1",
+                     t.name.c_str(), i, (double)x[i]);
+            if (!(x[i] == 1.0f || (x[i] >= lo && x[i] <= hi)))
                 fail(FH_ERR_BAD_VALUE, "%s[0, %zu] = %g is outside [regime_min, regime_max] "
-                     "= [%g, %g]", t.name.c_str(), i, (double)x[i], (double)lo, (double)hi);
+                     "= [%g, %g] and not 1, its initial value", t.name.c_str(), i, (double)x[i],
+                     (double)lo, (double)hi);
+        }
     }
 }
 

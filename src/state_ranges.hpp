@@ -22,7 +22,8 @@ using TensorValues = std::function<const float *(const TensorEntry &t)>;
 //   vanishes (0 for W = 0), so W/σ is not finite and every step is skipped (SPEC §5.2);
 // - target.q.Wk under spectral normalisation: not all zeros (σ̄ = uᵀW̄v would be 0);
 // - regime.s: no element negative (a running mean square; ρ = √(s̄/s_k));
-// - regime.scale: every element in [regime_min, regime_max].
+// - regime.scale: every element in [regime_min, regime_max] or 1 (ρ's initial value, which that
+//   range need not hold); exactly 1 with num_regimes = 1 (ρ ≡ 1).
 // Other tensors pass. values() supplies the layer's other tensor (W for u, u for W).
 void check_state_range(const fh_config &c, const Layout &L, const TensorEntry &t,
                        const TensorValues &values);

@@ -255,7 +255,8 @@ void test_replay_section_sized_from_its_header(void **) {
 
 /* A checkpoint holds no state that write_tensor would refuse and no counter a run cannot reach:
  * forged files (checksum resealed) with a regime scale outside [regime_min, regime_max], a
- * negative running mean square, a spectral u of zeros (σ would be 0), a step count of 2^64 − 1
+ * negative running mean square, a spectral u of zeros or of one denormal (σ would be 0), a
+ * one-regime scale other than 1, a step count of 2^64 − 1
  * (Adam's t would wrap to 0) or 2^63 rows inserted are refused as corrupt; a file that ends
  * inside its header is truncated, not damaged. None of them changes the pipeline. */
 void reseal(std::string &b) {  // FNV-1a of the format (src/checkpoint.cpp)
@@ -311,7 +312,9 @@ void test_forged_state_refused(void **) {
     load(forged(at_rho, &minus1, 4), FH_ERR_CHECKPOINT_CORRUPT, "regime.scale[0, 0] = -1 is outside");
     load(forged(at_rho + 8, &big, 4), FH_ERR_CHECKPOINT_CORRUPT, "regime.scale[0, 2] = 1e+30");
     load(forged(at_s + 4, &minus1, 4), FH_ERR_CHECKPOINT_CORRUPT, "regime.s[0, 1] = -1 is negative");
-    load(forged(at_u, zeros, sizeof zeros), FH_ERR_CHECKPOINT_CORRUPT, "below 1e-12");
+    load(forged(at_u, zeros, sizeof zeros), FH_ERR_CHECKPOINT_CORRUPT, "'sn.u.W2' is all zeros");
+    const float denormal_u[16] = {0, 0, 0, 1e-45f};
+    load(forged(at_u, denormal_u, sizeof denormal_u), FH_ERR_CHECKPOINT_CORRUPT, "below 1e-12");
     const uint64_t wrap = ~0ull, half = 1ull << 63;
     load(forged(at_step, &wrap, 8), FH_ERR_CHECKPOINT_CORRUPT, "2^63 or more");
     load(forged(at_step + 8, &half, 8), FH_ERR_CHECKPOINT_CORRUPT, "act calls 9223372036854775808");
@@ -321,6 +324,43 @@ void test_forged_state_refused(void **) {
     assert_int_equal(fh_pipeline_save(p, x.c_str()), FH_OK);
     assert_true(slurp(x) == g);
     fh_pipeline_destroy(p);
+
+    /* ρ starts at 1, which [regime_min, regime_max] need not hold: a checkpoint saved before
+     * the first update loads, and the scale it read writes back. With one regime ρ ≡ 1: a
+     * checkpoint that says otherwise is refused (the scale is read-only there). */
+    {
+        fh_config cr = fh_test_small_config();
+        cr.regime_min = 1.5f;
+        fh_pipeline *r = nullptr;
+        assert_int_equal(fh_pipeline_create(&cr, &r), FH_OK);
+        const std::string path = dir + "/rho.ckpt";
+        assert_int_equal(fh_pipeline_save(r, path.c_str()), FH_OK);
+        if (fh_pipeline_load(r, path.c_str()) != FH_OK) fail_msg("load: %s", fh_last_error_message());
+        float scale[3];
+        assert_int_equal(fh_pipeline_read_tensor(r, "regime.scale", scale, 3), FH_OK);
+        assert_float_equal(scale[0], 1.0f, 0);
+        assert_int_equal(fh_pipeline_write_tensor(r, "regime.scale", scale, 3), FH_OK);
+        fh_pipeline_destroy(r);
+        cr = fh_test_small_config();
+        cr.num_regimes = 1;
+        assert_int_equal(fh_pipeline_create(&cr, &r), FH_OK);
+        assert_int_equal(fh_pipeline_save(r, path.c_str()), FH_OK);
+        std::string b1 = slurp(path);
+        // The regime buffer [s | scale] is the last before the checksum: 2 floats at R = 1.
+        const float two[2] = {1.0f, 1.0f};
+        const size_t at_r = b1.size() - 8 - 8;
+        if (memcmp(&b1[at_r], two, 8) != 0)
+            fail_msg("a one-regime checkpoint does not end in [s | scale] = [1 | 1]");
+        memcpy(&b1[at_r + 4], &minus1, 4);
+        reseal(b1);
+        FILE *f1 = fopen(x.c_str(), "wb");
+        fwrite(b1.data(), 1, b1.size(), f1);
+        fclose(f1);
+        const fh_status st1 = fh_pipeline_load(r, x.c_str());
+        if (st1 != FH_ERR_CHECKPOINT_CORRUPT || !strstr(fh_last_error_message(), "num_regimes = 1"))
+            fail_msg("R = 1, scale -1: %s (%s)", fh_status_string(st1), fh_last_error_message());
+        fh_pipeline_destroy(r);
+    }
 
     /* A replay's rows-inserted count of 2^63: no run gets there, and it would wrap. */
     const fh_config c = replay_ref::config(7, 3);
