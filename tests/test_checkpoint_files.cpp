@@ -77,6 +77,21 @@ void expect_io(fh_status s) {
         fail_msg("message: %s", fh_last_error_message());
 }
 
+/* Write @p bytes to @p path (then extend or cut the file to @p size_to, when not 0), load it
+ * into @p p, and expect status @p want with @p msg in the message. */
+void expect_load(fh_pipeline *p, const std::string &path, const std::string &bytes, fh_status want,
+                 const char *msg, off_t size_to = 0) {
+    FILE *f = fopen(path.c_str(), "wb");
+    if (!f) fail_msg("cannot write %s", path.c_str());
+    fwrite(bytes.data(), 1, bytes.size(), f);
+    fclose(f);
+    if (size_to) assert_int_equal(truncate(path.c_str(), size_to), 0);
+    const fh_status s = fh_pipeline_load(p, path.c_str());
+    if (s != want || !strstr(fh_last_error_message(), msg))
+        fail_msg("%s: %s (%s), expected %s with '%s'", msg, fh_status_string(s),
+                 fh_last_error_message(), fh_status_string(want), msg);
+}
+
 /* M1: a save refuses to replace a device, a FIFO, a symbolic link or a directory, and leaves
  * the node as it was; load refused such nodes already. */
 void test_save_replaces_only_regular_files(void **) {
@@ -218,14 +233,7 @@ void test_replay_section_sized_from_its_header(void **) {
     const std::string w = slurp(with);
     const size_t rh = slurp(plain).size() - 8;  // format 1 less its checksum: the replay's header
     auto load = [&](const std::string &bytes, off_t extend_to, fh_status want, const char *msg) {
-        FILE *f = fopen(x.c_str(), "wb");
-        fwrite(bytes.data(), 1, bytes.size(), f);
-        fclose(f);
-        if (extend_to) assert_int_equal(truncate(x.c_str(), extend_to), 0);
-        const fh_status s = fh_pipeline_load(p, x.c_str());
-        if (s != want || !strstr(fh_last_error_message(), msg))
-            fail_msg("%s: %s (%s), expected %s with '%s'", msg, fh_status_string(s),
-                     fh_last_error_message(), fh_status_string(want), msg);
+        expect_load(p, x, bytes, want, msg, extend_to);
     };
     auto with_header = [&](uint32_t K, uint32_t E) {
         std::string b = w;
@@ -259,12 +267,6 @@ void test_replay_section_sized_from_its_header(void **) {
  * one-regime scale other than 1, a step count of 2^64 − 1
  * (Adam's t would wrap to 0) or 2^63 rows inserted are refused as corrupt; a file that ends
  * inside its header is truncated, not damaged. None of them changes the pipeline. */
-void reseal(std::string &b) {  // FNV-1a of the format (src/checkpoint.cpp)
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i + 8 < b.size(); ++i) { h ^= (uint8_t)b[i]; h *= 1099511628211ull; }
-    memcpy(&b[b.size() - 8], &h, 8);
-}
-
 size_t find_floats(const std::string &b, const float *x, size_t n) {
     const size_t at = b.find(std::string((const char *)x, n * sizeof(float)));
     if (at == std::string::npos || b.find(std::string((const char *)x, n * 4), at + 1) != std::string::npos)
@@ -294,30 +296,24 @@ void test_forged_state_refused(void **) {
     memcpy(&step, &g[at_step], 8);
     assert_int_equal(step, 1);
     auto load = [&](const std::string &bytes, fh_status want, const char *msg) {
-        FILE *f = fopen(x.c_str(), "wb");
-        fwrite(bytes.data(), 1, bytes.size(), f);
-        fclose(f);
-        const fh_status st = fh_pipeline_load(p, x.c_str());
-        if (st != want || !strstr(fh_last_error_message(), msg))
-            fail_msg("%s: %s (%s), expected %s with '%s'", msg, fh_status_string(st),
-                     fh_last_error_message(), fh_status_string(want), msg);
+        expect_load(p, x, bytes, want, msg);
     };
-    auto forged = [&](size_t at, const void *v, size_t n) {
-        std::string b = g;
-        memcpy(&b[at], v, n);
-        reseal(b);
-        return b;
+    // `base` with n bytes at `at` replaced by v, its checksum made to match.
+    auto forged = [](std::string base, size_t at, const void *v, size_t n) {
+        memcpy(&base[at], v, n);
+        fh_test_reseal(&base[0], base.size());
+        return base;
     };
     const float minus1 = -1.0f, big = 1e30f, zeros[16] = {0};
-    load(forged(at_rho, &minus1, 4), FH_ERR_CHECKPOINT_CORRUPT, "regime.scale[0, 0] = -1 is outside");
-    load(forged(at_rho + 8, &big, 4), FH_ERR_CHECKPOINT_CORRUPT, "regime.scale[0, 2] = 1e+30");
-    load(forged(at_s + 4, &minus1, 4), FH_ERR_CHECKPOINT_CORRUPT, "regime.s[0, 1] = -1 is negative");
-    load(forged(at_u, zeros, sizeof zeros), FH_ERR_CHECKPOINT_CORRUPT, "'sn.u.W2' is all zeros");
+    load(forged(g, at_rho, &minus1, 4), FH_ERR_CHECKPOINT_CORRUPT, "regime.scale[0, 0] = -1 is outside");
+    load(forged(g, at_rho + 8, &big, 4), FH_ERR_CHECKPOINT_CORRUPT, "regime.scale[0, 2] = 1e+30");
+    load(forged(g, at_s + 4, &minus1, 4), FH_ERR_CHECKPOINT_CORRUPT, "regime.s[0, 1] = -1 is negative");
+    load(forged(g, at_u, zeros, sizeof zeros), FH_ERR_CHECKPOINT_CORRUPT, "'sn.u.W2' is all zeros");
     const float denormal_u[16] = {0, 0, 0, 1e-45f};
-    load(forged(at_u, denormal_u, sizeof denormal_u), FH_ERR_CHECKPOINT_CORRUPT, "below 1e-12");
+    load(forged(g, at_u, denormal_u, sizeof denormal_u), FH_ERR_CHECKPOINT_CORRUPT, "below 1e-12");
     const uint64_t wrap = ~0ull, half = 1ull << 63;
-    load(forged(at_step, &wrap, 8), FH_ERR_CHECKPOINT_CORRUPT, "2^63 or more");
-    load(forged(at_step + 8, &half, 8), FH_ERR_CHECKPOINT_CORRUPT, "act calls 9223372036854775808");
+    load(forged(g, at_step, &wrap, 8), FH_ERR_CHECKPOINT_CORRUPT, "2^63 or more");
+    load(forged(g, at_step + 8, &half, 8), FH_ERR_CHECKPOINT_CORRUPT, "act calls 9223372036854775808");
     for (size_t cut : {(size_t)8, (size_t)12, (size_t)16, (size_t)100, (size_t)at_step - 1})
         load(g.substr(0, cut), FH_ERR_CHECKPOINT_TRUNCATED, "inside its header");
     /* The state and counters are what they were: the same checkpoint again. */
@@ -345,20 +341,14 @@ void test_forged_state_refused(void **) {
         cr.num_regimes = 1;
         assert_int_equal(fh_pipeline_create(&cr, &r), FH_OK);
         assert_int_equal(fh_pipeline_save(r, path.c_str()), FH_OK);
-        std::string b1 = slurp(path);
+        const std::string b1 = slurp(path);
         // The regime buffer [s | scale] is the last before the checksum: 2 floats at R = 1.
         const float two[2] = {1.0f, 1.0f};
         const size_t at_r = b1.size() - 8 - 8;
         if (memcmp(&b1[at_r], two, 8) != 0)
             fail_msg("a one-regime checkpoint does not end in [s | scale] = [1 | 1]");
-        memcpy(&b1[at_r + 4], &minus1, 4);
-        reseal(b1);
-        FILE *f1 = fopen(x.c_str(), "wb");
-        fwrite(b1.data(), 1, b1.size(), f1);
-        fclose(f1);
-        const fh_status st1 = fh_pipeline_load(r, x.c_str());
-        if (st1 != FH_ERR_CHECKPOINT_CORRUPT || !strstr(fh_last_error_message(), "num_regimes = 1"))
-            fail_msg("R = 1, scale -1: %s (%s)", fh_status_string(st1), fh_last_error_message());
+        expect_load(r, x, forged(b1, at_r + 4, &minus1, 4), FH_ERR_CHECKPOINT_CORRUPT,
+                    "but with num_regimes = 1 the scale is 1");
         fh_pipeline_destroy(r);
     }
 
@@ -376,16 +366,9 @@ void test_forged_state_refused(void **) {
     uint64_t n_ins;
     memcpy(&n_ins, &w[at_ins], 8);
     assert_int_equal(n_ins, 9);
-    std::string b = w;
-    memcpy(&b[at_ins], &half, 8);
-    reseal(b);
-    FILE *f = fopen(x.c_str(), "wb");
-    fwrite(b.data(), 1, b.size(), f);
-    fclose(f);
     /* Both counts leave K = 7 valid rows, so the file's size still matches its header. */
-    const fh_status st = fh_pipeline_load(p, x.c_str());
-    if (st != FH_ERR_CHECKPOINT_CORRUPT || !strstr(fh_last_error_message(), "rows inserted 9223372036854775808"))
-        fail_msg("rows inserted 2^63: %s (%s)", fh_status_string(st), fh_last_error_message());
+    expect_load(p, x, forged(w, at_ins, &half, 8), FH_ERR_CHECKPOINT_CORRUPT,
+                "rows inserted 9223372036854775808");
     assert_int_equal(fh_pipeline_save_ex(p, x.c_str(), FH_SAVE_REPLAY), FH_OK);
     assert_true(slurp(x) == w);
     fh_pipeline_destroy(p);

@@ -330,13 +330,6 @@ static void test_memory_report(void **state) {
 
 namespace {
 
-// FNV-1a of the checkpoint format (src/checkpoint.cpp), to forge files with a valid checksum.
-void reseal(std::vector<uint8_t> &b) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i + 8 < b.size(); ++i) { h ^= b[i]; h *= 1099511628211ull; }
-    memcpy(b.data() + b.size() - 8, &h, 8);
-}
-
 void write_file(const char *path, const std::vector<uint8_t> &b) {
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
@@ -407,7 +400,7 @@ static void test_checkpoint_with_replay(void **state) {
     const size_t replay_at = plain.size() - 8, obs_at = replay_at + 16;
     const float nan = NAN;
     memcpy(forged.data() + obs_at + 4 * 5, &nan, 4);
-    reseal(forged);
+    fh_test_reseal(forged.data(), forged.size());
     write_file(bad, forged);
     expect(fh_pipeline_load(e, bad), FH_ERR_CHECKPOINT_CORRUPT,
            "replay rows.obs[0, 0, 5] = nan is not finite");
@@ -418,7 +411,7 @@ static void test_checkpoint_with_replay(void **state) {
     const size_t end_at = done_at + N * E * (1 + O * 4 + G * 4 + 4);
     forged[done_at + 4] = 1;
     forged[end_at + 4] = 0;
-    reseal(forged);
+    fh_test_reseal(forged.data(), forged.size());
     write_file(bad, forged);
     expect(fh_pipeline_load(e, bad), FH_ERR_CHECKPOINT_CORRUPT,
            "rows.done[1, 1] = 1 but rows.episode_end[1, 1] = 0");

@@ -40,6 +40,10 @@ int fh_test_gpu_exit(int failures);
  * buffers, reused in turn). */
 const char *fh_test_tmp_path(const char *name);
 
+/* Rewrite the checksum of a checkpoint file's @p n bytes at @p file (its last 8 bytes: FNV-1a of
+ * the bytes before them, src/checkpoint.cpp), so that a test can forge a file that passes it. */
+void fh_test_reseal(void *file, size_t n);
+
 /* max_i |a_i - b_i| / max(1e-30, max_i |b_i|)-style relative error: ||a - b||_2 / ||b||_2. */
 double fh_test_rel_err(const float *a, const float *b, size_t n);
 
