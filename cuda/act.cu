@@ -9,6 +9,7 @@
 #include "philox.hpp"
 #include "lanes.hpp"
 #include "memory_plan.hpp"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
@@ -19,6 +20,7 @@ namespace {
 __global__ void k_act_select(const float *q, int n, int NB, int A, uint64_t seed, uint32_t row0,
                              uint32_t act_call, float epsilon, int32_t *actions,
                              float *q_values) {
+    pdl_enter();
     const size_t total = (size_t)n * NB;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < total;
          k += (size_t)gridDim.x * blockDim.x) {
@@ -121,10 +123,9 @@ void Actor::run(const CudaStep &st, cudaEvent_t step_done, const float *obs, con
         c.M = m;
         q_forward_trunk(l, d, L_, w, x_, c);
         for (uint32_t b = 0; b < d.NB; ++b) q_forward_branch(l, d, L_, w, c, (int)b, cfg_.q_clip);
-        k_act_select<<<grid_for((size_t)m * d.NB), kThreads, 0, s>>>(
-            c.q, m, (int)d.NB, (int)d.A, cfg_.seed, row0, (uint32_t)act_call, epsilon, actions_,
-            q_values ? qv_ : nullptr);
-        FH_LAUNCHED("k_act_select");
+        FH_LAUNCH(k_act_select, grid_for((size_t)m * d.NB), kThreads, 0, s, c.q, m, (int)d.NB,
+                  (int)d.A, cfg_.seed, row0, (uint32_t)act_call, epsilon, actions_,
+                  q_values ? qv_ : nullptr);
         FH_CUDA(cudaMemcpyAsync(h_actions_, actions_, (size_t)m * d.NB * 4,
                                 cudaMemcpyDeviceToHost, s));
         if (q_values)

@@ -14,12 +14,16 @@
 #include "cuda_step.hpp"
 #include "nn.cuh"
 #include "reduce.cuh"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
 namespace {
 
-__global__ void k_set_u64(uint64_t *p, uint64_t v) { *p = v; }
+__global__ void k_set_u64(uint64_t *p, uint64_t v) {
+    pdl_enter();
+    *p = v;
+}
 
 }  // namespace
 
@@ -35,8 +39,7 @@ void adam_q(CudaStep &st, const LaneCtx &l) {
 }
 
 void set_step_counter(uint64_t *counter, uint64_t v, cudaStream_t s) {
-    k_set_u64<<<1, 1, 0, s>>>(counter, v);
-    FH_LAUNCHED("k_set_u64");
+    FH_LAUNCH(k_set_u64, 1, 1, 0, s, counter, v);
 }
 
 }  // namespace fh::cuda

@@ -58,6 +58,7 @@
 #include "attention_paths.hpp"
 #include "aux_common.cuh"
 #include "learners.hpp"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
@@ -79,6 +80,7 @@ struct AttnHeadArgs {
 };
 
 __global__ void k_attn_head(AttnHeadArgs a) {
+    pdl_enter();
     extern __shared__ double acc_all[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     const int hh = a.hh, W = 2 * hh + 2;
@@ -118,6 +120,7 @@ __global__ void k_attn_head(AttnHeadArgs a) {
 // operations and the same order of every float64 sum as k_attn_head: the same bits.
 template <int K>
 __global__ void k_attn_head_reg(AttnHeadArgs a) {
+    pdl_enter();
     extern __shared__ double acc_all[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     const int hh = a.hh;
@@ -307,9 +310,8 @@ struct AttentionLearner::Impl {
         a.rows_per_blk = head.rows_per_blk;
         {
             void *args[] = {&a};
-            FH_CUDA(cudaLaunchKernel(head_kernel(), head.blocks, head.warps * 32, args, head.smem, s));
+            FH_CUDA(launch_pdl(head_kernel(), head.blocks, head.warps * 32, head.smem, s, args));
         }
-        FH_LAUNCHED("k_attn_head");
         {
             aux::Segs sg;
             sg.add(grad + o.br1, 0, hh);

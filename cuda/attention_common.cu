@@ -6,6 +6,7 @@
 #include "attention_paths.hpp"
 #include "attention_pool.cuh"
 #include "aux_common.cuh"
+#include "launch.cuh"
 
 namespace fh::cuda::attn {
 
@@ -18,6 +19,7 @@ __global__ void k_attn_pool_aug(Geom g, const float *__restrict__ x, const float
                                 const float *__restrict__ Wt, const float *__restrict__ Wg,
                                 const float *__restrict__ bo, float *__restrict__ pool,
                                 float *__restrict__ aug) {
+    pdl_enter();
     const int i = blockIdx.x * kPoolWarps + (threadIdx.x >> 5);
     if (i >= g.B) return;
     pool_aug_row(g, x + (size_t)i * g.D, comp, Wt, Wg, bo, pool + (size_t)i * g.d,
@@ -37,9 +39,8 @@ const char *kernels_name(Kernels k) {
 
 void pool_aug(const Geom &g, const FwdArgs &a, cudaStream_t s) {
     const int blocks = (g.B + kPoolWarps - 1) / kPoolWarps;
-    k_attn_pool_aug<<<blocks, kPoolWarps * 32, 0, s>>>(g, a.x, a.comp, a.Wt, a.Wg, a.bo, a.pool,
-                                                       a.aug);
-    FH_LAUNCHED("k_attn_pool_aug");
+    FH_LAUNCH(k_attn_pool_aug, blocks, kPoolWarps * 32, 0, s, g, a.x, a.comp, a.Wt, a.Wg, a.bo,
+              a.pool, a.aug);
 }
 
 int wave_samples_per_block(const void *kernel, int threads, size_t smem, int B, int target) {

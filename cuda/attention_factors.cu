@@ -11,6 +11,7 @@
 #include "attention_paths.hpp"
 #include "common.hpp"
 #include "device_math.cuh"
+#include "launch.cuh"
 
 namespace fh::cuda::attn {
 
@@ -24,6 +25,7 @@ __global__ void k_attn_comp(Geom g, const float *__restrict__ W, const float *__
                             const float *__restrict__ Wt, const float *__restrict__ bt,
                             const float *__restrict__ Wg, const float *__restrict__ bg,
                             const float *__restrict__ P, float *__restrict__ comp) {
+    pdl_enter();
     const int n1 = g.d3 * g.td, n2 = g.d3 * g.G, n3 = g.T * g.d3, n4 = g.d;
     const int total = n1 + n2 + n3 + n4, lane = threadIdx.x & 31;
     const int nw = gridDim.x * (blockDim.x >> 5);
@@ -68,6 +70,7 @@ __device__ __forceinline__ double w_col_dot(const float *__restrict__ W, int d, 
 
 // The parameter gradients from the batch sums (attention.cu's header, step 4).
 __global__ void k_attn_fin(Geom g, FinArgs f) {
+    pdl_enter();
     const float *S = f.tot, *M1 = S + g.T * g.d3, *M2 = M1 + g.d3 * g.td;
     const int d = g.d, d3 = g.d3, td = g.td, G = g.G, T = g.T, na = g.na;
     const int n1 = d3 * d, n2 = d3, n3 = T * d, n4 = d * td, n5 = d * G, n6 = d;
@@ -130,6 +133,7 @@ __global__ void k_attn_fin(Geom g, FinArgs f) {
 
 // dbt = Σ_{t<To} dP[t], dbg = dP[To].
 __global__ void k_attn_fin2(Geom g, const float *__restrict__ gP, float *gbt, float *gbg) {
+    pdl_enter();
     for (int a = blockIdx.x * blockDim.x + threadIdx.x; a < g.d; a += gridDim.x * blockDim.x) {
         double s = 0.0;
         for (int t = 0; t < g.To; ++t) s += (double)gP[t * g.d + a];
@@ -142,18 +146,15 @@ __global__ void k_attn_fin2(Geom g, const float *__restrict__ gP, float *gbt, fl
 
 void composites(const Geom &g, const float *W, const float *b, const float *Wt, const float *bt,
                 const float *Wg, const float *bg, const float *P, float *comp, cudaStream_t s) {
-    k_attn_comp<<<warp_blocks(g.c_total), 32 * kWarpsPerBlock, 0, s>>>(g, W, b, Wt, bt, Wg, bg, P,
-                                                                       comp);
-    FH_LAUNCHED("k_attn_comp");
+    FH_LAUNCH(k_attn_comp, warp_blocks(g.c_total), 32 * kWarpsPerBlock, 0, s, g, W, b, Wt, bt, Wg,
+              bg, P, comp);
 }
 
 void param_grads(const Geom &g, const FinArgs &f, cudaStream_t s) {
     const int d = g.d;
     const int n = g.d3 * d + g.d3 + g.T * d + d * g.td + d * g.G + d;
-    k_attn_fin<<<warp_blocks(n), 32 * kWarpsPerBlock, 0, s>>>(g, f);
-    FH_LAUNCHED("k_attn_fin");
-    k_attn_fin2<<<(d + 127) / 128, 128, 0, s>>>(g, f.gP, f.gbt, f.gbg);
-    FH_LAUNCHED("k_attn_fin2");
+    FH_LAUNCH(k_attn_fin, warp_blocks(n), 32 * kWarpsPerBlock, 0, s, g, f);
+    FH_LAUNCH(k_attn_fin2, (d + 127) / 128, 128, 0, s, g, f.gP, f.gbt, f.gbg);
 }
 
 }  // namespace fh::cuda::attn

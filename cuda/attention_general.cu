@@ -18,6 +18,7 @@
 
 #include "attention_paths.hpp"
 #include "aux_common.cuh"
+#include "launch.cuh"
 
 namespace fh::cuda::attn {
 
@@ -108,6 +109,7 @@ __device__ void head_forward(const GenArgs &a, const Slot &s, int i, int h) {
 }
 
 __global__ void __launch_bounds__(kThreads) k_attn_gen_fwd(GenArgs a) {
+    pdl_enter();
     const Geom &g = a.g;
     const Slot s = slot_of(a);
     const int w3 = 3 * g.dh;
@@ -125,6 +127,7 @@ __global__ void __launch_bounds__(kThreads) k_attn_gen_fwd(GenArgs a) {
 }
 
 __global__ void __launch_bounds__(kThreads) k_attn_gen_bwd(GenArgs a) {
+    pdl_enter();
     const Geom &g = a.g;
     const Slot s = slot_of(a);
     const int w3 = 3 * g.dh;
@@ -217,16 +220,14 @@ public:
     void forward(const FwdArgs &f, cudaStream_t s) override {
         GenArgs a = args(f.x, f.comp);
         a.abar = f.abar;
-        k_attn_gen_fwd<<<blocks_, kThreads, 0, s>>>(a);
-        FH_LAUNCHED("k_attn_gen_fwd");
+        FH_LAUNCH(k_attn_gen_fwd, blocks_, kThreads, 0, s, a);
         pool_aug(g_, f, s);
     }
     void backward(const BwdArgs &b, cudaStream_t s) override {
         GenArgs a = args(b.x, b.comp);
         a.dabar = b.dabar;
         a.partial = b.partial;
-        k_attn_gen_bwd<<<blocks_, kThreads, 0, s>>>(a);
-        FH_LAUNCHED("k_attn_gen_bwd");
+        FH_LAUNCH(k_attn_gen_bwd, blocks_, kThreads, 0, s, a);
     }
 
 private:

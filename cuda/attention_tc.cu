@@ -41,6 +41,7 @@
 #include "attention_tc.cuh"
 #include "aux_common.cuh"
 #include "mma_tf32.cuh"
+#include "launch.cuh"
 
 namespace fh::cuda::attn {
 
@@ -59,6 +60,7 @@ __global__ void __launch_bounds__(256, (SPLIT && KX == 2) ? 1 : 2)
 k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               float *__restrict__ abar, const float *__restrict__ Wt, const float *__restrict__ Wg,
               const float *__restrict__ bo, float *__restrict__ pool, float *__restrict__ aug) {
+    pdl_enter();
     using S = TcShape<MT, KX>;
     extern __shared__ float4 sm4[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -121,6 +123,7 @@ template <class GT, int MT, int KX, bool SPLIT, bool WIDE>
 __global__ void __launch_bounds__(WIDE ? 256 : 128, WIDE ? 1 : ((SPLIT || KX == 2) ? 2 : 3))
 k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               const float *__restrict__ dabar, float *__restrict__ partial) {
+    pdl_enter();
     using S = TcShape<MT, KX>;
     constexpr int NT = S::NT;
     extern __shared__ float4 sm4[];
@@ -374,21 +377,19 @@ public:
 
     void forward(const FwdArgs &a, cudaStream_t s) override {
         if (fwd_d_)
-            fwd_d_<<<nblk_f_, threads_f_, smem_f_, s>>>(GeomDefault{g_.B}, wph_f_, spb_f_, a.x, a.comp,
-                                                        a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug);
+            FH_LAUNCH(fwd_d_, nblk_f_, threads_f_, smem_f_, s, GeomDefault{g_.B}, wph_f_, spb_f_,
+                      a.x, a.comp, a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug);
         else
-            fwd_<<<nblk_f_, threads_f_, smem_f_, s>>>(g_, wph_f_, spb_f_, a.x, a.comp, a.abar,
-                                                      a.Wt, a.Wg, a.bo, a.pool, a.aug);
-        FH_LAUNCHED("k_attn_tc_fwd");
+            FH_LAUNCH(fwd_, nblk_f_, threads_f_, smem_f_, s, g_, wph_f_, spb_f_, a.x, a.comp,
+                      a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug);
     }
     void backward(const BwdArgs &a, cudaStream_t s) override {
         if (bwd_d_)
-            bwd_d_<<<nblk_b_, threads_, smem_b_, s>>>(GeomDefault{g_.B}, wph_, spb_b_, a.x, a.comp,
-                                                      a.dabar, a.partial);
+            FH_LAUNCH(bwd_d_, nblk_b_, threads_, smem_b_, s, GeomDefault{g_.B}, wph_, spb_b_, a.x,
+                      a.comp, a.dabar, a.partial);
         else
-            bwd_<<<nblk_b_, threads_, smem_b_, s>>>(g_, wph_, spb_b_, a.x, a.comp, a.dabar,
-                                                    a.partial);
-        FH_LAUNCHED("k_attn_tc_bwd");
+            FH_LAUNCH(bwd_, nblk_b_, threads_, smem_b_, s, g_, wph_, spb_b_, a.x, a.comp, a.dabar,
+                      a.partial);
     }
 
 private:

@@ -7,6 +7,7 @@
 #include "device_math.cuh"
 #include "memory_plan.hpp"
 #include "reduce.cuh"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
@@ -31,6 +32,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     k_confidence(const float *h2t_next, const float *wt_u, const float *bt_u, const float *var,
                  const float *done, const float *u, const float *pre_u, const float *h2, int B,
                  int H, float rows, float gamma, float *conf, double *part) {
+    pdl_enter();
     __shared__ float dsh[kConfidenceRows];
     __shared__ double lsh[kConfidenceRows];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -116,12 +118,9 @@ void confidence(CudaStep &st, const LaneCtx &l) {
     const int B = (int)st.d.B, H = (int)st.d.H, grid = (int)confidence_chunks(B);
     const QOffsets &o = st.L.q;
     const float *wt = st.buf[BUF_Q_TARGET];
-    k_confidence<<<grid, kThreads, 0, l.stream>>>(st.tgt.h2 + (size_t)B * H, wt + o.w_u,
-                                                  wt + o.b_u, st.buf[BUF_ENS_VAR], st.done_f,
-                                                  st.on.u, st.on.pre_u, st.on.h2, B, H,
-                                                  (float)st.d.Bg, st.cfg.gamma,
-                                                  st.buf[BUF_CONFIDENCE], st.conf_part);
-    FH_LAUNCHED("k_confidence");
+    FH_LAUNCH(k_confidence, grid, kThreads, 0, l.stream, st.tgt.h2 + (size_t)B * H, wt + o.w_u,
+              wt + o.b_u, st.buf[BUF_ENS_VAR], st.done_f, st.on.u, st.on.pre_u, st.on.h2, B, H,
+              (float)st.d.Bg, st.cfg.gamma, st.buf[BUF_CONFIDENCE], st.conf_part);
     Segs segs;
     segs.add(st.grad_q + o.w_u, 0, H);
     segs.add(st.grad_q + o.b_u, H, 1);

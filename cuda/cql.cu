@@ -5,6 +5,7 @@
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "reduce.cuh"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
@@ -13,6 +14,7 @@ namespace {
 __global__ void k_cql(const float *q, const float *z, const int32_t *action, const float *omega,
                       int B, int NB, int A, float rows, float alpha, float q_clip, float *dzc,
                       double *loss_elt) {
+    pdl_enter();
     const float scale = __fdiv_rn(1.0f, __fmul_rn(rows, (float)NB));  // 1/(W·B·NB), SPEC §9
     const size_t n = (size_t)B * NB;
     for (size_t ib = blockIdx.x * (size_t)blockDim.x + threadIdx.x; ib < n;
@@ -39,6 +41,7 @@ __global__ void k_cql(const float *q, const float *z, const int32_t *action, con
 
 __global__ void k_add_inplace(float *dst, const float *src, size_t n, size_t s_dst,
                               size_t s_src) {
+    pdl_enter();
     dst += blockIdx.y * s_dst;
     src += blockIdx.y * s_src;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -49,8 +52,7 @@ __global__ void k_add_inplace(float *dst, const float *src, size_t n, size_t s_d
 // dst += src (float, elementwise) in `batch` slices: slice k is dst + k·s_dst, src + k·s_src.
 void add_inplace(float *dst, const float *src, size_t n, cudaStream_t s, int batch,
                  size_t s_dst, size_t s_src) {
-    k_add_inplace<<<dim3(grid_for(n), batch), kThreads, 0, s>>>(dst, src, n, s_dst, s_src);
-    FH_LAUNCHED("k_add_inplace");
+    FH_LAUNCH(k_add_inplace, dim3(grid_for(n), batch), kThreads, 0, s, dst, src, n, s_dst, s_src);
 }
 
 }  // namespace
@@ -62,10 +64,8 @@ void cql(CudaStep &st, const LaneCtx &l) {
     cudaStream_t s = l.stream;
     // As the CPU (cql.cpp): the CQL part of dU_b, de_b is computed apart, then added to
     // the TD part elementwise (one float rounding of the sum).
-    k_cql<<<grid_for((size_t)B * NB), kThreads, 0, s>>>(st.on.q, st.on.z, st.action, st.omega, B,
-                                                        NB, A, (float)d.Bg, st.cfg.cql_alpha,
-                                                        st.cfg.q_clip, st.dzc, st.cql_elt);
-    FH_LAUNCHED("k_cql");
+    FH_LAUNCH(k_cql, grid_for((size_t)B * NB), kThreads, 0, s, st.on.q, st.on.z, st.action,
+              st.omega, B, NB, A, (float)d.Bg, st.cfg.cql_alpha, st.cfg.q_clip, st.dzc, st.cql_elt);
     sum_to(st.cql_elt, (size_t)B * NB, &st.dm->cql_loss, (double)d.Bg * NB, l.red, s,
            (double)st.cfg.cql_alpha);
     // The branches' blocks in the flat Q buffer are equally spaced (V, c, U, e per branch),

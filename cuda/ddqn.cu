@@ -8,12 +8,14 @@
 #include "cuda_step.hpp"
 #include "device_math.cuh"
 #include "memory_plan.hpp"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
 namespace {
 
 __global__ void k_argmax(const float *q, int M, int NB, int A, int32_t *out) {
+    pdl_enter();
     const size_t n = (size_t)M * NB;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
@@ -25,6 +27,7 @@ __global__ void k_argmax(const float *q, int M, int NB, int A, int32_t *out) {
 __global__ void k_ddqn_join(const float *qt, const int32_t *a_star, const int32_t *action,
                             const float *r, const float *done, int B, int NB, int A, float gamma,
                             float *y, float *qbar_sa) {
+    pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)B;
          i += (size_t)gridDim.x * blockDim.x) {
         double qsa = 0;
@@ -60,9 +63,8 @@ void forward_pass(CudaStep &st, const LaneCtx &l, QView w, const float *x, QCach
 void ddqn_online_next(CudaStep &st, const LaneCtx &l) {
     forward_pass(st, l, st.online_view(), st.inputs().xn, st.next, st.pack_next);
     const size_t n = (size_t)st.d.B * st.d.NB;
-    k_argmax<<<grid_for(n), kThreads, 0, l.stream>>>(st.next.q, (int)st.d.B, (int)st.d.NB,
-                                                     (int)st.d.A, st.a_star);
-    FH_LAUNCHED("k_argmax");
+    FH_LAUNCH(k_argmax, grid_for(n), kThreads, 0, l.stream, st.next.q, (int)st.d.B, (int)st.d.NB,
+              (int)st.d.A, st.a_star);
 }
 
 void ddqn_target(CudaStep &st, const LaneCtx &l) {
@@ -71,11 +73,8 @@ void ddqn_target(CudaStep &st, const LaneCtx &l) {
 
 void ddqn_join(CudaStep &st, const LaneCtx &l) {
     const Dims &d = st.d;
-    k_ddqn_join<<<grid_for(d.B), kThreads, 0, l.stream>>>(st.tgt.q, st.a_star, st.action, st.r,
-                                                          st.done_f, (int)d.B, (int)d.NB,
-                                                          (int)d.A, st.cfg.gamma, st.y,
-                                                          st.qbar_sa);
-    FH_LAUNCHED("k_ddqn_join");
+    FH_LAUNCH(k_ddqn_join, grid_for(d.B), kThreads, 0, l.stream, st.tgt.q, st.a_star, st.action,
+              st.r, st.done_f, (int)d.B, (int)d.NB, (int)d.A, st.cfg.gamma, st.y, st.qbar_sa);
 }
 
 }  // namespace fh::cuda

@@ -3,12 +3,14 @@
 // included) and the IQN net, with the online weights before this step's Adam.
 #include "common.hpp"
 #include "cuda_step.hpp"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
 namespace {
 
 __global__ void k_polyak(float *t, const float *o, size_t n, float tau) {
+    pdl_enter();
     const float keep = __fadd_rn(1.0f, -tau);
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
@@ -17,8 +19,7 @@ __global__ void k_polyak(float *t, const float *o, size_t n, float tau) {
 
 // θ̄ ← τθ + (1−τ)θ̄ over n floats.
 void polyak(float *target, const float *online, size_t n, float tau, cudaStream_t s) {
-    k_polyak<<<grid_for(n), kThreads, 0, s>>>(target, online, n, tau);
-    FH_LAUNCHED("k_polyak");
+    FH_LAUNCH(k_polyak, grid_for(n), kThreads, 0, s, target, online, n, tau);
 }
 
 }  // namespace

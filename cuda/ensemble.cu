@@ -6,6 +6,7 @@
 #include "device_math.cuh"
 #include "memory_plan.hpp"
 #include "reduce.cuh"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
@@ -16,6 +17,7 @@ namespace {
 // per-sample terms and summing them in two more kernels cost the aux tail one kernel more.
 __global__ void k_ensemble(const float *qbar_sa, const float *v_hi, const float *v_lo,
                            const float *z_mean, int B, float *mean, float *var, double *part) {
+    pdl_enter();
     __shared__ double sh[kThreads];
     double mine = 0.0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)B;
@@ -37,10 +39,8 @@ __global__ void k_ensemble(const float *qbar_sa, const float *v_hi, const float 
 
 void ensemble(CudaStep &st, const LaneCtx &l) {
     const int B = (int)st.d.B, blocks = ensemble_blocks(B);
-    k_ensemble<<<blocks, kThreads, 0, l.stream>>>(st.qbar_sa, st.v_hi, st.v_lo, st.z_mean, B,
-                                                  st.buf[BUF_ENS_MEAN], st.buf[BUF_ENS_VAR],
-                                                  st.ens_part);
-    FH_LAUNCHED("k_ensemble");
+    FH_LAUNCH(k_ensemble, blocks, kThreads, 0, l.stream, st.qbar_sa, st.v_hi, st.v_lo, st.z_mean, B,
+              st.buf[BUF_ENS_MEAN], st.buf[BUF_ENS_VAR], st.ens_part);
     reduce_final(st.ens_part, blocks, &st.dm->ensemble_std, 0, (double)st.d.Bg, l.stream);
 }
 

@@ -22,6 +22,7 @@
 #include "common.hpp"
 #include "gemm.hpp"
 #include "schedule.hpp"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
@@ -32,6 +33,7 @@ namespace {
 // the rows and the leading dimension allow 16-byte loads.
 __global__ void k_to_bf16(const float *__restrict__ src, size_t ld, size_t rows, size_t cols,
                           __nv_bfloat16 *__restrict__ dst, bool vec4) {
+    pdl_enter();
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (vec4) {
@@ -55,9 +57,8 @@ __global__ void k_to_bf16(const float *__restrict__ src, size_t ld, size_t rows,
 void stage(const float *src, int ld, int rows, int cols, __nv_bfloat16 *dst, cudaStream_t s) {
     const bool vec4 = rows % 4 == 0 && ld % 4 == 0 && (uintptr_t)src % 16 == 0;
     const size_t n = (size_t)rows * cols;
-    k_to_bf16<<<grid_for(vec4 ? n / 4 : n), kThreads, 0, s>>>(src, (size_t)ld, rows, cols, dst,
-                                                              vec4);
-    FH_LAUNCHED("k_to_bf16");
+    FH_LAUNCH(k_to_bf16, grid_for(vec4 ? n / 4 : n), kThreads, 0, s, src, (size_t)ld, rows, cols,
+              dst, vec4);
 }
 
 // Block sizes (mc, nc, kc) whose operand blocks mc·kc + kc·nc fit `cap`: shrink the largest

@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "common.hpp"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
@@ -50,6 +51,7 @@ __device__ __forceinline__ bool non_finite(float x) {
 }
 
 __global__ void k_copy(DivergenceGuard::Dev *g, bool restore) {
+    pdl_enter();
     if (restore && g->code < 0) return;
     const Segment s = g->seg[blockIdx.y];
     float *dst = restore ? s.live : s.shadow;
@@ -66,6 +68,7 @@ __global__ void k_copy(DivergenceGuard::Dev *g, bool restore) {
 // (adam child 0.036 → 0.032 ms at B = 16384 on the H200,
 // bench/results/h200-2026-12-02-guard-find-before-after.json).
 __global__ void k_find_partial(DivergenceGuard::Dev *g) {
+    pdl_enter();
     __shared__ long long best[kThreads];
     const unsigned long long codes = NUM_GUARD_SCALARS + g->total;
     const unsigned long long chunk = (codes + kBlocks - 1) / kBlocks;
@@ -96,6 +99,7 @@ __global__ void k_find_partial(DivergenceGuard::Dev *g) {
 // adam_q.cu). Nothing between Adam and here reads the counter, and first_step below is the
 // incremented count, this step's number.
 __global__ void k_find_final(DivergenceGuard::Dev *g) {
+    pdl_enter();
     __shared__ long long best[kThreads];
     // Thread 0's loads of the counter go out with the partials' (nothing else touches it here).
     uint64_t step = 0;
@@ -165,18 +169,14 @@ DivergenceGuard::~DivergenceGuard() {
 }
 
 void DivergenceGuard::snapshot(cudaStream_t s) {
-    k_copy<<<dim3(kCopyBlocks, NUM_PERSISTENT), kThreads, 0, s>>>((Dev *)scratch_, false);
-    FH_LAUNCHED("k_copy (guard snapshot)");
+    FH_LAUNCH(k_copy, dim3(kCopyBlocks, NUM_PERSISTENT), kThreads, 0, s, (Dev *)scratch_, false);
 }
 
 void DivergenceGuard::check(cudaStream_t s) {
     Dev *g = (Dev *)scratch_;
-    k_find_partial<<<kBlocks, kThreads, 0, s>>>(g);
-    FH_LAUNCHED("k_find_partial (guard)");
-    k_find_final<<<1, kThreads, 0, s>>>(g);
-    FH_LAUNCHED("k_find_final (guard)");
-    k_copy<<<dim3(kRestoreBlocks, NUM_PERSISTENT), kThreads, 0, s>>>(g, true);
-    FH_LAUNCHED("k_copy (guard restore)");
+    FH_LAUNCH(k_find_partial, kBlocks, kThreads, 0, s, g);
+    FH_LAUNCH(k_find_final, 1, kThreads, 0, s, g);
+    FH_LAUNCH(k_copy, dim3(kRestoreBlocks, NUM_PERSISTENT), kThreads, 0, s, g, true);
 }
 
 GuardReport DivergenceGuard::report(bool clear) {

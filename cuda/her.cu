@@ -7,6 +7,7 @@
 #include "device_math.cuh"
 #include "philox.hpp"
 #include "reduce.cuh"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
@@ -30,6 +31,7 @@ struct HerArgs {
 
 // One warp per transition.
 __global__ void k_her(HerArgs a) {
+    pdl_enter();
     const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (warp >= a.B) return;
@@ -112,8 +114,7 @@ void her_relabel(CudaStep &st, const LaneCtx &l) {
     a.regime_out = st.regime;
     const int warps_per_block = kThreads / 32;
     const int grid = (int)((a.B + warps_per_block - 1) / warps_per_block);
-    k_her<<<grid, kThreads, 0, l.stream>>>(a);
-    FH_LAUNCHED("k_her");
+    FH_LAUNCH(k_her, grid, kThreads, 0, l.stream, a);
     reduce_f32(st.relab, d.B, 0, l.red, l.stream);
     reduce_final(l.red, reduce_blocks(d.B), &st.dm->relabelled, 0, 1.0, l.stream);
 }

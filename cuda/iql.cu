@@ -48,6 +48,7 @@
 #include "iql_paths.hpp"
 #include "learners.hpp"
 #include "nn.cuh"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
@@ -73,6 +74,7 @@ struct IqlHeadArgs {
 
 // grid (blocks, 2 nets), block warps·32; warp w of block b takes rows b·rpb + w, + warps, ...
 __global__ void k_iql_head(IqlHeadArgs a) {
+    pdl_enter();
     extern __shared__ double acc_all[];
     const int net = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nw = blockDim.x >> 5, Hi = a.Hi, W = 2 * Hi + 2;
@@ -122,6 +124,7 @@ __global__ void k_iql_head(IqlHeadArgs a) {
 // same float operations and the same order of every float64 sum as k_iql_head: the same bits.
 template <int K>
 __global__ void k_iql_head_reg(IqlHeadArgs a) {
+    pdl_enter();
     extern __shared__ double acc_all[];
     const int net = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nw = blockDim.x >> 5, Hi = a.Hi;
@@ -194,6 +197,7 @@ struct PtrTable {
     const void *p[kSites * 6];  // per site: A0 A1 B0 B1 C0 C1
 };
 __global__ void k_set_ptrs(PtrTable t, const void **dst) {
+    pdl_enter();
     const int i = threadIdx.x;
     if (i < kSites * 6) dst[i] = t.p[i];
 }
@@ -447,8 +451,7 @@ struct IqlLearner::Impl {
                     t.p[k * 6 + 2 + z] = sites[k].g[z].b;
                     t.p[k * 6 + 4 + z] = sites[k].g[z].c;
                 }
-            k_set_ptrs<<<1, 32, 0, s>>>(t, dptrs);
-            FH_LAUNCHED("k_set_ptrs (IQL)");
+            FH_LAUNCH(k_set_ptrs, 1, 32, 0, s, t, dptrs);
         }
 
         if (fused) {
@@ -478,10 +481,9 @@ struct IqlLearner::Impl {
         a.rows_per_blk = head.rows_per_blk;
         {
             void *args[] = {&a};
-            FH_CUDA(cudaLaunchKernel(head_kernel(), dim3(head.blocks, 2), head.warps * 32, args,
-                                     head.smem, s));
+            FH_CUDA(launch_pdl(head_kernel(), dim3(head.blocks, 2), head.warps * 32, head.smem, s,
+                               args));
         }
-        FH_LAUNCHED("k_iql_head");
         reduce_head(head.blocks, loss, s);
 
         // Backward through layer 2 and layer 1.

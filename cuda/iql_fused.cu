@@ -35,6 +35,7 @@
 #include "mma_tf32.cuh"
 #include "stage.cuh"
 #include "tile128.cuh"
+#include "launch.cuh"
 
 namespace fh::cuda::iql {
 
@@ -151,6 +152,7 @@ __device__ __forceinline__ float head_row(const FusedArgs &a, int net, bool vali
 // multi-stream (bench/results/h200-2026-12-02-iql-fixed-d-before-after.json).
 template <int kD>
 __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
+    pdl_enter();
     extern __shared__ float4 sm4[];
     float *W1s = reinterpret_cast<float *>(sm4), *W2s = W1s + kMat, *Xs = W2s + kMat;
     float *b1s = Xs + kMat, *b2s = b1s + kH, *w3s = b2s + kH;
@@ -377,10 +379,9 @@ void fused(const FusedArgs &a, int blocks, cudaStream_t s) {
     const dim3 grid(blocks, 2);
     const size_t smem = kSmemFloats * sizeof(float);
     if (a.D == kH)
-        k_iql_fused<kH><<<grid, kWarps * 32, smem, s>>>(a);
+        FH_LAUNCH(k_iql_fused<kH>, grid, kWarps * 32, smem, s, a);
     else
-        k_iql_fused<0><<<grid, kWarps * 32, smem, s>>>(a);
-    FH_LAUNCHED("k_iql_fused");
+        FH_LAUNCH(k_iql_fused<0>, grid, kWarps * 32, smem, s, a);
 }
 
 }  // namespace fh::cuda::iql

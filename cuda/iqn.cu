@@ -37,6 +37,7 @@
 #include "learners.hpp"
 #include "nn.cuh"
 #include "philox.hpp"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
@@ -53,6 +54,7 @@ constexpr int kTx = 32, kTy = 8;
 // (as the CPU: (float)cos(kPi·k·τ)).
 __global__ void k_taucos(uint64_t seed, const uint64_t *step, uint32_t purpose, uint32_t c0,
                          size_t rows, int Nr, int C, float *cosf_out, float *tau_out) {
+    pdl_enter();
     __shared__ float tau_s[kTauRows];
     const size_t row0 = (size_t)blockIdx.x * kTauRows;
     const uint32_t st = (uint32_t)*step;
@@ -79,6 +81,7 @@ __global__ void k_taucos(uint64_t seed, const uint64_t *step, uint32_t purpose, 
 __global__ void k_merge(const float *__restrict__ phi_raw, const float *__restrict__ bphi,
                         const float *__restrict__ psi, float *__restrict__ m, size_t rows, int Nr,
                         int Hq) {
+    pdl_enter();
     const int j = blockIdx.y * kTx + threadIdx.x;
     if (j >= Hq) return;
     const size_t r0 = (size_t)blockIdx.x * aux::kColRows, r1 = min(rows, r0 + aux::kColRows);
@@ -94,6 +97,7 @@ __global__ void k_merge(const float *__restrict__ phi_raw, const float *__restri
 __global__ void k_zrows(const float *__restrict__ hraw, const float *__restrict__ bm,
                         const float *__restrict__ wz, const float *__restrict__ bz, size_t rows,
                         int Hq, float *__restrict__ z) {
+    pdl_enter();
     const int lane = threadIdx.x & 31;
     const size_t nwarps = (size_t)gridDim.x * (blockDim.x >> 5);
     for (size_t r = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
@@ -124,6 +128,7 @@ struct IqnHeadArgs {
 // One warp per transition i. Shared memory: [warps][2·Hq + 2] doubles, then per warp
 // Z_in [N], T_im [N'], dZ_in [N] floats.
 __global__ void k_iqn_head(IqnHeadArgs a) {
+    pdl_enter();
     extern __shared__ double acc_all[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     const int Hq = a.Hq, N = a.N, Nt = a.Nt, W = 2 * Hq + 2;
@@ -201,6 +206,7 @@ __global__ void k_psiphi_bwd(const float *__restrict__ dm, float *phi, const flo
                              const float *__restrict__ psi, const float *__restrict__ psi_pre,
                              const float *__restrict__ bpsi,
                              float *__restrict__ dpsi, int B, int N, int Hq, double *partial) {
+    pdl_enter();
     __shared__ double sh[2][kTy][kTx + 1];
     const int j = blockIdx.y * kTx + threadIdx.x;
     const int i0 = blockIdx.x * kBwdSamples, i1 = min(B, i0 + kBwdSamples);
@@ -334,15 +340,13 @@ struct IqnLearner::Impl {
                  uint32_t purpose, const uint64_t *step, float *tau_out) {
         const int B = (int)d.B, Hq = (int)d.Hq, C = (int)d.C, D = (int)d.D;
         const size_t R = (size_t)d.B * Nr;
-        k_taucos<<<(unsigned)((R + kTauRows - 1) / kTauRows), 256, 0, s>>>(
-            seed, step, purpose, d.row0, R, Nr, C, cosb, tau_out);
-        FH_LAUNCHED("k_taucos");
+        FH_LAUNCH(k_taucos, (unsigned)((R + kTauRows - 1) / kTauRows), 256, 0, s, seed, step,
+                  purpose, d.row0, R, Nr, C, cosb, tau_out);
         gemm_nt(bl, B, Hq, D, x, P + o.Wpsi, psi_pre, 0.0f, "IQN psi = x Wpsi^T");
         bias_silu(psi_pre, psi, P + o.bpsi, d.B, Hq, s);
         gemm_nt(bl, (int)R, Hq, C, cosb, P + o.Wphi, phi, 0.0f, "IQN phi = cos Wphi^T");
-        k_merge<<<dim3(aux::col_chunks(R), (Hq + kTx - 1) / kTx), dim3(kTx, kTy), 0, s>>>(
-            phi, P + o.bphi, psi, mbuf, R, Nr, Hq);
-        FH_LAUNCHED("k_merge");
+        FH_LAUNCH(k_merge, dim3(aux::col_chunks(R), (Hq + kTx - 1) / kTx), dim3(kTx, kTy), 0, s,
+                  phi, P + o.bphi, psi, mbuf, R, Nr, Hq);
         gemm_nt(bl, (int)R, Hq, Hq, mbuf, P + o.Wm, hraw, 0.0f, "IQN h = m Wm^T");
     }
 
@@ -364,9 +368,8 @@ struct IqnLearner::Impl {
         } else {
             forward(bl, s, target, in.xn, Nt, PURPOSE_IQN_TARGET, in.step, nullptr);
             const int blocks = (int)std::min<size_t>((RT + 7) / 8, 8192);
-            k_zrows<<<blocks, 256, 0, s>>>(hraw, target + o.bm, target + o.w_z, target + o.b_z, RT,
-                                           Hq, zt);
-            FH_LAUNCHED("k_zrows");
+            FH_LAUNCH(k_zrows, blocks, 256, 0, s, hraw, target + o.bm, target + o.w_z,
+                      target + o.b_z, RT, Hq, zt);
         }
 
         // Online forward on x̃ (τ purpose 2), kept for the backward, and the head: Z, z_mean, the
@@ -399,8 +402,7 @@ struct IqnLearner::Impl {
             a.scale = 1.0 / ((double)d.Bg * d.Nt);
             a.z_mean = z_mean; a.dh = dh; a.partial = part_head;
             a.samples_per_blk = head.rows_per_blk;
-            k_iqn_head<<<head.blocks, head.warps * 32, head.smem, s>>>(a);
-            FH_LAUNCHED("k_iqn_head");
+            FH_LAUNCH(k_iqn_head, head.blocks, head.warps * 32, head.smem, s, a);
         }
         {
             aux::Segs g;
@@ -420,9 +422,9 @@ struct IqnLearner::Impl {
             bwd_rows = iqn::backward_fused(f, online_blocks, s);
         } else {
             gemm_nn(bl, (int)RN, Hq, Hq, dh, params + o.Wm, hraw, 0.0f, "IQN dm = dh Wm");
-            k_psiphi_bwd<<<dim3(bwd_chunks, (Hq + kTx - 1) / kTx), dim3(kTx, kTy), 0, s>>>(
-                hraw, phi, params + o.bphi, psi, psi_pre, params + o.bpsi, dpsi, B, N, Hq, part_bwd);
-            FH_LAUNCHED("k_psiphi_bwd");
+            FH_LAUNCH(k_psiphi_bwd, dim3(bwd_chunks, (Hq + kTx - 1) / kTx), dim3(kTx, kTy), 0, s,
+                      hraw, phi, params + o.bphi, psi, psi_pre, params + o.bpsi, dpsi, B, N, Hq,
+                      part_bwd);
         }
         {
             aux::Segs g;

@@ -27,6 +27,7 @@
 #include "aux_common.cuh"
 #include "iqn_fused.cuh"
 #include "iqn_fused.hpp"
+#include "launch.cuh"
 
 namespace fh::cuda::iqn {
 
@@ -133,6 +134,7 @@ __device__ __noinline__ void stage_wmT(float *WmT, const float *Wm) {
 // NC: N compiled in (kFixedN), or 0 to read it from a.
 template <int NC>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs a) {
+    pdl_enter();
     extern __shared__ float4 sm4[];
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
     float *bphi = WmT + kHq * kLDM;
@@ -219,10 +221,9 @@ int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
     const int nb = (int)std::max<size_t>(
         1, std::min<size_t>({tiles, (size_t)sm_count(), (size_t)std::max(1, blocks)}));
     if (fixed_n(a.N))
-        k_iqn_backward<kFixedN><<<nb, kBwdWarps * 32, kBwdSmemBytes, s>>>(a);
+        FH_LAUNCH(k_iqn_backward<kFixedN>, nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
     else
-        k_iqn_backward<0><<<nb, kBwdWarps * 32, kBwdSmemBytes, s>>>(a);
-    FH_LAUNCHED("k_iqn_backward");
+        FH_LAUNCH(k_iqn_backward<0>, nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
     return nb;
 }
 

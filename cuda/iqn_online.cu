@@ -26,6 +26,7 @@
 #include "aux_common.cuh"
 #include "iqn_fused.cuh"
 #include "iqn_fused.hpp"
+#include "launch.cuh"
 
 namespace fh::cuda::iqn {
 
@@ -53,6 +54,7 @@ __device__ __forceinline__ float head_row(const OnlineArgs &a, int Nt, bool vali
 // NC, NTC: N and N' compiled in (kFixedN), or 0 to read them from a.
 template <int NC, int NTC>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
+    pdl_enter();
     extern __shared__ float4 sm4[];
     const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
@@ -162,10 +164,10 @@ void online_fused_prepare() {
 
 void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s) {
     if (fixed_n(a.N) && fixed_n(a.Nt))
-        k_iqn_online<kFixedN, kFixedN><<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
+        FH_LAUNCH((k_iqn_online<kFixedN, kFixedN>), blocks, kWarps * 32,
+                  kSmemFloats * sizeof(float), s, a);
     else
-        k_iqn_online<0, 0><<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
-    FH_LAUNCHED("k_iqn_online");
+        FH_LAUNCH((k_iqn_online<0, 0>), blocks, kWarps * 32, kSmemFloats * sizeof(float), s, a);
 }
 
 }  // namespace fh::cuda::iqn

@@ -14,6 +14,7 @@
 #include "aux_common.cuh"
 #include "iqn_fused.cuh"
 #include "iqn_fused.hpp"
+#include "launch.cuh"
 
 namespace fh::cuda::iqn {
 
@@ -22,6 +23,7 @@ namespace {
 // NTC: N' compiled in (kFixedN), or 0 to read it from a.
 template <int NTC>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
+    pdl_enter();
     extern __shared__ float4 sm4[];
     const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
@@ -54,10 +56,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
 
 void target_fused(const TargetArgs &a, int blocks, cudaStream_t s) {
     if (fixed_n(a.Nt))
-        k_iqn_target<kFixedN><<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
+        FH_LAUNCH(k_iqn_target<kFixedN>, blocks, kWarps * 32, kSmemFloats * sizeof(float), s, a);
     else
-        k_iqn_target<0><<<blocks, kWarps * 32, kSmemFloats * sizeof(float), s>>>(a);
-    FH_LAUNCHED("k_iqn_target");
+        FH_LAUNCH(k_iqn_target<0>, blocks, kWarps * 32, kSmemFloats * sizeof(float), s, a);
 }
 
 void target_fused_prepare() {

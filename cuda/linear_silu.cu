@@ -53,6 +53,7 @@
 #include "device_math.cuh"
 #include "mma_tf32.cuh"
 #include "nn.cuh"
+#include "launch.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FH_HAVE_WGMMA 1
@@ -279,6 +280,7 @@ __global__ void __launch_bounds__(kThreadsTc, 2)
 k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
               const float *__restrict__ bias, int M, int N, int K, float *pre, float *act,
               BranchHeads hd, DsiluPart dp) {
+    pdl_enter();
 #ifdef FH_HAVE_WGMMA
     extern __shared__ unsigned char smem_raw[];
     const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
@@ -389,12 +391,11 @@ void launch(int M, int N, cudaStream_t s, bool x_tf32, const float *X, const flo
             const DsiluPart &dp) {
     const dim3 grid(N / kBN, (M + kBM - 1) / kBM);
     if (x_tf32)
-        k_linear_silu<false, EPI>
-            <<<grid, kThreadsTc, kSmemBytes, s>>>(X, Wt, bias, M, N, K, pre, act, hd, dp);
+        FH_LAUNCH((k_linear_silu<false, EPI>), grid, kThreadsTc, kSmemBytes, s, X, Wt, bias, M, N,
+                  K, pre, act, hd, dp);
     else
-        k_linear_silu<true, EPI>
-            <<<grid, kThreadsTc, kSmemBytes, s>>>(X, Wt, bias, M, N, K, pre, act, hd, dp);
-    FH_LAUNCHED("k_linear_silu");
+        FH_LAUNCH((k_linear_silu<true, EPI>), grid, kThreadsTc, kSmemBytes, s, X, Wt, bias, M, N, K,
+                  pre, act, hd, dp);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "common.hpp"
 #include "device_math.cuh"
 #include "reduce.cuh"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
@@ -24,6 +25,7 @@ __device__ __forceinline__ float4 add_silu(float4 z, float4 b) {
 // elements after the previous one's.
 template <class V>
 __global__ void k_bias_silu(const V *pre, V *act, const V *b, size_t n, int N, size_t zbias) {
+    pdl_enter();
     pre += blockIdx.y * n;
     act += blockIdx.y * n;
     b += blockIdx.y * zbias;
@@ -40,6 +42,7 @@ template <bool kPartials>
 __global__ void __launch_bounds__(kThreads, 8)
     k_adam(float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
            float beta2, float eps, const uint64_t *step, NormPartials norm, float clip) {
+    pdl_enter();
     // 1 − β^t in double, the same for every thread. Clipped, threads 0 and 32 compute it while
     // the norm's partials are summed and share it, instead of every thread waiting for its two
     // pows: reduce partials + Adam + step += 1 in a graph at n = 234,000 on the H200, 11.2 µs
@@ -101,20 +104,17 @@ void bias_silu(const float *pre, float *act, const float *bias, size_t rows, int
     const size_t n = rows * cols;
     const dim3 grid(grid_for(vec ? n / 4 : n, kThreads, 32768), Z);
     if (vec) {
-        k_bias_silu<float4><<<grid, kThreads, 0, s>>>((const float4 *)pre, (float4 *)act,
-                                                      (const float4 *)bias, n / 4, cols / 4,
-                                                      zbias / 4);
+        FH_LAUNCH(k_bias_silu<float4>, grid, kThreads, 0, s, (const float4 *)pre, (float4 *)act,
+                  (const float4 *)bias, n / 4, cols / 4, zbias / 4);
     } else {
-        k_bias_silu<float><<<grid, kThreads, 0, s>>>(pre, act, bias, n, cols, zbias);
+        FH_LAUNCH(k_bias_silu<float>, grid, kThreads, 0, s, pre, act, bias, n, cols, zbias);
     }
-    FH_LAUNCHED("k_bias_silu");
 }
 
 void adam(float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
           float beta2, float eps, const uint64_t *step, cudaStream_t s) {
-    k_adam<false><<<grid_for(n), kThreads, 0, s>>>(p, m, v, g, n, lr, beta1, beta2, eps, step,
-                                                   NormPartials{}, 0.0f);
-    FH_LAUNCHED("k_adam");
+    FH_LAUNCH(k_adam<false>, grid_for(n), kThreads, 0, s, p, m, v, g, n, lr, beta1, beta2, eps,
+              step, NormPartials{}, 0.0f);
 }
 
 void adam(float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
@@ -122,9 +122,8 @@ void adam(float *p, float *m, float *v, const float *g, size_t n, float lr, floa
           float clip) {
     if (norm.nb < 1 || norm.nb > kRedFinalThreads)
         fail(FH_ERR_INTERNAL, "adam: %d norm partials", norm.nb);
-    k_adam<true><<<grid_for(n), kThreads, 0, s>>>(p, m, v, g, n, lr, beta1, beta2, eps, step,
-                                                  norm, clip);
-    FH_LAUNCHED("k_adam (norm folded)");
+    FH_LAUNCH(k_adam<true>, grid_for(n), kThreads, 0, s, p, m, v, g, n, lr, beta1, beta2, eps, step,
+              norm, clip);
 }
 
 }  // namespace fh::cuda

@@ -8,12 +8,14 @@
 #include "linear_silu.hpp"
 #include "memory_plan.hpp"
 #include "mma_tf32.cuh"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
 namespace {
 
 __global__ void k_bias_clamp(float *z, float *q, const float *e, int M, int N, float clip) {
+    pdl_enter();
     const size_t n = (size_t)M * N;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -26,6 +28,7 @@ __global__ void k_bias_clamp(float *z, float *q, const float *e, int M, int N, f
 // One warp per row.
 __global__ void k_conf_head(const float *h2, const float *w_u, const float *b_u, int M, int H,
                             float *pre_u, float *u) {
+    pdl_enter();
     const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (row >= M) return;
@@ -49,6 +52,7 @@ __global__ void k_pack_branches(const float *__restrict__ p, size_t V0, size_t c
                                 size_t e0, size_t stride, int NB, int H, int HB, int A,
                                 const float *__restrict__ W1, const float *__restrict__ W2, int D,
                                 bool tf32, PackedBranches pk, float *__restrict__ pack) {
+    pdl_enter();
     const size_t nh = (size_t)NB * HB, na = (size_t)NB * A, n1 = (size_t)H * D;
     const size_t nV = nh * H, nU = na * nh, nb = nV + nh + nU + na;
     const size_t n2 = (size_t)H * H, n = nb + (tf32 ? n1 + 2 * n2 + nV : 0);
@@ -91,6 +95,7 @@ __global__ void k_pack_branches(const float *__restrict__ p, size_t V0, size_t c
 // product into the cache's per-branch layout.
 __global__ void k_bias_clamp_packed(const float *__restrict__ zall, const float *__restrict__ ecat,
                                     int M, int NB, int A, float clip, float *__restrict__ q) {
+    pdl_enter();
     const size_t na = (size_t)NB * A, n = (size_t)M * na;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
@@ -115,10 +120,9 @@ QView q_pack(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w, f
     const bool tf32 = l.blas.linear_tc;
     const size_t n =
         nh * H + nh + na * nh + na + (tf32 ? (size_t)H * (d.D + 2 * H) + nh * H : 0);
-    k_pack_branches<<<grid_for(n), kThreads, 0, l.stream>>>(
-        w.p, o.V[0], o.c[0], o.U[0], o.e[0], o.V[1] - o.V[0], NB, H, HB, A, w.W1, w.W2, (int)d.D,
-        tf32, packed_branches(d), pack);
-    FH_LAUNCHED("k_pack_branches");
+    FH_LAUNCH(k_pack_branches, grid_for(n), kThreads, 0, l.stream, w.p, o.V[0], o.c[0], o.U[0],
+              o.e[0], o.V[1] - o.V[0], NB, H, HB, A, w.W1, w.W2, (int)d.D, tf32, packed_branches(d),
+              pack);
     QView v = w;
     v.pack = pack;
     v.tf32 = tf32;
@@ -157,9 +161,8 @@ void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L,
                 c.g, c.g, "branches h2 Vcat^T");
     float *zall = c.h1;  // dead after the trunk: [M, NB·A] fits since NB·A <= H
     gemm_nt(l.blas, M, na, nh, c.g, Ubd, zall, 0.0f, "branch heads g Ubd^T");
-    k_bias_clamp_packed<<<grid_for((size_t)M * na), kThreads, 0, l.stream>>>(zall, ecat, M, NB, A,
-                                                                            q_clip, c.q);
-    FH_LAUNCHED("k_bias_clamp_packed");
+    FH_LAUNCH(k_bias_clamp_packed, grid_for((size_t)M * na), kThreads, 0, l.stream, zall, ecat, M,
+              NB, A, q_clip, c.q);
 }
 
 // With w.tf32 both layers read the pack's TF32 copies (x rounded in the first layer's kernel);
@@ -190,9 +193,8 @@ void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QV
     linear_silu(l.blas, l.stream, M, HB, H, c.h2, c.h2_tf32, w.p + L.q.V[b], Vt, cb, preg, g,
                 "branch h2 V^T");
     gemm_nt(l.blas, M, A, HB, g, w.p + L.q.U[b], z, 0.0f, "branch g U^T");
-    k_bias_clamp<<<grid_for((size_t)M * A), kThreads, 0, l.stream>>>(z, q, w.p + L.q.e[b], M, A,
-                                                                    q_clip);
-    FH_LAUNCHED("k_bias_clamp");
+    FH_LAUNCH(k_bias_clamp, grid_for((size_t)M * A), kThreads, 0, l.stream, z, q, w.p + L.q.e[b], M,
+              A, q_clip);
 }
 
 // The forward child's passes read ddqn's online pack (its weights have not changed since).
@@ -210,9 +212,8 @@ void forward_trunk(CudaStep &st, const LaneCtx &l) {
     q_forward_trunk(l, st.d, st.L, w, st.x2, st.on);
     const int M = (int)st.d.B;
     const int grid = (M + kThreads / 32 - 1) / (kThreads / 32);
-    k_conf_head<<<grid, kThreads, 0, l.stream>>>(st.on.h2, w.p + st.L.q.w_u, w.p + st.L.q.b_u, M,
-                                                 (int)st.d.H, st.on.pre_u, st.on.u);
-    FH_LAUNCHED("k_conf_head");
+    FH_LAUNCH(k_conf_head, grid, kThreads, 0, l.stream, st.on.h2, w.p + st.L.q.w_u,
+              w.p + st.L.q.b_u, M, (int)st.d.H, st.on.pre_u, st.on.u);
 }
 
 void forward_branch(CudaStep &st, const LaneCtx &l, int b) {

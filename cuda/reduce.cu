@@ -5,6 +5,7 @@
 #include "common.hpp"
 #include "device_math.cuh"
 #include "error.hpp"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
@@ -25,6 +26,7 @@ size_t red_chunk(size_t n, int nb) {
 
 template <class T, int OP>
 __global__ void k_reduce_partial(const T *x, size_t n, size_t chunk, double *partial) {
+    pdl_enter();
     __shared__ double sh[kRedThreads];
     const size_t lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
     double acc = 0;
@@ -38,6 +40,7 @@ __global__ void k_reduce_partial(const T *x, size_t n, size_t chunk, double *par
 
 __global__ void k_reduce_dot(const float *a, const float *b, size_t n, size_t chunk,
                              double *partial) {
+    pdl_enter();
     __shared__ double sh[kRedThreads];
     const size_t lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
     double acc = 0;
@@ -48,6 +51,7 @@ __global__ void k_reduce_dot(const float *a, const float *b, size_t n, size_t ch
 
 __global__ void k_reduce_final(const double *partial, int nb, float *out, int op, double div,
                                double mul) {
+    pdl_enter();
     __shared__ double sh[kRedFinalThreads + 1];
     const double s = wide_block_sum<kRedFinalThreads, kRedFinalThreads>(partial, nb, sh);
     if (threadIdx.x == 0) *out = op == 1 ? (float)sqrt(s) : (float)(mul * s / div);
@@ -65,6 +69,7 @@ constexpr int U = kRowBatch;
 // grid (column tiles, chunks, Z), block (kColTx, kColTy): one partial row per chunk.
 __global__ void k_colsum(const float *__restrict__ X, int rows, int width, int chunk_rows,
                          size_t zstride, const float *__restrict__ row_scale, double *partial) {
+    pdl_enter();
     __shared__ double sh[kColTy][kColTx + 1];
     const int col = blockIdx.x * kColTx + threadIdx.x, z = blockIdx.z;
     X += z * zstride;
@@ -93,6 +98,7 @@ __global__ void k_colsum(const float *__restrict__ X, int rows, int width, int c
 __global__ void k_dsilu_colsum(PtrList in, const float *pre, const float *bias, size_t zbias,
                                int rows, int cols, int ld, int chunk_rows, float *dpre,
                                double *partial) {
+    pdl_enter();
     __shared__ double sh[kColTy][kColTx + 1];
     const int col = blockIdx.x * kColTx + threadIdx.x;
     const size_t zoff = (size_t)blockIdx.z * rows * cols;  // Z > 1 only with ld == cols
@@ -143,6 +149,7 @@ constexpr int kFinTx = 32, kFinTy = 32, kFinBatch = 8;
 template <class T>
 __global__ void __launch_bounds__(kFinTx *kFinTy) k_colsum_final(const T *__restrict__ X, int rows,
                                                                  int width, Segs segs) {
+    pdl_enter();
     __shared__ double sh[kFinTy][kFinTx + 1];
     const int col = blockIdx.x * kFinTx + threadIdx.x, z = blockIdx.z, y = threadIdx.y;
     X += (size_t)z * rows * width;
@@ -181,8 +188,7 @@ void reduce_partials_impl(const T *part, int rows, int width, int Z, const Segs 
     if (segs.n < 1 || segs.n > kMaxSegs)
         fail(FH_ERR_INTERNAL, "reduce_partials: %d segments", segs.n);
     dim3 grid((width + kFinTx - 1) / kFinTx, 1, Z), block(kFinTx, kFinTy);
-    k_colsum_final<T><<<grid, block, 0, s>>>(part, rows, width, segs);
-    FH_LAUNCHED("k_colsum_final");
+    FH_LAUNCH(k_colsum_final<T>, grid, block, 0, s, part, rows, width, segs);
 }
 
 }  // namespace
@@ -195,28 +201,27 @@ int reduce_blocks(size_t n) {
 void reduce_f32(const float *x, size_t n, int op, double *partial, cudaStream_t s) {
     const int nb = reduce_blocks(n);
     if (op == 1)
-        k_reduce_partial<float, 1><<<nb, kRedThreads, 0, s>>>(x, n, red_chunk(n, nb), partial);
+        FH_LAUNCH((k_reduce_partial<float, 1>), nb, kRedThreads, 0, s, x, n, red_chunk(n, nb),
+                  partial);
     else
-        k_reduce_partial<float, 0><<<nb, kRedThreads, 0, s>>>(x, n, red_chunk(n, nb), partial);
-    FH_LAUNCHED("k_reduce_partial<float>");
+        FH_LAUNCH((k_reduce_partial<float, 0>), nb, kRedThreads, 0, s, x, n, red_chunk(n, nb),
+                  partial);
 }
 
 void reduce_f64(const double *x, size_t n, double *partial, cudaStream_t s) {
     const int nb = reduce_blocks(n);
-    k_reduce_partial<double, 0><<<nb, kRedThreads, 0, s>>>(x, n, red_chunk(n, nb), partial);
-    FH_LAUNCHED("k_reduce_partial<double>");
+    FH_LAUNCH((k_reduce_partial<double, 0>), nb, kRedThreads, 0, s, x, n, red_chunk(n, nb),
+              partial);
 }
 
 void reduce_dot(const float *a, const float *b, size_t n, double *partial, cudaStream_t s) {
     const int nb = reduce_blocks(n);
-    k_reduce_dot<<<nb, kRedThreads, 0, s>>>(a, b, n, red_chunk(n, nb), partial);
-    FH_LAUNCHED("k_reduce_dot");
+    FH_LAUNCH(k_reduce_dot, nb, kRedThreads, 0, s, a, b, n, red_chunk(n, nb), partial);
 }
 
 void reduce_final(const double *partial, int nb, float *out, int final_op, double div,
                   cudaStream_t s, double mul) {
-    k_reduce_final<<<1, kRedFinalThreads, 0, s>>>(partial, nb, out, final_op, div, mul);
-    FH_LAUNCHED("k_reduce_final");
+    FH_LAUNCH(k_reduce_final, 1, kRedFinalThreads, 0, s, partial, nb, out, final_op, div, mul);
 }
 
 int colsum_chunks(int rows, int chunk_rows) {
@@ -226,8 +231,8 @@ int colsum_chunks(int rows, int chunk_rows) {
 void colsum_partial(const float *X, int rows, int width, const float *row_scale,
                     double *partial, cudaStream_t s, int Z, size_t zstride) {
     dim3 grid((width + kColTx - 1) / kColTx, colsum_chunks(rows), Z), block(kColTx, kColTy);
-    k_colsum<<<grid, block, 0, s>>>(X, rows, width, kColsumRows, zstride, row_scale, partial);
-    FH_LAUNCHED("k_colsum");
+    FH_LAUNCH(k_colsum, grid, block, 0, s, X, rows, width, kColsumRows, zstride, row_scale,
+              partial);
 }
 
 void dsilu_colsum(const PtrList &in, const float *pre, const float *bias, int rows, int cols,
@@ -238,9 +243,8 @@ void dsilu_colsum(const PtrList &in, const float *pre, const float *bias, int ro
         fail(FH_ERR_INTERNAL, "dsilu_colsum: row stride %d for %d columns, %d matrices", ld, cols, Z);
     dim3 grid((cols + kColTx - 1) / kColTx, colsum_chunks(rows, chunk_rows), Z),
         block(kColTx, kColTy);
-    k_dsilu_colsum<<<grid, block, 0, s>>>(in, pre, bias, zbias, rows, cols, ld, chunk_rows, dpre,
-                                          partial);
-    FH_LAUNCHED("k_dsilu_colsum");
+    FH_LAUNCH(k_dsilu_colsum, grid, block, 0, s, in, pre, bias, zbias, rows, cols, ld, chunk_rows,
+              dpre, partial);
 }
 
 void reduce_partials(const double *part, int rows, int width, int Z, const Segs &segs,

@@ -7,6 +7,7 @@
 #include "cuda_step.hpp"
 #include "device_math.cuh"
 #include "reduce.cuh"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
@@ -19,6 +20,7 @@ namespace {
 constexpr int U = kRowBatch, T = 1024;
 __global__ void __launch_bounds__(T) k_regime_partial(const float *delta, const int32_t *regime,
                                                       int B, int NB, double *scratch) {
+    pdl_enter();
     __shared__ double sh[T];
     const int kreg = blockIdx.x;
     double sum = 0, cnt = 0;
@@ -49,6 +51,7 @@ __global__ void __launch_bounds__(T) k_regime_partial(const float *delta, const 
 
 __global__ void k_regime_update(const double *scratch, int R, float beta, float rmin, float rmax,
                                 float *buf) {
+    pdl_enter();
     float *sk = buf, *rho = buf + R;
     for (int k = 0; k < R; ++k) {
         const double cnt = scratch[2 * k + 1];
@@ -69,13 +72,11 @@ __global__ void k_regime_update(const double *scratch, int R, float beta, float 
 void regime_scale(CudaStep &st, const LaneCtx &l) {
     const Dims &d = st.d;
     const fh_config &c = st.cfg;
-    k_regime_partial<<<d.R, T, 0, l.stream>>>(st.delta, st.regime, (int)d.B, (int)d.NB,
-                                              st.regime_scr);
-    FH_LAUNCHED("k_regime_partial");
+    FH_LAUNCH(k_regime_partial, d.R, T, 0, l.stream, st.delta, st.regime, (int)d.B, (int)d.NB,
+              st.regime_scr);
     st.dp.sum({SumBuf::f64s(st.regime_scr, 2 * (size_t)d.R)}, l.stream);
-    k_regime_update<<<1, 1, 0, l.stream>>>(st.regime_scr, (int)d.R, c.regime_beta, c.regime_min,
-                                           c.regime_max, st.buf[BUF_REGIME]);
-    FH_LAUNCHED("k_regime_update");
+    FH_LAUNCH(k_regime_update, 1, 1, 0, l.stream, st.regime_scr, (int)d.R, c.regime_beta,
+              c.regime_min, c.regime_max, st.buf[BUF_REGIME]);
 }
 
 }  // namespace fh::cuda

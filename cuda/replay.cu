@@ -9,6 +9,7 @@
 
 #include "common.hpp"
 #include "replay_math.hpp"
+#include "launch.cuh"
 
 namespace fh::cuda::replay {
 
@@ -27,6 +28,7 @@ struct CheckList {
 };
 
 __global__ void k_checks(CheckList list, CheckStatus *st) {
+    pdl_enter();
     for (int k = 0; k < list.n; ++k) {
         const unsigned long long base = (unsigned long long)k << kIndexBits;
         // A failure in an earlier check decides the outcome: skip the rest.
@@ -42,6 +44,7 @@ __global__ void k_checks(CheckList list, CheckStatus *st) {
 
 // The failing element's bits, read once the minimum is known.
 __global__ void k_check_raw(CheckList list, CheckStatus *st) {
+    pdl_enter();
     const unsigned long long key = st->key;
     if (key == kAllPassed) return;
     uint32_t raw = 0;
@@ -57,6 +60,7 @@ template <class T>
 __global__ void k_copy_rows(uint8_t *dst, const uint8_t *src, uint64_t row_bytes,
                             uint64_t first_src, uint64_t first_slot, uint64_t rows, uint64_t K,
                             const CheckStatus *st) {
+    pdl_enter();
     if (failed(st)) return;
     const uint64_t per_row = row_bytes / sizeof(T), total = rows * per_row;
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < total;
@@ -69,6 +73,7 @@ __global__ void k_copy_rows(uint8_t *dst, const uint8_t *src, uint64_t row_bytes
 
 __global__ void k_close_episodes(DeviceRing ring, uint64_t first_new, uint64_t n_after,
                                  const CheckStatus *st) {
+    pdl_enter();
     if (failed(st)) return;
     const uint32_t e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= ring.E) return;
@@ -77,10 +82,12 @@ __global__ void k_close_episodes(DeviceRing ring, uint64_t first_new, uint64_t n
 }
 
 __global__ void k_set_count(uint64_t *n_ins, uint64_t v, const CheckStatus *st) {
+    pdl_enter();
     if (!failed(st)) *n_ins = v;
 }
 
 __global__ void k_reset(DeviceRing ring) {
+    pdl_enter();
     const uint64_t n = (uint64_t)ring.K * ring.E;
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
          i += (uint64_t)gridDim.x * blockDim.x) {
@@ -94,6 +101,7 @@ __global__ void k_reset(DeviceRing ring) {
 // copy the float rows, lane 0 the scalars.
 __global__ void k_sample(DeviceRing ring, uint64_t seed, const uint64_t *step, uint32_t row0,
                          uint32_t B, BatchBlock out, ReplayDraw *draws) {
+    pdl_enter();
     const uint64_t n_ins = *ring.n_ins;
     const uint32_t i = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (n_ins == 0 || i >= B) return;
@@ -146,6 +154,7 @@ __device__ void copy_segment(const void *src, void *dst, uint64_t n) {
 }
 
 __global__ void k_copy_segments(Segments sg, const CheckStatus *st) {
+    pdl_enter();
     if (failed(st)) return;
     for (int k = 0; k < sg.n; ++k) {
         if (sg.unit[k] == 4) copy_segment<uint32_t>(sg.src[k], sg.dst[k], sg.count[k]);
@@ -158,21 +167,18 @@ void launch_copy_rows(const DeviceRing &ring, int f, const uint8_t *src, uint64_
                       cudaStream_t s) {
     const uint64_t rb = ring.row_bytes[f];
     if (rb % 4 == 0) {
-        k_copy_rows<uint32_t><<<grid_for(rows * rb / 4), kThreads, 0, s>>>(
-            ring.field[f], src, rb, first_src, first_slot, rows, ring.K, st);
+        FH_LAUNCH(k_copy_rows<uint32_t>, grid_for(rows * rb / 4), kThreads, 0, s, ring.field[f],
+                  src, rb, first_src, first_slot, rows, ring.K, st);
     } else {
-        k_copy_rows<uint8_t><<<grid_for(rows * rb), kThreads, 0, s>>>(
-            ring.field[f], src, rb, first_src, first_slot, rows, ring.K, st);
+        FH_LAUNCH(k_copy_rows<uint8_t>, grid_for(rows * rb), kThreads, 0, s, ring.field[f], src, rb,
+                  first_src, first_slot, rows, ring.K, st);
     }
-    FH_LAUNCHED("k_copy_rows");
 }
 
 void finish_append(const DeviceRing &ring, uint64_t n_before, uint64_t R, const CheckStatus *st,
                    cudaStream_t s) {
-    k_close_episodes<<<(ring.E + 127) / 128, 128, 0, s>>>(ring, n_before, n_before + R, st);
-    FH_LAUNCHED("k_close_episodes");
-    k_set_count<<<1, 1, 0, s>>>(ring.n_ins, n_before + R, st);
-    FH_LAUNCHED("k_set_count");
+    FH_LAUNCH(k_close_episodes, (ring.E + 127) / 128, 128, 0, s, ring, n_before, n_before + R, st);
+    FH_LAUNCH(k_set_count, 1, 1, 0, s, ring.n_ins, n_before + R, st);
 }
 
 }  // namespace
@@ -208,8 +214,7 @@ DeviceRing ring_at(const Dims &d, void *base) {
 }
 
 void ring_reset(const DeviceRing &ring, cudaStream_t s) {
-    k_reset<<<grid_for((uint64_t)ring.K * ring.E), kThreads, 0, s>>>(ring);
-    FH_LAUNCHED("k_reset");
+    FH_LAUNCH(k_reset, grid_for((uint64_t)ring.K * ring.E), kThreads, 0, s, ring);
 }
 
 void enqueue_checks(const std::vector<ElementCheck> &checks, CheckStatus *status,
@@ -228,10 +233,8 @@ void enqueue_checks(const std::vector<ElementCheck> &checks, CheckStatus *status
     }
     list.n = (int)checks.size();
     FH_CUDA(cudaMemsetAsync(status, 0xff, sizeof(CheckStatus), s));
-    k_checks<<<grid_for(most), kThreads, 0, s>>>(list, status);
-    FH_LAUNCHED("k_checks");
-    k_check_raw<<<1, 1, 0, s>>>(list, status);
-    FH_LAUNCHED("k_check_raw");
+    FH_LAUNCH(k_checks, grid_for(most), kThreads, 0, s, list, status);
+    FH_LAUNCH(k_check_raw, 1, 1, 0, s, list, status);
 }
 
 void throw_check_status(const CheckStatus &st, const std::vector<ElementCheck> &checks) {
@@ -276,9 +279,8 @@ void enqueue_append_host(const DeviceRing &ring, const fh_replay_rows &rows, uin
 void enqueue_sample(const DeviceRing &ring, uint64_t seed, const uint64_t *step, uint32_t row0,
                     uint32_t B, const BatchBlock &out, ReplayDraw *draws, cudaStream_t s) {
     constexpr int kWarps = 8;
-    k_sample<<<(B + kWarps - 1) / kWarps, 32 * kWarps, 0, s>>>(ring, seed, step, row0, B, out,
-                                                               draws);
-    FH_LAUNCHED("k_sample");
+    FH_LAUNCH(k_sample, (B + kWarps - 1) / kWarps, 32 * kWarps, 0, s, ring, seed, step, row0, B,
+              out, draws);
 }
 
 void enqueue_batch_copy(const Dims &d, const fh_batch &b, const CheckStatus *status,
@@ -302,8 +304,7 @@ void enqueue_batch_copy(const Dims &d, const fh_batch &b, const CheckStatus *sta
     add(b.action, out.action, B * d.NB, 4);
     add(b.regime, out.regime, B, 4);  // NULL: zeros (SPEC §2)
     add(b.done, out.done, B, 1);
-    k_copy_segments<<<grid_for(B * d.O), kThreads, 0, s>>>(sg, status);
-    FH_LAUNCHED("k_copy_segments");
+    FH_LAUNCH(k_copy_segments, grid_for(B * d.O), kThreads, 0, s, sg, status);
 }
 
 }  // namespace fh::cuda::replay

@@ -7,6 +7,7 @@
 #include "cuda_step.hpp"
 #include "device_math.cuh"
 #include "memory_plan.hpp"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
@@ -36,6 +37,7 @@ __host__ __device__ inline int power_groups(int cols) {
 }
 
 __global__ void k_power_cols(const float *W, int rows, int cols, const float *u, double *part) {
+    pdl_enter();
     const int j = blockIdx.x * blockDim.x + threadIdx.x, g = blockIdx.y, G = gridDim.y;
     if (j >= cols) return;
     const int rpg = (rows + G - 1) / G, i1 = min(rows, (g + 1) * rpg);
@@ -46,6 +48,7 @@ __global__ void k_power_cols(const float *W, int rows, int cols, const float *u,
 }
 
 __global__ void k_power_v(const double *part, int cols, int G, float *v) {
+    pdl_enter();
     __shared__ double sh[kPowerBlockThreads];
     for (int j = threadIdx.x; j < cols; j += blockDim.x) {
         double acc = 0;
@@ -58,6 +61,7 @@ __global__ void k_power_v(const double *part, int cols, int G, float *v) {
 
 __global__ void k_power_rows(const float *W, const float *Wt, int rows, int cols,
                              const float *v, double *row, double *rowt, float *u_out) {
+    pdl_enter();
     const int lane = threadIdx.x & 31;
     const int i = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
     if (i >= rows) return;
@@ -79,6 +83,7 @@ __global__ void k_power_rows(const float *W, const float *Wt, int rows, int cols
 
 __global__ void k_power_sigma(const double *row, const double *rowt, int rows, float *u_out,
                               float *sigma, float *sigma_t) {
+    pdl_enter();
     __shared__ double sh[kPowerBlockThreads];
     normalize_block(u_out, rows, sh);
     double acc = 0;
@@ -94,6 +99,7 @@ __global__ void k_power_sigma(const double *row, const double *rowt, int rows, f
 
 __global__ void k_sn_scale(const float *W, const float *sigma, float *out, const float *Wt,
                            const float *sigma_t, float *out_t, size_t n) {
+    pdl_enter();
     const float s = *sigma;
     const float st = Wt ? *sigma_t : 1.0f;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -105,6 +111,7 @@ __global__ void k_sn_scale(const float *W, const float *sigma, float *out, const
 
 __global__ void k_sn_backward(float *dW, const float *ip, const float *u, const float *v,
                               const float *sigma, int rows, int cols) {
+    pdl_enter();
     const float p = *ip, s = *sigma;
     const size_t n = (size_t)rows * cols;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
@@ -122,29 +129,23 @@ void power_iteration(const float *W, const float *Wt, int rows, int cols, const 
                      cudaStream_t s) {
     double *row = scratch, *rowt = scratch + rows, *part = scratch + 2 * (size_t)rows;
     const int G = power_groups(cols);
-    k_power_cols<<<dim3((cols + 255) / 256, G), 256, 0, s>>>(W, rows, cols, u_in, part);
-    FH_LAUNCHED("k_power_cols");
-    k_power_v<<<1, kPowerBlockThreads, 0, s>>>(part, cols, G, v);
-    FH_LAUNCHED("k_power_v");
-    k_power_rows<<<(rows + 7) / 8, 256, 0, s>>>(W, Wt, rows, cols, v, row, Wt ? rowt : nullptr,
-                                                u_out);
-    FH_LAUNCHED("k_power_rows");
-    k_power_sigma<<<1, kPowerBlockThreads, 0, s>>>(row, Wt ? rowt : nullptr, rows, u_out, sigma,
-                                              sigma_t);
-    FH_LAUNCHED("k_power_sigma");
+    FH_LAUNCH(k_power_cols, dim3((cols + 255) / 256, G), 256, 0, s, W, rows, cols, u_in, part);
+    FH_LAUNCH(k_power_v, 1, kPowerBlockThreads, 0, s, part, cols, G, v);
+    FH_LAUNCH(k_power_rows, (rows + 7) / 8, 256, 0, s, W, Wt, rows, cols, v, row,
+              Wt ? rowt : nullptr, u_out);
+    FH_LAUNCH(k_power_sigma, 1, kPowerBlockThreads, 0, s, row, Wt ? rowt : nullptr, rows, u_out,
+              sigma, sigma_t);
 }
 
 void sn_scale(const float *W, const float *sigma, float *out, const float *Wt,
               const float *sigma_t, float *out_t, size_t n, cudaStream_t s) {
-    k_sn_scale<<<grid_for(n), kThreads, 0, s>>>(W, sigma, out, Wt, sigma_t, out_t, n);
-    FH_LAUNCHED("k_sn_scale");
+    FH_LAUNCH(k_sn_scale, grid_for(n), kThreads, 0, s, W, sigma, out, Wt, sigma_t, out_t, n);
 }
 
 void sn_backward(float *dW, const float *ip, const float *u, const float *v, const float *sigma,
                  int rows, int cols, cudaStream_t s) {
-    k_sn_backward<<<grid_for((size_t)rows * cols), kThreads, 0, s>>>(dW, ip, u, v, sigma, rows,
-                                                                      cols);
-    FH_LAUNCHED("k_sn_backward");
+    FH_LAUNCH(k_sn_backward, grid_for((size_t)rows * cols), kThreads, 0, s, dW, ip, u, v, sigma,
+              rows, cols);
 }
 
 void spectral_power(CudaStep &st, const LaneCtx &l) {

@@ -17,6 +17,7 @@
 #include "linear_silu.hpp"
 #include "memory_plan.hpp"
 #include "reduce.cuh"
+#include "launch.cuh"
 
 namespace fh::cuda {
 
@@ -26,6 +27,7 @@ __global__ void k_td_loss(const float *q, const float *z, const float *y, const 
                           const int32_t *regime, const float *rho, int R, int B, int NB, int A,
                           float rows, float kappa, float q_clip, float *delta, float *dz,
                           double *loss_elt, double *q_elt) {
+    pdl_enter();
     // 1/(W·B·NB): the mean is over the rows of every rank (SPEC §9; rows = B when W = 1).
     const float scale = __fdiv_rn(1.0f, __fmul_rn(rows, (float)NB));
     const size_t n = (size_t)B * NB;
@@ -64,6 +66,7 @@ constexpr int kGradRows = 64, kGradCols = 128, kGradMaxA = 8, kGradBatch = 8;
 // AC: A compiled in (8), or 0 to read it from a.
 template <int AC>
 __global__ void __launch_bounds__(2 * kGradCols) k_branch_grads(BranchGradArgs a) {
+    pdl_enter();
     __shared__ float dz_s[kGradRows][kGradMaxA];
     __shared__ double hand[kGradCols][kGradMaxA + 1];
     __shared__ double hand_de[kGradMaxA];
@@ -143,11 +146,9 @@ __global__ void __launch_bounds__(2 * kGradCols) k_branch_grads(BranchGradArgs a
 void td_loss(CudaStep &st, const LaneCtx &l) {
     const Dims &d = st.d;
     const int B = (int)d.B, NB = (int)d.NB;
-    k_td_loss<<<grid_for((size_t)B * NB), kThreads, 0, l.stream>>>(
-        st.on.q, st.on.z, st.y, st.action, st.regime, st.buf[BUF_REGIME] + d.R, (int)d.R, B, NB,
-        (int)d.A,
-        (float)d.Bg, st.cfg.huber_kappa, st.cfg.q_clip, st.delta, st.dz, st.td_elt, st.q_elt);
-    FH_LAUNCHED("k_td_loss");
+    FH_LAUNCH(k_td_loss, grid_for((size_t)B * NB), kThreads, 0, l.stream, st.on.q, st.on.z, st.y,
+              st.action, st.regime, st.buf[BUF_REGIME] + d.R, (int)d.R, B, NB, (int)d.A,
+              (float)d.Bg, st.cfg.huber_kappa, st.cfg.q_clip, st.delta, st.dz, st.td_elt, st.q_elt);
 }
 
 void td_metrics(CudaStep &st, const LaneCtx &l) {
@@ -165,10 +166,9 @@ bool branch_grads(const BranchGradArgs &a, cudaStream_t s) {
     if (a.A < 1 || a.A > kGradMaxA || a.B < 1 || a.HB < 1) return false;
     const int blocks = (a.B + kGradRows - 1) / kGradRows;
     if (a.A == 8)
-        k_branch_grads<8><<<blocks, 2 * kGradCols, 0, s>>>(a);
+        FH_LAUNCH(k_branch_grads<8>, blocks, 2 * kGradCols, 0, s, a);
     else
-        k_branch_grads<0><<<blocks, 2 * kGradCols, 0, s>>>(a);
-    FH_LAUNCHED("k_branch_grads");
+        FH_LAUNCH(k_branch_grads<0>, blocks, 2 * kGradCols, 0, s, a);
     const int AH = a.A * a.HB;
     Segs sg;
     sg.add(a.dU, 0, AH);
