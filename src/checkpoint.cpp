@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstddef>
 #include <cstring>
 #include <memory>
+#include <string>
 
 #include <unistd.h>
 
@@ -142,6 +144,98 @@ size_t implied_size(uint32_t format, size_t fp_bytes, const Layout &L, int fd, s
            replay_bytes(L.dims, replay_valid_rows(rh.n_ins, rh.K), rh.E) + 8;
 }
 
+// The fields of fh_config a checkpoint's fingerprint holds, in the order written: the twenty
+// 4-byte integers, the twenty floats, the seed. (The order is the file format's.)
+struct ConfigField {
+    const char *name;
+    size_t offset, bytes;
+    char kind;  // 'u' 4-byte integer, 'f' float, 's' the 64-bit seed
+};
+#define FH_FIELD(f, k) \
+    { #f, offsetof(fh_config, f), sizeof(fh_config::f), k }
+const ConfigField kConfigFields[] = {FH_FIELD(batch_size, 'u'),
+                                     FH_FIELD(obs_dim, 'u'),
+                                     FH_FIELD(goal_dim, 'u'),
+                                     FH_FIELD(num_branches, 'u'),
+                                     FH_FIELD(actions_per_branch, 'u'),
+                                     FH_FIELD(trunk_hidden, 'u'),
+                                     FH_FIELD(branch_hidden, 'u'),
+                                     FH_FIELD(her_reward, 'u'),
+                                     FH_FIELD(her_terminal_on_success, 'u'),
+                                     FH_FIELD(sn_layers, 'u'),
+                                     FH_FIELD(iql_hidden, 'u'),
+                                     FH_FIELD(iqn_hidden, 'u'),
+                                     FH_FIELD(iqn_cos, 'u'),
+                                     FH_FIELD(iqn_n, 'u'),
+                                     FH_FIELD(iqn_n_target, 'u'),
+                                     FH_FIELD(attn_token_dim, 'u'),
+                                     FH_FIELD(attn_d_model, 'u'),
+                                     FH_FIELD(attn_heads, 'u'),
+                                     FH_FIELD(attn_head_hidden, 'u'),
+                                     FH_FIELD(num_regimes, 'u'),
+                                     FH_FIELD(q_clip, 'f'),
+                                     FH_FIELD(gamma, 'f'),
+                                     FH_FIELD(huber_kappa, 'f'),
+                                     FH_FIELD(her_ratio, 'f'),
+                                     FH_FIELD(her_epsilon, 'f'),
+                                     FH_FIELD(iql_tau_hi, 'f'),
+                                     FH_FIELD(iql_tau_lo, 'f'),
+                                     FH_FIELD(awr_beta, 'f'),
+                                     FH_FIELD(awr_max, 'f'),
+                                     FH_FIELD(cql_alpha, 'f'),
+                                     FH_FIELD(regime_beta, 'f'),
+                                     FH_FIELD(regime_min, 'f'),
+                                     FH_FIELD(regime_max, 'f'),
+                                     FH_FIELD(ema_tau, 'f'),
+                                     FH_FIELD(lr_q, 'f'),
+                                     FH_FIELD(lr_aux, 'f'),
+                                     FH_FIELD(adam_beta1, 'f'),
+                                     FH_FIELD(adam_beta2, 'f'),
+                                     FH_FIELD(adam_eps, 'f'),
+                                     FH_FIELD(clip_norm, 'f'),
+                                     FH_FIELD(seed, 's')};
+#undef FH_FIELD
+
+// "config.lr_q is 0.00100000005 in the file, 0.000300000014 in this pipeline (and 2 more
+// fields differ)": the first field of the fingerprint in which two configs differ.
+std::string config_difference(const fh_config &file, const fh_config &here) {
+    std::string first;
+    int more = -1;
+    for (const ConfigField &fl : kConfigFields) {
+        const uint8_t *a = reinterpret_cast<const uint8_t *>(&file) + fl.offset;
+        const uint8_t *b = reinterpret_cast<const uint8_t *>(&here) + fl.offset;
+        if (memcmp(a, b, fl.bytes) == 0)
+            continue;
+        if (++more > 0)
+            continue;
+        char s[200];
+        if (fl.kind == 'f') {
+            float x, y;
+            memcpy(&x, a, 4);
+            memcpy(&y, b, 4);
+            snprintf(s, sizeof s, "config.%s is %.9g in the file, %.9g in this pipeline", fl.name,
+                     (double)x, (double)y);
+        } else if (fl.kind == 's') {
+            uint64_t x, y;
+            memcpy(&x, a, 8);
+            memcpy(&y, b, 8);
+            snprintf(s, sizeof s, "config.%s is %llu in the file, %llu in this pipeline", fl.name,
+                     (unsigned long long)x, (unsigned long long)y);
+        } else {
+            int32_t x, y;
+            memcpy(&x, a, 4);
+            memcpy(&y, b, 4);
+            snprintf(s, sizeof s, "config.%s is %d in the file, %d in this pipeline", fl.name,
+                     (int)x, (int)y);
+        }
+        first = s;
+    }
+    if (more > 0)
+        first += " (and " + std::to_string(more) +
+                 (more > 1 ? " more fields differ)" : " more field differs)");
+    return first;
+}
+
 // The config a checkpoint header (magic, format, fingerprint) describes, when it is not ours;
 // false when the header is not one this library writes (another format, a damaged field, a
 // config that does not validate).
@@ -153,25 +247,9 @@ bool config_from_header(const std::vector<uint8_t> &head, size_t fp_bytes, fh_co
     if ((format != kFormat && format != kFormatReplay) || n != fp_bytes) return false;
     fh_config_init(&c);
     const uint8_t *p = head.data() + sizeof kMagic + 8;
-    uint32_t u[20];
-    float f[20];
-    memcpy(u, p, sizeof u);
-    memcpy(f, p + sizeof u, sizeof f);
-    memcpy(&c.seed, p + sizeof u + sizeof f, sizeof c.seed);
-    uint32_t *const us[20] = {&c.batch_size, &c.obs_dim, &c.goal_dim, &c.num_branches,
-                              &c.actions_per_branch, &c.trunk_hidden, &c.branch_hidden,
-                              (uint32_t *)&c.her_reward, (uint32_t *)&c.her_terminal_on_success,
-                              &c.sn_layers, &c.iql_hidden, &c.iqn_hidden, &c.iqn_cos, &c.iqn_n,
-                              &c.iqn_n_target, &c.attn_token_dim, &c.attn_d_model,
-                              &c.attn_heads, &c.attn_head_hidden, &c.num_regimes};
-    float *const fs[20] = {&c.q_clip, &c.gamma, &c.huber_kappa, &c.her_ratio, &c.her_epsilon,
-                           &c.iql_tau_hi, &c.iql_tau_lo, &c.awr_beta, &c.awr_max,
-                           &c.cql_alpha, &c.regime_beta, &c.regime_min, &c.regime_max,
-                           &c.ema_tau, &c.lr_q, &c.lr_aux, &c.adam_beta1, &c.adam_beta2,
-                           &c.adam_eps, &c.clip_norm};
-    for (int k = 0; k < 20; ++k) {
-        *us[k] = u[k];
-        *fs[k] = f[k];
+    for (const ConfigField &fl : kConfigFields) {
+        memcpy(reinterpret_cast<uint8_t *>(&c) + fl.offset, p, fl.bytes);
+        p += fl.bytes;
     }
     try {
         validate_config(c);
@@ -240,19 +318,8 @@ std::string first_non_finite(const Layout &L, const HostBuffers &bufs) {
 
 std::vector<uint8_t> config_fingerprint(const fh_config &c) {
     Bytes w;
-    const uint32_t u[] = {c.batch_size, c.obs_dim, c.goal_dim, c.num_branches,
-                          c.actions_per_branch, c.trunk_hidden, c.branch_hidden,
-                          (uint32_t)c.her_reward, (uint32_t)c.her_terminal_on_success,
-                          c.sn_layers, c.iql_hidden, c.iqn_hidden, c.iqn_cos, c.iqn_n,
-                          c.iqn_n_target, c.attn_token_dim, c.attn_d_model, c.attn_heads,
-                          c.attn_head_hidden, c.num_regimes};
-    const float f[] = {c.q_clip, c.gamma, c.huber_kappa, c.her_ratio, c.her_epsilon,
-                       c.iql_tau_hi, c.iql_tau_lo, c.awr_beta, c.awr_max, c.cql_alpha,
-                       c.regime_beta, c.regime_min, c.regime_max, c.ema_tau, c.lr_q, c.lr_aux,
-                       c.adam_beta1, c.adam_beta2, c.adam_eps, c.clip_norm};
-    w.put_bytes(u, sizeof u);
-    w.put_bytes(f, sizeof f);
-    w.put_bytes(&c.seed, sizeof c.seed);
+    for (const ConfigField &fl : kConfigFields)
+        w.put_bytes(reinterpret_cast<const uint8_t *>(&c) + fl.offset, fl.bytes);
     return w.b;
 }
 
@@ -364,8 +431,10 @@ Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L
         if (!r.sum_matches())
             fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' fails its checksum", path);
         if (!same_config)
-            fail(FH_ERR_CHECKPOINT_CONFIG, "checkpoint '%s' was written by a pipeline with a "
-                 "different config (dimensions, hyperparameters or seed)", path);
+            fail(FH_ERR_CHECKPOINT_CONFIG,
+                 "checkpoint '%s' was written by a pipeline with a "
+                 "different config: %s",
+                 path, config_difference(other, c).c_str());
         if (L.dims.K == 0)
             fail(FH_ERR_CHECKPOINT_CONFIG, "checkpoint '%s' holds a replay of %u rows x %u "
                  "environments; this pipeline has no replay", path, rh.K, rh.E);

@@ -247,11 +247,18 @@ void test_replay_section_sized_from_its_header(void **) {
     load(with_header(0xffffffffu, 3), 0, FH_ERR_CHECKPOINT_CORRUPT, "damaged replay shape");
     fh_config other = c;
     other.gamma = 0.5f;
+    other.seed = c.seed + 1;
     fh_pipeline *o = nullptr;
     assert_int_equal(fh_pipeline_create(&other, &o), FH_OK);
     assert_int_equal(fh_pipeline_insert(o, &v), FH_OK);
     assert_int_equal(fh_pipeline_save_ex(o, x.c_str(), FH_SAVE_REPLAY), FH_OK);
-    load(slurp(x), 0, FH_ERR_CHECKPOINT_CONFIG, "different config");
+    /* The message names the first field that differs, both values, and how many more do. */
+    char differs[160];
+    snprintf(differs, sizeof differs,
+             "config.gamma is 0.5 in the file, %.9g in this pipeline "
+             "(and 1 more field differs)",
+             (double)c.gamma);
+    load(slurp(x), 0, FH_ERR_CHECKPOINT_CONFIG, differs);
     load(slurp(x), (off_t)1 << 30, FH_ERR_CHECKPOINT_CORRUPT, "its header implies");
     /* The state, counters and replay are what they were: the same checkpoint again. */
     assert_int_equal(fh_pipeline_save_ex(p, x.c_str(), FH_SAVE_REPLAY), FH_OK);
