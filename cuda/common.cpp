@@ -1,6 +1,5 @@
 #include "common.hpp"
 
-#include <cstdlib>
 #include <cstring>
 
 #include "backend.hpp"
@@ -26,11 +25,6 @@ bool cuda_available(int device) {
 }  // namespace fh
 
 namespace fh::cuda {
-
-bool pdl_enabled() {
-    const char *e = getenv("FOXHUNT_PDL");
-    return !(e && e[0] == '0' && e[1] == 0);
-}
 
 int sm_count() {
     int dev = 0, sms = 0;

@@ -2,19 +2,21 @@
 // captures it into graphs as programmatic edges).
 //
 // Why: a step is ~140 kernels, most of them short, chained on a few lanes. With a plain graph
-// edge a kernel's launch starts only after its predecessor has finished and flushed its
-// writes; with PDL it is launched while the predecessor's last blocks still run, and it waits on
-// the device instead (cudaGridDependencySynchronize), which hides most of the launch latency of
-// each edge of the chain.
+// edge a kernel is launched only once its predecessor has finished and its writes are flushed;
+// with PDL the launch is prepared while the predecessor's last blocks drain, and the kernel waits
+// on the device instead (cudaGridDependencySynchronize). On the H200 that took 0.498 → 0.473 ms
+// off a step at B = 1024 multi-stream and 0.791 → 0.780 single-stream, 1.617 → 1.604 at
+// B = 16384 multi-stream (bench/results/h200-2026-12-03-pdl-before-after.json).
 //
-// The contract, which every kernel of cuda/ keeps: its first statement is pdl_enter(). That
+// The contract, which every kernel of cuda/ keeps: its first statement is pdl_enter(), which
 // waits until every kernel it depends on has completed with its writes visible (a no-op when
-// launched without PDL), and only then lets its own dependents launch, so at most one kernel
-// per lane sits waiting on SM resources while its predecessor runs, never a chain of them. A
-// kernel that read or wrote global memory before pdl_enter() would race with its
-// predecessor. cuBLAS's and NCCL's kernels are launched by their libraries, without PDL; the
-// edge after one of them is programmatic only if their kernels trigger it, and correct either
-// way because pdl_enter() waits for completion.
+// launched without PDL). A kernel that read or wrote global memory before it would race with its
+// predecessor. Kernels do not trigger their dependents early
+// (cudaTriggerProgrammaticLaunchCompletion): measured side by side, dependents launched at the
+// start of their predecessor sat on SM resources that the other lanes' kernels needed, and made
+// the default step 2 % slower multi-stream (1.620 → 1.656 ms) while saving 3 to 5 % at B = 1024.
+// cuBLAS's and NCCL's kernels are launched by their libraries; the edge after one of them is
+// correct either way, because pdl_enter() waits for completion.
 #pragma once
 #include <utility>
 
@@ -22,26 +24,16 @@
 
 namespace fh::cuda {
 
-#ifndef FH_PDL_TRIGGER
-#define FH_PDL_TRIGGER 1
-#endif
 __device__ __forceinline__ void pdl_enter() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     cudaGridDependencySynchronize();
-#if FH_PDL_TRIGGER
-    cudaTriggerProgrammaticLaunchCompletion();
-#endif
 #endif
 }
-
-// Trial switch (FOXHUNT_PDL=0 launches without the attribute), until the before/after table is
-// in bench/results/.
-bool pdl_enabled();
 
 inline cudaLaunchConfig_t pdl_config(dim3 grid, dim3 block, size_t smem, cudaStream_t s,
                                      cudaLaunchAttribute *attr) {
     attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr->val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+    attr->val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
@@ -72,10 +64,9 @@ inline cudaError_t launch_pdl(const void *kernel, dim3 grid, dim3 block, size_t 
 
 // Launches `kernel` (parenthesised if its template arguments hold a comma) on `stream` with
 // PDL; a launch error throws fh::Error{FH_ERR_CUDA} naming the kernel and file:line.
-#define FH_LAUNCH(kernel, grid, block, smem, stream, ...)                           \
-    do {                                                                            \
-        cudaError_t fh_e_ =                                                         \
-            ::fh::cuda::launch_pdl(kernel, grid, block, smem, stream, __VA_ARGS__); \
-        if (fh_e_ != cudaSuccess)                                                   \
-            ::fh::cuda::throw_cuda(fh_e_, #kernel, __FILE__, __LINE__);             \
+#define FH_LAUNCH(kernel, grid, block, smem, stream, ...)                                     \
+    do {                                                                                      \
+        cudaError_t fh_e_ =                                                                   \
+            ::fh::cuda::launch_pdl(kernel, grid, block, smem, stream, __VA_ARGS__);           \
+        if (fh_e_ != cudaSuccess) ::fh::cuda::throw_cuda(fh_e_, #kernel, __FILE__, __LINE__); \
     } while (0)
