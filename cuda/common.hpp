@@ -2,7 +2,8 @@
 // naming the call, the status and file:line; the device-side kernels' small helpers.
 //
 // Every CUDA runtime and cuBLAS call of cuda/ goes through FH_CUDA or FH_CUBLAS, and every kernel
-// launch is followed by FH_LAUNCHED, so that an error names its origin and never passes silently.
+// launch through FH_LAUNCH (launch.cuh), which checks it, so that an error names its origin and
+// never passes silently.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -39,14 +40,6 @@ inline int grid_for(size_t n, int threads = kThreads, int cap = 8192) {
         cublasStatus_t fh_s_ = (call);                                                         \
         if (fh_s_ != CUBLAS_STATUS_SUCCESS)                                                    \
             ::fh::cuda::throw_cublas(fh_s_, #call, __FILE__, __LINE__);                        \
-    } while (0)
-
-// After a <<<...>>> launch: configuration errors surface here (asynchronous faults surface at
-// the next synchronising call, which is checked too).
-#define FH_LAUNCHED(name)                                                                  \
-    do {                                                                                   \
-        cudaError_t fh_e_ = cudaGetLastError();                                            \
-        if (fh_e_ != cudaSuccess) ::fh::cuda::throw_cuda(fh_e_, name, __FILE__, __LINE__); \
     } while (0)
 
 namespace fh::cuda {
