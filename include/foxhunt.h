@@ -80,7 +80,12 @@
  *   nothing, exactly like refused host input, and the status and message that the same host
  *   input would have given ("rows.obs[3, 1, 7] = nan is not finite") are returned by that next
  *   call, which then does nothing else (call it again). The host makes no pass over device
- *   arrays: the device checks them and copies them (one device-to-device copy).
+ *   arrays: the device checks them and copies them (one device-to-device copy). So on the
+ *   CUDA backend every function taking a pipeline, the read-only ones (fh_pipeline_backend(),
+ *   fh_pipeline_config(), fh_pipeline_num_tensors(), fh_pipeline_tensor_info(),
+ *   fh_pipeline_find_tensor(), fh_pipeline_memory(), ...) included, may return such a pending
+ *   refusal (FH_ERR_NON_FINITE, FH_ERR_OUT_OF_RANGE, ...) or FH_ERR_CUDA besides the statuses
+ *   listed for it.
  * - Structs that may grow begin with `struct_size`; set it to `sizeof` the struct (the
  *   initialisers do). A pipeline is not thread-safe: call it from one thread at a time.
  *
@@ -264,7 +269,14 @@ typedef enum fh_her_reward {
 
 /**
  * Pipeline configuration, SPEC §1. Fill with fh_config_init(), then change fields.
- * Dimensions are counts of float32 elements; learning rates are per Adam step.
+ * Dimensions are counts of float32 elements; learning rates are per Adam step. Each field's
+ * accepted range is given beside it (default in parentheses); a "width" is in [1, 16384], and
+ * every float field must be finite. Beyond the ranges, fh_pipeline_create() refuses more than
+ * 1024 attention tokens (obs_dim / attn_token_dim, plus one with a goal), and dimensions whose
+ * product would make an array that the CUDA executor indexes with 32-bit integers hold more
+ * than 2^31 - 1 elements, on both backends so that checkpoints move between them (the message
+ * names the array: [x~; x~'], the trunk and branch caches, the IQN features, the IQL
+ * activations).
  */
 typedef struct fh_config {
     size_t struct_size;        /**< sizeof(fh_config) */
@@ -273,18 +285,18 @@ typedef struct fh_config {
     int32_t exec_mode;         /**< ::fh_exec_mode */
     int32_t math_mode;         /**< ::fh_math_mode */
     int32_t iql_gemm;          /**< ::fh_iql_gemm */
-    uint32_t workspace_mib;    /**< cuBLAS workspace of a lane, MiB (default 32); a lane that
+    uint32_t workspace_mib;    /**< cuBLAS workspace of a lane, MiB, in [1, 4096] (32); a lane that
                                     runs only branch layers gets half, and lanes that never run
                                     at the same time share one (docs/cuda.md) */
 
-    uint32_t batch_size;       /**< B, transitions per step (16384) */
-    uint32_t obs_dim;          /**< O (124) */
-    uint32_t goal_dim;         /**< G (4); 0 disables HER and the goal token */
-    uint32_t num_branches;     /**< NB action branches (4) */
-    uint32_t actions_per_branch; /**< A sub-actions per branch (8) */
-    uint32_t trunk_hidden;     /**< H (256) */
-    uint32_t branch_hidden;    /**< HB (128) */
-    float q_clip;              /**< branch outputs clamped to [-q_clip, q_clip] (100) */
+    uint32_t batch_size;       /**< B, transitions per step, in [1, 2^20] (16384) */
+    uint32_t obs_dim;          /**< O, a width (124) */
+    uint32_t goal_dim;         /**< G, 0 or a width (4); 0 disables HER and the goal token */
+    uint32_t num_branches;     /**< NB action branches, in [1, 64] (4) */
+    uint32_t actions_per_branch; /**< A sub-actions per branch, in [1, 1024] (8) */
+    uint32_t trunk_hidden;     /**< H, a width (256) */
+    uint32_t branch_hidden;    /**< HB, a width (128) */
+    float q_clip;              /**< branch outputs clamped to [-q_clip, q_clip]; > 0 (100) */
     float gamma;               /**< discount, in [0, 1] (0.99) */
     float huber_kappa;         /**< Huber threshold of TD and IQN losses, > 0 (1.0) */
 
@@ -294,21 +306,21 @@ typedef struct fh_config {
     int32_t her_terminal_on_success; /**< 0 or 1 (1) */
     uint32_t sn_layers;        /**< FH_SN_W1 | FH_SN_W2 bits (FH_SN_W2) */
 
-    uint32_t iql_hidden;       /**< IQL value-net width (128) */
+    uint32_t iql_hidden;       /**< IQL value-net width, a width (128) */
     float iql_tau_hi;          /**< expectile of the "high" IQL net, in (0, 1) (0.9) */
     float iql_tau_lo;          /**< expectile of the "low" IQL net, in (0, 1) (0.1) */
-    float awr_beta;            /**< advantage-weight temperature (3.0) */
-    float awr_max;             /**< advantage-weight cap (100) */
+    float awr_beta;            /**< advantage-weight temperature, >= 0 (3.0) */
+    float awr_max;             /**< advantage-weight cap, > 0 (100) */
 
-    uint32_t iqn_hidden;       /**< IQN embedding width Hq (128) */
-    uint32_t iqn_cos;          /**< cosine features (64) */
-    uint32_t iqn_n;            /**< online quantile samples N (8) */
-    uint32_t iqn_n_target;     /**< target quantile samples N' (8) */
+    uint32_t iqn_hidden;       /**< IQN embedding width Hq, a width (128) */
+    uint32_t iqn_cos;          /**< cosine features, a width (64) */
+    uint32_t iqn_n;            /**< online quantile samples N, in [1, 256] (8) */
+    uint32_t iqn_n_target;     /**< target quantile samples N', in [1, 256] (8) */
 
-    uint32_t attn_token_dim;   /**< floats per obs token; must divide obs_dim (4) */
-    uint32_t attn_d_model;     /**< attention width d (64) */
-    uint32_t attn_heads;       /**< heads; must divide attn_d_model (4) */
-    uint32_t attn_head_hidden; /**< reward-head hidden width (64) */
+    uint32_t attn_token_dim;   /**< floats per obs token, a width; must divide obs_dim (4) */
+    uint32_t attn_d_model;     /**< attention width d, in [1, 4096] (64) */
+    uint32_t attn_heads;       /**< heads, in [1, 256]; must divide attn_d_model (4) */
+    uint32_t attn_head_hidden; /**< reward-head hidden width, a width (64) */
 
     float cql_alpha;           /**< CQL weight, >= 0; 0 disables (0.1) */
     uint32_t num_regimes;      /**< R in [1, FH_MAX_REGIMES]; 1 disables regime scaling (4) */
@@ -317,8 +329,8 @@ typedef struct fh_config {
     float regime_max;          /**< upper clamp, >= regime_min (4.0) */
 
     float ema_tau;             /**< Polyak rate of target nets, in [0, 1] (0.005) */
-    float lr_q;                /**< Adam learning rate of the Q net (3e-4) */
-    float lr_aux;              /**< Adam learning rate of IQL, IQN, attention (3e-4) */
+    float lr_q;                /**< Adam learning rate of the Q net, >= 0 (3e-4) */
+    float lr_aux;              /**< Adam learning rate of IQL, IQN, attention, >= 0 (3e-4) */
     float adam_beta1;          /**< in [0, 1) (0.9) */
     float adam_beta2;          /**< in [0, 1) (0.999) */
     float adam_eps;            /**< > 0 (1e-8) */
@@ -562,8 +574,9 @@ typedef struct fh_pipeline fh_pipeline;
  * is run once and captured with the communicator's all-reduces in it.
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_STRUCT_SIZE; FH_ERR_BAD_DIMENSION (a dimension out
  *         of its range, or dimensions whose product makes an array of more than 2^31 - 1
- *         elements; also: only one of replay_capacity and replay_envs is 0, or their product
- *         exceeds 2^32, or W·batch_size exceeds 2^32 with a communicator of W ranks);
+ *         elements: see ::fh_config; also: only one of replay_capacity and replay_envs is 0,
+ *         or their product exceeds 2^32, or W·batch_size exceeds 2^32 with a communicator of
+ *         W ranks);
  *         FH_ERR_INDIVISIBLE; FH_ERR_BAD_VALUE (also: the communicator's device is not
  *         config.device); FH_ERR_NO_CUDA; FH_ERR_UNSUPPORTED (a communicator with the CPU
  *         backend, AUTO resolving to it included, or in a build without NCCL);

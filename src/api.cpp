@@ -29,7 +29,6 @@ struct fh_pipeline {
     uint64_t step = 0;       // steps completed
     uint64_t act_calls = 0;  // act calls completed
     bool has_metrics = false;  // a step ran since creation or the last load
-    std::vector<float> act_q;  // act's q values when the caller wants none (checked anyway)
 };
 
 namespace {
@@ -275,15 +274,15 @@ fh_status fh_pipeline_act(fh_pipeline *p, const float *obs, const float *goal, u
         if (d.G > 0) need(goal, "goal");
         if (n == 0) fh::fail(FH_ERR_BUFFER_SIZE, "argument 'n' = 0: act needs at least one row");
         if (!(epsilon >= 0.0f && epsilon <= 1.0f))
-            fh::fail(FH_ERR_BAD_VALUE, "argument 'epsilon' = %g is outside [0, 1]", (double)epsilon);
+            fh::fail(FH_ERR_BAD_VALUE, "argument 'epsilon' = %.9g is outside [0, 1]",
+                     (double)epsilon);
         fh::check_finite("obs", obs, n, d.O);
         if (d.G > 0) fh::check_finite("goal", goal, n, d.G);
         const size_t nq = (size_t)n * d.NB * d.A;
-        float *q = q_values;
-        if (!q) {
-            p->act_q.resize(nq);
-            q = p->act_q.data();
-        }
+        // The q values are checked even when the caller wants none: then in scratch of this
+        // call's own, which the pipeline does not keep.
+        std::vector<float> scratch(q_values ? 0 : nq);
+        float *q = q_values ? q_values : scratch.data();
         p->backend->act(obs, d.G > 0 ? goal : nullptr, n, epsilon, p->act_calls, actions, q);
         // An argmax over NaN picks an arbitrary action: refuse rather than act on it.
         const size_t bad = fh::first_non_finite_index(q, nq);

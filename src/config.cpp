@@ -22,7 +22,7 @@ static void check_range(const char *name, float v, float lo, float hi, bool lo_o
                         bool hi_open) {
     bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
     if (!ok)
-        fail(FH_ERR_BAD_VALUE, "config.%s = %g is outside %c%g, %g%c", name, (double)v,
+        fail(FH_ERR_BAD_VALUE, "config.%s = %.9g is outside %c%.9g, %.9g%c", name, (double)v,
              lo_open ? '(' : '[', (double)lo, (double)hi, hi_open ? ')' : ']');
 }
 

@@ -57,15 +57,16 @@ void check_state_range(const fh_config &c, const Layout &L, const TensorEntry &t
                  u.c_str());
         const double n = first_product_norm(values(*tw), values(*tu), tw->rows, tw->cols);
         if (!(n >= kNormFloor))
-            fail(FH_ERR_BAD_VALUE, "tensor '%s': with %s and %s as they would be, ‖Wᵀu‖ = %g is "
-                 "below %g, so the power iteration (SPEC §5.2) cannot normalise v, σ = uᵀWv "
-                 "vanishes and every step would be skipped", t.name.c_str(), W.c_str(),
-                 u.c_str(), n, kNormFloor);
+            fail(FH_ERR_BAD_VALUE,
+                 "tensor '%s': with %s and %s as they would be, ‖Wᵀu‖ = %.9g is "
+                 "below %.9g, so the power iteration (SPEC §5.2) cannot normalise v, σ = uᵀWv "
+                 "vanishes and every step would be skipped",
+                 t.name.c_str(), W.c_str(), u.c_str(), n, kNormFloor);
     }
     if (t.name == "regime.s") {
         for (size_t i = 0; i < t.count(); ++i)
             if (x[i] < 0)
-                fail(FH_ERR_BAD_VALUE, "%s[0, %zu] = %g is negative (a mean square)",
+                fail(FH_ERR_BAD_VALUE, "%s[0, %zu] = %.9g is negative (a mean square)",
                      t.name.c_str(), i, (double)x[i]);
     } else if (t.name == "regime.scale") {
         // ρ starts at 1 and each update clamps it to [regime_min, regime_max] (SPEC §5.5 step
@@ -73,12 +74,13 @@ void check_state_range(const fh_config &c, const Layout &L, const TensorEntry &t
         const float lo = c.regime_min, hi = c.regime_max;
         for (size_t i = 0; i < t.count(); ++i) {
             if (d.R == 1 && x[i] != 1.0f)
-                fail(FH_ERR_BAD_VALUE, "%s[0, %zu] = %g, but with num_regimes = 1 the scale is 1",
+                fail(FH_ERR_BAD_VALUE, "%s[0, %zu] = %.9g, but with num_regimes = 1 the scale is 1",
                      t.name.c_str(), i, (double)x[i]);
             if (!(x[i] == 1.0f || (x[i] >= lo && x[i] <= hi)))
-                fail(FH_ERR_BAD_VALUE, "%s[0, %zu] = %g is outside [regime_min, regime_max] "
-                     "= [%g, %g] and not 1, its initial value", t.name.c_str(), i, (double)x[i],
-                     (double)lo, (double)hi);
+                fail(FH_ERR_BAD_VALUE,
+                     "%s[0, %zu] = %.9g is outside [regime_min, regime_max] "
+                     "= [%.9g, %.9g] and not 1, its initial value",
+                     t.name.c_str(), i, (double)x[i], (double)lo, (double)hi);
         }
     }
 }

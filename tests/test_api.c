@@ -107,6 +107,9 @@ static void test_bad_configs(void **state) {
     c = fh_test_small_config();
     c.gamma = 1.5f;
     expect(fh_pipeline_create(&c, &p), FH_ERR_BAD_VALUE, "gamma");
+    /* A value one ulp outside its range is printed as it is, not rounded into the range. */
+    c.gamma = nextafterf(1.0f, 2.0f);
+    expect(fh_pipeline_create(&c, &p), FH_ERR_BAD_VALUE, "config.gamma = 1.00000012 is outside");
     c = fh_test_small_config();
     c.lr_q = NAN;
     expect(fh_pipeline_create(&c, &p), FH_ERR_BAD_VALUE, "lr_q");
@@ -334,6 +337,8 @@ static void test_act(void **state) {
     for (int i = 0; i < 15; ++i) assert_true(a2[i] >= 0 && a2[i] < 4);
     expect(fh_pipeline_act(p, tb.obs, tb.goal, 0, 0.0f, a, NULL), FH_ERR_BUFFER_SIZE, "n");
     expect(fh_pipeline_act(p, tb.obs, tb.goal, n, 1.5f, a, NULL), FH_ERR_BAD_VALUE, "epsilon");
+    expect(fh_pipeline_act(p, tb.obs, tb.goal, n, nextafterf(1.0f, 2.0f), a, NULL),
+           FH_ERR_BAD_VALUE, "'epsilon' = 1.00000012 is outside [0, 1]");
     expect(fh_pipeline_act(p, tb.obs, NULL, n, 0.0f, a, NULL), FH_ERR_NULL_POINTER, "goal");
     expect(fh_pipeline_act(p, NULL, tb.goal, n, 0.0f, a, NULL), FH_ERR_NULL_POINTER, "obs");
     tb.obs[1] = NAN;

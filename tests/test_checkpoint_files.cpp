@@ -313,7 +313,8 @@ void test_forged_state_refused(void **) {
     };
     const float minus1 = -1.0f, big = 1e30f, zeros[16] = {0};
     load(forged(g, at_rho, &minus1, 4), FH_ERR_CHECKPOINT_CORRUPT, "regime.scale[0, 0] = -1 is outside");
-    load(forged(g, at_rho + 8, &big, 4), FH_ERR_CHECKPOINT_CORRUPT, "regime.scale[0, 2] = 1e+30");
+    load(forged(g, at_rho + 8, &big, 4), FH_ERR_CHECKPOINT_CORRUPT,
+         "regime.scale[0, 2] = 1.00000002e+30");
     load(forged(g, at_s + 4, &minus1, 4), FH_ERR_CHECKPOINT_CORRUPT, "regime.s[0, 1] = -1 is negative");
     load(forged(g, at_u, zeros, sizeof zeros), FH_ERR_CHECKPOINT_CORRUPT, "'sn.u.W2' is all zeros");
     const float denormal_u[16] = {0, 0, 0, 1e-45f};
