@@ -25,7 +25,8 @@ CONFIG_DOC = (
     ("her_epsilon", 0.05, "HER success radius"),
     ("her_reward", "sparse", "'sparse' (0 / -1) or 'dense' (-distance)"),
     ("her_terminal_on_success", 1, "a reached relabelled goal is terminal (0 or 1)"),
-    ("sn_layers", 2, "spectrally normalised trunk layers: bits 1 = W1, 2 = W2, or ('W1', 'W2')"),
+    ("sn_layers", 2, "spectrally normalised trunk layers: bits 1 = W1, 2 = W2, or "
+                     "'W2', ('W1', 'W2')"),
     ("iql_hidden", 128, "IQL value-net width"),
     ("iql_tau_hi", 0.9, "expectile of the high IQL net"),
     ("iql_tau_lo", 0.1, "expectile of the low IQL net"),

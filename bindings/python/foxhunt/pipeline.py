@@ -35,7 +35,7 @@ def _config_value(name, value):
         return table[value.lower()]
     if name == "sn_layers" and not isinstance(value, (int, np.integer)):
         bits = 0
-        for layer in value:
+        for layer in (value,) if isinstance(value, str) else value:  # "W2" is one layer
             bit = {"W1": _abi.FH_SN_W1, "W2": _abi.FH_SN_W2}.get(layer)
             if bit is None:
                 raise ValueError("sn_layers: %r is not 'W1' or 'W2'" % (layer,))
@@ -43,27 +43,42 @@ def _config_value(name, value):
         return bits
     ctype = _FIELD_TYPES[name]
     if ctype is ctypes.c_float:
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
-            raise TypeError("%s=%r: expected a real number" % (name, value))
-        # The field is a float32: a value it cannot hold would reach the library as an infinity
-        # or, worse, as 0 (lr_q=1e-300 would turn learning off without a word).
-        try:
-            v = float(value)
-        except OverflowError:
-            raise ValueError("%s=%r overflows float32" % (name, value)) from None
-        with np.errstate(over="ignore", under="ignore"):
-            f32 = float(np.float32(v))
-        if np.isfinite(v) and not np.isfinite(f32):
-            raise ValueError("%s=%r overflows float32" % (name, value))
-        if v != 0 and f32 == 0:
-            raise ValueError("%s=%r underflows float32 to 0" % (name, value))
-        return v
+        return _float32(name, value)
     if not isinstance(value, (int, np.integer)):  # bool is an int: her_terminal_on_success=True
         raise TypeError("%s=%r: expected an int" % (name, value))
     lo, hi = _INT_RANGES[ctype]
     if not lo <= int(value) <= hi:
         raise ValueError("%s=%r is outside [%d, %d]" % (name, value, lo, hi))
     return int(value)
+
+
+def _float32(name, value):
+    """@p value (argument @p name) as a float for a C float, or raise TypeError/ValueError."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        raise TypeError("%s=%r: expected a real number" % (name, value))
+    # A float32 field: a value it cannot hold would reach the library as an infinity or, worse,
+    # as 0 (lr_q=1e-300 would turn learning off without a word).
+    try:
+        v = float(value)
+    except OverflowError:
+        raise ValueError("%s=%r overflows float32" % (name, value)) from None
+    with np.errstate(over="ignore", under="ignore"):
+        f32 = float(np.float32(v))
+    if np.isfinite(v) and not np.isfinite(f32):
+        raise ValueError("%s=%r overflows float32" % (name, value))
+    if v != 0 and f32 == 0:
+        raise ValueError("%s=%r underflows float32 to 0" % (name, value))
+    return v
+
+
+def _c_string(value, name, path=False):
+    """@p value (argument @p name) as the bytes of a C string: a path through os.fsencode, a
+    tensor name as UTF-8. A NUL inside would cut it short on the C side, so it is refused,
+    as open() does."""
+    b = os.fsencode(value) if path else value.encode()
+    if b"\0" in b:
+        raise ValueError("%s=%r: embedded null byte" % (name, value))
+    return b
 
 
 def _tensor_shape(name, rows, cols, group):
@@ -122,7 +137,9 @@ def _flag_array(value, what, shape):
     """uint8 flags (done): bool, integer, or float as gym returns them, which must then be
     exactly 0.0 or 1.0 (anything else would be truncated on conversion)."""
     a = np.asarray(value)
-    if a.dtype.kind == "f" and a.shape == tuple(shape):
+    if a.dtype.kind == "f":
+        if a.shape != tuple(shape):
+            raise ValueError("%s: expected shape %s, got %s" % (what, tuple(shape), a.shape))
         bad = (a != 0) & (a != 1)
         if bad.any():
             i = tuple(int(k) for k in np.argwhere(bad)[0])
@@ -224,7 +241,7 @@ class Pipeline:
             print(p.metrics()["td_loss"])
 
     Enum fields take their C value or a name (backend="cpu", her_reward="dense");
-    sn_layers takes the bit mask or an iterable such as ("W1", "W2").
+    sn_layers takes the bit mask, a layer name ("W2") or an iterable such as ("W1", "W2").
     """
 
     def __init__(self, library=None, **config):
@@ -315,9 +332,10 @@ class Pipeline:
     def _info(self, name):
         if not isinstance(name, str):
             raise TypeError("name: expected a str, got %s" % type(name).__name__)
+        cname = _c_string(name, "name")
         info = _abi.new(_abi.fh_tensor_info)
-        self._call("fh_pipeline_find_tensor", name.encode(), byref(info))
-        return _tensor_shape(name, info.rows, info.cols, info.group), info.rows * info.cols
+        self._call("fh_pipeline_find_tensor", cname, byref(info))
+        return _tensor_shape(name, info.rows, info.cols, info.group), info.rows * info.cols, cname
 
     # -- data in ------------------------------------------------------------------------------
     def upload(self, *, obs, action, reward, done, next_obs, goal=None, next_achieved_goal=None,
@@ -404,7 +422,9 @@ class Pipeline:
 
     def act(self, obs, goal=None, epsilon=0.0, return_q=False):
         """Greedy / epsilon-greedy actions (SPEC §7). obs [n, O] (or [O] for one row) ->
-        int32 actions [n, NB] ([NB]); with return_q also the clamped q values [n, NB, A]."""
+        int32 actions [n, NB] ([NB]); with return_q also the clamped q values [n, NB, A].
+        epsilon, in [0, 1], is a float32 checked as the config's float fields are: a value
+        that float32 would turn into inf or 0, or round into [0, 1], is a ValueError."""
         c = self._config
         O, G, NB, A = c["obs_dim"], c["goal_dim"], c["num_branches"], c["actions_per_branch"]
         o = np.asarray(obs)
@@ -423,13 +443,13 @@ class Pipeline:
             g = _float_array(ga.reshape(1, -1) if single and ga.ndim == 1 else ga, "goal", (n, G))
         elif goal is not None and np.asarray(goal).size != 0:
             raise ValueError("goal: goal_dim is 0, pass None")
-        if isinstance(epsilon, (bool, np.bool_)) or not isinstance(
-                epsilon, (int, float, np.number)):
-            raise TypeError("epsilon must be a real number")
+        eps = _float32("epsilon", epsilon)  # as the config's float fields
+        if (0 <= eps <= 1) != (0 <= np.float32(eps) <= 1):  # 1 + 1e-9 would reach it as 1
+            raise ValueError("epsilon=%r is outside [0, 1]" % (epsilon,))
         actions = np.empty((n, NB), dtype=np.int32)
         q = np.empty((n, NB, A), dtype=np.float32) if return_q else None
         self._call("fh_pipeline_act", _ptr(o, c_float), _ptr(g, c_float), c_uint32(n),
-                   c_float(float(epsilon)), _ptr(actions, ctypes.c_int32), _ptr(q, c_float))
+                   c_float(eps), _ptr(actions, ctypes.c_int32), _ptr(q, c_float))
         if single:
             actions, q = actions[0], (q[0] if q is not None else None)
         return (actions, q) if return_q else actions
@@ -465,16 +485,16 @@ class Pipeline:
 
     def read(self, name):
         """A copy of tensor @p name as a float32 array of its shape."""
-        shape, count = self._info(name)
+        shape, count, cname = self._info(name)
         out = np.empty(count, dtype=np.float32)
-        self._call("fh_pipeline_read_tensor", name.encode(), _ptr(out, c_float),
+        self._call("fh_pipeline_read_tensor", cname, _ptr(out, c_float),
                    ctypes.c_size_t(count))
         return out.reshape(shape)
 
     def write(self, name, array):
         """Overwrite tensor @p name (a parameter, target or state tensor) from @p array, whose
         shape is the tensor's (a [1, n] matrix or [n] vector are both accepted for a row)."""
-        shape, count = self._info(name)
+        shape, count, cname = self._info(name)
         a = np.asarray(array)
         if a.dtype.kind not in "fiub":
             raise TypeError("%s: expected a real numeric array, got dtype %s" % (name, a.dtype))
@@ -482,7 +502,7 @@ class Pipeline:
         if a.shape not in allowed:
             raise ValueError("%s: expected shape %s, got %s" % (name, tuple(shape), a.shape))
         a = _float_array(a, name, a.shape)
-        self._call("fh_pipeline_write_tensor", name.encode(), _ptr(a, c_float),
+        self._call("fh_pipeline_write_tensor", cname, _ptr(a, c_float),
                    ctypes.c_size_t(count))
 
     def state_dict(self):
@@ -492,15 +512,16 @@ class Pipeline:
     # -- checkpoints --------------------------------------------------------------------------
     def save(self, path, include_replay=False):
         """Save the state (fh_pipeline_save); with include_replay, the replay too
-        (FH_SAVE_REPLAY), so that a run that samples from it resumes bit for bit."""
+        (FH_SAVE_REPLAY), so that a run that samples from it resumes bit for bit. A path (here,
+        in load and dump_graph) or a tensor name with a NUL in it is a ValueError, as in open()."""
         flags = _abi.FH_SAVE_REPLAY if include_replay else 0
-        self._call("fh_pipeline_save_ex", os.fsencode(path), c_uint32(flags))
+        self._call("fh_pipeline_save_ex", _c_string(path, "path", path=True), c_uint32(flags))
 
     def load(self, path):
-        self._call("fh_pipeline_load", os.fsencode(path))
+        self._call("fh_pipeline_load", _c_string(path, "path", path=True))
 
     def dump_graph(self, path):
-        self._call("fh_pipeline_dump_graph", os.fsencode(path))
+        self._call("fh_pipeline_dump_graph", _c_string(path, "path", path=True))
 
     def __repr__(self):
         if self._handle is None:

@@ -1,5 +1,7 @@
 """foxhunt.Pipeline against the library: config keywords, upload checks, step, act, metrics,
 tensors, read/write, checkpoints, errors and lifetime."""
+import os
+import re
 import warnings
 
 import numpy as np
@@ -77,6 +79,12 @@ def test_enum_names_and_sn_layers(fh):
         names = [n for n, _, _ in p.tensors()]
         assert "sn.u.W1" in names and "sn.u.W2" in names
     assert fh.status_string(6).startswith("FH_ERR_NON_FINITE")
+    # A single name is that one layer, not its characters.
+    for layers, bits in (("W1", 1), ("W2", 2), (["W1"], 1), ((), 0), (3, 3)):
+        with fh.Pipeline(**dict(SMALL, sn_layers=layers)) as p:
+            assert p.config["sn_layers"] == bits
+    with pytest.raises(ValueError, match="sn_layers: 'W3' is not 'W1' or 'W2'"):
+        fh.Pipeline(**dict(SMALL, sn_layers="W3"))
 
 
 def test_backend_and_repr(fh, pipe):
@@ -117,6 +125,12 @@ def test_float_done_as_gym_returns_it(fh, pipe):
         done[7] = bad
         with pytest.raises(ValueError, match=r"done\[7\] = .*must be 0.0 or 1.0"):
             pipe.upload(**dict(b, done=done))
+    # A float done of the wrong shape gets the shape error, as an integer one does.
+    for dtype in (np.float64, np.float32, np.int32):
+        for shape in ((9,), (16, 1)):
+            with pytest.raises(ValueError, match=re.escape(
+                    "done: expected shape (16,), got %s" % (shape,))):
+                pipe.upload(**dict(b, done=np.zeros(shape, dtype)))
 
 
 @pytest.mark.parametrize("key,value,exc", [
@@ -290,6 +304,28 @@ def test_act(fh, pipe):
     assert ei.value.status == fh.Status.ERR_NON_FINITE
 
 
+def test_act_epsilon_checked_as_a_float32(fh, pipe):
+    """epsilon is a float32, checked as the config's float fields: a value that would reach the
+    library as inf or 0, or rounded into [0, 1], is refused by its value as given, and the
+    refused call changes nothing (the act counter that seeds exploration included)."""
+    obs, goal = np.ones((4, 8)), np.ones((4, 2))
+    for eps, msg in ((1e300, "epsilon=1e+300 overflows float32"),
+                     (10 ** 400, "epsilon=%d overflows float32" % 10 ** 400),
+                     (1e-50, "epsilon=1e-50 underflows float32 to 0"),
+                     (-1e-50, "epsilon=-1e-50 underflows float32 to 0"),
+                     (1 + 1e-9, "epsilon=1.000000001 is outside [0, 1]")):
+        with pytest.raises(ValueError, match=re.escape(msg)):
+            pipe.act(obs, goal, epsilon=eps)
+    with pytest.raises(TypeError, match="epsilon='0.5': expected a real number"):
+        pipe.act(obs, goal, epsilon="0.5")
+    with fh.Pipeline(**SMALL) as twin:
+        for _ in range(3):
+            assert np.array_equal(pipe.act(obs, goal, epsilon=0.5),
+                                  twin.act(obs, goal, epsilon=0.5))
+    assert pipe.act(obs, goal, epsilon=np.float32(1.0)).shape == (4, 2)
+    assert pipe.act(obs, goal, epsilon=1).shape == (4, 2)
+
+
 # ---- checkpoints ------------------------------------------------------------------------------
 
 def test_save_load_continues_bit_for_bit(fh, tmp_path):
@@ -327,6 +363,30 @@ def test_load_errors(fh, tmp_path):
             with pytest.raises(fh.FoxhuntError) as ei:
                 other.load(tmp_path / "ok.ckpt")
             assert ei.value.status == fh.Status.ERR_CHECKPOINT_CONFIG
+
+
+def test_nul_in_a_path_or_name_refused_before_the_call(fh, pipe, tmp_path):
+    """A NUL would cut the C string short ('y.ck\\0zzz' saved as y.ck, 'q.W1\\0junk' read as
+    q.W1): a path or tensor name with one is a ValueError naming it, as in open()."""
+    bad = str(tmp_path / "y.ck") + "\0zzz"
+    for path in (bad, os.fsencode(bad)):
+        msg = re.escape("path=%r: embedded null byte" % (path,))
+        for call in (pipe.save, lambda p: pipe.save(p, include_replay=True), pipe.dump_graph):
+            with pytest.raises(ValueError, match=msg):
+                call(path)
+        assert os.listdir(tmp_path) == []
+        pipe.save(tmp_path / "y.ck")
+        with pytest.raises(ValueError, match=msg):
+            pipe.load(path)
+        os.remove(tmp_path / "y.ck")
+    before = pipe.read("q.W1")
+    for name in ("q.W1\0junk", "\0"):
+        msg = re.escape("name=%r: embedded null byte" % (name,))
+        with pytest.raises(ValueError, match=msg):
+            pipe.read(name)
+        with pytest.raises(ValueError, match=msg):
+            pipe.write(name, np.zeros((16, 10)))
+    assert np.array_equal(pipe.read("q.W1"), before)
 
 
 # ---- lifetime ---------------------------------------------------------------------------------
