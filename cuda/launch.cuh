@@ -22,10 +22,19 @@
 
 #include "common.hpp"
 
+// The host sets the PDL attribute on every launch, so device code without the wait (compiled for
+// an architecture before sm_90, even if JIT-compiled onto a Hopper later) would race: refuse it.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "foxhunt's kernels need sm_90 or newer (programmatic dependent launch); set CMAKE_CUDA_ARCHITECTURES to 90 or above"
+#endif
+#if CUDART_VERSION < 12030
+#error "foxhunt's CUDA backend needs CUDA 12.3 or newer (programmatic dependent launch in graphs)"
+#endif
+
 namespace fh::cuda {
 
 __device__ __forceinline__ void pdl_enter() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__)
     cudaGridDependencySynchronize();
 #endif
 }

@@ -276,12 +276,15 @@ typedef enum fh_her_reward {
  * product would make an array that the CUDA executor indexes with 32-bit integers hold more
  * than 2^31 - 1 elements, on both backends so that checkpoints move between them (the message
  * names the array: [x~; x~'], the trunk and branch caches, the IQN features, the IQL
- * activations).
+ * activations). The CUDA backend also refuses, with FH_ERR_BAD_DIMENSION naming the kernel, a
+ * head whose per-block sums do not fit the device's shared memory: iql_hidden, iqn_hidden or
+ * attn_head_hidden above about 14 500 on an H200 (227 KiB per block); the CPU backend takes
+ * them.
  */
 typedef struct fh_config {
     size_t struct_size;        /**< sizeof(fh_config) */
     int32_t backend;           /**< ::fh_backend */
-    int32_t device;            /**< CUDA device ordinal */
+    int32_t device;            /**< CUDA device ordinal, >= 0 (0) */
     int32_t exec_mode;         /**< ::fh_exec_mode */
     int32_t math_mode;         /**< ::fh_math_mode */
     int32_t iql_gemm;          /**< ::fh_iql_gemm */

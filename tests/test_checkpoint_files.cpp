@@ -2,7 +2,8 @@
  * gives a new file (the umask's), that a save killed half way leaves no file behind, and that a
  * large file which merely starts like a checkpoint is refused from its header (the replay
  * section's header included), and that forged state or counters and a file cut inside its header
- * are refused. */
+ * are refused; and the config fingerprint's bytes, which are the file format. */
+#include "checkpoint.hpp"
 #include "replay_ref.hpp"  // before cmocka.h
 
 extern "C" {
@@ -212,6 +213,44 @@ void test_large_file_refused_from_header(void **) {
     fh_pipeline_destroy(p);
 }
 
+/* The config fingerprint in a checkpoint's header is the file format: its bytes, written here
+ * field by field in the order of the first format (twenty 4-byte integers, twenty floats, the
+ * 64-bit seed; native byte order), must not move, or every checkpoint saved before would be
+ * refused. Each field gets a value of its own, so a swap of two fields shows. */
+void test_fingerprint_bytes_are_the_format(void **) {
+    fh_config c;
+    fh_config_init(&c);
+    uint32_t *const u[] = {&c.batch_size, &c.obs_dim, &c.goal_dim, &c.num_branches,
+                           &c.actions_per_branch, &c.trunk_hidden, &c.branch_hidden,
+                           (uint32_t *)&c.her_reward, (uint32_t *)&c.her_terminal_on_success,
+                           &c.sn_layers, &c.iql_hidden, &c.iqn_hidden, &c.iqn_cos, &c.iqn_n,
+                           &c.iqn_n_target, &c.attn_token_dim, &c.attn_d_model, &c.attn_heads,
+                           &c.attn_head_hidden, &c.num_regimes};
+    float *const f[] = {&c.q_clip, &c.gamma, &c.huber_kappa, &c.her_ratio, &c.her_epsilon,
+                        &c.iql_tau_hi, &c.iql_tau_lo, &c.awr_beta, &c.awr_max, &c.cql_alpha,
+                        &c.regime_beta, &c.regime_min, &c.regime_max, &c.ema_tau, &c.lr_q,
+                        &c.lr_aux, &c.adam_beta1, &c.adam_beta2, &c.adam_eps, &c.clip_norm};
+    std::vector<uint8_t> want;
+    for (int k = 0; k < 20; ++k) {
+        *u[k] = 1000u + (uint32_t)k;
+        const uint8_t *b = (const uint8_t *)u[k];
+        want.insert(want.end(), b, b + 4);
+    }
+    for (int k = 0; k < 20; ++k) {
+        *f[k] = 0.5f + (float)k;
+        const uint8_t *b = (const uint8_t *)f[k];
+        want.insert(want.end(), b, b + 4);
+    }
+    c.seed = 0x0123456789abcdefull;
+    const uint8_t *s = (const uint8_t *)&c.seed;
+    want.insert(want.end(), s, s + 8);
+    /* Fields outside the fingerprint (how and where the step runs) do not enter it. */
+    c.exec_mode = FH_EXEC_SINGLE_STREAM;
+    c.workspace_mib = 7;
+    c.device = 3;
+    assert_true(fh::config_fingerprint(c) == want);
+}
+
 /* M2 with a replay (format 2): the size follows from the header and the replay section's own
  * header (K, E, rows inserted), both read before the body. A 4 GiB file that starts like such
  * a checkpoint is refused from its size; a replay header that implies more rows than the file
@@ -392,6 +431,7 @@ int main(void) {
         cmocka_unit_test(test_large_file_refused_from_header),
         cmocka_unit_test(test_replay_section_sized_from_its_header),
         cmocka_unit_test(test_forged_state_refused),
+        cmocka_unit_test(test_fingerprint_bytes_are_the_format),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,7 +17,7 @@ PROBE = "k_linear_probe"
 
 
 def sources():
-    files = sorted(list(CUDA.glob("*.cu")) + list(CUDA.glob("*.cuh")))
+    files = sorted(f for ext in ("cu", "cuh", "hpp", "cpp") for f in CUDA.glob("*." + ext))
     assert files, f"no CUDA sources under {CUDA}"
     return [(f, re.sub(r"//[^\n]*", "", f.read_text())) for f in files]
 
@@ -46,11 +46,30 @@ def test_every_kernel_waits_first():
     assert not bad, "kernels that do not begin with pdl_enter():\n" + "\n".join(bad)
 
 
+def launched_kernel(text, at):
+    """The kernel expression before the <<< at @p at, template arguments included."""
+    j, depth = at, 0
+    while j > 0 and text[j - 1].isspace():
+        j -= 1
+    end = j
+    while j > 0:
+        c = text[j - 1]
+        if c == ">":
+            depth += 1
+        elif c == "<":
+            depth -= 1
+        elif depth == 0 and not (c.isalnum() or c in "_:"):
+            break
+        j -= 1
+    return " ".join(text[j:end].split())
+
+
 def test_no_launch_without_pdl():
     bad = []
     for f, text in sources():
-        for m in re.finditer(r"(\w+)\s*<<<|cudaLaunchKernel\s*\(", text):
-            if m.group(1) != PROBE:
+        for m in re.finditer(r"<<<|\bcudaLaunchKernel\s*\(", text):
+            kernel = launched_kernel(text, m.start()) if m.group(0) == "<<<" else ""
+            if kernel != PROBE:
                 line = text.count("\n", 0, m.start()) + 1
-                bad.append(f"{f.name}:{line}: {m.group(0)}")
+                bad.append(f"{f.name}:{line}: {kernel or m.group(0)}")
     assert not bad, "launches without PDL:\n" + "\n".join(bad)
