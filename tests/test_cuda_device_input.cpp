@@ -65,7 +65,7 @@ struct DevBatch {
 
 template <class T>
 void poke(const Dev &d, size_t i, T v) {
-    cuda_ok(cudaMemcpy((T *)d.p + i, &v, sizeof v, cudaMemcpyHostToDevice), "poke");
+    to_device((T *)d.p + i, &v, sizeof v, "poke");
 }
 
 // What the host insert of `rows` into `p` returns (it refuses them and changes nothing).

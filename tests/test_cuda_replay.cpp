@@ -145,7 +145,7 @@ struct Replays {
         h.append(r);
     }
     void expect_same_sample(uint64_t s, uint32_t row0) {
-        cuda_ok(cudaMemcpy(step.p, &s, 8, cudaMemcpyHostToDevice), "step");
+        to_device(step.p, &s, 8, "step");
         DevBlock blk(d);
         Dev draws((size_t)d.B * sizeof(ReplayDraw));
         rd::enqueue_sample(ring, c.seed, (const uint64_t *)step.p, row0, d.B, blk.b,
@@ -247,7 +247,7 @@ static void test_cuda_device_batch(void **state) {
     }
     // A fault: the host upload's status and message, and the block keeps what it held.
     const float nan = NAN;
-    cuda_ok(cudaMemcpy((float *)obs.p + 3 * d.O + 1, &nan, 4, cudaMemcpyHostToDevice), "nan");
+    to_device((float *)obs.p + 3 * d.O + 1, &nan, 4, "nan");
     tb.obs[3 * d.O + 1] = nan;
     fh_status hs = FH_OK, ds = FH_OK;
     const std::string want = host_refusal(batch_checks(d, tb.batch), &hs);
