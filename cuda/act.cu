@@ -43,7 +43,8 @@ Actor::Actor(const fh_config &c, const Layout &L, DeviceMemory &mem, const Lanes
     try {
         FH_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         blas_ = Blas{make_handle(c, stream_, lanes.workspace(0), lanes.workspace_bytes(0)),
-                     compute_type(c), lanes.bf16_stage(0)};
+                     compute_type(c), lanes.bf16_stage(0), false, lanes.workspace(0),
+                     lanes.workspace_bytes(0)};
         alloc_qcache(mem, d, c_, kChunk, false, false);
         x_ = mem.floats(MEM_ACT, (size_t)kChunk * d.D);
         const size_t cols[2] = {d.D, d.H};

@@ -10,10 +10,13 @@
 //   tn: C[M, N] = A[K, M]ᵀ · B[K, N] + beta·C   (dW = dyᵀ x) -> cuBLAS (N, T), m=N n=M k=K, B ld N, A ld M
 // C is always column-major [N, M] with ld N, i.e. row-major [M, N]. The arithmetic is FP32
 // (strict), or FP32 accumulation on tensor cores of TF32 or BF16 operands, fixed per pipeline
-// (fh_config.math_mode). The handle
-// must already be bound to its lane's stream and workspace.
+// (fh_config.math_mode). float32 operands go through cublasLtMatmul (gemm.cpp says why not
+// cublasGemmEx), bfloat16 ones through cublasGemmEx. The handle must already be bound to its
+// lane's stream and workspace.
 #pragma once
 #include <foxhunt.h>
+
+#include <cstddef>
 
 #include <cublas_v2.h>
 
@@ -28,6 +31,9 @@ struct Blas {
     // The Q net's SiLU layers in cuda/linear_silu.cu's fused kernel (linear_tc_enabled) where
     // the pass has TF32-rounded weights, not cuBLAS + bias_silu.
     bool linear_tc = false;
+    // The handle's workspace (cublasSetWorkspace's), which cublasLtMatmul takes per call.
+    void *ws = nullptr;
+    size_t ws_bytes = 0;
 };
 // CUBLAS_COMPUTE_32F for FH_MATH_STRICT and FH_MATH_BF16 (float32 accumulation of bfloat16
 // operands), CUBLAS_COMPUTE_32F_FAST_TF32 for FH_MATH_TF32. (CUBLAS_COMPUTE_32F_FAST_16BF on
@@ -51,13 +57,22 @@ GemmDesc desc_nt(int M, int N, int K, const float *A, const float *B, float *C);
 GemmDesc desc_nn(int M, int N, int K, const float *A, const float *B, float *C);
 GemmDesc desc_tn(int M, int N, int K, const float *A, const float *B, float *C);
 
-// C = op(a)·op(b) + beta·C on the handle's stream (alpha = 1); `what` names it in errors.
-// With a bf16_stage, gemm_bf16() instead.
+// The workspace gemm() asks cublasLt's heuristics to rank algorithms for (at least): what
+// cuBLAS recommends for Hopper. The algorithm it runs must still fit the lane's own workspace.
+constexpr size_t kHeuristicWorkspace = size_t{32} << 20;
+
+// C = op(a)·op(b) + beta·C on the handle's stream and workspace (alpha = 1), by cublasLtMatmul;
+// `what` names it in errors. With a bf16_stage, gemm_bf16() instead.
 void gemm(const Blas &bl, const GemmDesc &g, float beta, const char *what);
 // FH_MATH_BF16 (cuda/gemm_bf16.cu): the same product with both operands rounded to bfloat16
 // (round to nearest even) into the stage, then one cublasGemmEx on bfloat16 operands with
-// float32 accumulation and a float32 C. A GEMM whose operands do not fit the stage runs in
-// blocks of C (and of k, summed into C in order), the same blocks on every run.
+// float32 accumulation and a float32 C. (cublasLtMatmul with gemm()'s choice of algorithm was
+// tried for these too: 2.045 against 2.001 ms per step, multi-stream at B = 16384, one run each
+// (bench/results/h200-2026-12-03-gemm-lt-bf16-tried.json), but cublasGemmEx alone gave 2.044 /
+// 2.045 in a later run (-gemm-lt-modes.json): no difference shown either way, so the bfloat16
+// GEMMs stay on cublasGemmEx.) A GEMM whose
+// operands do not fit the stage runs in blocks of C (and of k, summed into C in order), the same
+// blocks on every run.
 void gemm_bf16(const Blas &bl, const GemmDesc &g, float beta, const char *what);
 
 inline void gemm_nt(const Blas &bl, int M, int N, int K, const float *A, const float *B, float *C,

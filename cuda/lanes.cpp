@@ -69,7 +69,9 @@ void Lanes::release() noexcept {
 }
 
 LaneCtx Lanes::ctx(int lane) const {
-    return LaneCtx{stream(lane), Blas{handles_[lane], compute_, bf16_stage(lane), linear_tc_},
+    return LaneCtx{stream(lane),
+                   Blas{handles_[lane], compute_, bf16_stage(lane), linear_tc_, workspace(lane),
+                        ws_bytes_[lane]},
                    col_[lane], red_[lane]};
 }
 

@@ -336,7 +336,7 @@ void test_linear_silu_vs_float64(void **) {
     const size_t ws_bytes = 32u << 20;
     cudaMalloc(&ws, ws_bytes);
     fh::cuda::Blas bl{fh::cuda::make_handle(c, s, ws, ws_bytes), fh::cuda::compute_type(c),
-                      nullptr, false};
+                      nullptr, false, ws, ws_bytes};
     /* The Q net's trunk and packed branches, IQN's ψ (D → 128), a last row tile of 1 and of 77
      * rows, the smallest K. */
     const Shape shapes[] = {{4096, 256, 128}, {1000, 256, 256}, {2048, 512, 256},
