@@ -69,9 +69,9 @@ using AlgoKey = std::array<int64_t, 14>;
 
 // The heuristics' choices, process-wide (pipelines on several threads share it). A query costs
 // about 15 µs of host time, and act() runs its GEMMs outside any graph on every call: without
-// the cache an act() call took 300 to 430 µs, against 180 to 250 on cublasGemmEx and 130 to
-// 180 with the cache (H200, default config, 1 and 64 rows; bench/results/
-// h200-2026-12-03-gemm-lt-probes.txt). act()'s row counts vary, so the map is emptied when it
+// the cache an act() call took 300 to 430 µs against 180 to 250 on cublasGemmEx, with it 130 to
+// 180 against 140 to 190 (H200, default dims at B = 1024, 1 and 64 rows, side by side;
+// bench/results/h200-2026-12-03-gemm-lt-probes.txt). act()'s row counts vary, so the map is emptied when it
 // reaches kMaxAlgos entries.
 constexpr size_t kMaxAlgos = 4096;
 std::mutex algo_mutex;
@@ -81,12 +81,13 @@ std::map<AlgoKey, cublasLtMatmulAlgo_t> algo_cache;
 // lane's workspace, asked as if it had at least kHeuristicWorkspace bytes. Why not cublasGemmEx:
 // on the H200 (cuBLAS 13.1) it picks much slower kernels for the step's weight gradients
 // (K = B rows, small outputs) whenever the handle's workspace is below 32 MiB: at 24 MiB and
-// less every such shape of the step took 1.5 to 2.7 times as long, although the split-K kernels
-// it picks at 32 MiB need 0.04 to 8.25 MiB of it. cublasLt's heuristics do the same when told
-// the workspace is smaller (bench/results/h200-2026-12-03-gemm-lt-probes.txt). The lanes with
-// half a workspace (src/schedule.cpp) ran their GEMMs that way. The heuristics are
-// deterministic (the shape, types, alignments and workspace limit alone choose), so every
-// capture makes the same calls, and the chosen algorithm's split-K sums have a fixed order.
+// less every such shape probed took 1.5 to 2.8 times as long. cublasLt's heuristics do the same
+// when told the workspace is smaller; told of 32 MiB, they rank first split-K algorithms whose
+// partials need 0.5 to 8.25 MiB for those shapes, and run as fast as cublasGemmEx at 32 MiB
+// (bench/results/h200-2026-12-03-gemm-lt-probes.txt). The lanes with half a workspace
+// (src/schedule.cpp) ran their GEMMs that way. The heuristics take only the shape, types,
+// alignments and workspace limit, and the cache pins each choice for the process, so every
+// capture makes the same calls; the algorithms' split-K sums have a fixed order.
 void lt_matmul(const Blas &bl, const GemmDesc &g, float beta, const char *what) {
     const float alpha = 1.0f;
     // A cublasHandle_t is usable as a cublasLtHandle_t (cuBLAS documents the cast).
@@ -150,7 +151,7 @@ void lt_matmul(const Blas &bl, const GemmDesc &g, float beta, const char *what) 
                     algo = res[i].algo;
                     cached = true;
                 }
-            if (cached) break;
+            if (cached || bl.ws_bytes >= kHeuristicWorkspace) break;
         }
         if (!cached) fail_lt(CUBLAS_STATUS_NOT_SUPPORTED, what, g, "heuristics (none fits)");
         std::lock_guard<std::mutex> lock(algo_mutex);

@@ -1,6 +1,7 @@
 // The lanes of the schedule: up to kMaxLanes logical lanes, each with its own cuBLAS handle
-// (bound to the lane's stream and workspace, the pipeline's math mode, no atomics) and its own
-// reduction scratch. With FH_EXEC_MULTI_STREAM each lane has its own stream; with
+// (bound to the lane's stream and workspace, the pipeline's math mode, no atomics in cuBLAS's
+// own calls; cublasLt ignores that setting, and its split-K reductions are ordered: in place by
+// counters, or in a separate pass) and its own reduction scratch. With FH_EXEC_MULTI_STREAM each lane has its own stream; with
 // FH_EXEC_SINGLE_STREAM every lane runs on lane 0's stream (same handles, same workspace sizes,
 // so the GEMMs are the same calls in both modes). Lanes that never run at the same time share
 // a workspace buffer, and lanes that run only the branch layers get half a workspace

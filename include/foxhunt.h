@@ -290,9 +290,11 @@ typedef struct fh_config {
     int32_t iql_gemm;          /**< ::fh_iql_gemm */
     uint32_t workspace_mib;    /**< cuBLAS workspace of a lane, MiB, in [1, 4096] (32); a lane that
                                     runs only branch layers gets half, and lanes that never run
-                                    at the same time share one. Each GEMM runs the first
-                                    algorithm cuBLASLt's heuristics rank for max(its
-                                    workspace, 32 MiB) that fits its own (docs/cuda.md) */
+                                    at the same time share one. A float32 GEMM (strict and
+                                    TF32 modes) runs the first algorithm cuBLASLt's
+                                    heuristics rank for max(its lane's workspace, 32 MiB) that
+                                    fits that workspace, else the first ranked for the
+                                    workspace itself (docs/cuda.md) */
 
     uint32_t batch_size;       /**< B, transitions per step, in [1, 2^20] (16384) */
     uint32_t obs_dim;          /**< O, a width (124) */

@@ -139,7 +139,7 @@ struct GemmCase {
 
 /* C = op(a) op(b) + beta C through gemm_bf16, against float64 sums; errors per element over
  * Σ_k |op(a)_ik op(b)_kj| (+ |beta C|). */
-void check_gemm(const GemmCase &t, cublasHandle_t h, void *stage, void *ws, size_t ws_bytes) {
+void check_gemm(const GemmCase &t, cublasHandle_t h, void *stage) {
     const int ar = t.opa == CUBLAS_OP_N ? t.m : t.k, ac = t.opa == CUBLAS_OP_N ? t.k : t.m;
     const int br = t.opb == CUBLAS_OP_N ? t.k : t.n, bc = t.opb == CUBLAS_OP_N ? t.n : t.k;
     printf("[GEMM_BF16] %s: operands %zu elements, stage %zu\n", t.name,
@@ -151,7 +151,7 @@ void check_gemm(const GemmCase &t, cublasHandle_t h, void *stage, void *ws, size
     for (float &v : b) v = u(rng);
     for (float &v : c0) v = u(rng);
     const Dev da = dev_of(a), db = dev_of(b), dc = dev_of(c0);
-    const fh::cuda::Blas bl{h, CUBLAS_COMPUTE_32F, stage, false, ws, ws_bytes};
+    const fh::cuda::Blas bl{h, CUBLAS_COMPUTE_32F, stage};
     const fh::cuda::GemmDesc g{t.opa, t.opb, t.m, t.n, t.k, (const float *)da.p, t.lda,
                                (const float *)db.p, t.ldb, (float *)dc.p, t.m};
     try {
@@ -192,9 +192,6 @@ void test_gemm_bf16_against_float64(void **) {
     cublasHandle_t h;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) fail_msg("cublasCreate");
     const Dev stage(fh::kBf16StageElems * 2 + 256);
-    /* A pipeline lane's workspace (cublasLtMatmul takes it per call). */
-    const size_t ws_bytes = size_t{32} << 20;
-    const Dev ws(ws_bytes);
     const GemmCase cases[] = {
         /* y = x Wᵀ at 20000 rows: |x| + |W| = 5.2M elements > the stage: blocks of columns */
         {"nt, 20000 rows x 256 x 256 (column blocks)", CUBLAS_OP_T, CUBLAS_OP_N, 256, 20000, 256,
@@ -206,7 +203,7 @@ void test_gemm_bf16_against_float64(void **) {
         {"nn, strided a (lda 40), 33 x 50 x 7, beta 1", CUBLAS_OP_N, CUBLAS_OP_N, 33, 50, 7, 40, 7,
          1.0f, true},
     };
-    for (const GemmCase &t : cases) check_gemm(t, h, stage.p, ws.p, ws_bytes);
+    for (const GemmCase &t : cases) check_gemm(t, h, stage.p);
     cublasDestroy(h);
 }
 #else

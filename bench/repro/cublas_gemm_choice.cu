@@ -2,7 +2,7 @@
 // outputs), TF32, and how fast they run. Not part of the library; it is why cuda/gemm.cpp asks
 // cublasLt's heuristics as for 32 MiB. Result: bench/results/h200-2026-12-03-gemm-lt-probes.txt.
 //   1. cublasGemmEx against the handle's workspace, 4 to 64 MiB (on the H200 every shape is 1.5
-//      to 2.7 times slower at 24 MiB and less than at 32);
+//      to 2.8 times slower at 24 MiB and less than at 32);
 //   2. cublasLt's first four algorithms for a workspace limit of 8, 16, 24 and 32 MiB (and at
 //      32 MiB with split-K reduced in place only, or not split): the workspace each needs and
 //      its time on a 16 MiB buffer (-1: it does not fit).
