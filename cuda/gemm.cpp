@@ -71,8 +71,8 @@ using AlgoKey = std::array<int64_t, 14>;
 // about 15 µs of host time, and act() runs its GEMMs outside any graph on every call: without
 // the cache an act() call took 300 to 430 µs against 180 to 250 on cublasGemmEx, with it 130 to
 // 180 against 140 to 190 (H200, default dims at B = 1024, 1 and 64 rows, side by side;
-// bench/results/h200-2026-12-03-gemm-lt-probes.txt). act()'s row counts vary, so the map is emptied when it
-// reaches kMaxAlgos entries.
+// bench/results/h200-2026-12-03-gemm-lt-probes.txt). act()'s row counts vary, so the map is
+// emptied when it reaches kMaxAlgos entries.
 constexpr size_t kMaxAlgos = 4096;
 std::mutex algo_mutex;
 std::map<AlgoKey, cublasLtMatmulAlgo_t> algo_cache;

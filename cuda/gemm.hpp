@@ -70,9 +70,8 @@ void gemm(const Blas &bl, const GemmDesc &g, float beta, const char *what);
 // tried for these too: 2.045 against 2.001 ms per step, multi-stream at B = 16384, one run each
 // (bench/results/h200-2026-12-03-gemm-lt-bf16-tried.json), but cublasGemmEx alone gave 2.044 /
 // 2.045 in a later run (-gemm-lt-modes.json): no difference shown either way, so the bfloat16
-// GEMMs stay on cublasGemmEx.) A GEMM whose
-// operands do not fit the stage runs in blocks of C (and of k, summed into C in order), the same
-// blocks on every run.
+// GEMMs stay on cublasGemmEx.) A GEMM whose operands do not fit the stage runs in blocks of C
+// (and of k, summed into C in order), the same blocks on every run.
 void gemm_bf16(const Blas &bl, const GemmDesc &g, float beta, const char *what);
 
 inline void gemm_nt(const Blas &bl, int M, int N, int K, const float *A, const float *B, float *C,

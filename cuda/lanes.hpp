@@ -1,12 +1,12 @@
 // The lanes of the schedule: up to kMaxLanes logical lanes, each with its own cuBLAS handle
 // (bound to the lane's stream and workspace, the pipeline's math mode, no atomics in cuBLAS's
 // own calls; cublasLt ignores that setting, and its split-K reductions are ordered: in place by
-// counters, or in a separate pass) and its own reduction scratch. With FH_EXEC_MULTI_STREAM each lane has its own stream; with
-// FH_EXEC_SINGLE_STREAM every lane runs on lane 0's stream (same handles, same workspace sizes,
-// so the GEMMs are the same calls in both modes). Lanes that never run at the same time share
-// a workspace buffer, and lanes that run only the branch layers get half a workspace
-// (src/schedule.cpp says why: the memory plan counts the same bytes). In FH_MATH_BF16 each
-// buffer also holds the staging of its GEMMs' bfloat16 operands.
+// counters, or in a separate pass) and its own reduction scratch. With FH_EXEC_MULTI_STREAM
+// each lane has its own stream; with FH_EXEC_SINGLE_STREAM every lane runs on lane 0's stream
+// (same handles, same workspace sizes, so the GEMMs are the same calls in both modes). Lanes
+// that never run at the same time share a workspace buffer, and lanes that run only the branch
+// layers get half a workspace (src/schedule.cpp says why: the memory plan counts the same
+// bytes). In FH_MATH_BF16 each buffer also holds the staging of its GEMMs' bfloat16 operands.
 #pragma once
 #include <cstddef>
 #include <vector>

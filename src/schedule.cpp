@@ -149,8 +149,8 @@ int workspace_slot(bool multi_stream, int lane) {
 // trunk on 2B rows, IQN (K = B·N) or attention keep the full size. The fast algorithms for the
 // weight gradients probed need at most 8.25 MiB, but cuBLAS's heuristics pick far slower ones
 // when told of less than 32 MiB (2.7 times as long for a branch's dV), so cuda/gemm.cpp asks
-// them as for 32 MiB and takes the first that fits. Single-stream mode gives each lane the same size, so both
-// modes make the same GEMM calls.
+// them as for 32 MiB and takes the first that fits. Single-stream mode gives each lane the
+// same size, so both modes make the same GEMM calls.
 size_t lane_workspace_bytes(const fh_config &c, const std::vector<ChildDesc> &sched, int lane) {
     const size_t full = (size_t)c.workspace_mib << 20;
     bool runs = false, small_only = true;
