@@ -115,16 +115,16 @@ void lt_matmul(const Blas &bl, const GemmDesc &g, float beta, const char *what) 
     const AlgoKey key{device,   g.opa,    g.opb,    g.m, g.n, g.k, g.lda, g.ldb, g.ldc,
                       align[0], align[1], align[2], (int64_t)bl.compute, (int64_t)bl.ws_bytes};
     cublasLtMatmulAlgo_t algo;
-    bool cached = false;
+    bool have_algo = false;  // from the cache, else from the heuristics below
     {
         std::lock_guard<std::mutex> lock(algo_mutex);
         const auto it = algo_cache.find(key);
         if (it != algo_cache.end()) {
             algo = it->second;
-            cached = true;
+            have_algo = true;
         }
     }
-    if (!cached) {
+    if (!have_algo) {
         s = cublasLtMatmulPreferenceCreate(&k.pref);
         const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
@@ -146,14 +146,14 @@ void lt_matmul(const Blas &bl, const GemmDesc &g, float beta, const char *what) 
                                                    &n);
             if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED)
                 fail_lt(s, what, g, "heuristics");
-            for (int i = 0; i < n && !cached; ++i)
+            for (int i = 0; i < n && !have_algo; ++i)
                 if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= bl.ws_bytes) {
                     algo = res[i].algo;
-                    cached = true;
+                    have_algo = true;
                 }
-            if (cached || bl.ws_bytes >= kHeuristicWorkspace) break;
+            if (have_algo || bl.ws_bytes >= kHeuristicWorkspace) break;
         }
-        if (!cached) fail_lt(CUBLAS_STATUS_NOT_SUPPORTED, what, g, "heuristics (none fits)");
+        if (!have_algo) fail_lt(CUBLAS_STATUS_NOT_SUPPORTED, what, g, "heuristics (none fits)");
         std::lock_guard<std::mutex> lock(algo_mutex);
         if (algo_cache.size() >= kMaxAlgos) algo_cache.clear();
         algo_cache.emplace(key, algo);
