@@ -26,8 +26,16 @@
 // eight rows a product reads at one k hit eight different bank groups; a k step of 8 is the
 // descriptor's start address plus 32 bytes. 96 KiB of stages let two blocks share an SM, so
 // that one block's epilogue overlaps another's products. The epilogue adds the bias, applies
-// SiLU (the float expression of src/cpu/nn.hpp), rounds, and stores straight from the
-// accumulators (each row's 8 consecutive floats of a quad are one 32-byte sector).
+// SiLU, rounds, and stores straight from the accumulators (each row's 8 consecutive floats of a
+// quad are one 32-byte sector).
+//
+// SiLU and SiLU' in their fast forms (tile128.cuh: __expf and __fdividef, as in IQN's fused
+// TF32 kernels), within a few float ulps of the exact expression and far inside the activation's
+// own TF32 rounding. The kernel is bound by issue, not by memory or the tensor cores (Nsight:
+// issue slots 18 to 42 % busy, L2 16 to 58 %, the integer ALU the busiest pipe), and expf with
+// an IEEE division cost each SiLU about 30 instructions of the epilogue: side by side at
+// B = 16384 the ddqn child went 0.233 → 0.200 ms and the step 1.555 → 1.519 ms multi-stream
+// (bench/results/h200-2026-12-03-linear-fast-silu-before-after.json).
 //
 // Heads (HEADS, linear_silu_heads): when a column tile is one branch's hidden layer (HB = 128),
 // the epilogue also forms the branch's A head outputs of each row from the unrounded
@@ -50,10 +58,10 @@
 #include <mutex>
 
 #include "common.hpp"
-#include "device_math.cuh"
 #include "mma_tf32.cuh"
 #include "nn.cuh"
 #include "launch.cuh"
+#include "tile128.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FH_HAVE_WGMMA 1
@@ -182,7 +190,8 @@ __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring,
         for (int h = 0; h < 2; ++h) {
             const int row = r0 + 8 * h;
             const float p0 = d[4 * j + 2 * h], p1 = d[4 * j + 2 * h + 1];
-            const float g0 = dev_silu(__fadd_rn(p0, b.x)), g1 = dev_silu(__fadd_rn(p1, b.y));
+            const float g0 = tile::silu_fast(__fadd_rn(p0, b.x));
+            const float g1 = tile::silu_fast(__fadd_rn(p1, b.y));
             if (HEADS) {
 #pragma unroll
                 for (int a = 0; a < kMaxHeadActions; ++a)
@@ -223,7 +232,7 @@ __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring,
     }
 }
 
-// dpre = tf32(d ⊙ SiLU'(P + bias)) (the float expression of dsilu_colsum) and the block's column
+// dpre = tf32(d ⊙ SiLU'(P + bias)) (SiLU' in its fast form, tile128.cuh) and the block's column
 // sums of the unrounded values (linear_dsilu): each thread's two rows per column in double into
 // the ring (row groups of 8 lanes in warp order), then one thread per column adds the 64 row
 // groups in order. Rows past M add nothing.
@@ -246,8 +255,9 @@ __device__ __forceinline__ void epilogue_dsilu(const float (&d)[64], double *rin
             if (row >= M) continue;
             const size_t at = (size_t)row * N + col;
             const float2 p = __ldg(reinterpret_cast<const float2 *>(P + at));
-            const float v0 = __fmul_rn(d[4 * j + 2 * h], dev_dsilu(__fadd_rn(p.x, b.x)));
-            const float v1 = __fmul_rn(d[4 * j + 2 * h + 1], dev_dsilu(__fadd_rn(p.y, b.y)));
+            const float v0 = __fmul_rn(d[4 * j + 2 * h], tile::dsilu_fast(__fadd_rn(p.x, b.x)));
+            const float v1 =
+                __fmul_rn(d[4 * j + 2 * h + 1], tile::dsilu_fast(__fadd_rn(p.y, b.y)));
             *reinterpret_cast<float2 *>(dpre + at) =
                 make_float2(mma::stored<false>(v0), mma::stored<false>(v1));
             s0 += (double)v0;

@@ -25,14 +25,15 @@ constexpr int kLinearMinTiles = 128;
 bool linear_tc_pays(int M, int N);
 
 // X [M, K], W [N, K], bias [N], row-major float32: act [M, N] = SiLU(X Wᵀ + bias) (bias per
-// column, the float expression of bias_silu) and, when pre is not act, pre [M, N] = X Wᵀ without
-// the bias (as bias_silu's callers keep it for the backward). On the handle's stream `s`.
+// column) and, when pre is not act, pre [M, N] = X Wᵀ without the bias (as bias_silu's callers
+// keep it for the backward). On the handle's stream `s`.
 //
 // One kernel when bl.linear_tc, Wt (W rounded to TF32, round to nearest, ties away) is given,
 // N is a multiple of 128, K of 32 and every pointer 16-byte aligned; `x_tf32` says X already
 // holds TF32 values (an activation this kernel wrote), else the kernel rounds it. Then act is
-// stored rounded to TF32 and the function returns true. Otherwise gemm_nt (named `what` in
-// errors) then bias_silu, act exact, and false.
+// stored rounded to TF32 (SiLU in tile128.cuh's fast form, within a few float ulps of bias_silu's
+// expression before that rounding) and the function returns true. Otherwise gemm_nt (named
+// `what` in errors) then bias_silu, act exact, and false.
 bool linear_silu(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X, bool x_tf32,
                  const float *W, const float *Wt, const float *bias, float *pre, float *act,
                  const char *what);
@@ -60,7 +61,7 @@ bool linear_silu_heads(const Blas &bl, cudaStream_t s, int M, int N, int K, cons
 // A SiLU layer's backward through its input GEMM on the same kernel (the trunk backward,
 // cuda/td.cu): with Wt [N, K] TF32 values (the transpose of the next layer's weight, so that
 // X Wtᵀ = dY W), dpre [M, N] = (X Wtᵀ) ⊙ SiLU'(P + bias) (P the layer's pre-activation without
-// its bias; the float expression of dsilu_colsum) stored rounded to TF32, and
+// its bias; SiLU' in tile128.cuh's fast form) stored rounded to TF32, and
 // partial [⌈M / 128⌉, N] (double) the column sums of the unrounded dpre over each 128-row tile,
 // for reduce_partials. The same conditions as linear_silu's kernel (x_tf32 likewise); returns
 // false, enqueuing nothing, where it cannot run.
