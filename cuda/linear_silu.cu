@@ -29,12 +29,14 @@
 // SiLU, rounds, and stores straight from the accumulators (each row's 8 consecutive floats of a
 // quad are one 32-byte sector).
 //
-// SiLU and SiLU' in their fast forms (tile128.cuh: __expf and __fdividef, as in IQN's fused
-// TF32 kernels), within a few float ulps of the exact expression and far inside the activation's
-// own TF32 rounding. The kernel is bound by issue, not by memory or the tensor cores (Nsight:
-// issue slots 18 to 42 % busy, L2 16 to 58 %, the integer ALU the busiest pipe), and expf with
-// an IEEE division cost each SiLU about 30 instructions of the epilogue: side by side at
-// B = 16384 the ddqn child went 0.233 → 0.200 ms and the step 1.555 → 1.519 ms multi-stream
+// SiLU and SiLU' in their fast forms (tile128.cuh: __expf and __fdividef, as in IQN's and IQL's
+// fused TF32 kernels): within 2 + 1.2|z| float ulps of the exact expression (SiLU' about 2|z|
+// ulps where z is large), far inside the 2^-11 of the activation's own TF32 rounding. The
+// kernel is latency-bound at its 25 % occupancy, not bound by memory or the tensor cores
+// (Nsight: 0.3 to 0.8 of the 2 to 4 warps per scheduler eligible, issue slots 18 to 42 % busy,
+// L2 16 to 58 %), so the instructions on the epilogue's dependent chains count: expf with an IEEE
+// division made each SiLU about 30. Side by side at B = 16384 the ddqn child went 0.233 →
+// 0.200 ms and the step 1.555 → 1.519 ms multi-stream
 // (bench/results/h200-2026-12-03-linear-fast-silu-before-after.json).
 //
 // Heads (HEADS, linear_silu_heads): when a column tile is one branch's hidden layer (HB = 128),

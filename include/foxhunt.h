@@ -222,7 +222,10 @@ typedef enum fh_math_mode {
                              kernel each and store their activations, and the trunk backward
                              its SiLU' outputs, rounded to TF32 (they are tensor-core operands;
                              the confidence head reads the rounded trunk features too); ddqn's
-                             branch heads are then float32 dot products: docs/cuda.md */
+                             branch heads are then float32 dot products. These layers and the
+                             fused IQN and IQL kernels take SiLU, SiLU' and the logistic in
+                             fast forms (__expf, __fdividef: within 2 + 1.2|z| float ulps of
+                             the exact ones): docs/cuda.md */
     FH_MATH_STRICT = 1, /**< IEEE float32: per tensor within 1e-5 of the CPU after 1 step */
     FH_MATH_BF16 = 2    /**< the cuBLAS GEMMs on bfloat16 operands (7 stored mantissa bits,
                              rounded to nearest even from the float32 activations and weights
