@@ -32,8 +32,8 @@ bool linear_tc_pays(int M, int N);
 // N is a multiple of 128, K of 32 and every pointer 16-byte aligned; `x_tf32` says X already
 // holds TF32 values (an activation this kernel wrote), else the kernel rounds it. Then act is
 // stored rounded to TF32 (SiLU in tile128.cuh's fast form: within 2 + 1.2|z| float ulps of
-// bias_silu's expression before that rounding) and the function returns true. Otherwise gemm_nt (named
-// `what` in errors) then bias_silu, act exact, and false.
+// bias_silu's expression before that rounding) and the function returns true. Otherwise
+// gemm_nt (named `what` in errors) then bias_silu, act exact, and false.
 bool linear_silu(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X, bool x_tf32,
                  const float *W, const float *Wt, const float *bias, float *pre, float *act,
                  const char *what);

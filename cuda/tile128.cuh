@@ -1,8 +1,8 @@
 // Fragment-level pieces shared by the fused tensor-core kernels of the 128-wide MLPs (IQN:
 // iqn_fused.cuh; IQL: iql_fused.cu): the activations in TF32 mode (also the fused SiLU layers'
-// epilogues, linear_silu.cu), TF32 rounding of a float4,
-// quad sums, and the fixed-order column sums of a warp's 16 × 128 accumulator tile. Fragment
-// layout (g = lane / 4, t = lane % 4, the permuted contraction order): mma_tf32.cuh.
+// epilogues, linear_silu.cu), TF32 rounding of a float4, quad sums, and the fixed-order column
+// sums of a warp's 16 × 128 accumulator tile. Fragment layout (g = lane / 4, t = lane % 4, the
+// permuted contraction order): mma_tf32.cuh.
 #pragma once
 #include <cuda_runtime.h>
 
