@@ -140,8 +140,7 @@ void check_case(const Case &t, const Data &d, int math_mode, size_t ws_bytes, in
     std::vector<float> first;
     for (int run = 0; run < 2; ++run) {
         if (run == 1)
-            cuda_test::cuda_ok(
-                cudaMemcpy(pc, d.c0.data(), d.c0.size() * 4, cudaMemcpyHostToDevice), "reset C");
+            cuda_test::to_device(pc, d.c0.data(), d.c0.size() * 4, "reset C");
         fh::cuda::Blas bl{};
         try {
             void *w = ws_bytes ? ws.p : nullptr;
