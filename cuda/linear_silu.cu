@@ -40,11 +40,16 @@
 // (bench/results/h200-2026-12-03-linear-fast-silu-before-after.json).
 //
 // Heads (HEADS, linear_silu_heads): when a column tile is one branch's hidden layer (HB = 128),
-// the epilogue also forms the branch's A head outputs of each row from the unrounded
-// activations: U_b [A, 128] is staged in the idle ring, each thread sums its 32 columns of a row
-// in float32 in ascending order, a butterfly over the quad adds the four shares (the same bits in
-// every lane), and lane t writes actions t and t + 4. ddqn's forward-only passes then never store
-// g (qnet.cu says what that saved, and why the forward child does not use it).
+// the epilogue also forms the branch's A ≤ 8 head outputs of each row on the tensor cores: the
+// activations, rounded to TF32 as the layer stores them, are already an mma.sync A fragment
+// (mma_tf32.cuh's permuted k order), and U_b, rounded and staged in the idle ring, the B
+// fragment: 16 m16n8k8 products per warp, then + e and the clamp. These are the operands and
+// the arithmetic of the cuBLAS TF32 GEMM that the heads take elsewhere. Before, each thread
+// summed its quarter of the rows' dot products in float32 on the CUDA cores (512 fused
+// multiply-adds and 128 shared-memory loads per thread, then a butterfly); side by side at
+// B = 16384 the ddqn child went 0.198 / 0.200 → 0.173 / 0.173 ms and the step 1.516 / 1.523 →
+// 1.502 / 1.487 ms multi-stream (bench/results/h200-2026-12-03-heads-mma-before-after.json and
+// -trial.txt). ddqn's forward-only passes then never store g (qnet.cu says what that saved).
 //
 // SiLU' (linear_dsilu, the trunk backward's dh → dpre against W's transpose): the epilogue
 // multiplies by SiLU'(P + b) (P the forward's pre-activation, read per element), stores dpre
@@ -164,73 +169,78 @@ __device__ __forceinline__ Frag frag_of(int m0) {
     return Frag{m0 + wg * 64 + v * 16 + (lane >> 2), 2 * (lane & 3), lane};
 }
 
-// act = tf32(SiLU(d + bias)), pre = d where kept; HEADS: the branch heads too (linear_silu_heads).
+// act = tf32(SiLU(d + bias)), pre = d where kept; HEADS: the branch heads too (linear_silu_heads):
+// z = tf32(g) U_bᵀ as mma.sync m16n8k8 products (mma_tf32.cuh), a warp's 16 rows against all
+// A ≤ 8 actions per product. The accumulator fragment of column block j (rows r0, r0 + 8,
+// columns 8j + 2t, 8j + 2t + 1) is the A fragment in mma_tf32.cuh's permuted k order, so U_b's
+// columns are read in the same order (each lane one float2 of row g of U_b). U_b [A, 128] is
+// staged rounded to TF32 in the idle ring, rows past A zero, rows kUld floats apart so that
+// a half-warp's float2 loads hit 32 different banks.
+constexpr int kUld = kBN + 8;
+static_assert(kMaxHeadActions == 8, "one m16n8k8 product covers a row's actions");
 template <bool HEADS>
 __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring, int M, int N,
                                               int n0, const float *__restrict__ bias, float *pre,
                                               float *act, const BranchHeads &hd) {
     const Frag f = frag_of(blockIdx.y * kBM);
     const int r0 = f.r0, t2 = f.t2, lane = f.lane;
-    // HEADS: the branch's U_b [A, 128] into the ring.
-    const float *us = ring;
+    // The bias of the thread's 32 columns, loaded before any store: issued at each use, behind
+    // the stores to act and pre (which the compiler cannot prove apart from it), every load's
+    // latency stood in the epilogue's dependent chain (Nsight: long-scoreboard stalls on the
+    // bias adds, bench/results/h200-2026-12-03-ncu-source-linear.txt).
+    float2 bb[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+        bb[j] = __ldg(reinterpret_cast<const float2 *>(bias + n0 + 8 * j + t2));
     if (HEADS) {
         const float *Ub = hd.U + (size_t)blockIdx.x * hd.u_stride;
-        for (int e = threadIdx.x; e < hd.A * kBN; e += kThreadsTc) ring[e] = __ldg(Ub + e);
+        for (int e = threadIdx.x; e < kMaxHeadActions * kBN; e += kThreadsTc) {
+            const int a = e / kBN, c = e % kBN;
+            ring[a * kUld + c] =
+                a < hd.A ? __uint_as_float(mma::to_tf32(__ldg(Ub + a * kBN + c))) : 0.0f;
+        }
         __syncthreads();
     }
     const bool keep_pre = pre && pre != act;
-    // HEADS: this thread's share of z[row][a] = Σ_c g[row][c] U_b[a][c], its 32 columns in
-    // ascending order (float32, from g before its rounding).
-    float zp[kMaxHeadActions][2];
-#pragma unroll
-    for (int a = 0; a < kMaxHeadActions; ++a) zp[a][0] = zp[a][1] = 0.0f;
+    float zc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // HEADS: z of rows r0, r0 + 8, actions 2t, 2t + 1
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
         const int col = n0 + 8 * j + t2;
-        const float2 b = *reinterpret_cast<const float2 *>(bias + col);
+        const float2 b = bb[j];
+        uint32_t ga[4];  // HEADS: the A fragment (a0, a1 rows r0, r0 + 8 of column 2t; a2, a3 of 2t + 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = r0 + 8 * h;
             const float p0 = d[4 * j + 2 * h], p1 = d[4 * j + 2 * h + 1];
-            const float g0 = tile::silu_fast(__fadd_rn(p0, b.x));
-            const float g1 = tile::silu_fast(__fadd_rn(p1, b.y));
-            if (HEADS) {
-#pragma unroll
-                for (int a = 0; a < kMaxHeadActions; ++a)
-                    if (a < hd.A) {
-                        const float2 u =
-                            *reinterpret_cast<const float2 *>(us + a * kBN + 8 * j + t2);
-                        zp[a][h] = fmaf(g1, u.y, fmaf(g0, u.x, zp[a][h]));
-                    }
-            }
+            const uint32_t g0 = mma::to_tf32(tile::silu_fast(__fadd_rn(p0, b.x)));
+            const uint32_t g1 = mma::to_tf32(tile::silu_fast(__fadd_rn(p1, b.y)));
+            ga[h] = g0;
+            ga[2 + h] = g1;
             if (row >= M) continue;
             const size_t at = (size_t)row * N + col;
             if (keep_pre) *reinterpret_cast<float2 *>(pre + at) = make_float2(p0, p1);
             if (act)
                 *reinterpret_cast<float2 *>(act + at) =
-                    make_float2(mma::stored<false>(g0), mma::stored<false>(g1));
+                    make_float2(__uint_as_float(g0), __uint_as_float(g1));
+        }
+        if (HEADS) {
+            const float2 u = *reinterpret_cast<const float2 *>(ring + (lane >> 2) * kUld + 8 * j + t2);
+            mma::mma1(zc, ga[0], ga[1], ga[2], ga[3], __float_as_uint(u.x), __float_as_uint(u.y));
         }
     }
     if (HEADS) {
-        // The quad's four shares summed by a butterfly ((s0 + s1) + (s2 + s3) in every lane: the
-        // same bits), then lane t writes actions t and t + 4 of its two rows.
-        const size_t tile = (size_t)blockIdx.x * M * hd.A;
         const float *eb = hd.e + (size_t)blockIdx.x * hd.e_stride;
+        const size_t tile = (size_t)blockIdx.x * M * hd.A;
 #pragma unroll
-        for (int a = 0; a < kMaxHeadActions; ++a)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float s = zp[a][h];
-                s += __shfl_xor_sync(0xffffffffu, s, 1);
-                s += __shfl_xor_sync(0xffffffffu, s, 2);
-                const int row = r0 + 8 * h;
-                if (a < hd.A && (a & 3) == (lane & 3) && row < M) {
-                    const float z = __fadd_rn(s, __ldg(eb + a));
-                    const size_t at = tile + (size_t)row * hd.A + a;
-                    if (hd.z != hd.q) hd.z[at] = z;
-                    hd.q[at] = fminf(fmaxf(z, -hd.clip), hd.clip);
-                }
+        for (int q = 0; q < 4; ++q) {
+            const int row = r0 + 8 * (q >> 1), a = t2 + (q & 1);
+            if (a < hd.A && row < M) {
+                const float z = __fadd_rn(zc[q], __ldg(eb + a));
+                const size_t at = tile + (size_t)row * hd.A + a;
+                if (hd.z != hd.q) hd.z[at] = z;
+                hd.q[at] = fminf(fmaxf(z, -hd.clip), hd.clip);
             }
+        }
     }
 }
 
@@ -246,17 +256,30 @@ __device__ __forceinline__ void epilogue_dsilu(const float (&d)[64], double *rin
                                                double *partial) {
     const Frag f = frag_of(blockIdx.y * kBM);
     double *mine = ring + (size_t)(threadIdx.x >> 2) * kPartLd;  // row group (warp, g)
+    // P of four column blocks at a time, loaded ahead of their use and of the stores between
+    // (as epilogue_silu's bias; rows past M read row M − 1, unused).
+    float2 pp[4][2];
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
         const int col = n0 + 8 * j + f.t2;
         const float2 b = *reinterpret_cast<const float2 *>(bias + col);
+        if (j % 4 == 0) {
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = min(f.r0 + 8 * h, M - 1);
+                    pp[jj][h] = __ldg(reinterpret_cast<const float2 *>(
+                        P + (size_t)row * N + n0 + 8 * (j + jj) + f.t2));
+                }
+        }
         double s0 = 0.0, s1 = 0.0;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = f.r0 + 8 * h;
             if (row >= M) continue;
             const size_t at = (size_t)row * N + col;
-            const float2 p = __ldg(reinterpret_cast<const float2 *>(P + at));
+            const float2 p = pp[j % 4][h];
             const float v0 = __fmul_rn(d[4 * j + 2 * h], tile::dsilu_fast(__fadd_rn(p.x, b.x)));
             const float v1 =
                 __fmul_rn(d[4 * j + 2 * h + 1], tile::dsilu_fast(__fadd_rn(p.y, b.y)));

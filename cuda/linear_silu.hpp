@@ -51,9 +51,9 @@ struct BranchHeads {
 };
 // linear_silu's fused kernel (the same conditions; act and pre may both be null: then neither
 // is stored) with the heads in its epilogue: each row's A dot products over the tile's 128
-// unrounded activations in float32, in a fixed order (a quarter of the columns per thread, then
-// a butterfly over the quad), then + e and the clamp. Returns false, enqueuing nothing, where
-// the kernel cannot run or A > kMaxHeadActions.
+// activations as TF32 tensor-core products (activations rounded as act stores them, U rounded
+// to TF32, float32 accumulation, the same order every run), then + e and the clamp. Returns
+// false, enqueuing nothing, where the kernel cannot run or A > kMaxHeadActions.
 bool linear_silu_heads(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X,
                        bool x_tf32, const float *Wt, const float *bias, float *pre, float *act,
                        const BranchHeads &hd);

@@ -164,8 +164,9 @@ void check_layer(const fh::cuda::Blas &bl, cudaStream_t s, Shape sh, bool keep_p
 
 /* linear_silu_heads on the kernel: ncol branches of 128 (the tiles), the heads against float64
  * (z = Σ_c SiLU(x·w_c + b_c) U[a][c] + e[a] with the rounded operands of check_layer, q its
- * clamp): float32 dot products over 128 activations, each within 1.1 × check_layer's bound of
- * its float64 value, so z within Σ_c |U[a][c]| of that plus 1e-5 of Σ_c |g_c U[a][c]|. */
+ * clamp): TF32 products over 128 activations, each activation within 1.1 × check_layer's bound
+ * of its float64 value, so z within Σ_c |U[a][c]| of that, plus 2^-10 of Σ_c |g_c U[a][c]| for
+ * rounding g and U to TF32 (2^-11 each) and 1e-5 of it for the float32 accumulation. */
 void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K, int A,
                  bool keep, bool z_apart, unsigned seed) {
     const int N = 128 * nbr;
@@ -222,7 +223,7 @@ void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K
                     bound += std::fabs(u[c]) * gb[br * 128 + c];
                     gu += std::fabs(g[br * 128 + c] * u[c]);
                 }
-                bound += 1e-5 * gu;
+                bound += (std::ldexp(1.0, -10) + 1e-5) * gu;
                 const size_t at = (size_t)br * M * A + (size_t)i * A + a;
                 const double qr = std::min(std::max(ref, -(double)clip), (double)clip);
                 /* z is q's buffer when not apart: then only q holds a value to check. */
