@@ -139,10 +139,9 @@ void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L,
     // The heads in the SiLU layer's epilogue where its column tiles are the branches: g is then
     // never stored, and the heads GEMM and k_bias_clamp_packed do not run (ddqn child 0.239 →
     // 0.230 ms, wall 1.657 → 1.643 ms multi-stream at B = 16384, the mean of three side-by-side
-    // runs, bench/results/h200-2026-12-02-linear-rounded-operands-before-after*.json). The
-    // forward child's branches keep the heads GEMM: they store g for the backward anyway, and
-    // with the heads in their epilogue the forward child was 0.016 ms slower
-    // (h200-2026-12-02-linear-heads-forward-rejected.json).
+    // runs, bench/results/h200-2026-12-02-linear-rounded-operands-before-after*.json; TF32
+    // products since, linear_silu.cu). The forward child's branches take them in their
+    // epilogue too (q_forward_branch).
     const bool tc = w.tf32 && linear_tc_pays(M, nh);
     if (HB == kHeadsTile && tc) {
         const QOffsets &o = L.q;
@@ -190,6 +189,22 @@ void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QV
     const bool tc = w.tf32 && linear_tc_pays(M, HB);
     const float *Vt = tc ? w.pack + pk.Vcat + (size_t)b * HB * H : nullptr;
     const float *cb = w.pack ? w.pack + pk.ccat + (size_t)b * HB : w.p + L.q.c[b];
+    // The heads in the layer's epilogue as in ddqn's packed pass (HB = 128: the layer is one
+    // column tile), here with g and preg stored for the backward and z apart from q. As float32
+    // dot products they made this child 0.016 ms slower; as TF32 products 0.393 / 0.396 →
+    // 0.386 / 0.381 ms multi-stream and 0.538 / 0.537 → 0.516 / 0.515 single-stream at
+    // B = 16384 (bench/results/h200-2026-12-03-forward-heads-mma-before-after*.json).
+    if (HB == kHeadsTile && tc) {
+        BranchHeads hd;
+        hd.U = w.p + L.q.U[b];
+        hd.e = w.p + L.q.e[b];
+        hd.z = z;
+        hd.q = q;
+        hd.A = A;
+        hd.clip = q_clip;
+        if (linear_silu_heads(l.blas, l.stream, M, HB, H, c.h2, c.h2_tf32, Vt, cb, preg, g, hd))
+            return;
+    }
     linear_silu(l.blas, l.stream, M, HB, H, c.h2, c.h2_tf32, w.p + L.q.V[b], Vt, cb, preg, g,
                 "branch h2 V^T");
     gemm_nt(l.blas, M, A, HB, g, w.p + L.q.U[b], z, 0.0f, "branch g U^T");
