@@ -207,7 +207,7 @@ __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring,
     for (int j = 0; j < 16; ++j) {
         const int col = n0 + 8 * j + t2;
         const float2 b = bb[j];
-        uint32_t ga[4];  // HEADS: the A fragment (a0, a1 rows r0, r0 + 8 of column 2t; a2, a3 of 2t + 1)
+        uint32_t ga[4];  // HEADS' A fragment: a0, a1 rows r0, r0 + 8 of column 2t; a2, a3 of 2t + 1
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = r0 + 8 * h;
@@ -224,7 +224,8 @@ __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring,
                     make_float2(__uint_as_float(g0), __uint_as_float(g1));
         }
         if (HEADS) {
-            const float2 u = *reinterpret_cast<const float2 *>(ring + (lane >> 2) * kUld + 8 * j + t2);
+            const float2 u =
+                *reinterpret_cast<const float2 *>(ring + (lane >> 2) * kUld + 8 * j + t2);
             mma::mma1(zc, ga[0], ga[1], ga[2], ga[3], __float_as_uint(u.x), __float_as_uint(u.y));
         }
     }

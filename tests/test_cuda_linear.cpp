@@ -168,13 +168,13 @@ void check_layer(const fh::cuda::Blas &bl, cudaStream_t s, Shape sh, bool keep_p
  * of its float64 value, so z within Σ_c |U[a][c]| of that, plus 2^-10 of Σ_c |g_c U[a][c]| for
  * rounding g and U to TF32 (2^-11 each) and 1e-5 of it for the float32 accumulation. */
 void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K, int A,
-                 bool keep, bool z_apart, unsigned seed) {
+                 bool keep, bool z_apart, bool x_tf32, unsigned seed) {
     const int N = 128 * nbr;
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> X((size_t)M * K), Wt((size_t)N * K), b(N), U((size_t)nbr * A * 128),
         e((size_t)nbr * A);
-    for (float &v : X) v = nd(rng);
+    for (float &v : X) v = x_tf32 ? tf32_rna(nd(rng)) : nd(rng);
     for (float &v : Wt) v = tf32_rna(nd(rng) / std::sqrt((float)K));
     for (float &v : b) v = 0.5f * nd(rng);
     for (float &v : U) v = nd(rng) / std::sqrt(128.0f);
@@ -197,7 +197,7 @@ void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K
     hd.clip = clip;
     bool ran = false;
     try {
-        ran = fh::cuda::linear_silu_heads(bl, s, M, N, K, dX, false, dW, db, dpre, dact, hd);
+        ran = fh::cuda::linear_silu_heads(bl, s, M, N, K, dX, x_tf32, dW, db, dpre, dact, hd);
     } catch (const fh::Error &ex) {
         fail_msg("linear_silu_heads threw: %s", ex.message.c_str());
     }
@@ -205,7 +205,12 @@ void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K
     const cudaError_t ce = cudaStreamSynchronize(s);
     if (ce != cudaSuccess) fail_msg("linear_silu_heads: %s", cudaGetErrorString(ce));
     const std::vector<float> q = host(dq, nq), z = z_apart ? host(dz, nq) : q;
-    double worst = 0;
+    /* Kept, act and pre are check_layer's: pre within its product bound, act a TF32 value within
+     * 1.1 times that plus its own rounding (the forward child's backward reads both). */
+    const std::vector<float> hact = keep ? host(dact, (size_t)M * N) : std::vector<float>();
+    const std::vector<float> hpre = keep ? host(dpre, (size_t)M * N) : std::vector<float>();
+    double worst = 0, worst_layer = 0;
+    bool all_tf32 = true;
     std::vector<double> g(N), gb(N);
     for (int i = 0; i < M; ++i) {
         for (int c = 0; c < N; ++c) {
@@ -213,6 +218,14 @@ void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K
             const double zb = dot.z + b[c];
             g[c] = zb / (1.0 + std::exp(-zb));
             gb[c] = 1.1 * (3e-5 * dot.mag + 1e-6);
+            if (keep) {
+                const float ga = hact[(size_t)i * N + c], pa = hpre[(size_t)i * N + c];
+                if (tf32_rna(ga) != ga) all_tf32 = false;
+                const double ea = std::fabs(ga - g[c]) / (gb[c] + std::ldexp(std::fabs(g[c]), -11));
+                const double ep = std::fabs(pa - dot.z) / (3e-5 * dot.mag + 1e-6);
+                worst_layer = std::max({worst_layer, std::isfinite(ea) ? ea : 1e30,
+                                        std::isfinite(ep) ? ep : 1e30});
+            }
         }
         for (int br = 0; br < nbr; ++br)
             for (int a = 0; a < A; ++a) {
@@ -233,11 +246,16 @@ void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K
                     {worst, std::isfinite(ez) ? ez : 1e30, std::isfinite(eq) ? eq : 1e30});
             }
     }
-    printf("[LINEAR] heads M=%d branches=%d K=%d A=%d %s, z %s: worst %.3f of the bound\n", M,
-           nbr, K, A, keep ? "act and pre kept" : "act not stored", z_apart ? "apart" : "= q",
-           worst);
-    if (!(worst <= 1.0))
-        fail_msg("linear_silu_heads M=%d A=%d: worst %.3f of the bound", M, A, worst);
+    printf("[LINEAR] heads M=%d branches=%d K=%d A=%d %s, z %s, X %s: worst %.3f of the bound"
+           "%s\n",
+           M, nbr, K, A, keep ? "act and pre kept" : "act not stored", z_apart ? "apart" : "= q",
+           x_tf32 ? "TF32" : "exact", worst, keep ? "" : " (act, pre: not stored)");
+    if (keep)
+        printf("[LINEAR] heads M=%d act and pre: worst %.3f of check_layer's bounds%s\n", M,
+               worst_layer, all_tf32 ? "" : ", act not TF32");
+    if (!(worst <= 1.0 && worst_layer <= 1.0 && all_tf32))
+        fail_msg("linear_silu_heads M=%d A=%d: worst %.3f of the bound, act/pre %.3f%s", M, A,
+                 worst, worst_layer, all_tf32 ? "" : ", act not TF32");
     for (float *ptr : {dX, dW, db, dU, de, dq}) cudaFree(ptr);
     if (z_apart) cudaFree(dz);
     if (keep) {
@@ -350,14 +368,16 @@ void test_linear_silu_vs_float64(void **) {
             for (bool keep : {true, false})
                 for (bool xt : {false, true}) check_layer(bl, s, sh, keep, xt, seed++);
     }
-    /* The heads: ddqn's packed layer (4 branches, nothing but q stored), the kernel's other
-     * options (z apart from q, act and pre stored), A < 8, a last row tile of 1. */
+    /* The heads: ddqn's packed layer (4 branches, nothing but q stored, X already TF32 as its
+     * h2 is), a forward branch's layer (one branch, act and pre stored, z apart from q; X exact
+     * and TF32), A < 8, a last row tile of 1. */
     bl.linear_tc = true;
     if (tc) {
-        check_heads(bl, s, 1000, 4, 256, 8, false, false, seed++);
-        check_heads(bl, s, 513, 1, 256, 8, true, true, seed++);
-        check_heads(bl, s, 129, 2, 64, 5, true, true, seed++);
-        check_heads(bl, s, 77, 1, 128, 3, false, true, seed++);
+        check_heads(bl, s, 1000, 4, 256, 8, false, false, true, seed++);
+        check_heads(bl, s, 513, 1, 256, 8, true, true, false, seed++);
+        check_heads(bl, s, 513, 1, 256, 8, true, true, true, seed++);
+        check_heads(bl, s, 129, 2, 64, 5, true, true, false, seed++);
+        check_heads(bl, s, 77, 1, 128, 3, false, true, false, seed++);
         /* The trunk backward's two shapes (dh2 over the packed branches, dh1), a partial tile. */
         check_dsilu(bl, s, 1000, 256, 512, false, seed++);
         check_dsilu(bl, s, 513, 256, 256, true, seed++);
