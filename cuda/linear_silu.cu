@@ -185,7 +185,7 @@ __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring,
     const Frag f = frag_of(blockIdx.y * kBM);
     const int r0 = f.r0, t2 = f.t2, lane = f.lane;
     // The bias of the thread's 32 columns, loaded before any store: issued at each use, behind
-    // the stores to act and pre (which the compiler cannot prove apart from it), every load's
+    // the stores to act and pre (which the compiler did not prove apart from it), every load's
     // latency stood in the epilogue's dependent chain (Nsight: long-scoreboard stalls on the
     // bias adds, bench/results/h200-2026-12-03-ncu-source-linear.txt).
     float2 bb[16];
