@@ -2,8 +2,9 @@
 
 Each comparison is the relative error per tensor, ||lib - ref|| / ||ref||, the reference in
 float64. Parameters are also compared by their update p_after - p_before ("delta"), which is
-what a step computes; in most configs adam_eps = 1e-2 makes that update nearly linear in the
-gradient (lockstep.LINEAR_ADAM), so gradients are compared with their magnitudes.
+what a step computes, beyond the one float32 ulp per element that storing the parameter allows
+(update_err); in most configs adam_eps = 1e-2 makes that update nearly linear in the gradient
+(lockstep.LINEAR_ADAM), so gradients are compared with their magnitudes.
 
 A test that depends on a learner (directly, or through a value it feeds: CQL and the confidence
 target need IQL/IQN, the global-norm clip needs every Q-net gradient) also asserts that the
@@ -72,6 +73,22 @@ def kind(request, steps):
     return "%d step%s" % (steps, "s" if steps > 1 else "")
 
 
+def update_err(after, before, ref_after, ref_before):
+    """||excess|| / ||ref update||, excess = |lib update - ref update| less one float32 ulp of
+    the parameter per element. Both sides store parameters in float32 (the oracle rounds its
+    float64 step's result, oracle_torch.py), so where the exact new value lies near a rounding
+    midpoint, float32 noise in the library's gradient far below the tolerance can flip the
+    stored value by one ulp: with updates of 1e-4 of the weights that one ulp alone is ~1e-3 of
+    the element's update (a 1.87e-4 update error on iqn.Wphi, qclip_cql, on one machine and not
+    on another). An error of the update itself still shows, above that resolution."""
+    lib_d = np.asarray(after, np.float64) - np.asarray(before, np.float64)
+    ref_d = np.asarray(ref_after, np.float64) - np.asarray(ref_before, np.float64)
+    ulp = np.spacing(np.abs(np.asarray(ref_after, np.float32))).astype(np.float64)
+    excess = np.maximum(np.abs(lib_d - ref_d) - ulp, 0.0)
+    nb = np.linalg.norm(ref_d)
+    return float(np.linalg.norm(excess) / nb) if nb > 0 else float(np.linalg.norm(lib_d))
+
+
 def tensor_errors(run, names, rtol, drtol, kind):
     """Failures (as text) of the named tensors; also records the errors reached."""
     fails = []
@@ -95,7 +112,7 @@ def tensor_errors(run, names, rtol, drtol, kind):
         # state's updates are a few float32 ulps of the value, so only values are compared
         if drtol is not None and n in run.lib_before and not n.startswith(
                 ("sn.", "regime.", "target.")):
-            d = ls.rel_err(a - run.lib_before[n], b - run.ref_before[n])
+            d = update_err(a, run.lib_before[n], b, run.ref_before[n])
             ls.record(kind + " (update)", ls.family(n), d)
             if not d <= drtol:
                 fails.append("%s: update rel err %.2e > %.0e" % (n, d, drtol))
