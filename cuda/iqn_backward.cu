@@ -9,13 +9,18 @@
 // path (iqn.cu), which wrote dm (64 MiB at B = 16384) and read it back. dWm, dWφ and dWψ stay
 // cuBLAS GEMMs over all rows.
 //
-// Tiling. A block of 16 warps (one per SM: 204.5 KiB of shared memory, 128 registers a thread)
+// Tiling. A block of 16 warps (one per SM: 220.5 KiB of shared memory, 128 registers a thread)
 // stages Wmᵀ [128, 128] in shared memory once (rounded to TF32; rows of 136 floats, ≡ 8 mod 32,
 // so the float2 B-fragment loads of a half-warp hit 32 banks) and walks through tiles of 256
 // rows; warp w owns rows 16w .. 16w + 15, each thread rows g and g + 8 (g = lane / 4,
 // t = lane % 4). At a tile's start the warp starts cp.async copies of its 16 φraw rows into its
 // own shared rows (136 floats apart, the same bank spread); they land while dm is computed and
-// the epilogue reads them there instead of waiting on memory. dhpre's A fragments come from
+// the epilogue reads them there instead of waiting on memory. At N = 8 (the kFixedN instance,
+// SPSI) the same copies bring the ψ rows of the warp's two transitions: read from global memory
+// in the epilogue, each load waited behind the stores of dφpre and dψ before it, which the
+// compiler does not reorder loads across (IQN lane 0.468 / 0.468 → 0.461 / 0.462 ms
+// single-stream, the same bits; bench/results/h200-2026-12-03-iqn-bwd-psi-before-after*.json;
+// preloading them into registers instead spilled). dhpre's A fragments come from
 // memory (float2 per row and k step, whole 32-byte sectors); dm's 16 column tiles stay in
 // registers (64 accumulators) and are consumed a quarter at a time by the epilogue. Because
 // 16 % N == 0 a transition's rows are lanes of one warp: Σ_n is a fixed-order shuffle sum,
@@ -35,8 +40,11 @@ namespace {
 
 constexpr int kBwdW = 2 * kHq;
 constexpr int kBwdWarps = 16, kBwdTile = 16 * kBwdWarps;
-// Wmᵀ, bφ, then 16 rows of φraw per warp: 204.5 KiB, one block per SM.
-constexpr size_t kBwdSmemBytes = ((size_t)kHq * kLDM + kHq + (size_t)kBwdWarps * 16 * kLDM) * sizeof(float);
+// Wmᵀ, bφ, 16 rows of φraw per warp, then (N = 8) the ψ rows of a warp's two transitions:
+// 220.5 KiB, one block per SM.
+constexpr size_t kBwdSmemBytes =
+    ((size_t)kHq * kLDM + kHq + (size_t)kBwdWarps * 16 * kLDM + (size_t)kBwdWarps * 2 * kHq) *
+    sizeof(float);
 
 // Row state of one thread in a tile: its rows g and g + 8, their transitions, and whether it
 // writes dψ for them.
@@ -54,10 +62,12 @@ __device__ __forceinline__ float2 psi_pre_pair(const BackwardArgs &a, size_t i, 
 // The epilogue of column tiles 4q .. 4q + 3 from their dm accumulators: dφpre in place of φraw,
 // dψpre on the transitions' first row groups, and the column sums into acc.
 // φraw of the thread's rows is read from src0 / src1, the warp's rows in shared memory.
+template <bool SPSI>
 __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const float *bphi,
                                                  const Rows &w, int N, int q,
                                                  const float (&dm)[4][4], const float *src0,
-                                                 const float *src1, float (&pend)[4],
+                                                 const float *src1, const float *ps0,
+                                                 const float *ps1, float (&pend)[4],
                                                  float (&acc)[2][4]) {
     const int tq = threadIdx.x & 3;
     float *ph0 = a.phi + w.r0 * kHq, *ph1 = a.phi + w.r1 * kHq;
@@ -67,8 +77,13 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
         const int u = 8 * (4 * q + n) + 2 * tq;
         const float2 f0 = w.v0 ? *reinterpret_cast<const float2 *>(src0 + u) : make_float2(0.0f, 0.0f);
         const float2 f1 = w.v1 ? *reinterpret_cast<const float2 *>(src1 + u) : make_float2(0.0f, 0.0f);
-        const float2 p0 = __ldg(reinterpret_cast<const float2 *>(a.psi + w.i0 * kHq + u));
-        const float2 p1 = __ldg(reinterpret_cast<const float2 *>(a.psi + w.i1 * kHq + u));
+        // Staged ψ rows exist only for rows in the batch (the others' products are 0 and must
+        // not meet stale shared memory).
+        const float2 z2 = make_float2(0.0f, 0.0f);
+        const float2 p0 = SPSI ? (w.v0 ? *reinterpret_cast<const float2 *>(ps0 + u) : z2)
+                               : __ldg(reinterpret_cast<const float2 *>(a.psi + w.i0 * kHq + u));
+        const float2 p1 = SPSI ? (w.v1 ? *reinterpret_cast<const float2 *>(ps1 + u) : z2)
+                               : __ldg(reinterpret_cast<const float2 *>(a.psi + w.i1 * kHq + u));
         const float b0 = bphi[u], b1 = bphi[u + 1];
         const float z00 = f0.x + b0, z01 = f0.y + b1, z10 = f1.x + b0, z11 = f1.y + b1;
         const float s00 = sigmoid_fast(z00), s01 = sigmoid_fast(z01);
@@ -132,8 +147,9 @@ __device__ __noinline__ void stage_wmT(float *WmT, const float *Wm) {
 // IQN lane 0.516 → 0.495 ms single-stream, aux child 1.126 → 1.102 ms multi-stream at
 // B = 16384, bench/results/h200-2026-12-02-iqn-bwd-staged-before-after.json).
 // NC: N compiled in (kFixedN), or 0 to read it from a.
-template <int NC>
+template <int NC, bool SPSI>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs a) {
+    static_assert(!SPSI || NC == 8, "ψ staged for two transitions a warp");
     pdl_enter();
     extern __shared__ float4 sm4[];
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
@@ -147,6 +163,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
     const size_t R = (size_t)a.B * N;
     const size_t ntiles = (R + kBwdTile - 1) / kBwdTile;
     float *phs = bphi + kHq + (size_t)warp * 16 * kLDM;  // the warp's 16 φraw rows
+    float *pss = bphi + kHq + (size_t)kBwdWarps * 16 * kLDM + (size_t)warp * 2 * kHq;
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // dbφ k=0,1; dbψ k=2,3
     for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         const size_t rw = tile * kBwdTile + (size_t)warp * 16;  // the warp's first row
@@ -154,6 +171,14 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
         for (int c = lane; c < 16 * (kHq / 4); c += 32) {
             const int rr = c / (kHq / 4), k4 = c - rr * (kHq / 4);
             if (rw + rr < R) cp_async16(phs + rr * kLDM + 4 * k4, a.phi + (rw + rr) * kHq + 4 * k4);
+        }
+        if (SPSI) {
+            const size_t t0 = rw / 8;  // the warp's two transitions
+            for (int c = lane; c < 2 * (kHq / 4); c += 32) {
+                const int rr = c / (kHq / 4), k4 = c - rr * (kHq / 4);
+                if (t0 + rr < (size_t)a.B)
+                    cp_async16(pss + rr * kHq + 4 * k4, a.psi + (t0 + rr) * kHq + 4 * k4);
+            }
         }
         Rows w;
         w.r0 = rw + gi;
@@ -197,7 +222,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
             for (int n = 0; n < 4; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) dq[n][e] = dm[4 * q + n][e];
-            epilogue_quarter(a, bphi, w, N, q, dq, src0, src1, pend, acc);
+            epilogue_quarter<SPSI>(a, bphi, w, N, q, dq, src0, src1, pss, pss + kHq, pend,
+                                   acc);
         }
         __syncwarp();  // the rows are read before the next tile's copies land
     }
@@ -212,7 +238,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
 }  // namespace
 
 void backward_fused_prepare() {
-    for (const void *k : {(const void *)k_iqn_backward<0>, (const void *)k_iqn_backward<kFixedN>})
+    for (const void *k :
+         {(const void *)k_iqn_backward<0, false>, (const void *)k_iqn_backward<kFixedN, true>})
         aux::allow_smem(k, kBwdSmemBytes, "IQN backward through m");
 }
 
@@ -221,9 +248,9 @@ int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
     const int nb = (int)std::max<size_t>(
         1, std::min<size_t>({tiles, (size_t)sm_count(), (size_t)std::max(1, blocks)}));
     if (fixed_n(a.N))
-        FH_LAUNCH(k_iqn_backward<kFixedN>, nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
+        FH_LAUNCH((k_iqn_backward<kFixedN, true>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
     else
-        FH_LAUNCH(k_iqn_backward<0>, nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
+        FH_LAUNCH((k_iqn_backward<0, false>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
     return nb;
 }
 
