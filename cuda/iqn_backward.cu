@@ -16,10 +16,10 @@
 // t = lane % 4). At a tile's start the warp starts cp.async copies of its 16 φraw rows into its
 // own shared rows (136 floats apart, the same bank spread); they land while dm is computed and
 // the epilogue reads them there instead of waiting on memory. At N = 8 (the kFixedN instance,
-// SPSI) the same copies bring the ψ rows of the warp's two transitions: read from global memory
-// in the epilogue, each load waited behind the stores of dφpre and dψ before it, which the
-// compiler does not reorder loads across (IQN lane 0.468 / 0.468 → 0.461 / 0.462 ms
-// single-stream, the same bits; bench/results/h200-2026-12-03-iqn-bwd-psi-before-after*.json;
+// SPSI) the same copies bring the ψ rows of the warp's two transitions, which the epilogue used
+// to read from global memory, each load waiting behind the stores of dφpre and dψ before it
+// (the compiler did not move the loads across them): IQN lane 0.468 / 0.468 → 0.461 / 0.462 ms
+// single-stream, the same bits (bench/results/h200-2026-12-03-iqn-bwd-psi-before-after*.json;
 // preloading them into registers instead spilled). dhpre's A fragments come from
 // memory (float2 per row and k step, whole 32-byte sectors); dm's 16 column tiles stay in
 // registers (64 accumulators) and are consumed a quarter at a time by the epilogue. Because

@@ -50,6 +50,7 @@ struct BackwardArgs {
     const float *dh;                        // [B·N, 128] dhpre (the online pass's)
     const float *Wm, *bphi;                 // online net: Wm [128, 128], bφ [128]
     const float *psi, *psi_pre;             // [B, 128] ψ and x̃ Wψᵀ (bias_silu leaves bψ out)
+                                            // ψ 16-byte aligned: cp.async copies it at N = 8
     const float *bpsi;                      // [128] bψ, added to psi_pre
     float *phi;                             // [B·N, 128] in: φraw; out: dφpre = dL/d(φraw + bφ)
     float *dpsi;                            // [B, 128] out: dψpre = dL/d(x̃ Wψᵀ + bψ)
