@@ -149,8 +149,8 @@ __device__ __noinline__ void stage_wmT(float *WmT, const float *Wm) {
 // NC: N compiled in (kFixedN), or 0 to read it from a.
 template <int NC, bool SPSI>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs a) {
-    static_assert(!SPSI || NC == 8, "ψ staged for two transitions a warp");
     pdl_enter();
+    static_assert(!SPSI || NC == 8, "ψ staged for two transitions a warp");
     extern __shared__ float4 sm4[];
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
     float *bphi = WmT + kHq * kLDM;
