@@ -221,8 +221,9 @@ typedef enum fh_math_mode {
                              On Hopper (sm_90a code) the Q net's large SiLU layers run as one
                              kernel each and store their activations, and the trunk backward
                              its SiLU' outputs, rounded to TF32 (they are tensor-core operands;
-                             the confidence head reads the rounded trunk features too); ddqn's
-                             branch heads are then float32 dot products. These layers and the
+                             the confidence head reads the rounded trunk features too); the
+                             branch heads are then TF32 tensor-core products in those layers'
+                             epilogue, as elsewhere in this mode. These layers and the
                              fused IQN and IQL kernels take SiLU, SiLU' and the logistic in
                              fast forms (__expf, __fdividef: within 2 + 1.2|z| float ulps of
                              the exact ones): docs/cuda.md */
