@@ -146,10 +146,11 @@ __device__ __noinline__ void stage_wmT(float *WmT, const float *Wm) {
 // behind the product (16-warp blocks staging φraw against 8-warp blocks reading it at its use:
 // IQN lane 0.516 → 0.495 ms single-stream, aux child 1.126 → 1.102 ms multi-stream at
 // B = 16384, bench/results/h200-2026-12-02-iqn-bwd-staged-before-after.json).
-// NC: N compiled in (kFixedN), or 0 to read it from a.
-template <int NC, bool SPSI>
+// NC: N compiled in (kFixedN), or 0 to read it from a; only the kFixedN instance stages ψ.
+template <int NC>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs a) {
     pdl_enter();
+    constexpr bool SPSI = NC == kFixedN;
     static_assert(!SPSI || NC == 8, "ψ staged for two transitions a warp");
     extern __shared__ float4 sm4[];
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
@@ -238,8 +239,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
 }  // namespace
 
 void backward_fused_prepare() {
-    for (const void *k :
-         {(const void *)k_iqn_backward<0, false>, (const void *)k_iqn_backward<kFixedN, true>})
+    for (const void *k : {(const void *)k_iqn_backward<0>, (const void *)k_iqn_backward<kFixedN>})
         aux::allow_smem(k, kBwdSmemBytes, "IQN backward through m");
 }
 
@@ -248,9 +248,9 @@ int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
     const int nb = (int)std::max<size_t>(
         1, std::min<size_t>({tiles, (size_t)sm_count(), (size_t)std::max(1, blocks)}));
     if (fixed_n(a.N))
-        FH_LAUNCH((k_iqn_backward<kFixedN, true>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
+        FH_LAUNCH(k_iqn_backward<kFixedN>, nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
     else
-        FH_LAUNCH((k_iqn_backward<0, false>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
+        FH_LAUNCH(k_iqn_backward<0>, nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
     return nb;
 }
 
