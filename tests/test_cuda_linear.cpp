@@ -90,6 +90,17 @@ Dot ref_dot(const std::vector<float> &X, const std::vector<float> &W, int i, int
     return r;
 }
 
+/* The bounds of one element of a layer: pre (the product) within pk of Σ|x·w| plus 1e-6; act
+ * within 1.1 times that (SiLU's slope is at most 1.1) plus, on the kernel's path, its own
+ * rounding to TF32 (2^-11 of the activation a). */
+struct Bounds {
+    double pre, act;
+};
+Bounds elem_bounds(const Dot &dot, double a, double pk, bool tc) {
+    const double pre = pk * dot.mag + 1e-6;
+    return Bounds{pre, 1.1 * pre + (tc ? std::ldexp(std::fabs(a), -11) : 0.0)};
+}
+
 /* One layer on one path (the kernel when bl.linear_tc); fails the test beyond the bounds. */
 void check_layer(const fh::cuda::Blas &bl, cudaStream_t s, Shape sh, bool keep_pre, bool x_tf32,
                  unsigned seed) {
@@ -125,20 +136,17 @@ void check_layer(const fh::cuda::Blas &bl, cudaStream_t s, Shape sh, bool keep_p
     for (int i = 0; i < M; ++i)
         for (int j = 0; j < N; ++j) {
             const Dot dot = ref_dot(X, tc ? Wt : W, i, j, K, tc);
-            const double z = dot.z, mag = dot.mag;
+            const double z = dot.z;
             const double zb = z + b[j], a = zb / (1.0 + std::exp(-zb));
-            const double bound = pk * mag + 1e-6;
+            const Bounds bd = elem_bounds(dot, a, pk, tc);
             const float got = act[(size_t)i * N + j];
             if (tc && tf32_rna(got) != got) all_tf32 = false;
-            /* SiLU's slope is at most 1.1: the activation's bound is the product's, times 1.1,
-             * plus its own rounding to TF32 on the kernel's path. */
-            const double abound = 1.1 * bound + (tc ? std::ldexp(std::fabs(a), -11) : 0.0);
-            const double ea = std::fabs(got - a) / abound;
+            const double ea = std::fabs(got - a) / bd.act;
             worst = std::max(worst, std::isfinite(ea) ? ea : 1e30);
             num += (got - a) * (got - a);
             den += a * a;
             if (keep_pre) {
-                const double ep = std::fabs(pre[(size_t)i * N + j] - z) / bound;
+                const double ep = std::fabs(pre[(size_t)i * N + j] - z) / bd.pre;
                 worst = std::max(worst, std::isfinite(ep) ? ep : 1e30);
                 pnum += (pre[(size_t)i * N + j] - z) * (pre[(size_t)i * N + j] - z);
                 pden += z * z;
@@ -217,12 +225,13 @@ void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K
             const Dot dot = ref_dot(X, Wt, i, c, K, true);
             const double zb = dot.z + b[c];
             g[c] = zb / (1.0 + std::exp(-zb));
-            gb[c] = 1.1 * (3e-5 * dot.mag + 1e-6);
+            const Bounds bd = elem_bounds(dot, g[c], 3e-5, true);
+            gb[c] = 1.1 * bd.pre;
             if (keep) {
                 const float ga = hact[(size_t)i * N + c], pa = hpre[(size_t)i * N + c];
                 if (tf32_rna(ga) != ga) all_tf32 = false;
-                const double ea = std::fabs(ga - g[c]) / (gb[c] + std::ldexp(std::fabs(g[c]), -11));
-                const double ep = std::fabs(pa - dot.z) / (3e-5 * dot.mag + 1e-6);
+                const double ea = std::fabs(ga - g[c]) / bd.act;
+                const double ep = std::fabs(pa - dot.z) / bd.pre;
                 worst_layer = std::max({worst_layer, std::isfinite(ea) ? ea : 1e30,
                                         std::isfinite(ep) ? ep : 1e30});
             }
@@ -302,13 +311,14 @@ void check_dsilu(const fh::cuda::Blas &bl, cudaStream_t s, int M, int N, int K, 
     for (int i = 0; i < M; ++i)
         for (int j = 0; j < N; ++j) {
             const Dot dot = ref_dot(X, Wt, i, j, K, true);
-            const double z = dot.z, mag = dot.mag;
+            const double z = dot.z;
             const double p = (double)P[(size_t)i * N + j] + b[j], sg = 1.0 / (1.0 + std::exp(-p));
             const double ds = sg * (1.0 + p * (1.0 - sg)), v = z * ds;
             /* + 1e-6 |z|: SiLU' of P + b rounded to float (P's rounding, the float sigmoid),
              * which does not vanish where SiLU' does. */
             const double vb =
-                std::fabs(ds) * (3e-5 * mag + 1e-6) + 1e-6 * (std::fabs(v) + std::fabs(z));
+                std::fabs(ds) * elem_bounds(dot, 0.0, 3e-5, true).pre +
+                1e-6 * (std::fabs(v) + std::fabs(z));
             const float got = out[(size_t)i * N + j];
             if (tf32_rna(got) != got) all_tf32 = false;
             const double e = std::fabs(got - v) / (vb + std::ldexp(std::fabs(v), -11));
