@@ -196,8 +196,7 @@ __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring,
         const float *Ub = hd.U + (size_t)blockIdx.x * hd.u_stride;
         for (int e = threadIdx.x; e < kMaxHeadActions * kBN; e += kThreadsTc) {
             const int a = e / kBN, c = e % kBN;
-            ring[a * kUld + c] =
-                a < hd.A ? __uint_as_float(mma::to_tf32(__ldg(Ub + a * kBN + c))) : 0.0f;
+            ring[a * kUld + c] = a < hd.A ? mma::stored<false>(__ldg(Ub + a * kBN + c)) : 0.0f;
         }
         __syncthreads();
     }
