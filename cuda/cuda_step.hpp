@@ -47,20 +47,21 @@ struct QCache {
     float *preg = nullptr, *g = nullptr;  // [NB][M, HB]
     float *z = nullptr, *q = nullptr;     // [NB][M, A]
     float *pre_u = nullptr, *u = nullptr; // [M] (online pass on x~ only)
-    // h2 holds TF32 values (the fused SiLU layer wrote it: cuda/linear_silu.hpp); set when the
-    // trunk is enqueued, read by the branch layers after it.
-    bool h2_tf32 = false;
+    // h2 holds rounded values, TF32 or bfloat16 (the fused SiLU layer wrote it:
+    // cuda/linear_silu.hpp); set when the trunk is enqueued, read by the branch layers after it.
+    bool h2_rounded = false;
 };
 void alloc_qcache(DeviceMemory &mem, const Dims &d, QCache &c, int M, bool head, bool keep_pre);
 
 // The Q net's weights as one pass sees them: a flat buffer (online or target) with the trunk
 // matrices replaced by their spectrally normalised copies where SN applies; where the pass has
-// them, its packed branch weights (q_pack, memory_plan.hpp PackedBranches), with, when tf32,
-// its trunk and branch matrices rounded to TF32 for the fused SiLU layers (cuda/linear_silu.hpp).
+// them, its packed branch weights (q_pack, memory_plan.hpp PackedBranches), with, when rounded,
+// its trunk and branch matrices rounded to TF32 (bfloat16 in FH_MATH_BF16) for the fused SiLU
+// layers (cuda/linear_silu.hpp).
 struct QView {
     const float *p, *W1, *W2;
     const float *pack = nullptr;
-    bool tf32 = false;
+    bool rounded = false;
 };
 
 // Where a task runs: its lane's stream and cuBLAS handle (bound to that stream and its own

@@ -34,6 +34,8 @@ struct Blas {
     // The handle's workspace (cublasSetWorkspace's), which cublasLtMatmul takes per call.
     void *ws = nullptr;
     size_t ws_bytes = 0;
+    // FH_MATH_BF16 with linear_tc: the fused layers round their operands to bfloat16, not TF32.
+    bool linear_bf16 = false;
 };
 // CUBLAS_COMPUTE_32F for FH_MATH_STRICT and FH_MATH_BF16 (float32 accumulation of bfloat16
 // operands), CUBLAS_COMPUTE_32F_FAST_TF32 for FH_MATH_TF32. (CUBLAS_COMPUTE_32F_FAST_16BF on

@@ -49,7 +49,8 @@ private:
     bool multi_;
     int nlanes_;
     cublasComputeType_t compute_;
-    bool linear_tc_;  // Blas::linear_tc of every lane
+    bool linear_tc_;    // Blas::linear_tc of every lane
+    bool linear_bf16_;  // Blas::linear_bf16 of every lane
     cudaStream_t streams_[kMaxLanes] = {};
     cublasHandle_t handles_[kMaxLanes] = {};
     void *ws_[kMaxLanes] = {};         // per slot

@@ -57,6 +57,14 @@
 // its two rows, into the idle ring, then one thread per column over the 64 row groups in order,
 // one partial row per tile for reduce_partials. No atomics; the same bits every run.
 //
+// FH_MATH_BF16 (Blas::linear_bf16, the BF16 instances): the operands are rounded to bfloat16
+// (round to nearest even, as gemm_bf16.cu stages cuBLAS's) instead of TF32, where this kernel
+// rounds them (X's chunks, the activations it stores, U_b) and in the pack (qnet.cu). A bfloat16
+// value is a TF32 value with zeros below, so the TF32 products multiply it exactly: the
+// arithmetic of a BF16 GEMM (exact products, float32 accumulation), at TF32's rate. Before, the
+// mode ran these layers as cuBLAS BF16 GEMMs (each operand converted into a stage first) and
+// bias_silu passes; docs/cuda.md ("Findings") has the before/after.
+//
 // The instructions exist only in sm_90a code (nvcc's arch-specific target, which CMake adds for
 // this file): in any other compilation the kernel is empty, and k_linear_probe tells the host
 // which one the driver loaded, so a GPU without them runs cuBLAS + bias_silu instead.
@@ -116,7 +124,8 @@ __device__ __forceinline__ void load_chunk(uint32_t dst, const float *__restrict
 }
 
 // The same thread's copies of that chunk, rounded in place to TF32 (round to nearest, ties away:
-// cvt.rna, as mma_tf32.cuh's products read their operands).
+// cvt.rna, as mma_tf32.cuh's products read their operands) or, BF16, to bfloat16.
+template <bool BF16>
 __device__ __forceinline__ void round_chunk(uint32_t dst) {
 #pragma unroll
     for (int i = 0; i < kBM * 8 / kThreadsTc; ++i) {
@@ -125,11 +134,8 @@ __device__ __forceinline__ void round_chunk(uint32_t dst) {
         float4 v;
         asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(s));
-        uint32_t u[4];
-        asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u[0]) : "f"(v.x));
-        asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u[1]) : "f"(v.y));
-        asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u[2]) : "f"(v.z));
-        asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u[3]) : "f"(v.w));
+        const uint32_t u[4] = {mma::to_operand<BF16>(v.x), mma::to_operand<BF16>(v.y),
+                               mma::to_operand<BF16>(v.z), mma::to_operand<BF16>(v.w)};
         asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(s), "r"(u[0]), "r"(u[1]),
                      "r"(u[2]), "r"(u[3]) : "memory");
     }
@@ -169,16 +175,16 @@ __device__ __forceinline__ Frag frag_of(int m0) {
     return Frag{m0 + wg * 64 + v * 16 + (lane >> 2), 2 * (lane & 3), lane};
 }
 
-// act = tf32(SiLU(d + bias)), pre = d where kept; HEADS: the branch heads too (linear_silu_heads):
-// z = tf32(g) U_bᵀ as mma.sync m16n8k8 products (mma_tf32.cuh), a warp's 16 rows against all
-// A ≤ 8 actions per product. The accumulator fragment of column block j (rows r0, r0 + 8,
-// columns 8j + 2t, 8j + 2t + 1) is the A fragment in mma_tf32.cuh's permuted k order, so U_b's
-// columns are read in the same order (each lane one float2 of row g of U_b). U_b [A, 128] is
-// staged rounded to TF32 in the idle ring, rows past A zero, rows kUld floats apart so that
-// a half-warp's float2 loads hit 32 different banks.
+// act = rnd(SiLU(d + bias)), pre = d where kept (rnd: TF32 rounding, or bfloat16 with BF16);
+// HEADS: the branch heads too (linear_silu_heads): z = rnd(g) rnd(U_b)ᵀ as mma.sync m16n8k8
+// products (mma_tf32.cuh), a warp's 16 rows against all A ≤ 8 actions per product. The
+// accumulator fragment of column block j (rows r0, r0 + 8, columns 8j + 2t, 8j + 2t + 1) is the
+// A fragment in mma_tf32.cuh's permuted k order, so U_b's columns are read in the same order
+// (each lane one float2 of row g of U_b). U_b [A, 128] is staged rounded in the idle ring, rows
+// past A zero, rows kUld floats apart so that a half-warp's float2 loads hit 32 different banks.
 constexpr int kUld = kBN + 8;
 static_assert(kMaxHeadActions == 8, "one m16n8k8 product covers a row's actions");
-template <bool HEADS>
+template <bool HEADS, bool BF16>
 __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring, int M, int N,
                                               int n0, const float *__restrict__ bias, float *pre,
                                               float *act, const BranchHeads &hd) {
@@ -196,7 +202,8 @@ __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring,
         const float *Ub = hd.U + (size_t)blockIdx.x * hd.u_stride;
         for (int e = threadIdx.x; e < kMaxHeadActions * kBN; e += kThreadsTc) {
             const int a = e / kBN, c = e % kBN;
-            ring[a * kUld + c] = a < hd.A ? mma::stored<false>(__ldg(Ub + a * kBN + c)) : 0.0f;
+            ring[a * kUld + c] =
+                a < hd.A ? __uint_as_float(mma::to_operand<BF16>(__ldg(Ub + a * kBN + c))) : 0.0f;
         }
         __syncthreads();
     }
@@ -211,8 +218,8 @@ __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring,
         for (int h = 0; h < 2; ++h) {
             const int row = r0 + 8 * h;
             const float p0 = d[4 * j + 2 * h], p1 = d[4 * j + 2 * h + 1];
-            const uint32_t g0 = mma::to_tf32(tile::silu_fast(__fadd_rn(p0, b.x)));
-            const uint32_t g1 = mma::to_tf32(tile::silu_fast(__fadd_rn(p1, b.y)));
+            const uint32_t g0 = mma::to_operand<BF16>(tile::silu_fast(__fadd_rn(p0, b.x)));
+            const uint32_t g1 = mma::to_operand<BF16>(tile::silu_fast(__fadd_rn(p1, b.y)));
             ga[h] = g0;
             ga[2 + h] = g1;
             if (row >= M) continue;
@@ -244,12 +251,13 @@ __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring,
     }
 }
 
-// dpre = tf32(d ⊙ SiLU'(P + bias)) (SiLU' in its fast form, tile128.cuh) and the block's column
+// dpre = rnd(d ⊙ SiLU'(P + bias)) (SiLU' in its fast form, tile128.cuh) and the block's column
 // sums of the unrounded values (linear_dsilu): each thread's two rows per column in double into
 // the ring (row groups of 8 lanes in warp order), then one thread per column adds the 64 row
 // groups in order. Rows past M add nothing.
 constexpr int kPartLd = kBN + 4;  // doubles per row group: the groups' stores spread over banks
 static_assert(kThreadsTc / 4 * kPartLd * 8 <= kStages * kStageBytes, "the ring holds the sums");
+template <bool BF16>
 __device__ __forceinline__ void epilogue_dsilu(const float (&d)[64], double *ring, int M, int N,
                                                int n0, const float *__restrict__ bias,
                                                const float *__restrict__ P, float *dpre,
@@ -284,7 +292,8 @@ __device__ __forceinline__ void epilogue_dsilu(const float (&d)[64], double *rin
             const float v1 =
                 __fmul_rn(d[4 * j + 2 * h + 1], tile::dsilu_fast(__fadd_rn(p.y, b.y)));
             *reinterpret_cast<float2 *>(dpre + at) =
-                make_float2(mma::stored<false>(v0), mma::stored<false>(v1));
+                make_float2(__uint_as_float(mma::to_operand<BF16>(v0)),
+                            __uint_as_float(mma::to_operand<BF16>(v1)));
             s0 += (double)v0;
             s1 += (double)v1;
         }
@@ -307,10 +316,11 @@ struct DsiluPart {
 };
 
 // grid (N / 128, ⌈M / 128⌉), 256 threads, kSmemBytes of dynamic shared memory. W holds TF32
-// values; X too unless ROUND_X (then its chunks are rounded in shared memory, round_chunk).
+// values (bfloat16 values with BF16); X too unless ROUND_X (then its chunks are rounded in shared
+// memory, round_chunk). The activations it stores are rounded the same way.
 // EPI: kEpiSilu (linear_silu), kEpiHeads (linear_silu_heads), kEpiDsilu (linear_dsilu: bias and
 // P its SiLU' input, act its output).
-template <bool ROUND_X, int EPI>
+template <bool ROUND_X, int EPI, bool BF16>
 __global__ void __launch_bounds__(kThreadsTc, 2)
 k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
               const float *__restrict__ bias, int M, int N, int K, float *pre, float *act,
@@ -336,7 +346,7 @@ k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
     // rounded them (ROUND_X), and made them visible to the tensor cores' (async) proxy; the
     // barrier then makes that true of all threads' copies.
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1) : "memory");
-    if (ROUND_X) round_chunk(stage_x(0));
+    if (ROUND_X) round_chunk<BF16>(stage_x(0));
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
     float d[64];
@@ -353,7 +363,7 @@ k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
         // another).
         if (kc + 1 < nk) {
             asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
-            if (ROUND_X) round_chunk(stage_x((kc + 1) % kStages));
+            if (ROUND_X) round_chunk<BF16>(stage_x((kc + 1) % kStages));
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
@@ -372,10 +382,11 @@ k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
     unsigned char *ring = smem_raw + (base - (uint32_t)__cvta_generic_to_shared(smem_raw));
     __syncthreads();
     if (EPI == kEpiDsilu)
-        epilogue_dsilu(d, reinterpret_cast<double *>(ring), M, N, n0, bias, dp.P, act, dp.partial);
+        epilogue_dsilu<BF16>(d, reinterpret_cast<double *>(ring), M, N, n0, bias, dp.P, act,
+                             dp.partial);
     else
-        epilogue_silu<EPI == kEpiHeads>(d, reinterpret_cast<float *>(ring), M, N, n0, bias, pre,
-                                        act, hd);
+        epilogue_silu<EPI == kEpiHeads, BF16>(d, reinterpret_cast<float *>(ring), M, N, n0, bias,
+                                              pre, act, hd);
 #endif
 }
 
@@ -398,12 +409,19 @@ bool has_wgmma() {
         cudaFree(flag);
         FH_CUDA(launched);
         FH_CUDA(copied);
-        const void *kernels[] = {(const void *)k_linear_silu<true, kEpiSilu>,
-                                 (const void *)k_linear_silu<false, kEpiSilu>,
-                                 (const void *)k_linear_silu<true, kEpiHeads>,
-                                 (const void *)k_linear_silu<false, kEpiHeads>,
-                                 (const void *)k_linear_silu<true, kEpiDsilu>,
-                                 (const void *)k_linear_silu<false, kEpiDsilu>};
+        const void *kernels[] = {
+            (const void *)k_linear_silu<true, kEpiSilu, false>,
+            (const void *)k_linear_silu<false, kEpiSilu, false>,
+            (const void *)k_linear_silu<true, kEpiHeads, false>,
+            (const void *)k_linear_silu<false, kEpiHeads, false>,
+            (const void *)k_linear_silu<true, kEpiDsilu, false>,
+            (const void *)k_linear_silu<false, kEpiDsilu, false>,
+            (const void *)k_linear_silu<true, kEpiSilu, true>,
+            (const void *)k_linear_silu<false, kEpiSilu, true>,
+            (const void *)k_linear_silu<true, kEpiHeads, true>,
+            (const void *)k_linear_silu<false, kEpiHeads, true>,
+            (const void *)k_linear_silu<true, kEpiDsilu, true>,
+            (const void *)k_linear_silu<false, kEpiDsilu, true>};
         if (host)
             for (const void *k : kernels)
                 FH_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -420,17 +438,26 @@ bool fits(int M, int N, int K, const float *X, const float *W, const float *bias
            a16(pre) && a16(act);
 }
 
-template <int EPI>
-void launch(int M, int N, cudaStream_t s, bool x_tf32, const float *X, const float *Wt,
-            const float *bias, int K, float *pre, float *act, const BranchHeads &hd,
-            const DsiluPart &dp) {
+template <int EPI, bool BF16>
+void launch_as(int M, int N, cudaStream_t s, bool x_rounded, const float *X, const float *Wt,
+               const float *bias, int K, float *pre, float *act, const BranchHeads &hd,
+               const DsiluPart &dp) {
     const dim3 grid(N / kBN, (M + kBM - 1) / kBM);
-    if (x_tf32)
-        FH_LAUNCH((k_linear_silu<false, EPI>), grid, kThreadsTc, kSmemBytes, s, X, Wt, bias, M, N,
-                  K, pre, act, hd, dp);
+    if (x_rounded)
+        FH_LAUNCH((k_linear_silu<false, EPI, BF16>), grid, kThreadsTc, kSmemBytes, s, X, Wt, bias,
+                  M, N, K, pre, act, hd, dp);
     else
-        FH_LAUNCH((k_linear_silu<true, EPI>), grid, kThreadsTc, kSmemBytes, s, X, Wt, bias, M, N, K,
-                  pre, act, hd, dp);
+        FH_LAUNCH((k_linear_silu<true, EPI, BF16>), grid, kThreadsTc, kSmemBytes, s, X, Wt, bias,
+                  M, N, K, pre, act, hd, dp);
+}
+template <int EPI>
+void launch(const Blas &bl, int M, int N, cudaStream_t s, bool x_rounded, const float *X,
+            const float *Wt, const float *bias, int K, float *pre, float *act,
+            const BranchHeads &hd, const DsiluPart &dp) {
+    if (bl.linear_bf16)
+        launch_as<EPI, true>(M, N, s, x_rounded, X, Wt, bias, K, pre, act, hd, dp);
+    else
+        launch_as<EPI, false>(M, N, s, x_rounded, X, Wt, bias, K, pre, act, hd, dp);
 }
 
 }  // namespace
@@ -439,13 +466,16 @@ bool linear_tc_pays(int M, int N) {
     return (long)(N / kBN) * ((M + kBM - 1) / kBM) >= kLinearMinTiles;
 }
 
-bool linear_tc_enabled(const fh_config &c) { return c.math_mode == FH_MATH_TF32 && has_wgmma(); }
+bool linear_tc_enabled(const fh_config &c) {
+    return (c.math_mode == FH_MATH_TF32 || c.math_mode == FH_MATH_BF16) && has_wgmma();
+}
 
-bool linear_silu(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X, bool x_tf32,
-                 const float *W, const float *Wt, const float *bias, float *pre, float *act,
-                 const char *what) {
+bool linear_silu(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X,
+                 bool x_rounded, const float *W, const float *Wt, const float *bias, float *pre,
+                 float *act, const char *what) {
     if (bl.linear_tc && Wt && fits(M, N, K, X, Wt, bias, pre, act)) {
-        launch<kEpiSilu>(M, N, s, x_tf32, X, Wt, bias, K, pre, act, BranchHeads{}, DsiluPart{});
+        launch<kEpiSilu>(bl, M, N, s, x_rounded, X, Wt, bias, K, pre, act, BranchHeads{},
+                         DsiluPart{});
         return true;
     }
     gemm_nt(bl, M, N, K, X, W, pre, 0.0f, what);
@@ -454,23 +484,23 @@ bool linear_silu(const Blas &bl, cudaStream_t s, int M, int N, int K, const floa
 }
 
 bool linear_silu_heads(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X,
-                       bool x_tf32, const float *Wt, const float *bias, float *pre, float *act,
+                       bool x_rounded, const float *Wt, const float *bias, float *pre, float *act,
                        const BranchHeads &hd) {
     if (!bl.linear_tc || !Wt || hd.A < 1 || hd.A > kMaxHeadActions ||
         !fits(M, N, K, X, Wt, bias, pre, act))
         return false;
-    launch<kEpiHeads>(M, N, s, x_tf32, X, Wt, bias, K, pre, act, hd, DsiluPart{});
+    launch<kEpiHeads>(bl, M, N, s, x_rounded, X, Wt, bias, K, pre, act, hd, DsiluPart{});
     return true;
 }
 
-bool linear_dsilu(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X, bool x_tf32,
-                  const float *Wt, const float *P, const float *bias, float *dpre,
+bool linear_dsilu(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X,
+                  bool x_rounded, const float *Wt, const float *P, const float *bias, float *dpre,
                   double *partial) {
     if (!bl.linear_tc || !Wt || !fits(M, N, K, X, Wt, bias, P, dpre)) return false;
     DsiluPart dp;
     dp.P = P;
     dp.partial = partial;
-    launch<kEpiDsilu>(M, N, s, x_tf32, X, Wt, bias, K, nullptr, dpre, BranchHeads{}, dp);
+    launch<kEpiDsilu>(bl, M, N, s, x_rounded, X, Wt, bias, K, nullptr, dpre, BranchHeads{}, dp);
     return true;
 }
 

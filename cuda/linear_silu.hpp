@@ -12,8 +12,10 @@
 namespace fh::cuda {
 
 // Whether the pipeline's lanes run their SiLU layers in the fused kernel (Blas::linear_tc): TF32
-// math on a GPU whose loaded code has the wgmma instructions (sm_90a). Elsewhere (strict FP32,
-// BF16, other GPUs) cuBLAS + bias_silu.
+// or BF16 math on a GPU whose loaded code has the wgmma instructions (sm_90a). Elsewhere (strict
+// FP32, other GPUs) cuBLAS + bias_silu. In BF16 (Blas::linear_bf16) every operand the kernel
+// rounds is rounded to bfloat16 instead of TF32, and its weights come rounded so (qnet.cu's
+// pack): "TF32-rounded" below means bfloat16-rounded there.
 bool linear_tc_enabled(const fh_config &c);
 
 // Whether the fused kernel pays for an [M, N] output: at least kLinearMinTiles tiles of
@@ -29,14 +31,14 @@ bool linear_tc_pays(int M, int N);
 // keep it for the backward). On the handle's stream `s`.
 //
 // One kernel when bl.linear_tc, Wt (W rounded to TF32, round to nearest, ties away) is given,
-// N is a multiple of 128, K of 32 and every pointer 16-byte aligned; `x_tf32` says X already
-// holds TF32 values (an activation this kernel wrote), else the kernel rounds it. Then act is
+// N is a multiple of 128, K of 32 and every pointer 16-byte aligned; `x_rounded` says X already
+// holds rounded values (an activation this kernel wrote), else the kernel rounds it. Then act is
 // stored rounded to TF32 (SiLU in tile128.cuh's fast form: within 2 + 1.2|z| float ulps of
 // bias_silu's expression before that rounding) and the function returns true. Otherwise
 // gemm_nt (named `what` in errors) then bias_silu, act exact, and false.
-bool linear_silu(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X, bool x_tf32,
-                 const float *W, const float *Wt, const float *bias, float *pre, float *act,
-                 const char *what);
+bool linear_silu(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X,
+                 bool x_rounded, const float *W, const float *Wt, const float *bias, float *pre,
+                 float *act, const char *what);
 
 // SPEC §4's branch heads, z_b = g_b U_bᵀ + e_b and q_b = clamp(z_b, ±clip), for branch layers
 // whose column tiles of 128 are the branches (HB = 128): tile x's U [A, 128] at U + x·u_stride,
@@ -55,7 +57,7 @@ struct BranchHeads {
 // to TF32, float32 accumulation, the same order every run), then + e and the clamp. Returns
 // false, enqueuing nothing, where the kernel cannot run or A > kMaxHeadActions.
 bool linear_silu_heads(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X,
-                       bool x_tf32, const float *Wt, const float *bias, float *pre, float *act,
+                       bool x_rounded, const float *Wt, const float *bias, float *pre, float *act,
                        const BranchHeads &hd);
 
 // A SiLU layer's backward through its input GEMM on the same kernel (the trunk backward,
@@ -63,10 +65,10 @@ bool linear_silu_heads(const Blas &bl, cudaStream_t s, int M, int N, int K, cons
 // X Wtᵀ = dY W), dpre [M, N] = (X Wtᵀ) ⊙ SiLU'(P + bias) (P the layer's pre-activation without
 // its bias; SiLU' in tile128.cuh's fast form) stored rounded to TF32, and
 // partial [⌈M / 128⌉, N] (double) the column sums of the unrounded dpre over each 128-row tile,
-// for reduce_partials. The same conditions as linear_silu's kernel (x_tf32 likewise); returns
+// for reduce_partials. The same conditions as linear_silu's kernel (x_rounded likewise); returns
 // false, enqueuing nothing, where it cannot run.
-bool linear_dsilu(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X, bool x_tf32,
-                  const float *Wt, const float *P, const float *bias, float *dpre,
+bool linear_dsilu(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X,
+                  bool x_rounded, const float *Wt, const float *P, const float *bias, float *dpre,
                   double *partial);
 
 }  // namespace fh::cuda

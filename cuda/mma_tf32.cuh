@@ -18,6 +18,7 @@
 #pragma once
 #include <cstdint>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 namespace fh::cuda::mma {
@@ -29,6 +30,17 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
     return r;
 }
 
+// Round to bfloat16 (8-bit mantissa, round to nearest even, as gemm_bf16.cu's staging rounds),
+// kept as a float32 bit pattern: its low 16 bits are zero, so a TF32 product reads it exactly and
+// multiplies bfloat16 values as a BF16 product would (exact products, float32 accumulation).
+__device__ __forceinline__ uint32_t to_bf16_bits(float x) {
+    return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(x)) << 16;
+}
+// An operand's rounding for a product: TF32, or bfloat16 (FH_MATH_BF16's operands) with BF16.
+template <bool BF16>
+__device__ __forceinline__ uint32_t to_operand(float x) {
+    return BF16 ? to_bf16_bits(x) : to_tf32(x);
+}
 // One operand element as the product reads it: `hi` alone (TF32) or hi + lo (split).
 struct Op {
     uint32_t hi, lo;

@@ -45,36 +45,40 @@ __global__ void k_conf_head(const float *h2, const float *w_u, const float *b_u,
 // The packed branch weights of q_forward_branches_packed (memory_plan.hpp, packed_branches)
 // from the flat buffer p, whose branch blocks lie `stride` floats apart: Vcat [NB·HB, H] (V_b's
 // rows), ccat [NB·HB], the block-diagonal Ubd [NB·A, NB·HB] (U_b at rows b·A, columns b·HB;
-// zeros elsewhere) and ecat [NB·A]; with `tf32`, Vcat rounded to TF32 and the TF32 copies W1t of
-// W1 [H, D] and W2t of W2 [H, H] (the pass's effective trunk matrices), W2T of W2ᵀ and VcatT of
-// Vcatᵀ. One thread per packed element (the padding is not written).
+// zeros elsewhere) and ecat [NB·A]; with `rounded`, Vcat rounded to TF32 (bfloat16 with `bf16`,
+// FH_MATH_BF16) and the rounded copies W1t of W1 [H, D] and W2t of W2 [H, H] (the pass's
+// effective trunk matrices), W2T of W2ᵀ and VcatT of Vcatᵀ: the fused SiLU layers' operands.
+// One thread per packed element (the padding is not written).
 __global__ void k_pack_branches(const float *__restrict__ p, size_t V0, size_t c0, size_t U0,
                                 size_t e0, size_t stride, int NB, int H, int HB, int A,
                                 const float *__restrict__ W1, const float *__restrict__ W2, int D,
-                                bool tf32, PackedBranches pk, float *__restrict__ pack) {
+                                bool rounded, bool bf16, PackedBranches pk,
+                                float *__restrict__ pack) {
     pdl_enter();
+    const auto rnd = [bf16](float v) {
+        return bf16 ? __uint_as_float(mma::to_bf16_bits(v)) : mma::stored<false>(v);
+    };
     const size_t nh = (size_t)NB * HB, na = (size_t)NB * A, n1 = (size_t)H * D;
     const size_t nV = nh * H, nU = na * nh, nb = nV + nh + nU + na;
-    const size_t n2 = (size_t)H * H, n = nb + (tf32 ? n1 + 2 * n2 + nV : 0);
+    const size_t n2 = (size_t)H * H, n = nb + (rounded ? n1 + 2 * n2 + nV : 0);
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
         if (k < nV) {
             const size_t r = k / H, col = k - r * H, b = r / HB;
             const float v = p[V0 + b * stride + (r - b * HB) * H + col];
-            pack[pk.Vcat + k] = tf32 ? mma::stored<false>(v) : v;
+            pack[pk.Vcat + k] = rounded ? rnd(v) : v;
         } else if (k >= nb) {
             const size_t e = k - nb;
             if (e < n1) {
-                pack[pk.W1t + e] = mma::stored<false>(W1[e]);
+                pack[pk.W1t + e] = rnd(W1[e]);
             } else if (e < n1 + n2) {
-                pack[pk.W2t + (e - n1)] = mma::stored<false>(W2[e - n1]);
+                pack[pk.W2t + (e - n1)] = rnd(W2[e - n1]);
             } else if (e < n1 + 2 * n2) {
                 const size_t t = e - n1 - n2, r = t / H, col = t - r * H;
-                pack[pk.W2T + t] = mma::stored<false>(W2[col * H + r]);
+                pack[pk.W2T + t] = rnd(W2[col * H + r]);
             } else {  // VcatT [H, nh]: row r, column c = Vcat[c][r] = V_b[c − b·HB][r]
                 const size_t t = e - n1 - 2 * n2, r = t / nh, c = t - r * nh, b = c / HB;
-                pack[pk.VcatT + t] =
-                    mma::stored<false>(p[V0 + b * stride + (c - b * HB) * H + r]);
+                pack[pk.VcatT + t] = rnd(p[V0 + b * stride + (c - b * HB) * H + r]);
             }
         } else if (k < nV + nh) {
             const size_t r = k - nV, b = r / HB;
@@ -117,15 +121,15 @@ QView q_pack(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w, f
     const int H = (int)d.H, NB = (int)d.NB, HB = (int)d.HB, A = (int)d.A;
     const size_t nh = (size_t)NB * HB, na = (size_t)NB * A;
     const QOffsets &o = L.q;
-    const bool tf32 = l.blas.linear_tc;
+    const bool rounded = l.blas.linear_tc;
     const size_t n =
-        nh * H + nh + na * nh + na + (tf32 ? (size_t)H * (d.D + 2 * H) + nh * H : 0);
+        nh * H + nh + na * nh + na + (rounded ? (size_t)H * (d.D + 2 * H) + nh * H : 0);
     FH_LAUNCH(k_pack_branches, grid_for(n), kThreads, 0, l.stream, w.p, o.V[0], o.c[0], o.U[0],
-              o.e[0], o.V[1] - o.V[0], NB, H, HB, A, w.W1, w.W2, (int)d.D, tf32, packed_branches(d),
-              pack);
+              o.e[0], o.V[1] - o.V[0], NB, H, HB, A, w.W1, w.W2, (int)d.D, rounded,
+              l.blas.linear_bf16, packed_branches(d), pack);
     QView v = w;
     v.pack = pack;
-    v.tf32 = tf32;
+    v.rounded = rounded;
     return v;
 }
 
@@ -142,7 +146,7 @@ void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L,
     // runs, bench/results/h200-2026-12-02-linear-rounded-operands-before-after*.json; TF32
     // products since, linear_silu.cu). The forward child's branches take them in their
     // epilogue too (q_forward_branch).
-    const bool tc = w.tf32 && linear_tc_pays(M, nh);
+    const bool tc = w.rounded && linear_tc_pays(M, nh);
     if (HB == kHeadsTile && tc) {
         const QOffsets &o = L.q;
         BranchHeads hd;
@@ -152,11 +156,11 @@ void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L,
         hd.z = hd.q = c.q;
         hd.A = A;
         hd.clip = q_clip;
-        if (linear_silu_heads(l.blas, l.stream, M, nh, H, c.h2, c.h2_tf32, Vcat, ccat, nullptr,
+        if (linear_silu_heads(l.blas, l.stream, M, nh, H, c.h2, c.h2_rounded, Vcat, ccat, nullptr,
                               nullptr, hd))
             return;
     }
-    linear_silu(l.blas, l.stream, M, nh, H, c.h2, c.h2_tf32, Vcat, tc ? Vcat : nullptr, ccat,
+    linear_silu(l.blas, l.stream, M, nh, H, c.h2, c.h2_rounded, Vcat, tc ? Vcat : nullptr, ccat,
                 c.g, c.g, "branches h2 Vcat^T");
     float *zall = c.h1;  // dead after the trunk: [M, NB·A] fits since NB·A <= H
     gemm_nt(l.blas, M, na, nh, c.g, Ubd, zall, 0.0f, "branch heads g Ubd^T");
@@ -164,29 +168,29 @@ void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L,
               NB, A, q_clip, c.q);
 }
 
-// With w.tf32 both layers read the pack's TF32 copies (x rounded in the first layer's kernel);
-// the second then reads h1 as the first wrote it.
+// With w.rounded both layers read the pack's rounded copies (x rounded in the first layer's
+// kernel); the second then reads h1 as the first wrote it.
 void q_forward_trunk(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
                      const float *x, QCache &c) {
     const int M = c.M, H = (int)d.H, D = (int)d.D;
     const PackedBranches pk = packed_branches(d);
-    const bool tc = w.tf32 && linear_tc_pays(M, H);
-    const bool h1_tf32 =
+    const bool tc = w.rounded && linear_tc_pays(M, H);
+    const bool h1_rounded =
         linear_silu(l.blas, l.stream, M, H, D, x, false, w.W1, tc ? w.pack + pk.W1t : nullptr,
                     w.p + L.q.b1, c.pre1, c.h1, "trunk x W1^T");
-    c.h2_tf32 = linear_silu(l.blas, l.stream, M, H, H, c.h1, h1_tf32, w.W2,
+    c.h2_rounded = linear_silu(l.blas, l.stream, M, H, H, c.h1, h1_rounded, w.W2,
                             tc ? w.pack + pk.W2t : nullptr, w.p + L.q.b2, c.pre2, c.h2,
                             "trunk h1 W2^T");
 }
 
-// Branch b's rows of the packed Vcat are V_b (rounded with w.tf32), and of ccat c_b.
+// Branch b's rows of the packed Vcat are V_b (rounded with w.rounded), and of ccat c_b.
 void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
                       QCache &c, int b, float q_clip) {
     const int M = c.M, H = (int)d.H, HB = (int)d.HB, A = (int)d.A;
     float *preg = c.preg + (size_t)b * M * HB, *g = c.g + (size_t)b * M * HB;
     float *z = c.z + (size_t)b * M * A, *q = c.q + (size_t)b * M * A;
     const PackedBranches pk = packed_branches(d);
-    const bool tc = w.tf32 && linear_tc_pays(M, HB);
+    const bool tc = w.rounded && linear_tc_pays(M, HB);
     const float *Vt = tc ? w.pack + pk.Vcat + (size_t)b * HB * H : nullptr;
     const float *cb = w.pack ? w.pack + pk.ccat + (size_t)b * HB : w.p + L.q.c[b];
     // The heads in the layer's epilogue as in ddqn's packed pass (HB = 128: the layer is one
@@ -202,10 +206,10 @@ void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QV
         hd.q = q;
         hd.A = A;
         hd.clip = q_clip;
-        if (linear_silu_heads(l.blas, l.stream, M, HB, H, c.h2, c.h2_tf32, Vt, cb, preg, g, hd))
+        if (linear_silu_heads(l.blas, l.stream, M, HB, H, c.h2, c.h2_rounded, Vt, cb, preg, g, hd))
             return;
     }
-    linear_silu(l.blas, l.stream, M, HB, H, c.h2, c.h2_tf32, w.p + L.q.V[b], Vt, cb, preg, g,
+    linear_silu(l.blas, l.stream, M, HB, H, c.h2, c.h2_rounded, w.p + L.q.V[b], Vt, cb, preg, g,
                 "branch h2 V^T");
     gemm_nt(l.blas, M, A, HB, g, w.p + L.q.U[b], z, 0.0f, "branch g U^T");
     FH_LAUNCH(k_bias_clamp, grid_for((size_t)M * A), kThreads, 0, l.stream, z, q, w.p + L.q.e[b], M,
@@ -217,7 +221,7 @@ static QView forward_view(const CudaStep &st, const LaneCtx &l) {
     QView w = st.online_view();
     if (st.pack_next) {
         w.pack = st.pack_next;
-        w.tf32 = l.blas.linear_tc;
+        w.rounded = l.blas.linear_tc;
     }
     return w;
 }

@@ -231,12 +231,12 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
     const QOffsets &o = st.L.q;
     float *g = st.grad_q;
     const QView w = st.online_view();
-    // On the fused kernel (linear_dsilu; TF32 on Hopper, with ddqn's pack, whose W2ᵀ and V_catᵀ
-    // copies it reads): dh2 and dpre2, then dh1 and dpre1, each one kernel instead of a GEMM and
-    // dsilu_colsum, the bias gradients' column sums from its per-tile partials (in dh2's buffer,
-    // which nothing else uses then). dpre2 and dpre1 are stored rounded to TF32: their other
-    // readers are TF32 GEMMs. Forward child 0.473 → 0.460 ms, wall 1.646 → 1.636 ms
-    // multi-stream at B = 16384 (three side-by-side runs,
+    // On the fused kernel (linear_dsilu; TF32 or BF16 on Hopper, with ddqn's pack, whose W2ᵀ and
+    // V_catᵀ copies it reads): dh2 and dpre2, then dh1 and dpre1, each one kernel instead of a GEMM
+    // and dsilu_colsum, the bias gradients' column sums from its per-tile partials (in dh2's
+    // buffer, which nothing else uses then). dpre2 and dpre1 are stored rounded to TF32 (bfloat16
+    // in FH_MATH_BF16): their other readers are GEMMs of the same math. Forward child 0.473 →
+    // 0.460 ms, wall 1.646 → 1.636 ms multi-stream at B = 16384 (three side-by-side runs,
     // bench/results/h200-2026-12-02-trunk-backward-dsilu-before-after*.json; single-stream
     // 2.108 → 2.105 ms; the means of the three).
     const int tiles = (B + 127) / 128;
@@ -250,12 +250,12 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
         reduce_partials(part, tiles, H, 1, sg, l.stream);
     };
     const PackedBranches pk = packed_branches(d);
-    bool dpre2_tf32 = false;
+    bool dpre2_rounded = false;
     if (fused)
-        dpre2_tf32 = linear_dsilu(l.blas, l.stream, B, H, (int)(d.NB * d.HB), st.dpreg, false,
+        dpre2_rounded = linear_dsilu(l.blas, l.stream, B, H, (int)(d.NB * d.HB), st.dpreg, false,
                                   st.pack_next + pk.VcatT, st.on.pre2, w.p + o.b2, st.dpre2, part);
     PtrList in{};
-    if (dpre2_tf32) {
+    if (dpre2_rounded) {
         bias_grad(g + o.b2);
     } else if (dh2_one_product(st.d)) {
         // dh2 = Σ_b dpre_b V_b as one product over K = NB·HB (the branches' dpre side by side).
@@ -268,12 +268,12 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
         for (uint32_t b = 0; b < d.NB; ++b) in.p[b] = st.dh2 + (size_t)b * B * H;
         in.n = (int)d.NB;
     }
-    if (!dpre2_tf32) {
+    if (!dpre2_rounded) {
         dsilu_colsum(in, st.on.pre2, w.p + o.b2, B, H, kColsumRows, st.dpre2, l.col, l.stream);
         colsum_final(l.col, B, H, g + o.b2, l.stream);
     }
     gemm_tn(l.blas, H, H, B, st.dpre2, st.on.h1, g + o.W2, 0.0f, "dW2sn = dpre2^T h1");
-    if (fused && linear_dsilu(l.blas, l.stream, B, H, H, st.dpre2, dpre2_tf32,
+    if (fused && linear_dsilu(l.blas, l.stream, B, H, H, st.dpre2, dpre2_rounded,
                               st.pack_next + pk.W2T, st.on.pre1, w.p + o.b1, st.dpre1, part)) {
         bias_grad(g + o.b1);
     } else {

@@ -230,8 +230,15 @@ typedef enum fh_math_mode {
     FH_MATH_STRICT = 1, /**< IEEE float32: per tensor within 1e-5 of the CPU after 1 step */
     FH_MATH_BF16 = 2    /**< the cuBLAS GEMMs on bfloat16 operands (7 stored mantissa bits,
                              rounded to nearest even from the float32 activations and weights
-                             just before each GEMM) with float32 accumulation; the fused IQN,
-                             IQL and attention tensor-core kernels keep TF32 operands, and
+                             just before each GEMM) with float32 accumulation. On Hopper the Q
+                             net's large SiLU layers and trunk backward run on TF32 mode's
+                             fused kernels with every operand rounded to bfloat16 instead
+                             (weights, the first layer's input, and the activations, SiLU'
+                             outputs and branch-head inputs they store, which the confidence
+                             head also reads): TF32 tensor cores multiply bfloat16 values
+                             exactly, so these are BF16 products with float32 accumulation,
+                             at TF32's rate. The fused IQN, IQL and attention tensor-core
+                             kernels keep TF32 operands, and
                              the branch backward below the heads (dU, de, the SiLU' and dc) runs
                              in float32 with double sums. Per tensor within ~6e-3 of the CPU
                              after 1 step, ~1e-2 after 3 at B = 16384 (docs/cuda.md). Costs an

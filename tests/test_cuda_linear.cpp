@@ -2,7 +2,7 @@
  * float64 evaluation of the same formula, on the wgmma kernel and on the cuBLAS + bias_silu path,
  * at the Q net's, IQN's and IQL's shapes and at shapes with a partly filled last row tile, with
  * the pre-activation kept and not kept (pre = act), and X given exact (the kernel rounds it) or
- * already TF32 (x_tf32).
+ * already rounded (x_rounded).
  * - The kernel: W is passed as its TF32 copy (rounded here, round to nearest, ties away), and
  *   the reference takes the same rounded operands, so their products are exact in float64 and
  *   only the float32 accumulation differs: pre within 3e-5 of Σ_k |x_k w_k| per element, 5e-6
@@ -13,8 +13,12 @@
  * - cuBLAS: operands exact, TF32 inside cuBLAS: 2.5e-3 of the sum, 1e-3 over the tensor.
  * Then linear_silu_heads, the branch heads in the kernel's epilogue (check_heads), and
  * linear_dsilu, the trunk backward's SiLU' epilogue with its column sums (check_dsilu).
+ * The kernel's checks run twice: with TF32 operands and with bfloat16 ones (FH_MATH_BF16,
+ * Blas::linear_bf16: X, W, U and the stored activations rounded to nearest even bfloat16, u =
+ * 2^-8 in the bounds instead of 2^-11; the products of those values are exact in float64 too).
  * On a Hopper GPU the test also requires that the wgmma kernel is the one that runs (the probe
- * found its code), so a silent fallback cannot pass for it. Skipped without a GPU. */
+ * found its code) in both modes, so a silent fallback cannot pass for it. Skipped without a
+ * GPU. */
 #if FOXHUNT_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -73,17 +77,34 @@ float tf32_rna(float x) {
     return x;
 }
 
-/* Row i of X [M, K] times row j of W [N, K] in float64, X's elements rounded to TF32 first when
- * round_x (as the kernel reads them); mag = Σ_k |x_k w_k|, the scale of the bounds. */
+float bf16_rne(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* The kernel's operand rounding: TF32 (round to nearest, ties away) or, with Blas::linear_bf16
+ * (FH_MATH_BF16), bfloat16 (round to nearest even); u is its unit roundoff (2^-11, 2^-8). */
+struct Rounding {
+    bool bf16;
+    float operator()(float x) const { return bf16 ? bf16_rne(x) : tf32_rna(x); }
+    double u() const { return std::ldexp(1.0, bf16 ? -8 : -11); }
+    const char *name() const { return bf16 ? "BF16" : "TF32"; }
+};
+
+/* Row i of X [M, K] times row j of W [N, K] in float64, X's elements rounded first when round_x
+ * (as the kernel reads them); mag = Σ_k |x_k w_k|, the scale of the bounds. */
 struct Dot {
     double z, mag;
 };
 Dot ref_dot(const std::vector<float> &X, const std::vector<float> &W, int i, int j, int K,
-            bool round_x) {
+            bool round_x, Rounding rd) {
     Dot r{0.0, 0.0};
     for (int k = 0; k < K; ++k) {
         const float x = X[(size_t)i * K + k];
-        const double t = (double)(round_x ? tf32_rna(x) : x) * W[(size_t)j * K + k];
+        const double t = (double)(round_x ? rd(x) : x) * W[(size_t)j * K + k];
         r.z += t;
         r.mag += std::fabs(t);
     }
@@ -92,26 +113,28 @@ Dot ref_dot(const std::vector<float> &X, const std::vector<float> &W, int i, int
 
 /* The bounds of one element of a layer: pre (the product) within pk of Σ|x·w| plus 1e-6; act
  * within 1.1 times that (SiLU's slope is at most 1.1) plus, on the kernel's path, its own
- * rounding to TF32 (2^-11 of the activation a). */
+ * rounding (u of the activation a). */
 struct Bounds {
     double pre, act;
 };
-Bounds elem_bounds(const Dot &dot, double a, double pk, bool tc) {
+Bounds elem_bounds(const Dot &dot, double a, double pk, bool tc, Rounding rd) {
     const double pre = pk * dot.mag + 1e-6;
-    return Bounds{pre, 1.1 * pre + (tc ? std::ldexp(std::fabs(a), -11) : 0.0)};
+    return Bounds{pre, 1.1 * pre + (tc ? rd.u() * std::fabs(a) : 0.0)};
 }
 
-/* One layer on one path (the kernel when bl.linear_tc); fails the test beyond the bounds. */
-void check_layer(const fh::cuda::Blas &bl, cudaStream_t s, Shape sh, bool keep_pre, bool x_tf32,
-                 unsigned seed) {
+/* One layer on one path (the kernel when bl.linear_tc, rounding as bl.linear_bf16 says); fails
+ * the test beyond the bounds. */
+void check_layer(const fh::cuda::Blas &bl, cudaStream_t s, Shape sh, bool keep_pre,
+                 bool x_rounded, unsigned seed) {
     const int M = sh.M, N = sh.N, K = sh.K;
     const bool tc = bl.linear_tc;
+    const Rounding rd{bl.linear_bf16};
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> X((size_t)M * K), W((size_t)N * K), Wt((size_t)N * K), b(N);
-    for (float &e : X) e = x_tf32 ? tf32_rna(nd(rng)) : nd(rng);
+    for (float &e : X) e = x_rounded ? rd(nd(rng)) : nd(rng);
     for (float &e : W) e = nd(rng) / std::sqrt((float)K);
-    for (size_t k = 0; k < W.size(); ++k) Wt[k] = tf32_rna(W[k]);
+    for (size_t k = 0; k < W.size(); ++k) Wt[k] = rd(W[k]);
     for (float &e : b) e = 0.5f * nd(rng);
     float *dX = dev(X), *dW = dev(W), *dWt = dev(Wt), *db = dev(b);
     float *dact = dev(std::vector<float>((size_t)M * N, NAN));
@@ -119,7 +142,7 @@ void check_layer(const fh::cuda::Blas &bl, cudaStream_t s, Shape sh, bool keep_p
     std::string err;
     bool fused = false;
     try {
-        fused = fh::cuda::linear_silu(bl, s, M, N, K, dX, x_tf32, dW, dWt, db, dpre, dact,
+        fused = fh::cuda::linear_silu(bl, s, M, N, K, dX, x_rounded, dW, dWt, db, dpre, dact,
                                       "test layer");
     } catch (const fh::Error &e) {
         err = e.message;
@@ -132,15 +155,15 @@ void check_layer(const fh::cuda::Blas &bl, cudaStream_t s, Shape sh, bool keep_p
     const std::vector<float> pre = keep_pre ? host(dpre, (size_t)M * N) : std::vector<float>();
     const double pk = tc ? 3e-5 : 2.5e-3, tensor_bound = tc ? 5e-6 : 1e-3;
     double worst = 0, num = 0, den = 0, pnum = 0, pden = 0;
-    bool all_tf32 = true;
+    bool all_rounded = true;
     for (int i = 0; i < M; ++i)
         for (int j = 0; j < N; ++j) {
-            const Dot dot = ref_dot(X, tc ? Wt : W, i, j, K, tc);
+            const Dot dot = ref_dot(X, tc ? Wt : W, i, j, K, tc, rd);
             const double z = dot.z;
             const double zb = z + b[j], a = zb / (1.0 + std::exp(-zb));
-            const Bounds bd = elem_bounds(dot, a, pk, tc);
+            const Bounds bd = elem_bounds(dot, a, pk, tc, rd);
             const float got = act[(size_t)i * N + j];
-            if (tc && tf32_rna(got) != got) all_tf32 = false;
+            if (tc && rd(got) != got) all_rounded = false;
             const double ea = std::fabs(got - a) / bd.act;
             worst = std::max(worst, std::isfinite(ea) ? ea : 1e30);
             num += (got - a) * (got - a);
@@ -153,15 +176,17 @@ void check_layer(const fh::cuda::Blas &bl, cudaStream_t s, Shape sh, bool keep_p
             }
         }
     const double rel = std::sqrt(num / den), prel = keep_pre ? std::sqrt(pnum / pden) : 0.0;
-    printf("[LINEAR] %s M=%d N=%d K=%d %s, X %s: worst %.3f of the bound, relative error act "
-           "%.2e pre %.2e\n",
-           tc ? "wgmma" : "cublas", M, N, K, keep_pre ? "pre kept" : "act only",
-           x_tf32 ? "TF32" : "exact", worst, rel, prel);
-    /* act's own rounding (up to 2^-11 relative) dominates its tensor-wide error on the kernel. */
-    if (!(worst <= 1.0 && rel <= (tc ? 5e-4 : tensor_bound) && prel <= tensor_bound && all_tf32))
-        fail_msg("linear_silu (%s) M=%d N=%d K=%d: worst %.3f of the bound, relative %.2e / %.2e%s",
-                 tc ? "wgmma" : "cublas", M, N, K, worst, rel, prel,
-                 all_tf32 ? "" : ", act not TF32");
+    printf("[LINEAR] %s %s M=%d N=%d K=%d %s, X %s: worst %.3f of the bound, relative error "
+           "act %.2e pre %.2e\n",
+           tc ? "wgmma" : "cublas", rd.name(), M, N, K, keep_pre ? "pre kept" : "act only",
+           x_rounded ? "rounded" : "exact", worst, rel, prel);
+    /* act's own rounding (up to u relative) dominates its tensor-wide error on the kernel. */
+    if (!(worst <= 1.0 && rel <= (tc ? 1.03 * rd.u() : tensor_bound) && prel <= tensor_bound &&
+          all_rounded))
+        fail_msg("linear_silu (%s %s) M=%d N=%d K=%d: worst %.3f of the bound, relative %.2e / "
+                 "%.2e%s",
+                 tc ? "wgmma" : "cublas", rd.name(), M, N, K, worst, rel, prel,
+                 all_rounded ? "" : ", act not rounded");
     cudaFree(dX);
     cudaFree(dW);
     cudaFree(dWt);
@@ -172,18 +197,20 @@ void check_layer(const fh::cuda::Blas &bl, cudaStream_t s, Shape sh, bool keep_p
 
 /* linear_silu_heads on the kernel: ncol branches of 128 (the tiles), the heads against float64
  * (z = Σ_c SiLU(x·w_c + b_c) U[a][c] + e[a] with the rounded operands of check_layer, q its
- * clamp): TF32 products over 128 activations, each activation within 1.1 × check_layer's bound
- * of its float64 value, so z within Σ_c |U[a][c]| of that, plus 2^-10 of Σ_c |g_c U[a][c]| for
- * rounding g and U to TF32 (2^-11 each) and 1e-5 of it for the float32 accumulation. */
+ * clamp): products over 128 activations, each activation within 1.1 × check_layer's bound
+ * of its float64 value, so z within Σ_c |U[a][c]| of that, plus 2u of Σ_c |g_c U[a][c]| for
+ * rounding g and U (u each: 2^-11 TF32, 2^-8 BF16) and 1e-5 of it for the float32
+ * accumulation. */
 void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K, int A,
-                 bool keep, bool z_apart, bool x_tf32, unsigned seed) {
+                 bool keep, bool z_apart, bool x_rounded, unsigned seed) {
     const int N = 128 * nbr;
+    const Rounding rd{bl.linear_bf16};
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> X((size_t)M * K), Wt((size_t)N * K), b(N), U((size_t)nbr * A * 128),
         e((size_t)nbr * A);
-    for (float &v : X) v = x_tf32 ? tf32_rna(nd(rng)) : nd(rng);
-    for (float &v : Wt) v = tf32_rna(nd(rng) / std::sqrt((float)K));
+    for (float &v : X) v = x_rounded ? rd(nd(rng)) : nd(rng);
+    for (float &v : Wt) v = rd(nd(rng) / std::sqrt((float)K));
     for (float &v : b) v = 0.5f * nd(rng);
     for (float &v : U) v = nd(rng) / std::sqrt(128.0f);
     for (float &v : e) v = 0.1f * nd(rng);
@@ -205,7 +232,7 @@ void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K
     hd.clip = clip;
     bool ran = false;
     try {
-        ran = fh::cuda::linear_silu_heads(bl, s, M, N, K, dX, x_tf32, dW, db, dpre, dact, hd);
+        ran = fh::cuda::linear_silu_heads(bl, s, M, N, K, dX, x_rounded, dW, db, dpre, dact, hd);
     } catch (const fh::Error &ex) {
         fail_msg("linear_silu_heads threw: %s", ex.message.c_str());
     }
@@ -213,23 +240,23 @@ void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K
     const cudaError_t ce = cudaStreamSynchronize(s);
     if (ce != cudaSuccess) fail_msg("linear_silu_heads: %s", cudaGetErrorString(ce));
     const std::vector<float> q = host(dq, nq), z = z_apart ? host(dz, nq) : q;
-    /* Kept, act and pre are check_layer's: pre within its product bound, act a TF32 value within
-     * 1.1 times that plus its own rounding (the forward child's backward reads both). */
+    /* Kept, act and pre are check_layer's: pre within its product bound, act a rounded value
+     * within 1.1 times that plus its own rounding (the forward child's backward reads both). */
     const std::vector<float> hact = keep ? host(dact, (size_t)M * N) : std::vector<float>();
     const std::vector<float> hpre = keep ? host(dpre, (size_t)M * N) : std::vector<float>();
     double worst = 0, worst_layer = 0;
-    bool all_tf32 = true;
+    bool all_rounded = true;
     std::vector<double> g(N), gb(N);
     for (int i = 0; i < M; ++i) {
         for (int c = 0; c < N; ++c) {
-            const Dot dot = ref_dot(X, Wt, i, c, K, true);
+            const Dot dot = ref_dot(X, Wt, i, c, K, true, rd);
             const double zb = dot.z + b[c];
             g[c] = zb / (1.0 + std::exp(-zb));
-            const Bounds bd = elem_bounds(dot, g[c], 3e-5, true);
+            const Bounds bd = elem_bounds(dot, g[c], 3e-5, true, rd);
             gb[c] = 1.1 * bd.pre;
             if (keep) {
                 const float ga = hact[(size_t)i * N + c], pa = hpre[(size_t)i * N + c];
-                if (tf32_rna(ga) != ga) all_tf32 = false;
+                if (rd(ga) != ga) all_rounded = false;
                 const double ea = std::fabs(ga - g[c]) / bd.act;
                 const double ep = std::fabs(pa - dot.z) / bd.pre;
                 worst_layer = std::max({worst_layer, std::isfinite(ea) ? ea : 1e30,
@@ -245,7 +272,7 @@ void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K
                     bound += std::fabs(u[c]) * gb[br * 128 + c];
                     gu += std::fabs(g[br * 128 + c] * u[c]);
                 }
-                bound += (std::ldexp(1.0, -10) + 1e-5) * gu;
+                bound += (2.0 * rd.u() + 1e-5) * gu;
                 const size_t at = (size_t)br * M * A + (size_t)i * A + a;
                 const double qr = std::min(std::max(ref, -(double)clip), (double)clip);
                 /* z is q's buffer when not apart: then only q holds a value to check. */
@@ -255,16 +282,17 @@ void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K
                     {worst, std::isfinite(ez) ? ez : 1e30, std::isfinite(eq) ? eq : 1e30});
             }
     }
-    printf("[LINEAR] heads M=%d branches=%d K=%d A=%d %s, z %s, X %s: worst %.3f of the bound"
-           "%s\n",
-           M, nbr, K, A, keep ? "act and pre kept" : "act not stored", z_apart ? "apart" : "= q",
-           x_tf32 ? "TF32" : "exact", worst, keep ? "" : " (act, pre: not stored)");
+    printf("[LINEAR] heads %s M=%d branches=%d K=%d A=%d %s, z %s, X %s: worst %.3f of the "
+           "bound%s\n",
+           rd.name(), M, nbr, K, A, keep ? "act and pre kept" : "act not stored",
+           z_apart ? "apart" : "= q", x_rounded ? "rounded" : "exact", worst,
+           keep ? "" : " (act, pre: not stored)");
     if (keep)
-        printf("[LINEAR] heads M=%d act and pre: worst %.3f of check_layer's bounds%s\n", M,
-               worst_layer, all_tf32 ? "" : ", act not TF32");
-    if (!(worst <= 1.0 && worst_layer <= 1.0 && all_tf32))
-        fail_msg("linear_silu_heads M=%d A=%d: worst %.3f of the bound, act/pre %.3f%s", M, A,
-                 worst, worst_layer, all_tf32 ? "" : ", act not TF32");
+        printf("[LINEAR] heads %s M=%d act and pre: worst %.3f of check_layer's bounds%s\n",
+               rd.name(), M, worst_layer, all_rounded ? "" : ", act not rounded");
+    if (!(worst <= 1.0 && worst_layer <= 1.0 && all_rounded))
+        fail_msg("linear_silu_heads %s M=%d A=%d: worst %.3f of the bound, act/pre %.3f%s",
+                 rd.name(), M, A, worst, worst_layer, all_rounded ? "" : ", act not rounded");
     for (float *ptr : {dX, dW, db, dU, de, dq}) cudaFree(ptr);
     if (z_apart) cudaFree(dz);
     if (keep) {
@@ -275,16 +303,17 @@ void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K
 
 /* linear_dsilu on the kernel: dpre = (X Wtᵀ) ⊙ SiLU'(P + b) against float64 with the rounded
  * operands (so the product within check_layer's kernel bound, times |SiLU'| ≤ 1.1, plus 1e-6 of
- * |v| + |z| for SiLU' in float, plus dpre's own rounding to TF32, 2^-11 of itself), stored as
- * TF32 values, and each 128-row tile's column
- * sums within the sum of those bounds over its rows (plus 1e-12 of the sum's magnitude). */
-void check_dsilu(const fh::cuda::Blas &bl, cudaStream_t s, int M, int N, int K, bool x_tf32,
+ * |v| + |z| for SiLU' in float, plus dpre's own rounding, u of itself), stored as rounded
+ * values, and each 128-row tile's column sums within the sum of those bounds over its rows
+ * (plus 1e-12 of the sum's magnitude). */
+void check_dsilu(const fh::cuda::Blas &bl, cudaStream_t s, int M, int N, int K, bool x_rounded,
                  unsigned seed) {
+    const Rounding rd{bl.linear_bf16};
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> X((size_t)M * K), Wt((size_t)N * K), P((size_t)M * N), b(N);
-    for (float &v : X) v = x_tf32 ? tf32_rna(nd(rng)) : nd(rng);
-    for (float &v : Wt) v = tf32_rna(nd(rng) / std::sqrt((float)K));
+    for (float &v : X) v = x_rounded ? rd(nd(rng)) : nd(rng);
+    for (float &v : Wt) v = rd(nd(rng) / std::sqrt((float)K));
     for (float &v : P) v = 2.0f * nd(rng);
     for (float &v : b) v = 0.5f * nd(rng);
     const int tiles = (M + 127) / 128;
@@ -294,7 +323,7 @@ void check_dsilu(const fh::cuda::Blas &bl, cudaStream_t s, int M, int N, int K, 
     cudaMalloc(&dpart, (size_t)tiles * N * sizeof(double));
     bool ran = false;
     try {
-        ran = fh::cuda::linear_dsilu(bl, s, M, N, K, dX, x_tf32, dW, dP, db, dout, dpart);
+        ran = fh::cuda::linear_dsilu(bl, s, M, N, K, dX, x_rounded, dW, dP, db, dout, dpart);
     } catch (const fh::Error &ex) {
         fail_msg("linear_dsilu threw: %s", ex.message.c_str());
     }
@@ -307,21 +336,21 @@ void check_dsilu(const fh::cuda::Blas &bl, cudaStream_t s, int M, int N, int K, 
     std::vector<double> ps((size_t)tiles * N, 0.0), pb((size_t)tiles * N, 0.0),
         pm((size_t)tiles * N, 0.0);
     double worst = 0;
-    bool all_tf32 = true;
+    bool all_rounded = true;
     for (int i = 0; i < M; ++i)
         for (int j = 0; j < N; ++j) {
-            const Dot dot = ref_dot(X, Wt, i, j, K, true);
+            const Dot dot = ref_dot(X, Wt, i, j, K, true, rd);
             const double z = dot.z;
             const double p = (double)P[(size_t)i * N + j] + b[j], sg = 1.0 / (1.0 + std::exp(-p));
             const double ds = sg * (1.0 + p * (1.0 - sg)), v = z * ds;
             /* + 1e-6 |z|: SiLU' of P + b rounded to float (P's rounding, the float sigmoid),
              * which does not vanish where SiLU' does. */
             const double vb =
-                std::fabs(ds) * elem_bounds(dot, 0.0, 3e-5, true).pre +
+                std::fabs(ds) * elem_bounds(dot, 0.0, 3e-5, true, rd).pre +
                 1e-6 * (std::fabs(v) + std::fabs(z));
             const float got = out[(size_t)i * N + j];
-            if (tf32_rna(got) != got) all_tf32 = false;
-            const double e = std::fabs(got - v) / (vb + std::ldexp(std::fabs(v), -11));
+            if (rd(got) != got) all_rounded = false;
+            const double e = std::fabs(got - v) / (vb + rd.u() * std::fabs(v));
             worst = std::max(worst, std::isfinite(e) ? e : 1e30);
             const size_t t = (size_t)(i / 128) * N + j;
             ps[t] += v;
@@ -332,11 +361,11 @@ void check_dsilu(const fh::cuda::Blas &bl, cudaStream_t s, int M, int N, int K, 
         const double e = std::fabs(part[t] - ps[t]) / (pb[t] + 1e-12 * pm[t] + 1e-12);
         worst = std::max(worst, std::isfinite(e) ? e : 1e30);
     }
-    printf("[LINEAR] dsilu M=%d N=%d K=%d X %s: worst %.3f of the bound%s\n", M, N, K,
-           x_tf32 ? "TF32" : "exact", worst, all_tf32 ? "" : ", dpre not TF32");
-    if (!(worst <= 1.0 && all_tf32))
-        fail_msg("linear_dsilu M=%d N=%d K=%d: worst %.3f of the bound%s", M, N, K, worst,
-                 all_tf32 ? "" : ", dpre not TF32");
+    printf("[LINEAR] dsilu %s M=%d N=%d K=%d X %s: worst %.3f of the bound%s\n", rd.name(), M,
+           N, K, x_rounded ? "rounded" : "exact", worst, all_rounded ? "" : ", dpre not rounded");
+    if (!(worst <= 1.0 && all_rounded))
+        fail_msg("linear_dsilu %s M=%d N=%d K=%d: worst %.3f of the bound%s", rd.name(), M, N, K,
+                 worst, all_rounded ? "" : ", dpre not rounded");
     for (float *ptr : {dX, dW, dP, db, dout}) cudaFree(ptr);
     cudaFree(dpart);
 }
@@ -347,12 +376,17 @@ void test_linear_silu_vs_float64(void **) {
     fh_config_init(&c);
     c.backend = FH_BACKEND_CUDA;
     c.math_mode = FH_MATH_TF32;
-    bool tc = false;
+    bool tc = false, tc_bf16 = false;
     try {
         tc = fh::cuda::linear_tc_enabled(c);
+        fh_config cb = c;
+        cb.math_mode = FH_MATH_BF16;
+        tc_bf16 = fh::cuda::linear_tc_enabled(cb);
     } catch (const fh::Error &e) {
         fail_msg("linear_tc_enabled: %s", e.message.c_str());
     }
+    if (tc_bf16 != tc) fail_msg("the fused kernel is %s in TF32, %s in BF16", tc ? "on" : "off",
+                                tc_bf16 ? "on" : "off");
     cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, 0);
     printf("[LINEAR] %s (cc %d.%d): wgmma kernel %s\n", prop.name, prop.major, prop.minor,
@@ -378,17 +412,23 @@ void test_linear_silu_vs_float64(void **) {
             for (bool keep : {true, false})
                 for (bool xt : {false, true}) check_layer(bl, s, sh, keep, xt, seed++);
     }
-    /* The heads: ddqn's packed layer (4 branches, nothing but q stored, X already TF32 as its
-     * h2 is), a forward branch's layer (one branch, act and pre stored, z apart from q; X exact
-     * and TF32), A < 8, a last row tile of 1. */
+    /* The heads: ddqn's packed layer (4 branches, nothing but q stored, X already rounded as
+     * its h2 is), a forward branch's layer (one branch, act and pre stored, z apart from q; X
+     * exact and rounded), A < 8, a last row tile of 1. Then the trunk backward's two shapes (dh2
+     * over the packed branches, dh1), a partial tile. TF32, then BF16 (with its layers too). */
     bl.linear_tc = true;
-    if (tc) {
+    for (bool bf16 : {false, true}) {
+        if (!tc) break;
+        bl.linear_bf16 = bf16;
+        if (bf16)
+            for (const Shape &sh : shapes)
+                for (bool keep : {true, false})
+                    for (bool xt : {false, true}) check_layer(bl, s, sh, keep, xt, seed++);
         check_heads(bl, s, 1000, 4, 256, 8, false, false, true, seed++);
         check_heads(bl, s, 513, 1, 256, 8, true, true, false, seed++);
         check_heads(bl, s, 513, 1, 256, 8, true, true, true, seed++);
         check_heads(bl, s, 129, 2, 64, 5, true, true, false, seed++);
         check_heads(bl, s, 77, 1, 128, 3, false, true, false, seed++);
-        /* The trunk backward's two shapes (dh2 over the packed branches, dh1), a partial tile. */
         check_dsilu(bl, s, 1000, 256, 512, false, seed++);
         check_dsilu(bl, s, 513, 256, 256, true, seed++);
         check_dsilu(bl, s, 77, 128, 64, false, seed++);
