@@ -183,7 +183,8 @@ void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QV
                       QCache &c, int b, float q_clip);
 // The pass's packed weights into `pack` (packed_branch_floats(d) floats; the config must have
 // ddqn_branches_packed(d)): the branches side by side and, in a lane with Blas::linear_tc, the
-// TF32 copies of the SiLU layers' matrices. Returns w with pack (and tf32) set.
+// SiLU layers' matrices rounded for the fused kernel (TF32, or bfloat16 with Blas::linear_bf16).
+// Returns w with pack (and rounded) set.
 QView q_pack(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w, float *pack);
 // All NB branches of a forward-only pass (an in-place cache: q only, h1 dead after the trunk)
 // from w.pack (q_pack).

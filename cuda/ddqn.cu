@@ -44,8 +44,9 @@ __global__ void k_ddqn_join(const float *qt, const int32_t *a_star, const int32_
 }
 
 // One of ddqn's forward-only passes on x: its weights packed first where the config allows
-// (memory_plan.hpp, ddqn_branches_packed; the trunk then reads their TF32 copies where the lane
-// fuses its SiLU layers), the trunk, then the branches packed (qnet.cu) or one after another.
+// (memory_plan.hpp, ddqn_branches_packed; the trunk then reads their rounded copies, TF32 or
+// bfloat16, where the lane fuses its SiLU layers), the trunk, then the branches packed
+// (qnet.cu) or one after another.
 void forward_pass(CudaStep &st, const LaneCtx &l, QView w, const float *x, QCache &c,
                   float *pack) {
     const bool packed = ddqn_branches_packed(st.d);

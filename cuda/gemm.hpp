@@ -29,12 +29,12 @@ struct Blas {
     // operands' bfloat16 copies; null in the other modes.
     void *bf16_stage = nullptr;
     // The Q net's SiLU layers in cuda/linear_silu.cu's fused kernel (linear_tc_enabled) where
-    // the pass has TF32-rounded weights, not cuBLAS + bias_silu.
+    // the pass has rounded weights (its pack), not cuBLAS + bias_silu.
     bool linear_tc = false;
     // The handle's workspace (cublasSetWorkspace's), which cublasLtMatmul takes per call.
     void *ws = nullptr;
     size_t ws_bytes = 0;
-    // FH_MATH_BF16 with linear_tc: the fused layers round their operands to bfloat16, not TF32.
+    // FH_MATH_BF16: where linear_tc, the fused layers round their operands to bfloat16, not TF32.
     bool linear_bf16 = false;
 };
 // CUBLAS_COMPUTE_32F for FH_MATH_STRICT and FH_MATH_BF16 (float32 accumulation of bfloat16

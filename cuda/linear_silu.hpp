@@ -54,7 +54,7 @@ struct BranchHeads {
 // linear_silu's fused kernel (the same conditions; act and pre may both be null: then neither
 // is stored) with the heads in its epilogue: each row's A dot products over the tile's 128
 // activations as TF32 tensor-core products (activations rounded as act stores them, U rounded
-// to TF32, float32 accumulation, the same order every run), then + e and the clamp. Returns
+// the same way, float32 accumulation, the same order every run), then + e and the clamp. Returns
 // false, enqueuing nothing, where the kernel cannot run or A > kMaxHeadActions.
 bool linear_silu_heads(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X,
                        bool x_rounded, const float *Wt, const float *bias, float *pre, float *act,

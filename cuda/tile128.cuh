@@ -1,8 +1,8 @@
 // Fragment-level pieces shared by the fused tensor-core kernels of the 128-wide MLPs (IQN:
-// iqn_fused.cuh; IQL: iql_fused.cu): the activations in TF32 mode (also the fused SiLU layers'
-// epilogues, linear_silu.cu), TF32 rounding of a float4, quad sums, and the fixed-order column
-// sums of a warp's 16 × 128 accumulator tile. Fragment layout (g = lane / 4, t = lane % 4, the
-// permuted contraction order): mma_tf32.cuh.
+// iqn_fused.cuh; IQL: iql_fused.cu): the activations in their fast forms (also the fused SiLU
+// layers' epilogues, linear_silu.cu, in TF32 and BF16 modes), TF32 rounding of a float4, quad
+// sums, and the fixed-order column sums of a warp's 16 × 128 accumulator tile. Fragment layout
+// (g = lane / 4, t = lane % 4, the permuted contraction order): mma_tf32.cuh.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -10,7 +10,7 @@
 
 namespace fh::cuda::tile {
 
-// SiLU and the logistic in TF32 mode (the products feeding them carry 2^-11 rounding already).
+// SiLU and the logistic in fast forms (the products feeding them carry 2^-11 rounding or more).
 __device__ __forceinline__ float sigmoid_fast(float z) { return __fdividef(1.0f, 1.0f + __expf(-z)); }
 __device__ __forceinline__ float silu_fast(float z) { return __fdividef(z, 1.0f + __expf(-z)); }
 // SiLU'(z) from its logistic s = σ(z): s (1 + z (1 − s)).

@@ -231,18 +231,21 @@ typedef enum fh_math_mode {
     FH_MATH_BF16 = 2    /**< the cuBLAS GEMMs on bfloat16 operands (7 stored mantissa bits,
                              rounded to nearest even from the float32 activations and weights
                              just before each GEMM) with float32 accumulation. On Hopper the Q
-                             net's large SiLU layers and trunk backward run on TF32 mode's
-                             fused kernels with every operand rounded to bfloat16 instead
-                             (weights, the first layer's input, and the activations, SiLU'
-                             outputs and branch-head inputs they store, which the confidence
-                             head also reads): TF32 tensor cores multiply bfloat16 values
-                             exactly, so these are BF16 products with float32 accumulation,
-                             at TF32's rate. The fused IQN, IQL and attention tensor-core
-                             kernels keep TF32 operands, and
-                             the branch backward below the heads (dU, de, the SiLU' and dc) runs
-                             in float32 with double sums. Per tensor within ~6e-3 of the CPU
-                             after 1 step, ~1e-2 after 3 at B = 16384 (docs/cuda.md). Costs an
-                             8 MiB staging buffer per cuBLAS workspace, and time: docs/cuda.md */
+                             net's large SiLU layers, their branch heads and the trunk
+                             backward's SiLU' layers run on TF32 mode's fused kernels with
+                             their operands rounded to bfloat16 instead of TF32 (weights, the
+                             first layer's input, and the activations and SiLU' outputs they
+                             store): TF32 tensor cores multiply bfloat16 values exactly, so
+                             these are BF16 products with float32 accumulation, at TF32's rate,
+                             with SiLU and SiLU' in the fast forms of FH_MATH_TF32. The stored
+                             trunk and branch activations are then bfloat16 values for every
+                             reader (the confidence head, the branch backward's dU). The fused
+                             IQN, IQL and attention tensor-core kernels keep TF32 operands, and
+                             the branch backward below the heads (dU, de, the SiLU' and dc)
+                             runs in float32 with double sums. Per tensor within ~6e-3 of the
+                             CPU after 1 step, ~1e-2 after 3 at B = 16384 (docs/cuda.md). Costs
+                             an 8 MiB staging buffer per cuBLAS workspace, and time:
+                             docs/cuda.md */
 } fh_math_mode;
 
 /** How the two IQL value nets share their GEMMs on CUDA (FH_MATH_BF16: always sequential). In

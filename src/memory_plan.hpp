@@ -38,9 +38,10 @@ inline uint64_t power_scratch_doubles(const Dims &d) {
 // 256 bytes after the previous one's start, rounded up (aligned operands for cuBLAS).
 inline bool ddqn_branches_packed(const Dims &d) { return d.NB > 1 && d.NB * d.A <= d.H; }
 // W1t [H, D] and W2t [H, H]: the pass's trunk matrices (spectrally normalised where SN applies)
-// rounded to TF32, which the fused SiLU layers read (cuda/linear_silu.cu); Vcat is rounded too
-// then. W2T [H, H] and VcatT [H, NB·HB]: W2's and Vcat's transposes, rounded, which the fused
-// SiLU' layers of the trunk backward read (cuda/td.cu). Written only where those layers run.
+// rounded to TF32 (to bfloat16 in FH_MATH_BF16), which the fused SiLU layers read
+// (cuda/linear_silu.cu); Vcat is rounded too then. W2T [H, H] and VcatT [H, NB·HB]: W2's and
+// Vcat's transposes, rounded, which the fused SiLU' layers of the trunk backward read
+// (cuda/td.cu). Written only where those layers run.
 struct PackedBranches {
     uint64_t Vcat, ccat, Ubd, ecat, W1t, W2t, W2T, VcatT, total;  // offsets in floats, the size
 };

@@ -15,17 +15,22 @@
  * linear_dsilu, the trunk backward's SiLU' epilogue with its column sums (check_dsilu).
  * The kernel's checks run twice: with TF32 operands and with bfloat16 ones (FH_MATH_BF16,
  * Blas::linear_bf16: X, W, U and the stored activations rounded to nearest even bfloat16, u =
- * 2^-8 in the bounds instead of 2^-11; the products of those values are exact in float64 too).
+ * 2^-8 in the bounds instead of 2^-11; the products of those values are exact in float64 too),
+ * and so does the check of the pass's pack, the rounded weight copies the layers read
+ * (check_pack).
  * On a Hopper GPU the test also requires that the wgmma kernel is the one that runs (the probe
  * found its code) in both modes, so a silent fallback cannot pass for it. Skipped without a
  * GPU. */
 #if FOXHUNT_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "../cuda/cuda_step.hpp"
 #include "../cuda/lanes.hpp"
 #include "../cuda/linear_silu.hpp"
 #include "config.hpp"
 #include "error.hpp"
+#include "layout.hpp"
+#include "memory_plan.hpp"
 #endif
 
 extern "C" {
@@ -78,6 +83,7 @@ float tf32_rna(float x) {
 }
 
 float bf16_rne(float x) {
+    if (std::isnan(x)) return x;
     uint32_t u;
     memcpy(&u, &x, 4);
     u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
@@ -244,7 +250,7 @@ void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K
      * within 1.1 times that plus its own rounding (the forward child's backward reads both). */
     const std::vector<float> hact = keep ? host(dact, (size_t)M * N) : std::vector<float>();
     const std::vector<float> hpre = keep ? host(dpre, (size_t)M * N) : std::vector<float>();
-    double worst = 0, worst_layer = 0;
+    double worst = 0, worst_layer = 0, worst_exact = 0;
     bool all_rounded = true;
     std::vector<double> g(N), gb(N);
     for (int i = 0; i < M; ++i) {
@@ -280,6 +286,21 @@ void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K
                 const double eq = std::fabs(q[at] - qr) / bound;
                 worst = std::max(
                     {worst, std::isfinite(ez) ? ez : 1e30, std::isfinite(eq) ? eq : 1e30});
+                /* With act stored, the products' operands are known exactly: the stored
+                 * activations and U rounded as the mode rounds (the products of those values
+                 * are exact), so z is their float32-accumulated sum, within 1e-5 of Σ|g U|. A
+                 * U rounded otherwise (TF32 in BF16, say) is off by ~1e-2 of that sum. */
+                if (keep && z_apart) {
+                    double zk = e[(size_t)br * A + a], mk = 0.0;
+                    for (int c = 0; c < 128; ++c) {
+                        const double t =
+                            (double)hact[(size_t)i * N + br * 128 + c] * (double)rd(u[c]);
+                        zk += t;
+                        mk += std::fabs(t);
+                    }
+                    const double ek = std::fabs(z[at] - zk) / (1e-5 * mk + 1e-6);
+                    worst_exact = std::max(worst_exact, std::isfinite(ek) ? ek : 1e30);
+                }
             }
     }
     printf("[LINEAR] heads %s M=%d branches=%d K=%d A=%d %s, z %s, X %s: worst %.3f of the "
@@ -288,11 +309,14 @@ void check_heads(const fh::cuda::Blas &bl, cudaStream_t s, int M, int nbr, int K
            z_apart ? "apart" : "= q", x_rounded ? "rounded" : "exact", worst,
            keep ? "" : " (act, pre: not stored)");
     if (keep)
-        printf("[LINEAR] heads %s M=%d act and pre: worst %.3f of check_layer's bounds%s\n",
-               rd.name(), M, worst_layer, all_rounded ? "" : ", act not rounded");
-    if (!(worst <= 1.0 && worst_layer <= 1.0 && all_rounded))
-        fail_msg("linear_silu_heads %s M=%d A=%d: worst %.3f of the bound, act/pre %.3f%s",
-                 rd.name(), M, A, worst, worst_layer, all_rounded ? "" : ", act not rounded");
+        printf("[LINEAR] heads %s M=%d act and pre: worst %.3f of check_layer's bounds%s; z from "
+               "the stored act: worst %.3f of its bound\n",
+               rd.name(), M, worst_layer, all_rounded ? "" : ", act not rounded", worst_exact);
+    if (!(worst <= 1.0 && worst_layer <= 1.0 && worst_exact <= 1.0 && all_rounded))
+        fail_msg("linear_silu_heads %s M=%d A=%d: worst %.3f of the bound, act/pre %.3f, z from "
+                 "act %.3f%s",
+                 rd.name(), M, A, worst, worst_layer, worst_exact,
+                 all_rounded ? "" : ", act not rounded");
     for (float *ptr : {dX, dW, db, dU, de, dq}) cudaFree(ptr);
     if (z_apart) cudaFree(dz);
     if (keep) {
@@ -370,6 +394,61 @@ void check_dsilu(const fh::cuda::Blas &bl, cudaStream_t s, int M, int N, int K, 
     cudaFree(dpart);
 }
 
+/* q_pack's rounded copies (qnet.cu), which the fused layers read as their weights: in a lane
+ * with linear_tc every element of W1t, W2t, W2ᵀ, Vcat and Vcatᵀ is its source weight rounded as
+ * the mode rounds (TF32, or bfloat16 with linear_bf16), at the default dims. */
+void check_pack(const fh::cuda::Blas &bl, cudaStream_t s) {
+    fh_config c;
+    fh_config_init(&c);
+    const fh::Dims d = fh::make_dims(c);
+    const fh::Layout L = fh::make_layout(d);
+    const fh::QOffsets &o = L.q;
+    const Rounding rd{bl.linear_bf16};
+    std::mt19937 rng(77);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> P(o.total);
+    for (float &v : P) v = nd(rng);
+    const fh::PackedBranches pk = fh::packed_branches(d);
+    float *dP = dev(P), *dpack = dev(std::vector<float>(pk.total, NAN));
+    fh::cuda::QView w{dP, dP + o.W1, dP + o.W2};
+    const fh::cuda::LaneCtx l{s, bl, nullptr, nullptr};
+    try {
+        fh::cuda::q_pack(l, d, L, w, dpack);
+    } catch (const fh::Error &ex) {
+        fail_msg("q_pack threw: %s", ex.message.c_str());
+    }
+    const cudaError_t ce = cudaStreamSynchronize(s);
+    if (ce != cudaSuccess) fail_msg("q_pack: %s", cudaGetErrorString(ce));
+    const std::vector<float> pack = host(dpack, pk.total);
+    const size_t H = d.H, D = d.D, HB = d.HB, nh = (size_t)d.NB * HB;
+    const size_t stride = o.V[1] - o.V[0];
+    const auto V = [&](size_t row, size_t col) {  // Vcat[row][col] = V_b[row − b·HB][col]
+        const size_t b = row / HB;
+        return P[o.V[0] + b * stride + (row - b * HB) * H + col];
+    };
+    size_t bad = 0, n = 0;
+    const auto expect = [&](uint64_t at, float src) {
+        const float want = rd(src);
+        ++n;
+        if (memcmp(&pack[at], &want, 4) != 0) ++bad;
+    };
+    for (size_t e = 0; e < H * D; ++e) expect(pk.W1t + e, P[o.W1 + e]);
+    for (size_t e = 0; e < H * H; ++e) expect(pk.W2t + e, P[o.W2 + e]);
+    for (size_t r = 0; r < H; ++r)
+        for (size_t col = 0; col < H; ++col) expect(pk.W2T + r * H + col, P[o.W2 + col * H + r]);
+    for (size_t r = 0; r < nh; ++r)
+        for (size_t col = 0; col < H; ++col) {
+            expect(pk.Vcat + r * H + col, V(r, col));
+            expect(pk.VcatT + col * nh + r, V(r, col));
+        }
+    printf("[LINEAR] pack %s: %zu of %zu rounded copies differ from their weight rounded\n",
+           rd.name(), bad, n);
+    if (bad) fail_msg("q_pack %s: %zu of %zu elements not rounded as the mode rounds", rd.name(),
+                      bad, n);
+    cudaFree(dP);
+    cudaFree(dpack);
+}
+
 void test_linear_silu_vs_float64(void **) {
     if (!fh_test_have_cuda()) skip();
     fh_config c;
@@ -432,6 +511,7 @@ void test_linear_silu_vs_float64(void **) {
         check_dsilu(bl, s, 1000, 256, 512, false, seed++);
         check_dsilu(bl, s, 513, 256, 256, true, seed++);
         check_dsilu(bl, s, 77, 128, 64, false, seed++);
+        check_pack(bl, s);
     }
     cublasDestroy(bl.handle);
     cudaFree(ws);
