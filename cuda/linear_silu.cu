@@ -202,8 +202,7 @@ __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring,
         const float *Ub = hd.U + (size_t)blockIdx.x * hd.u_stride;
         for (int e = threadIdx.x; e < kMaxHeadActions * kBN; e += kThreadsTc) {
             const int a = e / kBN, c = e % kBN;
-            ring[a * kUld + c] =
-                a < hd.A ? __uint_as_float(mma::to_operand<BF16>(__ldg(Ub + a * kBN + c))) : 0.0f;
+            ring[a * kUld + c] = a < hd.A ? mma::rounded<BF16>(__ldg(Ub + a * kBN + c)) : 0.0f;
         }
         __syncthreads();
     }
@@ -292,8 +291,7 @@ __device__ __forceinline__ void epilogue_dsilu(const float (&d)[64], double *rin
             const float v1 =
                 __fmul_rn(d[4 * j + 2 * h + 1], tile::dsilu_fast(__fadd_rn(p.y, b.y)));
             *reinterpret_cast<float2 *>(dpre + at) =
-                make_float2(__uint_as_float(mma::to_operand<BF16>(v0)),
-                            __uint_as_float(mma::to_operand<BF16>(v1)));
+                make_float2(mma::rounded<BF16>(v0), mma::rounded<BF16>(v1));
             s0 += (double)v0;
             s1 += (double)v1;
         }

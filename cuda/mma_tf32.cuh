@@ -41,6 +41,11 @@ template <bool BF16>
 __device__ __forceinline__ uint32_t to_operand(float x) {
     return BF16 ? to_bf16_bits(x) : to_tf32(x);
 }
+// The same as a float, for memory that products read later.
+template <bool BF16>
+__device__ __forceinline__ float rounded(float x) {
+    return __uint_as_float(to_operand<BF16>(x));
+}
 // One operand element as the product reads it: `hi` alone (TF32) or hi + lo (split).
 struct Op {
     uint32_t hi, lo;

@@ -56,7 +56,7 @@ __global__ void k_pack_branches(const float *__restrict__ p, size_t V0, size_t c
                                 float *__restrict__ pack) {
     pdl_enter();
     const auto rnd = [bf16](float v) {
-        return bf16 ? __uint_as_float(mma::to_bf16_bits(v)) : mma::stored<false>(v);
+        return bf16 ? mma::rounded<true>(v) : mma::rounded<false>(v);
     };
     const size_t nh = (size_t)NB * HB, na = (size_t)NB * A, n1 = (size_t)H * D;
     const size_t nV = nh * H, nU = na * nh, nb = nV + nh + nU + na;
@@ -179,8 +179,8 @@ void q_forward_trunk(const LaneCtx &l, const Dims &d, const Layout &L, const QVi
         linear_silu(l.blas, l.stream, M, H, D, x, false, w.W1, tc ? w.pack + pk.W1t : nullptr,
                     w.p + L.q.b1, c.pre1, c.h1, "trunk x W1^T");
     c.h2_rounded = linear_silu(l.blas, l.stream, M, H, H, c.h1, h1_rounded, w.W2,
-                            tc ? w.pack + pk.W2t : nullptr, w.p + L.q.b2, c.pre2, c.h2,
-                            "trunk h1 W2^T");
+                               tc ? w.pack + pk.W2t : nullptr, w.p + L.q.b2, c.pre2, c.h2,
+                               "trunk h1 W2^T");
 }
 
 // Branch b's rows of the packed Vcat are V_b (rounded with w.rounded), and of ccat c_b.

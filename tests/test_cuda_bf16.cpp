@@ -32,6 +32,7 @@ extern "C" {
 #include <cmocka.h>
 }
 
+#include "operand_round.hpp"
 #include "test_cuda_util.h"
 #if FOXHUNT_HAVE_CUDA
 #include "cuda_dev.hpp"
@@ -119,15 +120,8 @@ void test_every_loss_falls_as_in_tf32(void **) {
 using cuda_test::Dev;
 using cuda_test::dev_of;
 
-/* float -> bfloat16 -> float, round to nearest even (finite values). */
-float bf16_round(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    u &= 0xFFFF0000u;
-    memcpy(&f, &u, 4);
-    return f;
-}
+/* float -> bfloat16 -> float, round to nearest even. */
+using operand_round::bf16_rne;
 
 struct GemmCase {
     const char *name;
@@ -168,7 +162,7 @@ void check_gemm(const GemmCase &t, cublasHandle_t h, void *stage) {
             double s_bf = 0, s_ex = 0, mag = 0;
             for (int l = 0; l < t.k; ++l) {
                 const float x = A(i, l), y = Bm(l, j);
-                s_bf += (double)bf16_round(x) * bf16_round(y);
+                s_bf += (double)bf16_rne(x) * bf16_rne(y);
                 s_ex += (double)x * y;
                 mag += std::fabs((double)x * y);
             }

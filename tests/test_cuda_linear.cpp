@@ -49,6 +49,7 @@ extern "C" {
 #include <string>
 #include <vector>
 
+#include "operand_round.hpp"
 #include "test_cuda_util.h"
 
 using namespace fhtest;
@@ -74,22 +75,8 @@ struct Shape {
     int M, N, K;
 };
 
-float tf32_rna(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u = (u + 0x1000u) & ~0x1FFFu;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
-float bf16_rne(float x) {
-    if (std::isnan(x)) return x;
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
+using operand_round::bf16_rne;
+using operand_round::tf32_rna;
 
 /* The kernel's operand rounding: TF32 (round to nearest, ties away) or, with Blas::linear_bf16
  * (FH_MATH_BF16), bfloat16 (round to nearest even); u is its unit roundoff (2^-11, 2^-8). */
