@@ -140,7 +140,8 @@ void check(const fh_config &c, uint32_t world) {
         const int trunk = find(s, Task::FWD_TRUNK), td = find(s, Task::TD_LOSS);
         const int tm = find(s, Task::TD_METRICS), bt = find(s, Task::BWD_TRUNK);
         for (uint32_t br = 0; br < d.NB; ++br) {
-            const int fb = find(s, Task::FWD_BRANCH, (int)br), bb = find(s, Task::BWD_BRANCH, (int)br);
+            const int fb = find(s, Task::FWD_BRANCH, (int)br);
+            const int bb = find(s, Task::BWD_BRANCH, (int)br);
             expect_before(s, ch.name, trunk, fb);
             expect_before(s, ch.name, fb, td);
             expect_before(s, ch.name, td, bb);
