@@ -38,8 +38,9 @@
 //   h = pool Wr1ᵀ          nt M=B N=hh K=d
 //   k_attn_head (warp per row; k_attn_head_reg up to hh = 128): r̂, loss, dr,
 //                 dh = (dr w_r2) ⊙ SiLU'; partials of br1, w_r2, b_r2
-//   dWr1 = dhᵀ pool        tn M=hh N=d K=B
 //   dpool = dh Wr1         nn M=B N=d  K=hh
+//     (these four are one tensor-core kernel in TF32 at d = hh = 64: attention_head.cu)
+//   dWr1 = dhᵀ pool        tn M=hh N=d K=B
 //   dWo = dpoolᵀ ā         tn M=d  N=d K=B
 //   dā = dpool Wo          nn M=B N=d  K=d   (into ā's buffer)
 //   R = dpoolᵀ aug         tn M=d  N=td+G+1 K=B
@@ -55,6 +56,7 @@
 #include <cstring>
 #include <memory>
 
+#include "attention_head.hpp"
 #include "attention_paths.hpp"
 #include "aux_common.cuh"
 #include "learners.hpp"
@@ -184,6 +186,12 @@ struct AttentionLearner::Impl {
     Geom g{};
     std::unique_ptr<attn::Path> path;
     aux::RowPlan head;
+    // The output projection and reward head on attention_head.cu's kernel (TF32, widths 64),
+    // else two GEMMs, k_attn_head and the dpool GEMM: attention lane 0.423 → 0.407 ms
+    // single-stream at B = 16384, wall 0.469 → 0.446 ms multi-stream at B = 1024
+    // (bench/results/h200-2026-12-03-attn-head-before-after*.json).
+    bool head_tc = false;
+    int head_tc_blocks = 0;
 
     aux::Arena arena;
     float *comp, *abar, *pool, *aug, *hbuf, *dpool, *R, *tot, *grad, *part;
@@ -252,6 +260,8 @@ struct AttentionLearner::Impl {
         g = geometry(d);
         path = choose(g, requested(kernels), c.math_mode == FH_MATH_STRICT);
         head = aux::plan_rows(d.B, 2 * (int)d.hh + 2, kHeadRowsPerWarp, 0, "attention head");
+        head_tc = attn::head_fused_fits(c.math_mode, (int)d.d, (int)d.hh);
+        head_tc_blocks = head_tc ? attn::head_fused_blocks((int)d.B) : 0;
 
         const size_t B = d.B;
         const size_t o_comp = arena.reserve_n<float>(g.c_total);
@@ -264,7 +274,10 @@ struct AttentionLearner::Impl {
         const size_t o_tot = arena.reserve_n<float>(g.pw);
         const size_t o_grad = arena.reserve_n<float>(o.total);
         const size_t o_part = arena.reserve_n<float>((size_t)path->partial_rows() * g.pw);
-        const size_t o_ph = arena.reserve_n<double>((size_t)head.blocks * (2 * d.hh + 2));
+        // The head's partial rows: k_attn_head's grid or the fused kernel's (at most one per
+        // 128-row tile), whichever is larger, on either path (src/memory_plan.cpp).
+        const size_t o_ph = arena.reserve_n<double>(
+            std::max<size_t>(head.blocks, (B + 127) / 128) * (2 * d.hh + 2));
         const size_t o_scr = arena.reserve(path->scratch_bytes());
         arena.allocate("the attention learner");
         comp = arena.at<float>(o_comp);
@@ -301,14 +314,19 @@ struct AttentionLearner::Impl {
         mark(0, s);
         path->forward(attn::FwdArgs{in.x, comp, P + o.Wt, Wg, P + o.bo, abar, pool, aug}, s);
         mark(1, s);
-        gemm_nt(bl, B, dm, dm, abar, P + o.Wo, pool, 1.0f, "attention pool += abar Wo^T");
-        gemm_nt(bl, B, hh, dm, pool, P + o.Wr1, hbuf, 0.0f, "attention h = pool Wr1^T");
-
-        AttnHeadArgs a{};
-        a.h = hbuf; a.br1 = P + o.br1; a.wr2 = P + o.w_r2; a.br2 = P + o.b_r2;
-        a.r = in.r; a.B = B; a.hh = hh; a.rows = (float)d.Bg; a.partial = part_head;
-        a.rows_per_blk = head.rows_per_blk;
-        {
+        int head_rows = head.blocks;
+        if (head_tc) {
+            attn::HeadFusedArgs a{abar, pool, P + o.Wo, P + o.Wr1, P + o.br1, P + o.w_r2,
+                                  P + o.b_r2, in.r, B, (float)d.Bg, hbuf, dpool, part_head};
+            attn::head_fused(a, head_tc_blocks, s);
+            head_rows = head_tc_blocks;
+        } else {
+            gemm_nt(bl, B, dm, dm, abar, P + o.Wo, pool, 1.0f, "attention pool += abar Wo^T");
+            gemm_nt(bl, B, hh, dm, pool, P + o.Wr1, hbuf, 0.0f, "attention h = pool Wr1^T");
+            AttnHeadArgs a{};
+            a.h = hbuf; a.br1 = P + o.br1; a.wr2 = P + o.w_r2; a.br2 = P + o.b_r2;
+            a.r = in.r; a.B = B; a.hh = hh; a.rows = (float)d.Bg; a.partial = part_head;
+            a.rows_per_blk = head.rows_per_blk;
             void *args[] = {&a};
             FH_CUDA(launch_pdl(head_kernel(), head.blocks, head.warps * 32, head.smem, s, args));
         }
@@ -318,10 +336,11 @@ struct AttentionLearner::Impl {
             sg.add(grad + o.w_r2, hh, hh);
             sg.add(grad + o.b_r2, 2 * hh, 1);
             sg.add(loss, 2 * hh + 1, 1, 0, (double)d.Bg);
-            aux::reduce_partials(part_head, head.blocks, 2 * hh + 2, 1, sg, s);
+            aux::reduce_partials(part_head, head_rows, 2 * hh + 2, 1, sg, s);
         }
         gemm_tn(bl, hh, dm, B, hbuf, pool, grad + o.Wr1, 0.0f, "attention dWr1 = dh^T pool");
-        gemm_nn(bl, B, dm, hh, hbuf, P + o.Wr1, dpool, 0.0f, "attention dpool = dh Wr1");
+        if (!head_tc)
+            gemm_nn(bl, B, dm, hh, hbuf, P + o.Wr1, dpool, 0.0f, "attention dpool = dh Wr1");
         gemm_tn(bl, dm, dm, B, dpool, abar, grad + o.Wo, 0.0f, "attention dWo = dpool^T abar");
         gemm_nn(bl, B, dm, dm, dpool, P + o.Wo, abar, 0.0f, "attention dabar = dpool Wo");
         gemm_tn(bl, dm, na, B, dpool, aug, R, 0.0f, "attention R = dpool^T aug");

@@ -1,0 +1,242 @@
+// The attention learner's output projection, reward head and the head's backward down to dpool,
+// fused on tensor cores (attention_head.hpp has the math): TF32 mma.sync m16n8k8
+// (mma_tf32.cuh) at attn_d_model = attn_head_hidden = 64.
+//
+// Tiling. 8 warps a block, tiles of 128 rows, warp w owning rows 16w .. 16w + 15 of a tile (one
+// m16 tile; thread (g, t) rows g and g + 8). Wo and Wr1 sit in shared memory for the whole
+// kernel, TF32-rounded once, XOR-swizzled (swz) so that the by-row reads of the two forward
+// products and the by-column reads of dpool = dh Wr1 hit 32 different banks. The three products
+// chain in registers: each result's accumulator fragments are the next product's A fragments in
+// mma_tf32.cuh's permuted contraction order (pool → h, dh → dpool), so no activation goes
+// through shared memory. A thread issues all of its tile's loads of ā and pool_in (64 floats)
+// before the first product. Why: at the default sizes these were four kernels (two cuBLAS GEMMs
+// of K = 64, the warp-per-row head and the dpool GEMM), each a full pass over [B, 64] rows for a
+// few microseconds of arithmetic.
+//
+// Deterministic: a row is one warp's; the column sums stay in each lane's registers across tiles
+// (float, a lane's own rows), then go through a fixed butterfly over the warp's row groups in
+// double, across warps in warp order and across blocks in reduce_partials' block order. No
+// atomics.
+#include <algorithm>
+
+#include "attention_head.hpp"
+#include "foxhunt.h"
+#include "aux_common.cuh"
+#include "device_math.cuh"
+#include "launch.cuh"
+#include "mma_tf32.cuh"
+#include "tile128.cuh"
+
+namespace fh::cuda::attn {
+
+namespace {
+
+constexpr int kW = kHeadFusedWidth, kWarps = 8, kTileRows = 16 * kWarps, kNT = kW / 8;
+constexpr int kPartW = 2 * kW + 2;  // dbr1 | dw_r2 | db_r2 | Σ loss terms
+static_assert(kWarps * kPartW * 2 <= 2 * kW * kW, "the warps' partial rows fit over Wo and Wr1");
+
+// Element (r, c) of a shared [*, 64] matrix: column c XOR 8·f(r mod 8), f = (r ^ (r >> 2)) & 3 on
+// r's low three bits. By-row reads (rows 8ν + g at columns 8κ + 2t, float2) give each half-warp
+// four different f; by-column reads (rows 8κ + 2t (+1) at column 8ν + g) give the four t four
+// different f. Whole aligned groups of 8 columns move, so float4 stores stay whole.
+__device__ __forceinline__ int swz(int r, int c) {
+    const int f = (r & 3) ^ ((r >> 2) & 1);
+    return r * kW + (c ^ (f << 3));
+}
+
+__device__ __forceinline__ float2 ld2g(const float *p) {
+    return __ldg(reinterpret_cast<const float2 *>(p));
+}
+__device__ __forceinline__ void st2(float *p, float a, float b) {
+    *reinterpret_cast<float2 *>(p) = make_float2(a, b);
+}
+
+// c[ν] += A · Wᵀ over contraction step ka for the 8 column tiles ν (W read by rows).
+__device__ __forceinline__ void mma_rows(float (&c)[kNT][4], const mma::Op (&A)[4],
+                                         const float *Ws, int ka, int gi, int tq) {
+#pragma unroll
+    for (int nu = 0; nu < kNT; ++nu) {
+        const float2 w = *reinterpret_cast<const float2 *>(Ws + swz(8 * nu + gi, 8 * ka + 2 * tq));
+        const mma::Op Bf[2] = {mma::loaded<false>(w.x), mma::loaded<false>(w.y)};
+        mma::mma<false>(c[nu], A, Bf);
+    }
+}
+
+// c[ν] += A · W over contraction step ka (W read by columns: B[k][n] = W[k][n]).
+__device__ __forceinline__ void mma_cols(float (&c)[kNT][4], const mma::Op (&A)[4],
+                                         const float *Ws, int ka, int gi, int tq) {
+#pragma unroll
+    for (int nu = 0; nu < kNT; ++nu) {
+        const mma::Op Bf[2] = {mma::loaded<false>(Ws[swz(8 * ka + 2 * tq, 8 * nu + gi)]),
+                               mma::loaded<false>(Ws[swz(8 * ka + 2 * tq + 1, 8 * nu + gi)])};
+        mma::mma<false>(c[nu], A, Bf);
+    }
+}
+
+__device__ __forceinline__ void stage_w(float *dst, const float *src) {
+    const float4 *s4 = reinterpret_cast<const float4 *>(src);
+    for (int e = threadIdx.x; e < kW * kW / 4; e += blockDim.x) {
+        const int r = e / (kW / 4), c = 4 * (e % (kW / 4));
+        *reinterpret_cast<float4 *>(dst + swz(r, c)) = tile::tf32x4(__ldg(s4 + e));
+    }
+}
+
+// The sum over the warp's 8 row groups (lanes g = 0..7 of one t), in double, fixed order.
+__device__ __forceinline__ double group_sum(float v) {
+    double s = (double)v;
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+__global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_tc(HeadFusedArgs a) {
+    pdl_enter();
+    __shared__ __align__(16) float Ws[2 * kW * kW];  // Wo | Wr1
+    __shared__ float br1s[kW], wr2s[kW];
+    float *Wos = Ws, *Wr1s = Ws + kW * kW;
+    stage_w(Wos, a.Wo);
+    stage_w(Wr1s, a.Wr1);
+    for (int e = threadIdx.x; e < kW; e += blockDim.x) {
+        br1s[e] = __ldg(a.br1 + e);
+        wr2s[e] = __ldg(a.wr2 + e);
+    }
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
+    const float br2 = __ldg(a.br2);
+    const size_t B = (size_t)a.B, ntiles = (B + kTileRows - 1) / kTileRows;
+    float acc_b[kNT][2] = {}, acc_w[kNT][2] = {};  // dbr1, dw_r2 at columns 8ν + 2t (+1)
+    double acc_dr = 0.0, acc_loss = 0.0;
+    for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+        const size_t r0 = tile * kTileRows + (size_t)warp * 16 + gi, r1 = r0 + 8;
+        const bool v0 = r0 < B, v1 = r1 < B;
+        // Rows past the batch compute on the last row and are masked.
+        const float *ab0 = a.abar + (v0 ? r0 : B - 1) * kW, *ab1 = a.abar + (v1 ? r1 : B - 1) * kW;
+        const float *pi0 = a.pool + (v0 ? r0 : B - 1) * kW, *pi1 = a.pool + (v1 ? r1 : B - 1) * kW;
+        float2 x0[kNT], x1[kNT];
+        float P[kNT][4];
+#pragma unroll
+        for (int k = 0; k < kNT; ++k) {
+            x0[k] = ld2g(ab0 + 8 * k + 2 * tq);
+            x1[k] = ld2g(ab1 + 8 * k + 2 * tq);
+            const float2 p0 = ld2g(pi0 + 8 * k + 2 * tq), p1 = ld2g(pi1 + 8 * k + 2 * tq);
+            P[k][0] = p0.x;
+            P[k][1] = p0.y;
+            P[k][2] = p1.x;
+            P[k][3] = p1.y;
+        }
+        // pool = pool_in + ā Woᵀ (ā's columns 8κ + 2t, + 1 are contraction indices t, t + 4).
+#pragma unroll
+        for (int ka = 0; ka < kNT; ++ka) {
+            const mma::Op A[4] = {mma::op<false>(x0[ka].x), mma::op<false>(x1[ka].x),
+                                  mma::op<false>(x0[ka].y), mma::op<false>(x1[ka].y)};
+            mma_rows(P, A, Wos, ka, gi, tq);
+        }
+#pragma unroll
+        for (int nu = 0; nu < kNT; ++nu) {
+            if (v0) st2(a.pool + r0 * kW + 8 * nu + 2 * tq, P[nu][0], P[nu][1]);
+            if (v1) st2(a.pool + r1 * kW + 8 * nu + 2 * tq, P[nu][2], P[nu][3]);
+        }
+        // h = pool Wr1ᵀ.
+        float H[kNT][4] = {};
+#pragma unroll
+        for (int ka = 0; ka < kNT; ++ka) {
+            mma::Op A[4];
+            mma::a_from_acc<false>(A, P[ka]);
+            mma_rows(H, A, Wr1s, ka, gi, tq);
+        }
+        // The head: r̂ of the thread's two rows (a quad sums a row), then dr and dh in place of h.
+        float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+        for (int nu = 0; nu < kNT; ++nu)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int u = 8 * nu + 2 * tq + e;
+                s0 = fmaf(dev_silu(__fadd_rn(H[nu][e], br1s[u])), wr2s[u], s0);
+                s1 = fmaf(dev_silu(__fadd_rn(H[nu][2 + e], br1s[u])), wr2s[u], s1);
+            }
+        s0 = tile::quad_sum(s0);
+        s1 = tile::quad_sum(s1);
+        const float e0 = v0 ? __fadd_rn(__fadd_rn(s0, br2), -__ldg(a.r + r0)) : 0.0f;
+        const float e1 = v1 ? __fadd_rn(__fadd_rn(s1, br2), -__ldg(a.r + r1)) : 0.0f;
+        const float dr0 = __fdiv_rn(__fmul_rn(2.0f, e0), a.rows);
+        const float dr1 = __fdiv_rn(__fmul_rn(2.0f, e1), a.rows);
+        if (tq == 0) {
+            acc_dr += (double)dr0 + (double)dr1;
+            acc_loss += (double)__fmul_rn(e0, e0) + (double)__fmul_rn(e1, e1);
+        }
+#pragma unroll
+        for (int nu = 0; nu < kNT; ++nu) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int u = 8 * nu + 2 * tq + (e & 1);
+                const float dr = e < 2 ? dr0 : dr1;
+                const float pre = __fadd_rn(H[nu][e], br1s[u]);
+                const float sg = dev_sigmoid(pre);
+                H[nu][e] = __fmul_rn(__fmul_rn(dr, wr2s[u]), dev_dsilu_s(pre, sg));
+                acc_w[nu][e & 1] += __fmul_rn(dr, __fmul_rn(pre, sg));
+            }
+            acc_b[nu][0] += H[nu][0] + H[nu][2];
+            acc_b[nu][1] += H[nu][1] + H[nu][3];
+            if (v0) st2(a.dh + r0 * kW + 8 * nu + 2 * tq, H[nu][0], H[nu][1]);
+            if (v1) st2(a.dh + r1 * kW + 8 * nu + 2 * tq, H[nu][2], H[nu][3]);
+        }
+        // dpool = dh Wr1.
+        float D[kNT][4] = {};
+#pragma unroll
+        for (int ka = 0; ka < kNT; ++ka) {
+            mma::Op A[4];
+            mma::a_from_acc<false>(A, H[ka]);
+            mma_cols(D, A, Wr1s, ka, gi, tq);
+        }
+#pragma unroll
+        for (int nu = 0; nu < kNT; ++nu) {
+            if (v0) st2(a.dpool + r0 * kW + 8 * nu + 2 * tq, D[nu][0], D[nu][1]);
+            if (v1) st2(a.dpool + r1 * kW + 8 * nu + 2 * tq, D[nu][2], D[nu][3]);
+        }
+    }
+    // The block's partial row: each warp's sums (lanes g = 0 hold them after group_sum) in shared
+    // memory over the weights, then summed in warp order.
+    double sb[kNT][2], sw[kNT][2];
+#pragma unroll
+    for (int nu = 0; nu < kNT; ++nu)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            sb[nu][e] = group_sum(acc_b[nu][e]);
+            sw[nu][e] = group_sum(acc_w[nu][e]);
+        }
+    acc_dr = warp_sum(acc_dr);
+    acc_loss = warp_sum(acc_loss);
+    __syncthreads();
+    double *red = reinterpret_cast<double *>(Ws);
+    double *mine = red + (size_t)warp * kPartW;
+    if (gi == 0)
+#pragma unroll
+        for (int nu = 0; nu < kNT; ++nu)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                mine[8 * nu + 2 * tq + e] = sb[nu][e];
+                mine[kW + 8 * nu + 2 * tq + e] = sw[nu][e];
+            }
+    if (lane == 0) {
+        mine[2 * kW] = acc_dr;
+        mine[2 * kW + 1] = acc_loss;
+    }
+    aux::flush_row_acc(red, kPartW, a.partial + (size_t)blockIdx.x * kPartW);
+}
+
+}  // namespace
+
+bool head_fused_fits(int math_mode, int d_model, int head_hidden) {
+    return math_mode == FH_MATH_TF32 && d_model == kW && head_hidden == kW;
+}
+
+int head_fused_blocks(int B) {
+    const int tiles = (B + kTileRows - 1) / kTileRows;
+    return std::max(1, std::min(tiles, 2 * sm_count()));
+}
+
+void head_fused(const HeadFusedArgs &a, int blocks, cudaStream_t s) {
+    FH_LAUNCH(k_attn_head_tc, blocks, kWarps * 32, 0, s, a);
+}
+
+}  // namespace fh::cuda::attn

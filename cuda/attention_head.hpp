@@ -1,0 +1,36 @@
+// The attention learner's output projection and reward head (SPEC §4, §5.5 step 4) fused on
+// tensor cores for the default widths (attn_d_model = attn_head_hidden = 64), TF32 mode
+// (cuda/attention_head.cu). Per row i of the batch:
+//   pool_i = pool_in_i + Wo ā_i,  h_i = Wr1 pool_i,  r̂_i = SiLU(h_i + br1)·w_r2 + b_r2,
+//   dr_i = 2 (r̂_i − r̃_i) / (W·B),  dh_i = dr_i w_r2 ⊙ SiLU'(h_i + br1),  dpool_i = Wr1ᵀ dh_i
+// with per-block sums of dbr1 = Σ dh, dw_r2 = Σ dr SiLU(h + br1), db_r2 = Σ dr and Σ (r̂ − r̃)².
+// It replaces two GEMMs (pool += ā Woᵀ, h = pool Wr1ᵀ), the warp-per-row head and the dpool GEMM
+// of cuda/attention.cu; the weight gradients dWr1, dWo and R and dā = dpool Wo stay cuBLAS.
+#pragma once
+#include <cstddef>
+
+#include <cuda_runtime.h>
+
+namespace fh::cuda::attn {
+
+constexpr int kHeadFusedWidth = 64;  // attn_d_model and attn_head_hidden of this kernel
+
+struct HeadFusedArgs {
+    const float *abar;      // [B, 64] ā, rows 8-byte aligned
+    float *pool;            // [B, 64] in: ē + bo (the forward's), out: + ā Woᵀ
+    const float *Wo, *Wr1;  // [64, 64] row-major
+    const float *br1, *wr2, *br2;  // [64], [64], [1]
+    const float *r;         // [B] r̃
+    int B;
+    float rows;             // W·B, the rows of the mean (SPEC §9)
+    float *dh;              // [B, 64] out: dL/d(h + br1)
+    float *dpool;           // [B, 64] out: dL/d pool
+    double *partial;        // [blocks, 2·64 + 2]: dbr1 | dw_r2 | db_r2 | Σ loss terms
+};
+
+// Whether the kernel runs this learner's head: TF32 math (not strict, not BF16) and the widths.
+bool head_fused_fits(int math_mode, int d_model, int head_hidden);
+int head_fused_blocks(int B);   // the grid (partial rows); at most ceil(B / 128)
+void head_fused(const HeadFusedArgs &a, int blocks, cudaStream_t s);
+
+}  // namespace fh::cuda::attn

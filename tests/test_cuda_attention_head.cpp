@@ -1,0 +1,205 @@
+/* The attention learner's fused output projection and reward head (cuda/attention_head.cu)
+ * against float64, stage by stage, at B = 1000 (a partly filled last tile) and 16384:
+ * - pool = pool_in + ā Woᵀ: the reference takes the operands rounded to TF32 as the kernel does
+ *   (round to nearest, ties away), so its products are exact in float64 and only the float32
+ *   accumulation differs: within 8e-6 (twice γ_64) of |pool_in| + Σ_k |ā_k Wo_nk| per element
+ *   (rounding the operands by truncation instead would be off by ~2^-11 of each).
+ * - dh and the head's sums from the kernel's own pool (rounded as its next product reads it):
+ *   h's accumulation error (the same bound) carried through r̂ = SiLU(h + br1)·w_r2 + b_r2,
+ *   dr = 2 (r̂ − r̃) / B and dh = dr w_r2 ⊙ SiLU'(h + br1) with |SiLU''| ≤ 0.5 and |SiLU'| ≤ 1.1,
+ *   plus 1e-5 of each result for the float32 head arithmetic; the sums dbr1, dw_r2, db_r2 and
+ *   Σ (r̂ − r̃)² (the kernel's partial rows summed in float64) within the sums of those bounds.
+ * - dpool = dh Wr1 from the kernel's own dh, rounded: the pool bound again.
+ * Rows past the batch stay untouched (sentinels). Skipped without a GPU. */
+#if FOXHUNT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "../cuda/attention_head.hpp"
+#endif
+
+extern "C" {
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+}
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "operand_round.hpp"
+#include "test_cuda_util.h"
+
+namespace {
+
+#if FOXHUNT_HAVE_CUDA
+using operand_round::tf32_rna;
+
+constexpr int W = 64, kPartW = 2 * W + 2;
+constexpr float kSentinel = -12345.0f;
+
+float *dev(const std::vector<float> &v) {
+    float *p = nullptr;
+    if (cudaMalloc(&p, v.size() * sizeof(float)) != cudaSuccess) fail_msg("cudaMalloc");
+    cudaMemcpy(p, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice);
+    return p;
+}
+
+template <class T>
+std::vector<T> host(const T *p, size_t n) {
+    std::vector<T> v(n);
+    cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return v;
+}
+
+double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+
+// Float32 accumulation of K = 64 products: within γ_64 = 64·2^-24/(1 − 64·2^-24) ≈ 3.8e-6 of the
+// sum of their magnitudes in any order (Higham, Accuracy and Stability of Numerical Algorithms,
+// §3.1); twice that for the tensor cores' own adders.
+constexpr double kAcc = 8e-6;
+
+// The largest |got − ref| / bound; fails the test past 1.
+struct Reach {
+    const char *what;
+    double worst = 0.0;
+    void add(double got, double ref, double bound, size_t at) {
+        const double r = std::fabs(got - ref) / bound;
+        if (!(r <= 1.0))
+            fail_msg("%s[%zu]: %.9g against %.9g, bound %.3g", what, at, got, ref, bound);
+        worst = std::max(worst, r);
+    }
+};
+
+void check(int B, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const int rows = B + 128;  // sentinel rows past the batch
+    std::vector<float> abar((size_t)rows * W), pool_in((size_t)rows * W, kSentinel);
+    std::vector<float> Wo(W * W), Wr1(W * W), br1(W), wr2(W), br2(1), r(B);
+    for (size_t i = 0; i < (size_t)B * W; ++i) {
+        abar[i] = 0.5f * u(rng);
+        pool_in[i] = u(rng);
+    }
+    for (float &w : Wo) w = 0.125f * u(rng);
+    for (float &w : Wr1) w = 0.125f * u(rng);
+    for (float &v : br1) v = 0.5f * u(rng);
+    for (float &v : wr2) v = 0.5f * u(rng);
+    br2[0] = 0.1f;
+    for (float &v : r) v = u(rng);
+    const std::vector<float> sent((size_t)rows * W, kSentinel);
+    float *d_abar = dev(abar), *d_pool = dev(pool_in), *d_Wo = dev(Wo), *d_Wr1 = dev(Wr1);
+    float *d_br1 = dev(br1), *d_wr2 = dev(wr2), *d_br2 = dev(br2), *d_r = dev(r);
+    float *d_dh = dev(sent), *d_dpool = dev(sent);
+    const int blocks = fh::cuda::attn::head_fused_blocks(B);
+    double *d_part = nullptr;
+    cudaMalloc(&d_part, (size_t)blocks * kPartW * sizeof(double));
+    const fh::cuda::attn::HeadFusedArgs a{d_abar, d_pool, d_Wo, d_Wr1, d_br1, d_wr2, d_br2, d_r,
+                                          B, (float)B, d_dh, d_dpool, d_part};
+    try {
+        fh::cuda::attn::head_fused(a, blocks, 0);
+    } catch (...) {
+        fail_msg("head_fused threw");
+    }
+    if (cudaDeviceSynchronize() != cudaSuccess) fail_msg("the kernel failed");
+    const std::vector<float> pool = host(d_pool, (size_t)rows * W);
+    const std::vector<float> dh = host(d_dh, (size_t)rows * W);
+    const std::vector<float> dpool = host(d_dpool, (size_t)rows * W);
+    const std::vector<double> part = host(d_part, (size_t)blocks * kPartW);
+
+    Reach rp{"pool"}, rd{"dh"}, rq{"dpool"}, rs{"sums"};
+    std::vector<double> sum(kPartW, 0.0), sum_bound(kPartW, 0.0);
+    for (int i = 0; i < B; ++i) {
+        const float *ai = &abar[(size_t)i * W], *pi = &pool[(size_t)i * W];
+        for (int n = 0; n < W; ++n) {
+            double ref = pool_in[(size_t)i * W + n], mag = std::fabs(ref);
+            for (int k = 0; k < W; ++k) {
+                const double t = (double)tf32_rna(ai[k]) * tf32_rna(Wo[n * W + k]);
+                ref += t;
+                mag += std::fabs(t);
+            }
+            rp.add(pi[n], ref, kAcc * mag + 1e-30, (size_t)i * W + n);
+        }
+        // h from the kernel's pool, the head, dh.
+        double h[W], hb[W], pre[W], s = 0.0, smag = 0.0, rb = 0.0;
+        for (int j = 0; j < W; ++j) {
+            double acc = 0.0, mag = 0.0;
+            for (int k = 0; k < W; ++k) {
+                const double t = (double)tf32_rna(pi[k]) * tf32_rna(Wr1[j * W + k]);
+                acc += t;
+                mag += std::fabs(t);
+            }
+            h[j] = acc;
+            hb[j] = kAcc * mag + 1e-6 * std::fabs(acc);
+            pre[j] = acc + br1[j];
+            const double silu = pre[j] * sigmoid(pre[j]);
+            s += silu * wr2[j];
+            smag += std::fabs(silu * wr2[j]);
+            rb += std::fabs(wr2[j]) * 1.1 * hb[j];
+        }
+        const double rhat = s + br2[0], e = rhat - r[i], dr = 2.0 * e / B;
+        rb += 1e-5 * (smag + std::fabs(rhat));
+        const double drb = 2.0 * rb / B;
+        for (int j = 0; j < W; ++j) {
+            const double sg = sigmoid(pre[j]), ds = sg * (1.0 + pre[j] * (1.0 - sg));
+            const double ref = dr * wr2[j] * ds;
+            const double bound = std::fabs(dr * wr2[j]) * 0.5 * hb[j] +
+                                 std::fabs(wr2[j]) * 1.1 * drb + 1e-5 * std::fabs(ref) + 1e-30;
+            rd.add(dh[(size_t)i * W + j], ref, bound, (size_t)i * W + j);
+            sum[j] += ref;
+            sum_bound[j] += bound;
+            sum[W + j] += dr * pre[j] * sg;
+            sum_bound[W + j] += drb * std::fabs(pre[j] * sg) +
+                                std::fabs(dr) * 1.1 * hb[j] + 1e-5 * std::fabs(dr * pre[j] * sg);
+        }
+        sum[2 * W] += dr;
+        sum_bound[2 * W] += drb;
+        sum[2 * W + 1] += e * e;
+        sum_bound[2 * W + 1] += 2.0 * std::fabs(e) * rb + rb * rb + 1e-5 * e * e;
+        // dpool from the kernel's dh.
+        for (int n = 0; n < W; ++n) {
+            double acc = 0.0, mag = 0.0;
+            for (int j = 0; j < W; ++j) {
+                const double t = (double)tf32_rna(dh[(size_t)i * W + j]) * tf32_rna(Wr1[j * W + n]);
+                acc += t;
+                mag += std::fabs(t);
+            }
+            rq.add(dpool[(size_t)i * W + n], acc, kAcc * mag + 1e-30, (size_t)i * W + n);
+        }
+    }
+    for (int c = 0; c < kPartW; ++c) {
+        double got = 0.0;
+        for (int b = 0; b < blocks; ++b) got += part[(size_t)b * kPartW + c];
+        rs.add(got, sum[c], sum_bound[c] + 1e-12 * std::fabs(sum[c]) + 1e-30, (size_t)c);
+    }
+    for (size_t e = (size_t)B * W; e < (size_t)rows * W; ++e)
+        if (pool[e] != kSentinel || dh[e] != kSentinel || dpool[e] != kSentinel)
+            fail_msg("B = %d: element %zu past the batch was written", B, e);
+    printf("[ATTN_HEAD] B = %d, %d blocks: largest share of the bound: pool %.3f, dh %.3f, "
+           "dpool %.3f, sums %.3f\n", B, blocks, rp.worst, rd.worst, rq.worst, rs.worst);
+    for (float *p : {d_abar, d_pool, d_Wo, d_Wr1, d_br1, d_wr2, d_br2, d_r, d_dh, d_dpool})
+        cudaFree(p);
+    cudaFree(d_part);
+}
+
+void test_attention_head_vs_float64(void **) {
+    if (!fh_test_have_cuda()) skip();
+    check(1000, 1);
+    check(16384, 2);
+}
+#endif
+
+}  // namespace
+
+int main(void) {
+#if FOXHUNT_HAVE_CUDA
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_attention_head_vs_float64)};
+    return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
+#else
+    return 77;
+#endif
+}
