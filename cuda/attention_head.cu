@@ -38,7 +38,7 @@ static_assert(kWarps * kPartW * 2 <= 2 * kW * kW, "the warps' partial rows fit o
 // Element (r, c) of a shared [*, 64] matrix: column c XOR 8·f(r mod 8), f = (r ^ (r >> 2)) & 3 on
 // r's low three bits. By-row reads (rows 8ν + g at columns 8κ + 2t, float2) give each half-warp
 // four different f; by-column reads (rows 8κ + 2t (+1) at column 8ν + g) give the four t four
-// different f. Whole aligned groups of 8 columns move, so float4 stores stay whole.
+// different f. Whole aligned groups of 8 columns move, so the float2 reads stay whole.
 __device__ __forceinline__ int swz(int r, int c) {
     const int f = (r & 3) ^ ((r >> 2) & 1);
     return r * kW + (c ^ (f << 3));
@@ -73,12 +73,12 @@ __device__ __forceinline__ void mma_cols(float (&c)[kNT][4], const mma::Op (&A)[
     }
 }
 
+// W [64, 64] into dst, TF32-rounded. Scalar loads: the parameters' offsets in the learner's
+// buffer need not be 16-byte aligned at every config with these widths.
 __device__ __forceinline__ void stage_w(float *dst, const float *src) {
-    const float4 *s4 = reinterpret_cast<const float4 *>(src);
-    for (int e = threadIdx.x; e < kW * kW / 4; e += blockDim.x) {
-        const int r = e / (kW / 4), c = 4 * (e % (kW / 4));
-        *reinterpret_cast<float4 *>(dst + swz(r, c)) = tile::tf32x4(__ldg(s4 + e));
-    }
+#pragma unroll 4
+    for (int e = threadIdx.x; e < kW * kW; e += blockDim.x)
+        dst[swz(e / kW, e % kW)] = mma::rounded<false>(__ldg(src + e));
 }
 
 // The sum over the warp's 8 row groups (lanes g = 0..7 of one t), in double, fixed order.

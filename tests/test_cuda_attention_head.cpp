@@ -10,7 +10,8 @@
  *   plus 1e-5 of each result for the float32 head arithmetic; the sums dbr1, dw_r2, db_r2 and
  *   Σ (r̂ − r̃)² (the kernel's partial rows summed in float64) within the sums of those bounds.
  * - dpool = dh Wr1 from the kernel's own dh, rounded: the pool bound again.
- * Rows past the batch stay untouched (sentinels). Skipped without a GPU. */
+ * Rows past the batch stay untouched (sentinels); the weights may sit off 16-byte boundaries.
+ * Skipped without a GPU. */
 #if FOXHUNT_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -75,7 +76,9 @@ struct Reach {
     }
 };
 
-void check(int B, unsigned seed) {
+// `shift` floats before each weight on the device: 1 puts Wo and Wr1 off 16-byte boundaries, as
+// the learner's layout may at other configs with these widths.
+void check(int B, unsigned seed, int shift) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     const int rows = B + 128;  // sentinel rows past the batch
@@ -92,7 +95,13 @@ void check(int B, unsigned seed) {
     br2[0] = 0.1f;
     for (float &v : r) v = u(rng);
     const std::vector<float> sent((size_t)rows * W, kSentinel);
-    float *d_abar = dev(abar), *d_pool = dev(pool_in), *d_Wo = dev(Wo), *d_Wr1 = dev(Wr1);
+    auto shifted = [&](const std::vector<float> &v) {
+        std::vector<float> w(shift, 0.0f);
+        w.insert(w.end(), v.begin(), v.end());
+        return w;
+    };
+    float *d_abar = dev(abar), *d_pool = dev(pool_in), *d_Wo0 = dev(shifted(Wo));
+    float *d_Wr10 = dev(shifted(Wr1)), *d_Wo = d_Wo0 + shift, *d_Wr1 = d_Wr10 + shift;
     float *d_br1 = dev(br1), *d_wr2 = dev(wr2), *d_br2 = dev(br2), *d_r = dev(r);
     float *d_dh = dev(sent), *d_dpool = dev(sent);
     const int blocks = fh::cuda::attn::head_fused_blocks(B);
@@ -179,17 +188,18 @@ void check(int B, unsigned seed) {
     for (size_t e = (size_t)B * W; e < (size_t)rows * W; ++e)
         if (pool[e] != kSentinel || dh[e] != kSentinel || dpool[e] != kSentinel)
             fail_msg("B = %d: element %zu past the batch was written", B, e);
-    printf("[ATTN_HEAD] B = %d, %d blocks: largest share of the bound: pool %.3f, dh %.3f, "
-           "dpool %.3f, sums %.3f\n", B, blocks, rp.worst, rd.worst, rq.worst, rs.worst);
-    for (float *p : {d_abar, d_pool, d_Wo, d_Wr1, d_br1, d_wr2, d_br2, d_r, d_dh, d_dpool})
+    printf("[ATTN_HEAD] B = %d, %d blocks, weights %s: largest share of the bound: pool %.3f, "
+           "dh %.3f, dpool %.3f, sums %.3f\n", B, blocks, shift ? "unaligned" : "aligned",
+           rp.worst, rd.worst, rq.worst, rs.worst);
+    for (float *p : {d_abar, d_pool, d_Wo0, d_Wr10, d_br1, d_wr2, d_br2, d_r, d_dh, d_dpool})
         cudaFree(p);
     cudaFree(d_part);
 }
 
 void test_attention_head_vs_float64(void **) {
     if (!fh_test_have_cuda()) skip();
-    check(1000, 1);
-    check(16384, 2);
+    check(1000, 1, 1);
+    check(16384, 2, 0);
 }
 #endif
 
