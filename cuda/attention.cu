@@ -276,8 +276,9 @@ struct AttentionLearner::Impl {
         const size_t o_part = arena.reserve_n<float>((size_t)path->partial_rows() * g.pw);
         // The head's partial rows: k_attn_head's grid or the fused kernel's (at most one per
         // 128-row tile), whichever is larger, on either path (src/memory_plan.cpp).
-        const size_t o_ph = arena.reserve_n<double>(
-            std::max<size_t>(head.blocks, (B + 127) / 128) * (2 * d.hh + 2));
+        const size_t tiles = (B + attn::kHeadFusedTileRows - 1) / attn::kHeadFusedTileRows;
+        const size_t o_ph =
+            arena.reserve_n<double>(std::max<size_t>(head.blocks, tiles) * (2 * d.hh + 2));
         const size_t o_scr = arena.reserve(path->scratch_bytes());
         arena.allocate("the attention learner");
         comp = arena.at<float>(o_comp);

@@ -9,7 +9,7 @@
 // chain in registers: each result's accumulator fragments are the next product's A fragments in
 // mma_tf32.cuh's permuted contraction order (pool → h, dh → dpool), so no activation goes
 // through shared memory. A thread issues all of its tile's loads of ā and pool_in (64 floats)
-// before the first product. Why: at the default sizes these were four kernels (two cuBLAS GEMMs
+// before the first product. The grid walks the tiles (at most one block per tile, two per SM). Why: at the default sizes these were four kernels (two cuBLAS GEMMs
 // of K = 64, the warp-per-row head and the dpool GEMM), each a full pass over [B, 64] rows for a
 // few microseconds of arithmetic.
 //
@@ -31,7 +31,8 @@ namespace fh::cuda::attn {
 
 namespace {
 
-constexpr int kW = kHeadFusedWidth, kWarps = 8, kTileRows = 16 * kWarps, kNT = kW / 8;
+constexpr int kW = kHeadFusedWidth, kWarps = 8, kTileRows = kHeadFusedTileRows, kNT = kW / 8;
+static_assert(kTileRows == 16 * kWarps, "a warp per 16 rows of a tile");
 constexpr int kPartW = 2 * kW + 2;  // dbr1 | dw_r2 | db_r2 | Σ loss terms
 static_assert(kWarps * kPartW * 2 <= 2 * kW * kW, "the warps' partial rows fit over Wo and Wr1");
 
@@ -46,6 +47,9 @@ __device__ __forceinline__ int swz(int r, int c) {
 
 __device__ __forceinline__ float2 ld2g(const float *p) {
     return __ldg(reinterpret_cast<const float2 *>(p));
+}
+__device__ __forceinline__ float2 ld2(const float *p) {
+    return *reinterpret_cast<const float2 *>(p);
 }
 __device__ __forceinline__ void st2(float *p, float a, float b) {
     *reinterpret_cast<float2 *>(p) = make_float2(a, b);
@@ -109,16 +113,20 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_tc(HeadFusedArgs a
     for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         const size_t r0 = tile * kTileRows + (size_t)warp * 16 + gi, r1 = r0 + 8;
         const bool v0 = r0 < B, v1 = r1 < B;
-        // Rows past the batch compute on the last row and are masked.
+        // Rows past the batch compute on the last row's ā and a zero pool_in, and are masked.
+        // pool is read with plain loads: the kernel writes it (each element after its one read,
+        // by the same thread).
         const float *ab0 = a.abar + (v0 ? r0 : B - 1) * kW, *ab1 = a.abar + (v1 ? r1 : B - 1) * kW;
-        const float *pi0 = a.pool + (v0 ? r0 : B - 1) * kW, *pi1 = a.pool + (v1 ? r1 : B - 1) * kW;
+        const float *pi0 = v0 ? a.pool + r0 * kW : nullptr, *pi1 = v1 ? a.pool + r1 * kW : nullptr;
+        const float2 zero2 = make_float2(0.0f, 0.0f);
         float2 x0[kNT], x1[kNT];
         float P[kNT][4];
 #pragma unroll
         for (int k = 0; k < kNT; ++k) {
             x0[k] = ld2g(ab0 + 8 * k + 2 * tq);
             x1[k] = ld2g(ab1 + 8 * k + 2 * tq);
-            const float2 p0 = ld2g(pi0 + 8 * k + 2 * tq), p1 = ld2g(pi1 + 8 * k + 2 * tq);
+            const float2 p0 = pi0 ? ld2(pi0 + 8 * k + 2 * tq) : zero2;
+            const float2 p1 = pi1 ? ld2(pi1 + 8 * k + 2 * tq) : zero2;
             P[k][0] = p0.x;
             P[k][1] = p0.y;
             P[k][2] = p1.x;

@@ -14,23 +14,24 @@
 namespace fh::cuda::attn {
 
 constexpr int kHeadFusedWidth = 64;  // attn_d_model and attn_head_hidden of this kernel
+constexpr int kHeadFusedTileRows = 128;  // rows per tile; the grid has at most one block per tile
 
 struct HeadFusedArgs {
-    const float *abar;      // [B, 64] ā, rows 8-byte aligned
-    float *pool;            // [B, 64] in: ē + bo (the forward's), out: + ā Woᵀ
+    const float *abar;      // [B, 64] ā, 8-byte aligned
+    float *pool;            // [B, 64] in: ē + bo (the forward's), out: + ā Woᵀ; 8-byte aligned
     const float *Wo, *Wr1;  // [64, 64] row-major
     const float *br1, *wr2, *br2;  // [64], [64], [1]
     const float *r;         // [B] r̃
     int B;
     float rows;             // W·B, the rows of the mean (SPEC §9)
-    float *dh;              // [B, 64] out: dL/d(h + br1)
-    float *dpool;           // [B, 64] out: dL/d pool
+    float *dh;              // [B, 64] out: dL/d(h + br1); 8-byte aligned
+    float *dpool;           // [B, 64] out: dL/d pool; 8-byte aligned
     double *partial;        // [blocks, 2·64 + 2]: dbr1 | dw_r2 | db_r2 | Σ loss terms
 };
 
 // Whether the kernel runs this learner's head: TF32 math (not strict, not BF16) and the widths.
 bool head_fused_fits(int math_mode, int d_model, int head_hidden);
-int head_fused_blocks(int B);   // the grid (partial rows); at most ceil(B / 128)
+int head_fused_blocks(int B);   // the grid (partial rows); at most ceil(B / kHeadFusedTileRows)
 void head_fused(const HeadFusedArgs &a, int blocks, cudaStream_t s);
 
 }  // namespace fh::cuda::attn

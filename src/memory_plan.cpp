@@ -174,7 +174,8 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     at.add(pw * F);
     at.add(L.attn.total * F);
     at.add(attn.partial_rows * pw * F);
-    // The head's partial rows, or the fused head's (one per 128-row tile at most).
+    // The head's partial rows, or the fused head's (one per 128-row tile at most: cuda/
+    // attention_head.hpp's kHeadFusedTileRows; test_cuda_memory_plan checks the two agree).
     at.add(std::max<uint64_t>(row_blocks(B, 2 * (uint64_t)d.hh + 2, 8, 0), chunks(B, 128)) *
            (2 * d.hh + 2) * D8);
     at.add(attn.scratch_bytes);

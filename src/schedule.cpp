@@ -125,7 +125,8 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
 // Which workspace buffer a lane's handle uses. cuBLAS kernels use the workspace as scratch
 // (split-K partials and the like), so two calls that may run at the same time must not share
 // one: they would race, and results would depend on timing. Calls that never overlap may:
-// - the children run one after another (the parent graph is a chain);
+// - the children run one after another (the parent graph is a chain), but the spectral child
+//   beside HER in multi-stream mode, and neither makes a cuBLAS call (tests/test_schedule.cpp);
 // - inside a child, lanes 1..4 run only between a FORK and its JOIN; lane 0 runs no GEMM
 //   between a fork and join that include lane 1 (between the forward child's branch fork and
 //   join it sums the TD metrics, on its own reduction scratch); its trunk backward runs beside

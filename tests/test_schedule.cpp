@@ -4,7 +4,8 @@
 // pair of tasks whether one happens before the other or the two may run at the same time. Then:
 //  - no two tasks that may run at the same time share a cuBLAS workspace (workspace_slot),
 //    except where one of them makes no cuBLAS call; otherwise their GEMMs' split-K scratch
-//    would race and results would depend on timing;
+//    would race and results would depend on timing (and a child that runs beside the previous
+//    one, multi-stream, calls no cuBLAS in either);
 //  - each task of the Q learner's forward and backward runs after the tasks whose results it
 //    reads (the trunk before each branch, every branch's forward before the TD loss, the TD
 //    loss before each branch's backward and before the metrics' sums, every branch's backward
@@ -13,7 +14,8 @@
 //    the learners' Adam steps, the regime statistics: SPEC §9) may run at the same time: on two
 //    streams their collectives could be issued in different orders on different ranks, and
 //    NCCL would hang;
-//  - every lane that ran is joined back into lane 0 by the end of its child (a capture with an
+//  - a lane other than lane 0 runs only after a fork (else its work would run outside the
+//    capture) and is joined back into lane 0 after its last work or fork (a capture with an
 //    unjoined stream fails);
 //  - each of those tasks runs exactly once per step (per branch).
 #include <vector>
@@ -34,8 +36,13 @@ using namespace fh;
 
 namespace {
 
-// Tasks that make no cuBLAS call (their reductions use their lane's own scratch).
-bool no_blas(Task t) { return t == Task::TD_METRICS || t == Task::EMA_TARGETS; }
+// Tasks that make no cuBLAS call (their reductions use their lane's own scratch; HER's, the
+// guard's snapshot and the power iteration's are kernels of their own: cuda/her.cu, guard.cu,
+// spectral.cu).
+bool no_blas(Task t) {
+    return t == Task::TD_METRICS || t == Task::EMA_TARGETS || t == Task::HER_RELABEL ||
+           t == Task::GUARD_SNAPSHOT || t == Task::SPECTRAL_POWER;
+}
 
 // Tasks that sum across the ranks of a data-parallel step (cuda/: st.dp.sum).
 bool collective(Task t) {
@@ -52,6 +59,17 @@ Sim simulate(const ChildDesc &ch) {
     // known[l][j]: run j has completed before lane l's next task starts.
     std::vector<std::vector<bool>> known(kMaxLanes);
     std::vector<int> last(kMaxLanes, -1);
+    // forked[l]: lane l entered the capture (a FORK); open[l]: it has work or a fork since its
+    // last JOIN, which the capture needs joined before it ends.
+    bool forked[kMaxLanes] = {}, open[kMaxLanes] = {};
+    auto on_lane = [&](int l) {
+        if (l == 0) return;
+        if (!forked[l]) {
+            print_error("%s: lane %d runs without a fork (outside the capture)\n", ch.name, l);
+            fail();
+        }
+        open[l] = true;
+    };
     auto grow = [&](size_t n) {
         for (auto &k : known) k.resize(n, false);
     };
@@ -65,24 +83,34 @@ Sim simulate(const ChildDesc &ch) {
             s.before.push_back(known[op.lane]);
             known[op.lane][k] = true;
             last[op.lane] = (int)k;
+            on_lane(op.lane);
             break;
         }
         case Op::FORK:
             assert_int_equal(op.lanes & 1u, 0u);
             for (int l = 1; l < kMaxLanes; ++l)
-                if (op.lanes >> l & 1u)
+                if (op.lanes >> l & 1u) {
+                    forked[l] = open[l] = true;
                     for (size_t j = 0; j < known[0].size(); ++j)
                         if (known[0][j]) known[l][j] = true;
+                }
             break;
         case Op::JOIN:
             for (int l = 1; l < kMaxLanes; ++l)
-                if (op.lanes >> l & 1u)
+                if (op.lanes >> l & 1u) {
+                    open[l] = false;
                     for (size_t j = 0; j < known[l].size(); ++j)
                         if (known[l][j]) known[0][j] = true;
+                }
             break;
-        case Op::MARK: break;
+        case Op::MARK: on_lane(op.lane); break;
         }
     }
+    for (int l = 1; l < kMaxLanes; ++l)
+        if (open[l]) {
+            print_error("%s: lane %d has work or a fork after its last join\n", ch.name, l);
+            fail();
+        }
     grow(s.runs.size());
     for (auto &b : s.before) b.resize(s.runs.size(), false);
     // Every lane's last task is known to lane 0 at the end: the child's work is joined.
@@ -116,7 +144,20 @@ void expect_before(const Sim &s, const char *child, int a, int b) {
 void check(const fh_config &c, uint32_t world) {
     const Dims d = make_dims(c, 0, world);
     const std::vector<ChildDesc> sched = build_schedule(d, c);
-    for (const ChildDesc &ch : sched) {
+    for (size_t ci = 0; ci < sched.size(); ++ci) {
+        const ChildDesc &ch = sched[ci];
+        // A child beside the previous one runs at the same time on the same lane-0 handle and
+        // workspace: neither may call cuBLAS.
+        if (ch.beside_previous) {
+            assert_true(ci > 0 && !sched[ci - 1].beside_previous);
+            for (const ChildDesc *c2 : {&ch, &sched[ci - 1]})
+                for (const Op &op : c2->ops)
+                    if (op.kind == Op::RUN && !no_blas(op.task)) {
+                        print_error("%s beside %s: task id %d calls cuBLAS\n", ch.name,
+                                    sched[ci - 1].name, (int)op.task);
+                        fail();
+                    }
+        }
         const Sim s = simulate(ch);
         const int n = (int)s.runs.size();
         for (int b = 0; b < n; ++b)
