@@ -9,9 +9,10 @@
 // chain in registers: each result's accumulator fragments are the next product's A fragments in
 // mma_tf32.cuh's permuted contraction order (pool → h, dh → dpool), so no activation goes
 // through shared memory. A thread issues all of its tile's loads of ā and pool_in (64 floats)
-// before the first product. The grid walks the tiles (at most one block per tile, two per SM). Why: at the default sizes these were four kernels (two cuBLAS GEMMs
-// of K = 64, the warp-per-row head and the dpool GEMM), each a full pass over [B, 64] rows for a
-// few microseconds of arithmetic.
+// before the first product. The grid walks the tiles (at most one block per tile, two per SM;
+// 148 registers leave room for one block of 8 warps on an SM). Why: at the default sizes these
+// were four kernels (two cuBLAS GEMMs of K = 64, the warp-per-row head and the dpool GEMM),
+// each a full pass over [B, 64] rows for a few microseconds of arithmetic.
 //
 // Deterministic: a row is one warp's; the column sums stay in each lane's registers across tiles
 // (float, a lane's own rows), then go through a fixed butterfly over the warp's row groups in
