@@ -37,14 +37,8 @@ static_assert(kTileRows == 16 * kWarps, "a warp per 16 rows of a tile");
 constexpr int kPartW = 2 * kW + 2;  // dbr1 | dw_r2 | db_r2 | Σ loss terms
 static_assert(kWarps * kPartW * 2 <= 2 * kW * kW, "the warps' partial rows fit over Wo and Wr1");
 
-// Element (r, c) of a shared [*, 64] matrix: column c XOR 8·f(r mod 8), f = (r ^ (r >> 2)) & 3 on
-// r's low three bits. By-row reads (rows 8ν + g at columns 8κ + 2t, float2) give each half-warp
-// four different f; by-column reads (rows 8κ + 2t (+1) at column 8ν + g) give the four t four
-// different f. Whole aligned groups of 8 columns move, so the float2 reads stay whole.
-__device__ __forceinline__ int swz(int r, int c) {
-    const int f = (r & 3) ^ ((r >> 2) & 1);
-    return r * kW + (c ^ (f << 3));
-}
+// Wo and Wr1 in shared memory as mma::swz<64> lays them out (mma_tf32.cuh).
+__device__ __forceinline__ int swz(int r, int c) { return mma::swz<kW>(r, c); }
 
 __device__ __forceinline__ float2 ld2g(const float *p) {
     return __ldg(reinterpret_cast<const float2 *>(p));
@@ -54,17 +48,6 @@ __device__ __forceinline__ float2 ld2(const float *p) {
 }
 __device__ __forceinline__ void st2(float *p, float a, float b) {
     *reinterpret_cast<float2 *>(p) = make_float2(a, b);
-}
-
-// c[ν] += A · Wᵀ over contraction step ka for the 8 column tiles ν (W read by rows).
-__device__ __forceinline__ void mma_rows(float (&c)[kNT][4], const mma::Op (&A)[4],
-                                         const float *Ws, int ka, int gi, int tq) {
-#pragma unroll
-    for (int nu = 0; nu < kNT; ++nu) {
-        const float2 w = *reinterpret_cast<const float2 *>(Ws + swz(8 * nu + gi, 8 * ka + 2 * tq));
-        const mma::Op Bf[2] = {mma::loaded<false>(w.x), mma::loaded<false>(w.y)};
-        mma::mma<false>(c[nu], A, Bf);
-    }
 }
 
 // c[ν] += A · W over contraction step ka (W read by columns: B[k][n] = W[k][n]).
@@ -138,7 +121,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_tc(HeadFusedArgs a
         for (int ka = 0; ka < kNT; ++ka) {
             const mma::Op A[4] = {mma::op<false>(x0[ka].x), mma::op<false>(x1[ka].x),
                                   mma::op<false>(x0[ka].y), mma::op<false>(x1[ka].y)};
-            mma_rows(P, A, Wos, ka, gi, tq);
+            mma::mma_rows<kW>(P, A, Wos, ka);
         }
 #pragma unroll
         for (int nu = 0; nu < kNT; ++nu) {
@@ -151,7 +134,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_tc(HeadFusedArgs a
         for (int ka = 0; ka < kNT; ++ka) {
             mma::Op A[4];
             mma::a_from_acc<false>(A, P[ka]);
-            mma_rows(H, A, Wr1s, ka, gi, tq);
+            mma::mma_rows<kW>(H, A, Wr1s, ka);
         }
         // The head: r̂ of the thread's two rows (a quad sums a row), then dr and dh in place of h.
         float s0 = 0.0f, s1 = 0.0f;

@@ -52,16 +52,8 @@ constexpr int kMat = kH * kH;
 constexpr int kSmemFloats = 3 * kMat + 3 * kH;
 static_assert(2 * kWarps * kRedW <= kMat, "the warps' partial rows (doubles) fit over x̃'s rows");
 
-// The shared-memory index of element (r, c) of a [*, 128] matrix: column c XOR 8·f(r mod 8) with
-// f = (r ^ (r >> 2)) & 3 on r's low three bits. The reads are (fragment layout, g = lane / 4,
-// t = lane % 4): rows g of 8-row groups at columns 8κ + 2t as float2 (the forward's B operand
-// and x̃'s A operand; each half-warp's g < 4 or g ≥ 4 takes four different f), and rows 8κ + 2t
-// (+1) at column 8ν + g as single floats (dh1's B operand; the four t take four different f).
-// The XOR moves whole aligned groups of 8 columns, so float4 stores and float2 reads stay whole.
-__device__ __forceinline__ int swz(int r, int c) {
-    const int f = (r & 3) ^ ((r >> 2) & 1);
-    return r * kH + (c ^ (f << 3));
-}
+// W1, W2 and the warps' rows in shared memory as mma::swz<128> lays them out (mma_tf32.cuh).
+__device__ __forceinline__ int swz(int r, int c) { return mma::swz<kH>(r, c); }
 
 // Row-major W [128, K] (K % 4 == 0) into dst, rounded to TF32, 8 loads per thread in flight.
 __device__ __forceinline__ void stage_w(float *dst, const float *src, int K) {
@@ -115,18 +107,6 @@ __device__ __forceinline__ void get_a(mma::Op (&A)[4], const float *xw, int ka) 
     A[1] = mma::loaded<false>(v.y);
     A[2] = mma::loaded<false>(v.z);
     A[3] = mma::loaded<false>(v.w);
-}
-
-// c[ν] += A · Wᵀ over contraction step ka for all 16 column tiles ν (W read by rows).
-__device__ __forceinline__ void mma_row(float (&c)[kH / 8][4], const mma::Op (&A)[4],
-                                        const float *Ws, int ka) {
-    const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
-#pragma unroll
-    for (int nu = 0; nu < kH / 8; ++nu) {
-        const float2 w = ld2(Ws + swz(8 * nu + gi, 8 * ka + 2 * tq));
-        const mma::Op Bf[2] = {mma::loaded<false>(w.x), mma::loaded<false>(w.y)};
-        mma::mma<false>(c[nu], A, Bf);
-    }
 }
 
 // The head of one row: ũ = Q̄sa − V, its loss term (li) and dV; V and ω written by the quad's
@@ -201,7 +181,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
             const float2 x1 = ld2(xw + swz(gi + 8, 8 * ka + 2 * tq));
             const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x),
                                   mma::op<false>(x0.y), mma::op<false>(x1.y)};
-            mma_row(z1, A, W1s, ka);
+            mma::mma_rows<kH>(z1, A, W1s, ka);
         }
         __syncwarp();
 
@@ -235,7 +215,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
         for (int ka = 0; ka < kH / 8; ++ka) {
             mma::Op A[4];
             get_a(A, xw, ka);
-            mma_row(z2, A, W2s, ka);
+            mma::mma_rows<kH>(z2, A, W2s, ka);
         }
         __syncwarp();
 

@@ -99,4 +99,33 @@ __device__ __forceinline__ void a_from_acc(Op (&a)[4], const float (&c)[4]) {
     a[3] = op<SPLIT>(c[3]);
 }
 
+// A product's weight matrix in shared memory, row-major [*, LD] (LD a multiple of 32), at
+// element (r, c): r·LD + (c XOR 8·f), f = (r ^ (r >> 2)) & 3 on r's low three bits. The
+// fragment reads hit 32 different banks: rows g of 8-row groups at columns 8κ + 2t as float2
+// (a B operand read by rows, or an A operand; each half-warp's g < 4 or g ≥ 4 takes four
+// different f), and rows 8κ + 2t (+1) at column 8ν + g as single floats (a B operand read by
+// columns; the four t take four different f). The XOR moves whole aligned groups of 8 columns,
+// so float4 stores and float2 reads stay whole.
+template <int LD>
+__device__ __forceinline__ int swz(int r, int c) {
+    const int f = (r & 3) ^ ((r >> 2) & 1);
+    return r * LD + (c ^ (f << 3));
+}
+
+// c[ν] += A · Wᵀ over contraction step ka for the LD / 8 column tiles ν: W [LD, *] read by rows
+// from its swz<LD> copy Ws, holding TF32 values, at columns 8ka + 2t and + 1 (the permuted
+// contraction order above).
+template <int LD>
+__device__ __forceinline__ void mma_rows(float (&c)[LD / 8][4], const Op (&A)[4], const float *Ws,
+                                         int ka) {
+    const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
+#pragma unroll
+    for (int nu = 0; nu < LD / 8; ++nu) {
+        const float *wp = Ws + swz<LD>(8 * nu + gi, 8 * ka + 2 * tq);
+        const float2 w = *reinterpret_cast<const float2 *>(wp);
+        const Op Bf[2] = {loaded<false>(w.x), loaded<false>(w.y)};
+        mma<false>(c[nu], A, Bf);
+    }
+}
+
 }  // namespace fh::cuda::mma
