@@ -35,27 +35,19 @@ extern "C" {
 #include "operand_round.hpp"
 #include "test_cuda_util.h"
 
+#if FOXHUNT_HAVE_CUDA
+#include "cuda_dev.hpp"
+#endif
+
 namespace {
 
 #if FOXHUNT_HAVE_CUDA
+using cuda_test::Dev;
+using cuda_test::dev_of;
 using operand_round::tf32_rna;
 
 constexpr int W = 64, kPartW = 2 * W + 2;
 constexpr float kSentinel = -12345.0f;
-
-float *dev(const std::vector<float> &v) {
-    float *p = nullptr;
-    if (cudaMalloc(&p, v.size() * sizeof(float)) != cudaSuccess) fail_msg("cudaMalloc");
-    cudaMemcpy(p, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice);
-    return p;
-}
-
-template <class T>
-std::vector<T> host(const T *p, size_t n) {
-    std::vector<T> v(n);
-    cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
-    return v;
-}
 
 double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 
@@ -103,25 +95,26 @@ void check(int B, unsigned seed, int shift, int blocks_req) {
         w.insert(w.end(), v.begin(), v.end());
         return w;
     };
-    float *d_abar = dev(abar), *d_pool = dev(pool_in), *d_Wo0 = dev(shifted(Wo));
-    float *d_Wr10 = dev(shifted(Wr1)), *d_Wo = d_Wo0 + shift, *d_Wr1 = d_Wr10 + shift;
-    float *d_br1 = dev(br1), *d_wr2 = dev(wr2), *d_br2 = dev(br2), *d_r = dev(r);
-    float *d_dh = dev(sent), *d_dpool = dev(sent);
+    // Device copies, freed with their objects (also when a check fails and longjmps out).
+    const Dev d_abar = dev_of(abar), d_pool = dev_of(pool_in), d_Wo = dev_of(shifted(Wo));
+    const Dev d_Wr1 = dev_of(shifted(Wr1)), d_br1 = dev_of(br1), d_wr2 = dev_of(wr2);
+    const Dev d_br2 = dev_of(br2), d_r = dev_of(r), d_dh = dev_of(sent), d_dpool = dev_of(sent);
     const int blocks = blocks_req > 0 ? blocks_req : fh::cuda::attn::head_fused_blocks(B);
-    double *d_part = nullptr;
-    cudaMalloc(&d_part, (size_t)blocks * kPartW * sizeof(double));
-    const fh::cuda::attn::HeadFusedArgs a{d_abar, d_pool, d_Wo, d_Wr1, d_br1, d_wr2, d_br2, d_r,
-                                          B, (float)B, d_dh, d_dpool, d_part};
+    const Dev d_part((size_t)blocks * kPartW * sizeof(double));
+    auto f = [](const Dev &d) { return static_cast<float *>(d.p); };
+    const fh::cuda::attn::HeadFusedArgs a{
+        f(d_abar), f(d_pool),  f(d_Wo) + shift, f(d_Wr1) + shift, f(d_br1),
+        f(d_wr2),  f(d_br2),   f(d_r),          B,                (float)B,
+        f(d_dh),   f(d_dpool), static_cast<double *>(d_part.p)};
     try {
         fh::cuda::attn::head_fused(a, blocks, 0);
     } catch (...) {
         fail_msg("head_fused threw");
     }
-    if (cudaDeviceSynchronize() != cudaSuccess) fail_msg("the kernel failed");
-    const std::vector<float> pool = host(d_pool, (size_t)B * W);
-    const std::vector<float> dh = host(d_dh, (size_t)rows * W);
-    const std::vector<float> dpool = host(d_dpool, (size_t)rows * W);
-    const std::vector<double> part = host(d_part, (size_t)blocks * kPartW);
+    cuda_test::cuda_ok(cudaDeviceSynchronize(), "the kernel");
+    const std::vector<float> pool = d_pool.get<float>(), dh = d_dh.get<float>();
+    const std::vector<float> dpool = d_dpool.get<float>();
+    const std::vector<double> part = d_part.get<double>();
 
     Reach rp{"pool"}, rd{"dh"}, rq{"dpool"}, rs{"sums"};
     std::vector<double> sum(kPartW, 0.0), sum_bound(kPartW, 0.0);
@@ -194,9 +187,6 @@ void check(int B, unsigned seed, int shift, int blocks_req) {
     printf("[ATTN_HEAD] B = %d, %d blocks, weights %s: largest share of the bound: pool %.3f, "
            "dh %.3f, dpool %.3f, sums %.3f\n", B, blocks, shift ? "unaligned" : "aligned",
            rp.worst, rd.worst, rq.worst, rs.worst);
-    for (float *p : {d_abar, d_pool, d_Wo0, d_Wr10, d_br1, d_wr2, d_br2, d_r, d_dh, d_dpool})
-        cudaFree(p);
-    cudaFree(d_part);
 }
 
 void test_attention_head_vs_float64(void **) {
