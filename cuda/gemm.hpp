@@ -19,6 +19,7 @@
 #include <cstddef>
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 
 namespace fh::cuda {
 
@@ -75,6 +76,13 @@ void gemm(const Blas &bl, const GemmDesc &g, float beta, const char *what);
 // GEMMs stay on cublasGemmEx.) A GEMM whose operands do not fit the stage runs in blocks of C
 // (and of k, summed into C in order), the same blocks on every run.
 void gemm_bf16(const Blas &bl, const GemmDesc &g, float beta, const char *what);
+
+// FH_MATH_BF16, operands a kernel already wrote as bfloat16 (the IQN learner's fused passes):
+// row-major C[M, N] = A[K, M]ᵀ · B[K, N] + beta·C (float32 C, float32 accumulation), one
+// cublasGemmEx on the handle's stream and workspace, no stage and no blocking. The operands are
+// the values gemm_bf16() would have staged (the same round to nearest even of the same floats).
+void gemm_tn_bf16(const Blas &bl, int M, int N, int K, const __nv_bfloat16 *A,
+                  const __nv_bfloat16 *B, float *C, float beta, const char *what);
 
 inline void gemm_nt(const Blas &bl, int M, int N, int K, const float *A, const float *B, float *C,
                     float beta, const char *what) {

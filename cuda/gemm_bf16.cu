@@ -124,4 +124,20 @@ void gemm_bf16(const Blas &bl, const GemmDesc &g, float beta, const char *what) 
             }
 }
 
+void gemm_tn_bf16(const Blas &bl, int M, int N, int K, const __nv_bfloat16 *A,
+                  const __nv_bfloat16 *B, float *C, float beta, const char *what) {
+    // desc_tn's call: Cᵀ[N, M] = (B as [N, K], ld N) · op_T(A as [M, K], ld M).
+    const float alpha = 1.0f;
+    const cublasStatus_t st =
+        cublasGemmEx(bl.handle, CUBLAS_OP_N, CUBLAS_OP_T, N, M, K, &alpha, B, CUDA_R_16BF, N, A,
+                     CUDA_R_16BF, M, &beta, C, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        char call[256];
+        snprintf(call, sizeof call, "cublasGemmEx(%s, bfloat16 operands: M=%d N=%d K=%d)", what,
+                 M, N, K);
+        throw_cublas(st, call, __FILE__, __LINE__);
+    }
+}
+
 }  // namespace fh::cuda

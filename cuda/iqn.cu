@@ -29,6 +29,8 @@
 // backward is a third (iqn_backward.cu: dm stays in registers), and hraw's buffer is not
 // allocated.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "aux_common.cuh"
@@ -271,6 +273,11 @@ struct IqnLearner::Impl {
     // or auto (all three).
     bool fused_target = false, fused_online = false, fused_backward = false;
     int target_blocks = 0, online_blocks = 0;
+    // FH_MATH_BF16 with the fused online pass and backward: they write the weight gradients'
+    // operands (cos, m, dhpre, dφpre) as bfloat16 and dWm, dWφ multiply them as they are
+    // (gemm_tn_bf16), instead of float32 copies that gemm() stages in blocks. cos16 lives in
+    // cosb, dh16 in dh, and m16 and dphi16 in the two halves of mbuf.
+    bool bf16_operands = false;
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
          float *v)
         : d(dd), o(L.iqn), params(p), target(t), mom1(m), mom2(v) {
@@ -332,7 +339,14 @@ struct IqnLearner::Impl {
         if (fused_target) iqn::target_fused_prepare();
         if (fused_online) iqn::online_fused_prepare();
         if (fused_backward) iqn::backward_fused_prepare();
+        bf16_operands = c.math_mode == FH_MATH_BF16 && fused_backward;
+        if (const char *t = getenv("FOXHUNT_TRIAL_IQN_BF16"); t && !strcmp(t, "stage"))
+            bf16_operands = false;
     }
+    __nv_bfloat16 *cos16() const { return reinterpret_cast<__nv_bfloat16 *>(cosb); }
+    __nv_bfloat16 *dh16() const { return reinterpret_cast<__nv_bfloat16 *>(dh); }
+    __nv_bfloat16 *m16() const { return reinterpret_cast<__nv_bfloat16 *>(mbuf); }
+    __nv_bfloat16 *dphi16() const { return m16() + (size_t)d.B * d.N * d.Hq; }
 
     // Forward of net P on input x with Nr quantile fractions of `purpose`: ψpre, ψ, cos, φraw,
     // m and hraw (= m Wmᵀ, no bias) in the scratch buffers.
@@ -389,6 +403,9 @@ struct IqnLearner::Impl {
             f.B = B; f.N = N; f.Nt = Nt; f.row0 = d.row0;
             f.tau = tau; f.cos = cosb; f.phi = phi; f.m = mbuf; f.dh = dh;
             f.z_mean = z_mean; f.partial = part_head;
+            if (bf16_operands) {
+                f.cos16 = cos16(); f.m16 = m16(); f.dh16 = dh16();
+            }
             iqn::online_fused(f, online_blocks, s);
             head_blocks = online_blocks;
         } else {
@@ -414,11 +431,19 @@ struct IqnLearner::Impl {
         }
 
         // Merge layer, then ψ and φ.
-        gemm_tn(bl, Hq, Hq, (int)RN, dh, mbuf, grad + o.Wm, 0.0f, "IQN dWm = dh^T m");
+        if (bf16_operands)
+            gemm_tn_bf16(bl, Hq, Hq, (int)RN, dh16(), m16(), grad + o.Wm, 0.0f,
+                         "IQN dWm = dh^T m");
+        else
+            gemm_tn(bl, Hq, Hq, (int)RN, dh, mbuf, grad + o.Wm, 0.0f, "IQN dWm = dh^T m");
         int bwd_rows = bwd_chunks;
         if (fused_backward) {
-            const iqn::BackwardArgs f{dh, params + o.Wm, params + o.bphi, psi, psi_pre,
-                                      params + o.bpsi, phi, dpsi, B, N, part_bwd};
+            iqn::BackwardArgs f{dh, params + o.Wm, params + o.bphi, psi, psi_pre,
+                                params + o.bpsi, phi, dpsi, B, N, part_bwd};
+            if (bf16_operands) {
+                f.dh16 = dh16();
+                f.dphi16 = dphi16();
+            }
             bwd_rows = iqn::backward_fused(f, online_blocks, s);
         } else {
             gemm_nn(bl, (int)RN, Hq, Hq, dh, params + o.Wm, hraw, 0.0f, "IQN dm = dh Wm");
@@ -432,7 +457,12 @@ struct IqnLearner::Impl {
             g.add(grad + o.bpsi, Hq, Hq);
             aux::reduce_partials(part_bwd, bwd_rows, 2 * Hq, 1, g, s);
         }
-        gemm_tn(bl, Hq, C, (int)RN, phi, cosb, grad + o.Wphi, 0.0f, "IQN dWphi = dphi^T cos");
+        if (bf16_operands)
+            gemm_tn_bf16(bl, Hq, C, (int)RN, dphi16(), cos16(), grad + o.Wphi, 0.0f,
+                         "IQN dWphi = dphi^T cos");
+        else
+            gemm_tn(bl, Hq, C, (int)RN, phi, cosb, grad + o.Wphi, 0.0f,
+                    "IQN dWphi = dphi^T cos");
         gemm_tn(bl, Hq, D, B, dpsi, in.x, grad + o.Wpsi, 0.0f, "IQN dWpsi = dpsi^T x");
     }
 };

@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "aux_common.cuh"
+#include "error.hpp"
 #include "iqn_fused.cuh"
 #include "iqn_fused.hpp"
 #include "launch.cuh"
@@ -61,8 +62,9 @@ __device__ __forceinline__ float2 psi_pre_pair(const BackwardArgs &a, size_t i, 
 
 // The epilogue of column tiles 4q .. 4q + 3 from their dm accumulators: dφpre in place of φraw,
 // dψpre on the transitions' first row groups, and the column sums into acc.
-// φraw of the thread's rows is read from src0 / src1, the warp's rows in shared memory.
-template <bool SPSI>
+// φraw of the thread's rows is read from src0 / src1, the warp's rows in shared memory. B16:
+// dφpre goes to a.dphi16 as bfloat16 (FH_MATH_BF16), else in place of φraw in a.phi.
+template <bool SPSI, bool B16>
 __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const float *bphi,
                                                  const Rows &w, int N, int q,
                                                  const float (&dm)[4][4], const float *src0,
@@ -70,7 +72,8 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
                                                  const float *ps1, float (&pend)[4],
                                                  float (&acc)[2][4]) {
     const int tq = threadIdx.x & 3;
-    float *ph0 = a.phi + w.r0 * kHq, *ph1 = a.phi + w.r1 * kHq;
+    auto *const out = pick<B16>(a.phi, a.dphi16);
+    auto *ph0 = out + w.r0 * kHq, *ph1 = out + w.r1 * kHq;
     float v[4][4];  // [dbφ u, dbφ u + 1, dbψ u, dbψ u + 1][column tile]
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
@@ -92,8 +95,8 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
         const float d01 = dm[n][1] * p0.y * dsilu_of(z01, s01);
         const float d10 = dm[n][2] * p1.x * dsilu_of(z10, s10);
         const float d11 = dm[n][3] * p1.y * dsilu_of(z11, s11);
-        if (w.v0) *reinterpret_cast<float2 *>(ph0 + u) = make_float2(d00, d01);
-        if (w.v1) *reinterpret_cast<float2 *>(ph1 + u) = make_float2(d10, d11);
+        if (w.v0) st2(ph0 + u, d00, d01);
+        if (w.v1) st2(ph1 + u, d10, d11);
         v[0][n] = d00 + d10;
         v[1][n] = d01 + d11;
         // Σ_n dm ⊙ φ over each transition, then dψpre on its first row group's lanes.
@@ -147,7 +150,8 @@ __device__ __noinline__ void stage_wmT(float *WmT, const float *Wm) {
 // IQN lane 0.516 → 0.495 ms single-stream, aux child 1.126 → 1.102 ms multi-stream at
 // B = 16384, bench/results/h200-2026-12-02-iqn-bwd-staged-before-after.json).
 // NC: N compiled in (kFixedN), or 0 to read it from a; only the kFixedN instance stages ψ.
-template <int NC>
+// B16 (FH_MATH_BF16): dhpre read from a.dh16, dφpre written to a.dphi16, both bfloat16.
+template <int NC, bool B16>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs a) {
     pdl_enter();
     constexpr bool SPSI = NC == kFixedN;
@@ -190,7 +194,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
         w.i1 = w.v1 ? w.r1 / N : 0;
         w.lead0 = gi % N == 0;
         w.lead1 = N < 16 && gi % N == 0;
-        const float *dh0 = a.dh + w.r0 * kHq, *dh1 = a.dh + w.r1 * kHq;
+        const auto *const dhp = pick<B16>(a.dh, a.dh16);
+        const auto *dh0 = dhp + w.r0 * kHq, *dh1 = dhp + w.r1 * kHq;
         // dm = dhpre Wm: A from memory (k = 8κ + 2t and + 1, the permuted order), B from Wmᵀ.
         float dm[kHq / 8][4];
 #pragma unroll
@@ -200,8 +205,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
 #pragma unroll 4
         for (int ka = 0; ka < kHq / 8; ++ka) {
             const int k = 8 * ka + 2 * tq;
-            const float2 x0 = w.v0 ? __ldg(reinterpret_cast<const float2 *>(dh0 + k)) : make_float2(0.0f, 0.0f);
-            const float2 x1 = w.v1 ? __ldg(reinterpret_cast<const float2 *>(dh1 + k)) : make_float2(0.0f, 0.0f);
+            const float2 x0 = w.v0 ? ld2(dh0 + k) : make_float2(0.0f, 0.0f);
+            const float2 x1 = w.v1 ? ld2(dh1 + k) : make_float2(0.0f, 0.0f);
             const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x), mma::op<false>(x0.y),
                                   mma::op<false>(x1.y)};
 #pragma unroll
@@ -223,8 +228,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
             for (int n = 0; n < 4; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) dq[n][e] = dm[4 * q + n][e];
-            epilogue_quarter<SPSI>(a, bphi, w, N, q, dq, src0, src1, pss, pss + kHq, pend,
-                                   acc);
+            epilogue_quarter<SPSI, B16>(a, bphi, w, N, q, dq, src0, src1, pss, pss + kHq, pend,
+                                        acc);
         }
         __syncwarp();  // the rows are read before the next tile's copies land
     }
@@ -239,18 +244,33 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
 }  // namespace
 
 void backward_fused_prepare() {
-    for (const void *k : {(const void *)k_iqn_backward<0>, (const void *)k_iqn_backward<kFixedN>})
+    for (const void *k : {(const void *)k_iqn_backward<0, false>,
+                          (const void *)k_iqn_backward<kFixedN, false>,
+                          (const void *)k_iqn_backward<0, true>,
+                          (const void *)k_iqn_backward<kFixedN, true>})
         aux::allow_smem(k, kBwdSmemBytes, "IQN backward through m");
 }
+
+namespace {
+template <bool B16>
+void launch_backward(const BackwardArgs &a, int nb, cudaStream_t s) {
+    if (fixed_n(a.N))
+        FH_LAUNCH((k_iqn_backward<kFixedN, B16>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
+    else
+        FH_LAUNCH((k_iqn_backward<0, B16>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
+}
+}  // namespace
 
 int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
     const size_t tiles = ((size_t)a.B * a.N + kBwdTile - 1) / kBwdTile;
     const int nb = (int)std::max<size_t>(
         1, std::min<size_t>({tiles, (size_t)sm_count(), (size_t)std::max(1, blocks)}));
-    if (fixed_n(a.N))
-        FH_LAUNCH(k_iqn_backward<kFixedN>, nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
+    if (!a.dh16 != !a.dphi16)
+        fail(FH_ERR_INTERNAL, "IQN backward through m: dh16 and dphi16 set apart");
+    if (a.dh16)
+        launch_backward<true>(a, nb, s);
     else
-        FH_LAUNCH(k_iqn_backward<0>, nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
+        launch_backward<false>(a, nb, s);
     return nb;
 }
 

@@ -16,6 +16,9 @@
 // half-warp hit 32 different banks. Deterministic: each row is one warp's, no atomics.
 #pragma once
 #include <cstdint>
+#include <type_traits>
+
+#include <cuda_bf16.h>
 
 #include "iqn_fused.hpp"
 #include "iqn_paths.hpp"
@@ -51,6 +54,32 @@ using tile::quad_sum;
 using tile::sigmoid_fast;
 using tile::silu_fast;
 using tile::tf32x4;
+
+// Two adjacent outputs of a row: float32, or bfloat16 (round to nearest even) where FH_MATH_BF16
+// hands them to a GEMM on bfloat16 operands (OnlineArgs::dh16).
+__device__ __forceinline__ void st2(float *p, float x, float y) {
+    *reinterpret_cast<float2 *>(p) = make_float2(x, y);
+}
+__device__ __forceinline__ void st2(__nv_bfloat16 *p, float x, float y) {
+    *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(x, y);
+}
+
+// Two adjacent float32 inputs, or two bfloat16 ones widened (exactly) to float32.
+__device__ __forceinline__ float2 ld2(const float *p) {
+    return __ldg(reinterpret_cast<const float2 *>(p));
+}
+__device__ __forceinline__ float2 ld2(const __nv_bfloat16 *p) {
+    return __bfloat1622float2(__ldg(reinterpret_cast<const __nv_bfloat162 *>(p)));
+}
+
+// The float32 or the bfloat16 pointer of an output, by B16 (FH_MATH_BF16's operands).
+template <bool B16, class F, class H>
+__device__ __forceinline__ std::conditional_t<B16, H *, F *> pick(F *f, H *h) {
+    if constexpr (B16)
+        return h;
+    else
+        return f;
+}
 
 struct Smem {
     float *Wphi, *Wm, *bphi, *bm, *wz;
@@ -127,9 +156,11 @@ struct CosRot {
 };
 
 // φraw = cos(π k τ) Wφᵀ for the thread's rows g (τ t0) and g + 8 (τ t1), into acc. When `cosr0`
-// / `cosr1` are given, the features (k = 8κ + 2t and + 1) are stored there too.
+// / `cosr1` are given, the features (k = 8κ + 2t and + 1) are stored there too (T: float, or
+// bfloat16 for FH_MATH_BF16's GEMM).
+template <class T>
 __device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, float (&acc)[kHq / 8][4],
-                                         float *cosr0, float *cosr1) {
+                                         T *cosr0, T *cosr1) {
     const int lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
 #pragma unroll
     for (int nu = 0; nu < kHq / 8; ++nu)
@@ -145,8 +176,8 @@ __device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, floa
             q1.next();
         }
         const float c00 = q0.c[0], c01 = q0.c[1], c10 = q1.c[0], c11 = q1.c[1];
-        if (cosr0) *reinterpret_cast<float2 *>(cosr0 + 8 * ka + 2 * tq) = make_float2(c00, c01);
-        if (cosr1) *reinterpret_cast<float2 *>(cosr1 + 8 * ka + 2 * tq) = make_float2(c10, c11);
+        if (cosr0) st2(cosr0 + 8 * ka + 2 * tq, c00, c01);
+        if (cosr1) st2(cosr1 + 8 * ka + 2 * tq, c10, c11);
         mma::Op A[4];
         A[0] = mma::op<false>(c00);
         A[1] = mma::op<false>(c10);
@@ -162,11 +193,13 @@ __device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, floa
 }
 
 // m = ψ_i ⊙ SiLU(φraw + bφ) as the A fragments of h = m Wmᵀ; psi0 / psi1 are the ψ rows of the
-// thread's two rows. When phir*/mr* are given, φraw and m are stored there too.
+// thread's two rows. When phir*/mr* are given, φraw and m are stored there too (m as T: float,
+// or bfloat16 for FH_MATH_BF16's GEMM).
+template <class T>
 __device__ __forceinline__ void merge_tile(const Smem &s, const float (&acc)[kHq / 8][4],
                                            const float *psi0, const float *psi1,
                                            mma::Op (&M)[kHq / 8][4], float *phir0, float *phir1,
-                                           float *mr0, float *mr1) {
+                                           T *mr0, T *mr1) {
     const int tq = threadIdx.x & 3;
 #pragma unroll
     for (int nu = 0; nu < kHq / 8; ++nu) {
@@ -180,8 +213,8 @@ __device__ __forceinline__ void merge_tile(const Smem &s, const float (&acc)[kHq
         m[3] = p1.y * silu_fast(acc[nu][3] + s.bphi[u + 1]);
         if (phir0) *reinterpret_cast<float2 *>(phir0 + u) = make_float2(acc[nu][0], acc[nu][1]);
         if (phir1) *reinterpret_cast<float2 *>(phir1 + u) = make_float2(acc[nu][2], acc[nu][3]);
-        if (mr0) *reinterpret_cast<float2 *>(mr0 + u) = make_float2(m[0], m[1]);
-        if (mr1) *reinterpret_cast<float2 *>(mr1 + u) = make_float2(m[2], m[3]);
+        if (mr0) st2(mr0 + u, m[0], m[1]);
+        if (mr1) st2(mr1 + u, m[2], m[3]);
         mma::a_from_acc<false>(M[nu], m);
     }
 }

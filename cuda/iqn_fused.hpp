@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "config.hpp"
@@ -44,6 +45,10 @@ struct OnlineArgs {
     float *dh;                              // [B·N, 128] dL/d(m Wmᵀ + bm)
     float *z_mean;                          // [B] mean_n Z(x̃_i, τ_in)
     double *partial;                        // [blocks, 2·128 + 2]: dbm | dw_z | db_z | Σ loss terms
+    // FH_MATH_BF16: where dh16 is set, cos, m and dhpre (read only as the weight gradients'
+    // GEMM operands, and dhpre by the backward) go there as bfloat16 (round to nearest even of
+    // the same floats) instead, and cos, m and dh are not written. All three set, or none.
+    __nv_bfloat16 *cos16, *m16, *dh16;
 };
 
 struct BackwardArgs {
@@ -56,6 +61,10 @@ struct BackwardArgs {
     float *dpsi;                            // [B, 128] out: dψpre = dL/d(x̃ Wψᵀ + bψ)
     int B, N;
     double *partial;                        // [blocks, 2·128]: dbφ | dbψ column sums
+    // FH_MATH_BF16 (with OnlineArgs::dh16): dhpre is read from dh16 instead of dh, and dφpre
+    // goes to dphi16 as bfloat16 (φraw stays in phi). Both set, or neither.
+    const __nv_bfloat16 *dh16;
+    __nv_bfloat16 *dphi16;
 };
 
 // Rows per tile of the fused kernels: their grids never exceed ceil(rows / this) blocks, which

@@ -22,8 +22,10 @@
 // at the end. No atomics: the same inputs give the same bits.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "aux_common.cuh"
+#include "error.hpp"
 #include "iqn_fused.cuh"
 #include "iqn_fused.hpp"
 #include "launch.cuh"
@@ -51,9 +53,13 @@ __device__ __forceinline__ float head_row(const OnlineArgs &a, int Nt, bool vali
     return (float)(-((double)ds / a.kappa) * a.scale);
 }
 
-// NC, NTC: N and N' compiled in (kFixedN), or 0 to read them from a.
-template <int NC, int NTC>
+// NC, NTC: N and N' compiled in (kFixedN), or 0 to read them from a. B16: cos, m and dhpre go
+// to a.cos16, a.m16, a.dh16 as bfloat16 (FH_MATH_BF16), else to a.cos, a.m, a.dh.
+template <int NC, int NTC, bool B16>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
+    using Out = std::conditional_t<B16, __nv_bfloat16, float>;
+    Out *const cos_out = pick<B16>(a.cos, a.cos16), *const m_out = pick<B16>(a.m, a.m16),
+              *const dh_out = pick<B16>(a.dh, a.dh16);
     pdl_enter();
     extern __shared__ float4 sm4[];
     const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
@@ -76,12 +82,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
             if (v1) a.tau[r1] = t1;
         }
         float phi[kHq / 8][4];
-        phi_tile(sw, t0, t1, phi, v0 ? a.cos + r0 * kC : nullptr, v1 ? a.cos + r1 * kC : nullptr);
+        phi_tile(sw, t0, t1, phi, v0 ? cos_out + r0 * kC : nullptr,
+                 v1 ? cos_out + r1 * kC : nullptr);
         const size_t i0 = v0 ? r0 / N : 0, i1 = v1 ? r1 / N : 0;
         mma::Op M[kHq / 8][4];
         merge_tile(sw, phi, a.psi + i0 * kHq, a.psi + i1 * kHq, M,
                    v0 ? a.phi + r0 * kHq : nullptr, v1 ? a.phi + r1 * kHq : nullptr,
-                   v0 ? a.m + r0 * kHq : nullptr, v1 ? a.m + r1 * kHq : nullptr);
+                   v0 ? m_out + r0 * kHq : nullptr, v1 ? m_out + r1 * kHq : nullptr);
         // Z_in of the thread's two rows (every lane of the quad holds them).
         float z0, z1;
         z_rows(sw, M, z0, z1);
@@ -106,7 +113,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
         }
         // dhpre = dZ w_z ⊙ SiLU'(h + bm) from h recomputed, a quarter of the columns at a time
         // (fewer live registers), and the tile's column sums.
-        float *dh0 = v0 ? a.dh + r0 * kHq : nullptr, *dh1 = v1 ? a.dh + r1 * kHq : nullptr;
+        Out *dh0 = v0 ? dh_out + r0 * kHq : nullptr, *dh1 = v1 ? dh_out + r1 * kHq : nullptr;
         float pend[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -126,8 +133,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
                 const float d01 = dz0 * wz1 * dsilu_of(p01, s01);
                 const float d10 = dz1 * wz0 * dsilu_of(p10, s10);
                 const float d11 = dz1 * wz1 * dsilu_of(p11, s11);
-                if (dh0) *reinterpret_cast<float2 *>(dh0 + u) = make_float2(d00, d01);
-                if (dh1) *reinterpret_cast<float2 *>(dh1 + u) = make_float2(d10, d11);
+                if (dh0) st2(dh0 + u, d00, d01);
+                if (dh1) st2(dh1 + u, d10, d11);
                 v[0][n] = d00 + d10;
                 v[1][n] = d01 + d11;
                 v[2][n] = fmaf(dz0, p00 * s00, dz1 * (p10 * s10));
@@ -158,16 +165,33 @@ int fused_blocks(size_t rows) {
 }
 
 void online_fused_prepare() {
-    for (const void *k : {(const void *)k_iqn_online<0, 0>, (const void *)k_iqn_online<kFixedN, kFixedN>})
+    for (const void *k : {(const void *)k_iqn_online<0, 0, false>,
+                          (const void *)k_iqn_online<kFixedN, kFixedN, false>,
+                          (const void *)k_iqn_online<0, 0, true>,
+                          (const void *)k_iqn_online<kFixedN, kFixedN, true>})
         aux::allow_smem(k, kSmemFloats * sizeof(float), "IQN online pass");
 }
 
-void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s) {
+namespace {
+template <bool B16>
+void launch_online(const OnlineArgs &a, int blocks, cudaStream_t s) {
     if (fixed_n(a.N) && fixed_n(a.Nt))
-        FH_LAUNCH((k_iqn_online<kFixedN, kFixedN>), blocks, kWarps * 32,
+        FH_LAUNCH((k_iqn_online<kFixedN, kFixedN, B16>), blocks, kWarps * 32,
                   kSmemFloats * sizeof(float), s, a);
     else
-        FH_LAUNCH((k_iqn_online<0, 0>), blocks, kWarps * 32, kSmemFloats * sizeof(float), s, a);
+        FH_LAUNCH((k_iqn_online<0, 0, B16>), blocks, kWarps * 32, kSmemFloats * sizeof(float), s,
+                  a);
+}
+}  // namespace
+
+void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s) {
+    if (a.dh16) {
+        if (!a.cos16 || !a.m16)
+            fail(FH_ERR_INTERNAL, "IQN online pass: dh16 set without cos16 and m16");
+        launch_online<true>(a, blocks, s);
+    } else {
+        launch_online<false>(a, blocks, s);
+    }
 }
 
 }  // namespace fh::cuda::iqn

@@ -9,7 +9,8 @@
  *   10 % or more in TF32, to within 0.1 of TF32's ratio.
  * - gemm_bf16 (cuda/gemm_bf16.cu) against float64 products of the bfloat16-rounded operands,
  *   on shapes that make it cut C into blocks of columns, k into blocks, and on a strided
- *   operand; and against the unrounded operands, which it must miss by the rounding.
+ *   operand; and against the unrounded operands, which it must miss by the rounding;
+ * - gemm_tn_bf16 (operands already bfloat16) against float64 products of the same values.
  * Skipped without a CUDA device. */
 /* The library's internal headers come before cmocka.h, whose fail() macro clashes with
  * fh::fail. */
@@ -22,6 +23,7 @@
 #include "schedule.hpp"
 #endif
 
+#include <cstring>
 #include <random>
 
 extern "C" {
@@ -200,8 +202,66 @@ void test_gemm_bf16_against_float64(void **) {
     for (const GemmCase &t : cases) check_gemm(t, h, stage.p);
     cublasDestroy(h);
 }
+
+/* gemm_tn_bf16 (operands a kernel wrote as bfloat16: the IQN learner's dWm, dWφ): row-major
+ * C[M, N] = A[K, M]ᵀ B[K, N] + beta C against float64 sums of the same bfloat16 values, errors
+ * per element over Σ_k |A_ki B_kj| (+ |beta C|). */
+void test_gemm_tn_bf16_against_float64(void **) {
+    if (!fh_test_have_cuda()) skip();
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) fail_msg("cublasCreate");
+    struct Case {
+        int M, N, K;
+        float beta;
+    };
+    /* dWφ's shape over 70000 rows; odd sizes with beta = 1 */
+    for (const Case t : {Case{128, 64, 70000, 0.0f}, Case{33, 50, 1001, 1.0f}}) {
+        std::mt19937 rng(11);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        std::vector<uint16_t> a((size_t)t.K * t.M), b((size_t)t.K * t.N);
+        std::vector<float> af(a.size()), bf(b.size()), c0((size_t)t.M * t.N);
+        auto fill = [&](std::vector<uint16_t> &h16, std::vector<float> &f) {
+            for (size_t k = 0; k < h16.size(); ++k) {
+                f[k] = bf16_rne(u(rng));
+                uint32_t bits;
+                memcpy(&bits, &f[k], 4);
+                h16[k] = (uint16_t)(bits >> 16);
+            }
+        };
+        fill(a, af);
+        fill(b, bf);
+        for (float &v : c0) v = u(rng);
+        const Dev da = dev_of(a), db = dev_of(b), dc = dev_of(c0);
+        const fh::cuda::Blas bl{h, CUBLAS_COMPUTE_32F, nullptr};
+        try {
+            fh::cuda::gemm_tn_bf16(bl, t.M, t.N, t.K, (const __nv_bfloat16 *)da.p,
+                                   (const __nv_bfloat16 *)db.p, (float *)dc.p, t.beta, "test");
+        } catch (const fh::Error &e) {
+            fail_msg("gemm_tn_bf16 %dx%d over %d: %s", t.M, t.N, t.K, e.message.c_str());
+        }
+        if (cudaDeviceSynchronize() != cudaSuccess) fail_msg("gemm_tn_bf16: a fault");
+        const std::vector<float> c = dc.get<float>();
+        double worst = 0;
+        for (int i = 0; i < t.M; ++i)
+            for (int j = 0; j < t.N; ++j) {
+                double sum = (double)t.beta * c0[(size_t)i * t.N + j];
+                double mag = std::fabs(sum);
+                for (int l = 0; l < t.K; ++l) {
+                    const double p = (double)af[(size_t)l * t.M + i] * bf[(size_t)l * t.N + j];
+                    sum += p;
+                    mag += std::fabs(p);
+                }
+                worst = std::max(worst, std::fabs(c[(size_t)i * t.N + j] - sum) / mag);
+            }
+        printf("[GEMM_BF16] gemm_tn_bf16 %d x %d over %d rows, beta %.0f: %.2e against float64\n",
+               t.M, t.N, t.K, t.beta, worst);
+        if (!(worst <= 2e-5)) fail_msg("gemm_tn_bf16 %dx%d over %d: %.3e", t.M, t.N, t.K, worst);
+    }
+    cublasDestroy(h);
+}
 #else
 void test_gemm_bf16_against_float64(void **) { skip(); }
+void test_gemm_tn_bf16_against_float64(void **) { skip(); }
 #endif
 
 }  // namespace
@@ -209,6 +269,7 @@ void test_gemm_bf16_against_float64(void **) { skip(); }
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_bf16_against_float64),
+        cmocka_unit_test(test_gemm_tn_bf16_against_float64),
         cmocka_unit_test(test_td_loss_falls_in_both_modes),
         cmocka_unit_test(test_every_loss_falls_as_in_tf32),
     };

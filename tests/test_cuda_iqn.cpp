@@ -8,11 +8,15 @@
  *    N = 8, 4, 16 and 1 (the shapes of its z_mean sums), with a partly filled last tile;
  * 3. the backward kernel alone against a float64 evaluation of the chain rule through
  *    m = ψ ⊙ φ: dφpre, dψpre and the partial sums of dbφ and dbψ, at the same N;
+ *    with FH_MATH_BF16's bfloat16 operands (OnlineArgs::dh16, BackwardArgs::dh16), each kernel
+ *    also against its float32 run: the bfloat16 outputs the round to nearest even of the float32
+ *    ones bit for bit, every other output bitwise the same, the float32 buffers untouched;
  * 4. whole steps of the four levels of FOXHUNT_IQN_KERNELS (fused, online, target, unfused)
  *    against each other and the CPU: IQN loss, parameters and the ensemble mean after 1 and 5
  *    steps (TF32 products in every GPU path, so they agree to TF32 rounding, not bitwise).
  * Skipped without a GPU. */
 #if FOXHUNT_HAVE_CUDA
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "../cuda/iqn_fused.hpp"
@@ -31,8 +35,10 @@ extern "C" {
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "test_cuda_util.h"
 
@@ -157,6 +163,31 @@ std::vector<T> back(const T *d, size_t n) {
     return v;
 }
 
+uint16_t bf16_bits(float x) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(x);
+    uint16_t u;
+    memcpy(&u, &h, sizeof u);
+    return u;
+}
+
+/* Entries where the bfloat16 output is not the round to nearest even of the float32 one. */
+size_t bf16_mismatches(const std::vector<uint16_t> &h, const std::vector<float> &f) {
+    size_t bad = 0;
+    for (size_t k = 0; k < f.size(); ++k) bad += h[k] != bf16_bits(f[k]);
+    return bad;
+}
+
+template <class T>
+bool same_bits(const std::vector<T> &a, const std::vector<T> &b) {
+    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+bool all_nan(const std::vector<float> &v) {
+    for (float x : v)
+        if (!std::isnan(x)) return false;
+    return true;
+}
+
 void test_online_kernel_vs_float64(void **) {
     if (!fh_test_have_cuda()) skip();
     const int Hq = 128, C = 64, Nt = 8, B = 333; /* 333·N rows: a last tile partly filled */
@@ -266,6 +297,36 @@ void test_online_kernel_vs_float64(void **) {
          * NaN means an output left unwritten. */
         for (int k = 0; k < 9; ++k)
             if (!(e[k] <= 5e-3)) fail_msg("fused online pass, N=%d: %s rel. error %.3e", N, names[k], e[k]);
+
+        /* FH_MATH_BF16's instance on the same inputs, the float32 outputs reset to NaN. */
+        uint16_t *d_cos16 = dev(std::vector<uint16_t>(R * C, 0xffff)),
+                 *d_m16 = dev(std::vector<uint16_t>(R * Hq, 0xffff)),
+                 *d_dh16 = dev(std::vector<uint16_t>(R * Hq, 0xffff));
+        using Buf = std::pair<float *, size_t>;
+        for (const Buf &q : {Buf{d_tau, R}, Buf{d_cos, R * C}, Buf{d_phi, R * Hq},
+                             Buf{d_m, R * Hq}, Buf{d_dh, R * Hq}, Buf{d_zm, (size_t)B}})
+            cudaMemcpy(q.first, std::vector<float>(q.second, NAN).data(), q.second * 4,
+                       cudaMemcpyHostToDevice);
+        a.cos16 = reinterpret_cast<__nv_bfloat16 *>(d_cos16);
+        a.m16 = reinterpret_cast<__nv_bfloat16 *>(d_m16);
+        a.dh16 = reinterpret_cast<__nv_bfloat16 *>(d_dh16);
+        launch_and_wait("online_fused (bfloat16 operands)",
+                        [&] { fh::cuda::iqn::online_fused(a, blocks, 0); });
+        const size_t bad_cos = bf16_mismatches(back(d_cos16, R * C), g_cos),
+                     bad_m = bf16_mismatches(back(d_m16, R * Hq), g_m),
+                     bad_dh = bf16_mismatches(back(d_dh16, R * Hq), g_dh);
+        const bool same = same_bits(back(d_tau, R), g_tau) && same_bits(back(d_phi, R * Hq), g_phi) &&
+                          same_bits(back(d_zm, (size_t)B), g_zm) &&
+                          same_bits(back(d_part, (size_t)blocks * (2 * Hq + 2)), g_part);
+        const bool untouched = all_nan(back(d_cos, R * C)) && all_nan(back(d_m, R * Hq)) &&
+                               all_nan(back(d_dh, R * Hq));
+        printf("[IQN] fused online kernel, bfloat16 operands against its float32 run, N=%d: "
+               "cos %zu, m %zu, dh %zu of %zu/%zu entries not its rounding; other outputs %s; "
+               "float32 buffers %s\n", N, bad_cos, bad_m, bad_dh, R * C, R * Hq,
+               same ? "bitwise equal" : "DIFFER", untouched ? "untouched" : "WRITTEN");
+        if (bad_cos || bad_m || bad_dh || !same || !untouched)
+            fail_msg("fused online pass with bfloat16 operands, N=%d", N);
+        for (void *p : {(void *)d_cos16, (void *)d_m16, (void *)d_dh16}) cudaFree(p);
         for (void *p : {(void *)d_psi, (void *)d_Wphi, (void *)d_bphi, (void *)d_Wm, (void *)d_bm,
                         (void *)d_wz, (void *)d_bz, (void *)d_zt, (void *)d_r, (void *)d_done,
                         (void *)d_tau, (void *)d_cos, (void *)d_phi, (void *)d_m, (void *)d_dh,
@@ -335,6 +396,43 @@ void test_backward_kernel_vs_float64(void **) {
         /* dm = dhpre Wm with TF32 operands (K = 128): ~5e-4; NaN means an output left unwritten. */
         for (int k = 0; k < 4; ++k)
             if (!(e[k] <= 5e-3)) fail_msg("fused backward, N=%d: %s rel. error %.3e", N, names[k], e[k]);
+
+        /* FH_MATH_BF16's instance: dhpre as bfloat16, against the float32 instance given the same
+         * (rounded) values; φraw must survive, dφpre goes to its own buffer. */
+        std::vector<float> dh_r(R * Hq);
+        std::vector<uint16_t> dh16(R * Hq);
+        for (size_t k = 0; k < dh_r.size(); ++k) {
+            const __nv_bfloat16 h = __float2bfloat16_rn(dh[k]);
+            dh_r[k] = __bfloat162float(h);
+            memcpy(&dh16[k], &h, 2);
+        }
+        cudaMemcpy(d_dh, dh_r.data(), dh_r.size() * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(d_phi, phi.data(), phi.size() * 4, cudaMemcpyHostToDevice);
+        fh::cuda::iqn::BackwardArgs a32 = a;
+        int rows32 = 0, rows16 = 0;
+        launch_and_wait("backward_fused (rounded dhpre)",
+                        [&] { rows32 = fh::cuda::iqn::backward_fused(a32, blocks, 0); });
+        const std::vector<float> r_dphi = back(d_phi, R * Hq), r_dpsi = back(d_dpsi, (size_t)B * Hq);
+        const std::vector<double> r_part = back(d_part, (size_t)blocks * 2 * Hq);
+        cudaMemcpy(d_phi, phi.data(), phi.size() * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(d_dpsi, std::vector<float>((size_t)B * Hq, NAN).data(), (size_t)B * Hq * 4,
+                   cudaMemcpyHostToDevice);
+        uint16_t *d_dh16 = dev(dh16), *d_dphi16 = dev(std::vector<uint16_t>(R * Hq, 0xffff));
+        fh::cuda::iqn::BackwardArgs a16 = a;
+        a16.dh = nullptr;  /* must not be read */
+        a16.dh16 = reinterpret_cast<const __nv_bfloat16 *>(d_dh16);
+        a16.dphi16 = reinterpret_cast<__nv_bfloat16 *>(d_dphi16);
+        launch_and_wait("backward_fused (bfloat16 operands)",
+                        [&] { rows16 = fh::cuda::iqn::backward_fused(a16, blocks, 0); });
+        const size_t bad = bf16_mismatches(back(d_dphi16, R * Hq), r_dphi);
+        const bool same = rows16 == rows32 && same_bits(back(d_dpsi, (size_t)B * Hq), r_dpsi) &&
+                          same_bits(back(d_part, (size_t)blocks * 2 * Hq), r_part);
+        const bool phi_kept = same_bits(back(d_phi, R * Hq), phi);
+        printf("[IQN] fused backward kernel, bfloat16 operands against its float32 run, N=%d: "
+               "dphi_pre %zu of %zu entries not its rounding; dpsi_pre and sums %s; phi %s\n", N,
+               bad, R * Hq, same ? "bitwise equal" : "DIFFER", phi_kept ? "kept" : "OVERWRITTEN");
+        if (bad || !same || !phi_kept) fail_msg("fused backward with bfloat16 operands, N=%d", N);
+        for (void *p : {(void *)d_dh16, (void *)d_dphi16}) cudaFree(p);
         for (void *p : {(void *)d_dh, (void *)d_Wm, (void *)d_bphi, (void *)d_psi, (void *)d_pp,
                         (void *)d_bpsi, (void *)d_phi, (void *)d_dpsi, (void *)d_part})
             cudaFree(p);
