@@ -20,6 +20,9 @@ struct BranchGradArgs {
     float *dpre;        // out [B, ld]: dpre_b = (dz U_b) ⊙ SiLU'(preg + c_b)
     double *part;       // scratch: branch_grad_partials(B, HB, A) doubles
     float *dU, *dc, *de;  // out: dU_b = dzᵀ g [A, HB], dc_b = Σ_i dpre [HB], de_b = Σ_i dz [A]
+    // FH_MATH_BF16: dpre stored rounded to bfloat16 (round to nearest even; its readers are
+    // GEMMs on bfloat16 operands, which would round it so), dc summed from the unrounded values.
+    bool dpre_bf16 = false;
 };
 
 // The scratch `part` needs, in doubles.

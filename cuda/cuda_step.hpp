@@ -50,6 +50,7 @@ struct QCache {
     // h2 holds rounded values, TF32 or bfloat16 (the fused SiLU layer wrote it:
     // cuda/linear_silu.hpp); set when the trunk is enqueued, read by the branch layers after it.
     bool h2_rounded = false;
+    bool h1_rounded = false;  // the same for h1 (the trunk's first layer)
 };
 void alloc_qcache(DeviceMemory &mem, const Dims &d, QCache &c, int M, bool head, bool keep_pre);
 

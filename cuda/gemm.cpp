@@ -4,6 +4,8 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -168,6 +170,17 @@ void lt_matmul(const Blas &bl, const GemmDesc &g, float beta, const char *what) 
 void gemm(const Blas &bl, const GemmDesc &g, float beta, const char *what) {
     if (bl.bf16_stage) return gemm_bf16(bl, g, beta, what);
     lt_matmul(bl, g, beta, what);
+}
+
+void gemm_bf16_values(const Blas &bl, const GemmDesc &g, float beta, const char *what) {
+    static const bool trial_stage = [] {
+        const char *t = getenv("FOXHUNT_TRIAL_BF16_VALUES");
+        return t && !strcmp(t, "stage");
+    }();
+    if (!bl.bf16_stage || trial_stage) return gemm(bl, g, beta, what);
+    Blas tf32 = bl;
+    tf32.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+    lt_matmul(tf32, g, beta, what);
 }
 
 }  // namespace fh::cuda

@@ -77,6 +77,14 @@ void gemm(const Blas &bl, const GemmDesc &g, float beta, const char *what);
 // (and of k, summed into C in order), the same blocks on every run.
 void gemm_bf16(const Blas &bl, const GemmDesc &g, float beta, const char *what);
 
+// FH_MATH_BF16, float32 operands whose values are all bfloat16 values (the kernels that wrote
+// them rounded their stores: the fused SiLU layers' activations and dpre, the branch backward's
+// dpre, the fused IQL pass's h1 and dpre2): a bfloat16 value is a TF32 value with its low bits
+// zero, so TF32 tensor cores multiply them exactly and accumulate in float32, the arithmetic of
+// gemm_bf16() on the same operands, without its stage (a pass over each operand) and blocking.
+// Runs gemm()'s cublasLtMatmul with CUBLAS_COMPUTE_32F_FAST_TF32. In the other modes, gemm().
+void gemm_bf16_values(const Blas &bl, const GemmDesc &g, float beta, const char *what);
+
 // FH_MATH_BF16, operands a kernel already wrote as bfloat16 (the IQN learner's fused passes):
 // row-major C[M, N] = A[K, M]ᵀ · B[K, N] + beta·C (float32 C, float32 accumulation), one
 // cublasGemmEx on the handle's stream and workspace, no stage and no blocking. The operands are

@@ -396,7 +396,7 @@ struct IqlLearner::Impl {
 
     // F1 .. B2x in one kernel, and the sums of its partial rows (iql_fused.cu).
     void fused_pass(const StepInputs &in, float *v_hi, float *v_lo, float *omega, float *loss,
-                    cudaStream_t s) {
+                    bool bf16_stores, cudaStream_t s) {
         if (reinterpret_cast<uintptr_t>(in.x) % 16)
             fail(FH_ERR_INTERNAL, "IQL: x~ at %p is not 16-byte aligned", (const void *)in.x);
         iql::FusedArgs a{};
@@ -413,6 +413,7 @@ struct IqlLearner::Impl {
         a.v_out[0] = v_hi; a.v_out[1] = v_lo; a.omega = omega;
         a.h1 = h1; a.dpre2 = pre2; a.dpre1 = h2;
         a.part_head = part_head; a.part_b1 = part_b1;
+        a.bf16_stores = bf16_stores;
         iql::fused(a, fused_blocks, s);
         reduce_head(fused_blocks, loss, s);
         reduce_b1(fused_blocks, s);
@@ -455,8 +456,14 @@ struct IqlLearner::Impl {
         }
 
         if (fused) {
-            fused_pass(in, v_hi, v_lo, omega, loss, s);
-            run(bl, 2);
+            // FH_MATH_BF16: the kernel stores h1 and dpre2 as bfloat16 values, and dW2 multiplies
+            // them without the stage (gemm_bf16_values); dW1 reads x̃ (float32), staged.
+            const bool bf16 = bl.bf16_stage != nullptr;
+            fused_pass(in, v_hi, v_lo, omega, loss, bf16, s);
+            if (bf16)
+                for (int z = 0; z < 2; ++z) gemm_bf16_values(bl, sites[2].g[z], 0.0f, sites[2].name);
+            else
+                run(bl, 2);
             run(bl, 4);
             return;
         }

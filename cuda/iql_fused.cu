@@ -29,6 +29,8 @@
 // reduce_partials' block order. No atomics.
 #include <algorithm>
 
+#include <cuda_bf16.h>
+
 #include "aux_common.cuh"
 #include "iql_fused.hpp"
 #include "iql_paths.hpp"
@@ -83,6 +85,17 @@ __device__ __forceinline__ float2 ld2(const float *p) { return *reinterpret_cast
 __device__ __forceinline__ void st2(float *p, float a, float b) {
     *reinterpret_cast<float2 *>(p) = make_float2(a, b);
 }
+// st2 of values rounded to bfloat16 (round to nearest even) when R16 (FH_MATH_BF16's h1 and
+// dpre2, whose only reader is dW2's GEMM on bfloat16 operands), else st2.
+template <bool R16>
+__device__ __forceinline__ void st2_round(float *p, float a, float b) {
+    if constexpr (R16) {
+        const float2 r = __bfloat1622float2(__floats2bfloat162_rn(a, b));
+        st2(p, r.x, r.y);
+    } else {
+        st2(p, a, b);
+    }
+}
 
 template <int N>
 __device__ __forceinline__ void zero(float (&c)[N][4]) {
@@ -130,7 +143,7 @@ __device__ __forceinline__ float head_row(const FusedArgs &a, int net, bool vali
 // shifts and masks, layer 1's loop a fixed count), or 0, read from a.D. The same operations in
 // the same order: IQL 0.117 → 0.112 ms single-stream at B = 16384, TF32, wall 1.700 → 1.690 ms
 // multi-stream (bench/results/h200-2026-12-02-iql-fixed-d-before-after.json).
-template <int kD>
+template <int kD, bool R16>
 __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
     pdl_enter();
     extern __shared__ float4 sm4[];
@@ -201,8 +214,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
                 h[e] = z * sg;
                 z1[nu][e] = tile::dsilu_of(z, sg);
             }
-            if (h1r0) st2(h1r0 + u, h[0], h[1]);
-            if (h1r1) st2(h1r1 + u, h[2], h[3]);
+            if (h1r0) st2_round<R16>(h1r0 + u, h[0], h[1]);
+            if (h1r1) st2_round<R16>(h1r1 + u, h[2], h[3]);
             put_a(xw, nu, h);
         }
         float (&ds1)[kH / 8][4] = z1;
@@ -261,8 +274,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
                 d[1] = dV0 * ww.y * tile::dsilu_of(z2[nu][1], sg[1]);
                 d[2] = dV1 * ww.x * tile::dsilu_of(z2[nu][2], sg[2]);
                 d[3] = dV1 * ww.y * tile::dsilu_of(z2[nu][3], sg[3]);
-                if (d2r0) st2(d2r0 + u, d[0], d[1]);
-                if (d2r1) st2(d2r1 + u, d[2], d[3]);
+                if (d2r0) st2_round<R16>(d2r0 + u, d[0], d[1]);
+                if (d2r1) st2_round<R16>(d2r1 + u, d[2], d[3]);
                 put_a(xw, nu, d);
                 v[0][n] = d[0] + d[2];
                 v[1][n] = d[1] + d[3];
@@ -351,17 +364,28 @@ int fused_blocks(int B) {
 }
 
 void fused_prepare() {
-    aux::allow_smem((const void *)k_iql_fused<0>, kSmemFloats * sizeof(float), "IQL fused pass");
-    aux::allow_smem((const void *)k_iql_fused<kH>, kSmemFloats * sizeof(float), "IQL fused pass");
+    for (const void *k : {(const void *)k_iql_fused<0, false>, (const void *)k_iql_fused<kH, false>,
+                          (const void *)k_iql_fused<0, true>, (const void *)k_iql_fused<kH, true>})
+        aux::allow_smem(k, kSmemFloats * sizeof(float), "IQL fused pass");
 }
 
-void fused(const FusedArgs &a, int blocks, cudaStream_t s) {
+namespace {
+template <bool R16>
+void launch(const FusedArgs &a, int blocks, cudaStream_t s) {
     const dim3 grid(blocks, 2);
     const size_t smem = kSmemFloats * sizeof(float);
     if (a.D == kH)
-        FH_LAUNCH(k_iql_fused<kH>, grid, kWarps * 32, smem, s, a);
+        FH_LAUNCH((k_iql_fused<kH, R16>), grid, kWarps * 32, smem, s, a);
     else
-        FH_LAUNCH(k_iql_fused<0>, grid, kWarps * 32, smem, s, a);
+        FH_LAUNCH((k_iql_fused<0, R16>), grid, kWarps * 32, smem, s, a);
+}
+}  // namespace
+
+void fused(const FusedArgs &a, int blocks, cudaStream_t s) {
+    if (a.bf16_stores)
+        launch<true>(a, blocks, s);
+    else
+        launch<false>(a, blocks, s);
 }
 
 }  // namespace fh::cuda::iql

@@ -175,10 +175,10 @@ void q_forward_trunk(const LaneCtx &l, const Dims &d, const Layout &L, const QVi
     const int M = c.M, H = (int)d.H, D = (int)d.D;
     const PackedBranches pk = packed_branches(d);
     const bool tc = w.rounded && linear_tc_pays(M, H);
-    const bool h1_rounded =
+    c.h1_rounded =
         linear_silu(l.blas, l.stream, M, H, D, x, false, w.W1, tc ? w.pack + pk.W1t : nullptr,
                     w.p + L.q.b1, c.pre1, c.h1, "trunk x W1^T");
-    c.h2_rounded = linear_silu(l.blas, l.stream, M, H, H, c.h1, h1_rounded, w.W2,
+    c.h2_rounded = linear_silu(l.blas, l.stream, M, H, H, c.h1, c.h1_rounded, w.W2,
                                tc ? w.pack + pk.W2t : nullptr, w.p + L.q.b2, c.pre2, c.h2,
                                "trunk h1 W2^T");
 }

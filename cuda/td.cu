@@ -108,7 +108,8 @@ __global__ void __launch_bounds__(2 * kGradCols) k_branch_grads(BranchGradArgs a
                     for (int k = 0; k < kGradMaxA; ++k)
                         if (k < A) dg = fmaf(dzi[k], u[k], dg);
                     const float v = __fmul_rn(dg, dev_dsilu(__fadd_rn(pv[t], bias)));
-                    a.dpre[(size_t)(b0 + rb + t) * a.ld + c] = v;
+                    a.dpre[(size_t)(b0 + rb + t) * a.ld + c] =
+                        a.dpre_bf16 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
                     sc += (double)v;
 #pragma unroll
                     for (int k = 0; k < kGradMaxA; ++k)
@@ -204,7 +205,13 @@ void backward_branch(CudaStep &st, const LaneCtx &l, int b) {
     const size_t pad = (uintptr_t)base % sizeof(double) ? 1 : 0;
     BranchGradArgs ga{dz, gb, preg, p + o.U[b], p + o.c[b], B, HB, A, ld, dpre,
                       reinterpret_cast<double *>(base + pad), g + o.U[b], g + o.c[b], g + o.e[b]};
-    if (!(branch_grad_partials(B, HB, A) <= (span - pad) / 2 && branch_grads(ga, l.stream))) {
+    ga.dpre_bf16 = l.blas.bf16_stage != nullptr;
+    // In FH_MATH_BF16, dV's operands are bfloat16 values when this kernel ran (dpre rounded)
+    // and the trunk's fused layer wrote h2: then no stage (gemm_bf16_values).
+    bool dpre_bf16 = false;
+    if (branch_grad_partials(B, HB, A) <= (span - pad) / 2 && branch_grads(ga, l.stream)) {
+        dpre_bf16 = ga.dpre_bf16;
+    } else {
         gemm_tn(l.blas, A, HB, B, dz, gb, g + o.U[b], 0.0f, "dU = dz^T g");
         colsum(dz, B, A, nullptr, g + o.e[b], l.col, l.stream);
         GemmDesc dg = desc_nn(B, HB, A, dz, p + o.U[b], dpre);
@@ -218,7 +225,10 @@ void backward_branch(CudaStep &st, const LaneCtx &l, int b) {
     }
     GemmDesc dv = desc_tn(HB, H, B, dpre, st.on.h2, g + o.V[b]);
     dv.ldb = ld;
-    gemm(l.blas, dv, 0.0f, "dV = dpre^T h2");
+    if (dpre_bf16 && st.on.h2_rounded)
+        gemm_bf16_values(l.blas, dv, 0.0f, "dV = dpre^T h2");
+    else
+        gemm(l.blas, dv, 0.0f, "dV = dpre^T h2");
     if (!cat)
         gemm_nn(l.blas, B, H, HB, dpre, p + o.V[b], st.dh2 + (size_t)b * B * H, 0.0f,
                 "dh2_b = dpre V");
@@ -272,7 +282,12 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
         dsilu_colsum(in, st.on.pre2, w.p + o.b2, B, H, kColsumRows, st.dpre2, l.col, l.stream);
         colsum_final(l.col, B, H, g + o.b2, l.stream);
     }
-    gemm_tn(l.blas, H, H, B, st.dpre2, st.on.h1, g + o.W2, 0.0f, "dW2sn = dpre2^T h1");
+    // In FH_MATH_BF16, with both fused layers, dpre2 and h1 hold bfloat16 values: no stage.
+    const GemmDesc dw2 = desc_tn(H, H, B, st.dpre2, st.on.h1, g + o.W2);
+    if (dpre2_rounded && st.on.h1_rounded)
+        gemm_bf16_values(l.blas, dw2, 0.0f, "dW2sn = dpre2^T h1");
+    else
+        gemm(l.blas, dw2, 0.0f, "dW2sn = dpre2^T h1");
     if (fused && linear_dsilu(l.blas, l.stream, B, H, H, st.dpre2, dpre2_rounded,
                               st.pack_next + pk.W2T, st.on.pre1, w.p + o.b1, st.dpre1, part)) {
         bias_grad(g + o.b1);

@@ -10,7 +10,9 @@
  * - gemm_bf16 (cuda/gemm_bf16.cu) against float64 products of the bfloat16-rounded operands,
  *   on shapes that make it cut C into blocks of columns, k into blocks, and on a strided
  *   operand; and against the unrounded operands, which it must miss by the rounding;
- * - gemm_tn_bf16 (operands already bfloat16) against float64 products of the same values.
+ * - gemm_tn_bf16 (operands already bfloat16) against float64 products of the same values;
+ * - gemm_bf16_values (float32 operands holding bfloat16 values, on TF32 tensor cores) against
+ *   float64 and against gemm_bf16 on the same operands.
  * Skipped without a CUDA device. */
 /* The library's internal headers come before cmocka.h, whose fail() macro clashes with
  * fh::fail. */
@@ -259,7 +261,61 @@ void test_gemm_tn_bf16_against_float64(void **) {
     }
     cublasDestroy(h);
 }
+
+/* gemm_bf16_values (float32 operands holding bfloat16 values, e.g. dW2 = dpre2ᵀ h1): against
+ * float64 sums of the same values, as gemm_bf16's check; and against gemm_bf16 on the same
+ * operands, which must agree to float32 accumulation (the same products). */
+void test_gemm_bf16_values_against_float64(void **) {
+    if (!fh_test_have_cuda()) skip();
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) fail_msg("cublasCreate");
+    const int M = 128, N = 96, K = 16384;  /* dW = dyᵀ x over a batch of rows */
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> a((size_t)K * M), b((size_t)K * N);
+    for (float &v : a) v = bf16_rne(u(rng));
+    for (float &v : b) v = bf16_rne(u(rng));
+    const Dev da = dev_of(a), db = dev_of(b);
+    const Dev c1 = dev_of(std::vector<float>((size_t)M * N, NAN));
+    const Dev c2 = dev_of(std::vector<float>((size_t)M * N, NAN));
+    const Dev stage(fh::kBf16StageElems * 2 + 256), ws(fh::cuda::kHeuristicWorkspace);
+    fh::cuda::Blas bl{h, CUBLAS_COMPUTE_32F, stage.p};
+    bl.ws = ws.p;
+    bl.ws_bytes = fh::cuda::kHeuristicWorkspace;
+    if (cublasSetWorkspace(h, ws.p, ws.n) != CUBLAS_STATUS_SUCCESS) fail_msg("cublasSetWorkspace");
+    try {
+        fh::cuda::gemm_bf16_values(bl, fh::cuda::desc_tn(M, N, K, (const float *)da.p,
+                                                         (const float *)db.p, (float *)c1.p),
+                                   0.0f, "values");
+        fh::cuda::gemm_bf16(bl, fh::cuda::desc_tn(M, N, K, (const float *)da.p,
+                                                  (const float *)db.p, (float *)c2.p),
+                            0.0f, "staged");
+    } catch (const fh::Error &e) {
+        fail_msg("gemm_bf16_values: %s", e.message.c_str());
+    }
+    if (cudaDeviceSynchronize() != cudaSuccess) fail_msg("gemm_bf16_values: a fault");
+    const std::vector<float> g1 = c1.get<float>(), g2 = c2.get<float>();
+    double worst = 0, worst_staged = 0;
+    for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+            double sum = 0, mag = 0;
+            for (int l = 0; l < K; ++l) {
+                const double p = (double)a[(size_t)l * M + i] * b[(size_t)l * N + j];
+                sum += p;
+                mag += std::fabs(p);
+            }
+            worst = std::max(worst, std::fabs(g1[(size_t)i * N + j] - sum) / mag);
+            worst_staged = std::max(worst_staged,
+                                    std::fabs(g1[(size_t)i * N + j] - g2[(size_t)i * N + j]) / mag);
+        }
+    printf("[GEMM_BF16] gemm_bf16_values %d x %d over %d rows: %.2e against float64, %.2e "
+           "against gemm_bf16\n", M, N, K, worst, worst_staged);
+    if (!(worst <= 2e-5 && worst_staged <= 4e-5))
+        fail_msg("gemm_bf16_values: %.3e from float64, %.3e from gemm_bf16", worst, worst_staged);
+    cublasDestroy(h);
+}
 #else
+void test_gemm_bf16_values_against_float64(void **) { skip(); }
 void test_gemm_bf16_against_float64(void **) { skip(); }
 void test_gemm_tn_bf16_against_float64(void **) { skip(); }
 #endif
@@ -270,6 +326,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_bf16_against_float64),
         cmocka_unit_test(test_gemm_tn_bf16_against_float64),
+        cmocka_unit_test(test_gemm_bf16_values_against_float64),
         cmocka_unit_test(test_td_loss_falls_in_both_modes),
         cmocka_unit_test(test_every_loss_falls_as_in_tf32),
     };

@@ -13,7 +13,8 @@
  * the default branch at B = 16384 with the branches side by side (ld = 4·128), a last partial
  * block, HB > 128 (two column rounds) with A = 5 (the kernel reading A at run time) and with
  * A = 8, HB = 64 with A = 3. A > 8 is refused with nothing enqueued. A second run must give the
- * same bits. Skipped without a GPU. */
+ * same bits, and a run with FH_MATH_BF16's stores (dpre_bf16) each dpre rounded to bfloat16 and
+ * the sums bitwise the same. Skipped without a GPU. */
 #if FOXHUNT_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -39,6 +40,7 @@ extern "C" {
 #include <string>
 #include <vector>
 
+#include "operand_round.hpp"
 #include "test_cuda_util.h"
 
 namespace {
@@ -121,6 +123,26 @@ void check_case(Case cs, unsigned seed) {
     };
     const bool same = bits(dpre.get<float>(), hp) && bits(dU.get<float>(), hU) &&
                       bits(dcb.get<float>(), hc) && bits(de.get<float>(), he);
+    /* FH_MATH_BF16's stores: dpre each the bfloat16 rounding (nearest even) of this run's,
+     * dU, dc and de bitwise this run's (the sums read the unrounded values). */
+    fh::cuda::BranchGradArgs r16 = a;
+    r16.dpre_bf16 = true;
+    run(r16);
+    const std::vector<float> hp16 = dpre.get<float>();
+    size_t bf16_bad = 0;
+    for (int i = 0; i < B; ++i)
+        for (int j = 0; j < ld; ++j) {
+            const size_t at = (size_t)i * ld + j;
+            const float want = j < HB ? operand_round::bf16_rne(hp[at]) : NAN;
+            bf16_bad += memcmp(&hp16[at], &want, sizeof(float)) != 0 &&
+                        !(std::isnan(want) && std::isnan(hp16[at]));
+        }
+    const bool same16 = bits(dU.get<float>(), hU) && bits(dcb.get<float>(), hc) &&
+                        bits(de.get<float>(), he);
+    printf("[BRANCH-GRADS] B=%d HB=%d A=%d bfloat16 stores: dpre %zu entries not the rounding of "
+           "the float32 run's; dU, dc, de %s\n", B, HB, A, bf16_bad,
+           same16 ? "bitwise equal" : "DIFFER");
+    if (bf16_bad || !same16) fail_msg("branch_grads B=%d HB=%d A=%d with bfloat16 stores", B, HB, A);
     double w_pre = 0, w_U = 0, w_c = 0, w_e = 0;
     bool untouched = true;
     std::vector<double> cref(HB, 0.0), cbound(HB, 0.0);

@@ -3,7 +3,8 @@
  *    2021's expectile loss) from the same random x̃, Q̄sa and weights of both nets: every output it
  *    writes (V_hi, V_lo, ω, h1, dpre2, dpre1) on every row, and its partial sums of db2, dw3, db3,
  *    db1 and the loss, at D = 128 and D = 72, with a partly filled last tile, blocks that walk
- *    several tiles, and the mean's divisor W·B ≠ B;
+ *    several tiles, and the mean's divisor W·B ≠ B; with FH_MATH_BF16's stores (bf16_stores)
+ *    h1 and dpre2 each the bfloat16 rounding of the float32 run's, the rest bitwise the same;
  * 2. whole TF32 steps of the fused and unfused paths (FOXHUNT_IQL_KERNELS) against each other and
  *    the CPU: the IQL parameters, both losses and the ensemble mean (which reads V_hi and V_lo)
  *    after 1 and 5 steps, at B = 1000 and 4096 and at D = 64;
@@ -35,6 +36,7 @@ extern "C" {
 #include <random>
 #include <string>
 
+#include "operand_round.hpp"
 #include "test_cuda_util.h"
 
 #if FOXHUNT_HAVE_CUDA
@@ -219,6 +221,39 @@ void test_fused_kernel_vs_float64(void **) {
         /* TF32 operands (2^-11) in chained products of K = D and 128, fast SiLU: ~1e-3. NaN (an unwritten row or partial) fails. */
         for (const auto &c : checks)
             if (!(c.err <= c.bound)) fail_msg("fused IQL, D=%d, %d blocks: %s rel. error %.3e > %.1e", D, blocks, c.name, c.err, c.bound);
+
+        /* FH_MATH_BF16's stores (bf16_stores): h1 and dpre2 each the bfloat16 rounding (nearest
+         * even) of the float32 run's, every other output bitwise the float32 run's. */
+        const std::vector<float> f_h1 = d_h1.get<float>(), f_d2 = d_d2.get<float>(),
+                                 f_d1 = d_d1.get<float>(), f_vh = d_vh.get<float>(),
+                                 f_vl = d_vl.get<float>(), f_om = d_om.get<float>();
+        a.bf16_stores = true;
+        try {
+            fh::cuda::iql::fused(a, blocks, 0);
+        } catch (const fh::Error &e) {
+            fail_msg("fused IQL with bfloat16 stores threw: %s", e.message.c_str());
+        }
+        if (cudaDeviceSynchronize() != cudaSuccess) fail_msg("fused IQL with bfloat16 stores: a fault");
+        const auto not_rounding = [](const std::vector<float> &got, const std::vector<float> &f) {
+            size_t bad = 0;
+            for (size_t k = 0; k < f.size(); ++k) {
+                const float want = operand_round::bf16_rne(f[k]);
+                bad += memcmp(&got[k], &want, sizeof(float)) != 0;
+            }
+            return bad;
+        };
+        const auto bits = [](const auto &u, const auto &v) {
+            return u.size() == v.size() && memcmp(u.data(), v.data(), u.size() * sizeof(u[0])) == 0;
+        };
+        const size_t bad_h1 = not_rounding(d_h1.get<float>(), f_h1),
+                     bad_d2 = not_rounding(d_d2.get<float>(), f_d2);
+        const bool same = bits(d_d1.get<float>(), f_d1) && bits(d_vh.get<float>(), f_vh) &&
+                          bits(d_vl.get<float>(), f_vl) && bits(d_om.get<float>(), f_om) &&
+                          bits(d_ph.get<double>(), ph) && bits(d_pb.get<double>(), pb);
+        printf("[IQL] bfloat16 stores, D=%d, %d blocks: h1 %zu, dpre2 %zu entries not the rounding "
+               "of the float32 run's; the other outputs %s\n", D, blocks, bad_h1, bad_d2,
+               same ? "bitwise equal" : "DIFFER");
+        if (bad_h1 || bad_d2 || !same) fail_msg("fused IQL with bfloat16 stores, D=%d", D);
     }
 }
 #endif
