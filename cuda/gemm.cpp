@@ -173,11 +173,8 @@ void gemm(const Blas &bl, const GemmDesc &g, float beta, const char *what) {
 }
 
 void gemm_bf16_values(const Blas &bl, const GemmDesc &g, float beta, const char *what) {
-    static const bool trial_stage = [] {
-        const char *t = getenv("FOXHUNT_TRIAL_BF16_VALUES");
-        return t && !strcmp(t, "stage");
-    }();
-    if (!bl.bf16_stage || trial_stage) return gemm(bl, g, beta, what);
+    const char *t = getenv("FOXHUNT_TRIAL_BF16_VALUES");
+    if (!bl.bf16_stage || (t && !strcmp(t, "stage"))) return gemm(bl, g, beta, what);
     Blas tf32 = bl;
     tf32.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
     lt_matmul(tf32, g, beta, what);
