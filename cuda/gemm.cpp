@@ -4,8 +4,6 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -173,8 +171,7 @@ void gemm(const Blas &bl, const GemmDesc &g, float beta, const char *what) {
 }
 
 void gemm_bf16_values(const Blas &bl, const GemmDesc &g, float beta, const char *what) {
-    const char *t = getenv("FOXHUNT_TRIAL_BF16_VALUES");
-    if (!bl.bf16_stage || (t && !strcmp(t, "stage"))) return gemm(bl, g, beta, what);
+    if (!bl.bf16_stage) return gemm(bl, g, beta, what);
     Blas tf32 = bl;
     tf32.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
     lt_matmul(tf32, g, beta, what);

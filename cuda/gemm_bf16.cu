@@ -4,9 +4,10 @@
 // Why a stage: the step keeps every activation in float32 (the kernels around the GEMMs read
 // and write float32), and cuBLAS only multiplies bfloat16 operands when they are stored as
 // bfloat16: CUBLAS_COMPUTE_32F_FAST_16BF on float32 operands gave TF32's results bit for bit on
-// the H200 (cuBLAS 13.1). So each GEMM first converts what it reads. That adds a pass over the
-// operands, so this mode is for accuracy studies and the path to bfloat16 activations, not
-// (yet) for speed: docs/cuda.md has its numbers.
+// the H200 (cuBLAS 13.1). So each GEMM first converts what it reads, a pass over the operands.
+// Where a kernel writes the operands it can write them rounded instead: gemm_tn_bf16 (below)
+// multiplies operands stored as bfloat16, and gemm_bf16_values (gemm.cpp) float32 operands that
+// hold bfloat16 values, neither with a stage (docs/design.md lists the GEMMs that do).
 //
 // Blocking: the stage holds kBf16StageElems elements (8 MiB). A GEMM whose two operands fit is
 // one conversion per operand and one call. Otherwise C is cut into blocks of columns (n, the

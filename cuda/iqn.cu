@@ -27,10 +27,9 @@
 // pass after ψ with the head is one more (iqn_online.cu), which writes tau, cos, φraw, m, dhpre,
 // z_mean and the head's partials (the same buffers as the unfused head), and dm with the ψ/φ
 // backward is a third (iqn_backward.cu: dm stays in registers), and hraw's buffer is not
-// allocated.
+// allocated. In BF16 mode those two write dWm's and dWφ's operands as bfloat16 (Impl's
+// bf16_operands: half of cosb, dh and mbuf) and the two GEMMs read them as they are.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 
 #include "aux_common.cuh"
@@ -340,8 +339,6 @@ struct IqnLearner::Impl {
         if (fused_online) iqn::online_fused_prepare();
         if (fused_backward) iqn::backward_fused_prepare();
         bf16_operands = c.math_mode == FH_MATH_BF16 && fused_backward;
-        if (const char *t = getenv("FOXHUNT_TRIAL_IQN_BF16"); t && !strcmp(t, "stage"))
-            bf16_operands = false;
     }
     __nv_bfloat16 *cos16() const { return reinterpret_cast<__nv_bfloat16 *>(cosb); }
     __nv_bfloat16 *dh16() const { return reinterpret_cast<__nv_bfloat16 *>(dh); }

@@ -4,7 +4,9 @@
 //   dm_r   = dhpre_r Wm                                   (K = 128, on tensor cores)
 //   dφpre_r = (dm_r ⊙ ψ_i) ⊙ SiLU'(φraw_r + bφ)           -> in place of φraw
 //   dψpre_i = (Σ_n dm_in ⊙ SiLU(φraw_in + bφ)) ⊙ SiLU'(ψpre_i)  -> dpsi
-// with per block the column sums of dbφ = Σ_r dφpre and dbψ = Σ_i dψpre. dm never goes to
+// with per block the column sums of dbφ = Σ_r dφpre and dbψ = Σ_i dψpre. In FH_MATH_BF16 (the
+// B16 instances) dhpre comes from the online pass's bfloat16 copy and dφpre goes out as
+// bfloat16 to its own buffer, the operand of dWφ's bfloat16 GEMM (φraw stays). dm never goes to
 // memory: this replaces the cuBLAS GEMM dm = dh Wm and the ψ/φ backward kernel of the unfused
 // path (iqn.cu), which wrote dm (64 MiB at B = 16384) and read it back. dWm, dWφ and dWψ stay
 // cuBLAS GEMMs over all rows.

@@ -242,10 +242,14 @@ typedef enum fh_math_mode {
                              reader (the confidence head, the branch backward's dU). The fused
                              IQN, IQL and attention tensor-core kernels keep TF32 operands, and
                              the branch backward below the heads (dU, de, the SiLU' and dc)
-                             runs in float32 with double sums. Per tensor within ~6e-3 of the
-                             CPU after 1 step, ~1e-2 after 3 at B = 16384 (docs/cuda.md). Costs
-                             an 8 MiB staging buffer per cuBLAS workspace, and time:
-                             docs/cuda.md */
+                             runs in float32 with double sums. Where a kernel writes a GEMM's
+                             operands it writes them already rounded, and the GEMM reads them
+                             as they are: IQN's weight gradients dWm and dWφ on operands stored
+                             as bfloat16; dV, the trunk's dW2 and IQL's dW2 on float32 operands
+                             holding bfloat16 values (the same round to nearest even, the same
+                             exact products). Per tensor within ~6e-3 of the CPU after 1 step,
+                             ~1e-2 after 3 at B = 16384 (docs/cuda.md). Costs an 8 MiB staging
+                             buffer per cuBLAS workspace, and time: docs/cuda.md */
 } fh_math_mode;
 
 /** How the two IQL value nets share their GEMMs on CUDA (FH_MATH_BF16: always sequential). In
