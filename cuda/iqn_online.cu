@@ -58,10 +58,10 @@ __device__ __forceinline__ float head_row(const OnlineArgs &a, int Nt, bool vali
 // to a.cos16, a.m16, a.dh16 as bfloat16 (FH_MATH_BF16), else to a.cos, a.m, a.dh.
 template <int NC, int NTC, bool B16>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
+    pdl_enter();
     using Out = std::conditional_t<B16, __nv_bfloat16, float>;
     Out *const cos_out = pick<B16>(a.cos, a.cos16), *const m_out = pick<B16>(a.m, a.m16),
               *const dh_out = pick<B16>(a.dh, a.dh16);
-    pdl_enter();
     extern __shared__ float4 sm4[];
     const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
