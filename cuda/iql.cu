@@ -13,7 +13,8 @@
 //   BATCHED     cublasGemmStridedBatchedEx, batch 2, strides = the distance from the hi operand
 //               to the lo operand (layout.iql.total for weights, B·Hi for activations, 0 for the
 //               shared input x̃)
-//   SEQUENTIAL  two gemm() calls (cublasLtMatmul, cuda/gemm.cpp; bfloat16 staged in BF16)
+//   SEQUENTIAL  two gemm() calls (cublasLtMatmul, cuda/gemm.cpp; bfloat16 staged in BF16, but
+//               for the fused path's dW2, whose operands the kernel stores as bfloat16 values)
 //   AUTO        SEQUENTIAL, the fastest measured. H200, cuBLAS 13.1, B = 16384, TF32, IQL per
 //               step: sequential 0.184 ms, batched 0.455 ms, grouped 0.884 ms (foxhunt-bench,
 //               bench/results/h200-2026-11-29-iql-ablation.json). Two 16384-row GEMMs each fill

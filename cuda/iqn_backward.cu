@@ -23,7 +23,8 @@
 // (the compiler did not move the loads across them): IQN lane 0.468 / 0.468 → 0.461 / 0.462 ms
 // single-stream, the same bits (bench/results/h200-2026-12-03-iqn-bwd-psi-before-after*.json;
 // preloading them into registers instead spilled). dhpre's A fragments come from
-// memory (float2 per row and k step, whole 32-byte sectors); dm's 16 column tiles stay in
+// memory (float2 per row and k step, whole 32-byte sectors; in the B16 instance a bfloat16 pair,
+// 4 bytes, widened exactly); dm's 16 column tiles stay in
 // registers (64 accumulators) and are consumed a quarter at a time by the epilogue. Because
 // 16 % N == 0 a transition's rows are lanes of one warp: Σ_n is a fixed-order shuffle sum,
 // written by the transition's first row group. Column sums: colsum_quarter (iqn_fused.cuh), then

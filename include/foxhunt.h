@@ -230,7 +230,8 @@ typedef enum fh_math_mode {
     FH_MATH_STRICT = 1, /**< IEEE float32: per tensor within 1e-5 of the CPU after 1 step */
     FH_MATH_BF16 = 2    /**< the cuBLAS GEMMs on bfloat16 operands (7 stored mantissa bits,
                              rounded to nearest even from the float32 activations and weights
-                             just before each GEMM) with float32 accumulation. On Hopper the Q
+                             before each GEMM, by a staging pass or by the kernel that writes
+                             the operand) with float32 accumulation. On Hopper the Q
                              net's large SiLU layers, their branch heads and the trunk
                              backward's SiLU' layers run on TF32 mode's fused kernels with
                              their operands rounded to bfloat16 instead of TF32 (weights, the
@@ -240,7 +241,9 @@ typedef enum fh_math_mode {
                              with SiLU and SiLU' in the fast forms of FH_MATH_TF32. The stored
                              trunk and branch activations are then bfloat16 values for every
                              reader (the confidence head, the branch backward's dU). The fused
-                             IQN, IQL and attention tensor-core kernels keep TF32 operands, and
+                             IQN, IQL and attention tensor-core kernels keep TF32 operands (but
+                             IQN's backward, whose dm = dhpre Wm reads dhpre from the bfloat16
+                             copy below, as the unfused path's GEMM would), and
                              the branch backward below the heads (dU, de, the SiLU' and dc)
                              runs in float32 with double sums. Where a kernel writes a GEMM's
                              operands it writes them already rounded, and the GEMM reads them

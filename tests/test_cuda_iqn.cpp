@@ -13,7 +13,9 @@
  *    ones bit for bit, every other output bitwise the same, the float32 buffers untouched;
  * 4. whole steps of the four levels of FOXHUNT_IQN_KERNELS (fused, online, target, unfused)
  *    against each other and the CPU: IQN loss, parameters and the ensemble mean after 1 and 5
- *    steps (TF32 products in every GPU path, so they agree to TF32 rounding, not bitwise).
+ *    steps (TF32 products in every GPU path, so they agree to TF32 rounding, not bitwise), in
+ *    TF32 and in BF16 (where the fused path's GEMMs read the bfloat16 operands its kernels
+ *    write, and the others stage theirs).
  * Skipped without a GPU. */
 #if FOXHUNT_HAVE_CUDA
 #include <cuda_bf16.h>
@@ -450,9 +452,15 @@ void test_fused_paths_agree(void **) {
     if (!fh_test_have_cuda()) skip();
     struct Case {
         uint32_t B, N, Nt;
+        fh_math_mode math;
     };
-    /* 1000: a last tile of rows only partly filled; N = 16 with N' = 5: another z_mean shape. */
-    for (const Case k : {Case{1000, 8, 8}, Case{4096, 8, 8}, Case{1000, 16, 5}}) {
+    /* 1000: a last tile of rows only partly filled; N = 16 with N' = 5: another z_mean shape.
+     * BF16: the fused path's bfloat16 operands (the online pass's cos, m, dhpre, the backward's
+     * dφpre, in halves of the learner's float32 buffers) against the other levels, which stage
+     * the same GEMMs' operands. */
+    for (const Case k : {Case{1000, 8, 8, FH_MATH_TF32}, Case{4096, 8, 8, FH_MATH_TF32},
+                         Case{1000, 16, 5, FH_MATH_TF32}, Case{4096, 8, 8, FH_MATH_BF16},
+                         Case{1000, 16, 5, FH_MATH_BF16}}) {
         fh_config base = default_config(k.B);
         base.iqn_n = k.N;
         base.iqn_n_target = k.Nt;
@@ -460,13 +468,13 @@ void test_fused_paths_agree(void **) {
         cc.backend = FH_BACKEND_CPU;
         fh_pipeline *cpu = make(cc);
         setenv("FOXHUNT_IQN_KERNELS", "unfused", 1);
-        fh_pipeline *unfused = make(cuda_config(base, FH_MATH_TF32));
+        fh_pipeline *unfused = make(cuda_config(base, k.math));
         setenv("FOXHUNT_IQN_KERNELS", "target", 1);
-        fh_pipeline *target = make(cuda_config(base, FH_MATH_TF32));
+        fh_pipeline *target = make(cuda_config(base, k.math));
         setenv("FOXHUNT_IQN_KERNELS", "online", 1);
-        fh_pipeline *online = make(cuda_config(base, FH_MATH_TF32));
+        fh_pipeline *online = make(cuda_config(base, k.math));
         unsetenv("FOXHUNT_IQN_KERNELS");
-        fh_pipeline *fused = make(cuda_config(base, FH_MATH_TF32));
+        fh_pipeline *fused = make(cuda_config(base, k.math));
         Batches bt(base, 77, 5);
         for (int s = 0; s < 5; ++s) {
             for (fh_pipeline *p : {cpu, unfused, target, online, fused}) step(p, bt.b[(size_t)s]);
@@ -474,8 +482,8 @@ void test_fused_paths_agree(void **) {
             fh_metrics mf;
             mf.struct_size = sizeof(fh_metrics);
             fh_pipeline_metrics(fused, &mf);
-            printf("[IQN] B=%u N=%u N'=%u after %d step%s, fused against:", k.B, k.N, k.Nt, s + 1,
-                   s ? "s" : "");
+            printf("[IQN] %s B=%u N=%u N'=%u after %d step%s, fused against:",
+                   k.math == FH_MATH_BF16 ? "BF16" : "TF32", k.B, k.N, k.Nt, s + 1, s ? "s" : "");
             const char *names[] = {"unfused", "target", "online", "CPU"};
             fh_pipeline *others[] = {unfused, target, online, cpu};
             for (int o = 0; o < 4; ++o) {
@@ -486,10 +494,12 @@ void test_fused_paths_agree(void **) {
                 const double e = iqn_err(fused, others[o], w);
                 const double l = std::fabs(mf.iqn_loss - mo.iqn_loss) / std::fabs(mo.iqn_loss);
                 printf(" %s %.3e (%s), loss %.3e;", names[o], e, w.c_str(), l);
-                /* TF32 products (2^-11 operand rounding) in every path: the test_cuda_vs_cpu bound. */
+                /* TF32 products (2^-11 operand rounding) in every path: the test_cuda_vs_cpu
+                 * bound; BF16's the same (its IQN tensors, 2^-8 rounding, stay well inside it; a
+                 * misplaced operand gives O(1)). */
                 if (!(e <= 5e-2 && l <= 5e-2))
-                    fail_msg("fused IQN passes: B=%u N=%u step %d against %s: %.3e (%s), loss %.3e",
-                             k.B, k.N, s + 1, names[o], e, w.c_str(), l);
+                    fail_msg("fused IQN passes: math %d B=%u N=%u step %d against %s: %.3e (%s), "
+                             "loss %.3e", (int)k.math, k.B, k.N, s + 1, names[o], e, w.c_str(), l);
             }
             printf("\n");
         }
