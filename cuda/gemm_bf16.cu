@@ -9,11 +9,11 @@
 // multiplies operands stored as bfloat16, and gemm_bf16_values (gemm.cpp) float32 operands that
 // hold bfloat16 values, neither with a stage (docs/design.md lists the GEMMs that do).
 //
-// Blocking: the stage holds kBf16StageElems elements (8 MiB). A GEMM whose two operands fit is
-// one conversion per operand and one call. Otherwise C is cut into blocks of columns (n, the
-// row-major rows) or rows (m), and k into blocks summed into C in order (the first block with
-// the caller's beta, the rest with beta 1): chunk sizes depend on the shape alone, so every run
-// makes the same calls and sums in the same order.
+// Blocking: the stage holds kBf16StageElems elements (8 MiB) and b's alignment. A GEMM whose
+// two operands fit is one conversion per operand and one call. Otherwise C is cut into blocks
+// of columns (n, the row-major rows) or rows (m), and k into blocks summed into C in order (the
+// first block with the caller's beta, the rest with beta 1): chunk sizes depend on the shape
+// alone, so every run makes the same calls and sums in the same order.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -90,7 +90,12 @@ void gemm_bf16(const Blas &bl, const GemmDesc &g, float beta, const char *what) 
     cudaStream_t s = nullptr;
     FH_CUBLAS(cublasGetStream(bl.handle, &s));
     int mc, nc, kc;
-    block_sizes(g.m, g.n, g.k, kBf16StageElems - 128, mc, nc, kc);
+    // The stage holds kBf16StageElems + 128 elements (src/schedule.cpp), so blocks of up to
+    // kBf16StageElems fit with b's start rounded up to 128. (A cap 128 lower cut every K = B
+    // weight gradient with two 16384 × 128 operands into a block and a 16-row rest: BF16 wall
+    // 1.789 / 1.788 → 1.773 / 1.770 ms single-stream side by side,
+    // bench/results/h200-2026-12-03-bf16-stage-cap-before-after*.json.)
+    block_sizes(g.m, g.n, g.k, kBf16StageElems, mc, nc, kc);
     __nv_bfloat16 *sa = static_cast<__nv_bfloat16 *>(bl.bf16_stage);
     const bool ta = g.opa != CUBLAS_OP_N, tb = g.opb != CUBLAS_OP_N;
     const float alpha = 1.0f;
