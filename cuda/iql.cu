@@ -462,7 +462,8 @@ struct IqlLearner::Impl {
             const bool bf16 = bl.bf16_stage != nullptr;
             fused_pass(in, v_hi, v_lo, omega, loss, bf16, s);
             if (bf16)
-                for (int z = 0; z < 2; ++z) gemm_bf16_values(bl, sites[2].g[z], 0.0f, sites[2].name);
+                for (int z = 0; z < 2; ++z)
+                    gemm_bf16_values(bl, sites[2].g[z], 0.0f, sites[2].name);
             else
                 run(bl, 2);
             run(bl, 4);

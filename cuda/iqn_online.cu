@@ -12,8 +12,9 @@
 // the loss terms (one partial row per block; reduce_partials sums them in block order). The
 // backward's GEMMs (dWm = dhᵀ m, dm = dh Wm, dWφ = dφpreᵀ cos) and the ψ/φ backward read what it
 // writes (iqn.cu). In FH_MATH_BF16 (the B16 instances) cos, m and dhpre go out as bfloat16
-// instead, the operands of dWm and dWφ's bfloat16 GEMMs, half the bytes (OnlineArgs::dh16). This replaces five kernels of the unfused pass (taucos, the φ and Wm GEMMs,
-// the merge and the warp-per-transition head) and its hraw round trip through memory.
+// instead, the operands of dWm and dWφ's bfloat16 GEMMs, half the bytes (OnlineArgs::dh16).
+// This replaces five kernels of the unfused pass (taucos, the φ and Wm GEMMs, the merge and the
+// warp-per-transition head) and its hraw round trip through memory.
 //
 // Tiling: iqn_fused.cuh (tiles of 128 rows, a warp per 16 rows, weights in shared memory). Because
 // 16 % N == 0, a warp's rows hold whole transitions: z_mean is a fixed-order shuffle sum. The

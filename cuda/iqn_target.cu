@@ -41,8 +41,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
         phi_tile<float>(sw, t0, t1, acc, nullptr, nullptr);
         const size_t ii0 = r0 < R ? r0 / Nt : 0, ii1 = r1 < R ? r1 / Nt : 0;
         mma::Op M[kHq / 8][4];
-        merge_tile<float>(sw, acc, a.psi + ii0 * kHq, a.psi + ii1 * kHq, M, nullptr, nullptr, nullptr,
-                   nullptr);
+        merge_tile<float>(sw, acc, a.psi + ii0 * kHq, a.psi + ii1 * kHq, M, nullptr, nullptr,
+                          nullptr, nullptr);
         float z0, z1;
         z_rows(sw, M, z0, z1);
         if (tq == 0) {

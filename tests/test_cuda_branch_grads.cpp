@@ -142,7 +142,8 @@ void check_case(Case cs, unsigned seed) {
     printf("[BRANCH-GRADS] B=%d HB=%d A=%d bfloat16 stores: dpre %zu entries not the rounding of "
            "the float32 run's; dU, dc, de %s\n", B, HB, A, bf16_bad,
            same16 ? "bitwise equal" : "DIFFER");
-    if (bf16_bad || !same16) fail_msg("branch_grads B=%d HB=%d A=%d with bfloat16 stores", B, HB, A);
+    if (bf16_bad || !same16)
+        fail_msg("branch_grads B=%d HB=%d A=%d with bfloat16 stores", B, HB, A);
     double w_pre = 0, w_U = 0, w_c = 0, w_e = 0;
     bool untouched = true;
     std::vector<double> cref(HB, 0.0), cbound(HB, 0.0);

@@ -233,7 +233,8 @@ void test_fused_kernel_vs_float64(void **) {
         } catch (const fh::Error &e) {
             fail_msg("fused IQL with bfloat16 stores threw: %s", e.message.c_str());
         }
-        if (cudaDeviceSynchronize() != cudaSuccess) fail_msg("fused IQL with bfloat16 stores: a fault");
+        if (cudaDeviceSynchronize() != cudaSuccess)
+            fail_msg("fused IQL with bfloat16 stores: a fault");
         const auto not_rounding = [](const std::vector<float> &got, const std::vector<float> &f) {
             size_t bad = 0;
             for (size_t k = 0; k < f.size(); ++k) {

@@ -317,7 +317,8 @@ void test_online_kernel_vs_float64(void **) {
         const size_t bad_cos = bf16_mismatches(back(d_cos16, R * C), g_cos),
                      bad_m = bf16_mismatches(back(d_m16, R * Hq), g_m),
                      bad_dh = bf16_mismatches(back(d_dh16, R * Hq), g_dh);
-        const bool same = same_bits(back(d_tau, R), g_tau) && same_bits(back(d_phi, R * Hq), g_phi) &&
+        const bool same = same_bits(back(d_tau, R), g_tau) &&
+                          same_bits(back(d_phi, R * Hq), g_phi) &&
                           same_bits(back(d_zm, (size_t)B), g_zm) &&
                           same_bits(back(d_part, (size_t)blocks * (2 * Hq + 2)), g_part);
         const bool untouched = all_nan(back(d_cos, R * C)) && all_nan(back(d_m, R * Hq)) &&
@@ -414,7 +415,8 @@ void test_backward_kernel_vs_float64(void **) {
         int rows32 = 0, rows16 = 0;
         launch_and_wait("backward_fused (rounded dhpre)",
                         [&] { rows32 = fh::cuda::iqn::backward_fused(a32, blocks, 0); });
-        const std::vector<float> r_dphi = back(d_phi, R * Hq), r_dpsi = back(d_dpsi, (size_t)B * Hq);
+        const std::vector<float> r_dphi = back(d_phi, R * Hq),
+                                 r_dpsi = back(d_dpsi, (size_t)B * Hq);
         const std::vector<double> r_part = back(d_part, (size_t)blocks * 2 * Hq);
         cudaMemcpy(d_phi, phi.data(), phi.size() * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(d_dpsi, std::vector<float>((size_t)B * Hq, NAN).data(), (size_t)B * Hq * 4,
