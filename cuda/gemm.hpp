@@ -87,8 +87,9 @@ void gemm_bf16_values(const Blas &bl, const GemmDesc &g, float beta, const char 
 
 // FH_MATH_BF16, operands a kernel already wrote as bfloat16 (the IQN learner's fused passes):
 // row-major C[M, N] = A[K, M]ᵀ · B[K, N] + beta·C (float32 C, float32 accumulation), one
-// cublasGemmEx on the handle's stream and workspace, no stage and no blocking. The operands are
-// the values gemm_bf16() would have staged (the same round to nearest even of the same floats).
+// cublasGemmEx on the handle's stream and workspace, no stage and no blocking; `what` names it in
+// errors (fh::Error with FH_ERR_CUDA). The operands are the values gemm_bf16() would have
+// staged (the same round to nearest even of the same floats).
 void gemm_tn_bf16(const Blas &bl, int M, int N, int K, const __nv_bfloat16 *A,
                   const __nv_bfloat16 *B, float *C, float beta, const char *what);
 

@@ -29,8 +29,6 @@
 // reduce_partials' block order. No atomics.
 #include <algorithm>
 
-#include <cuda_bf16.h>
-
 #include "aux_common.cuh"
 #include "iql_fused.hpp"
 #include "iql_paths.hpp"
@@ -82,19 +80,15 @@ __device__ __forceinline__ void fetch_x(float *xw, const float *x, size_t row0, 
 }
 
 __device__ __forceinline__ float2 ld2(const float *p) { return *reinterpret_cast<const float2 *>(p); }
-__device__ __forceinline__ void st2(float *p, float a, float b) {
-    *reinterpret_cast<float2 *>(p) = make_float2(a, b);
-}
+using tile::st2;
 // st2 of values rounded to bfloat16 (round to nearest even) when R16 (FH_MATH_BF16's h1 and
 // dpre2, whose only reader is dW2's GEMM on bfloat16 operands), else st2.
 template <bool R16>
 __device__ __forceinline__ void st2_round(float *p, float a, float b) {
-    if constexpr (R16) {
-        const float2 r = __bfloat1622float2(__floats2bfloat162_rn(a, b));
-        st2(p, r.x, r.y);
-    } else {
+    if constexpr (R16)
+        st2(p, mma::rounded<true>(a), mma::rounded<true>(b));
+    else
         st2(p, a, b);
-    }
 }
 
 template <int N>

@@ -53,16 +53,8 @@ using tile::owned_col;
 using tile::quad_sum;
 using tile::sigmoid_fast;
 using tile::silu_fast;
+using tile::st2;
 using tile::tf32x4;
-
-// Two adjacent outputs of a row: float32, or bfloat16 (round to nearest even) where FH_MATH_BF16
-// hands them to a GEMM on bfloat16 operands (OnlineArgs::dh16).
-__device__ __forceinline__ void st2(float *p, float x, float y) {
-    *reinterpret_cast<float2 *>(p) = make_float2(x, y);
-}
-__device__ __forceinline__ void st2(__nv_bfloat16 *p, float x, float y) {
-    *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(x, y);
-}
 
 // Two adjacent float32 inputs, or two bfloat16 ones widened (exactly) to float32.
 __device__ __forceinline__ float2 ld2(const float *p) {

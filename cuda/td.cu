@@ -16,6 +16,7 @@
 #include "device_math.cuh"
 #include "linear_silu.hpp"
 #include "memory_plan.hpp"
+#include "mma_tf32.cuh"
 #include "reduce.cuh"
 #include "launch.cuh"
 
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(2 * kGradCols) k_branch_grads(BranchGradArgs a
                         if (k < A) dg = fmaf(dzi[k], u[k], dg);
                     const float v = __fmul_rn(dg, dev_dsilu(__fadd_rn(pv[t], bias)));
                     a.dpre[(size_t)(b0 + rb + t) * a.ld + c] =
-                        a.dpre_bf16 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
+                        a.dpre_bf16 ? mma::rounded<true>(v) : v;
                     sc += (double)v;
 #pragma unroll
                     for (int k = 0; k < kGradMaxA; ++k)

@@ -1,9 +1,11 @@
 // Fragment-level pieces shared by the fused tensor-core kernels of the 128-wide MLPs (IQN:
 // iqn_fused.cuh; IQL: iql_fused.cu): the activations in their fast forms (also the fused SiLU
-// layers' epilogues, linear_silu.cu, in TF32 and BF16 modes), TF32 rounding of a float4, quad
-// sums, and the fixed-order column sums of a warp's 16 × 128 accumulator tile. Fragment layout
+// layers' epilogues, linear_silu.cu, in TF32 and BF16 modes), TF32 rounding of a float4, a row's
+// pair of outputs stored as float32 or bfloat16, quad sums, and the fixed-order column sums of a
+// warp's 16 × 128 accumulator tile. Fragment layout
 // (g = lane / 4, t = lane % 4, the permuted contraction order): mma_tf32.cuh.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "mma_tf32.cuh"
@@ -21,6 +23,15 @@ __device__ __forceinline__ float dsilu_fast(float z) { return dsilu_of(z, sigmoi
 __device__ __forceinline__ float4 tf32x4(float4 v) {
     return make_float4(mma::stored<false>(v.x), mma::stored<false>(v.y), mma::stored<false>(v.z),
                        mma::stored<false>(v.w));
+}
+
+// Two adjacent outputs of a row: float32, or bfloat16 (round to nearest even) where FH_MATH_BF16
+// hands them to a GEMM on bfloat16 operands.
+__device__ __forceinline__ void st2(float *p, float x, float y) {
+    *reinterpret_cast<float2 *>(p) = make_float2(x, y);
+}
+__device__ __forceinline__ void st2(__nv_bfloat16 *p, float x, float y) {
+    *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(x, y);
 }
 
 // The sum over a quad (the 4 threads of one row pair).
