@@ -191,6 +191,7 @@ struct AttentionLearner::Impl {
     // single-stream at B = 16384, wall 0.469 → 0.446 ms multi-stream at B = 1024
     // (bench/results/h200-2026-12-03-attn-head-before-after*.json).
     bool head_tc = false;
+    bool head_bf16 = false;  // FH_MATH_BF16: the fused head rounds to and stores bfloat16 values
     int head_tc_blocks = 0;
 
     aux::Arena arena;
@@ -261,6 +262,7 @@ struct AttentionLearner::Impl {
         path = choose(g, requested(kernels), c.math_mode == FH_MATH_STRICT);
         head = aux::plan_rows(d.B, 2 * (int)d.hh + 2, kHeadRowsPerWarp, 0, "attention head");
         head_tc = attn::head_fused_fits(c.math_mode, (int)d.d, (int)d.hh);
+        head_bf16 = c.math_mode == FH_MATH_BF16;
         head_tc_blocks = head_tc ? attn::head_fused_blocks((int)d.B) : 0;
 
         const size_t B = d.B;
@@ -319,6 +321,7 @@ struct AttentionLearner::Impl {
         if (head_tc) {
             attn::HeadFusedArgs a{abar, pool, P + o.Wo, P + o.Wr1, P + o.br1, P + o.w_r2,
                                   P + o.b_r2, in.r, B, (float)d.Bg, hbuf, dpool, part_head};
+            a.bf16 = head_bf16;
             attn::head_fused(a, head_tc_blocks, s);
             head_rows = head_tc_blocks;
         } else {
@@ -339,7 +342,12 @@ struct AttentionLearner::Impl {
             sg.add(loss, 2 * hh + 1, 1, 0, (double)d.Bg);
             aux::reduce_partials(part_head, head_rows, 2 * hh + 2, 1, sg, s);
         }
-        gemm_tn(bl, hh, dm, B, hbuf, pool, grad + o.Wr1, 0.0f, "attention dWr1 = dh^T pool");
+        // In FH_MATH_BF16 the fused head stored dh and pool as bfloat16 values: no stage.
+        const GemmDesc dwr1 = desc_tn(hh, dm, B, hbuf, pool, grad + o.Wr1);
+        if (head_tc && head_bf16)
+            gemm_bf16_values(bl, dwr1, 0.0f, "attention dWr1 = dh^T pool");
+        else
+            gemm(bl, dwr1, 0.0f, "attention dWr1 = dh^T pool");
         if (!head_tc)
             gemm_nn(bl, B, dm, hh, hbuf, P + o.Wr1, dpool, 0.0f, "attention dpool = dh Wr1");
         gemm_tn(bl, dm, dm, B, dpool, abar, grad + o.Wo, 0.0f, "attention dWo = dpool^T abar");

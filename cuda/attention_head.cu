@@ -1,6 +1,11 @@
 // The attention learner's output projection, reward head and the head's backward down to dpool,
 // fused on tensor cores (attention_head.hpp has the math): TF32 mma.sync m16n8k8
-// (mma_tf32.cuh) at attn_d_model = attn_head_hidden = 64.
+// (mma_tf32.cuh) at attn_d_model = attn_head_hidden = 64. FH_MATH_BF16 runs the BF16 instance:
+// every product operand (ā, Wo, pool, Wr1, dh) is rounded to bfloat16 instead of TF32, which a
+// TF32 product then multiplies exactly with float32 sums, as the cuBLAS BF16 GEMMs it replaces
+// did; pool, dh and dpool are stored rounded too, since their only other readers are the
+// weight-gradient GEMMs of the same math (attention.cu), which then need no stage. The head's
+// sums use the unrounded values.
 //
 // Tiling. 8 warps a block, tiles of 128 rows, warp w owning rows 16w .. 16w + 15 of a tile (one
 // m16 tile; thread (g, t) rows g and g + 8). Wo and Wr1 sit in shared memory for the whole
@@ -37,6 +42,9 @@ static_assert(kTileRows == 16 * kWarps, "a warp per 16 rows of a tile");
 constexpr int kPartW = 2 * kW + 2;  // dbr1 | dw_r2 | db_r2 | Σ loss terms
 static_assert(kWarps * kPartW * 2 <= 2 * kW * kW, "the warps' partial rows fit over Wo and Wr1");
 
+// A row's pair of outputs, as bfloat16 values with BF16 (see the top of the file).
+using tile::st2_round;
+
 // Wo and Wr1 in shared memory as mma::swz<64> lays them out (mma_tf32.cuh).
 __device__ __forceinline__ int swz(int r, int c) { return mma::swz<kW>(r, c); }
 
@@ -45,9 +53,6 @@ __device__ __forceinline__ float2 ld2g(const float *p) {
 }
 __device__ __forceinline__ float2 ld2(const float *p) {
     return *reinterpret_cast<const float2 *>(p);
-}
-__device__ __forceinline__ void st2(float *p, float a, float b) {
-    *reinterpret_cast<float2 *>(p) = make_float2(a, b);
 }
 
 // c[ν] += A · W over contraction step ka (W read by columns: B[k][n] = W[k][n]).
@@ -61,12 +66,13 @@ __device__ __forceinline__ void mma_cols(float (&c)[kNT][4], const mma::Op (&A)[
     }
 }
 
-// W [64, 64] into dst, TF32-rounded. Scalar loads: the parameters' offsets in the learner's
-// buffer need not be 16-byte aligned at every config with these widths.
+// W [64, 64] into dst, rounded to TF32 (bfloat16 with BF16). Scalar loads: the parameters'
+// offsets in the learner's buffer need not be 16-byte aligned at every config with these widths.
+template <bool BF16>
 __device__ __forceinline__ void stage_w(float *dst, const float *src) {
 #pragma unroll 4
     for (int e = threadIdx.x; e < kW * kW; e += blockDim.x)
-        dst[swz(e / kW, e % kW)] = mma::rounded<false>(__ldg(src + e));
+        dst[swz(e / kW, e % kW)] = mma::rounded<BF16>(__ldg(src + e));
 }
 
 // The sum over the warp's 8 row groups (lanes g = 0..7 of one t), in double, fixed order.
@@ -77,13 +83,14 @@ __device__ __forceinline__ double group_sum(float v) {
     return s;
 }
 
+template <bool BF16>
 __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_tc(HeadFusedArgs a) {
     pdl_enter();
     __shared__ __align__(16) float Ws[2 * kW * kW];  // Wo | Wr1
     __shared__ float br1s[kW], wr2s[kW];
     float *Wos = Ws, *Wr1s = Ws + kW * kW;
-    stage_w(Wos, a.Wo);
-    stage_w(Wr1s, a.Wr1);
+    stage_w<BF16>(Wos, a.Wo);
+    stage_w<BF16>(Wr1s, a.Wr1);
     for (int e = threadIdx.x; e < kW; e += blockDim.x) {
         br1s[e] = __ldg(a.br1 + e);
         wr2s[e] = __ldg(a.wr2 + e);
@@ -119,21 +126,22 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_tc(HeadFusedArgs a
         // pool = pool_in + ā Woᵀ (ā's columns 8κ + 2t, + 1 are contraction indices t, t + 4).
 #pragma unroll
         for (int ka = 0; ka < kNT; ++ka) {
-            const mma::Op A[4] = {mma::op<false>(x0[ka].x), mma::op<false>(x1[ka].x),
-                                  mma::op<false>(x0[ka].y), mma::op<false>(x1[ka].y)};
+            const mma::Op A[4] = {
+                mma::op_rounded<BF16>(x0[ka].x), mma::op_rounded<BF16>(x1[ka].x),
+                mma::op_rounded<BF16>(x0[ka].y), mma::op_rounded<BF16>(x1[ka].y)};
             mma::mma_rows<kW>(P, A, Wos, ka);
         }
 #pragma unroll
         for (int nu = 0; nu < kNT; ++nu) {
-            if (v0) st2(a.pool + r0 * kW + 8 * nu + 2 * tq, P[nu][0], P[nu][1]);
-            if (v1) st2(a.pool + r1 * kW + 8 * nu + 2 * tq, P[nu][2], P[nu][3]);
+            if (v0) st2_round<BF16>(a.pool + r0 * kW + 8 * nu + 2 * tq, P[nu][0], P[nu][1]);
+            if (v1) st2_round<BF16>(a.pool + r1 * kW + 8 * nu + 2 * tq, P[nu][2], P[nu][3]);
         }
         // h = pool Wr1ᵀ.
         float H[kNT][4] = {};
 #pragma unroll
         for (int ka = 0; ka < kNT; ++ka) {
             mma::Op A[4];
-            mma::a_from_acc<false>(A, P[ka]);
+            mma::a_from_acc_rounded<BF16>(A, P[ka]);
             mma::mma_rows<kW>(H, A, Wr1s, ka);
         }
         // The head: r̂ of the thread's two rows (a quad sums a row), then dr and dh in place of h.
@@ -169,21 +177,21 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_tc(HeadFusedArgs a
             }
             acc_b[nu][0] += H[nu][0] + H[nu][2];
             acc_b[nu][1] += H[nu][1] + H[nu][3];
-            if (v0) st2(a.dh + r0 * kW + 8 * nu + 2 * tq, H[nu][0], H[nu][1]);
-            if (v1) st2(a.dh + r1 * kW + 8 * nu + 2 * tq, H[nu][2], H[nu][3]);
+            if (v0) st2_round<BF16>(a.dh + r0 * kW + 8 * nu + 2 * tq, H[nu][0], H[nu][1]);
+            if (v1) st2_round<BF16>(a.dh + r1 * kW + 8 * nu + 2 * tq, H[nu][2], H[nu][3]);
         }
         // dpool = dh Wr1.
         float D[kNT][4] = {};
 #pragma unroll
         for (int ka = 0; ka < kNT; ++ka) {
             mma::Op A[4];
-            mma::a_from_acc<false>(A, H[ka]);
+            mma::a_from_acc_rounded<BF16>(A, H[ka]);
             mma_cols(D, A, Wr1s, ka, gi, tq);
         }
 #pragma unroll
         for (int nu = 0; nu < kNT; ++nu) {
-            if (v0) st2(a.dpool + r0 * kW + 8 * nu + 2 * tq, D[nu][0], D[nu][1]);
-            if (v1) st2(a.dpool + r1 * kW + 8 * nu + 2 * tq, D[nu][2], D[nu][3]);
+            if (v0) st2_round<BF16>(a.dpool + r0 * kW + 8 * nu + 2 * tq, D[nu][0], D[nu][1]);
+            if (v1) st2_round<BF16>(a.dpool + r1 * kW + 8 * nu + 2 * tq, D[nu][2], D[nu][3]);
         }
     }
     // The block's partial row: each warp's sums (lanes g = 0 hold them after group_sum) in shared
@@ -219,7 +227,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_tc(HeadFusedArgs a
 }  // namespace
 
 bool head_fused_fits(int math_mode, int d_model, int head_hidden) {
-    return math_mode == FH_MATH_TF32 && d_model == kW && head_hidden == kW;
+    return math_mode != FH_MATH_STRICT && d_model == kW && head_hidden == kW;
 }
 
 int head_fused_blocks(int B) {
@@ -228,7 +236,10 @@ int head_fused_blocks(int B) {
 }
 
 void head_fused(const HeadFusedArgs &a, int blocks, cudaStream_t s) {
-    FH_LAUNCH(k_attn_head_tc, blocks, kWarps * 32, 0, s, a);
+    if (a.bf16)
+        FH_LAUNCH(k_attn_head_tc<true>, blocks, kWarps * 32, 0, s, a);
+    else
+        FH_LAUNCH(k_attn_head_tc<false>, blocks, kWarps * 32, 0, s, a);
 }
 
 }  // namespace fh::cuda::attn

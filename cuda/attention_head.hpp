@@ -1,5 +1,5 @@
 // The attention learner's output projection and reward head (SPEC §4, §5.5 step 4) fused on
-// tensor cores for the default widths (attn_d_model = attn_head_hidden = 64), TF32 mode
+// tensor cores for the default widths (attn_d_model = attn_head_hidden = 64), TF32 and BF16 modes
 // (cuda/attention_head.cu). Per row i of the batch:
 //   pool_i = pool_in_i + Wo ā_i,  h_i = Wr1 pool_i,  r̂_i = SiLU(h_i + br1)·w_r2 + b_r2,
 //   dr_i = 2 (r̂_i − r̃_i) / (W·B),  dh_i = dr_i w_r2 ⊙ SiLU'(h_i + br1),  dpool_i = Wr1ᵀ dh_i
@@ -27,9 +27,12 @@ struct HeadFusedArgs {
     float *dh;              // [B, 64] out: dL/d(h + br1); 8-byte aligned
     float *dpool;           // [B, 64] out: dL/d pool; 8-byte aligned
     double *partial;        // [blocks, 2·64 + 2]: dbr1 | dw_r2 | db_r2 | Σ loss terms
+    // FH_MATH_BF16: the products' operands rounded to bfloat16 (else TF32), and pool, dh and
+    // dpool stored as bfloat16 values.
+    bool bf16 = false;
 };
 
-// Whether the kernel runs this learner's head: TF32 math (not strict, not BF16) and the widths.
+// Whether the kernel runs this learner's head: TF32 or BF16 math (not strict) and the widths.
 bool head_fused_fits(int math_mode, int d_model, int head_hidden);
 int head_fused_blocks(int B);   // the grid (partial rows); at most ceil(B / kHeadFusedTileRows)
 void head_fused(const HeadFusedArgs &a, int blocks, cudaStream_t s);

@@ -6,6 +6,7 @@
 #include "cuda_step.hpp"
 #include "reduce.cuh"
 #include "launch.cuh"
+#include "mma_tf32.cuh"
 
 namespace fh::cuda {
 
@@ -13,7 +14,7 @@ namespace {
 
 __global__ void k_cql(const float *q, const float *z, const int32_t *action, const float *omega,
                       int B, int NB, int A, float rows, float alpha, float q_clip, float *dzc,
-                      double *loss_elt) {
+                      float *dzc_bf16, double *loss_elt) {
     pdl_enter();
     const float scale = __fdiv_rn(1.0f, __fmul_rn(rows, (float)NB));  // 1/(W·B·NB), SPEC §9
     const size_t n = (size_t)B * NB;
@@ -34,7 +35,9 @@ __global__ void k_cql(const float *q, const float *z, const int32_t *action, con
             const float p = (float)(exp((double)qr[k] - lse));
             const float zk = z[base + k];
             const bool inside = zk > -q_clip && zk < q_clip;
-            dzc[base + k] = inside ? __fmul_rn(coef, __fadd_rn(p, k == a ? -1.0f : 0.0f)) : 0.0f;
+            const float v = inside ? __fmul_rn(coef, __fadd_rn(p, k == a ? -1.0f : 0.0f)) : 0.0f;
+            dzc[base + k] = v;
+            if (dzc_bf16) dzc_bf16[base + k] = mma::rounded<true>(v);
         }
     }
 }
@@ -64,8 +67,16 @@ void cql(CudaStep &st, const LaneCtx &l) {
     cudaStream_t s = l.stream;
     // As the CPU (cql.cpp): the CQL part of dU_b, de_b is computed apart, then added to
     // the TD part elementwise (one float rounding of the sum).
+    // In FH_MATH_BF16, where every branch's fused layer stored g as bfloat16 values, k_cql also
+    // writes dzc rounded to bfloat16 values, into dz (whose readers, the TD backward, ran in the
+    // forward child): then dU's GEMMs multiply bfloat16 values without a stage. de sums the
+    // unrounded dzc.
+    const uint64_t all = NB >= 64 ? ~uint64_t{0} : (uint64_t{1} << NB) - 1;
+    const bool dzc_rounded = l.blas.bf16_stage && (st.on.g_rounded & all) == all;
+    float *const dzc16 = dzc_rounded ? st.dz : nullptr;
     FH_LAUNCH(k_cql, grid_for((size_t)B * NB), kThreads, 0, s, st.on.q, st.on.z, st.action,
-              st.omega, B, NB, A, (float)d.Bg, st.cfg.cql_alpha, st.cfg.q_clip, st.dzc, st.cql_elt);
+              st.omega, B, NB, A, (float)d.Bg, st.cfg.cql_alpha, st.cfg.q_clip, st.dzc, dzc16,
+              st.cql_elt);
     sum_to(st.cql_elt, (size_t)B * NB, &st.dm->cql_loss, (double)d.Bg * NB, l.red, s,
            (double)st.cfg.cql_alpha);
     // The branches' blocks in the flat Q buffer are equally spaced (V, c, U, e per branch),
@@ -74,9 +85,14 @@ void cql(CudaStep &st, const LaneCtx &l) {
     // K = B reduction on 8 CTAs (measured on the H200: 148 us for the batch instead of
     // ~4 x 10 us).
     const size_t br = NB > 1 ? o.U[1] - o.U[0] : 0;
-    for (int b = 0; b < NB; ++b)
-        gemm_tn(l.blas, A, HB, B, st.dzc + (size_t)b * B * A, st.on.g + (size_t)b * B * HB,
-                st.cql_dU + (size_t)b * A * HB, 0.0f, "dU_cql = dzc^T g");
+    for (int b = 0; b < NB; ++b) {
+        const GemmDesc g = desc_tn(A, HB, B, (dzc_rounded ? dzc16 : st.dzc) + (size_t)b * B * A,
+                                   st.on.g + (size_t)b * B * HB, st.cql_dU + (size_t)b * A * HB);
+        if (dzc_rounded)
+            gemm_bf16_values(l.blas, g, 0.0f, "dU_cql = dzc^T g");
+        else
+            gemm(l.blas, g, 0.0f, "dU_cql = dzc^T g");
+    }
     colsum_partial(st.dzc, B, A, nullptr, st.cql_part, s, NB, (size_t)B * A);
     colsum_final(st.cql_part, B, A, st.cql_de, s, NB, (size_t)A);
     add_inplace(st.grad_q + o.U[0], st.cql_dU, (size_t)A * HB, s, NB, br, (size_t)A * HB);

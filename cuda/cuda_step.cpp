@@ -47,6 +47,7 @@ CudaStep::CudaStep(const fh_config &c, const Layout &l, DeviceMemory &mem, const
     dm = mem.alloc_n<DevMetrics>(MEM_ACT, 1);
 
     x2 = mem.floats(MEM_ACT, 2 * B * d.D);
+    if (c.math_mode == FH_MATH_BF16) x_bf16 = mem.floats(MEM_ACT, B * d.D);
     r = mem.floats(MEM_ACT, B);
     done_f = mem.floats(MEM_ACT, B);
     relab = mem.floats(MEM_ACT, B);
@@ -141,7 +142,7 @@ QView CudaStep::target_view() const {
 }
 
 StepInputs CudaStep::inputs() const {
-    return StepInputs{x2, x2 + (size_t)d.B * d.D, r, done_f, qbar_sa, step};
+    return StepInputs{x2, x2 + (size_t)d.B * d.D, r, done_f, qbar_sa, step, x_bf16};
 }
 
 }  // namespace fh::cuda

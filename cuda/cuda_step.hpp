@@ -51,6 +51,7 @@ struct QCache {
     // cuda/linear_silu.hpp); set when the trunk is enqueued, read by the branch layers after it.
     bool h2_rounded = false;
     bool h1_rounded = false;  // the same for h1 (the trunk's first layer)
+    uint64_t g_rounded = 0;   // bit b: the same for branch b's g (its fused layer wrote it)
 };
 void alloc_qcache(DeviceMemory &mem, const Dims &d, QCache &c, int M, bool head, bool keep_pre);
 
@@ -111,6 +112,7 @@ struct CudaStep {
 
     // §5.1 her
     float *x2 = nullptr;                  // [2B, D]: x~ rows 0..B-1, x~' rows B..2B-1
+    float *x_bf16 = nullptr;              // FH_MATH_BF16: [B, D] x~ rounded to bfloat16 values
     float *r = nullptr, *done_f = nullptr, *relab = nullptr;  // [B]
     int32_t *action = nullptr;            // [B, NB] private copies: the upload may overwrite
     int32_t *regime = nullptr;            // [B]      the batch block during the step

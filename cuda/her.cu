@@ -8,6 +8,7 @@
 #include "philox.hpp"
 #include "reduce.cuh"
 #include "launch.cuh"
+#include "mma_tf32.cuh"
 
 namespace fh::cuda {
 
@@ -24,6 +25,7 @@ struct HerArgs {
     const int32_t *action, *regime;
     const uint8_t *done;
     float *x2;          // [2B, D]: x~ rows 0..B-1, x~' rows B..2B-1
+    float *x_bf16;      // null, or [B, D]: x~ rounded to bfloat16 values (FH_MATH_BF16)
     float *r, *done_f;  // [B]
     float *relabelled;  // [B] 0/1, summed for the metric
     int32_t *action_out, *regime_out;  // private copies: the upload may overwrite the batch
@@ -38,9 +40,12 @@ __global__ void k_her(HerArgs a) {
     const size_t i = warp;
     float *x = a.x2 + i * a.D;
     float *xn = a.x2 + ((size_t)a.B + i) * a.D;
+    float *xr = a.x_bf16 ? a.x_bf16 + i * a.D : nullptr;
     for (uint32_t j = lane; j < a.O; j += 32) {
-        x[j] = a.obs[i * a.O + j];
+        const float v = a.obs[i * a.O + j];
+        x[j] = v;
         xn[j] = a.next_obs[i * a.O + j];
+        if (xr) xr[j] = mma::rounded<true>(v);
     }
     for (uint32_t b = lane; b < a.NB; b += 32) a.action_out[i * a.NB + b] = a.action[i * a.NB + b];
     int relabel = 0;
@@ -55,6 +60,7 @@ __global__ void k_her(HerArgs a) {
         for (uint32_t j = lane; j < a.G; j += 32) {
             x[a.O + j] = g[j];
             xn[a.O + j] = g[j];
+            if (xr) xr[a.O + j] = mma::rounded<true>(g[j]);
         }
     }
     if (lane != 0) return;
@@ -107,6 +113,7 @@ void her_relabel(CudaStep &st, const LaneCtx &l) {
     a.regime = st.in.at<int32_t>(st.in.regime);
     a.done = st.in.at<uint8_t>(st.in.done);
     a.x2 = st.x2;
+    a.x_bf16 = st.x_bf16;
     a.r = st.r;
     a.done_f = st.done_f;
     a.relabelled = st.relab;

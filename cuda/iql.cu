@@ -457,8 +457,9 @@ struct IqlLearner::Impl {
         }
 
         if (fused) {
-            // FH_MATH_BF16: the kernel stores h1 and dpre2 as bfloat16 values, and dW2 multiplies
-            // them without the stage (gemm_bf16_values); dW1 reads x̃ (float32), staged.
+            // FH_MATH_BF16: the kernel stores h1, dpre2 and dpre1 as bfloat16 values, and dW2
+            // multiplies them without the stage (gemm_bf16_values), as dW1 does with HER's x̃ of
+            // bfloat16 values.
             const bool bf16 = bl.bf16_stage != nullptr;
             fused_pass(in, v_hi, v_lo, omega, loss, bf16, s);
             if (bf16)
@@ -466,7 +467,15 @@ struct IqlLearner::Impl {
                     gemm_bf16_values(bl, sites[2].g[z], 0.0f, sites[2].name);
             else
                 run(bl, 2);
-            run(bl, 4);
+            if (bf16 && in.x_bf16) {
+                for (int z = 0; z < 2; ++z)  // dW1 = dpre1ᵀ x̃, dpre1 in h2 (build_sites)
+                    gemm_bf16_values(bl,
+                                     desc_tn(Hi, (int)d.D, (int)B, h2 + z * B * Hi, in.x_bf16,
+                                             grad + z * total + o.W1),
+                                     0.0f, sites[4].name);
+            } else {
+                run(bl, 4);
+            }
             return;
         }
 

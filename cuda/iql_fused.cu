@@ -81,15 +81,9 @@ __device__ __forceinline__ void fetch_x(float *xw, const float *x, size_t row0, 
 
 __device__ __forceinline__ float2 ld2(const float *p) { return *reinterpret_cast<const float2 *>(p); }
 using tile::st2;
-// st2 of values rounded to bfloat16 (round to nearest even) when R16 (FH_MATH_BF16's h1 and
-// dpre2, whose only reader is dW2's GEMM on bfloat16 operands), else st2.
-template <bool R16>
-__device__ __forceinline__ void st2_round(float *p, float a, float b) {
-    if constexpr (R16)
-        st2(p, mma::rounded<true>(a), mma::rounded<true>(b));
-    else
-        st2(p, a, b);
-}
+// With R16, FH_MATH_BF16's h1, dpre2 and dpre1 go out as bfloat16 values (their only readers are
+// dW2's and dW1's GEMMs on bfloat16 operands).
+using tile::st2_round;
 
 template <int N>
 __device__ __forceinline__ void zero(float (&c)[N][4]) {
@@ -312,8 +306,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_iql_fused(FusedArgs a) {
                 float d[4];
 #pragma unroll
                 for (int e = 0; e < 4; ++e) d[e] = dh[nu][e] * ds1[nu][e];
-                if (d1r0) st2(d1r0 + u, d[0], d[1]);
-                if (d1r1) st2(d1r1 + u, d[2], d[3]);
+                if (d1r0) st2_round<R16>(d1r0 + u, d[0], d[1]);
+                if (d1r1) st2_round<R16>(d1r1 + u, d[2], d[3]);
                 v[0][n] = d[0] + d[2];
                 v[1][n] = d[1] + d[3];
             }

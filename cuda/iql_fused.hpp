@@ -26,9 +26,9 @@ struct FusedArgs {
     float *dpre1;                   // dL/d(x̃ W1ᵀ + b1)
     double *part_head;              // [2, blocks, 2·128 + 2]: db2 | dw3 | db3 | Σ loss terms
     double *part_b1;                // [2, blocks, 128]: db1
-    // FH_MATH_BF16: h1 and dpre2 stored rounded to bfloat16 values (round to nearest even; their
-    // only reader is dW2's GEMM, on bfloat16 operands); the kernel's own products use them
-    // unrounded, as in TF32.
+    // FH_MATH_BF16: h1, dpre2 and dpre1 stored rounded to bfloat16 values (round to nearest even;
+    // their only readers are dW2's and dW1's GEMMs, on bfloat16 operands); the kernel's own
+    // products and sums use them unrounded, as in TF32.
     bool bf16_stores = false;
 };
 

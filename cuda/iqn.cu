@@ -460,7 +460,13 @@ struct IqnLearner::Impl {
         else
             gemm_tn(bl, Hq, C, (int)RN, phi, cosb, grad + o.Wphi, 0.0f,
                     "IQN dWphi = dphi^T cos");
-        gemm_tn(bl, Hq, D, B, dpsi, in.x, grad + o.Wpsi, 0.0f, "IQN dWpsi = dpsi^T x");
+        // In FH_MATH_BF16 the fused backward stored dψpre as bfloat16 values: with HER's x̃ of
+        // bfloat16 values, no stage.
+        if (bf16_operands && in.x_bf16)
+            gemm_bf16_values(bl, desc_tn(Hq, D, B, dpsi, in.x_bf16, grad + o.Wpsi), 0.0f,
+                             "IQN dWpsi = dpsi^T x");
+        else
+            gemm_tn(bl, Hq, D, B, dpsi, in.x, grad + o.Wpsi, 0.0f, "IQN dWpsi = dpsi^T x");
     }
 };
 

@@ -5,8 +5,9 @@
 //   dφpre_r = (dm_r ⊙ ψ_i) ⊙ SiLU'(φraw_r + bφ)           -> in place of φraw
 //   dψpre_i = (Σ_n dm_in ⊙ SiLU(φraw_in + bφ)) ⊙ SiLU'(ψpre_i)  -> dpsi
 // with per block the column sums of dbφ = Σ_r dφpre and dbψ = Σ_i dψpre. In FH_MATH_BF16 (the
-// B16 instances) dhpre comes from the online pass's bfloat16 copy and dφpre goes out as
-// bfloat16 to its own buffer, the operand of dWφ's bfloat16 GEMM (φraw stays). dm never goes to
+// B16 instances) dhpre comes from the online pass's bfloat16 copy, dφpre goes out as bfloat16 to
+// its own buffer, the operand of dWφ's bfloat16 GEMM (φraw stays), and dψpre is stored rounded to
+// bfloat16 values for dWψ's GEMM, its only reader (the sums use it unrounded). dm never goes to
 // memory: this replaces the cuBLAS GEMM dm = dh Wm and the ψ/φ backward kernel of the unfused
 // path (iqn.cu), which wrote dm (64 MiB at B = 16384) and read it back. dWm, dWφ and dWψ stay
 // cuBLAS GEMMs over all rows.
@@ -112,13 +113,13 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
             const float2 pp = psi_pre_pair(a, w.i0, u);
             q00 = e0 * dsilu_fast(pp.x);
             q01 = e1 * dsilu_fast(pp.y);
-            *reinterpret_cast<float2 *>(a.dpsi + w.i0 * kHq + u) = make_float2(q00, q01);
+            tile::st2_round<B16>(a.dpsi + w.i0 * kHq + u, q00, q01);
         }
         if (w.lead1 && w.v1) {
             const float2 pp = psi_pre_pair(a, w.i1, u);
             q10 = e2 * dsilu_fast(pp.x);
             q11 = e3 * dsilu_fast(pp.y);
-            *reinterpret_cast<float2 *>(a.dpsi + w.i1 * kHq + u) = make_float2(q10, q11);
+            tile::st2_round<B16>(a.dpsi + w.i1 * kHq + u, q10, q11);
         }
         v[2][n] = q00 + q10;
         v[3][n] = q01 + q11;

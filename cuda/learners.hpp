@@ -39,6 +39,9 @@ struct StepInputs {
     const float *done;      // [B] d~ as 0/1
     const float *qbar_sa;   // [B] Qbar_sa from ddqn
     const uint64_t *step;   // device counter: steps completed before this one (Adam t = step+1)
+    // FH_MATH_BF16: [B, D] x~ rounded to bfloat16 values (HER writes it), the operand of the
+    // weight-gradient GEMMs that read x~ (then without a stage); null in the other modes.
+    const float *x_bf16 = nullptr;
 };
 
 // Adam hyper-parameters shared by the learners (lr = lr_aux).

@@ -58,6 +58,12 @@ __device__ __forceinline__ Op op(float x) {
     return o;
 }
 
+// One operand element rounded as the mode's plain products read it: TF32, or bfloat16 (BF16).
+template <bool BF16>
+__device__ __forceinline__ Op op_rounded(float x) {
+    return Op{to_operand<BF16>(x), 0u};
+}
+
 // A value for shared memory that a product reads later: plain TF32 products read operands that
 // were rounded once when stored (no conversion at each load); split products need the float.
 template <bool SPLIT>
@@ -97,6 +103,15 @@ __device__ __forceinline__ void a_from_acc(Op (&a)[4], const float (&c)[4]) {
     a[1] = op<SPLIT>(c[2]);
     a[2] = op<SPLIT>(c[1]);
     a[3] = op<SPLIT>(c[3]);
+}
+
+// a_from_acc for plain products in the mode's rounding (TF32, or bfloat16 with BF16).
+template <bool BF16>
+__device__ __forceinline__ void a_from_acc_rounded(Op (&a)[4], const float (&c)[4]) {
+    a[0] = op_rounded<BF16>(c[0]);
+    a[1] = op_rounded<BF16>(c[2]);
+    a[2] = op_rounded<BF16>(c[1]);
+    a[3] = op_rounded<BF16>(c[3]);
 }
 
 // A product's weight matrix in shared memory, row-major [*, LD] (LD a multiple of 32), at

@@ -206,11 +206,17 @@ void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QV
         hd.q = q;
         hd.A = A;
         hd.clip = q_clip;
-        if (linear_silu_heads(l.blas, l.stream, M, HB, H, c.h2, c.h2_rounded, Vt, cb, preg, g, hd))
+        if (linear_silu_heads(l.blas, l.stream, M, HB, H, c.h2, c.h2_rounded, Vt, cb, preg, g,
+                              hd)) {
+            c.g_rounded |= uint64_t{1} << b;
             return;
+        }
     }
-    linear_silu(l.blas, l.stream, M, HB, H, c.h2, c.h2_rounded, w.p + L.q.V[b], Vt, cb, preg, g,
-                "branch h2 V^T");
+    if (linear_silu(l.blas, l.stream, M, HB, H, c.h2, c.h2_rounded, w.p + L.q.V[b], Vt, cb, preg,
+                    g, "branch h2 V^T"))
+        c.g_rounded |= uint64_t{1} << b;
+    else
+        c.g_rounded &= ~(uint64_t{1} << b);
     gemm_nt(l.blas, M, A, HB, g, w.p + L.q.U[b], z, 0.0f, "branch g U^T");
     FH_LAUNCH(k_bias_clamp, grid_for((size_t)M * A), kThreads, 0, l.stream, z, q, w.p + L.q.e[b], M,
               A, q_clip);

@@ -289,8 +289,10 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
         gemm_bf16_values(l.blas, dw2, 0.0f, "dW2sn = dpre2^T h1");
     else
         gemm(l.blas, dw2, 0.0f, "dW2sn = dpre2^T h1");
+    bool dpre1_rounded = false;
     if (fused && linear_dsilu(l.blas, l.stream, B, H, H, st.dpre2, dpre2_rounded,
                               st.pack_next + pk.W2T, st.on.pre1, w.p + o.b1, st.dpre1, part)) {
+        dpre1_rounded = true;
         bias_grad(g + o.b1);
     } else {
         gemm_nn(l.blas, B, H, H, st.dpre2, w.W2, st.dpre1, 0.0f, "dh1 = dpre2 W2sn");
@@ -299,9 +301,21 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
         dsilu_colsum(in, st.on.pre1, w.p + o.b1, B, H, kColsumRows, st.dpre1, l.col, l.stream);
         colsum_final(l.col, B, H, g + o.b1, l.stream);
     }
-    gemm_tn(l.blas, H, D, B, st.dpre1, st.x2, g + o.W1, 0.0f, "dW1sn = dpre1^T x");
-    gemm_nn(l.blas, B, D, H, st.dpre1, w.W1, st.buf[BUF_D_STATES], 0.0f,
-            "d_states = dpre1 W1sn");
+    // In FH_MATH_BF16 the fused layer stored dpre1 as bfloat16 values; with HER's x̃ of bfloat16
+    // values and the pack's rounded W1sn (W1t: ddqn's online pass packed the same matrix), dW1
+    // and d_states multiply bfloat16 values without a stage.
+    const bool bf16 = dpre1_rounded && l.blas.bf16_stage && st.x_bf16;
+    const GemmDesc dw1 = desc_tn(H, D, B, st.dpre1, bf16 ? st.x_bf16 : st.x2, g + o.W1);
+    if (bf16)
+        gemm_bf16_values(l.blas, dw1, 0.0f, "dW1sn = dpre1^T x");
+    else
+        gemm(l.blas, dw1, 0.0f, "dW1sn = dpre1^T x");
+    const GemmDesc dst = desc_nn(B, D, H, st.dpre1, bf16 ? st.pack_next + pk.W1t : w.W1,
+                                 st.buf[BUF_D_STATES]);
+    if (bf16)
+        gemm_bf16_values(l.blas, dst, 0.0f, "d_states = dpre1 W1sn");
+    else
+        gemm(l.blas, dst, 0.0f, "d_states = dpre1 W1sn");
     const float *u = st.buf[BUF_SN_U];
     const size_t off[2] = {o.W1, o.W2};
     const int cols[2] = {D, H};

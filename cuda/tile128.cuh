@@ -33,6 +33,15 @@ __device__ __forceinline__ void st2(float *p, float x, float y) {
 __device__ __forceinline__ void st2(__nv_bfloat16 *p, float x, float y) {
     *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(x, y);
 }
+// The float32 pair rounded to bfloat16 values (round to nearest even) when R16: FH_MATH_BF16's
+// stores whose only readers are GEMMs on bfloat16 operands, which then need no stage.
+template <bool R16>
+__device__ __forceinline__ void st2_round(float *p, float x, float y) {
+    if constexpr (R16)
+        st2(p, mma::rounded<true>(x), mma::rounded<true>(y));
+    else
+        st2(p, x, y);
+}
 
 // The sum over a quad (the 4 threads of one row pair).
 __device__ __forceinline__ float quad_sum(float v) {

@@ -240,19 +240,24 @@ typedef enum fh_math_mode {
                              these are BF16 products with float32 accumulation, at TF32's rate,
                              with SiLU and SiLU' in the fast forms of FH_MATH_TF32. The stored
                              trunk and branch activations are then bfloat16 values for every
-                             reader (the confidence head, the branch backward's dU). The fused
-                             IQN, IQL and attention tensor-core kernels keep TF32 operands (but
-                             IQN's backward, whose dm = dhpre Wm reads dhpre from the bfloat16
-                             copy below, as the unfused path's GEMM would), and
-                             the branch backward below the heads (dU, de, the SiLU' and dc)
-                             runs in float32 with double sums. Where a kernel writes a GEMM's
-                             operands it writes them already rounded, and the GEMM reads them
-                             as they are: IQN's weight gradients dWm and dWφ on operands stored
-                             as bfloat16; dV, the trunk's dW2 and IQL's dW2 on float32 operands
-                             holding bfloat16 values (the same round to nearest even, the same
-                             exact products). Per tensor within ~6e-3 of the CPU after 1 step,
-                             ~1e-2 after 3 at B = 16384 (docs/cuda.md). Costs an 8 MiB staging
-                             buffer per cuBLAS workspace, and time: docs/cuda.md */
+                             reader (the confidence head, the branch backward's dU). So do the
+                             attention learner's output projection and reward head at the
+                             default widths (one fused kernel, its operands rounded to
+                             bfloat16). The fused IQN, IQL and attention core tensor-core
+                             kernels keep TF32 operands (but IQN's backward, whose dm = dhpre Wm
+                             reads dhpre from the bfloat16 copy below, as the unfused path's
+                             GEMM would), and the branch backward below the heads (dU, de, the
+                             SiLU' and dc) runs in float32 with double sums. Where a kernel
+                             writes a GEMM's operands it writes them already rounded, and the
+                             GEMM reads them as they are: IQN's weight gradients dWm and dWφ on
+                             operands stored as bfloat16; on float32 operands holding bfloat16
+                             values (the same round to nearest even, the same exact products)
+                             dV, the trunk's dW2, dW1 and d_states, IQL's dW2 and dW1, IQN's
+                             dWψ, CQL's dU and the attention head's dWr1, with x̃ rounded once
+                             by HER into a [B, D] copy (+4·B·D bytes). Per tensor within ~6e-3
+                             of the CPU after 1 step, ~1e-2 after 3 at B = 16384
+                             (docs/cuda.md). Costs an 8 MiB staging buffer per cuBLAS
+                             workspace, and time: docs/cuda.md */
 } fh_math_mode;
 
 /** How the two IQL value nets share their GEMMs on CUDA (FH_MATH_BF16: always sequential). In

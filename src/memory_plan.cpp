@@ -108,6 +108,7 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     const uint64_t cols[2] = {D, H};
     uint64_t a = output_floats(L) * F + 17 * F;        // outputs, DevMetrics (17 floats)
     a += (2 * B * D + 3 * B) * F + (B * NB + B) * I;   // HER outputs
+    if (c.math_mode == FH_MATH_BF16) a += B * D * F;   // x~ as bfloat16 values (her.cu)
     for (int k = 0; k < 2; ++k)
         if (k == 0 ? d.sn1 : d.sn2) a += (2 * H * cols[k] + cols[k]) * F;
     const uint64_t power_scratch = power_scratch_doubles(d);

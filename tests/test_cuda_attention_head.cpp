@@ -11,7 +11,12 @@
  *   Σ (r̂ − r̃)² (the kernel's partial rows summed in float64) within the sums of those bounds.
  * - dpool = dh Wr1 from the kernel's own dh, rounded: the pool bound again.
  * Rows past the batch stay untouched (sentinels); the weights may sit off 16-byte boundaries;
- * one case runs 8 tiles on 3 blocks. Skipped without a GPU. */
+ * one case runs 8 tiles on 3 blocks.
+ * The BF16 instance (FH_MATH_BF16) the same way with the operands rounded to bfloat16 (round to
+ * nearest even) in the reference, and pool, dh and dpool, which it stores as bfloat16 values
+ * (checked: each float is its own bfloat16 rounding), each within a further 2^-8 of its
+ * magnitude (bfloat16's unit roundoff: 8 significant bits) of the reference. Skipped without a
+ * GPU. */
 #if FOXHUNT_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -44,6 +49,7 @@ namespace {
 #if FOXHUNT_HAVE_CUDA
 using cuda_test::Dev;
 using cuda_test::dev_of;
+using operand_round::bf16_rne;
 using operand_round::tf32_rna;
 
 constexpr int W = 64, kPartW = 2 * W + 2;
@@ -71,7 +77,10 @@ struct Reach {
 // `shift` floats before each weight on the device: 1 puts Wo and Wr1 off 16-byte boundaries, as
 // the learner's layout may at other configs with these widths. `blocks` > 0: that grid, so that
 // a block walks several tiles; else the kernel's own.
-void check(int B, unsigned seed, int shift, int blocks_req) {
+void check(int B, unsigned seed, int shift, int blocks_req, bool bf16 = false) {
+    // The operands as the instance's products read them, and the stores' rounding share.
+    const auto rnd = [bf16](float x) { return bf16 ? bf16_rne(x) : tf32_rna(x); };
+    const double st = bf16 ? std::ldexp(1.0, -8) : 0.0;
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     // ā and pool are exactly B rows (a read past them is memcheck's to find); dh and dpool have
@@ -105,7 +114,7 @@ void check(int B, unsigned seed, int shift, int blocks_req) {
     const fh::cuda::attn::HeadFusedArgs a{
         f(d_abar), f(d_pool),  f(d_Wo) + shift, f(d_Wr1) + shift, f(d_br1),
         f(d_wr2),  f(d_br2),   f(d_r),          B,                (float)B,
-        f(d_dh),   f(d_dpool), static_cast<double *>(d_part.p)};
+        f(d_dh),   f(d_dpool), static_cast<double *>(d_part.p), bf16};
     try {
         fh::cuda::attn::head_fused(a, blocks, 0);
     } catch (...) {
@@ -117,24 +126,31 @@ void check(int B, unsigned seed, int shift, int blocks_req) {
     const std::vector<double> part = d_part.get<double>();
 
     Reach rp{"pool"}, rd{"dh"}, rq{"dpool"}, rs{"sums"};
+    if (bf16)
+        for (const std::vector<float> *v : {&pool, &dh, &dpool})
+            for (size_t e = 0; e < (size_t)B * W; ++e)
+                if ((*v)[e] != bf16_rne((*v)[e]))
+                    fail_msg("B = %d: stored element %zu (%.9g) is not a bfloat16 value", B, e,
+                             (double)(*v)[e]);
     std::vector<double> sum(kPartW, 0.0), sum_bound(kPartW, 0.0);
     for (int i = 0; i < B; ++i) {
         const float *ai = &abar[(size_t)i * W], *pi = &pool[(size_t)i * W];
         for (int n = 0; n < W; ++n) {
             double ref = pool_in[(size_t)i * W + n], mag = std::fabs(ref);
             for (int k = 0; k < W; ++k) {
-                const double t = (double)tf32_rna(ai[k]) * tf32_rna(Wo[n * W + k]);
+                const double t = (double)rnd(ai[k]) * rnd(Wo[n * W + k]);
                 ref += t;
                 mag += std::fabs(t);
             }
-            rp.add(pi[n], ref, kAcc * mag + 1e-30, (size_t)i * W + n);
+            rp.add(pi[n], ref, kAcc * mag * (1.0 + st) + st * std::fabs(ref) + 1e-30,
+                   (size_t)i * W + n);
         }
         // h from the kernel's pool, the head, dh.
         double h[W], hb[W], pre[W], s = 0.0, smag = 0.0, rb = 0.0;
         for (int j = 0; j < W; ++j) {
             double acc = 0.0, mag = 0.0;
             for (int k = 0; k < W; ++k) {
-                const double t = (double)tf32_rna(pi[k]) * tf32_rna(Wr1[j * W + k]);
+                const double t = (double)rnd(pi[k]) * rnd(Wr1[j * W + k]);
                 acc += t;
                 mag += std::fabs(t);
             }
@@ -154,7 +170,8 @@ void check(int B, unsigned seed, int shift, int blocks_req) {
             const double ref = dr * wr2[j] * ds;
             const double bound = std::fabs(dr * wr2[j]) * 0.5 * hb[j] +
                                  std::fabs(wr2[j]) * 1.1 * drb + 1e-5 * std::fabs(ref) + 1e-30;
-            rd.add(dh[(size_t)i * W + j], ref, bound, (size_t)i * W + j);
+            rd.add(dh[(size_t)i * W + j], ref, bound * (1.0 + st) + st * std::fabs(ref),
+                   (size_t)i * W + j);
             sum[j] += ref;
             sum_bound[j] += bound;
             sum[W + j] += dr * pre[j] * sg;
@@ -169,11 +186,12 @@ void check(int B, unsigned seed, int shift, int blocks_req) {
         for (int n = 0; n < W; ++n) {
             double acc = 0.0, mag = 0.0;
             for (int j = 0; j < W; ++j) {
-                const double t = (double)tf32_rna(dh[(size_t)i * W + j]) * tf32_rna(Wr1[j * W + n]);
+                const double t = (double)rnd(dh[(size_t)i * W + j]) * rnd(Wr1[j * W + n]);
                 acc += t;
                 mag += std::fabs(t);
             }
-            rq.add(dpool[(size_t)i * W + n], acc, kAcc * mag + 1e-30, (size_t)i * W + n);
+            rq.add(dpool[(size_t)i * W + n], acc, kAcc * mag * (1.0 + st) + st * std::fabs(acc) +
+                   1e-30, (size_t)i * W + n);
         }
     }
     for (int c = 0; c < kPartW; ++c) {
@@ -184,9 +202,9 @@ void check(int B, unsigned seed, int shift, int blocks_req) {
     for (size_t e = (size_t)B * W; e < (size_t)rows * W; ++e)
         if (dh[e] != kSentinel || dpool[e] != kSentinel)
             fail_msg("B = %d: element %zu past the batch was written", B, e);
-    printf("[ATTN_HEAD] B = %d, %d blocks, weights %s: largest share of the bound: pool %.3f, "
-           "dh %.3f, dpool %.3f, sums %.3f\n", B, blocks, shift ? "unaligned" : "aligned",
-           rp.worst, rd.worst, rq.worst, rs.worst);
+    printf("[ATTN_HEAD] %s B = %d, %d blocks, weights %s: largest share of the bound: "
+           "pool %.3f, dh %.3f, dpool %.3f, sums %.3f\n", bf16 ? "BF16" : "TF32", B, blocks,
+           shift ? "unaligned" : "aligned", rp.worst, rd.worst, rq.worst, rs.worst);
 }
 
 void test_attention_head_vs_float64(void **) {
@@ -194,6 +212,9 @@ void test_attention_head_vs_float64(void **) {
     check(1000, 1, 1, 0);
     check(1000, 3, 0, 3);  // 8 tiles on 3 blocks: the sums carried across a block's tiles
     check(16384, 2, 0, 0);
+    check(1000, 4, 1, 0, true);
+    check(1000, 5, 0, 3, true);
+    check(16384, 6, 0, 0, true);
 }
 #endif
 

@@ -4,7 +4,8 @@
  *    writes (V_hi, V_lo, ω, h1, dpre2, dpre1) on every row, and its partial sums of db2, dw3, db3,
  *    db1 and the loss, at D = 128 and D = 72, with a partly filled last tile, blocks that walk
  *    several tiles, and the mean's divisor W·B ≠ B; with FH_MATH_BF16's stores (bf16_stores)
- *    h1 and dpre2 each the bfloat16 rounding of the float32 run's, the rest bitwise the same;
+ *    h1, dpre2 and dpre1 each the bfloat16 rounding of the float32 run's, the rest bitwise the
+ *    same;
  * 2. whole TF32 steps of the fused and unfused paths (FOXHUNT_IQL_KERNELS) against each other and
  *    the CPU: the IQL parameters, both losses and the ensemble mean (which reads V_hi and V_lo)
  *    after 1 and 5 steps, at B = 1000 and 4096 and at D = 64;
@@ -222,8 +223,8 @@ void test_fused_kernel_vs_float64(void **) {
         for (const auto &c : checks)
             if (!(c.err <= c.bound)) fail_msg("fused IQL, D=%d, %d blocks: %s rel. error %.3e > %.1e", D, blocks, c.name, c.err, c.bound);
 
-        /* FH_MATH_BF16's stores (bf16_stores): h1 and dpre2 each the bfloat16 rounding (nearest
-         * even) of the float32 run's, every other output bitwise the float32 run's. */
+        /* FH_MATH_BF16's stores (bf16_stores): h1, dpre2 and dpre1 each the bfloat16 rounding
+         * (nearest even) of the float32 run's, every other output bitwise the float32 run's. */
         const std::vector<float> f_h1 = d_h1.get<float>(), f_d2 = d_d2.get<float>(),
                                  f_d1 = d_d1.get<float>(), f_vh = d_vh.get<float>(),
                                  f_vl = d_vl.get<float>(), f_om = d_om.get<float>();
@@ -247,14 +248,16 @@ void test_fused_kernel_vs_float64(void **) {
             return u.size() == v.size() && memcmp(u.data(), v.data(), u.size() * sizeof(u[0])) == 0;
         };
         const size_t bad_h1 = not_rounding(d_h1.get<float>(), f_h1),
-                     bad_d2 = not_rounding(d_d2.get<float>(), f_d2);
-        const bool same = bits(d_d1.get<float>(), f_d1) && bits(d_vh.get<float>(), f_vh) &&
-                          bits(d_vl.get<float>(), f_vl) && bits(d_om.get<float>(), f_om) &&
-                          bits(d_ph.get<double>(), ph) && bits(d_pb.get<double>(), pb);
-        printf("[IQL] bfloat16 stores, D=%d, %d blocks: h1 %zu, dpre2 %zu entries not the rounding "
-               "of the float32 run's; the other outputs %s\n", D, blocks, bad_h1, bad_d2,
-               same ? "bitwise equal" : "DIFFER");
-        if (bad_h1 || bad_d2 || !same) fail_msg("fused IQL with bfloat16 stores, D=%d", D);
+                     bad_d2 = not_rounding(d_d2.get<float>(), f_d2),
+                     bad_d1 = not_rounding(d_d1.get<float>(), f_d1);
+        const bool same = bits(d_vh.get<float>(), f_vh) && bits(d_vl.get<float>(), f_vl) &&
+                          bits(d_om.get<float>(), f_om) && bits(d_ph.get<double>(), ph) &&
+                          bits(d_pb.get<double>(), pb);
+        printf("[IQL] bfloat16 stores, D=%d, %d blocks: h1 %zu, dpre2 %zu, dpre1 %zu entries not "
+               "the rounding of the float32 run's; the other outputs %s\n", D, blocks, bad_h1,
+               bad_d2, bad_d1, same ? "bitwise equal" : "DIFFER");
+        if (bad_h1 || bad_d2 || bad_d1 || !same)
+            fail_msg("fused IQL with bfloat16 stores, D=%d", D);
     }
 }
 #endif

@@ -9,8 +9,9 @@
  * 3. the backward kernel alone against a float64 evaluation of the chain rule through
  *    m = ψ ⊙ φ: dφpre, dψpre and the partial sums of dbφ and dbψ, at the same N;
  *    with FH_MATH_BF16's bfloat16 operands (OnlineArgs::dh16, BackwardArgs::dh16), each kernel
- *    also against its float32 run: the bfloat16 outputs the round to nearest even of the float32
- *    ones bit for bit, every other output bitwise the same, the float32 buffers untouched;
+ *    also against its float32 run: the bfloat16 outputs (and the backward's dψpre, stored as
+ *    bfloat16 values) the round to nearest even of the float32 ones bit for bit, every other
+ *    output bitwise the same, the float32 buffers untouched;
  * 4. whole steps of the four levels of FOXHUNT_IQN_KERNELS (fused, online, target, unfused)
  *    against each other and the CPU: IQN loss, parameters and the ensemble mean after 1 and 5
  *    steps (TF32 products in every GPU path, so they agree to TF32 rounding, not bitwise), in
@@ -429,13 +430,23 @@ void test_backward_kernel_vs_float64(void **) {
         launch_and_wait("backward_fused (bfloat16 operands)",
                         [&] { rows16 = fh::cuda::iqn::backward_fused(a16, blocks, 0); });
         const size_t bad = bf16_mismatches(back(d_dphi16, R * Hq), r_dphi);
-        const bool same = rows16 == rows32 && same_bits(back(d_dpsi, (size_t)B * Hq), r_dpsi) &&
+        /* dψpre is stored as float32 holding bfloat16 values: each the rounding of the float32
+         * run's. */
+        const std::vector<float> g_dpsi16 = back(d_dpsi, (size_t)B * Hq);
+        size_t bad_psi = 0;
+        for (size_t k = 0; k < g_dpsi16.size(); ++k) {
+            const float want = __bfloat162float(__float2bfloat16_rn(r_dpsi[k]));
+            bad_psi += memcmp(&g_dpsi16[k], &want, sizeof want) != 0;
+        }
+        const bool same = rows16 == rows32 &&
                           same_bits(back(d_part, (size_t)blocks * 2 * Hq), r_part);
         const bool phi_kept = same_bits(back(d_phi, R * Hq), phi);
         printf("[IQN] fused backward kernel, bfloat16 operands against its float32 run, N=%d: "
-               "dphi_pre %zu of %zu entries not its rounding; dpsi_pre and sums %s; phi %s\n", N,
-               bad, R * Hq, same ? "bitwise equal" : "DIFFER", phi_kept ? "kept" : "OVERWRITTEN");
-        if (bad || !same || !phi_kept) fail_msg("fused backward with bfloat16 operands, N=%d", N);
+               "dphi_pre %zu of %zu, dpsi_pre %zu of %zu entries not its rounding; sums %s; "
+               "phi %s\n", N, bad, R * Hq, bad_psi, g_dpsi16.size(),
+               same ? "bitwise equal" : "DIFFER", phi_kept ? "kept" : "OVERWRITTEN");
+        if (bad || bad_psi || !same || !phi_kept)
+            fail_msg("fused backward with bfloat16 operands, N=%d", N);
         for (void *p : {(void *)d_dh16, (void *)d_dphi16}) cudaFree(p);
         for (void *p : {(void *)d_dh, (void *)d_Wm, (void *)d_bphi, (void *)d_psi, (void *)d_pp,
                         (void *)d_bpsi, (void *)d_phi, (void *)d_dpsi, (void *)d_part})
