@@ -96,22 +96,22 @@ __device__ __forceinline__ void mma(float (&c)[4], const Op (&a)[4], const Op (&
 }
 
 // The A fragment of a product whose contraction runs over the 8 columns of accumulator tile c
-// (in the permuted order described above).
+// (in the permuted order described above), each element made an operand by f.
+template <class F>
+__device__ __forceinline__ void a_from_acc_by(Op (&a)[4], const float (&c)[4], F f) {
+    a[0] = f(c[0]);
+    a[1] = f(c[2]);
+    a[2] = f(c[1]);
+    a[3] = f(c[3]);
+}
 template <bool SPLIT>
 __device__ __forceinline__ void a_from_acc(Op (&a)[4], const float (&c)[4]) {
-    a[0] = op<SPLIT>(c[0]);
-    a[1] = op<SPLIT>(c[2]);
-    a[2] = op<SPLIT>(c[1]);
-    a[3] = op<SPLIT>(c[3]);
+    a_from_acc_by(a, c, [](float x) { return op<SPLIT>(x); });
 }
-
-// a_from_acc for plain products in the mode's rounding (TF32, or bfloat16 with BF16).
+// The same for plain products in the mode's rounding (TF32, or bfloat16 with BF16).
 template <bool BF16>
 __device__ __forceinline__ void a_from_acc_rounded(Op (&a)[4], const float (&c)[4]) {
-    a[0] = op_rounded<BF16>(c[0]);
-    a[1] = op_rounded<BF16>(c[2]);
-    a[2] = op_rounded<BF16>(c[1]);
-    a[3] = op_rounded<BF16>(c[3]);
+    a_from_acc_by(a, c, [](float x) { return op_rounded<BF16>(x); });
 }
 
 // A product's weight matrix in shared memory, row-major [*, LD] (LD a multiple of 32), at
