@@ -39,7 +39,8 @@
 //   k_attn_head (warp per row; k_attn_head_reg up to hh = 128): r̂, loss, dr,
 //                 dh = (dr w_r2) ⊙ SiLU'; partials of br1, w_r2, b_r2
 //   dpool = dh Wr1         nn M=B N=d  K=hh
-//     (these four are one tensor-core kernel in TF32 at d = hh = 64: attention_head.cu)
+//     (these four are one tensor-core kernel in TF32 and BF16 at d = hh = 64:
+//     attention_head.cu)
 //   dWr1 = dhᵀ pool        tn M=hh N=d K=B
 //   dWo = dpoolᵀ ā         tn M=d  N=d K=B
 //   dā = dpool Wo          nn M=B N=d  K=d   (into ā's buffer)
@@ -186,7 +187,8 @@ struct AttentionLearner::Impl {
     Geom g{};
     std::unique_ptr<attn::Path> path;
     aux::RowPlan head;
-    // The output projection and reward head on attention_head.cu's kernel (TF32, widths 64),
+    // The output projection and reward head on attention_head.cu's kernel (TF32 and BF16,
+    // widths 64),
     // else two GEMMs, k_attn_head and the dpool GEMM: attention lane 0.423 → 0.407 ms
     // single-stream at B = 16384, wall 0.469 → 0.446 ms multi-stream at B = 1024
     // (bench/results/h200-2026-12-03-attn-head-before-after*.json).

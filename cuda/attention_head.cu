@@ -3,9 +3,9 @@
 // (mma_tf32.cuh) at attn_d_model = attn_head_hidden = 64. FH_MATH_BF16 runs the BF16 instance:
 // every product operand (ā, Wo, pool, Wr1, dh) is rounded to bfloat16 instead of TF32, which a
 // TF32 product then multiplies exactly with float32 sums, as the cuBLAS BF16 GEMMs it replaces
-// did; pool, dh and dpool are stored rounded too, since their only other readers are the
-// weight-gradient GEMMs of the same math (attention.cu), which then need no stage. The head's
-// sums use the unrounded values.
+// did; pool, dh and dpool are stored rounded too, since their only other readers are BF16 GEMMs
+// (attention.cu: dWr1 then needs no stage; dWo, dā and R stage dpool to the same values). The
+// head's sums use the unrounded values.
 //
 // Tiling. 8 warps a block, tiles of 128 rows, warp w owning rows 16w .. 16w + 15 of a tile (one
 // m16 tile; thread (g, t) rows g and g + 8). Wo and Wr1 sit in shared memory for the whole

@@ -131,7 +131,7 @@ struct CudaStep {
     // §5.4 forward
     QCache on;                            // online on x~, with pre-activations and the head
     float *delta = nullptr;               // [B, NB]
-    float *dz = nullptr;                  // [NB][B, A]
+    float *dz = nullptr;                  // [NB][B, A]; BF16: then CQL's rounded dzc (cql.cu)
     float *dpreg = nullptr;               // [B, NB·HB] side by side (dh2_one_product), else [NB][B, HB]
     float *dh2 = nullptr;                 // [B, H] dh2 (dh2_one_product), else [NB][B, H] per branch
     float *dpre2 = nullptr, *dpre1 = nullptr;  // [B, H]

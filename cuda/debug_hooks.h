@@ -35,6 +35,16 @@ const float *fh_cuda_debug_iql_grad(size_t *n);
  * fh_pipeline_sync(). */
 void fh_cuda_debug_batch_block(void *fields[9]);
 
+/* FH_MATH_BF16's operands stored as bfloat16 values, of the most recently created CUDA pipeline,
+ * for a test of the precondition of the GEMMs that multiply them unstaged (gemm_bf16_values):
+ * device pointers and float counts, in pairs (source, its rounded copy or the store itself):
+ * [0] x~ (B·D floats of the [x~; x~'] buffer) and [1] HER's rounded x~ (null outside BF16);
+ * [2] CQL's dzc and [3] the TD dz buffer, where CQL writes dzc rounded in BF16 (NB·B·A each);
+ * [4] the branches' g of the forward child (NB·B·HB) and [5] the trunk's dpre1 (B·H), stored
+ * rounded by the fused layers. Nulls if none. Read after fh_pipeline_sync(), before the
+ * pipeline is destroyed or another one created. */
+void fh_cuda_debug_bf16_operands(const float *ptrs[6], size_t counts[6]);
+
 /* NCCL groups (cuda/allreduce.hpp) that CUDA pipelines of this process have enqueued under
  * stream capture so far, i.e. all-reduce points captured into step graphs: 4 per pipeline with
  * a communicator (3 with num_regimes = 1), 0 without. */

@@ -61,6 +61,10 @@ std::atomic<int> g_iql_gemm_mode{-1};  // fh_iql_gemm of the most recently creat
 // The IQL learner's gradient [hi | lo] of the most recently created pipeline (a test hook).
 std::atomic<const float *> g_iql_grad{nullptr};
 std::atomic<size_t> g_iql_grad_n{0};
+// fh_cuda_debug_bf16_operands' buffers of the most recently created pipeline (g_block_owner's),
+// guarded by g_last_mu.
+const float *g_bf16_ptrs[6] = {};
+size_t g_bf16_counts[6] = {};
 
 class CudaBackend final : public Backend {
 public:
@@ -206,6 +210,14 @@ void CudaBackend::create(HostBuffers init) {
         std::lock_guard<std::mutex> lk(g_last_mu);
         g_last_block = up_->targets();
         g_block_owner = this;
+        const size_t B = d_.B, nz = (size_t)d_.NB * B * d_.A;
+        const float *p[6] = {st_->x2, st_->x_bf16, st_->dzc, st_->dz, st_->on.g, st_->dpre1};
+        const size_t n[6] = {B * d_.D, st_->x_bf16 ? B * d_.D : 0, nz, nz,
+                             (size_t)d_.NB * B * d_.HB, B * d_.H};
+        for (int k = 0; k < 6; ++k) {
+            g_bf16_ptrs[k] = p[k];
+            g_bf16_counts[k] = n[k];
+        }
     }
 
     // One eager run of the whole schedule on zeroed buffers before capture: every kernel and
@@ -280,6 +292,10 @@ void CudaBackend::release() noexcept {
         if (g_block_owner == this) {
             g_block_owner = nullptr;
             g_last_block = replay::BatchBlock{};
+            for (int k = 0; k < 6; ++k) {
+                g_bf16_ptrs[k] = nullptr;
+                g_bf16_counts[k] = 0;
+            }
         }
     }
     if (launch_) cudaStreamSynchronize(launch_);
@@ -524,6 +540,14 @@ extern "C" int fh_cuda_debug_step_pending(void) {
     if (e == cudaErrorNotReady) return 1;
     cudaGetLastError();
     return e == cudaSuccess ? 0 : -2;
+}
+
+extern "C" void fh_cuda_debug_bf16_operands(const float *ptrs[6], size_t counts[6]) {
+    std::lock_guard<std::mutex> lk(fh::cuda::g_last_mu);
+    for (int k = 0; k < 6; ++k) {
+        ptrs[k] = fh::cuda::g_bf16_ptrs[k];
+        counts[k] = fh::cuda::g_bf16_counts[k];
+    }
 }
 
 extern "C" void fh_cuda_debug_batch_block(void *fields[9]) {

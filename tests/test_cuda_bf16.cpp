@@ -12,7 +12,12 @@
  *   operand; and against the unrounded operands, which it must miss by the rounding;
  * - gemm_tn_bf16 (operands already bfloat16) against float64 products of the same values;
  * - gemm_bf16_values (float32 operands holding bfloat16 values, on TF32 tensor cores) against
- *   float64 and against gemm_bf16 on the same operands.
+ *   float64 and against gemm_bf16 on the same operands;
+ * - its precondition in a whole BF16 step at the default config (B = 16384, where the fused
+ *   layers run): HER's rounded x~ and CQL's rounded dzc (in the TD dz buffer) each bitwise the
+ *   round to nearest even of their float32 source, and the forward child's branch activations g
+ *   and the trunk's dpre1 bfloat16 values throughout (cuda/debug_hooks.h's
+ *   fh_cuda_debug_bf16_operands); in TF32 there is no rounded x~.
  * Skipped without a CUDA device. */
 /* The library's internal headers come before cmocka.h, whose fail() macro clashes with
  * fh::fail. */
@@ -27,6 +32,7 @@
 
 #include <cstring>
 #include <random>
+#include <vector>
 
 extern "C" {
 #include <setjmp.h>
@@ -123,6 +129,63 @@ void test_every_loss_falls_as_in_tf32(void **) {
 #if FOXHUNT_HAVE_CUDA
 using cuda_test::Dev;
 using cuda_test::dev_of;
+
+extern "C" void fh_cuda_debug_bf16_operands(const float *ptrs[6], size_t counts[6])
+    __attribute__((weak));
+
+std::vector<float> host_copy(const float *d, size_t n) {
+    std::vector<float> v(n);
+    cuda_test::cuda_ok(cudaMemcpy(v.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost),
+                       "copying a step buffer");
+    return v;
+}
+
+/* Entries of `got` that are not bitwise the bfloat16 rounding of `src` (src = got: entries that
+ * are not bfloat16 values). */
+size_t not_rounding(const std::vector<float> &got, const std::vector<float> &src) {
+    size_t bad = 0;
+    for (size_t k = 0; k < got.size(); ++k) {
+        const float want = operand_round::bf16_rne(src[k]);
+        bad += memcmp(&got[k], &want, sizeof want) != 0;
+    }
+    return bad;
+}
+
+void test_bf16_stored_operands(void **) {
+    if (!fh_test_have_cuda() || !fh_cuda_debug_bf16_operands) skip();
+    const fh_config c = default_config(16384);
+    Batches bt(c, 5, 1);
+    const char *names[6] = {"x~", "rounded x~", "dzc", "dz (rounded dzc)", "g", "dpre1"};
+    for (int math : {FH_MATH_BF16, FH_MATH_TF32}) {
+        fh_pipeline *p = make(cuda_config(c, math));
+        step(p, bt.b[0]);
+        assert_int_equal(fh_pipeline_sync(p), FH_OK);
+        const float *ptr[6];
+        size_t n[6];
+        fh_cuda_debug_bf16_operands(ptr, n);
+        if (math == FH_MATH_TF32) {
+            if (ptr[1]) fail_msg("TF32 has a rounded x~");
+            fh_pipeline_destroy(p);
+            continue;
+        }
+        for (int k = 0; k < 6; ++k)
+            if (!ptr[k] || !n[k]) fail_msg("no %s buffer", names[k]);
+        const std::vector<float> x = host_copy(ptr[0], n[0]), xr = host_copy(ptr[1], n[1]);
+        const std::vector<float> dzc = host_copy(ptr[2], n[2]), dz = host_copy(ptr[3], n[3]);
+        const std::vector<float> g = host_copy(ptr[4], n[4]), d1 = host_copy(ptr[5], n[5]);
+        fh_pipeline_destroy(p);
+        size_t nonzero = 0;
+        for (float v : dzc) nonzero += v != 0.0f;
+        const size_t bad[4] = {not_rounding(xr, x), not_rounding(dz, dzc), not_rounding(g, g),
+                               not_rounding(d1, d1)};
+        printf("[BF16_OPERANDS] B=16384: entries not the bfloat16 rounding: x~ %zu of %zu, dzc "
+               "%zu of %zu (%zu nonzero), g %zu of %zu, dpre1 %zu of %zu\n", bad[0], n[1],
+               bad[1], n[3], nonzero, bad[2], n[4], bad[3], n[5]);
+        if (!nonzero) fail_msg("CQL's dzc is all zero: the check would not see its rounding");
+        for (size_t b : bad)
+            if (b) fail_msg("a BF16 operand stored unrounded");
+    }
+}
 
 /* float -> bfloat16 -> float, round to nearest even. */
 using operand_round::bf16_rne;
@@ -316,6 +379,7 @@ void test_gemm_bf16_values_against_float64(void **) {
 }
 #else
 void test_gemm_bf16_values_against_float64(void **) { skip(); }
+void test_bf16_stored_operands(void **) { skip(); }
 void test_gemm_bf16_against_float64(void **) { skip(); }
 void test_gemm_tn_bf16_against_float64(void **) { skip(); }
 #endif
@@ -327,6 +391,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_bf16_against_float64),
         cmocka_unit_test(test_gemm_tn_bf16_against_float64),
         cmocka_unit_test(test_gemm_bf16_values_against_float64),
+        cmocka_unit_test(test_bf16_stored_operands),
         cmocka_unit_test(test_td_loss_falls_in_both_modes),
         cmocka_unit_test(test_every_loss_falls_as_in_tf32),
     };
