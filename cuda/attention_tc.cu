@@ -8,8 +8,11 @@
 // 16 (MT tiles of 16 tokens), the head's width padded to 16 and KXP = td + G rounded up to 8,
 // the warp holds
 //   X [TP, KXP]     token features (shared memory): obs row t = [tok_t | 0], goal row [0 | g]
-//   q, k, v [TP, 16] = X · W_augᵀ + cc, W_aug = [Wc | Wgc] of the head's channels (shared)
-//   S [TP, TP]      = q kᵀ, then A = softmax(S/√dh) over the T keys (registers)
+//   q, k, v [TP, 16] = X · W_augᵀ + cc, W_aug = [Wc | Wgc] of the head's channels: q and k
+//                   as the projection's accumulator fragments (registers), v in shared memory
+//                   (the backward keeps q and k there too, for its transposed products)
+//   S [TP, TP]      = q kᵀ straight from those fragments (mma_tf32.cuh's permuted contraction
+//                   order), then A = softmax(S/√dh) over the T keys (registers)
 // Forward: c = column sums of A (a butterfly over the fragments' rows), ā = c·v / T (SIMT).
 // Backward, recomputing the forward as FlashAttention does: β_s = γ·v_s with γ = dā/T,
 // dS = A ⊙ (β − Σ_s A β) / √dh (registers, and a copy in shared memory), then the per-token
@@ -80,10 +83,10 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
         xr.store(sm + S::X, lane);
         if (i + wph < i1) xr.fetch(g, x + (size_t)(i + wph) * g.D, lane);
         __syncwarp();
-        project_qkv<MT, KX, SPLIT, false>(g, h, ccb, w, sm, nullptr, nullptr, gi, tq);
-        __syncwarp();
+        QKFrag<MT> qk;
+        project_qkv<MT, KX, SPLIT, false>(g, h, ccb, w, sm, nullptr, nullptr, qk, gi, tq);
         float s[MT][S::NT][4], c[S::NT][2];
-        softmax_rows<MT, KX, SPLIT>(g, sm, gi, tq, s, c);
+        softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c);
         if (gi == 0)
 #pragma unroll
             for (int nu = 0; nu < S::NT; ++nu)
@@ -175,11 +178,12 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
         }
         __syncwarp();
         // q, k into shared memory; β_s = γ · v_s into vec (rows ≥ T of v are zero).
-        project_qkv<MT, KX, SPLIT, true>(g, h, ccb, w, sm, gv, vec, gi, tq);
+        QKFrag<MT> qk;
+        project_qkv<MT, KX, SPLIT, true>(g, h, ccb, w, sm, gv, vec, qk, gi, tq);
         const float gam_lo = gv[gi], gam_hi = gv[gi + 8];
         __syncwarp();
         float s[MT][NT][4], c[NT][2];
-        softmax_rows<MT, KX, SPLIT>(g, sm, gi, tq, s, c);
+        softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c);
         // dS = A (β − Σ_s A β) / √dh, in place; a copy in shared memory for dkᵀ.
 #pragma unroll
         for (int mu = 0; mu < MT; ++mu)

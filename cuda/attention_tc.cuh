@@ -35,14 +35,14 @@ constexpr int kDHP = 16;      // head width, padded
 constexpr int kLDQ = kDHP + 4;
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Shared memory: the block's cc of every head (zero-padded), then one region per warp:
-// X, q, k, then v (forward) or dS (backward, where β comes from v's fragments directly), c or β,
-// and γ.
+// Shared memory: the block's cc of every head (zero-padded), then one region per warp: in the
+// forward X, v and c; in the backward X, q, k, dS (β comes from v's fragments directly), β and γ.
 template <int MT, int KX>
 struct TcShape {
     static constexpr int TP = 16 * MT, NT = 2 * MT, KXP = 8 * KX;
     static constexpr int LDX = KXP + 4, LDS = TP + 4;
-    static constexpr int X = 0, Q = TP * LDX, K = Q + TP * kLDQ, V = K + TP * kLDQ, DS = V;
+    static constexpr int X = 0, Q = TP * LDX, K = Q + TP * kLDQ, DS = K + TP * kLDQ;
+    static constexpr int V = Q;  // forward
     static constexpr int FWD_VEC = V + TP * kLDQ, BWD_VEC = DS + TP * LDS;
     static constexpr int FWD_FLOATS = FWD_VEC + TP + kDHP;  // per warp, forward
     static constexpr int BWD_FLOATS = BWD_VEC + TP + kDHP;  // per warp, backward
@@ -140,14 +140,26 @@ struct WFrag {
     }
 };
 
-// q, k, v of head h for all tokens (rows ≥ T and columns ≥ dh are zero): q and k into shared
-// memory; v too in the forward (BETA = false), while the backward needs only β_t = γ · v_t,
-// summed straight from v's fragments (a quad holds one row's 16 channels) into beta[t].
+// q and k of head h as the projection's accumulator fragments: f[p][μ][ν] holds rows 16μ + g
+// (+ 8), channels 8ν + 2t (+ 1), stored<SPLIT>-rounded. In mma_tf32.cuh's permuted contraction
+// order they are the A fragments of q and the B fragments of k for S = q kᵀ, so the scores need
+// no shared-memory trip (attention lane 0.412 → 0.364 ms single-stream at B = 16384 against q
+// and k read back from shared memory, bench/results/h200-2026-12-04-attn-qk-registers-*.json).
+template <int MT>
+struct QKFrag {
+    float f[2][MT][2][4];
+};
+
+// q, k, v of head h for all tokens (rows ≥ T and columns ≥ dh are zero): q and k into qk's
+// registers, and in the backward (BETA) also into shared memory for its transposed products;
+// v into shared memory in the forward, while the backward needs only β_t = γ · v_t, summed
+// straight from v's fragments (a quad holds one row's 16 channels) into beta[t].
 // Plain TF32: q is stored times log2(e)/√dh, so that the softmax is exp2 of the scores as read.
 template <int MT, int KX, bool SPLIT, bool BETA, class GT>
 __device__ __forceinline__ void project_qkv(const GT &g, int h, const float *ccb,
                                             const WFrag<KX, SPLIT> &w, float *sm,
-                                            const float *gv, float *beta, int gi, int tq) {
+                                            const float *gv, float *beta, QKFrag<MT> &qk,
+                                            int gi, int tq) {
     using S = TcShape<MT, KX>;
     const float *X = sm + S::X;
     const int ld = S::ldcb(g.heads);
@@ -166,7 +178,7 @@ __device__ __forceinline__ void project_qkv(const GT &g, int h, const float *ccb
         float b0 = 0.0f, b1 = 0.0f;  // β partials of rows t0, t1 (BETA)
 #pragma unroll
         for (int p = 0; p < 3; ++p) {
-            float *dst = sm + S::Q + p * S::TP * kLDQ;
+            float *dst = sm + (BETA ? S::Q + p * S::TP * kLDQ : S::V);
 #pragma unroll
             for (int nu = 0; nu < 2; ++nu) {
                 const int jc = 8 * nu + 2 * tq, col = h * 3 * kDHP + p * kDHP + jc;
@@ -178,10 +190,13 @@ __device__ __forceinline__ void project_qkv(const GT &g, int h, const float *ccb
                 if (p == 0 && !SPLIT)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) acc[e] *= qscale;
+                if (p < 2)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) qk.f[p][mu][nu][e] = mma::stored<SPLIT>(acc[e]);
                 if (BETA && p == 2) {
                     b0 = fmaf(gv[jc], acc[0], fmaf(gv[jc + 1], acc[1], b0));
                     b1 = fmaf(gv[jc], acc[2], fmaf(gv[jc + 1], acc[3], b1));
-                } else {
+                } else if (BETA || p == 2) {
                     *reinterpret_cast<float2 *>(dst + t0 * kLDQ + jc) =
                         make_float2(mma::stored<SPLIT>(acc[0]), mma::stored<SPLIT>(acc[1]));
                     *reinterpret_cast<float2 *>(dst + t1 * kLDQ + jc) =
@@ -214,31 +229,26 @@ __device__ __forceinline__ float exp2_approx(float x) {
 // at this thread's two key columns of tile ν (a butterfly over the fragments' rows).
 // FULL: T is a multiple of 16 (no padded keys or queries to mask).
 template <int MT, int KX, bool SPLIT, bool FULL, class GT>
-__device__ __forceinline__ void softmax_tiles(const GT &g, const float *sm, int gi, int tq,
+__device__ __forceinline__ void softmax_tiles(const GT &g, const QKFrag<MT> &qk, int gi, int tq,
                                               float (&s)[MT][2 * MT][4], float (&c)[2 * MT][2]) {
     using S = TcShape<MT, KX>;
-    const float *q = sm + S::Q, *k = sm + S::K;
 #pragma unroll
     for (int mu = 0; mu < MT; ++mu) {
-        const int t0 = 16 * mu + gi;
         mma::Op a[2][4];
 #pragma unroll
-        for (int ka = 0; ka < 2; ++ka) {
-            const int col = 8 * ka + tq;
-            a[ka][0] = mma::loaded<SPLIT>(q[t0 * kLDQ + col]);
-            a[ka][1] = mma::loaded<SPLIT>(q[(t0 + 8) * kLDQ + col]);
-            a[ka][2] = mma::loaded<SPLIT>(q[t0 * kLDQ + col + 4]);
-            a[ka][3] = mma::loaded<SPLIT>(q[(t0 + 8) * kLDQ + col + 4]);
-        }
+        for (int ka = 0; ka < 2; ++ka)
+            mma::a_from_acc_by(a[ka], qk.f[0][mu][ka],
+                               [](float x) { return mma::loaded<SPLIT>(x); });
 #pragma unroll
         for (int nu = 0; nu < S::NT; ++nu) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[mu][nu][e] = 0.0f;
 #pragma unroll
             for (int ka = 0; ka < 2; ++ka) {
-                mma::Op b[2];
-                b[0] = mma::loaded<SPLIT>(k[(8 * nu + gi) * kLDQ + 8 * ka + tq]);
-                b[1] = mma::loaded<SPLIT>(k[(8 * nu + gi) * kLDQ + 8 * ka + tq + 4]);
+                // keys 8ν + g: rows g (+ 8 for odd ν) of k's tile ν / 2
+                const float *kf = qk.f[1][nu >> 1][ka];
+                const mma::Op b[2] = {mma::loaded<SPLIT>(kf[(nu & 1) * 2]),
+                                      mma::loaded<SPLIT>(kf[(nu & 1) * 2 + 1])};
                 mma::mma<SPLIT>(s[mu][nu], a[ka], b);
             }
         }
@@ -294,10 +304,10 @@ __device__ __forceinline__ void softmax_tiles(const GT &g, const float *sm, int 
 }
 
 template <int MT, int KX, bool SPLIT, class GT>
-__device__ __forceinline__ void softmax_rows(const GT &g, const float *sm, int gi, int tq,
+__device__ __forceinline__ void softmax_rows(const GT &g, const QKFrag<MT> &qk, int gi, int tq,
                                              float (&s)[MT][2 * MT][4], float (&c)[2 * MT][2]) {
-    if (g.T == 16 * MT) softmax_tiles<MT, KX, SPLIT, true>(g, sm, gi, tq, s, c);
-    else softmax_tiles<MT, KX, SPLIT, false>(g, sm, gi, tq, s, c);
+    if (g.T == 16 * MT) softmax_tiles<MT, KX, SPLIT, true>(g, qk, gi, tq, s, c);
+    else softmax_tiles<MT, KX, SPLIT, false>(g, qk, gi, tq, s, c);
 }
 
 }  // namespace fh::cuda::attn::tc
