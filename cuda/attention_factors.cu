@@ -2,8 +2,9 @@
 // composite weights Wc, Wgc, cc and ebar before the forward, and the parameter gradients from the
 // backward's three batch sums after it. Both are small (at the default sizes ~7700 and ~15000
 // outputs, each a float64 dot of 32 to 192 terms), so the cost is latency, not arithmetic:
-// one warp per output, the lanes taking the inner index in turn, and a fixed butterfly
-// (warp_sum) over their float64 partials. No atomics: the same inputs give the same bits.
+// one warp per output (a quarter warp for dW's short sums), the lanes taking the inner index in
+// turn, and a fixed butterfly over their float64 partials. No atomics: the same inputs give the
+// same bits.
 // (A thread per output, the code before, left each thread a chain of up to 3d dependent float64
 // adds behind its loads. Together with the reward head's registers (attention.cu) this took the
 // attention lane from 0.482 to 0.460 ms single-stream at B = 16384 on the H200:
@@ -18,6 +19,11 @@ namespace fh::cuda::attn {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
+// k_attn_fin's dW outputs per warp: each a sum of td + G + T terms (40 at the default), which a
+// whole warp's lanes left mostly idle (k_attn_fin 14.0 → 10.9 µs, Nsight warm, and attention
+// lane 0.366 → 0.362 ms single-stream at B = 16384 on the H200, side by side in
+// bench/results/h200-2026-12-04-attn-head-bwd-rejected*.json: "head" → "new").
+constexpr int kFinDwPerWarp = 4;
 int warp_blocks(int outputs) { return (outputs + kWarpsPerBlock - 1) / kWarpsPerBlock; }
 
 // Wc = W Wt, Wgc = W Wg, cc_t = W e0_t + b, ebar = Σ_t e0_t (float64 sums, rounded once).
@@ -74,15 +80,20 @@ __global__ void k_attn_fin(Geom g, FinArgs f) {
     const float *S = f.tot, *M1 = S + g.T * g.d3, *M2 = M1 + g.d3 * g.td;
     const int d = g.d, d3 = g.d3, td = g.td, G = g.G, T = g.T, na = g.na;
     const int n1 = d3 * d, n2 = d3, n3 = T * d, n4 = d * td, n5 = d * G, n6 = d;
-    const int total = n1 + n2 + n3 + n4 + n5 + n6, lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31;
+    // dW's outputs 4 to a warp, 8 lanes each (kFinDwPerWarp).
+    constexpr int per = kFinDwPerWarp, lanes = 32 / per;
+    const int w1 = (n1 + per - 1) / per;
+    const int total = w1 + n2 + n3 + n4 + n5 + n6;
     const int nw = gridDim.x * (blockDim.x >> 5);
     const double Td = (double)T;
     for (int idx = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); idx < total; idx += nw) {
         int r = idx;
         double s = 0.0;
-        if (r < n1) {  // dW[c, a]: M1 Wt, M2 Wg, S e0 over one index j
-            const int c = r / d, a = r - c * d;
-            for (int j = lane; j < td + G + T; j += 32) {
+        if (r < w1) {  // dW[c, a]: M1 Wt, M2 Wg, S e0 over one index j
+            r = r * per + lane / lanes;
+            const int c = r / d, a = r - c * d, sub = lane % lanes;
+            for (int j = sub; r < n1 && j < td + G + T; j += lanes) {
                 if (j < td) {
                     s += (double)M1[c * td + j] * (double)f.Wt[a * td + j];
                 } else if (j < td + G) {
@@ -94,11 +105,11 @@ __global__ void k_attn_fin(Geom g, FinArgs f) {
                          ((double)(t < g.To ? f.bt[a] : f.bg[a]) + (double)f.P[t * d + a]);
                 }
             }
-            s = warp_sum(s);
-            if (lane == 0) f.gW[r] = (float)s;
+            for (int o = lanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (sub == 0 && r < n1) f.gW[r] = (float)s;
             continue;
         }
-        r -= n1;
+        r -= w1;
         if (r < n2) {  // db[c]
             for (int t = lane; t < T; t += 32) s += (double)S[t * d3 + r];
             s = warp_sum(s);
@@ -152,7 +163,8 @@ void composites(const Geom &g, const float *W, const float *b, const float *Wt, 
 
 void param_grads(const Geom &g, const FinArgs &f, cudaStream_t s) {
     const int d = g.d;
-    const int n = g.d3 * d + g.d3 + g.T * d + d * g.td + d * g.G + d;
+    const int n = (g.d3 * d + kFinDwPerWarp - 1) / kFinDwPerWarp + g.d3 + g.T * d + d * g.td +
+                  d * g.G + d;
     FH_LAUNCH(k_attn_fin, warp_blocks(n), 32 * kWarpsPerBlock, 0, s, g, f);
     FH_LAUNCH(k_attn_fin2, (d + 127) / 128, 128, 0, s, g, f.gP, f.gbt, f.gbg);
 }
