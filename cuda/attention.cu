@@ -41,14 +41,15 @@
 //   dpool = dh Wr1         nn M=B N=d  K=hh
 //     (these four are one tensor-core kernel in TF32 and BF16 at d = hh = 64:
 //     attention_head.cu)
-//   dWr1 = dhᵀ pool        tn M=hh N=d K=B
-//   dWo = dpoolᵀ ā         tn M=d  N=d K=B
-//   dā = dpool Wo          nn M=B N=d  K=d   (into ā's buffer)
-//   R = dpoolᵀ aug         tn M=d  N=td+G+1 K=B
+//   G = [dh | dpool]ᵀ [pool | ā | aug | 0]    tn M=hh+d N=2d+td+G+1 (rounded up to 4) K=B:
+//                 dWr1 = dhᵀ pool, dWo = dpoolᵀ ā and R = dpoolᵀ aug are three of its blocks
+//                 (the forward and the head write those operands as columns of two matrices;
+//                 one GEMM over the batch in place of three, each with its split-K reduction)
+//   dā = dpool Wo          nn M=B N=d  K=d
 //   path.backward                 recomputes q, k, v and A (as FlashAttention does); per-token
 //                                 dq, dk, dv summed into partial rows of S, M1, M2 (no atomics)
-//   reduce the partial rows; k_attn_fin, k_attn_fin2 (attention_factors.cu).  (enqueue_adam:
-//                                 Adam.)
+//   reduce the partial rows; k_attn_fin, k_attn_fin2 (attention_factors.cu; dWr1 and dWo
+//                                 copied out of G).  (enqueue_adam: Adam.)
 // The softmax, sums and products are float32 (the CPU uses float64 inside the softmax); the
 // factoring changes the rounding, not the function. Every config the CPU accepts runs here.
 #include <algorithm>
@@ -62,6 +63,7 @@
 #include "aux_common.cuh"
 #include "learners.hpp"
 #include "launch.cuh"
+#include "memory_plan.hpp"
 
 namespace fh::cuda {
 
@@ -73,7 +75,8 @@ namespace {
 constexpr int kHeadRowsPerWarp = 8;
 
 struct AttnHeadArgs {
-    float *h;                    // [B, hh] in: pool Wr1ᵀ (no bias), out: dL/d(pre)
+    float *h;                    // [B, hh], rows ld apart; in: pool Wr1ᵀ (no bias), out: dL/d(pre)
+    int ld;
     const float *br1, *wr2, *br2;
     const float *r;
     int B, hh;
@@ -93,7 +96,7 @@ __global__ void k_attn_head(AttnHeadArgs a) {
     const float br2 = *a.br2;
     const int r0 = blockIdx.x * a.rows_per_blk, r1 = min(a.B, r0 + a.rows_per_blk);
     for (int i = r0 + warp; i < r1; i += nw) {
-        float *h = a.h + (size_t)i * hh;
+        float *h = a.h + (size_t)i * a.ld;
         float s = 0.0f;
         for (int j = lane; j < hh; j += 32)
             s = fmaf(dev_silu(__fadd_rn(h[j], a.br1[j])), a.wr2[j], s);
@@ -139,7 +142,7 @@ __global__ void k_attn_head_reg(AttnHeadArgs a) {
     auto fetch = [&](int i, float &r, float (&h)[K]) {
         const bool ok = i < r1;
         r = ok ? a.r[i] : 0.0f;
-        aux::load_lane_cols(ok ? a.h + (size_t)i * hh : nullptr, hh, h);
+        aux::load_lane_cols(ok ? a.h + (size_t)i * a.ld : nullptr, hh, h);
     };
     int i = r0 + warp;
     float ri, hv[K];
@@ -162,7 +165,7 @@ __global__ void k_attn_head_reg(AttnHeadArgs a) {
             const float pre = __fadd_rn(hv[k], br1[k]);
             const float sg = dev_sigmoid(pre);
             const float v = __fmul_rn(__fmul_rn(dr, wr2[k]), dev_dsilu_s(pre, sg));
-            a.h[(size_t)i * hh + j] = v;
+            a.h[(size_t)i * a.ld + j] = v;
             sb[k] += (double)v;
             sw[k] += (double)dr * (double)__fmul_rn(pre, sg);
         }
@@ -197,7 +200,13 @@ struct AttentionLearner::Impl {
     int head_tc_blocks = 0;
 
     aux::Arena arena;
-    float *comp, *abar, *pool, *aug, *hbuf, *dpool, *R, *tot, *grad, *part;
+    // The weight gradients' GEMM G = Lᵀ Rm over the batch: L = [dh | dpool] [B, LL],
+    // Rm = [pool | ā | aug | 0] [B, LR] (the forward's and the head's outputs, written in place
+    // as their columns), so that dWr1 = dhᵀ pool, dWo = dpoolᵀ ā and R = dpoolᵀ aug are blocks
+    // of one product (G [LL, LR]; its other blocks are not needed).
+    int LL = 0, LR = 0;
+    float *comp, *rhs, *lhs, *G, *dabar, *tot, *grad, *part;
+    float *pool, *abar, *aug, *hbuf, *dpool;  // views: columns of rhs and lhs
     double *part_head;
     cudaEvent_t ev[4] = {};  // time_phases(): forward begin/end, backward begin/end
 
@@ -269,12 +278,12 @@ struct AttentionLearner::Impl {
 
         const size_t B = d.B;
         const size_t o_comp = arena.reserve_n<float>(g.c_total);
-        const size_t o_abar = arena.reserve_n<float>(B * d.d);
-        const size_t o_pool = arena.reserve_n<float>(B * d.d);
-        const size_t o_aug = arena.reserve_n<float>(B * g.na);
-        const size_t o_h = arena.reserve_n<float>(B * d.hh);
-        const size_t o_dpool = arena.reserve_n<float>(B * d.d);
-        const size_t o_R = arena.reserve_n<float>((size_t)d.d * g.na);
+        LL = (int)(d.hh + d.d);
+        LR = (int)attention_rhs_cols(d);
+        const size_t o_rhs = arena.reserve_n<float>(B * LR);
+        const size_t o_lhs = arena.reserve_n<float>(B * LL);
+        const size_t o_dabar = arena.reserve_n<float>(B * d.d);
+        const size_t o_G = arena.reserve_n<float>((size_t)LL * LR);
         const size_t o_tot = arena.reserve_n<float>(g.pw);
         const size_t o_grad = arena.reserve_n<float>(o.total);
         const size_t o_part = arena.reserve_n<float>((size_t)path->partial_rows() * g.pw);
@@ -286,12 +295,15 @@ struct AttentionLearner::Impl {
         const size_t o_scr = arena.reserve(path->scratch_bytes());
         arena.allocate("the attention learner");
         comp = arena.at<float>(o_comp);
-        abar = arena.at<float>(o_abar);
-        pool = arena.at<float>(o_pool);
-        aug = arena.at<float>(o_aug);
-        hbuf = arena.at<float>(o_h);
-        dpool = arena.at<float>(o_dpool);
-        R = arena.at<float>(o_R);
+        rhs = arena.at<float>(o_rhs);
+        lhs = arena.at<float>(o_lhs);
+        dabar = arena.at<float>(o_dabar);
+        G = arena.at<float>(o_G);
+        pool = rhs;
+        abar = rhs + d.d;
+        aug = rhs + 2 * d.d;
+        hbuf = lhs;
+        dpool = lhs + d.hh;
         tot = arena.at<float>(o_tot);
         grad = arena.at<float>(o_grad);
         part = arena.at<float>(o_part);
@@ -311,26 +323,30 @@ struct AttentionLearner::Impl {
     void loss_grad(const Lane &lane, const StepInputs &in, float *loss) {
         cudaStream_t s = lane.stream;
         const Blas &bl = checked_blas(lane, "attention");
-        const int B = (int)d.B, dm = (int)d.d, hh = (int)d.hh, na = g.na;
+        const int B = (int)d.B, dm = (int)d.d, hh = (int)d.hh;
         const float *P = params;
         const float *Wg = d.G > 0 ? P + o.Wg : nullptr, *bg = d.G > 0 ? P + o.bg : nullptr;
 
         attn::composites(g, P + o.Wq, P + o.bq, P + o.Wt, P + o.bt, Wg, bg, P + o.P, comp, s);
         mark(0, s);
-        path->forward(attn::FwdArgs{in.x, comp, P + o.Wt, Wg, P + o.bo, abar, pool, aug}, s);
+        path->forward(attn::FwdArgs{in.x, comp, P + o.Wt, Wg, P + o.bo, abar, pool, aug, LR}, s);
         mark(1, s);
         int head_rows = head.blocks;
         if (head_tc) {
             attn::HeadFusedArgs a{abar, pool, P + o.Wo, P + o.Wr1, P + o.br1, P + o.w_r2,
                                   P + o.b_r2, in.r, B, (float)d.Bg, hbuf, dpool, part_head};
             a.bf16 = head_bf16;
+            a.ld_in = LR;
+            a.ld_out = LL;
             attn::head_fused(a, head_tc_blocks, s);
             head_rows = head_tc_blocks;
         } else {
-            gemm_nt(bl, B, dm, dm, abar, P + o.Wo, pool, 1.0f, "attention pool += abar Wo^T");
-            gemm_nt(bl, B, hh, dm, pool, P + o.Wr1, hbuf, 0.0f, "attention h = pool Wr1^T");
+            gemm(bl, strided(desc_nt(B, dm, dm, abar, P + o.Wo, pool), LR, 0, LR), 1.0f,
+                 "attention pool += abar Wo^T");
+            gemm(bl, strided(desc_nt(B, hh, dm, pool, P + o.Wr1, hbuf), LR, 0, LL), 0.0f,
+                 "attention h = pool Wr1^T");
             AttnHeadArgs a{};
-            a.h = hbuf; a.br1 = P + o.br1; a.wr2 = P + o.w_r2; a.br2 = P + o.b_r2;
+            a.h = hbuf; a.ld = LL; a.br1 = P + o.br1; a.wr2 = P + o.w_r2; a.br2 = P + o.b_r2;
             a.r = in.r; a.B = B; a.hh = hh; a.rows = (float)d.Bg; a.partial = part_head;
             a.rows_per_blk = head.rows_per_blk;
             void *args[] = {&a};
@@ -344,20 +360,18 @@ struct AttentionLearner::Impl {
             sg.add(loss, 2 * hh + 1, 1, 0, (double)d.Bg);
             aux::reduce_partials(part_head, head_rows, 2 * hh + 2, 1, sg, s);
         }
-        // In FH_MATH_BF16 the fused head stored dh and pool as bfloat16 values: no stage.
-        const GemmDesc dwr1 = desc_tn(hh, dm, B, hbuf, pool, grad + o.Wr1);
-        if (head_tc && head_bf16)
-            gemm_bf16_values(bl, dwr1, 0.0f, "attention dWr1 = dh^T pool");
-        else
-            gemm(bl, dwr1, 0.0f, "attention dWr1 = dh^T pool");
         if (!head_tc)
-            gemm_nn(bl, B, dm, hh, hbuf, P + o.Wr1, dpool, 0.0f, "attention dpool = dh Wr1");
-        gemm_tn(bl, dm, dm, B, dpool, abar, grad + o.Wo, 0.0f, "attention dWo = dpool^T abar");
-        gemm_nn(bl, B, dm, dm, dpool, P + o.Wo, abar, 0.0f, "attention dabar = dpool Wo");
-        gemm_tn(bl, dm, na, B, dpool, aug, R, 0.0f, "attention R = dpool^T aug");
+            gemm(bl, strided(desc_nn(B, dm, hh, hbuf, P + o.Wr1, dpool), LL, 0, LL), 0.0f,
+                 "attention dpool = dh Wr1");
+        // dWr1, dWo and R in one GEMM (staged to bfloat16 in FH_MATH_BF16): attention lane
+        // 0.363 → 0.344 ms single-stream at B = 16384 against three GEMMs, each with its split-K
+        // reduction (H200, bench/results/h200-2026-12-04-attn-wgrad-merged-*.json).
+        gemm_tn(bl, LL, LR, B, lhs, rhs, G, 0.0f, "attention [dh | dpool]^T [pool | abar | aug]");
+        gemm(bl, strided(desc_nn(B, dm, dm, dpool, P + o.Wo, dabar), LL, 0, 0), 0.0f,
+             "attention dabar = dpool Wo");
 
         mark(2, s);
-        path->backward(attn::BwdArgs{in.x, comp, abar, part}, s);
+        path->backward(attn::BwdArgs{in.x, comp, dabar, part}, s);
         mark(3, s);
         {
             aux::Segs sg;
@@ -366,7 +380,12 @@ struct AttentionLearner::Impl {
         }
         attn::FinArgs f{};
         f.W = P + o.Wq; f.Wt = P + o.Wt; f.bt = P + o.bt; f.Wg = Wg; f.bg = bg; f.P = P + o.P;
-        f.tot = tot; f.R = R;
+        f.tot = tot;
+        f.R = G + (size_t)hh * LR + 2 * dm;
+        f.dWr1 = G;
+        f.dWo = G + (size_t)hh * LR + dm;
+        f.ldG = LR; f.hh = hh;
+        f.gWr1 = grad + o.Wr1; f.gWo = grad + o.Wo;
         f.gW = grad + o.Wq; f.gb = grad + o.bq; f.gP = grad + o.P; f.gWt = grad + o.Wt;
         f.gWg = d.G > 0 ? grad + o.Wg : nullptr; f.gbo = grad + o.bo;
         f.gbt = grad + o.bt; f.gbg = d.G > 0 ? grad + o.bg : nullptr;

@@ -18,12 +18,12 @@ constexpr int kPoolWarps = 8;
 __global__ void k_attn_pool_aug(Geom g, const float *__restrict__ x, const float *__restrict__ comp,
                                 const float *__restrict__ Wt, const float *__restrict__ Wg,
                                 const float *__restrict__ bo, float *__restrict__ pool,
-                                float *__restrict__ aug) {
+                                float *__restrict__ aug, int ld) {
     pdl_enter();
     const int i = blockIdx.x * kPoolWarps + (threadIdx.x >> 5);
     if (i >= g.B) return;
-    pool_aug_row(g, x + (size_t)i * g.D, comp, Wt, Wg, bo, pool + (size_t)i * g.d,
-                 aug + (size_t)i * g.na, threadIdx.x & 31);
+    pool_aug_row(g, x + (size_t)i * g.D, comp, Wt, Wg, bo, pool + (size_t)i * ld,
+                 aug + (size_t)i * ld, threadIdx.x & 31);
 }
 
 }  // namespace
@@ -40,7 +40,7 @@ const char *kernels_name(Kernels k) {
 void pool_aug(const Geom &g, const FwdArgs &a, cudaStream_t s) {
     const int blocks = (g.B + kPoolWarps - 1) / kPoolWarps;
     FH_LAUNCH(k_attn_pool_aug, blocks, kPoolWarps * 32, 0, s, g, a.x, a.comp, a.Wt, a.Wg, a.bo,
-              a.pool, a.aug);
+              a.pool, a.aug, a.ld);
 }
 
 int wave_samples_per_block(const void *kernel, int threads, size_t smem, int B, int target) {

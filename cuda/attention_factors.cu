@@ -9,6 +9,8 @@
 // adds behind its loads. Together with the reward head's registers (attention.cu) this took the
 // attention lane from 0.482 to 0.460 ms single-stream at B = 16384 on the H200:
 // bench/results/h200-2026-12-02-attention-small-kernels-before-after.json.)
+#include <algorithm>
+
 #include "attention_paths.hpp"
 #include "common.hpp"
 #include "device_math.cuh"
@@ -120,36 +122,43 @@ __global__ void k_attn_fin(Geom g, FinArgs f) {
         if (r < n3) {  // dP[t, a]
             const int t = r / d, a = r - t * d;
             s = w_col_dot(f.W, d, d3, a, S + t * d3, 1, 0);
-            if (lane == 0) f.gP[r] = (float)(s + (double)f.R[a * na + na - 1] / Td);
+            if (lane == 0) f.gP[r] = (float)(s + (double)f.R[(size_t)a * f.ldG + na - 1] / Td);
             continue;
         }
         r -= n3;
         if (r < n4) {  // dWt[a, k]
             const int a = r / td, kk = r - a * td;
             s = w_col_dot(f.W, d, d3, a, M1, td, kk);
-            if (lane == 0) f.gWt[r] = (float)(s + (double)f.R[a * na + kk] / Td);
+            if (lane == 0) f.gWt[r] = (float)(s + (double)f.R[(size_t)a * f.ldG + kk] / Td);
             continue;
         }
         r -= n4;
         if (r < n5) {  // dWg[a, k]
             const int a = r / G, kk = r - a * G;
             s = w_col_dot(f.W, d, d3, a, M2, G, kk);
-            if (lane == 0) f.gWg[r] = (float)(s + (double)f.R[a * na + td + kk] / Td);
+            if (lane == 0) f.gWg[r] = (float)(s + (double)f.R[(size_t)a * f.ldG + td + kk] / Td);
             continue;
         }
         r -= n5;
-        if (lane == 0) f.gbo[r] = f.R[r * na + na - 1];  // dbo = Σ_i dpool_i
+        if (lane == 0) f.gbo[r] = f.R[(size_t)r * f.ldG + na - 1];  // dbo = Σ_i dpool_i
     }
 }
 
-// dbt = Σ_{t<To} dP[t], dbg = dP[To].
-__global__ void k_attn_fin2(Geom g, const float *__restrict__ gP, float *gbt, float *gbg) {
+// dbt = Σ_{t<To} dP[t], dbg = dP[To]; dWr1 and dWo copied out of the GEMM's output.
+__global__ void k_attn_fin2(Geom g, FinArgs f) {
     pdl_enter();
-    for (int a = blockIdx.x * blockDim.x + threadIdx.x; a < g.d; a += gridDim.x * blockDim.x) {
+    const int stride = gridDim.x * blockDim.x, d = g.d;
+    for (int a = blockIdx.x * blockDim.x + threadIdx.x; a < d; a += stride) {
         double s = 0.0;
-        for (int t = 0; t < g.To; ++t) s += (double)gP[t * g.d + a];
-        gbt[a] = (float)s;
-        if (g.G > 0) gbg[a] = gP[g.To * g.d + a];
+        for (int t = 0; t < g.To; ++t) s += (double)f.gP[t * d + a];
+        f.gbt[a] = (float)s;
+        if (g.G > 0) f.gbg[a] = f.gP[g.To * d + a];
+    }
+    const int n1 = f.hh * d, n = n1 + d * d;
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
+        const bool wr1 = e < n1;
+        const int r = wr1 ? e : e - n1, row = r / d, col = r - row * d;
+        (wr1 ? f.gWr1 : f.gWo)[r] = (wr1 ? f.dWr1 : f.dWo)[(size_t)row * f.ldG + col];
     }
 }
 
@@ -166,7 +175,9 @@ void param_grads(const Geom &g, const FinArgs &f, cudaStream_t s) {
     const int n = (g.d3 * d + kFinDwPerWarp - 1) / kFinDwPerWarp + g.d3 + g.T * d + d * g.td +
                   d * g.G + d;
     FH_LAUNCH(k_attn_fin, warp_blocks(n), 32 * kWarpsPerBlock, 0, s, g, f);
-    FH_LAUNCH(k_attn_fin2, (d + 127) / 128, 128, 0, s, g, f.gP, f.gbt, f.gbg);
+    const int copies = f.hh * d + d * d;
+    FH_LAUNCH(k_attn_fin2, std::max((d + 127) / 128, std::min((copies + 127) / 128, 64)), 128, 0, s,
+              g, f);
 }
 
 }  // namespace fh::cuda::attn

@@ -31,7 +31,8 @@ struct GenArgs {
     Geom g;
     const float *x, *comp;
     const float *dabar;  // backward only
-    float *abar;         // forward only
+    float *abar;         // forward only, rows ld apart
+    int ld;
     float *partial;      // backward only: [gridDim.x, pw]
     float *scratch;      // [gridDim.x, slot]
     int slot;            // floats per block: qkv | P | dqkv | c | β | rs
@@ -120,7 +121,7 @@ __global__ void __launch_bounds__(kThreads) k_attn_gen_fwd(GenArgs a) {
         for (int j = threadIdx.x; j < g.dh; j += blockDim.x) {
             float acc = 0.0f;
             for (int u = 0; u < g.T; ++u) acc = fmaf(s.c[u], s.qkv[(size_t)u * w3 + 2 * g.dh + j], acc);
-            a.abar[(size_t)i * g.d + h * g.dh + j] = __fdiv_rn(acc, Tf);
+            a.abar[(size_t)i * a.ld + h * g.dh + j] = __fdiv_rn(acc, Tf);
         }
         __syncthreads();
     }
@@ -220,6 +221,7 @@ public:
     void forward(const FwdArgs &f, cudaStream_t s) override {
         GenArgs a = args(f.x, f.comp);
         a.abar = f.abar;
+        a.ld = f.ld;
         FH_LAUNCH(k_attn_gen_fwd, blocks_, kThreads, 0, s, a);
         pool_aug(g_, f, s);
     }

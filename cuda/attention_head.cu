@@ -4,8 +4,9 @@
 // every product operand (ā, Wo, pool, Wr1, dh) is rounded to bfloat16 instead of TF32, which a
 // TF32 product then multiplies exactly with float32 sums, as the cuBLAS BF16 GEMMs it replaces
 // did; pool, dh and dpool are stored rounded too, since their only other readers are BF16 GEMMs
-// (attention.cu: dWr1 then needs no stage; dWo, dā and R stage dpool to the same values). The
-// head's sums use the unrounded values.
+// (attention.cu's weight-gradient GEMM and dā = dpool Wo, whose stages round them to the same
+// values). The head's sums use the unrounded values. ā and pool are read, and dh and dpool
+// written, as columns of wider matrices (ld_in, ld_out: attention.cu's layout).
 //
 // Tiling. 8 warps a block, tiles of 128 rows, warp w owning rows 16w .. 16w + 15 of a tile (one
 // m16 tile; thread (g, t) rows g and g + 8). Wo and Wr1 sit in shared memory for the whole
@@ -107,8 +108,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_tc(HeadFusedArgs a
         // Rows past the batch compute on the last row's ā and a zero pool_in, and are masked.
         // pool is read with plain loads: the kernel writes it (each element after its one read,
         // by the same thread).
-        const float *ab0 = a.abar + (v0 ? r0 : B - 1) * kW, *ab1 = a.abar + (v1 ? r1 : B - 1) * kW;
-        const float *pi0 = v0 ? a.pool + r0 * kW : nullptr, *pi1 = v1 ? a.pool + r1 * kW : nullptr;
+        const size_t li = (size_t)a.ld_in, lo = (size_t)a.ld_out;
+        const float *ab0 = a.abar + (v0 ? r0 : B - 1) * li, *ab1 = a.abar + (v1 ? r1 : B - 1) * li;
+        const float *pi0 = v0 ? a.pool + r0 * li : nullptr, *pi1 = v1 ? a.pool + r1 * li : nullptr;
         const float2 zero2 = make_float2(0.0f, 0.0f);
         float2 x0[kNT], x1[kNT];
         float P[kNT][4];
@@ -133,8 +135,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_tc(HeadFusedArgs a
         }
 #pragma unroll
         for (int nu = 0; nu < kNT; ++nu) {
-            if (v0) st2_round<BF16>(a.pool + r0 * kW + 8 * nu + 2 * tq, P[nu][0], P[nu][1]);
-            if (v1) st2_round<BF16>(a.pool + r1 * kW + 8 * nu + 2 * tq, P[nu][2], P[nu][3]);
+            if (v0) st2_round<BF16>(a.pool + r0 * li + 8 * nu + 2 * tq, P[nu][0], P[nu][1]);
+            if (v1) st2_round<BF16>(a.pool + r1 * li + 8 * nu + 2 * tq, P[nu][2], P[nu][3]);
         }
         // h = pool Wr1ᵀ.
         float H[kNT][4] = {};
@@ -177,8 +179,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_tc(HeadFusedArgs a
             }
             acc_b[nu][0] += H[nu][0] + H[nu][2];
             acc_b[nu][1] += H[nu][1] + H[nu][3];
-            if (v0) st2_round<BF16>(a.dh + r0 * kW + 8 * nu + 2 * tq, H[nu][0], H[nu][1]);
-            if (v1) st2_round<BF16>(a.dh + r1 * kW + 8 * nu + 2 * tq, H[nu][2], H[nu][3]);
+            if (v0) st2_round<BF16>(a.dh + r0 * lo + 8 * nu + 2 * tq, H[nu][0], H[nu][1]);
+            if (v1) st2_round<BF16>(a.dh + r1 * lo + 8 * nu + 2 * tq, H[nu][2], H[nu][3]);
         }
         // dpool = dh Wr1.
         float D[kNT][4] = {};
@@ -190,8 +192,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_tc(HeadFusedArgs a
         }
 #pragma unroll
         for (int nu = 0; nu < kNT; ++nu) {
-            if (v0) st2_round<BF16>(a.dpool + r0 * kW + 8 * nu + 2 * tq, D[nu][0], D[nu][1]);
-            if (v1) st2_round<BF16>(a.dpool + r1 * kW + 8 * nu + 2 * tq, D[nu][2], D[nu][3]);
+            if (v0) st2_round<BF16>(a.dpool + r0 * lo + 8 * nu + 2 * tq, D[nu][0], D[nu][1]);
+            if (v1) st2_round<BF16>(a.dpool + r1 * lo + 8 * nu + 2 * tq, D[nu][2], D[nu][3]);
         }
     }
     // The block's partial row: each warp's sums (lanes g = 0 hold them after group_sum) in shared

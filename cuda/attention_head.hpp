@@ -30,6 +30,8 @@ struct HeadFusedArgs {
     // FH_MATH_BF16: the products' operands rounded to bfloat16 (else TF32), and pool, dh and
     // dpool stored as bfloat16 values.
     bool bf16 = false;
+    // Row strides (floats, even): of ā and pool, and of dh and dpool.
+    int ld_in = kHeadFusedWidth, ld_out = kHeadFusedWidth;
 };
 
 // Whether the kernel runs this learner's head: TF32 or BF16 math (not strict) and the widths.

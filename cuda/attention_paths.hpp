@@ -48,6 +48,7 @@ struct FwdArgs {
     float *abar;         // out [B, d]
     float *pool;         // out [B, d]: ē + bo (ā Woᵀ is added by a GEMM afterwards)
     float *aug;          // out [B, na]: [Σ_{t<To} tok_t | g | 1]
+    int ld;              // the row stride of abar, pool and aug (columns of one matrix)
 };
 
 struct BwdArgs {
@@ -80,7 +81,11 @@ void composites(const Geom &g, const float *W, const float *b, const float *Wt, 
 struct FinArgs {
     const float *W, *Wt, *bt, *Wg, *bg, *P;  // parameters (Wg, bg null when G = 0)
     const float *tot;                        // S [T, 3d] | M1 [3d, td] | M2 [3d, G]
-    const float *R;                          // [d, na]
+    // The weight-gradient GEMM's blocks (attention.cu), rows ldG apart: R [d, na], dWr1 [hh, d],
+    // dWo [d, d]; the last two are copied into gWr1 and gWo.
+    const float *R, *dWr1, *dWo;
+    int ldG, hh;
+    float *gWr1, *gWo;
     float *gW, *gb, *gP, *gWt, *gWg, *gbo;   // gradient slices (gWg null when G = 0)
     float *gbt, *gbg;                        // dbt = Σ_{t<To} dP[t], dbg = dP[To] (null: G = 0)
 };

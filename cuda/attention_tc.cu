@@ -62,7 +62,8 @@ template <class GT, int MT, int KX, bool SPLIT>
 __global__ void __launch_bounds__(256, (SPLIT && KX == 2) ? 1 : 2)
 k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               float *__restrict__ abar, const float *__restrict__ Wt, const float *__restrict__ Wg,
-              const float *__restrict__ bo, float *__restrict__ pool, float *__restrict__ aug) {
+              const float *__restrict__ bo, float *__restrict__ pool, float *__restrict__ aug,
+              int ld) {
     pdl_enter();
     using S = TcShape<MT, KX>;
     extern __shared__ float4 sm4[];
@@ -106,15 +107,15 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
             }
             float a = a0 + a1;
             a += __shfl_xor_sync(0xffffffffu, a, 16);
-            if (lane < g.dh) abar[(size_t)i * g.d + h * g.dh + lane] = __fdiv_rn(a, Tf);
+            if (lane < g.dh) abar[(size_t)i * ld + h * g.dh + lane] = __fdiv_rn(a, Tf);
         }
         // One of the slot's warps also writes the transition's pool and aug rows, the heads
         // taking turns: when head 0's warp wrote them all it finished last and held its block
         // (attention lane 0.521 → 0.482 ms single-stream at B = 16384,
         // bench/results/h200-2026-12-01-attention-pool-before-after.json).
         if (h == ((i - i0 - slot) / wph) % g.heads)
-            pool_aug_row(g, x + (size_t)i * g.D, comp, Wt, Wg, bo, pool + (size_t)i * g.d,
-                         aug + (size_t)i * g.na, lane);
+            pool_aug_row(g, x + (size_t)i * g.D, comp, Wt, Wg, bo, pool + (size_t)i * ld,
+                         aug + (size_t)i * ld, lane);
         __syncwarp();
     }
 }
@@ -312,7 +313,7 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
 
 template <class GT>
 using FwdFn = void (*)(GT, int, int, const float *, const float *, float *, const float *,
-                       const float *, const float *, float *, float *);
+                       const float *, const float *, float *, float *, int);
 template <class GT>
 using BwdFn = void (*)(GT, int, int, const float *, const float *, const float *, float *);
 
@@ -382,10 +383,10 @@ public:
     void forward(const FwdArgs &a, cudaStream_t s) override {
         if (fwd_d_)
             FH_LAUNCH(fwd_d_, nblk_f_, threads_f_, smem_f_, s, GeomDefault{g_.B}, wph_f_, spb_f_,
-                      a.x, a.comp, a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug);
+                      a.x, a.comp, a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug, a.ld);
         else
             FH_LAUNCH(fwd_, nblk_f_, threads_f_, smem_f_, s, g_, wph_f_, spb_f_, a.x, a.comp,
-                      a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug);
+                      a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug, a.ld);
     }
     void backward(const BwdArgs &a, cudaStream_t s) override {
         if (bwd_d_)

@@ -59,6 +59,14 @@ struct GemmDesc {
 GemmDesc desc_nt(int M, int N, int K, const float *A, const float *B, float *C);
 GemmDesc desc_nn(int M, int N, int K, const float *A, const float *B, float *C);
 GemmDesc desc_tn(int M, int N, int K, const float *A, const float *B, float *C);
+// The same product with the row-major operands' rows further apart: A's lda, B's ldb, C's ldc
+// floats (0 keeps the packed stride), for matrices that are columns of wider ones.
+inline GemmDesc strided(GemmDesc g, int lda, int ldb, int ldc) {
+    if (lda) g.ldb = lda;  // the row-major A is cuBLAS's second operand (Cᵀ = Bᵀ Aᵀ)
+    if (ldb) g.lda = ldb;
+    if (ldc) g.ldc = ldc;
+    return g;
+}
 
 // The workspace gemm() asks cublasLt's heuristics to rank algorithms for (at least): what
 // cuBLAS recommends for Hopper. The algorithm it runs must still fit the lane's own workspace.

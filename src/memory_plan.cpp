@@ -163,15 +163,14 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     // Attention (attention.cu and the kernel path it picks, attention_paths.hpp): the partial
     // rows of the backward and the path's scratch follow the device's occupancy (@p attn).
     Arena at;
-    const uint64_t d3 = 3 * (uint64_t)d.d, na = d.td + d.G + 1;
+    const uint64_t d3 = 3 * (uint64_t)d.d;
     const uint64_t pw = d.T * d3 + d3 * d.td + d3 * d.G;
+    const uint64_t LL = d.hh + d.d, LR = attention_rhs_cols(d);
     at.add((d3 * d.td + d3 * d.G + d.T * d3 + d.d) * F);
-    at.add(B * d.d * F);
-    at.add(B * d.d * F);
-    at.add(B * na * F);
-    at.add(B * d.hh * F);
-    at.add(B * d.d * F);
-    at.add(d.d * na * F);
+    at.add(B * LR * F);      // [pool | ā | aug | 0]
+    at.add(B * LL * F);      // [dh | dpool]
+    at.add(B * d.d * F);     // dā
+    at.add(LL * LR * F);     // the weight-gradient GEMM's product
     at.add(pw * F);
     at.add(L.attn.total * F);
     at.add(attn.partial_rows * pw * F);

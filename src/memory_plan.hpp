@@ -99,6 +99,13 @@ struct MemoryPlan {
 // @p backend is FH_BACKEND_CPU or FH_BACKEND_CUDA (resolved; CUDA asks the device).
 MemoryPlan plan_memory(const fh_config &c, const Layout &L, int backend);
 
+// The columns of the CUDA attention learner's [pool | ā | aug | 0] matrix, the right operand of
+// its weight-gradient GEMM (cuda/attention.cu): 2·attn_d_model + td + G + 1 rounded up to a
+// multiple of 4, so that its rows start 16-byte aligned.
+inline uint64_t attention_rhs_cols(const Dims &d) {
+    return (2 * (uint64_t)d.d + d.td + d.G + 1 + 3) / 4 * 4;
+}
+
 // The attention learner's sizes that depend on the device: the partial rows of its backward
 // and its kernel path's scratch bytes (cuda/attention_paths.hpp).
 struct AttentionSizes {

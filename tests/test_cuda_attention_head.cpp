@@ -11,7 +11,9 @@
  *   Σ (r̂ − r̃)² (the kernel's partial rows summed in float64) within the sums of those bounds.
  * - dpool = dh Wr1 from the kernel's own dh, rounded: the pool bound again.
  * Rows past the batch stay untouched (sentinels); the weights may sit off 16-byte boundaries;
- * one case runs 8 tiles on 3 blocks.
+ * one case runs 8 tiles on 3 blocks; one has ā and pool rows 140 floats apart and dh and dpool
+ * rows 128 apart (the learner's layout: columns of wider matrices), whose other columns stay
+ * untouched.
  * The BF16 instance (FH_MATH_BF16) the same way with the operands rounded to bfloat16 (round to
  * nearest even) in the reference, and pool, dh and dpool, which it stores as bfloat16 values
  * (checked: each float is its own bfloat16 rounding), each within a further 2^-8 of its
@@ -77,7 +79,9 @@ struct Reach {
 // `shift` floats before each weight on the device: 1 puts Wo and Wr1 off 16-byte boundaries, as
 // the learner's layout may at other configs with these widths. `blocks` > 0: that grid, so that
 // a block walks several tiles; else the kernel's own.
-void check(int B, unsigned seed, int shift, int blocks_req, bool bf16 = false) {
+// ld_in, ld_out: the row strides of ā and pool, and of dh and dpool (columns past W: sentinels).
+void check(int B, unsigned seed, int shift, int blocks_req, bool bf16 = false, int ld_in = W,
+           int ld_out = W) {
     // The operands as the instance's products read them, and the stores' rounding share.
     const auto rnd = [bf16](float x) { return bf16 ? bf16_rne(x) : tf32_rna(x); };
     const double st = bf16 ? std::ldexp(1.0, -8) : 0.0;
@@ -98,31 +102,56 @@ void check(int B, unsigned seed, int shift, int blocks_req, bool bf16 = false) {
     for (float &v : wr2) v = 0.5f * u(rng);
     br2[0] = 0.1f;
     for (float &v : r) v = u(rng);
-    const std::vector<float> sent((size_t)rows * W, kSentinel);
+    const std::vector<float> sent((size_t)rows * ld_out, kSentinel);
+    // A [B, W] matrix as rows ld floats apart, sentinels between.
+    auto spread = [&](const std::vector<float> &v, int ld) {
+        std::vector<float> w((size_t)B * ld, kSentinel);
+        for (int i = 0; i < B; ++i)
+            std::copy(v.begin() + (size_t)i * W, v.begin() + (size_t)(i + 1) * W,
+                      w.begin() + (size_t)i * ld);
+        return w;
+    };
+    // Its [rows, W] part back; the columns past W must still hold sentinels.
+    auto gather = [&](const std::vector<float> &w, int ld, int n, const char *what) {
+        std::vector<float> v((size_t)n * W);
+        for (int i = 0; i < n; ++i)
+            for (int c = 0; c < ld; ++c) {
+                const float x = w[(size_t)i * ld + c];
+                if (c < W) v[(size_t)i * W + c] = x;
+                else if (x != kSentinel) fail_msg("%s: row %d, column %d written", what, i, c);
+            }
+        return v;
+    };
     auto shifted = [&](const std::vector<float> &v) {
         std::vector<float> w(shift, 0.0f);
         w.insert(w.end(), v.begin(), v.end());
         return w;
     };
     // Device copies, freed with their objects (also when a check fails and longjmps out).
-    const Dev d_abar = dev_of(abar), d_pool = dev_of(pool_in), d_Wo = dev_of(shifted(Wo));
+    const std::vector<float> abar_s = spread(abar, ld_in);
+    const Dev d_abar = dev_of(abar_s), d_pool = dev_of(spread(pool_in, ld_in));
+    const Dev d_Wo = dev_of(shifted(Wo));
     const Dev d_Wr1 = dev_of(shifted(Wr1)), d_br1 = dev_of(br1), d_wr2 = dev_of(wr2);
     const Dev d_br2 = dev_of(br2), d_r = dev_of(r), d_dh = dev_of(sent), d_dpool = dev_of(sent);
     const int blocks = blocks_req > 0 ? blocks_req : fh::cuda::attn::head_fused_blocks(B);
     const Dev d_part((size_t)blocks * kPartW * sizeof(double));
     auto f = [](const Dev &d) { return static_cast<float *>(d.p); };
-    const fh::cuda::attn::HeadFusedArgs a{
+    fh::cuda::attn::HeadFusedArgs a{
         f(d_abar), f(d_pool),  f(d_Wo) + shift, f(d_Wr1) + shift, f(d_br1),
         f(d_wr2),  f(d_br2),   f(d_r),          B,                (float)B,
         f(d_dh),   f(d_dpool), static_cast<double *>(d_part.p), bf16};
+    a.ld_in = ld_in;
+    a.ld_out = ld_out;
     try {
         fh::cuda::attn::head_fused(a, blocks, 0);
     } catch (...) {
         fail_msg("head_fused threw");
     }
     cuda_test::cuda_ok(cudaDeviceSynchronize(), "the kernel");
-    const std::vector<float> pool = d_pool.get<float>(), dh = d_dh.get<float>();
-    const std::vector<float> dpool = d_dpool.get<float>();
+    if (d_abar.get<float>() != abar_s) fail_msg("B = %d: the kernel wrote into abar", B);
+    const std::vector<float> pool = gather(d_pool.get<float>(), ld_in, B, "pool");
+    const std::vector<float> dh = gather(d_dh.get<float>(), ld_out, rows, "dh");
+    const std::vector<float> dpool = gather(d_dpool.get<float>(), ld_out, rows, "dpool");
     const std::vector<double> part = d_part.get<double>();
 
     Reach rp{"pool"}, rd{"dh"}, rq{"dpool"}, rs{"sums"};
@@ -202,9 +231,10 @@ void check(int B, unsigned seed, int shift, int blocks_req, bool bf16 = false) {
     for (size_t e = (size_t)B * W; e < (size_t)rows * W; ++e)
         if (dh[e] != kSentinel || dpool[e] != kSentinel)
             fail_msg("B = %d: element %zu past the batch was written", B, e);
-    printf("[ATTN_HEAD] %s B = %d, %d blocks, weights %s: largest share of the bound: "
-           "pool %.3f, dh %.3f, dpool %.3f, sums %.3f\n", bf16 ? "BF16" : "TF32", B, blocks,
-           shift ? "unaligned" : "aligned", rp.worst, rd.worst, rq.worst, rs.worst);
+    printf("[ATTN_HEAD] %s B = %d, %d blocks, weights %s, row strides %d / %d: largest share of "
+           "the bound: pool %.3f, dh %.3f, dpool %.3f, sums %.3f\n", bf16 ? "BF16" : "TF32", B,
+           blocks, shift ? "unaligned" : "aligned", ld_in, ld_out, rp.worst, rd.worst, rq.worst,
+           rs.worst);
 }
 
 void test_attention_head_vs_float64(void **) {
@@ -215,6 +245,8 @@ void test_attention_head_vs_float64(void **) {
     check(1000, 4, 1, 0, true);
     check(1000, 5, 0, 3, true);
     check(16384, 6, 0, 0, true);
+    check(1000, 7, 1, 3, false, 140, 128);  // the learner's strides (attention.cu)
+    check(1000, 8, 0, 0, true, 140, 128);
 }
 #endif
 
