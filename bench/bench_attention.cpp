@@ -159,7 +159,10 @@ int main(int argc, char **argv) {
                 fh::cuda::AttentionLearner a(d, c, L, dp, dm, dv, k);
                 a.time_phases(true);
                 const fh::cuda::StepInputs in{dx, dx, dr, dr, dr, nullptr};
-                const fh::cuda::Lane lane{s, h};
+                // As a pipeline's lane: the mode's compute type and the handle's workspace
+                // (cuda/lanes.cpp).
+                const fh::cuda::Lane lane{
+                    s, fh::cuda::Blas{h, fh::cuda::compute_type(c), nullptr, false, ws, 32u << 20}};
                 for (int w = 0; w < 3; ++w) a.enqueue_loss_grad(lane, in, dl);
                 std::vector<double> fw, bw, tot;
                 cudaEvent_t e0, e1;
