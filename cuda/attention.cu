@@ -21,7 +21,7 @@
 // 4. The weight gradients need only three sums over the batch of the per-token dqkv_{i,t}:
 //    S[t] = Σ_i dqkv_{i,t} [T, 3d],  M1 = Σ_{i,t<To} dqkv_{i,t} tok_{i,t}ᵀ [3d, td],
 //    M2 = Σ_i dqkv_{i,To} g_iᵀ [3d, G], and R = Σ_i dpool_i [stok_i | g_i | 1]ᵀ [d, td + G + 1]
-//    (one small GEMM); then (k_attn_fin, float64):
+//    (a block of the weight-gradient GEMM below); then (k_attn_fin, float64):
 //      dW[c, a] = Σ_k M1[c,k] Wt[a,k] + Σ_k M2[c,k] Wg[a,k] + Σ_t S[t,c] e0_t[a]
 //      db[c] = Σ_t S[t, c]
 //      dP[t, a] = Σ_c W[c,a] S[t,c] + R[a, last] / T
@@ -41,7 +41,7 @@
 //   dpool = dh Wr1         nn M=B N=d  K=hh
 //     (these four are one tensor-core kernel in TF32 and BF16 at d = hh = 64:
 //     attention_head.cu)
-//   G = [dh | dpool]ᵀ [pool | ā | aug | 0]    tn M=hh+d N=2d+td+G+1 (rounded up to 4) K=B:
+//   prod = [dh | dpool]ᵀ [pool | ā | aug | 0]  tn M=hh+d N=2d+td+G+1 (rounded up to 4) K=B:
 //                 dWr1 = dhᵀ pool, dWo = dpoolᵀ ā and R = dpoolᵀ aug are three of its blocks
 //                 (the forward and the head write those operands as columns of two matrices;
 //                 one GEMM over the batch in place of three, each with its split-K reduction)
@@ -49,7 +49,7 @@
 //   path.backward                 recomputes q, k, v and A (as FlashAttention does); per-token
 //                                 dq, dk, dv summed into partial rows of S, M1, M2 (no atomics)
 //   reduce the partial rows; k_attn_fin, k_attn_fin2 (attention_factors.cu; dWr1 and dWo
-//                                 copied out of G).  (enqueue_adam: Adam.)
+//                                 copied out of prod).  (enqueue_adam: Adam.)
 // The softmax, sums and products are float32 (the CPU uses float64 inside the softmax); the
 // factoring changes the rounding, not the function. Every config the CPU accepts runs here.
 #include <algorithm>
@@ -200,12 +200,12 @@ struct AttentionLearner::Impl {
     int head_tc_blocks = 0;
 
     aux::Arena arena;
-    // The weight gradients' GEMM G = Lᵀ Rm over the batch: L = [dh | dpool] [B, LL],
-    // Rm = [pool | ā | aug | 0] [B, LR] (the forward's and the head's outputs, written in place
-    // as their columns), so that dWr1 = dhᵀ pool, dWo = dpoolᵀ ā and R = dpoolᵀ aug are blocks
-    // of one product (G [LL, LR]; its other blocks are not needed).
+    // The weight gradients' GEMM prod = lhsᵀ rhs over the batch: lhs = [dh | dpool] [B, LL],
+    // rhs = [pool | ā | aug | 0] [B, LR] (the forward's and the head's outputs, written in
+    // place as their columns), so that dWr1 = dhᵀ pool, dWo = dpoolᵀ ā and R = dpoolᵀ aug are
+    // blocks of one product (prod [LL, LR]; its other blocks are not needed).
     int LL = 0, LR = 0;
-    float *comp, *rhs, *lhs, *G, *dabar, *tot, *grad, *part;
+    float *comp, *rhs, *lhs, *prod, *dabar, *tot, *grad, *part;
     float *pool, *abar, *aug, *hbuf, *dpool;  // views: columns of rhs and lhs
     double *part_head;
     cudaEvent_t ev[4] = {};  // time_phases(): forward begin/end, backward begin/end
@@ -283,7 +283,7 @@ struct AttentionLearner::Impl {
         const size_t o_rhs = arena.reserve_n<float>(B * LR);
         const size_t o_lhs = arena.reserve_n<float>(B * LL);
         const size_t o_dabar = arena.reserve_n<float>(B * d.d);
-        const size_t o_G = arena.reserve_n<float>((size_t)LL * LR);
+        const size_t o_prod = arena.reserve_n<float>((size_t)LL * LR);
         const size_t o_tot = arena.reserve_n<float>(g.pw);
         const size_t o_grad = arena.reserve_n<float>(o.total);
         const size_t o_part = arena.reserve_n<float>((size_t)path->partial_rows() * g.pw);
@@ -298,7 +298,7 @@ struct AttentionLearner::Impl {
         rhs = arena.at<float>(o_rhs);
         lhs = arena.at<float>(o_lhs);
         dabar = arena.at<float>(o_dabar);
-        G = arena.at<float>(o_G);
+        prod = arena.at<float>(o_prod);
         pool = rhs;
         abar = rhs + d.d;
         aug = rhs + 2 * d.d;
@@ -366,7 +366,8 @@ struct AttentionLearner::Impl {
         // dWr1, dWo and R in one GEMM (staged to bfloat16 in FH_MATH_BF16): attention lane
         // 0.363 → 0.344 ms single-stream at B = 16384 against three GEMMs, each with its split-K
         // reduction (H200, bench/results/h200-2026-12-04-attn-wgrad-merged-*.json).
-        gemm_tn(bl, LL, LR, B, lhs, rhs, G, 0.0f, "attention [dh | dpool]^T [pool | abar | aug]");
+        gemm_tn(bl, LL, LR, B, lhs, rhs, prod, 0.0f,
+                "attention [dh | dpool]^T [pool | abar | aug]");
         gemm(bl, strided(desc_nn(B, dm, dm, dpool, P + o.Wo, dabar), LL, 0, 0), 0.0f,
              "attention dabar = dpool Wo");
 
@@ -381,9 +382,9 @@ struct AttentionLearner::Impl {
         attn::FinArgs f{};
         f.W = P + o.Wq; f.Wt = P + o.Wt; f.bt = P + o.bt; f.Wg = Wg; f.bg = bg; f.P = P + o.P;
         f.tot = tot;
-        f.R = G + (size_t)hh * LR + 2 * dm;
-        f.dWr1 = G;
-        f.dWo = G + (size_t)hh * LR + dm;
+        f.R = prod + (size_t)hh * LR + 2 * dm;
+        f.dWr1 = prod;
+        f.dWo = prod + (size_t)hh * LR + dm;
         f.ldG = LR; f.hh = hh;
         f.gWr1 = grad + o.Wr1; f.gWo = grad + o.Wo;
         f.gW = grad + o.Wq; f.gb = grad + o.bq; f.gP = grad + o.P; f.gWt = grad + o.Wt;

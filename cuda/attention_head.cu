@@ -30,6 +30,7 @@
 #include "foxhunt.h"
 #include "aux_common.cuh"
 #include "device_math.cuh"
+#include "error.hpp"
 #include "launch.cuh"
 #include "mma_tf32.cuh"
 #include "tile128.cuh"
@@ -238,6 +239,10 @@ int head_fused_blocks(int B) {
 }
 
 void head_fused(const HeadFusedArgs &a, int blocks, cudaStream_t s) {
+    // Rows are read and written as float pairs.
+    if (a.ld_in < kW || a.ld_out < kW || a.ld_in % 2 || a.ld_out % 2)
+        fail(FH_ERR_INTERNAL, "attention head: row strides %d and %d must be even and at least %d",
+             a.ld_in, a.ld_out, kW);
     if (a.bf16)
         FH_LAUNCH(k_attn_head_tc<true>, blocks, kWarps * 32, 0, s, a);
     else

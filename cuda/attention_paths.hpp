@@ -81,8 +81,8 @@ void composites(const Geom &g, const float *W, const float *b, const float *Wt, 
 struct FinArgs {
     const float *W, *Wt, *bt, *Wg, *bg, *P;  // parameters (Wg, bg null when G = 0)
     const float *tot;                        // S [T, 3d] | M1 [3d, td] | M2 [3d, G]
-    // The weight-gradient GEMM's blocks (attention.cu), rows ldG apart: R [d, na], dWr1 [hh, d],
-    // dWo [d, d]; the last two are copied into gWr1 and gWo.
+    // Blocks of the weight-gradient GEMM's product (attention.cu), rows ldG apart: R [d, na],
+    // dWr1 [hh, d], dWo [d, d]; the last two are copied into gWr1 and gWo.
     const float *R, *dWr1, *dWo;
     int ldG, hh;
     float *gWr1, *gWo;

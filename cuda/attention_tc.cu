@@ -9,8 +9,8 @@
 // the warp holds
 //   X [TP, KXP]     token features (shared memory): obs row t = [tok_t | 0], goal row [0 | g]
 //   q, k, v [TP, 16] = X · W_augᵀ + cc, W_aug = [Wc | Wgc] of the head's channels: q and k
-//                   as the projection's accumulator fragments (registers), v in shared memory
-//                   (the backward keeps q and k there too, for its transposed products)
+//                   as the projection's accumulator fragments (registers); the forward stores
+//                   v in shared memory, the backward q and k (for its transposed products)
 //   S [TP, TP]      = q kᵀ straight from those fragments (mma_tf32.cuh's permuted contraction
 //                   order), then A = softmax(S/√dh) over the T keys (registers)
 // Forward: c = column sums of A (a butterfly over the fragments' rows), ā = c·v / T (SIMT).

@@ -87,9 +87,9 @@ void gemm_bf16(const Blas &bl, const GemmDesc &g, float beta, const char *what);
 
 // FH_MATH_BF16, float32 operands whose values are all bfloat16 values (the kernels that wrote
 // them rounded their stores: the fused SiLU layers' activations and dpre, the branch backward's
-// dpre, the fused IQL pass's h1, dpre2 and dpre1, IQN's fused backward's dψpre, the fused
-// attention head's pool, dh and dpool, CQL's rounded dzc, HER's rounded x̃, the pack's rounded
-// weights; tests/test_cuda_bf16.cpp checks several in a whole step): a bfloat16 value is a TF32
+// dpre, the fused IQL pass's h1, dpre2 and dpre1, IQN's fused backward's dψpre, CQL's rounded
+// dzc, HER's rounded x̃, the pack's rounded weights; tests/test_cuda_bf16.cpp checks several in
+// a whole step): a bfloat16 value is a TF32
 // value with its low bits
 // zero, so TF32 tensor cores multiply them exactly and accumulate in float32, the arithmetic of
 // gemm_bf16() on the same operands, without its stage (a pass over each operand) and blocking.

@@ -11,9 +11,9 @@
  *   Σ (r̂ − r̃)² (the kernel's partial rows summed in float64) within the sums of those bounds.
  * - dpool = dh Wr1 from the kernel's own dh, rounded: the pool bound again.
  * Rows past the batch stay untouched (sentinels); the weights may sit off 16-byte boundaries;
- * one case runs 8 tiles on 3 blocks; one has ā and pool rows 140 floats apart and dh and dpool
- * rows 128 apart (the learner's layout: columns of wider matrices), whose other columns stay
- * untouched.
+ * one case runs 8 tiles on 3 blocks; two (TF32, BF16) have ā and pool rows 140 floats apart
+ * and dh and dpool rows 128 apart (the learner's layout: columns of wider matrices), whose other
+ * columns stay untouched.
  * The BF16 instance (FH_MATH_BF16) the same way with the operands rounded to bfloat16 (round to
  * nearest even) in the reference, and pool, dh and dpool, which it stores as bfloat16 values
  * (checked: each float is its own bfloat16 rounding), each within a further 2^-8 of its
