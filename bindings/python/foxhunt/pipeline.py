@@ -1,6 +1,7 @@
 """`Pipeline`: the Python face of one ``fh_pipeline`` handle."""
 import ctypes
 import os
+import threading
 from ctypes import POINTER, byref, c_float, c_int32, c_uint8, c_uint32, c_void_p
 
 import numpy as np
@@ -242,12 +243,18 @@ class Pipeline:
 
     Enum fields take their C value or a name (backend="cpu", her_reward="dense");
     sn_layers takes the bit mask, a layer name ("W2") or an iterable such as ("W1", "W2").
+
+    The C pipeline is not thread-safe (foxhunt.h); this object takes a lock around each call
+    into it, so Python threads that share one Pipeline take turns, and close() waits for a call
+    in flight instead of destroying the handle under it.
     """
 
     def __init__(self, library=None, **config):
         self._lib = load_library(library) if library is not None else load_library()
         self._handle = None
         self._device_refs = []
+        # ctypes releases the GIL during a call: the lock keeps two threads out of the handle.
+        self._lock = threading.RLock()
         cfg = _make_config(self._lib, config, "Pipeline")
         handle = c_void_p()
         _check(self._lib, self._lib.fh_pipeline_create(byref(cfg), byref(handle)))
@@ -259,11 +266,15 @@ class Pipeline:
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self):
-        """Destroy the handle (idempotent)."""
-        if getattr(self, "_handle", None) is not None:
-            self._lib.fh_pipeline_destroy(self._handle)
-            self._handle = None
-            self._device_refs = []
+        """Destroy the handle (idempotent; waits for a call in flight on another thread)."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:  # __init__ failed before the handle existed
+            return
+        with lock:
+            if self._handle is not None:
+                self._lib.fh_pipeline_destroy(self._handle)
+                self._handle = None
+                self._device_refs = []
 
     def __enter__(self):
         return self
@@ -289,12 +300,13 @@ class Pipeline:
     def _call(self, fn, *args, keep=()):
         """Call @p fn on the handle. Device arrays the library may still read are held until
         the next call has returned (@p keep: those of this call)."""
-        held = self._device_refs
-        try:
-            _check(self._lib, getattr(self._lib, fn)(self._h(), *args))
-        finally:
-            self._device_refs = list(keep)
-        del held
+        with self._lock:
+            held = self._device_refs
+            try:
+                _check(self._lib, getattr(self._lib, fn)(self._h(), *args))
+            finally:
+                self._device_refs = list(keep)
+            del held
 
     # -- description --------------------------------------------------------------------------
     @property

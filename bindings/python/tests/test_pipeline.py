@@ -402,6 +402,36 @@ def test_close_and_context_manager(fh):
     assert "closed" in repr(p)
 
 
+def test_close_while_another_thread_steps(fh):
+    """The C pipeline is not thread-safe and ctypes drops the GIL during a call: closing from one
+    thread while another steps must wait for the step, not destroy the handle under it (that
+    crashed the interpreter before the binding took a lock). The stepping thread then sees a
+    closed pipeline."""
+    import threading
+    import time
+
+    p = fh.Pipeline(**SMALL)
+    p.upload(**make_batch())
+    done, errors = [], []
+
+    def run():
+        try:
+            for _ in range(100000):
+                p.step()
+                done.append(1)
+        except ValueError as e:
+            errors.append(str(e))
+
+    t = threading.Thread(target=run)
+    t.start()
+    while not done:
+        time.sleep(0.001)
+    p.close()
+    t.join(timeout=60)
+    assert not t.is_alive()
+    assert p.closed and errors and "closed" in errors[0], errors
+
+
 # ---- divergence guard and memory plan ---------------------------------------------------------
 
 def test_divergence_guard_skips_and_check_reports(fh):
