@@ -107,7 +107,7 @@ __global__ void k_attn_fin(Geom g, FinArgs f) {
                          ((double)(t < g.To ? f.bt[a] : f.bg[a]) + (double)f.P[t * d + a]);
                 }
             }
-            for (int o = lanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            s = warp_sum<lanes>(s);
             if (sub == 0 && r < n1) f.gW[r] = (float)s;
             continue;
         }

@@ -40,16 +40,14 @@ __device__ __forceinline__ int dev_first_argmax(const float *row, int A) {
     return best;
 }
 
-// Butterfly sums over a full warp: every lane ends with the same bits (a + b == b + a exactly,
-// level by level), so the result does not depend on which lane reads it.
-__device__ __forceinline__ float warp_sum(float v) {
+// Butterfly sums over groups of W consecutive lanes (W a power of two, the full warp by
+// default): every lane of a group ends with the same bits (a + b == b + a exactly, level by
+// level), so the result does not depend on which lane reads it.
+template <int W = 32, class T>
+__device__ __forceinline__ T warp_sum(T v) {
+    static_assert(W >= 1 && W <= 32 && (W & (W - 1)) == 0, "a power-of-two group of lanes");
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ double warp_sum(double v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = W / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 

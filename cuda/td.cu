@@ -215,17 +215,15 @@ void backward_branch(CudaStep &st, const LaneCtx &l, int b) {
     } else {
         gemm_tn(l.blas, A, HB, B, dz, gb, g + o.U[b], 0.0f, "dU = dz^T g");
         colsum(dz, B, A, nullptr, g + o.e[b], l.col, l.stream);
-        GemmDesc dg = desc_nn(B, HB, A, dz, p + o.U[b], dpre);
-        dg.ldc = ld;
-        gemm(l.blas, dg, 0.0f, "dg = dz U");
+        gemm(l.blas, strided(desc_nn(B, HB, A, dz, p + o.U[b], dpre), 0, 0, ld), 0.0f,
+             "dg = dz U");
         PtrList in{};
         in.p[0] = dpre;
         in.n = 1;
         dsilu_colsum(in, preg, p + o.c[b], B, HB, kColsumRows, dpre, l.col, l.stream, 1, 0, ld);
         colsum_final(l.col, B, HB, g + o.c[b], l.stream);
     }
-    GemmDesc dv = desc_tn(HB, H, B, dpre, st.on.h2, g + o.V[b]);
-    dv.ldb = ld;
+    const GemmDesc dv = strided(desc_tn(HB, H, B, dpre, st.on.h2, g + o.V[b]), ld, 0, 0);
     if (dpre_bf16 && st.on.h2_rounded)
         gemm_bf16_values(l.blas, dv, 0.0f, "dV = dpre^T h2");
     else
