@@ -27,8 +27,10 @@
 // pass after ψ with the head is one more (iqn_online.cu), which writes tau, cos, φraw, m, dhpre,
 // z_mean and the head's partials (the same buffers as the unfused head), and dm with the ψ/φ
 // backward is a third (iqn_backward.cu: dm stays in registers), and hraw's buffer is not
-// allocated. In BF16 mode those two write dWm's and dWφ's operands as bfloat16 (Impl's
-// bf16_operands: half of cosb, dh and mbuf) and the two GEMMs read them as they are.
+// allocated. In BF16 mode the three multiply bfloat16 operands on the tensor cores
+// (mma_bf16.cuh; iqn_fused.cuh's Bf16Products), and the online pass and the backward write dWm's
+// and dWφ's operands as bfloat16 (Impl's bf16_operands: half of cosb, dh and mbuf), which the
+// two GEMMs read as they are.
 #include <algorithm>
 #include <memory>
 
@@ -277,6 +279,7 @@ struct IqnLearner::Impl {
     // (gemm_tn_bf16), instead of float32 copies that gemm() stages in blocks. cos16 lives in
     // cosb, dh16 in dh, and m16 and dphi16 in the two halves of mbuf.
     bool bf16_operands = false;
+    bool bf16_target = false;  // FH_MATH_BF16: the fused target pass on bfloat16 products
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
          float *v)
         : d(dd), o(L.iqn), params(p), target(t), mom1(m), mom2(v) {
@@ -292,8 +295,10 @@ struct IqnLearner::Impl {
         const int W = 2 * (int)d.Hq + 2;
         head = aux::plan_rows(d.B, W, kHeadSamplesPerWarp,
                               (2 * (size_t)d.N + d.Nt) * sizeof(float), "IQN head");
-        // BF16 mode runs the fused kernels too: they are faster than the unfused passes'
-        // BF16 GEMMs, and their TF32 operands are the more accurate.
+        // BF16 mode runs the fused kernels too, on bfloat16 products: faster than the unfused
+        // passes' BF16 GEMMs (and than the same kernels on TF32 products: IQN lane 0.428 →
+        // 0.376 ms single-stream at B = 16384, bench/results/
+        // h200-2026-12-04-iqn-bf16-products-before-after.json).
         const IqnPaths paths = iqn_paths(d, c);
         fused_target = paths.target;
         fused_online = paths.online;
@@ -339,6 +344,7 @@ struct IqnLearner::Impl {
         if (fused_online) iqn::online_fused_prepare();
         if (fused_backward) iqn::backward_fused_prepare();
         bf16_operands = c.math_mode == FH_MATH_BF16 && fused_backward;
+        bf16_target = c.math_mode == FH_MATH_BF16;
     }
     __nv_bfloat16 *cos16() const { return reinterpret_cast<__nv_bfloat16 *>(cosb); }
     __nv_bfloat16 *dh16() const { return reinterpret_cast<__nv_bfloat16 *>(dh); }
@@ -374,7 +380,7 @@ struct IqnLearner::Impl {
             bias_silu(psi_pre, psi, target + o.bpsi, d.B, Hq, s);
             iqn::TargetArgs t{psi, target + o.Wphi, target + o.bphi, target + o.Wm,
                               target + o.bm, target + o.w_z, target + o.b_z, seed, in.step,
-                              B, Nt, d.row0, zt};
+                              B, Nt, d.row0, zt, bf16_target};
             iqn::target_fused(t, target_blocks, s);
         } else {
             forward(bl, s, target, in.xn, Nt, PURPOSE_IQN_TARGET, in.step, nullptr);

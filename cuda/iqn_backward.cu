@@ -1,11 +1,13 @@
 // IQN's backward through the merge layer (SPEC §5.5 step 3, the chain rule through m = ψ ⊙ φ)
-// fused on tensor cores, for TF32 mode at iqn_hidden = 128, iqn_cos = 64 and 16 % iqn_n == 0.
+// fused on tensor cores, for TF32 and BF16 modes at iqn_hidden = 128, iqn_cos = 64 and
+// 16 % iqn_n == 0.
 // From the online pass's dhpre (iqn_online.cu), per row r = i·N + n:
 //   dm_r   = dhpre_r Wm                                   (K = 128, on tensor cores)
 //   dφpre_r = (dm_r ⊙ ψ_i) ⊙ SiLU'(φraw_r + bφ)           -> in place of φraw
 //   dψpre_i = (Σ_n dm_in ⊙ SiLU(φraw_in + bφ)) ⊙ SiLU'(ψpre_i)  -> dpsi
 // with per block the column sums of dbφ = Σ_r dφpre and dbψ = Σ_i dψpre. In FH_MATH_BF16 (the
-// B16 instances) dhpre comes from the online pass's bfloat16 copy, dφpre goes out as bfloat16 to
+// B16 instances) dm is a bfloat16 product (mma_bf16.cuh, Wmᵀ staged as bfloat16, rows of 136),
+// dhpre comes from the online pass's bfloat16 copy, dφpre goes out as bfloat16 to
 // its own buffer, the operand of dWφ's bfloat16 GEMM (φraw stays), and dψpre is stored rounded to
 // bfloat16 values for dWψ's GEMM, its only reader (the sums use it unrounded). dm never goes to
 // memory: this replaces the cuBLAS GEMM dm = dh Wm and the ψ/φ backward kernel of the unfused
@@ -24,8 +26,8 @@
 // (the compiler did not move the loads across them): IQN lane 0.468 / 0.468 → 0.461 / 0.462 ms
 // single-stream, the same bits (bench/results/h200-2026-12-03-iqn-bwd-psi-before-after*.json;
 // preloading them into registers instead spilled). dhpre's A fragments come from
-// memory (float2 per row and k step, whole 32-byte sectors; in the B16 instance a bfloat16 pair,
-// 4 bytes, widened exactly); dm's 16 column tiles stay in
+// memory (float2 per row and k step, whole 32-byte sectors; in the B16 instance two bfloat16
+// pairs per row and k16 step); dm's 16 column tiles stay in
 // registers (64 accumulators) and are consumed a quarter at a time by the epilogue. Because
 // 16 % N == 0 a transition's rows are lanes of one warp: Σ_n is a fixed-order shuffle sum,
 // written by the transition's first row group. Column sums: colsum_quarter (iqn_fused.cuh), then
@@ -148,13 +150,33 @@ __device__ __noinline__ void stage_wmT(float *WmT, const float *Wm) {
         });
 }
 
+// Wmᵀ into shared memory as bfloat16 (FH_MATH_BF16's products, mma_bf16.cuh): rows of kLDMb
+// elements (68 words ≡ 4 mod 32: the 32-bit B loads of a half-warp hit 32 banks), in the space
+// of the float32 copy; the same loads and order as stage_wmT.
+__device__ __noinline__ void stage_wmT_b16(__nv_bfloat16 *WmT, const float *Wm) {
+    const float4 *w4 = reinterpret_cast<const float4 *>(Wm);
+    stage_batched<16, float4>(
+        kHq * kHq / 4, [&](int e) {
+            const int j = e % kHq, k4 = e / kHq;
+            return __ldg(w4 + j * (kHq / 4) + k4);
+        },
+        [&](int e, float4 v) {
+            const int j = e % kHq, k = 4 * (e / kHq);
+            WmT[k * kLDMb + j] = __float2bfloat16_rn(v.x);
+            WmT[(k + 1) * kLDMb + j] = __float2bfloat16_rn(v.y);
+            WmT[(k + 2) * kLDMb + j] = __float2bfloat16_rn(v.z);
+            WmT[(k + 3) * kLDMb + j] = __float2bfloat16_rn(v.w);
+        });
+}
+
 // A block of kBwdWarps warps; each warp copies its tile's φraw rows into shared memory
 // (cp.async) before the dm product and the epilogue reads them there: their latency hides
 // behind the product (16-warp blocks staging φraw against 8-warp blocks reading it at its use:
 // IQN lane 0.516 → 0.495 ms single-stream, aux child 1.126 → 1.102 ms multi-stream at
 // B = 16384, bench/results/h200-2026-12-02-iqn-bwd-staged-before-after.json).
 // NC: N compiled in (kFixedN), or 0 to read it from a; only the kFixedN instance stages ψ.
-// B16 (FH_MATH_BF16): dhpre read from a.dh16, dφpre written to a.dphi16, both bfloat16.
+// B16 (FH_MATH_BF16): dhpre read from a.dh16, dφpre written to a.dphi16, both bfloat16, and dm on
+// bfloat16 products (mma_bf16.cuh) with Wmᵀ staged as bfloat16.
 template <int NC, bool B16>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs a) {
     pdl_enter();
@@ -163,7 +185,10 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
     extern __shared__ float4 sm4[];
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
     float *bphi = WmT + kHq * kLDM;
-    stage_wmT(WmT, a.Wm);
+    if constexpr (B16)
+        stage_wmT_b16(reinterpret_cast<__nv_bfloat16 *>(WmT), a.Wm);
+    else
+        stage_wmT(WmT, a.Wm);
     for (int e = threadIdx.x; e < kHq; e += blockDim.x) bphi[e] = __ldg(a.bphi + e);
     __syncthreads();
 
@@ -206,18 +231,37 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
         for (int nu = 0; nu < kHq / 8; ++nu)
 #pragma unroll
             for (int e = 0; e < 4; ++e) dm[nu][e] = 0.0f;
-#pragma unroll 4
-        for (int ka = 0; ka < kHq / 8; ++ka) {
-            const int k = 8 * ka + 2 * tq;
-            const float2 x0 = w.v0 ? ld2(dh0 + k) : make_float2(0.0f, 0.0f);
-            const float2 x1 = w.v1 ? ld2(dh1 + k) : make_float2(0.0f, 0.0f);
-            const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x), mma::op<false>(x0.y),
-                                  mma::op<false>(x1.y)};
+        if constexpr (B16) {
+            // k16 step s: dhpre's columns 16s + 2t, + 1 and 16s + 8 + 2t, + 1 (bfloat16 pairs).
+            const __nv_bfloat16 *WmTb = reinterpret_cast<const __nv_bfloat16 *>(WmT);
+#pragma unroll 2
+            for (int ks = 0; ks < kHq / 16; ++ks) {
+                const int k = 16 * ks + 2 * tq;
+                const uint32_t A[4] = {w.v0 ? bmma::ldg_pair(dh0 + k) : 0u,
+                                       w.v1 ? bmma::ldg_pair(dh1 + k) : 0u,
+                                       w.v0 ? bmma::ldg_pair(dh0 + k + 8) : 0u,
+                                       w.v1 ? bmma::ldg_pair(dh1 + k + 8) : 0u};
 #pragma unroll
-            for (int nu = 0; nu < kHq / 8; ++nu) {
-                const float2 wv = *reinterpret_cast<const float2 *>(WmT + (8 * nu + gi) * kLDM + k);
-                const mma::Op B[2] = {mma::loaded<false>(wv.x), mma::loaded<false>(wv.y)};
-                mma::mma<false>(dm[nu], A, B);
+                for (int nu = 0; nu < kHq / 8; ++nu) {
+                    const __nv_bfloat16 *wp = WmTb + (8 * nu + gi) * kLDMb + k;
+                    bmma::mma(dm[nu], A, bmma::ld_pair(wp), bmma::ld_pair(wp + 8));
+                }
+            }
+        } else {
+#pragma unroll 4
+            for (int ka = 0; ka < kHq / 8; ++ka) {
+                const int k = 8 * ka + 2 * tq;
+                const float2 x0 = w.v0 ? ld2(dh0 + k) : make_float2(0.0f, 0.0f);
+                const float2 x1 = w.v1 ? ld2(dh1 + k) : make_float2(0.0f, 0.0f);
+                const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x),
+                                      mma::op<false>(x0.y), mma::op<false>(x1.y)};
+#pragma unroll
+                for (int nu = 0; nu < kHq / 8; ++nu) {
+                    const float2 wv =
+                        *reinterpret_cast<const float2 *>(WmT + (8 * nu + gi) * kLDM + k);
+                    const mma::Op B[2] = {mma::loaded<false>(wv.x), mma::loaded<false>(wv.y)};
+                    mma::mma<false>(dm[nu], A, B);
+                }
             }
         }
         // The epilogue a quarter of the columns at a time, φraw from the staged rows.

@@ -14,6 +14,14 @@
 //   h    [16, 128]  = m Wmᵀ in two halves of 8 column tiles (32 accumulators at a time).
 // Shared-memory rows are 72 and 136 floats (≡ 8 mod 32): the float2 B-fragment loads of a
 // half-warp hit 32 different banks. Deterministic: each row is one warp's, no atomics.
+//
+// FH_MATH_BF16 runs the same tiling on bfloat16 products (mma_bf16.cuh, m16n8k16, float32
+// accumulation; the Bf16Products policy below): Wφ and Wm staged as bfloat16 (rows of 72 and 136,
+// 36 and 68 words ≡ 4 mod 32: a half-warp's 32-bit B loads hit 32 banks; 52 KiB instead of
+// 104), cos packed into A fragments two rotation steps at a time, m's accumulator pairs packed
+// into h's A fragments (8 of 4 registers instead of 16 of 4), half the instructions of the TF32
+// products for the same rows. The kernels take the products as a policy P (Tf32Products or
+// Bf16Products) and are otherwise one code.
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -22,6 +30,7 @@
 
 #include "iqn_fused.hpp"
 #include "iqn_paths.hpp"
+#include "mma_bf16.cuh"
 #include "mma_tf32.cuh"
 #include "philox.hpp"
 #include "stage.cuh"
@@ -56,12 +65,9 @@ using tile::silu_fast;
 using tile::st2;
 using tile::tf32x4;
 
-// Two adjacent float32 inputs, or two bfloat16 ones widened (exactly) to float32.
+// Two adjacent float32 inputs.
 __device__ __forceinline__ float2 ld2(const float *p) {
     return __ldg(reinterpret_cast<const float2 *>(p));
-}
-__device__ __forceinline__ float2 ld2(const __nv_bfloat16 *p) {
-    return __bfloat1622float2(__ldg(reinterpret_cast<const __nv_bfloat162 *>(p)));
 }
 
 // The float32 or the bfloat16 pointer of an output, by B16 (FH_MATH_BF16's operands).
@@ -184,14 +190,14 @@ __device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, floa
     }
 }
 
-// m = ψ_i ⊙ SiLU(φraw + bφ) as the A fragments of h = m Wmᵀ; psi0 / psi1 are the ψ rows of the
-// thread's two rows. When phir*/mr* are given, φraw and m are stored there too (m as T: float,
-// or bfloat16 for FH_MATH_BF16's GEMM).
-template <class T>
-__device__ __forceinline__ void merge_tile(const Smem &s, const float (&acc)[kHq / 8][4],
-                                           const float *psi0, const float *psi1,
-                                           mma::Op (&M)[kHq / 8][4], float *phir0, float *phir1,
-                                           T *mr0, T *mr1) {
+// m = ψ_i ⊙ SiLU(φraw + bφ) of the thread's two rows, column tile by column tile, handed to
+// emit(nu, m) (m[0], m[1] row g's columns 8ν + 2t and + 1, m[2], m[3] row g + 8's); psi0 / psi1
+// are the ψ rows of the thread's two rows. When phir*/mr* are given, φraw and m are stored there
+// too (m as T: float, or bfloat16 for FH_MATH_BF16's GEMM).
+template <class S, class T, class F>
+__device__ __forceinline__ void merge_rows(const S &s, const float (&acc)[kHq / 8][4],
+                                           const float *psi0, const float *psi1, float *phir0,
+                                           float *phir1, T *mr0, T *mr1, F &&emit) {
     const int tq = threadIdx.x & 3;
 #pragma unroll
     for (int nu = 0; nu < kHq / 8; ++nu) {
@@ -207,8 +213,18 @@ __device__ __forceinline__ void merge_tile(const Smem &s, const float (&acc)[kHq
         if (phir1) *reinterpret_cast<float2 *>(phir1 + u) = make_float2(acc[nu][2], acc[nu][3]);
         if (mr0) st2(mr0 + u, m[0], m[1]);
         if (mr1) st2(mr1 + u, m[2], m[3]);
-        mma::a_from_acc<false>(M[nu], m);
+        emit(nu, m);
     }
+}
+
+// m as the A fragments of h = m Wmᵀ (TF32, the permuted contraction order).
+template <class T>
+__device__ __forceinline__ void merge_tile(const Smem &s, const float (&acc)[kHq / 8][4],
+                                           const float *psi0, const float *psi1,
+                                           mma::Op (&M)[kHq / 8][4], float *phir0, float *phir1,
+                                           T *mr0, T *mr1) {
+    merge_rows(s, acc, psi0, psi1, phir0, phir1, mr0, mr1,
+               [&](int nu, const float (&m)[4]) { mma::a_from_acc<false>(M[nu], m); });
 }
 
 // Column tiles nu0 .. nu0 + NT − 1 of h = m Wmᵀ (no bias): h[n] is tile nu0 + n.
@@ -233,7 +249,8 @@ __device__ __forceinline__ void h_tiles(const Smem &s, const mma::Op (&M)[kHq / 
 
 // Z's row dots of column tiles 8·half .. 8·half + 7 (from h_tiles<8>): z0 / z1 += Σ SiLU(h + bm)
 // w_z over the thread's columns (a quad sums a row afterwards).
-__device__ __forceinline__ void z_half(const Smem &s, const float (&h)[8][4], int half, float &z0,
+template <class S>
+__device__ __forceinline__ void z_half(const S &s, const float (&h)[8][4], int half, float &z0,
                                        float &z1) {
     const int tq = threadIdx.x & 3;
 #pragma unroll
@@ -256,17 +273,176 @@ __device__ __forceinline__ void transition_sum(int N, float &v, float &w) {
     }
 }
 
+// FH_MATH_BF16's products (mma_bf16.cuh). Wφ and Wm in shared memory as bfloat16, rows of
+// kLDPb and kLDMb elements; bφ, bm and w_z as float32 after them.
+constexpr int kLDPb = kC + 8, kLDMb = kHq + 8;
+constexpr size_t kSmemBytesB16 =
+    ((size_t)kHq * kLDPb + (size_t)kHq * kLDMb) * sizeof(__nv_bfloat16) + 3 * kHq * sizeof(float);
+
+struct SmemB16 {
+    __nv_bfloat16 *Wphi, *Wm;
+    float *bphi, *bm, *wz;
+};
+
+// Row-major [ROWS, COLS] float32 src into dst rows of ld bfloat16 (round to nearest even), 8 loads
+// per thread in flight as stage_matrix.
+template <int ROWS, int COLS>
+__device__ __forceinline__ void stage_matrix_b16(__nv_bfloat16 *dst, int ld, const float *src) {
+    const float4 *s4 = reinterpret_cast<const float4 *>(src);
+    stage_batched<8, float4>(
+        ROWS * COLS / 4, [&](int e) { return __ldg(s4 + e); },
+        [&](int e, float4 v) {
+            const int n = e / (COLS / 4), k = 4 * (e - n * (COLS / 4));
+            uint2 w;
+            w.x = bmma::pack(v.x, v.y);
+            w.y = bmma::pack(v.z, v.w);
+            *reinterpret_cast<uint2 *>(dst + n * ld + k) = w;
+        });
+}
+__device__ __forceinline__ SmemB16 stage_weights_b16(float4 *sm, const float *Wphi,
+                                                     const float *bphi, const float *Wm,
+                                                     const float *bm, const float *wz) {
+    SmemB16 s;
+    s.Wphi = reinterpret_cast<__nv_bfloat16 *>(sm);
+    s.Wm = s.Wphi + kHq * kLDPb;
+    s.bphi = reinterpret_cast<float *>(s.Wm + kHq * kLDMb);
+    s.bm = s.bphi + kHq;
+    s.wz = s.bm + kHq;
+    stage_matrix_b16<kHq, kC>(s.Wphi, kLDPb, Wphi);
+    stage_matrix_b16<kHq, kHq>(s.Wm, kLDMb, Wm);
+    for (int e = threadIdx.x; e < kHq; e += blockDim.x) {
+        s.bphi[e] = __ldg(bphi + e);
+        s.bm[e] = __ldg(bm + e);
+        s.wz[e] = __ldg(wz + e);
+    }
+    __syncthreads();
+    return s;
+}
+
+// phi_tile on bfloat16 products: k16 step s packs the features of rotation steps 2s and 2s + 1
+// (columns 16s + 2t, + 1 and 16s + 8 + 2t, + 1: the A fragment's natural order).
+template <class T>
+__device__ __forceinline__ void phi_tile_b16(const SmemB16 &s, float t0, float t1,
+                                             float (&acc)[kHq / 8][4], T *cosr0, T *cosr1) {
+    const int lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int nu = 0; nu < kHq / 8; ++nu)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[nu][e] = 0.0f;
+    CosRot q0, q1;
+    q0.start(t0, tq);
+    q1.start(t1, tq);
+#pragma unroll
+    for (int ks = 0; ks < kC / 16; ++ks) {
+        uint32_t A[4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int ka = 2 * ks + h;
+            if (ka > 0) {
+                q0.next();
+                q1.next();
+            }
+            if (cosr0) st2(cosr0 + 8 * ka + 2 * tq, q0.c[0], q0.c[1]);
+            if (cosr1) st2(cosr1 + 8 * ka + 2 * tq, q1.c[0], q1.c[1]);
+            A[2 * h] = bmma::pack(q0.c[0], q0.c[1]);
+            A[2 * h + 1] = bmma::pack(q1.c[0], q1.c[1]);
+        }
+#pragma unroll
+        for (int nu = 0; nu < kHq / 8; ++nu) {
+            const __nv_bfloat16 *w = s.Wphi + (8 * nu + gi) * kLDPb + 16 * ks + 2 * tq;
+            bmma::mma(acc[nu], A, bmma::ld_pair(w), bmma::ld_pair(w + 8));
+        }
+    }
+}
+
+// h_tiles on bfloat16 products, from m's packed A fragments M[s] (columns 16s .. 16s + 15).
+template <int NT>
+__device__ __forceinline__ void h_tiles_b16(const SmemB16 &s, const uint32_t (&M)[kHq / 16][4],
+                                            int nu0, float (&h)[NT][4]) {
+    const int lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) h[n][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kHq / 16; ++ks)
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            const __nv_bfloat16 *w = s.Wm + (8 * (nu0 + n) + gi) * kLDMb + 16 * ks + 2 * tq;
+            bmma::mma(h[n], M[ks], bmma::ld_pair(w), bmma::ld_pair(w + 8));
+        }
+}
+
+// The products of the fused passes, TF32 (mma_tf32.cuh) or bfloat16 (FH_MATH_BF16): the weights'
+// staging, φraw, m's fragments and column tiles of h.
+struct Tf32Products {
+    using W = Smem;
+    using Frags = mma::Op[kHq / 8][4];
+    static constexpr size_t kSmemBytes = kSmemFloats * sizeof(float);
+    static __device__ __forceinline__ W stage(float4 *sm, const float *Wphi, const float *bphi,
+                                              const float *Wm, const float *bm, const float *wz) {
+        return stage_weights(reinterpret_cast<float *>(sm), Wphi, bphi, Wm, bm, wz);
+    }
+    template <class T>
+    static __device__ __forceinline__ void phi(const W &s, float t0, float t1,
+                                               float (&acc)[kHq / 8][4], T *c0, T *c1) {
+        phi_tile(s, t0, t1, acc, c0, c1);
+    }
+    template <class T>
+    static __device__ __forceinline__ void merge(const W &s, const float (&acc)[kHq / 8][4],
+                                                 const float *psi0, const float *psi1, Frags &M,
+                                                 float *phir0, float *phir1, T *mr0, T *mr1) {
+        merge_tile(s, acc, psi0, psi1, M, phir0, phir1, mr0, mr1);
+    }
+    template <int NT>
+    static __device__ __forceinline__ void h(const W &s, const Frags &M, int nu0,
+                                             float (&out)[NT][4]) {
+        h_tiles<NT>(s, M, nu0, out);
+    }
+};
+struct Bf16Products {
+    using W = SmemB16;
+    using Frags = uint32_t[kHq / 16][4];
+    static constexpr size_t kSmemBytes = kSmemBytesB16;
+    static __device__ __forceinline__ W stage(float4 *sm, const float *Wphi, const float *bphi,
+                                              const float *Wm, const float *bm, const float *wz) {
+        return stage_weights_b16(sm, Wphi, bphi, Wm, bm, wz);
+    }
+    template <class T>
+    static __device__ __forceinline__ void phi(const W &s, float t0, float t1,
+                                               float (&acc)[kHq / 8][4], T *c0, T *c1) {
+        phi_tile_b16(s, t0, t1, acc, c0, c1);
+    }
+    // Tiles 2s and 2s + 1 of m make A fragment s: (c0, c1) and (c2, c3) of the even tile in
+    // registers 0 and 1, of the odd one in 2 and 3.
+    template <class T>
+    static __device__ __forceinline__ void merge(const W &s, const float (&acc)[kHq / 8][4],
+                                                 const float *psi0, const float *psi1, Frags &M,
+                                                 float *phir0, float *phir1, T *mr0, T *mr1) {
+        merge_rows(s, acc, psi0, psi1, phir0, phir1, mr0, mr1, [&](int nu, const float (&m)[4]) {
+            M[nu >> 1][2 * (nu & 1)] = bmma::pack(m[0], m[1]);
+            M[nu >> 1][2 * (nu & 1) + 1] = bmma::pack(m[2], m[3]);
+        });
+    }
+    template <int NT>
+    static __device__ __forceinline__ void h(const W &s, const Frags &M, int nu0,
+                                             float (&out)[NT][4]) {
+        h_tiles_b16<NT>(s, M, nu0, out);
+    }
+};
+
 // Z's row dots without b_z, Σ_u SiLU(h_u + bm_u) w_z,u over all kHq columns of the thread's
-// rows g (z0) and g + 8 (z1), h = m Wmᵀ from the m fragments M a half at a time (h_tiles<8>,
+// rows g (z0) and g + 8 (z1), h = m Wmᵀ from the m fragments M a half at a time (P::h<8>,
 // z_half); every lane of the quad returns the row's sum. The target and online passes share it.
-__device__ __forceinline__ void z_rows(const Smem &s, const mma::Op (&M)[kHq / 8][4], float &z0,
-                                       float &z1) {
+template <class P>
+__device__ __forceinline__ void z_rows(const typename P::W &s, const typename P::Frags &M,
+                                       float &z0, float &z1) {
     z0 = 0.0f;
     z1 = 0.0f;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
         float h[8][4];
-        h_tiles<8>(s, M, 8 * half, h);
+        P::template h<8>(s, M, 8 * half, h);
         z_half(s, h, half, z0, z1);
     }
     z0 = quad_sum(z0);

@@ -1,6 +1,6 @@
-// IQN's passes fused on tensor cores, for TF32 mode at the default widths (iqn_hidden = 128,
-// iqn_cos = 64): the target pass (cuda/iqn_target.cu) writes Z̄(x̃', τ') [B, N'] from ψ̄ without
-// intermediate buffers; the online pass with its loss head (cuda/iqn_online.cu) writes what the
+// IQN's passes fused on tensor cores, for TF32 and BF16 modes at the default widths
+// (iqn_hidden = 128, iqn_cos = 64): the target pass (cuda/iqn_target.cu) writes Z̄(x̃', τ')
+// [B, N'] from ψ̄ without intermediate buffers; the online pass with its loss head (cuda/iqn_online.cu) writes what the
 // backward reads and the head's gradient partials; the backward through m (cuda/iqn_backward.cu)
 // turns dhpre into dφpre and dψpre without the dm buffer.
 #pragma once
@@ -23,6 +23,7 @@ struct TargetArgs {
     int B, Nt;
     uint32_t row0;                          // Philox c0 of row i is row0 + i (SPEC §9)
     float *zt;                              // out [B, N'], row i·N' + m
+    bool bf16;                              // FH_MATH_BF16: bfloat16 products (mma_bf16.cuh)
 };
 
 struct OnlineArgs {
@@ -45,9 +46,10 @@ struct OnlineArgs {
     float *dh;                              // [B·N, 128] dL/d(m Wmᵀ + bm)
     float *z_mean;                          // [B] mean_n Z(x̃_i, τ_in)
     double *partial;                        // [blocks, 2·128 + 2]: dbm | dw_z | db_z | Σ loss terms
-    // FH_MATH_BF16: where dh16 is set, cos, m and dhpre (read only as the weight gradients'
-    // GEMM operands, and dhpre by the backward) go there as bfloat16 (round to nearest even of
-    // the same floats) instead, and cos, m and dh are not written. All three set, or none.
+    // FH_MATH_BF16: where dh16 is set, the products are bfloat16 ones (mma_bf16.cuh), and cos,
+    // m and dhpre (read only as the weight gradients' GEMM operands, and dhpre by the backward)
+    // go there as bfloat16 (round to nearest even of the same floats) instead; cos, m and dh are
+    // not written. All three set, or none.
     __nv_bfloat16 *cos16, *m16, *dh16;
 };
 
@@ -61,8 +63,9 @@ struct BackwardArgs {
     float *dpsi;                            // [B, 128] out: dψpre = dL/d(x̃ Wψᵀ + bψ)
     int B, N;
     double *partial;                        // [blocks, 2·128]: dbφ | dbψ column sums
-    // FH_MATH_BF16 (with OnlineArgs::dh16): dhpre is read from dh16 instead of dh, and dφpre
-    // goes to dphi16 as bfloat16 (φraw stays in phi). Both set, or neither.
+    // FH_MATH_BF16 (with OnlineArgs::dh16): dhpre is read from dh16 instead of dh, dm = dhpre Wm
+    // is a bfloat16 product (mma_bf16.cuh), and dφpre goes to dphi16 as bfloat16 (φraw stays in
+    // phi). Both set, or neither.
     const __nv_bfloat16 *dh16;
     __nv_bfloat16 *dphi16;
 };

@@ -1,6 +1,7 @@
-// IQN's online pass and loss head (SPEC §4, §5.5 step 3) fused on tensor cores, for TF32 mode at
-// iqn_hidden = 128, iqn_cos = 64 and 16 % iqn_n == 0. From ψ = SiLU(x̃ Wψᵀ + bψ) [B, 128] (a
-// cuBLAS GEMM before it) and the target pass's Z̄ [B, N'], one kernel per row r = i·N + n:
+// IQN's online pass and loss head (SPEC §4, §5.5 step 3) fused on tensor cores, for TF32 and BF16
+// modes at iqn_hidden = 128, iqn_cos = 64 and 16 % iqn_n == 0. From ψ = SiLU(x̃ Wψᵀ + bψ)
+// [B, 128] (a cuBLAS GEMM before it) and the target pass's Z̄ [B, N'], one kernel per row
+// r = i·N + n:
 //   draws τ_in (Philox purpose 2) and forms cos(π k τ_in)            -> tau, cos
 //   φraw = cos Wφᵀ, m = ψ_i ⊙ SiLU(φraw + bφ)                         -> phi, m
 //   h = m Wmᵀ, Z_in = SiLU(h + bm)·w_z + b_z
@@ -11,8 +12,9 @@
 // and per block the column sums of dbm = Σ dhpre and dw_z = Σ dZ SiLU(h + bm), db_z = Σ dZ and
 // the loss terms (one partial row per block; reduce_partials sums them in block order). The
 // backward's GEMMs (dWm = dhᵀ m, dm = dh Wm, dWφ = dφpreᵀ cos) and the ψ/φ backward read what it
-// writes (iqn.cu). In FH_MATH_BF16 (the B16 instances) cos, m and dhpre go out as bfloat16
-// instead, the operands of dWm and dWφ's bfloat16 GEMMs, half the bytes (OnlineArgs::dh16).
+// writes (iqn.cu). In FH_MATH_BF16 (the B16 instances) the products are bfloat16 ones
+// (iqn_fused.cuh's Bf16Products) and cos, m and dhpre go out as bfloat16 instead, the operands of
+// dWm and dWφ's bfloat16 GEMMs, half the bytes (OnlineArgs::dh16).
 // This replaces five kernels of the unfused pass (taucos, the φ and Wm GEMMs, the merge and the
 // warp-per-transition head) and its hraw round trip through memory.
 //
@@ -55,16 +57,18 @@ __device__ __forceinline__ float head_row(const OnlineArgs &a, int Nt, bool vali
     return (float)(-((double)ds / a.kappa) * a.scale);
 }
 
-// NC, NTC: N and N' compiled in (kFixedN), or 0 to read them from a. B16: cos, m and dhpre go
-// to a.cos16, a.m16, a.dh16 as bfloat16 (FH_MATH_BF16), else to a.cos, a.m, a.dh.
+// NC, NTC: N and N' compiled in (kFixedN), or 0 to read them from a. B16 (FH_MATH_BF16): the
+// products on bfloat16 operands (iqn_fused.cuh's Bf16Products) and cos, m and dhpre to a.cos16,
+// a.m16, a.dh16 as bfloat16; else TF32 products and a.cos, a.m, a.dh.
 template <int NC, int NTC, bool B16>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
     pdl_enter();
+    using P = std::conditional_t<B16, Bf16Products, Tf32Products>;
     using Out = std::conditional_t<B16, __nv_bfloat16, float>;
     Out *const cos_out = pick<B16>(a.cos, a.cos16), *const m_out = pick<B16>(a.m, a.m16),
               *const dh_out = pick<B16>(a.dh, a.dh16);
     extern __shared__ float4 sm4[];
-    const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
+    const typename P::W sw = P::stage(sm4, a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
     const uint32_t st = (uint32_t)*a.step;
     const float bz = __ldg(a.bz);
@@ -84,16 +88,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
             if (v1) a.tau[r1] = t1;
         }
         float phi[kHq / 8][4];
-        phi_tile(sw, t0, t1, phi, v0 ? cos_out + r0 * kC : nullptr,
-                 v1 ? cos_out + r1 * kC : nullptr);
+        P::phi(sw, t0, t1, phi, v0 ? cos_out + r0 * kC : nullptr,
+               v1 ? cos_out + r1 * kC : nullptr);
         const size_t i0 = v0 ? r0 / N : 0, i1 = v1 ? r1 / N : 0;
-        mma::Op M[kHq / 8][4];
-        merge_tile(sw, phi, a.psi + i0 * kHq, a.psi + i1 * kHq, M,
-                   v0 ? a.phi + r0 * kHq : nullptr, v1 ? a.phi + r1 * kHq : nullptr,
-                   v0 ? m_out + r0 * kHq : nullptr, v1 ? m_out + r1 * kHq : nullptr);
+        typename P::Frags M;
+        P::merge(sw, phi, a.psi + i0 * kHq, a.psi + i1 * kHq, M,
+                 v0 ? a.phi + r0 * kHq : nullptr, v1 ? a.phi + r1 * kHq : nullptr,
+                 v0 ? m_out + r0 * kHq : nullptr, v1 ? m_out + r1 * kHq : nullptr);
         // Z_in of the thread's two rows (every lane of the quad holds them).
         float z0, z1;
-        z_rows(sw, M, z0, z1);
+        z_rows<P>(sw, M, z0, z1);
         z0 += bz;
         z1 += bz;
         // z_mean: the transition's N rows are lanes g .. g + N − 1 of one half (N ≤ 8), or both
@@ -120,7 +124,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             float h[4][4];
-            h_tiles<4>(sw, M, 4 * q, h);
+            P::template h<4>(sw, M, 4 * q, h);
             float v[4][4];  // [dbm u, dbm u + 1, dw_z u, dw_z u + 1][column tile]
 #pragma unroll
             for (int n = 0; n < 4; ++n) {
@@ -168,21 +172,21 @@ int fused_blocks(size_t rows) {
 
 void online_fused_prepare() {
     for (const void *k : {(const void *)k_iqn_online<0, 0, false>,
-                          (const void *)k_iqn_online<kFixedN, kFixedN, false>,
-                          (const void *)k_iqn_online<0, 0, true>,
+                          (const void *)k_iqn_online<kFixedN, kFixedN, false>})
+        aux::allow_smem(k, Tf32Products::kSmemBytes, "IQN online pass");
+    for (const void *k : {(const void *)k_iqn_online<0, 0, true>,
                           (const void *)k_iqn_online<kFixedN, kFixedN, true>})
-        aux::allow_smem(k, kSmemFloats * sizeof(float), "IQN online pass");
+        aux::allow_smem(k, Bf16Products::kSmemBytes, "IQN online pass (bfloat16)");
 }
 
 namespace {
 template <bool B16>
 void launch_online(const OnlineArgs &a, int blocks, cudaStream_t s) {
+    const size_t smem = B16 ? Bf16Products::kSmemBytes : Tf32Products::kSmemBytes;
     if (fixed_n(a.N) && fixed_n(a.Nt))
-        FH_LAUNCH((k_iqn_online<kFixedN, kFixedN, B16>), blocks, kWarps * 32,
-                  kSmemFloats * sizeof(float), s, a);
+        FH_LAUNCH((k_iqn_online<kFixedN, kFixedN, B16>), blocks, kWarps * 32, smem, s, a);
     else
-        FH_LAUNCH((k_iqn_online<0, 0, B16>), blocks, kWarps * 32, kSmemFloats * sizeof(float), s,
-                  a);
+        FH_LAUNCH((k_iqn_online<0, 0, B16>), blocks, kWarps * 32, smem, s, a);
 }
 }  // namespace
 

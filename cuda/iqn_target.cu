@@ -1,5 +1,6 @@
 // IQN's target pass (SPEC §4, §5.5 step 3: Z̄(x̃', τ'_im) of the target net) fused on tensor
-// cores, for TF32 mode at iqn_hidden = 128 and iqn_cos = 64: from ψ̄ = SiLU(x̃' W̄ψᵀ + b̄ψ) [B, 128]
+// cores, for TF32 and BF16 modes at iqn_hidden = 128 and iqn_cos = 64 (TF32 or bfloat16 products:
+// TargetArgs::bf16): from ψ̄ = SiLU(x̃' W̄ψᵀ + b̄ψ) [B, 128]
 // (a cuBLAS GEMM before it) one kernel draws τ' (Philox purpose 3), forms the cosine features,
 // φ̄ = SiLU(cos W̄φᵀ + b̄φ), m̄ = ψ̄ ⊙ φ̄, h̄ = m̄ W̄mᵀ and Z̄ = SiLU(h̄ + b̄m)·w̄_z + b̄_z, and writes
 // only Z̄ [B, N']: no cosine, φ̄, m̄ or h̄ buffer goes to memory (the unfused pass writes and reads
@@ -21,11 +22,11 @@ namespace fh::cuda::iqn {
 namespace {
 
 // NTC: N' compiled in (kFixedN), or 0 to read it from a.
-template <int NTC>
+template <int NTC, class P>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
     pdl_enter();
     extern __shared__ float4 sm4[];
-    const Smem sw = stage_weights(reinterpret_cast<float *>(sm4), a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
+    const typename P::W sw = P::stage(sm4, a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
     const uint32_t st = (uint32_t)*a.step;
     const float bz = __ldg(a.bz);
@@ -38,13 +39,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
         const float t0 = draw_tau(a.seed, a.row0, r0, R, Nt, st, PURPOSE_IQN_TARGET);
         const float t1 = draw_tau(a.seed, a.row0, r1, R, Nt, st, PURPOSE_IQN_TARGET);
         float acc[kHq / 8][4];
-        phi_tile<float>(sw, t0, t1, acc, nullptr, nullptr);
+        P::template phi<float>(sw, t0, t1, acc, nullptr, nullptr);
         const size_t ii0 = r0 < R ? r0 / Nt : 0, ii1 = r1 < R ? r1 / Nt : 0;
-        mma::Op M[kHq / 8][4];
-        merge_tile<float>(sw, acc, a.psi + ii0 * kHq, a.psi + ii1 * kHq, M, nullptr, nullptr,
-                          nullptr, nullptr);
+        typename P::Frags M;
+        P::template merge<float>(sw, acc, a.psi + ii0 * kHq, a.psi + ii1 * kHq, M, nullptr,
+                                 nullptr, nullptr, nullptr);
         float z0, z1;
-        z_rows(sw, M, z0, z1);
+        z_rows<P>(sw, M, z0, z1);
         if (tq == 0) {
             if (r0 < R) a.zt[r0] = z0 + bz;
             if (r1 < R) a.zt[r1] = z1 + bz;
@@ -52,18 +53,30 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
     }
 }
 
+template <class P>
+void launch_target(const TargetArgs &a, int blocks, cudaStream_t s) {
+    if (fixed_n(a.Nt))
+        FH_LAUNCH((k_iqn_target<kFixedN, P>), blocks, kWarps * 32, P::kSmemBytes, s, a);
+    else
+        FH_LAUNCH((k_iqn_target<0, P>), blocks, kWarps * 32, P::kSmemBytes, s, a);
+}
+
 }  // namespace
 
 void target_fused(const TargetArgs &a, int blocks, cudaStream_t s) {
-    if (fixed_n(a.Nt))
-        FH_LAUNCH(k_iqn_target<kFixedN>, blocks, kWarps * 32, kSmemFloats * sizeof(float), s, a);
+    if (a.bf16)
+        launch_target<Bf16Products>(a, blocks, s);
     else
-        FH_LAUNCH(k_iqn_target<0>, blocks, kWarps * 32, kSmemFloats * sizeof(float), s, a);
+        launch_target<Tf32Products>(a, blocks, s);
 }
 
 void target_fused_prepare() {
-    for (const void *k : {(const void *)k_iqn_target<0>, (const void *)k_iqn_target<kFixedN>})
-        aux::allow_smem(k, kSmemFloats * sizeof(float), "IQN target pass");
+    for (const void *k : {(const void *)k_iqn_target<0, Tf32Products>,
+                          (const void *)k_iqn_target<kFixedN, Tf32Products>})
+        aux::allow_smem(k, Tf32Products::kSmemBytes, "IQN target pass");
+    for (const void *k : {(const void *)k_iqn_target<0, Bf16Products>,
+                          (const void *)k_iqn_target<kFixedN, Bf16Products>})
+        aux::allow_smem(k, Bf16Products::kSmemBytes, "IQN target pass (bfloat16)");
 }
 
 }  // namespace fh::cuda::iqn

@@ -243,10 +243,11 @@ typedef enum fh_math_mode {
                              reader (the confidence head, the branch backward's dU). So do the
                              attention learner's output projection and reward head at the
                              default widths (one fused kernel, its operands rounded to
-                             bfloat16). The fused IQN, IQL and attention core tensor-core
-                             kernels keep TF32 operands (but IQN's backward, whose dm = dhpre Wm
-                             reads dhpre from the bfloat16 copy below, as the unfused path's
-                             GEMM would), and the branch backward below the heads (dU, de, the
+                             bfloat16). The fused IQN kernels (iqn_hidden = 128, iqn_cos = 64)
+                             multiply bfloat16 operands on bfloat16 tensor cores (mma.sync
+                             m16n8k16, float32 accumulation). The fused IQL and attention core
+                             tensor-core kernels keep TF32 operands, and the branch backward
+                             below the heads (dU, de, the
                              SiLU' and dc) runs in float32 with double sums. Where a kernel
                              writes a GEMM's operands it writes them already rounded, and the
                              GEMM reads them as they are: IQN's weight gradients dWm and dWφ on

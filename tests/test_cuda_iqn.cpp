@@ -1,17 +1,19 @@
-/* IQN's passes fused on tensor cores (cuda/iqn_target.cu, cuda/iqn_online.cu, TF32 mode):
- * 1. the target kernel alone against a float64 evaluation of SPEC §4's Z̄(x̃', τ') from the same
- *    ψ̄, random target weights of a size that gives Z̄ structure, and τ' drawn on the host from
- *    Philox purpose 3 — every row, so a wrong τ, row or column mapping shows;
+/* IQN's passes fused on tensor cores (cuda/iqn_target.cu, iqn_online.cu, iqn_backward.cu; TF32
+ * and BF16 modes):
+ * 1. the target kernel alone (TF32 and bfloat16 products) against a float64 evaluation of SPEC
+ *    §4's Z̄(x̃', τ') from the same ψ̄, random target weights of a size that gives Z̄ structure,
+ *    and τ' drawn on the host from Philox purpose 3 — every row, so a wrong τ, row or column
+ *    mapping shows;
  * 2. the online kernel alone against a float64 evaluation of the online pass and the quantile
  *    Huber head (Dabney et al. 2018, eq. 3 with SPEC §5.5's mean): every output it writes (τ,
  *    cos, φraw, m, dhpre, z_mean) and its partial sums (dbm, dw_z, db_z, the loss), at
  *    N = 8, 4, 16 and 1 (the shapes of its z_mean sums), with a partly filled last tile;
  * 3. the backward kernel alone against a float64 evaluation of the chain rule through
  *    m = ψ ⊙ φ: dφpre, dψpre and the partial sums of dbφ and dbψ, at the same N;
- *    with FH_MATH_BF16's bfloat16 operands (OnlineArgs::dh16, BackwardArgs::dh16), each kernel
- *    also against its float32 run: the bfloat16 outputs (and the backward's dψpre, stored as
- *    bfloat16 values) the round to nearest even of the float32 ones bit for bit, every other
- *    output bitwise the same, the float32 buffers untouched;
+ *    each kernel also in FH_MATH_BF16's instance (bfloat16 products, mma_bf16.cuh; the online
+ *    pass's cos, m, dhpre and the backward's dφpre stored as bfloat16, the backward reading
+ *    dhpre so) against the same float64 evaluation within bfloat16's rounding, the float32
+ *    buffers it must not write untouched, dψpre stored as bfloat16 values;
  * 4. whole steps of the four levels of FOXHUNT_IQN_KERNELS (fused, online, target, unfused)
  *    against each other and the CPU: IQN loss, parameters and the ensemble mean after 1 and 5
  *    steps (TF32 products in every GPU path, so they agree to TF32 rounding, not bitwise), in
@@ -89,6 +91,13 @@ struct Normal {
     }
 };
 
+template <class T>
+std::vector<T> back(const T *d, size_t n) {
+    std::vector<T> v(n);
+    cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return v;
+}
+
 void test_target_kernel_vs_float64(void **) {
     if (!fh_test_have_cuda()) skip();
     const int Hq = 128, C = 64;
@@ -105,14 +114,7 @@ void test_target_kernel_vs_float64(void **) {
         float *d_psi = dev(psi), *d_Wphi = dev(Wphi), *d_bphi = dev(bphi), *d_Wm = dev(Wm),
               *d_bm = dev(bm), *d_wz = dev(wz), *d_bz = dev(bz), *d_zt = dev(zt);
         uint64_t *d_step = dev(std::vector<uint64_t>{step});
-        fh::cuda::iqn::TargetArgs a{d_psi, d_Wphi, d_bphi, d_Wm, d_bm, d_wz, d_bz, seed, d_step,
-                                    B, Nt, row0, d_zt};
-        launch_and_wait("target_fused", [&] {
-            fh::cuda::iqn::target_fused_prepare();
-            fh::cuda::iqn::target_fused(a, fh::cuda::iqn::fused_blocks((size_t)B * Nt), 0);
-        });
-        cudaMemcpy(zt.data(), d_zt, zt.size() * 4, cudaMemcpyDeviceToHost);
-        double num = 0, den = 0, worst = 0;
+        std::vector<double> zr((size_t)B * Nt);  /* the float64 Z̄ */
         for (int i = 0; i < B; ++i)
             for (int m = 0; m < Nt; ++m) {
                 const double tau = fh::uniform24(fh::philox(seed, row0 + (uint32_t)i, (uint32_t)m,
@@ -130,16 +132,34 @@ void test_target_kernel_vs_float64(void **) {
                     for (int k = 0; k < Hq; ++k) h += mm[k] * Wm[(size_t)j * Hq + k];
                     z += silu(h) * wz[j];
                 }
-                const double g = zt[(size_t)i * Nt + m];
-                num += (g - z) * (g - z);
-                den += z * z;
-                worst = std::max(worst, std::fabs(g - z));
+                zr[(size_t)i * Nt + m] = z;
             }
-        const double rel = std::sqrt(num / den);
-        printf("[IQN] fused target kernel vs float64, B=%d N'=%d: rel. error %.3e, max |diff| "
-               "%.3e (|Z| rms %.3f)\n", B, Nt, rel, worst, std::sqrt(den / ((double)B * Nt)));
-        /* TF32 operands (2^-11) in two chained products of K = 64 and 128, fast SiLU: ~1e-3. */
-        if (!(rel <= 5e-3)) fail_msg("fused target pass: rel. error %.3e (NaN = unwritten rows)", rel);
+        /* TF32 operands (2^-11) in two chained products of K = 64 and 128, fast SiLU: ~1e-3.
+         * FH_MATH_BF16's bfloat16 products (2^-9): about four times that; a misplaced fragment
+         * gives O(1). */
+        for (const bool bf16 : {false, true}) {
+            cudaMemcpy(d_zt, zt.data(), zt.size() * 4, cudaMemcpyHostToDevice);  /* NaN */
+            fh::cuda::iqn::TargetArgs a{d_psi, d_Wphi, d_bphi, d_Wm, d_bm, d_wz, d_bz, seed,
+                                        d_step, B, Nt, row0, d_zt, bf16};
+            launch_and_wait("target_fused", [&] {
+                fh::cuda::iqn::target_fused_prepare();
+                fh::cuda::iqn::target_fused(a, fh::cuda::iqn::fused_blocks((size_t)B * Nt), 0);
+            });
+            const std::vector<float> g = back(d_zt, zt.size());
+            double num = 0, den = 0, worst = 0;
+            for (size_t k = 0; k < zr.size(); ++k) {
+                num += (g[k] - zr[k]) * (g[k] - zr[k]);
+                den += zr[k] * zr[k];
+                worst = std::max(worst, std::fabs(g[k] - zr[k]));
+            }
+            const double rel = std::sqrt(num / den);
+            printf("[IQN] fused target kernel (%s) vs float64, B=%d N'=%d: rel. error %.3e, max "
+                   "|diff| %.3e (|Z| rms %.3f)\n", bf16 ? "BF16" : "TF32", B, Nt, rel, worst,
+                   std::sqrt(den / ((double)B * Nt)));
+            if (!(rel <= (bf16 ? 2e-2 : 5e-3)))
+                fail_msg("fused target pass (%s): rel. error %.3e (NaN = unwritten rows)",
+                         bf16 ? "BF16" : "TF32", rel);
+        }
         for (void *p : {(void *)d_psi, (void *)d_Wphi, (void *)d_bphi, (void *)d_Wm, (void *)d_bm,
                         (void *)d_wz, (void *)d_bz, (void *)d_zt, (void *)d_step})
             cudaFree(p);
@@ -159,25 +179,15 @@ double rel_l2(const std::vector<float> &g, const std::vector<double> &ref) {
 double huber(double u, double k) { return std::fabs(u) <= k ? 0.5 * u * u : k * (std::fabs(u) - 0.5 * k); }
 double dhuber(double u, double k) { return std::fabs(u) <= k ? u : (u > 0 ? k : -k); }
 
-template <class T>
-std::vector<T> back(const T *d, size_t n) {
-    std::vector<T> v(n);
-    cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
-    return v;
-}
 
-uint16_t bf16_bits(float x) {
-    const __nv_bfloat16 h = __float2bfloat16_rn(x);
-    uint16_t u;
-    memcpy(&u, &h, sizeof u);
-    return u;
-}
-
-/* Entries where the bfloat16 output is not the round to nearest even of the float32 one. */
-size_t bf16_mismatches(const std::vector<uint16_t> &h, const std::vector<float> &f) {
-    size_t bad = 0;
-    for (size_t k = 0; k < f.size(); ++k) bad += h[k] != bf16_bits(f[k]);
-    return bad;
+/* bfloat16 bit patterns as floats (exact). */
+std::vector<float> widen(const std::vector<uint16_t> &h) {
+    std::vector<float> f(h.size());
+    for (size_t k = 0; k < h.size(); ++k) {
+        const uint32_t u = (uint32_t)h[k] << 16;
+        memcpy(&f[k], &u, sizeof u);
+    }
+    return f;
 }
 
 template <class T>
@@ -226,20 +236,14 @@ void test_online_kernel_vs_float64(void **) {
             fh::cuda::iqn::online_fused_prepare();
             fh::cuda::iqn::online_fused(a, blocks, 0);
         });
-        const std::vector<float> g_tau = back(d_tau, R), g_cos = back(d_cos, R * C),
-                                 g_phi = back(d_phi, R * Hq), g_m = back(d_m, R * Hq),
-                                 g_dh = back(d_dh, R * Hq), g_zm = back(d_zm, B);
-        const std::vector<double> g_part = back(d_part, (size_t)blocks * (2 * Hq + 2));
-
+        /* The float64 reference of every output and partial sum. */
         std::vector<double> cosr(R * C), phir(R * Hq), mr(R * Hq), dhr(R * Hq), zmr(B, 0.0),
             dbm(Hq, 0.0), dwz(Hq, 0.0);
         double dbz = 0, loss = 0;
-        size_t tau_bad = 0;
         for (size_t row = 0; row < R; ++row) {
             const size_t i = row / N, n = row % N;
             const float tf = fh::uniform24(fh::philox(seed, row0 + (uint32_t)i, (uint32_t)n,
                                                       (uint32_t)step, fh::PURPOSE_IQN_ONLINE).w[0]);
-            tau_bad += g_tau[row] != tf;
             const double tau = tf;
             for (int k = 0; k < C; ++k) cosr[row * C + k] = std::cos(M_PI * k * tau);
             for (int j = 0; j < Hq; ++j) {
@@ -275,33 +279,54 @@ void test_online_kernel_vs_float64(void **) {
                 dwz[j] += dz * pre[j] * sg;
             }
         }
-        std::vector<float> p_dbm(Hq, 0.0f), p_dwz(Hq, 0.0f);
-        double p_dbz = 0, p_loss = 0;
-        for (int b = 0; b < blocks; ++b) {
-            const double *row = g_part.data() + (size_t)b * (2 * Hq + 2);
-            for (int j = 0; j < Hq; ++j) {
-                p_dbm[j] += (float)row[j];
-                p_dwz[j] += (float)row[Hq + j];
-            }
-            p_dbz += row[2 * Hq];
-            p_loss += row[2 * Hq + 1];
-        }
-        const double e[] = {rel_l2(g_cos, cosr), rel_l2(g_phi, phir), rel_l2(g_m, mr),
-                            rel_l2(g_dh, dhr), rel_l2(g_zm, zmr), rel_l2(p_dbm, dbm),
-                            rel_l2(p_dwz, dwz), std::fabs(p_dbz - dbz) / std::fabs(dbz),
-                            std::fabs(p_loss - loss) / std::fabs(loss)};
+        /* One run's outputs against it: relative L2 errors of cos, φraw, m, dhpre, z_mean, the
+         * partial sums of dbm and dw_z, db_z and the loss; τ exactly. */
         const char *names[] = {"cos", "phi", "m", "dh", "z_mean", "dbm", "dw_z", "db_z", "loss"};
-        printf("[IQN] fused online kernel vs float64, B=%d N=%d, %d blocks: tau %zu of %zu rows "
-               "differ;", B, N, blocks, tau_bad, R);
-        for (int k = 0; k < 9; ++k) printf(" %s %.2e", names[k], e[k]);
-        printf("\n");
-        if (tau_bad) fail_msg("tau: %zu rows differ from Philox purpose 2", tau_bad);
-        /* TF32 operands (2^-11) in two chained products of K = 64 and 128, fast SiLU: ~1e-3;
-         * NaN means an output left unwritten. */
-        for (int k = 0; k < 9; ++k)
-            if (!(e[k] <= 5e-3)) fail_msg("fused online pass, N=%d: %s rel. error %.3e", N, names[k], e[k]);
+        auto check = [&](const char *what, const std::vector<float> &g_tau,
+                         const std::vector<float> &g_cos, const std::vector<float> &g_phi,
+                         const std::vector<float> &g_m, const std::vector<float> &g_dh,
+                         double bound) {
+            const std::vector<float> g_zm = back(d_zm, B);
+            const std::vector<double> g_part = back(d_part, (size_t)blocks * (2 * Hq + 2));
+            size_t tau_bad = 0;
+            for (size_t row = 0; row < R; ++row)
+                tau_bad += g_tau[row] != fh::uniform24(fh::philox(seed, row0 + (uint32_t)(row / N),
+                                                                  (uint32_t)(row % N),
+                                                                  (uint32_t)step,
+                                                                  fh::PURPOSE_IQN_ONLINE).w[0]);
+            std::vector<float> p_dbm(Hq, 0.0f), p_dwz(Hq, 0.0f);
+            double p_dbz = 0, p_loss = 0;
+            for (int b = 0; b < blocks; ++b) {
+                const double *row = g_part.data() + (size_t)b * (2 * Hq + 2);
+                for (int j = 0; j < Hq; ++j) {
+                    p_dbm[j] += (float)row[j];
+                    p_dwz[j] += (float)row[Hq + j];
+                }
+                p_dbz += row[2 * Hq];
+                p_loss += row[2 * Hq + 1];
+            }
+            const double e[] = {rel_l2(g_cos, cosr), rel_l2(g_phi, phir), rel_l2(g_m, mr),
+                                rel_l2(g_dh, dhr), rel_l2(g_zm, zmr), rel_l2(p_dbm, dbm),
+                                rel_l2(p_dwz, dwz), std::fabs(p_dbz - dbz) / std::fabs(dbz),
+                                std::fabs(p_loss - loss) / std::fabs(loss)};
+            printf("[IQN] fused online kernel (%s) vs float64, B=%d N=%d, %d blocks: tau %zu of "
+                   "%zu rows differ;", what, B, N, blocks, tau_bad, R);
+            for (int k = 0; k < 9; ++k) printf(" %s %.2e", names[k], e[k]);
+            printf("\n");
+            if (tau_bad) fail_msg("tau: %zu rows differ from Philox purpose 2", tau_bad);
+            /* NaN means an output left unwritten. */
+            for (int k = 0; k < 9; ++k)
+                if (!(e[k] <= bound))
+                    fail_msg("fused online pass (%s), N=%d: %s rel. error %.3e", what, N,
+                             names[k], e[k]);
+        };
+        /* TF32 operands (2^-11) in two chained products of K = 64 and 128, fast SiLU: ~1e-3. */
+        check("TF32", back(d_tau, R), back(d_cos, R * C), back(d_phi, R * Hq), back(d_m, R * Hq),
+              back(d_dh, R * Hq), 5e-3);
 
-        /* FH_MATH_BF16's instance on the same inputs, the float32 outputs reset to NaN. */
+        /* FH_MATH_BF16's instance on the same inputs: bfloat16 products (2^-9 operand rounding,
+         * four times TF32's: ~4e-3; a misplaced fragment gives O(1)) and cos, m and dhpre stored
+         * as bfloat16; the float32 outputs reset to NaN, and cos, m, dh's must stay so. */
         uint16_t *d_cos16 = dev(std::vector<uint16_t>(R * C, 0xffff)),
                  *d_m16 = dev(std::vector<uint16_t>(R * Hq, 0xffff)),
                  *d_dh16 = dev(std::vector<uint16_t>(R * Hq, 0xffff));
@@ -313,23 +338,15 @@ void test_online_kernel_vs_float64(void **) {
         a.cos16 = reinterpret_cast<__nv_bfloat16 *>(d_cos16);
         a.m16 = reinterpret_cast<__nv_bfloat16 *>(d_m16);
         a.dh16 = reinterpret_cast<__nv_bfloat16 *>(d_dh16);
-        launch_and_wait("online_fused (bfloat16 operands)",
+        launch_and_wait("online_fused (bfloat16)",
                         [&] { fh::cuda::iqn::online_fused(a, blocks, 0); });
-        const size_t bad_cos = bf16_mismatches(back(d_cos16, R * C), g_cos),
-                     bad_m = bf16_mismatches(back(d_m16, R * Hq), g_m),
-                     bad_dh = bf16_mismatches(back(d_dh16, R * Hq), g_dh);
-        const bool same = same_bits(back(d_tau, R), g_tau) &&
-                          same_bits(back(d_phi, R * Hq), g_phi) &&
-                          same_bits(back(d_zm, (size_t)B), g_zm) &&
-                          same_bits(back(d_part, (size_t)blocks * (2 * Hq + 2)), g_part);
+        check("BF16", back(d_tau, R), widen(back(d_cos16, R * C)), back(d_phi, R * Hq),
+              widen(back(d_m16, R * Hq)), widen(back(d_dh16, R * Hq)), 2e-2);
         const bool untouched = all_nan(back(d_cos, R * C)) && all_nan(back(d_m, R * Hq)) &&
                                all_nan(back(d_dh, R * Hq));
-        printf("[IQN] fused online kernel, bfloat16 operands against its float32 run, N=%d: "
-               "cos %zu, m %zu, dh %zu of %zu/%zu entries not its rounding; other outputs %s; "
-               "float32 buffers %s\n", N, bad_cos, bad_m, bad_dh, R * C, R * Hq,
-               same ? "bitwise equal" : "DIFFER", untouched ? "untouched" : "WRITTEN");
-        if (bad_cos || bad_m || bad_dh || !same || !untouched)
-            fail_msg("fused online pass with bfloat16 operands, N=%d", N);
+        printf("[IQN] fused online kernel (BF16), N=%d: float32 buffers of cos, m, dh %s\n", N,
+               untouched ? "untouched" : "WRITTEN");
+        if (!untouched) fail_msg("fused online pass (BF16), N=%d: wrote the float32 buffers", N);
         for (void *p : {(void *)d_cos16, (void *)d_m16, (void *)d_dh16}) cudaFree(p);
         for (void *p : {(void *)d_psi, (void *)d_Wphi, (void *)d_bphi, (void *)d_Wm, (void *)d_bm,
                         (void *)d_wz, (void *)d_bz, (void *)d_zt, (void *)d_r, (void *)d_done,
@@ -362,47 +379,62 @@ void test_backward_kernel_vs_float64(void **) {
             fh::cuda::iqn::backward_fused_prepare();
             rows = fh::cuda::iqn::backward_fused(a, blocks, 0);
         });
-        const std::vector<float> g_dphi = back(d_phi, R * Hq), g_dpsi = back(d_dpsi, (size_t)B * Hq);
-        const std::vector<double> g_part = back(d_part, (size_t)blocks * 2 * Hq);
-        std::vector<double> dphi(R * Hq), dpsi((size_t)B * Hq, 0.0), dbphi(Hq, 0.0), dbpsi(Hq, 0.0);
-        for (size_t row = 0; row < R; ++row) {
-            const size_t i = row / N;
-            for (int k = 0; k < Hq; ++k) {
-                double dm = 0;
-                for (int j = 0; j < Hq; ++j) dm += (double)dh[row * Hq + j] * Wm[(size_t)j * Hq + k];
-                const double z = (double)phi[row * Hq + k] + bphi[k], sg = 1.0 / (1.0 + std::exp(-z));
-                const double v = dm * psi[i * Hq + k] * sg * (1.0 + z * (1.0 - sg));
-                dphi[row * Hq + k] = v;
-                dbphi[k] += v;
-                dpsi[i * Hq + k] += dm * z * sg;  /* Σ_n dm φ, times SiLU'(ψpre) below */
-            }
-        }
-        for (int i = 0; i < B; ++i)
-            for (int k = 0; k < Hq; ++k) {
-                const double z = (double)psi_pre[(size_t)i * Hq + k] + bpsi[k],
-                             sg = 1.0 / (1.0 + std::exp(-z));
-                dpsi[(size_t)i * Hq + k] *= sg * (1.0 + z * (1.0 - sg));
-                dbpsi[k] += dpsi[(size_t)i * Hq + k];
-            }
-        std::vector<float> p_bphi(Hq, 0.0f), p_bpsi(Hq, 0.0f);
-        if (rows < 1 || rows > blocks) fail_msg("backward_fused wrote %d partial rows (1..%d)", rows, blocks);
-        for (int b = 0; b < rows; ++b)
-            for (int k = 0; k < Hq; ++k) {
-                p_bphi[k] += (float)g_part[(size_t)b * 2 * Hq + k];
-                p_bpsi[k] += (float)g_part[(size_t)b * 2 * Hq + Hq + k];
-            }
-        const double e[] = {rel_l2(g_dphi, dphi), rel_l2(g_dpsi, dpsi), rel_l2(p_bphi, dbphi),
-                            rel_l2(p_bpsi, dbpsi)};
+        /* The float64 chain rule from dhpre values dhv, and one run's outputs against it. */
         const char *names[] = {"dphi_pre", "dpsi_pre", "dbphi", "dbpsi"};
-        printf("[IQN] fused backward kernel vs float64, B=%d N=%d, %d blocks:", B, N, rows);
-        for (int k = 0; k < 4; ++k) printf(" %s %.2e", names[k], e[k]);
-        printf("\n");
-        /* dm = dhpre Wm with TF32 operands (K = 128): ~5e-4; NaN means an output left unwritten. */
-        for (int k = 0; k < 4; ++k)
-            if (!(e[k] <= 5e-3)) fail_msg("fused backward, N=%d: %s rel. error %.3e", N, names[k], e[k]);
+        auto check = [&](const char *what, const std::vector<float> &dhv,
+                         const std::vector<float> &g_dphi, int rows, double bound) {
+            const std::vector<float> g_dpsi = back(d_dpsi, (size_t)B * Hq);
+            const std::vector<double> g_part = back(d_part, (size_t)blocks * 2 * Hq);
+            std::vector<double> dphi(R * Hq), dpsi((size_t)B * Hq, 0.0), dbphi(Hq, 0.0),
+                dbpsi(Hq, 0.0);
+            for (size_t row = 0; row < R; ++row) {
+                const size_t i = row / N;
+                for (int k = 0; k < Hq; ++k) {
+                    double dm = 0;
+                    for (int j = 0; j < Hq; ++j)
+                        dm += (double)dhv[row * Hq + j] * Wm[(size_t)j * Hq + k];
+                    const double z = (double)phi[row * Hq + k] + bphi[k],
+                                 sg = 1.0 / (1.0 + std::exp(-z));
+                    const double v = dm * psi[i * Hq + k] * sg * (1.0 + z * (1.0 - sg));
+                    dphi[row * Hq + k] = v;
+                    dbphi[k] += v;
+                    dpsi[i * Hq + k] += dm * z * sg;  /* Σ_n dm φ, times SiLU'(ψpre) below */
+                }
+            }
+            for (int i = 0; i < B; ++i)
+                for (int k = 0; k < Hq; ++k) {
+                    const double z = (double)psi_pre[(size_t)i * Hq + k] + bpsi[k],
+                                 sg = 1.0 / (1.0 + std::exp(-z));
+                    dpsi[(size_t)i * Hq + k] *= sg * (1.0 + z * (1.0 - sg));
+                    dbpsi[k] += dpsi[(size_t)i * Hq + k];
+                }
+            std::vector<float> p_bphi(Hq, 0.0f), p_bpsi(Hq, 0.0f);
+            if (rows < 1 || rows > blocks)
+                fail_msg("backward_fused (%s) wrote %d partial rows (1..%d)", what, rows, blocks);
+            for (int b = 0; b < rows; ++b)
+                for (int k = 0; k < Hq; ++k) {
+                    p_bphi[k] += (float)g_part[(size_t)b * 2 * Hq + k];
+                    p_bpsi[k] += (float)g_part[(size_t)b * 2 * Hq + Hq + k];
+                }
+            const double e[] = {rel_l2(g_dphi, dphi), rel_l2(g_dpsi, dpsi),
+                                rel_l2(p_bphi, dbphi), rel_l2(p_bpsi, dbpsi)};
+            printf("[IQN] fused backward kernel (%s) vs float64, B=%d N=%d, %d blocks:", what, B,
+                   N, rows);
+            for (int k = 0; k < 4; ++k) printf(" %s %.2e", names[k], e[k]);
+            printf("\n");
+            /* NaN means an output left unwritten. */
+            for (int k = 0; k < 4; ++k)
+                if (!(e[k] <= bound))
+                    fail_msg("fused backward (%s), N=%d: %s rel. error %.3e", what, N, names[k],
+                             e[k]);
+        };
+        /* dm = dhpre Wm with TF32 operands (K = 128): ~5e-4. */
+        check("TF32", dh, back(d_phi, R * Hq), rows, 5e-3);
 
-        /* FH_MATH_BF16's instance: dhpre as bfloat16, against the float32 instance given the same
-         * (rounded) values; φraw must survive, dφpre goes to its own buffer. */
+        /* FH_MATH_BF16's instance: dhpre as bfloat16 (the reference takes the same rounded
+         * values), dm on bfloat16 products (Wm rounded to 2^-9: ~2e-3; a misplaced fragment
+         * gives O(1)), dφpre to its own buffer as bfloat16 and dψpre stored as float32 holding
+         * bfloat16 values; φraw must survive. */
         std::vector<float> dh_r(R * Hq);
         std::vector<uint16_t> dh16(R * Hq);
         for (size_t k = 0; k < dh_r.size(); ++k) {
@@ -410,15 +442,6 @@ void test_backward_kernel_vs_float64(void **) {
             dh_r[k] = __bfloat162float(h);
             memcpy(&dh16[k], &h, 2);
         }
-        cudaMemcpy(d_dh, dh_r.data(), dh_r.size() * 4, cudaMemcpyHostToDevice);
-        cudaMemcpy(d_phi, phi.data(), phi.size() * 4, cudaMemcpyHostToDevice);
-        fh::cuda::iqn::BackwardArgs a32 = a;
-        int rows32 = 0, rows16 = 0;
-        launch_and_wait("backward_fused (rounded dhpre)",
-                        [&] { rows32 = fh::cuda::iqn::backward_fused(a32, blocks, 0); });
-        const std::vector<float> r_dphi = back(d_phi, R * Hq),
-                                 r_dpsi = back(d_dpsi, (size_t)B * Hq);
-        const std::vector<double> r_part = back(d_part, (size_t)blocks * 2 * Hq);
         cudaMemcpy(d_phi, phi.data(), phi.size() * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(d_dpsi, std::vector<float>((size_t)B * Hq, NAN).data(), (size_t)B * Hq * 4,
                    cudaMemcpyHostToDevice);
@@ -427,26 +450,22 @@ void test_backward_kernel_vs_float64(void **) {
         a16.dh = nullptr;  /* must not be read */
         a16.dh16 = reinterpret_cast<const __nv_bfloat16 *>(d_dh16);
         a16.dphi16 = reinterpret_cast<__nv_bfloat16 *>(d_dphi16);
-        launch_and_wait("backward_fused (bfloat16 operands)",
+        int rows16 = 0;
+        launch_and_wait("backward_fused (bfloat16)",
                         [&] { rows16 = fh::cuda::iqn::backward_fused(a16, blocks, 0); });
-        const size_t bad = bf16_mismatches(back(d_dphi16, R * Hq), r_dphi);
-        /* dψpre is stored as float32 holding bfloat16 values: each the rounding of the float32
-         * run's. */
+        check("BF16", dh_r, widen(back(d_dphi16, R * Hq)), rows16, 2e-2);
         const std::vector<float> g_dpsi16 = back(d_dpsi, (size_t)B * Hq);
-        size_t bad_psi = 0;
-        for (size_t k = 0; k < g_dpsi16.size(); ++k) {
-            const float want = __bfloat162float(__float2bfloat16_rn(r_dpsi[k]));
-            bad_psi += memcmp(&g_dpsi16[k], &want, sizeof want) != 0;
+        size_t not_bf16 = 0;
+        for (float x : g_dpsi16) {  /* a bfloat16 value has 16 zero low bits */
+            uint32_t u;
+            memcpy(&u, &x, sizeof u);
+            not_bf16 += (u & 0xffffu) != 0;
         }
-        const bool same = rows16 == rows32 &&
-                          same_bits(back(d_part, (size_t)blocks * 2 * Hq), r_part);
         const bool phi_kept = same_bits(back(d_phi, R * Hq), phi);
-        printf("[IQN] fused backward kernel, bfloat16 operands against its float32 run, N=%d: "
-               "dphi_pre %zu of %zu, dpsi_pre %zu of %zu entries not its rounding; sums %s; "
-               "phi %s\n", N, bad, R * Hq, bad_psi, g_dpsi16.size(),
-               same ? "bitwise equal" : "DIFFER", phi_kept ? "kept" : "OVERWRITTEN");
-        if (bad || bad_psi || !same || !phi_kept)
-            fail_msg("fused backward with bfloat16 operands, N=%d", N);
+        printf("[IQN] fused backward kernel (BF16), N=%d: dpsi_pre %zu of %zu entries not "
+               "bfloat16 values; phi %s\n", N, not_bf16, g_dpsi16.size(),
+               phi_kept ? "kept" : "OVERWRITTEN");
+        if (not_bf16 || !phi_kept) fail_msg("fused backward (BF16), N=%d", N);
         for (void *p : {(void *)d_dh16, (void *)d_dphi16}) cudaFree(p);
         for (void *p : {(void *)d_dh, (void *)d_Wm, (void *)d_bphi, (void *)d_psi, (void *)d_pp,
                         (void *)d_bpsi, (void *)d_phi, (void *)d_dpsi, (void *)d_part})
