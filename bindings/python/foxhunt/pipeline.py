@@ -16,6 +16,8 @@ _ENUMS = {"backend": _abi.BACKENDS, "exec_mode": _abi.EXEC_MODES, "math_mode": _
           "iql_gemm": _abi.IQL_GEMMS, "her_reward": _abi.HER_REWARDS}
 _INT_RANGES = {ctypes.c_int32: (-2**31, 2**31 - 1), ctypes.c_uint32: (0, 2**32 - 1),
                ctypes.c_uint64: (0, 2**64 - 1), ctypes.c_void_p: (0, 2**64 - 1)}
+_C_TYPE_NAMES = {ctypes.c_int32: "int32_t", ctypes.c_uint32: "uint32_t",
+                 ctypes.c_uint64: "uint64_t", ctypes.c_void_p: "a pointer"}
 _FIELD_TYPES = dict(_abi.fh_config._fields_)
 _INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
 
@@ -49,7 +51,9 @@ def _config_value(name, value):
         raise TypeError("%s=%r: expected an int" % (name, value))
     lo, hi = _INT_RANGES[ctype]
     if not lo <= int(value) <= hi:
-        raise ValueError("%s=%r is outside [%d, %d]" % (name, value, lo, hi))
+        # The C field cannot hold it; the library checks the valid range of what it can hold.
+        raise ValueError("%s=%r does not fit fh_config.%s (%s, [%d, %d])"
+                         % (name, value, name, _C_TYPE_NAMES[ctype], lo, hi))
     return int(value)
 
 

@@ -22,8 +22,13 @@ def test_wrong_types_and_ranges_refused_before_the_call(fh):
         fh.Pipeline(**dict(SMALL, batch_size=16.0))
     with pytest.raises(TypeError):
         fh.Pipeline(**dict(SMALL, gamma="high"))
-    with pytest.raises(ValueError):
+    # A value the C field cannot hold is named with the field's type; the library checks the
+    # valid range of what it can hold (batch_size in [1, 1048576]).
+    with pytest.raises(ValueError, match=re.escape(
+            "batch_size=-1 does not fit fh_config.batch_size (uint32_t, [0, 4294967295])")):
         fh.Pipeline(**dict(SMALL, batch_size=-1))
+    with pytest.raises(fh.FoxhuntError, match=r"config.batch_size = 0 is outside \[1, 1048576\]"):
+        fh.Pipeline(**dict(SMALL, batch_size=0))
     with pytest.raises(ValueError):
         fh.Pipeline(**dict(SMALL, her_reward="medium"))
     with pytest.raises(ValueError):
