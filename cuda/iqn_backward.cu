@@ -129,31 +129,19 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
     colsum_quarter<4>(q, v, pend, acc);
 }
 
-// Wmᵀ into shared memory, TF32-rounded: Wm's row j as float4s along k, lanes along j, so that
-// the transposed stores of a warp go to 32 consecutive floats of a WmT row (no bank conflicts);
-// 16 loads per thread in flight (stage.cuh). Out of line: inlined, it shifted the main loop's
-// register allocation into a spill.
-__device__ __noinline__ void stage_wmT(float *WmT, const float *Wm) {
-    const float4 *w4 = reinterpret_cast<const float4 *>(Wm);
-    stage_batched<16, float4>(
-        kHq * kHq / 4, [&](int e) {
-            const int j = e % kHq, k4 = e / kHq;
-            return __ldg(w4 + j * (kHq / 4) + k4);
-        },
-        [&](int e, float4 v) {
-            const int j = e % kHq, k = 4 * (e / kHq);
-            const float4 t = tf32x4(v);
-            WmT[k * kLDM + j] = t.x;
-            WmT[(k + 1) * kLDM + j] = t.y;
-            WmT[(k + 2) * kLDM + j] = t.z;
-            WmT[(k + 3) * kLDM + j] = t.w;
-        });
+// Wmᵀ into shared memory as E, rounded for the products (TF32 in float32, or bfloat16 for
+// FH_MATH_BF16's: rows of ld = kLDM floats or kLDMb bfloat16, ≡ 8 or 4 words mod 32 so that the
+// B-fragment loads of a half-warp hit 32 banks; the bfloat16 copy in the float32 one's space):
+// Wm's row j as float4s along k, lanes along j, so that the transposed stores of a warp go to
+// 32 consecutive elements of a WmT row (no bank conflicts); 16 loads per thread in flight
+// (stage.cuh). Out of line: inlined, it shifted the main loop's register allocation into a
+// spill.
+__device__ __forceinline__ float rounded_as(float *, float x) { return mma::stored<false>(x); }
+__device__ __forceinline__ __nv_bfloat16 rounded_as(__nv_bfloat16 *, float x) {
+    return __float2bfloat16_rn(x);
 }
-
-// Wmᵀ into shared memory as bfloat16 (FH_MATH_BF16's products, mma_bf16.cuh): rows of kLDMb
-// elements (68 words ≡ 4 mod 32: the 32-bit B loads of a half-warp hit 32 banks), in the space
-// of the float32 copy; the same loads and order as stage_wmT.
-__device__ __noinline__ void stage_wmT_b16(__nv_bfloat16 *WmT, const float *Wm) {
+template <class E>
+__device__ __noinline__ void stage_wmT(E *WmT, int ld, const float *Wm) {
     const float4 *w4 = reinterpret_cast<const float4 *>(Wm);
     stage_batched<16, float4>(
         kHq * kHq / 4, [&](int e) {
@@ -162,10 +150,10 @@ __device__ __noinline__ void stage_wmT_b16(__nv_bfloat16 *WmT, const float *Wm) 
         },
         [&](int e, float4 v) {
             const int j = e % kHq, k = 4 * (e / kHq);
-            WmT[k * kLDMb + j] = __float2bfloat16_rn(v.x);
-            WmT[(k + 1) * kLDMb + j] = __float2bfloat16_rn(v.y);
-            WmT[(k + 2) * kLDMb + j] = __float2bfloat16_rn(v.z);
-            WmT[(k + 3) * kLDMb + j] = __float2bfloat16_rn(v.w);
+            WmT[k * ld + j] = rounded_as(WmT, v.x);
+            WmT[(k + 1) * ld + j] = rounded_as(WmT, v.y);
+            WmT[(k + 2) * ld + j] = rounded_as(WmT, v.z);
+            WmT[(k + 3) * ld + j] = rounded_as(WmT, v.w);
         });
 }
 
@@ -186,9 +174,9 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
     float *bphi = WmT + kHq * kLDM;
     if constexpr (B16)
-        stage_wmT_b16(reinterpret_cast<__nv_bfloat16 *>(WmT), a.Wm);
+        stage_wmT(reinterpret_cast<__nv_bfloat16 *>(WmT), kLDMb, a.Wm);
     else
-        stage_wmT(WmT, a.Wm);
+        stage_wmT(WmT, kLDM, a.Wm);
     for (int e = threadIdx.x; e < kHq; e += blockDim.x) bphi[e] = __ldg(a.bphi + e);
     __syncthreads();
 

@@ -79,38 +79,54 @@ __device__ __forceinline__ std::conditional_t<B16, H *, F *> pick(F *f, H *h) {
         return f;
 }
 
-struct Smem {
-    float *Wphi, *Wm, *bphi, *bm, *wz;
+// One net's Wφ and Wm in shared memory as E (float32 holding TF32 values, or bfloat16), then bφ,
+// bm and w_z as float32.
+template <class E>
+struct SmemOf {
+    E *Wphi, *Wm;
+    float *bphi, *bm, *wz;
 };
+using Smem = SmemOf<float>;
 
-// Stage one net's Wφ, Wm (TF32-rounded), bφ, bm and w_z; ends with __syncthreads(). The
-// matrices go as float4s, 8 loads per thread in flight (stage.cuh; Wφ and Wm are 16-byte aligned:
-// the IQN buffer starts 256-byte aligned and every tensor before them has a multiple of 128
-// floats at iqn_hidden = 128). The fused kernels' prologue was 11 to 37 % of their stall samples
-// with one load at a time: IQN lane 0.559 → 0.496 ms single-stream, wall 1.936 → 1.895 ms
-// multi-stream at B = 16384 (bench/results/h200-2026-12-02-stage-batched-before-after.json).
+// Stage one net's Wφ, Wm (rounded: TF32, or bfloat16 for FH_MATH_BF16's products), bφ, bm and
+// w_z; ends with __syncthreads(). The matrices go as float4s, 8 loads per thread in flight
+// (stage.cuh; Wφ and Wm are 16-byte aligned: the IQN buffer starts 256-byte aligned and every
+// tensor before them has a multiple of 128 floats at iqn_hidden = 128). The fused kernels'
+// prologue was 11 to 37 % of their stall samples with one load at a time: IQN lane 0.559 →
+// 0.496 ms single-stream, wall 1.936 → 1.895 ms multi-stream at B = 16384
+// (bench/results/h200-2026-12-02-stage-batched-before-after.json).
 //
-// Row-major [rows, cols] src into dst rows of ld floats, TF32-rounded (cols % 4 == 0).
-template <int ROWS, int COLS>
-__device__ __forceinline__ void stage_matrix(float *dst, int ld, const float *src) {
+// Four adjacent elements of a row, rounded for the products.
+__device__ __forceinline__ void store4(float *dst, float4 v) {
+    *reinterpret_cast<float4 *>(dst) = tf32x4(v);
+}
+__device__ __forceinline__ void store4(__nv_bfloat16 *dst, float4 v) {
+    *reinterpret_cast<uint2 *>(dst) = make_uint2(bmma::pack(v.x, v.y), bmma::pack(v.z, v.w));
+}
+// Row-major [ROWS, COLS] src into dst rows of ld elements (cols % 4 == 0).
+template <int ROWS, int COLS, class E>
+__device__ __forceinline__ void stage_matrix(E *dst, int ld, const float *src) {
     const float4 *s4 = reinterpret_cast<const float4 *>(src);
     stage_batched<8, float4>(
         ROWS * COLS / 4, [&](int e) { return __ldg(s4 + e); },
         [&](int e, float4 v) {
             const int n = e / (COLS / 4), k = 4 * (e - n * (COLS / 4));
-            *reinterpret_cast<float4 *>(dst + n * ld + k) = tf32x4(v);
+            store4(dst + n * ld + k, v);
         });
 }
-__device__ __forceinline__ Smem stage_weights(float *sm, const float *Wphi, const float *bphi,
-                                              const float *Wm, const float *bm, const float *wz) {
-    Smem s;
-    s.Wphi = sm;
-    s.Wm = s.Wphi + kHq * kLDP;
-    s.bphi = s.Wm + kHq * kLDM;
+// Rows of LDP and LDM elements for Wφ and Wm.
+template <class E, int LDP, int LDM>
+__device__ __forceinline__ SmemOf<E> stage_weights(float4 *sm, const float *Wphi,
+                                                   const float *bphi, const float *Wm,
+                                                   const float *bm, const float *wz) {
+    SmemOf<E> s;
+    s.Wphi = reinterpret_cast<E *>(sm);
+    s.Wm = s.Wphi + kHq * LDP;
+    s.bphi = reinterpret_cast<float *>(s.Wm + kHq * LDM);
     s.bm = s.bphi + kHq;
     s.wz = s.bm + kHq;
-    stage_matrix<kHq, kC>(s.Wphi, kLDP, Wphi);
-    stage_matrix<kHq, kHq>(s.Wm, kLDM, Wm);
+    stage_matrix<kHq, kC>(s.Wphi, LDP, Wphi);
+    stage_matrix<kHq, kHq>(s.Wm, LDM, Wm);
     for (int e = threadIdx.x; e < kHq; e += blockDim.x) {
         s.bphi[e] = __ldg(bphi + e);
         s.bm[e] = __ldg(bm + e);
@@ -279,45 +295,7 @@ constexpr int kLDPb = kC + 8, kLDMb = kHq + 8;
 constexpr size_t kSmemBytesB16 =
     ((size_t)kHq * kLDPb + (size_t)kHq * kLDMb) * sizeof(__nv_bfloat16) + 3 * kHq * sizeof(float);
 
-struct SmemB16 {
-    __nv_bfloat16 *Wphi, *Wm;
-    float *bphi, *bm, *wz;
-};
-
-// Row-major [ROWS, COLS] float32 src into dst rows of ld bfloat16 (round to nearest even), 8 loads
-// per thread in flight as stage_matrix.
-template <int ROWS, int COLS>
-__device__ __forceinline__ void stage_matrix_b16(__nv_bfloat16 *dst, int ld, const float *src) {
-    const float4 *s4 = reinterpret_cast<const float4 *>(src);
-    stage_batched<8, float4>(
-        ROWS * COLS / 4, [&](int e) { return __ldg(s4 + e); },
-        [&](int e, float4 v) {
-            const int n = e / (COLS / 4), k = 4 * (e - n * (COLS / 4));
-            uint2 w;
-            w.x = bmma::pack(v.x, v.y);
-            w.y = bmma::pack(v.z, v.w);
-            *reinterpret_cast<uint2 *>(dst + n * ld + k) = w;
-        });
-}
-__device__ __forceinline__ SmemB16 stage_weights_b16(float4 *sm, const float *Wphi,
-                                                     const float *bphi, const float *Wm,
-                                                     const float *bm, const float *wz) {
-    SmemB16 s;
-    s.Wphi = reinterpret_cast<__nv_bfloat16 *>(sm);
-    s.Wm = s.Wphi + kHq * kLDPb;
-    s.bphi = reinterpret_cast<float *>(s.Wm + kHq * kLDMb);
-    s.bm = s.bphi + kHq;
-    s.wz = s.bm + kHq;
-    stage_matrix_b16<kHq, kC>(s.Wphi, kLDPb, Wphi);
-    stage_matrix_b16<kHq, kHq>(s.Wm, kLDMb, Wm);
-    for (int e = threadIdx.x; e < kHq; e += blockDim.x) {
-        s.bphi[e] = __ldg(bphi + e);
-        s.bm[e] = __ldg(bm + e);
-        s.wz[e] = __ldg(wz + e);
-    }
-    __syncthreads();
-    return s;
-}
+using SmemB16 = SmemOf<__nv_bfloat16>;
 
 // phi_tile on bfloat16 products: k16 step s packs the features of rotation steps 2s and 2s + 1
 // (columns 16s + 2t, + 1 and 16s + 8 + 2t, + 1: the A fragment's natural order).
@@ -381,7 +359,7 @@ struct Tf32Products {
     static constexpr size_t kSmemBytes = kSmemFloats * sizeof(float);
     static __device__ __forceinline__ W stage(float4 *sm, const float *Wphi, const float *bphi,
                                               const float *Wm, const float *bm, const float *wz) {
-        return stage_weights(reinterpret_cast<float *>(sm), Wphi, bphi, Wm, bm, wz);
+        return stage_weights<float, kLDP, kLDM>(sm, Wphi, bphi, Wm, bm, wz);
     }
     template <class T>
     static __device__ __forceinline__ void phi(const W &s, float t0, float t1,
@@ -406,7 +384,7 @@ struct Bf16Products {
     static constexpr size_t kSmemBytes = kSmemBytesB16;
     static __device__ __forceinline__ W stage(float4 *sm, const float *Wphi, const float *bphi,
                                               const float *Wm, const float *bm, const float *wz) {
-        return stage_weights_b16(sm, Wphi, bphi, Wm, bm, wz);
+        return stage_weights<__nv_bfloat16, kLDPb, kLDMb>(sm, Wphi, bphi, Wm, bm, wz);
     }
     template <class T>
     static __device__ __forceinline__ void phi(const W &s, float t0, float t1,
