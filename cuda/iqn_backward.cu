@@ -15,8 +15,9 @@
 // cuBLAS GEMMs over all rows.
 //
 // Tiling. A block of 16 warps (one per SM: 220.5 KiB of shared memory, 128 registers a thread)
-// stages Wmᵀ [128, 128] in shared memory once (rounded to TF32; rows of 136 floats, ≡ 8 mod 32,
-// so the float2 B-fragment loads of a half-warp hit 32 banks) and walks through tiles of 256
+// stages Wmᵀ [128, 128] in shared memory once (rounded to TF32, rows of 136 floats, ≡ 8 mod 32, so
+// the float2 B-fragment loads of a half-warp hit 32 banks; in BF16 bfloat16, rows of 136, 68
+// words ≡ 4 mod 32, so the 32-bit loads of a warp hit 32 banks) and walks through tiles of 256
 // rows; warp w owns rows 16w .. 16w + 15, each thread rows g and g + 8 (g = lane / 4,
 // t = lane % 4). At a tile's start the warp starts cp.async copies of its 16 φraw rows into its
 // own shared rows (136 floats apart, the same bank spread); they land while dm is computed and
@@ -131,7 +132,8 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
 
 // Wmᵀ into shared memory as E, rounded for the products (TF32 in float32, or bfloat16 for
 // FH_MATH_BF16's: rows of ld = kLDM floats or kLDMb bfloat16, ≡ 8 or 4 words mod 32 so that the
-// B-fragment loads of a half-warp hit 32 banks; the bfloat16 copy in the float32 one's space):
+// B-fragment loads hit 32 banks, the file comment says how; the bfloat16 copy in the float32
+// one's space):
 // Wm's row j as float4s along k, lanes along j, so that the transposed stores of a warp go to
 // 32 consecutive elements of a WmT row (no bank conflicts); 16 loads per thread in flight
 // (stage.cuh). Out of line: inlined, it shifted the main loop's register allocation into a
@@ -213,7 +215,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
         w.lead1 = N < 16 && gi % N == 0;
         const auto *const dhp = pick<B16>(a.dh, a.dh16);
         const auto *dh0 = dhp + w.r0 * kHq, *dh1 = dhp + w.r1 * kHq;
-        // dm = dhpre Wm: A from memory (k = 8κ + 2t and + 1, the permuted order), B from Wmᵀ.
+        // dm = dhpre Wm: A from memory, B from Wmᵀ (TF32: k = 8κ + 2t and + 1, the permuted
+        // order; bfloat16: the natural order of mma_bf16.cuh).
         float dm[kHq / 8][4];
 #pragma unroll
         for (int nu = 0; nu < kHq / 8; ++nu)

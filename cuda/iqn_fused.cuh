@@ -1,11 +1,11 @@
-// Device pieces shared by IQN's two fused tensor-core passes (iqn_target.cu, iqn_online.cu),
-// TF32 mode at iqn_hidden = 128 and iqn_cos = 64 (SPEC §4: φ(τ)_j = SiLU(Σ_k cos(π k τ) Wφ[j,k]
-// + bφ[j]), m = ψ ⊙ φ, h = m Wmᵀ).
+// Device pieces shared by IQN's fused tensor-core passes (iqn_target.cu, iqn_online.cu; the
+// staging also iqn_backward.cu), TF32 and BF16 modes at iqn_hidden = 128 and iqn_cos = 64
+// (SPEC §4: φ(τ)_j = SiLU(Σ_k cos(π k τ) Wφ[j,k] + bφ[j]), m = ψ ⊙ φ, h = m Wmᵀ).
 //
-// Tiling (both passes). A block of 8 warps stages Wφ [128, 64] and Wm [128, 128] in shared memory
-// once (rounded to TF32) and walks through tiles of 128 rows r = i·Nr + n; warp w owns rows
-// 16w .. 16w + 15 of a tile, one m16 row tile, and each thread rows g and g + 8 of it
-// (g = lane / 4, t = lane % 4; fragment layout in mma_tf32.cuh):
+// Tiling (both passes), as TF32 runs it. A block of 8 warps stages Wφ [128, 64] and Wm [128, 128]
+// in shared memory once (rounded to TF32) and walks through tiles of 128 rows r = i·Nr + n; warp w
+// owns rows 16w .. 16w + 15 of a tile, one m16 row tile, and each thread rows g and g + 8 of it (g
+// = lane / 4, t = lane % 4; fragment layout in mma_tf32.cuh):
 //   cos  [16, 64]   computed into A fragments directly (each thread its 4 entries per k step,
 //                   by rotation from one sincospif per sequence: CosRot)
 //   φ    [16, 128]  = cos Wφᵀ: 16 column tiles × 8 k steps of m16n8k8, accumulators in registers
@@ -17,11 +17,11 @@
 //
 // FH_MATH_BF16 runs the same tiling on bfloat16 products (mma_bf16.cuh, m16n8k16, float32
 // accumulation; the Bf16Products policy below): Wφ and Wm staged as bfloat16 (rows of 72 and 136,
-// 36 and 68 words ≡ 4 mod 32: a half-warp's 32-bit B loads hit 32 banks; 52 KiB instead of
-// 104), cos packed into A fragments two rotation steps at a time, m's accumulator pairs packed
-// into h's A fragments (8 of 4 registers instead of 16 of 4), half the instructions of the TF32
-// products for the same rows. The kernels take the products as a policy P (Tf32Products or
-// Bf16Products) and are otherwise one code.
+// 36 and 68 words ≡ 4 mod 32: the 32-bit B loads of a warp's lanes (g, t) hit banks 4g + t, all
+// different; 52 KiB instead of 104), cos packed into A fragments two rotation steps at a time, m's
+// accumulator pairs packed into h's A fragments (8 of 4 registers instead of 16 of 4), half the
+// instructions of the TF32 products for the same rows. The kernels take the products as a policy P
+// (Tf32Products or Bf16Products) and are otherwise one code.
 #pragma once
 #include <cstdint>
 #include <type_traits>

@@ -1,10 +1,10 @@
-// IQN's target pass (SPEC §4, §5.5 step 3: Z̄(x̃', τ'_im) of the target net) fused on tensor
-// cores, for TF32 and BF16 modes at iqn_hidden = 128 and iqn_cos = 64 (TF32 or bfloat16 products:
-// TargetArgs::bf16): from ψ̄ = SiLU(x̃' W̄ψᵀ + b̄ψ) [B, 128]
-// (a cuBLAS GEMM before it) one kernel draws τ' (Philox purpose 3), forms the cosine features,
-// φ̄ = SiLU(cos W̄φᵀ + b̄φ), m̄ = ψ̄ ⊙ φ̄, h̄ = m̄ W̄mᵀ and Z̄ = SiLU(h̄ + b̄m)·w̄_z + b̄_z, and writes
-// only Z̄ [B, N']: no cosine, φ̄, m̄ or h̄ buffer goes to memory (the unfused pass writes and reads
-// back 64 MiB of each at B = 16384). Strict FP32 and other widths keep the unfused pass (iqn.cu).
+// IQN's target pass (SPEC §4, §5.5 step 3: Z̄(x̃', τ'_im) of the target net) fused on tensor cores,
+// for TF32 and BF16 modes at iqn_hidden = 128 and iqn_cos = 64 (TF32 or bfloat16 products:
+// TargetArgs::bf16): from ψ̄ = SiLU(x̃' W̄ψᵀ + b̄ψ) [B, 128] (a cuBLAS GEMM before it) one kernel
+// draws τ' (Philox purpose 3), forms the cosine features, φ̄ = SiLU(cos W̄φᵀ + b̄φ), m̄ = ψ̄ ⊙ φ̄,
+// h̄ = m̄ W̄mᵀ and Z̄ = SiLU(h̄ + b̄m)·w̄_z + b̄_z, and writes only Z̄ [B, N']: no cosine, φ̄, m̄
+// or h̄ buffer goes to memory (the unfused pass writes and reads back 64 MiB of each at B = 16384).
+// Strict FP32 and other widths keep the unfused pass (iqn.cu).
 //
 // Tiling: iqn_fused.cuh (tiles of 128 rows, a warp per 16 rows, weights in shared memory, the
 // m fragments kept in registers between the two products). Each h̄ half is folded at once into
