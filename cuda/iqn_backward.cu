@@ -131,7 +131,7 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
 }
 
 // Wmᵀ into shared memory as E, rounded for the products (TF32 in float32, or bfloat16 for
-// FH_MATH_BF16's: rows of ld = kLDM floats or kLDMb bfloat16, ≡ 8 or 4 words mod 32 so that the
+// FH_MATH_BF16's: rows of LD = kLDM floats or kLDMb bfloat16, ≡ 8 or 4 words mod 32 so that the
 // B-fragment loads hit 32 banks, the file comment says how; the bfloat16 copy in the float32
 // one's space):
 // Wm's row j as float4s along k, lanes along j, so that the transposed stores of a warp go to
@@ -142,8 +142,8 @@ __device__ __forceinline__ float rounded_as(float *, float x) { return mma::stor
 __device__ __forceinline__ __nv_bfloat16 rounded_as(__nv_bfloat16 *, float x) {
     return __float2bfloat16_rn(x);
 }
-template <class E>
-__device__ __noinline__ void stage_wmT(E *WmT, int ld, const float *Wm) {
+template <class E, int LD>
+__device__ __noinline__ void stage_wmT(E *WmT, const float *Wm) {
     const float4 *w4 = reinterpret_cast<const float4 *>(Wm);
     stage_batched<16, float4>(
         kHq * kHq / 4, [&](int e) {
@@ -152,10 +152,10 @@ __device__ __noinline__ void stage_wmT(E *WmT, int ld, const float *Wm) {
         },
         [&](int e, float4 v) {
             const int j = e % kHq, k = 4 * (e / kHq);
-            WmT[k * ld + j] = rounded_as(WmT, v.x);
-            WmT[(k + 1) * ld + j] = rounded_as(WmT, v.y);
-            WmT[(k + 2) * ld + j] = rounded_as(WmT, v.z);
-            WmT[(k + 3) * ld + j] = rounded_as(WmT, v.w);
+            WmT[k * LD + j] = rounded_as(WmT, v.x);
+            WmT[(k + 1) * LD + j] = rounded_as(WmT, v.y);
+            WmT[(k + 2) * LD + j] = rounded_as(WmT, v.z);
+            WmT[(k + 3) * LD + j] = rounded_as(WmT, v.w);
         });
 }
 
@@ -176,9 +176,9 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
     float *bphi = WmT + kHq * kLDM;
     if constexpr (B16)
-        stage_wmT(reinterpret_cast<__nv_bfloat16 *>(WmT), kLDMb, a.Wm);
+        stage_wmT<__nv_bfloat16, kLDMb>(reinterpret_cast<__nv_bfloat16 *>(WmT), a.Wm);
     else
-        stage_wmT(WmT, kLDM, a.Wm);
+        stage_wmT<float, kLDM>(WmT, a.Wm);
     for (int e = threadIdx.x; e < kHq; e += blockDim.x) bphi[e] = __ldg(a.bphi + e);
     __syncthreads();
 
