@@ -4,8 +4,8 @@
 //
 // Tiling (both passes), as TF32 runs it. A block of 8 warps stages Wφ [128, 64] and Wm [128, 128]
 // in shared memory once (rounded to TF32) and walks through tiles of 128 rows r = i·Nr + n; warp w
-// owns rows 16w .. 16w + 15 of a tile, one m16 row tile, and each thread rows g and g + 8 of it (g
-// = lane / 4, t = lane % 4; fragment layout in mma_tf32.cuh):
+// owns rows 16w .. 16w + 15 of a tile, one m16 row tile, and each thread rows g and g + 8 of it
+// (g = lane / 4, t = lane % 4; fragment layout in mma_tf32.cuh):
 //   cos  [16, 64]   computed into A fragments directly (each thread its 4 entries per k step,
 //                   by rotation from one sincospif per sequence: CosRot)
 //   φ    [16, 128]  = cos Wφᵀ: 16 column tiles × 8 k steps of m16n8k8, accumulators in registers

@@ -1,8 +1,9 @@
-// IQN's passes fused on tensor cores, for TF32 and BF16 modes at the default widths (iqn_hidden =
-// 128, iqn_cos = 64): the target pass (cuda/iqn_target.cu) writes Z̄(x̃', τ') [B, N'] from ψ̄
-// without intermediate buffers; the online pass with its loss head (cuda/iqn_online.cu) writes what
-// the backward reads and the head's gradient partials; the backward through m
-// (cuda/iqn_backward.cu) turns dhpre into dφpre and dψpre without the dm buffer.
+// IQN's passes fused on tensor cores, for TF32 and BF16 modes at the default widths
+// (iqn_hidden = 128, iqn_cos = 64): the target pass (cuda/iqn_target.cu) writes Z̄(x̃', τ')
+// [B, N'] from ψ̄ without intermediate buffers; the online pass with its loss head
+// (cuda/iqn_online.cu) writes what the backward reads and the head's gradient partials; the
+// backward through m (cuda/iqn_backward.cu) turns dhpre into dφpre and dψpre without the dm
+// buffer.
 #pragma once
 #include <cstddef>
 #include <cstdint>
