@@ -166,10 +166,15 @@ typedef enum fh_status {
                                         attn_d_model not a multiple of attn_heads */
     FH_ERR_BAD_VALUE = 5,          /**< a config scalar is out of its range (e.g. gamma > 1) */
     FH_ERR_NON_FINITE = 6,         /**< a float in the input is NaN or infinite */
-    FH_ERR_OUT_OF_RANGE = 7,       /**< an action, regime or done flag is out of range */
+    FH_ERR_OUT_OF_RANGE = 7,       /**< an index or value of the input is out of its range:
+                                        an action, regime or done flag, a replay row's
+                                        episode_end, a tensor index */
     FH_ERR_NO_BATCH = 8,           /**< step called before any batch was uploaded */
-    FH_ERR_UNKNOWN_NAME = 9,       /**< no tensor has that name */
-    FH_ERR_BUFFER_SIZE = 10,       /**< a buffer's element count does not match the tensor */
+    FH_ERR_UNKNOWN_NAME = 9,       /**< no tensor has that name (or, for a write, no
+                                        writable one: the tensor is read-only) */
+    FH_ERR_BUFFER_SIZE = 10,       /**< an element or row count does not match: a buffer
+                                        against its tensor, a batch against batch_size, or
+                                        zero rows where at least one is needed */
     FH_ERR_IO = 11,                /**< a file could not be opened, read or written */
     FH_ERR_CHECKPOINT_TRUNCATED = 12, /**< the checkpoint file ends early */
     FH_ERR_CHECKPOINT_CORRUPT = 13,   /**< bad magic, version or checksum */

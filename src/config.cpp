@@ -105,6 +105,9 @@ void validate_config(const fh_config &c) {
     check_range("cql_alpha", c.cql_alpha, 0, INFINITY, false, true);
     check_range("regime_beta", c.regime_beta, 0, 1, false, true);
     check_range("regime_min", c.regime_min, 0, INFINITY, true, true);
+    if (std::isfinite(c.regime_max) && !(c.regime_max > c.regime_min))
+        fail(FH_ERR_BAD_VALUE, "config.regime_max = %.9g must be greater than config.regime_min = "
+             "%.9g", (double)c.regime_max, (double)c.regime_min);
     check_range("regime_max", c.regime_max, c.regime_min, INFINITY, false, true);
     check_range("ema_tau", c.ema_tau, 0, 1, false, false);
     check_range("lr_q", c.lr_q, 0, INFINITY, false, true);

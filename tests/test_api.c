@@ -116,6 +116,12 @@ static void test_bad_configs(void **state) {
     c = fh_test_small_config();
     c.iql_tau_lo = 1.0f;
     expect(fh_pipeline_create(&c, &p), FH_ERR_BAD_VALUE, "iql_tau_lo");
+    /* regime_max's lower bound is another field: the message names it and its value. */
+    c = fh_test_small_config();
+    c.regime_min = 2.0f;
+    c.regime_max = 1.0f;
+    expect(fh_pipeline_create(&c, &p), FH_ERR_BAD_VALUE,
+           "config.regime_max = 1 must be greater than config.regime_min = 2");
     c = fh_test_small_config();
     c.num_regimes = FH_MAX_REGIMES + 1;
     expect(fh_pipeline_create(&c, &p), FH_ERR_BAD_DIMENSION, "num_regimes");

@@ -4,6 +4,7 @@ or cupy. No GPU here: device arrays are host memory dressed as device arrays, wh
 backend refuses; what the binding passed is checked on the struct itself."""
 import ctypes
 import os
+import re
 import subprocess
 import sys
 
@@ -61,6 +62,9 @@ def test_insert_and_train(fh):
         assert ei.value.status == fh.Status.ERR_BAD_VALUE
         with pytest.raises(TypeError):
             p.train(1.5)
+        with pytest.raises(ValueError, match=re.escape(
+                "k=-1 does not fit fh_pipeline_train's k (uint32_t, [0, 4294967295])")):
+            p.train(-1)
 
 
 def test_refused_insert_names_the_element_and_changes_nothing(fh):
