@@ -81,7 +81,8 @@ def load_library(path=None):
             if path is None:
                 _lib, _lib_path = lib, p
             return lib
-        raise OSError("libfoxhunt.so not found; set %s to its full path. Tried:\n  %s"
+        raise OSError("libfoxhunt.so could not be loaded (not found, or not a loadable library); "
+                      "set %s to its full path. Tried:\n  %s"
                       % (ENV_VAR, "\n  ".join(errors) or "(nothing)"))
 
 

@@ -100,8 +100,16 @@ def _tensor_shape(name, rows, cols, group):
     return (rows, cols) if last[:1].isupper() else (cols,)
 
 
+def _asarray(value, what):
+    """np.asarray, with numpy's refusal of a ragged or non-numeric sequence naming the argument."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as e:
+        raise ValueError("%s: not a rectangular array (%s)" % (what, e)) from None
+
+
 def _float_array(value, what, shape):
-    a = np.asarray(value)
+    a = _asarray(value, what)
     if a.dtype.kind not in "fiub":
         raise TypeError("%s: expected a real numeric array, got dtype %s" % (what, a.dtype))
     if a.shape != tuple(shape):
@@ -114,12 +122,12 @@ def _float_array(value, what, shape):
         over = np.isinf(out) & np.isfinite(a)
         if over.any():
             idx = tuple(int(i) for i in np.argwhere(over)[0])
-            raise ValueError("%s%s = %r overflows float32" % (what, list(idx), float(a[idx])))
+            raise ValueError("%s%s = %s overflows float32" % (what, list(idx), a[idx]))
     return out
 
 
 def _int_array(value, what, shape, lo, hi, ctype):
-    a = np.asarray(value)
+    a = _asarray(value, what)
     if a.dtype.kind not in "iub":
         raise TypeError("%s: expected an integer array, got dtype %s" % (what, a.dtype))
     if a.shape != tuple(shape):

@@ -165,6 +165,20 @@ def test_float64_beyond_float32_named_not_turned_into_inf(pipe):
     b["next_obs"][5, 3] = np.inf  # a real infinity is the library's to refuse
     with pytest.raises(Exception, match="not finite"):
         pipe.upload(**b)
+    if np.finfo(np.longdouble).max > 1e4000:  # an x86 long double holds 1e4000
+        b["next_obs"] = np.array(make_batch()["next_obs"], dtype=np.longdouble)
+        b["next_obs"][2, 1] = np.longdouble("1e4000")
+        with pytest.raises(ValueError, match=r"next_obs\[2, 1\] = 1e\+4000 overflows float32"):
+            pipe.upload(**b)
+
+
+def test_ragged_array_named(pipe):
+    b = make_batch()
+    rows = [list(r) for r in b["obs"]]
+    rows[3] = rows[3][:-1]  # one row short
+    b["obs"] = rows
+    with pytest.raises(ValueError, match=r"^obs: not a rectangular array"):
+        pipe.upload(**b)
 
 
 def test_missing_goal_refused(pipe):
