@@ -518,9 +518,10 @@ class Pipeline:
 
     def write(self, name, array):
         """Overwrite tensor @p name (a parameter, target or state tensor) from @p array, whose
-        shape is the tensor's (a [1, n] matrix or [n] vector are both accepted for a row)."""
+        shape is the tensor's, or flat: all of its elements in row-major order (and a [1, n]
+        matrix is accepted for a row)."""
         shape, count, cname = self._info(name)
-        a = np.asarray(array)
+        a = _asarray(array, name)
         if a.dtype.kind not in "fiub":
             raise TypeError("%s: expected a real numeric array, got dtype %s" % (name, a.dtype))
         allowed = {tuple(shape), (count,)} | ({(1, count)} if len(shape) == 1 else set())

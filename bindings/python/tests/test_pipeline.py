@@ -275,6 +275,9 @@ def test_write_then_read(fh, pipe):
     pipe.write("q.b_u", [0.5])
     assert pipe.read("q.b_u")[0] == 0.5
     pipe.write("q.w_u", np.ones((1, 16)))  # a row as [1, n] is accepted
+    pipe.write("q.W1", w.ravel()[::-1].copy())  # and a flat array, row-major
+    assert np.array_equal(pipe.read("q.W1"), w.ravel()[::-1].reshape(16, 10).astype(np.float32))
+    pipe.write("q.W1", w)
     with pytest.raises(ValueError):
         pipe.write("q.W1", np.zeros((10, 16)))
     with pytest.raises(fh.FoxhuntError) as ei:
