@@ -28,9 +28,9 @@
 // z_mean and the head's partials (the same buffers as the unfused head), and dm with the ψ/φ
 // backward is a third (iqn_backward.cu: dm stays in registers), and hraw's buffer is not
 // allocated. In BF16 mode the three multiply bfloat16 operands on the tensor cores
-// (mma_bf16.cuh; iqn_fused.cuh's Bf16Products), and the online pass and the backward write dWm's
-// and dWφ's operands as bfloat16 (Impl's bf16_operands: half of cosb, dh and mbuf), which the
-// two GEMMs read as they are.
+// (mma_bf16.cuh; iqn_fused.cuh's SmemB16 overloads), and the online pass and the backward
+// write dWm's and dWφ's operands as bfloat16 (Impl's bf16_operands: half of cosb, dh and mbuf),
+// which the two GEMMs read as they are.
 #include <algorithm>
 #include <memory>
 

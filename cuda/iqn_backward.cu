@@ -131,7 +131,7 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
 }
 
 // Wmᵀ into shared memory as E, rounded for the products (TF32 in float32, or bfloat16 for
-// FH_MATH_BF16's: rows of LD = kLDM floats or kLDMb bfloat16, ≡ 8 or 4 words mod 32 so that the
+// FH_MATH_BF16's: rows of LD = kLDM floats or bfloat16, ≡ 8 or 4 words mod 32 so that the
 // B-fragment loads hit 32 banks, the file comment says how; the bfloat16 copy in the float32
 // one's space):
 // Wm's row j as float4s along k, lanes along j, so that the transposed stores of a warp go to
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
     float *bphi = WmT + kHq * kLDM;
     if constexpr (B16)
-        stage_wmT<__nv_bfloat16, kLDMb>(reinterpret_cast<__nv_bfloat16 *>(WmT), a.Wm);
+        stage_wmT<__nv_bfloat16, kLDM>(reinterpret_cast<__nv_bfloat16 *>(WmT), a.Wm);
     else
         stage_wmT<float, kLDM>(WmT, a.Wm);
     for (int e = threadIdx.x; e < kHq; e += blockDim.x) bphi[e] = __ldg(a.bphi + e);
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
                                        w.v1 ? bmma::ldg_pair(dh1 + k + 8) : 0u};
 #pragma unroll
                 for (int nu = 0; nu < kHq / 8; ++nu) {
-                    const __nv_bfloat16 *wp = WmTb + (8 * nu + gi) * kLDMb + k;
+                    const __nv_bfloat16 *wp = WmTb + (8 * nu + gi) * kLDM + k;
                     bmma::mma(dm[nu], A, bmma::ld_pair(wp), bmma::ld_pair(wp + 8));
                 }
             }

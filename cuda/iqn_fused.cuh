@@ -16,12 +16,13 @@
 // half-warp hit 32 different banks. Deterministic: each row is one warp's, no atomics.
 //
 // FH_MATH_BF16 runs the same tiling on bfloat16 products (mma_bf16.cuh, m16n8k16, float32
-// accumulation; the Bf16Products policy below): Wφ and Wm staged as bfloat16 (rows of 72 and 136,
+// accumulation; the SmemB16 overloads below): Wφ and Wm staged as bfloat16 (rows of 72 and 136,
 // 36 and 68 words ≡ 4 mod 32: the 32-bit B loads of a warp's lanes (g, t) hit banks 4g + t, all
 // different; 52 KiB instead of 104), cos packed into A fragments two rotation steps at a time, m's
 // accumulator pairs packed into h's A fragments (8 of 4 registers instead of 16 of 4), half the
-// instructions of the TF32 products for the same rows. The kernels take the products as a policy P
-// (Tf32Products or Bf16Products) and are otherwise one code.
+// instructions of the TF32 products for the same rows. The kernels take the weights' element type
+// E (float or __nv_bfloat16); phi_tile, merge_tile and h_tiles have an overload for each, and the
+// kernels are otherwise one code.
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -41,11 +42,15 @@ namespace fh::cuda::iqn {
 constexpr int kHq = 128, kC = 64;
 static_assert(kHq == (int)kIqnFusedHidden && kC == (int)kIqnFusedCos,
               "src/iqn_paths.hpp names the widths these kernels are written for");
+// Shared-memory row lengths of Wφ and Wm, in elements (floats, or bfloat16 in FH_MATH_BF16).
 constexpr int kLDP = kC + 8, kLDM = kHq + 8;
 constexpr int kWarps = 8, kRowsPerTile = 16 * kWarps;
 static_assert(kRowsPerTile == kFusedRowsPerTile, "iqn_fused.hpp's tile size");
-// Wφ, Wm, then bφ, bm, w_z.
-constexpr int kSmemFloats = kHq * kLDP + kHq * kLDM + 3 * kHq;
+// The shared memory of the target and online passes with weights of element type E: Wφ, Wm,
+// then bφ, bm, w_z as float32.
+template <class E>
+constexpr size_t kSmemBytes = ((size_t)kHq * kLDP + (size_t)kHq * kLDM) * sizeof(E) +
+                              3 * kHq * sizeof(float);
 
 // The default config's N = N' = 8, compiled into an instance of each kernel (the row → transition
 // divisions become shifts, the loops over a transition's rows and over N' get fixed trip counts);
@@ -114,19 +119,19 @@ __device__ __forceinline__ void stage_matrix(E *dst, int ld, const float *src) {
             store4(dst + n * ld + k, v);
         });
 }
-// Rows of LDP and LDM elements for Wφ and Wm.
-template <class E, int LDP, int LDM>
+// Rows of kLDP and kLDM elements for Wφ and Wm.
+template <class E>
 __device__ __forceinline__ SmemOf<E> stage_weights(float4 *sm, const float *Wphi,
                                                    const float *bphi, const float *Wm,
                                                    const float *bm, const float *wz) {
     SmemOf<E> s;
     s.Wphi = reinterpret_cast<E *>(sm);
-    s.Wm = s.Wphi + kHq * LDP;
-    s.bphi = reinterpret_cast<float *>(s.Wm + kHq * LDM);
+    s.Wm = s.Wphi + kHq * kLDP;
+    s.bphi = reinterpret_cast<float *>(s.Wm + kHq * kLDM);
     s.bm = s.bphi + kHq;
     s.wz = s.bm + kHq;
-    stage_matrix<kHq, kC>(s.Wphi, LDP, Wphi);
-    stage_matrix<kHq, kHq>(s.Wm, LDM, Wm);
+    stage_matrix<kHq, kC>(s.Wphi, kLDP, Wphi);
+    stage_matrix<kHq, kHq>(s.Wm, kLDM, Wm);
     for (int e = threadIdx.x; e < kHq; e += blockDim.x) {
         s.bphi[e] = __ldg(bphi + e);
         s.bm[e] = __ldg(bm + e);
@@ -169,13 +174,15 @@ struct CosRot {
     }
 };
 
-// φraw = cos(π k τ) Wφᵀ for the thread's rows g (τ t0) and g + 8 (τ t1), into acc. When `cosr0`
-// / `cosr1` are given, the features (k = 8κ + 2t and + 1) are stored there too (T: float, or
-// bfloat16 for FH_MATH_BF16's GEMM).
-template <class T>
-__device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, float (&acc)[kHq / 8][4],
-                                         T *cosr0, T *cosr1) {
-    const int lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
+// The cosine features of the thread's rows g (τ t0) and g + 8 (τ t1), rotation step by step,
+// after acc is zeroed: step(ka, c0, c1) gets step ka's features at k = 8ka + 2t and + 1 (c0 row
+// g's, c1 row g + 8's). When `cosr0` / `cosr1` are given, the features are stored there too (T:
+// float, or bfloat16 for FH_MATH_BF16's GEMM). The TF32 and the bfloat16 products read the same
+// features, so the bfloat16 copy is the rounding of TF32's, bit for bit.
+template <class T, class F>
+__device__ __forceinline__ void cos_steps(float t0, float t1, float (&acc)[kHq / 8][4], T *cosr0,
+                                          T *cosr1, F &&step) {
+    const int tq = threadIdx.x & 3;
 #pragma unroll
     for (int nu = 0; nu < kHq / 8; ++nu)
 #pragma unroll
@@ -189,21 +196,31 @@ __device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, floa
             q0.next();
             q1.next();
         }
-        const float c00 = q0.c[0], c01 = q0.c[1], c10 = q1.c[0], c11 = q1.c[1];
-        if (cosr0) st2(cosr0 + 8 * ka + 2 * tq, c00, c01);
-        if (cosr1) st2(cosr1 + 8 * ka + 2 * tq, c10, c11);
+        if (cosr0) st2(cosr0 + 8 * ka + 2 * tq, q0.c[0], q0.c[1]);
+        if (cosr1) st2(cosr1 + 8 * ka + 2 * tq, q1.c[0], q1.c[1]);
+        step(ka, q0.c, q1.c);
+    }
+}
+
+// φraw = cos(π k τ) Wφᵀ for the thread's rows g (τ t0) and g + 8 (τ t1), into acc, the features
+// stored as cos_steps says.
+template <class T>
+__device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, float (&acc)[kHq / 8][4],
+                                         T *cosr0, T *cosr1) {
+    const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
+    cos_steps(t0, t1, acc, cosr0, cosr1, [&](int ka, const float (&c0)[2], const float (&c1)[2]) {
         mma::Op A[4];
-        A[0] = mma::op<false>(c00);
-        A[1] = mma::op<false>(c10);
-        A[2] = mma::op<false>(c01);
-        A[3] = mma::op<false>(c11);
+        A[0] = mma::op<false>(c0[0]);
+        A[1] = mma::op<false>(c1[0]);
+        A[2] = mma::op<false>(c0[1]);
+        A[3] = mma::op<false>(c1[1]);
 #pragma unroll
         for (int nu = 0; nu < kHq / 8; ++nu) {
             const float2 w = *reinterpret_cast<const float2 *>(s.Wphi + (8 * nu + gi) * kLDP + 8 * ka + 2 * tq);
             const mma::Op B[2] = {mma::loaded<false>(w.x), mma::loaded<false>(w.y)};
             mma::mma<false>(acc[nu], A, B);
         }
-    }
+    });
 }
 
 // m = ψ_i ⊙ SiLU(φraw + bφ) of the thread's two rows, column tile by column tile, handed to
@@ -289,53 +306,31 @@ __device__ __forceinline__ void transition_sum(int N, float &v, float &w) {
     }
 }
 
-// FH_MATH_BF16's products (mma_bf16.cuh). Wφ and Wm in shared memory as bfloat16, rows of
-// kLDPb and kLDMb elements; bφ, bm and w_z as float32 after them.
-constexpr int kLDPb = kC + 8, kLDMb = kHq + 8;
-constexpr size_t kSmemBytesB16 =
-    ((size_t)kHq * kLDPb + (size_t)kHq * kLDMb) * sizeof(__nv_bfloat16) + 3 * kHq * sizeof(float);
-
 using SmemB16 = SmemOf<__nv_bfloat16>;
 
 // phi_tile on bfloat16 products: k16 step s packs the features of rotation steps 2s and 2s + 1
 // (columns 16s + 2t, + 1 and 16s + 8 + 2t, + 1: the A fragment's natural order).
 template <class T>
-__device__ __forceinline__ void phi_tile_b16(const SmemB16 &s, float t0, float t1,
-                                             float (&acc)[kHq / 8][4], T *cosr0, T *cosr1) {
-    const int lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
-#pragma unroll
-    for (int nu = 0; nu < kHq / 8; ++nu)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[nu][e] = 0.0f;
-    CosRot q0, q1;
-    q0.start(t0, tq);
-    q1.start(t1, tq);
-#pragma unroll
-    for (int ks = 0; ks < kC / 16; ++ks) {
-        uint32_t A[4];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int ka = 2 * ks + h;
-            if (ka > 0) {
-                q0.next();
-                q1.next();
-            }
-            if (cosr0) st2(cosr0 + 8 * ka + 2 * tq, q0.c[0], q0.c[1]);
-            if (cosr1) st2(cosr1 + 8 * ka + 2 * tq, q1.c[0], q1.c[1]);
-            A[2 * h] = bmma::pack(q0.c[0], q0.c[1]);
-            A[2 * h + 1] = bmma::pack(q1.c[0], q1.c[1]);
-        }
+__device__ __forceinline__ void phi_tile(const SmemB16 &s, float t0, float t1,
+                                         float (&acc)[kHq / 8][4], T *cosr0, T *cosr1) {
+    const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
+    uint32_t A[4];
+    cos_steps(t0, t1, acc, cosr0, cosr1, [&](int ka, const float (&c0)[2], const float (&c1)[2]) {
+        const int h = ka & 1, ks = ka >> 1;
+        A[2 * h] = bmma::pack(c0[0], c0[1]);
+        A[2 * h + 1] = bmma::pack(c1[0], c1[1]);
+        if (!h) return;
 #pragma unroll
         for (int nu = 0; nu < kHq / 8; ++nu) {
-            const __nv_bfloat16 *w = s.Wphi + (8 * nu + gi) * kLDPb + 16 * ks + 2 * tq;
+            const __nv_bfloat16 *w = s.Wphi + (8 * nu + gi) * kLDP + 16 * ks + 2 * tq;
             bmma::mma(acc[nu], A, bmma::ld_pair(w), bmma::ld_pair(w + 8));
         }
-    }
+    });
 }
 
 // h_tiles on bfloat16 products, from m's packed A fragments M[s] (columns 16s .. 16s + 15).
 template <int NT>
-__device__ __forceinline__ void h_tiles_b16(const SmemB16 &s, const uint32_t (&M)[kHq / 16][4],
+__device__ __forceinline__ void h_tiles(const SmemB16 &s, const uint32_t (&M)[kHq / 16][4],
                                             int nu0, float (&h)[NT][4]) {
     const int lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
 #pragma unroll
@@ -346,81 +341,42 @@ __device__ __forceinline__ void h_tiles_b16(const SmemB16 &s, const uint32_t (&M
     for (int ks = 0; ks < kHq / 16; ++ks)
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-            const __nv_bfloat16 *w = s.Wm + (8 * (nu0 + n) + gi) * kLDMb + 16 * ks + 2 * tq;
+            const __nv_bfloat16 *w = s.Wm + (8 * (nu0 + n) + gi) * kLDM + 16 * ks + 2 * tq;
             bmma::mma(h[n], M[ks], bmma::ld_pair(w), bmma::ld_pair(w + 8));
         }
 }
 
-// The products of the fused passes, TF32 (mma_tf32.cuh) or bfloat16 (FH_MATH_BF16): the weights'
-// staging, φraw, m's fragments and column tiles of h.
-struct Tf32Products {
-    using W = Smem;
-    using Frags = mma::Op[kHq / 8][4];
-    static constexpr size_t kSmemBytes = kSmemFloats * sizeof(float);
-    static __device__ __forceinline__ W stage(float4 *sm, const float *Wphi, const float *bphi,
-                                              const float *Wm, const float *bm, const float *wz) {
-        return stage_weights<float, kLDP, kLDM>(sm, Wphi, bphi, Wm, bm, wz);
-    }
-    template <class T>
-    static __device__ __forceinline__ void phi(const W &s, float t0, float t1,
-                                               float (&acc)[kHq / 8][4], T *c0, T *c1) {
-        phi_tile(s, t0, t1, acc, c0, c1);
-    }
-    template <class T>
-    static __device__ __forceinline__ void merge(const W &s, const float (&acc)[kHq / 8][4],
-                                                 const float *psi0, const float *psi1, Frags &M,
-                                                 float *phir0, float *phir1, T *mr0, T *mr1) {
-        merge_tile(s, acc, psi0, psi1, M, phir0, phir1, mr0, mr1);
-    }
-    template <int NT>
-    static __device__ __forceinline__ void h(const W &s, const Frags &M, int nu0,
-                                             float (&out)[NT][4]) {
-        h_tiles<NT>(s, M, nu0, out);
-    }
-};
-struct Bf16Products {
-    using W = SmemB16;
-    using Frags = uint32_t[kHq / 16][4];
-    static constexpr size_t kSmemBytes = kSmemBytesB16;
-    static __device__ __forceinline__ W stage(float4 *sm, const float *Wphi, const float *bphi,
-                                              const float *Wm, const float *bm, const float *wz) {
-        return stage_weights<__nv_bfloat16, kLDPb, kLDMb>(sm, Wphi, bphi, Wm, bm, wz);
-    }
-    template <class T>
-    static __device__ __forceinline__ void phi(const W &s, float t0, float t1,
-                                               float (&acc)[kHq / 8][4], T *c0, T *c1) {
-        phi_tile_b16(s, t0, t1, acc, c0, c1);
-    }
-    // Tiles 2s and 2s + 1 of m make A fragment s: (c0, c1) and (c2, c3) of the even tile in
-    // registers 0 and 1, of the odd one in 2 and 3.
-    template <class T>
-    static __device__ __forceinline__ void merge(const W &s, const float (&acc)[kHq / 8][4],
-                                                 const float *psi0, const float *psi1, Frags &M,
-                                                 float *phir0, float *phir1, T *mr0, T *mr1) {
-        merge_rows(s, acc, psi0, psi1, phir0, phir1, mr0, mr1, [&](int nu, const float (&m)[4]) {
-            M[nu >> 1][2 * (nu & 1)] = bmma::pack(m[0], m[1]);
-            M[nu >> 1][2 * (nu & 1) + 1] = bmma::pack(m[2], m[3]);
-        });
-    }
-    template <int NT>
-    static __device__ __forceinline__ void h(const W &s, const Frags &M, int nu0,
-                                             float (&out)[NT][4]) {
-        h_tiles_b16<NT>(s, M, nu0, out);
-    }
-};
+// m as the A fragments of h = m Wmᵀ on bfloat16 products: tiles 2s and 2s + 1 of m make A
+// fragment s, (c0, c1) and (c2, c3) of the even tile in registers 0 and 1, of the odd one in 2
+// and 3.
+template <class T>
+__device__ __forceinline__ void merge_tile(const SmemB16 &s, const float (&acc)[kHq / 8][4],
+                                           const float *psi0, const float *psi1,
+                                           uint32_t (&M)[kHq / 16][4], float *phir0, float *phir1,
+                                           T *mr0, T *mr1) {
+    merge_rows(s, acc, psi0, psi1, phir0, phir1, mr0, mr1, [&](int nu, const float (&m)[4]) {
+        M[nu >> 1][2 * (nu & 1)] = bmma::pack(m[0], m[1]);
+        M[nu >> 1][2 * (nu & 1) + 1] = bmma::pack(m[2], m[3]);
+    });
+}
+
+// m's fragments for the products on E: TF32 operands, or packed bfloat16 pairs.
+template <class E>
+using Frags = std::conditional_t<std::is_same_v<E, float>, mma::Op[kHq / 8][4],
+                                 uint32_t[kHq / 16][4]>;
 
 // Z's row dots without b_z, Σ_u SiLU(h_u + bm_u) w_z,u over all kHq columns of the thread's
-// rows g (z0) and g + 8 (z1), h = m Wmᵀ from the m fragments M a half at a time (P::h<8>,
+// rows g (z0) and g + 8 (z1), h = m Wmᵀ from the m fragments M a half at a time (h_tiles<8>,
 // z_half); every lane of the quad returns the row's sum. The target and online passes share it.
-template <class P>
-__device__ __forceinline__ void z_rows(const typename P::W &s, const typename P::Frags &M,
-                                       float &z0, float &z1) {
+template <class E>
+__device__ __forceinline__ void z_rows(const SmemOf<E> &s, const Frags<E> &M, float &z0,
+                                       float &z1) {
     z0 = 0.0f;
     z1 = 0.0f;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
         float h[8][4];
-        P::template h<8>(s, M, 8 * half, h);
+        h_tiles<8>(s, M, 8 * half, h);
         z_half(s, h, half, z0, z1);
     }
     z0 = quad_sum(z0);

@@ -13,8 +13,8 @@
 // the loss terms (one partial row per block; reduce_partials sums them in block order). The
 // backward's GEMMs (dWm = dhᵀ m, dm = dh Wm, dWφ = dφpreᵀ cos) and the ψ/φ backward read what it
 // writes (iqn.cu). In FH_MATH_BF16 (the B16 instances) the products are bfloat16 ones
-// (iqn_fused.cuh's Bf16Products) and cos, m and dhpre go out as bfloat16 instead, the operands of
-// dWm and dWφ's bfloat16 GEMMs, half the bytes (OnlineArgs::dh16).
+// (iqn_fused.cuh's SmemB16 overloads) and cos, m and dhpre go out as bfloat16 instead, the
+// operands of dWm and dWφ's bfloat16 GEMMs, half the bytes (OnlineArgs::dh16).
 // This replaces five kernels of the unfused pass (taucos, the φ and Wm GEMMs, the merge and the
 // warp-per-transition head) and its hraw round trip through memory.
 //
@@ -58,17 +58,17 @@ __device__ __forceinline__ float head_row(const OnlineArgs &a, int Nt, bool vali
 }
 
 // NC, NTC: N and N' compiled in (kFixedN), or 0 to read them from a. B16 (FH_MATH_BF16): the
-// products on bfloat16 operands (iqn_fused.cuh's Bf16Products) and cos, m and dhpre to a.cos16,
-// a.m16, a.dh16 as bfloat16; else TF32 products and a.cos, a.m, a.dh.
+// products on bfloat16 operands (iqn_fused.cuh's SmemB16 overloads) and cos, m and dhpre to
+// a.cos16, a.m16, a.dh16 as bfloat16; else TF32 products and a.cos, a.m, a.dh.
 template <int NC, int NTC, bool B16>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
     pdl_enter();
-    using P = std::conditional_t<B16, Bf16Products, Tf32Products>;
+    using E = std::conditional_t<B16, __nv_bfloat16, float>;  // the weights' element type
     using Out = std::conditional_t<B16, __nv_bfloat16, float>;
     Out *const cos_out = pick<B16>(a.cos, a.cos16), *const m_out = pick<B16>(a.m, a.m16),
               *const dh_out = pick<B16>(a.dh, a.dh16);
     extern __shared__ float4 sm4[];
-    const typename P::W sw = P::stage(sm4, a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
+    const SmemOf<E> sw = stage_weights<E>(sm4, a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
     const uint32_t st = (uint32_t)*a.step;
     const float bz = __ldg(a.bz);
@@ -88,16 +88,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
             if (v1) a.tau[r1] = t1;
         }
         float phi[kHq / 8][4];
-        P::phi(sw, t0, t1, phi, v0 ? cos_out + r0 * kC : nullptr,
-               v1 ? cos_out + r1 * kC : nullptr);
+        phi_tile(sw, t0, t1, phi, v0 ? cos_out + r0 * kC : nullptr,
+                 v1 ? cos_out + r1 * kC : nullptr);
         const size_t i0 = v0 ? r0 / N : 0, i1 = v1 ? r1 / N : 0;
-        typename P::Frags M;
-        P::merge(sw, phi, a.psi + i0 * kHq, a.psi + i1 * kHq, M,
-                 v0 ? a.phi + r0 * kHq : nullptr, v1 ? a.phi + r1 * kHq : nullptr,
-                 v0 ? m_out + r0 * kHq : nullptr, v1 ? m_out + r1 * kHq : nullptr);
+        Frags<E> M;
+        merge_tile(sw, phi, a.psi + i0 * kHq, a.psi + i1 * kHq, M,
+                   v0 ? a.phi + r0 * kHq : nullptr, v1 ? a.phi + r1 * kHq : nullptr,
+                   v0 ? m_out + r0 * kHq : nullptr, v1 ? m_out + r1 * kHq : nullptr);
         // Z_in of the thread's two rows (every lane of the quad holds them).
         float z0, z1;
-        z_rows<P>(sw, M, z0, z1);
+        z_rows<E>(sw, M, z0, z1);
         z0 += bz;
         z1 += bz;
         // z_mean: the transition's N rows are lanes g .. g + N − 1 of one half (N ≤ 8), or both
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             float h[4][4];
-            P::template h<4>(sw, M, 4 * q, h);
+            h_tiles<4>(sw, M, 4 * q, h);
             float v[4][4];  // [dbm u, dbm u + 1, dw_z u, dw_z u + 1][column tile]
 #pragma unroll
             for (int n = 0; n < 4; ++n) {
@@ -173,16 +173,16 @@ int fused_blocks(size_t rows) {
 void online_fused_prepare() {
     for (const void *k : {(const void *)k_iqn_online<0, 0, false>,
                           (const void *)k_iqn_online<kFixedN, kFixedN, false>})
-        aux::allow_smem(k, Tf32Products::kSmemBytes, "IQN online pass");
+        aux::allow_smem(k, kSmemBytes<float>, "IQN online pass");
     for (const void *k : {(const void *)k_iqn_online<0, 0, true>,
                           (const void *)k_iqn_online<kFixedN, kFixedN, true>})
-        aux::allow_smem(k, Bf16Products::kSmemBytes, "IQN online pass (bfloat16)");
+        aux::allow_smem(k, kSmemBytes<__nv_bfloat16>, "IQN online pass (bfloat16)");
 }
 
 namespace {
 template <bool B16>
 void launch_online(const OnlineArgs &a, int blocks, cudaStream_t s) {
-    const size_t smem = B16 ? Bf16Products::kSmemBytes : Tf32Products::kSmemBytes;
+    const size_t smem = B16 ? kSmemBytes<__nv_bfloat16> : kSmemBytes<float>;
     if (fixed_n(a.N) && fixed_n(a.Nt))
         FH_LAUNCH((k_iqn_online<kFixedN, kFixedN, B16>), blocks, kWarps * 32, smem, s, a);
     else

@@ -22,11 +22,11 @@ namespace fh::cuda::iqn {
 namespace {
 
 // NTC: N' compiled in (kFixedN), or 0 to read it from a.
-template <int NTC, class P>
+template <int NTC, class E>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
     pdl_enter();
     extern __shared__ float4 sm4[];
-    const typename P::W sw = P::stage(sm4, a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
+    const SmemOf<E> sw = stage_weights<E>(sm4, a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
     const uint32_t st = (uint32_t)*a.step;
     const float bz = __ldg(a.bz);
@@ -39,13 +39,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
         const float t0 = draw_tau(a.seed, a.row0, r0, R, Nt, st, PURPOSE_IQN_TARGET);
         const float t1 = draw_tau(a.seed, a.row0, r1, R, Nt, st, PURPOSE_IQN_TARGET);
         float acc[kHq / 8][4];
-        P::template phi<float>(sw, t0, t1, acc, nullptr, nullptr);
+        phi_tile<float>(sw, t0, t1, acc, nullptr, nullptr);
         const size_t ii0 = r0 < R ? r0 / Nt : 0, ii1 = r1 < R ? r1 / Nt : 0;
-        typename P::Frags M;
-        P::template merge<float>(sw, acc, a.psi + ii0 * kHq, a.psi + ii1 * kHq, M, nullptr,
-                                 nullptr, nullptr, nullptr);
+        Frags<E> M;
+        merge_tile<float>(sw, acc, a.psi + ii0 * kHq, a.psi + ii1 * kHq, M, nullptr, nullptr,
+                          nullptr, nullptr);
         float z0, z1;
-        z_rows<P>(sw, M, z0, z1);
+        z_rows<E>(sw, M, z0, z1);
         if (tq == 0) {
             if (r0 < R) a.zt[r0] = z0 + bz;
             if (r1 < R) a.zt[r1] = z1 + bz;
@@ -53,30 +53,30 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
     }
 }
 
-template <class P>
+template <class E>
 void launch_target(const TargetArgs &a, int blocks, cudaStream_t s) {
     if (fixed_n(a.Nt))
-        FH_LAUNCH((k_iqn_target<kFixedN, P>), blocks, kWarps * 32, P::kSmemBytes, s, a);
+        FH_LAUNCH((k_iqn_target<kFixedN, E>), blocks, kWarps * 32, kSmemBytes<E>, s, a);
     else
-        FH_LAUNCH((k_iqn_target<0, P>), blocks, kWarps * 32, P::kSmemBytes, s, a);
+        FH_LAUNCH((k_iqn_target<0, E>), blocks, kWarps * 32, kSmemBytes<E>, s, a);
 }
 
 }  // namespace
 
 void target_fused(const TargetArgs &a, int blocks, cudaStream_t s) {
     if (a.bf16)
-        launch_target<Bf16Products>(a, blocks, s);
+        launch_target<__nv_bfloat16>(a, blocks, s);
     else
-        launch_target<Tf32Products>(a, blocks, s);
+        launch_target<float>(a, blocks, s);
 }
 
 void target_fused_prepare() {
-    for (const void *k : {(const void *)k_iqn_target<0, Tf32Products>,
-                          (const void *)k_iqn_target<kFixedN, Tf32Products>})
-        aux::allow_smem(k, Tf32Products::kSmemBytes, "IQN target pass");
-    for (const void *k : {(const void *)k_iqn_target<0, Bf16Products>,
-                          (const void *)k_iqn_target<kFixedN, Bf16Products>})
-        aux::allow_smem(k, Bf16Products::kSmemBytes, "IQN target pass (bfloat16)");
+    for (const void *k : {(const void *)k_iqn_target<0, float>,
+                          (const void *)k_iqn_target<kFixedN, float>})
+        aux::allow_smem(k, kSmemBytes<float>, "IQN target pass");
+    for (const void *k : {(const void *)k_iqn_target<0, __nv_bfloat16>,
+                          (const void *)k_iqn_target<kFixedN, __nv_bfloat16>})
+        aux::allow_smem(k, kSmemBytes<__nv_bfloat16>, "IQN target pass (bfloat16)");
 }
 
 }  // namespace fh::cuda::iqn
