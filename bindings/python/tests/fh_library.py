@@ -1,7 +1,9 @@
 """Where the tests find libfoxhunt.so, shared by the binding tests and the oracle tests.
 
-FOXHUNT_LIBRARY wins when set; otherwise the first of <repo>/build-py, <repo>/build that holds
-libfoxhunt.so is used (and exported as FOXHUNT_LIBRARY for the loader)."""
+FOXHUNT_LIBRARY wins when set (a relative path is taken from the current directory); otherwise
+the first of <repo>/build-py, <repo>/build that holds libfoxhunt.so is used. Either way the full
+path is returned and exported as FOXHUNT_LIBRARY, for the loader and for the programs the tests
+start in other directories."""
 import os
 
 import pytest
@@ -12,7 +14,11 @@ from fh_testdata import REPO
 def locate_library():
     env = os.environ.get("FOXHUNT_LIBRARY")
     if env:
-        return env if os.path.exists(env) else None
+        if not os.path.exists(env):
+            return None
+        path = os.path.abspath(env)
+        os.environ["FOXHUNT_LIBRARY"] = path
+        return path
     for build in ("build-py", "build"):
         p = os.path.join(REPO, build, "libfoxhunt.so")
         if os.path.exists(p):

@@ -54,3 +54,18 @@ def test_loaded_library_version(fh):
     lib = fh.load_library()
     assert isinstance(lib, ctypes.CDLL)
     assert lib.fh_last_error_message() is not None
+
+
+def test_tests_export_the_library_as_a_full_path(monkeypatch, tmp_path):
+    """The tests' locator (fh_library.py) turns a relative FOXHUNT_LIBRARY into the full path it
+    exports, since the example tests run programs in other directories."""
+    from fh_library import locate_library
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libfoxhunt.so").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FOXHUNT_LIBRARY", os.path.join("lib", "libfoxhunt.so"))
+    full = str(tmp_path / "lib" / "libfoxhunt.so")
+    assert locate_library() == full
+    assert os.environ["FOXHUNT_LIBRARY"] == full
+    monkeypatch.setenv("FOXHUNT_LIBRARY", "missing/libfoxhunt.so")
+    assert locate_library() is None
