@@ -1,0 +1,227 @@
+// CPU warp emulation of IQN's fused online pass (cuda/iqn_online.cu; run by tests/warp_emu/run.sh):
+// on 37 transitions (a partly filled last tile or row group) at N = 8 (compiled in) and 4 (read
+// at run time), TF32 and bfloat16 products, its per-row outputs (cos, m, dhpre, z_mean) against a
+// float64 evaluation of SPEC §4 and the quantile Huber head, and, where the kernel has the
+// instance that keeps h in shared memory (STASH), that instance's per-row outputs on its own grid,
+// on one block and with tile-ordered groups against the recompute instance's, bit for bit. Each
+// block is staged thread by thread, then its warps run one after another. Exit status 1 on a
+// difference or an error over its bound: 5e-3 in TF32, 3e-2 in bfloat16 (the bounds of
+// tests/test_cuda_iqn.cpp, which runs the kernels on the GPU).
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "warp_emu_config.h"
+
+thread_local Dim3 threadIdx, blockIdx;
+Dim3 blockDim{32, 1, 1}, gridDim{1, 1, 1};
+thread_local Warp *gW;
+bool g_sync_is_warp = false;  // the harness stages each block before its warps run
+float4 *gSmem;
+void sim_record(const float (&)[2][4], double, double) {}  // the block sums are not checked
+#include "online_body.h"
+
+using namespace fh::cuda::iqn;
+
+#ifdef WARP_EMU_IQN_STASH
+#define ONLINE(NC, B16, STASH) k_iqn_online<NC, NC, B16, STASH>
+#else
+#define ONLINE(NC, B16, STASH) k_iqn_online<NC, NC, B16>
+#endif
+
+struct Out {
+    std::vector<float> tau, cos, phi, m, dh, zm;
+    std::vector<uint16_t> cos16, m16, dh16;
+};
+
+// One instance on `blocks` blocks of `nwarps` warps and `smem` bytes of shared memory.
+template <int NC, bool B16, bool STASH>
+Out run(OnlineArgs a, int blocks, int nwarps, size_t smem) {
+    using E = std::conditional_t<B16, __nv_bfloat16, float>;
+    const size_t R = (size_t)a.B * a.N;
+    Out o;
+    o.tau.assign(R, NAN);
+    o.cos.assign(R * kC, NAN);
+    o.phi.assign(R * kHq, NAN);
+    o.m.assign(R * kHq, NAN);
+    o.dh.assign(R * kHq, NAN);
+    o.zm.assign(a.B, NAN);
+    o.cos16.assign(R * kC, 0xffff);
+    o.m16.assign(R * kHq, 0xffff);
+    o.dh16.assign(R * kHq, 0xffff);
+    a.tau = o.tau.data();
+    a.cos = o.cos.data();
+    a.phi = o.phi.data();
+    a.m = o.m.data();
+    a.dh = o.dh.data();
+    a.z_mean = o.zm.data();
+    if (B16) {
+        a.cos16 = reinterpret_cast<__nv_bfloat16 *>(o.cos16.data());
+        a.m16 = reinterpret_cast<__nv_bfloat16 *>(o.m16.data());
+        a.dh16 = reinterpret_cast<__nv_bfloat16 *>(o.dh16.data());
+    }
+    gridDim.x = blocks;
+    blockDim.x = 32 * nwarps;
+    std::vector<float4> sm(smem / 16 + 1);
+    for (int b = 0; b < blocks; ++b) {
+        for (auto &f : sm) f = make_float4(NAN, NAN, NAN, NAN);
+        gSmem = sm.data();
+        blockIdx.x = b;
+        for (unsigned t = 0; t < blockDim.x; ++t) {  // the block's staging, thread by thread
+            threadIdx.x = t;
+            stage_weights<E>(gSmem, a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
+        }
+        for (int w = 0; w < nwarps; ++w) {
+            Warp W;
+            std::vector<std::thread> th;
+            for (int l = 0; l < 32; ++l)
+                th.emplace_back([&, l] {
+                    threadIdx.x = 32 * w + l;
+                    blockIdx.x = b;
+                    gW = &W;
+                    ONLINE(NC, B16, STASH)(a);
+                });
+            for (auto &t : th) t.join();
+        }
+    }
+    return o;
+}
+
+template <class T>
+bool same(const std::vector<T> &a, const std::vector<T> &b) {
+    return a.size() == b.size() && !memcmp(a.data(), b.data(), a.size() * sizeof(T));
+}
+bool same(const Out &a, const Out &b, bool b16) {
+    return same(a.tau, b.tau) && same(a.phi, b.phi) && same(a.zm, b.zm) &&
+           (b16 ? same(a.cos16, b.cos16) && same(a.m16, b.m16) && same(a.dh16, b.dh16)
+                : same(a.cos, b.cos) && same(a.m, b.m) && same(a.dh, b.dh));
+}
+
+double silu(double z) { return z / (1.0 + std::exp(-z)); }
+double dhuber(double u, double k) { return std::fabs(u) <= k ? u : (u > 0 ? k : -k); }
+
+int main() {
+    const int Hq = kHq, C = kC, Nt = 8, B = 37;
+    bool ok = true;
+    for (int N : {8, 4}) {
+        const size_t R = (size_t)B * N;
+        std::mt19937 rng(5 + N);
+        std::normal_distribution<float> nd(0.f, 1.f);
+        auto vec = [&](size_t n, float s) {
+            std::vector<float> v(n);
+            for (auto &x : v) x = s * nd(rng);
+            return v;
+        };
+        const auto psi = vec((size_t)B * Hq, 0.8f), Wphi = vec((size_t)Hq * C, 0.25f),
+                   bphi = vec(Hq, 0.3f), Wm = vec((size_t)Hq * Hq, 0.12f), bm = vec(Hq, 0.3f),
+                   wz = vec(Hq, 0.3f), bz = vec(1, 0.5f), zt = vec((size_t)B * Nt, 1.0f),
+                   r = vec(B, 0.5f);
+        std::vector<float> done(B);
+        for (auto &d : done) d = rng() % 5 == 0 ? 1.0f : 0.0f;
+        uint64_t step = 4;
+        OnlineArgs a{};
+        a.psi = psi.data();
+        a.Wphi = Wphi.data();
+        a.bphi = bphi.data();
+        a.Wm = Wm.data();
+        a.bm = bm.data();
+        a.wz = wz.data();
+        a.bz = bz.data();
+        a.zt = zt.data();
+        a.r = r.data();
+        a.done = done.data();
+        a.gamma = 0.99f;
+        a.kappa = 1.0f;
+        a.scale = 1.0 / (B * Nt);
+        a.seed = 987;
+        a.step = &step;
+        a.B = B;
+        a.N = N;
+        a.Nt = Nt;
+        for (const bool b16 : {false, true}) {
+            const size_t smem = b16 ? kSmemBytes<__nv_bfloat16> : kSmemBytes<float>;
+            const Out ref = b16 ? (N == 8 ? run<8, true, false>(a, 3, kWarps, smem)
+                                          : run<0, true, false>(a, 3, kWarps, smem))
+                                : (N == 8 ? run<8, false, false>(a, 3, kWarps, smem)
+                                          : run<0, false, false>(a, 3, kWarps, smem));
+#ifdef WARP_EMU_IQN_STASH
+            // The stash instance: 15 warps a block, 512 float4 slots a warp after the weights.
+            const size_t st = smem + 15 * 512 * sizeof(float4);
+            auto stash = [&](OnlineArgs x, int blocks) {
+                x.stash = true;
+                return b16 ? (N == 8 ? run<8, true, true>(x, blocks, 15, st)
+                                     : run<0, true, true>(x, blocks, 15, st))
+                           : (N == 8 ? run<8, false, true>(x, blocks, 15, st)
+                                     : run<0, false, true>(x, blocks, 15, st));
+            };
+            OnlineArgs tiles = a;
+            tiles.tiles = true;
+            const struct {
+                const char *name;
+                Out out;
+            } inst[] = {{"stash", stash(a, (int)((R + 239) / 240))},
+                        {"stash, 1 block", stash(a, 1)},
+                        {"stash, tiles", stash(tiles, (int)((R + 239) / 240))}};
+            for (const auto &in : inst) {
+                const bool eq = same(in.out, ref, b16);
+                printf("N=%d %s %-15s: per-row outputs %s recompute's\n", N, b16 ? "bf16" : "tf32",
+                       in.name, eq ? "bitwise equal to" : "DIFFER from");
+                ok &= eq;
+            }
+#endif
+            // The float64 evaluation, for the rows' τ as the kernel drew them.
+            double e[4] = {0, 0, 0, 0}, n[4] = {0, 0, 0, 0};  // cos, m, dh, z_mean
+            auto add = [&](int k, double got, double want) {
+                e[k] += (got - want) * (got - want);
+                n[k] += want * want;
+            };
+            std::vector<double> zmr(B, 0.0);
+            for (size_t row = 0; row < R; ++row) {
+                const size_t i = row / N;
+                const double tau = ref.tau[row];
+                std::vector<double> cosr(C), m(Hq), pre(Hq);
+                for (int k = 0; k < C; ++k) {
+                    cosr[k] = std::cos(M_PI * k * tau);
+                    add(0, b16 ? bf16_to_f(ref.cos16[row * C + k]) : ref.cos[row * C + k], cosr[k]);
+                }
+                for (int j = 0; j < Hq; ++j) {
+                    double s = 0;
+                    for (int k = 0; k < C; ++k) s += cosr[k] * Wphi[(size_t)j * C + k];
+                    m[j] = psi[i * Hq + j] * silu(s + bphi[j]);
+                    add(1, b16 ? bf16_to_f(ref.m16[row * Hq + j]) : ref.m[row * Hq + j], m[j]);
+                }
+                double z = bz[0];
+                for (int j = 0; j < Hq; ++j) {
+                    double h = bm[j];
+                    for (int k = 0; k < Hq; ++k) h += m[k] * Wm[(size_t)j * Hq + k];
+                    pre[j] = h;
+                    z += silu(h) * wz[j];
+                }
+                zmr[i] += z / N;
+                double ds = 0;
+                for (int k = 0; k < Nt; ++k) {
+                    const double u = r[i] + 0.99 * (1.0 - done[i]) * zt[i * Nt + k] - z;
+                    ds += std::fabs(tau - (u < 0 ? 1.0 : 0.0)) * dhuber(u, 1.0);
+                }
+                const double dz = -ds * a.scale;
+                for (int j = 0; j < Hq; ++j) {
+                    const double sg = 1.0 / (1.0 + std::exp(-pre[j]));
+                    add(2, b16 ? bf16_to_f(ref.dh16[row * Hq + j]) : ref.dh[row * Hq + j],
+                        dz * wz[j] * sg * (1.0 + pre[j] * (1.0 - sg)));
+                }
+            }
+            for (int i = 0; i < B; ++i) add(3, ref.zm[i], zmr[i]);
+            const double bound = b16 ? 3e-2 : 5e-3;
+            bool good = true;
+            for (int k = 0; k < 4; ++k) good &= std::sqrt(e[k] / n[k]) <= bound;  // false for NaN
+            printf("N=%d %s recompute vs float64: cos %.2e  m %.2e  dh %.2e  z_mean %.2e  %s\n", N,
+                   b16 ? "bf16" : "tf32", std::sqrt(e[0] / n[0]), std::sqrt(e[1] / n[1]),
+                   std::sqrt(e[2] / n[2]), std::sqrt(e[3] / n[3]), good ? "ok" : "FAILED");
+            ok &= good;
+        }
+    }
+    return ok ? 0 : 1;
+}

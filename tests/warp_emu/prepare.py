@@ -1,0 +1,97 @@
+"""Prepares the kernel code the emulations run (tests/warp_emu/README.md): copies the headers
+from cuda/ into the work folder, replaces each PTX instruction by a call to its emulation
+(inc/mma_emu.h; ex2.approx by exp2f), and cuts the kernels out of their .cu files. Each
+replacement checks that the text it replaces is still there, so a change to the kernels fails
+here rather than testing something else. Usage: prepare.py REPO WORK."""
+import re
+import sys
+
+repo, work = sys.argv[1], sys.argv[2]
+
+
+def read(name):
+    return open(f"{repo}/cuda/{name}").read()
+
+
+def write(name, text):
+    open(f"{work}/inc/{name}", "w").write(text)
+
+
+for name in ("iqn_fused.cuh", "iqn_fused.hpp", "tile128.cuh", "device_math.cuh",
+             "attention_tc.cuh", "attention_paths.hpp"):
+    write(name, read(name))
+if "attention_bf16.cuh" in open(f"{repo}/cuda/attention_tc.cu").read():
+    write("attention_bf16.cuh", read("attention_bf16.cuh"))
+
+s = read("attention_tc.cuh")
+s, n = re.subn(r'asm\("ex2\.approx\.ftz\.f32 %0, %1;" : "=f"\(y\) : "f"\(x\)\);',
+               "y = exp2f(x);", s)
+assert n == 1, "attention_tc.cuh: exp2_approx changed"
+write("attention_tc.cuh", s)
+
+s = read("attention_paths.hpp")
+assert '#include "learners.hpp"' in s
+write("attention_paths.hpp", s.replace(
+    '#include "learners.hpp"',
+    "namespace fh::cuda { enum class AttnKernels { AUTO = 0, TC, TC_SPLIT, GENERAL }; }"))
+
+# The PTX instructions, replaced by calls to their emulations (inc/mma_emu.h).
+s = read("mma_tf32.cuh")
+s, n = re.subn(r'asm\("cvt\.rna\.tf32\.f32 %0, %1;" : "=r"\(r\) : "f"\(x\)\);',
+               "r = emu::to_tf32(x);", s)
+assert n == 1, "mma_tf32.cuh: to_tf32 changed"
+s, n = re.subn(r'asm volatile\(\s*"mma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.tf32\.tf32'
+               r'\.f32 ".*?\);',
+               "const uint32_t a[4] = {a0, a1, a2, a3};\n    emu::mma<8>(c, a, b0, b1);", s,
+               flags=re.S)
+assert n == 1, "mma_tf32.cuh: mma1 changed"
+EMU = "#include <cuda_runtime.h>\n\n#include \"mma_emu.h\""
+write("mma_tf32.cuh", s.replace("#include <cuda_runtime.h>", EMU))
+
+s = read("mma_bf16.cuh")
+s, n = re.subn(r'asm volatile\(\s*"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16'
+               r'\.f32 ".*?\);', "emu::mma<16>(c, a, b0, b1);", s, flags=re.S)
+assert n == 1, "mma_bf16.cuh: mma changed"
+write("mma_bf16.cuh", s.replace("#include <cuda_runtime.h>", EMU))
+
+
+def device_code(text):
+    """Kernel code for the host: no PDL wait, the block's shared memory from the harness."""
+    assert "extern __shared__ float4 sm4[];" in text
+    return text.replace("    pdl_enter();\n", "").replace(
+        "extern __shared__ float4 sm4[];", "float4 *sm4 = gSmem;")
+
+
+# The attention kernels: attention_tc.cu's anonymous namespace up to the host code.
+s = read("attention_tc.cu")
+config = []
+if "attention_bf16.cuh" in s:
+    config.append("#define WARP_EMU_ATTN_B16 1")
+i = s.index("namespace {\n") + len("namespace {\n")
+j = s.index("template <class GT>\nusing FwdFn")
+open(f"{work}/attn_kernels.inc", "w").write(device_code(s[i:j]))
+
+# The online pass: its helpers and kernel up to the block's final reduction (the harness records
+# each thread's sums there instead).
+s = read("iqn_online.cu")
+if "template <int NC, int NTC, bool B16, bool STASH>" in s:
+    config.append("#define WARP_EMU_IQN_STASH 1")
+i = s.index("namespace fh::cuda::iqn {")
+j = s.index("    // The block's partial row")
+body = device_code(s[i:j])
+open(f"{work}/online_body.h", "w").write("""#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include "device_math.cuh"
+#include "iqn_fused.cuh"
+#include "iqn_fused.hpp"
+extern float4 *gSmem;
+void sim_record(const float (&acc)[2][4], double loss, double bz);
+using std::min;
+""" + body + """    sim_record(acc, acc_loss, acc_bz);
+}
+}  // namespace
+}  // namespace fh::cuda::iqn
+""")
+open(f"{work}/inc/warp_emu_config.h", "w").write("#pragma once\n" + "\n".join(config) + "\n")
