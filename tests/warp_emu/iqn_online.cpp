@@ -1,12 +1,14 @@
 // CPU warp emulation of IQN's fused online pass (cuda/iqn_online.cu; run by tests/warp_emu/run.sh):
-// on 37 transitions (a partly filled last tile or row group) at N = 8 (compiled in) and 4 (read
-// at run time), TF32 and bfloat16 products, its per-row outputs (cos, m, dhpre, z_mean) against a
-// float64 evaluation of SPEC §4 and the quantile Huber head, and, where the kernel has the
-// instance that keeps h in shared memory (STASH), that instance's per-row outputs on its own grid,
-// on one block and with tile-ordered groups against the recompute instance's, bit for bit. Each
-// block is staged thread by thread, then its warps run one after another. Exit status 1 on a
-// difference or an error over its bound: 5e-3 in TF32, 3e-2 in bfloat16 (the bounds of
-// tests/test_cuda_iqn.cpp, which runs the kernels on the GPU).
+// on 37 transitions (a partly filled last tile or row group) at N = 8 (compiled in) and 4, 16, 2,
+// 1 (read at run time: every shape of the z_mean sums), TF32 and bfloat16 products, its per-row
+// outputs (cos, φraw, m, dhpre, z_mean) and its warps' sums (dbm, dw_z, db_z, the loss: each
+// warp's row as the kernel's store_colsums writes it, added over the warps) against a float64
+// evaluation of SPEC §4 and the quantile Huber head; and, where the kernel has the instance that
+// keeps h in shared memory (STASH), that instance's per-row outputs on its own grid, on one block
+// and with tile-ordered groups against the recompute instance's, bit for bit. Each block is
+// staged thread by thread, then its warps run one after another. Exit status 1 on a difference
+// or an error over its bound: 5e-3 in TF32, 3e-2 in bfloat16 (tests/test_cuda_iqn.cpp's, which
+// runs the kernels on the GPU).
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -19,10 +21,20 @@
 thread_local Dim3 threadIdx, blockIdx;
 Dim3 blockDim{32, 1, 1}, gridDim{1, 1, 1};
 thread_local Warp *gW;
-bool g_sync_is_warp = false;  // the harness stages each block before its warps run
 float4 *gSmem;
-void sim_record(const float (&)[2][4], double, double) {}  // the block sums are not checked
 #include "online_body.h"
+
+// Where the kernel's loop ends: each warp's columns of dbm and dw_z as its store_colsums writes
+// them (a lane per column), and each thread's db_z and loss terms (the lanes with t = 0 hold
+// them, the others 0).
+std::vector<double> gRows, gBz, gLoss;
+void sim_record(const float (&acc)[2][4], double loss, double bz) {
+    using namespace fh::cuda::iqn;
+    const size_t thread = blockIdx.x * blockDim.x + threadIdx.x;
+    store_colsums(gRows.data() + thread / 32 * (2 * kHq), acc);
+    gBz[thread] = bz;
+    gLoss[thread] = loss;
+}
 
 using namespace fh::cuda::iqn;
 
@@ -35,6 +47,7 @@ using namespace fh::cuda::iqn;
 struct Out {
     std::vector<float> tau, cos, phi, m, dh, zm;
     std::vector<uint16_t> cos16, m16, dh16;
+    std::vector<double> sums;  // [dbm | dw_z | db_z | loss], the warps' rows added
 };
 
 // One instance on `blocks` blocks of `nwarps` warps and `smem` bytes of shared memory.
@@ -65,6 +78,9 @@ Out run(OnlineArgs a, int blocks, int nwarps, size_t smem) {
     }
     gridDim.x = blocks;
     blockDim.x = 32 * nwarps;
+    gRows.assign((size_t)blocks * nwarps * 2 * kHq, 0.0);
+    gBz.assign((size_t)blocks * blockDim.x, 0.0);
+    gLoss.assign(gBz.size(), 0.0);
     std::vector<float4> sm(smem / 16 + 1);
     for (int b = 0; b < blocks; ++b) {
         for (auto &f : sm) f = make_float4(NAN, NAN, NAN, NAN);
@@ -87,6 +103,12 @@ Out run(OnlineArgs a, int blocks, int nwarps, size_t smem) {
             for (auto &t : th) t.join();
         }
     }
+    o.sums.assign(2 * kHq + 2, 0.0);
+    for (size_t r = 0; r < gRows.size(); ++r) o.sums[r % (2 * kHq)] += gRows[r];
+    for (size_t k = 0; k < gBz.size(); ++k) {
+        o.sums[2 * kHq] += gBz[k];
+        o.sums[2 * kHq + 1] += gLoss[k];
+    }
     return o;
 }
 
@@ -101,12 +123,15 @@ bool same(const Out &a, const Out &b, bool b16) {
 }
 
 double silu(double z) { return z / (1.0 + std::exp(-z)); }
+double huber(double u, double k) {
+    return std::fabs(u) <= k ? 0.5 * u * u : k * (std::fabs(u) - 0.5 * k);
+}
 double dhuber(double u, double k) { return std::fabs(u) <= k ? u : (u > 0 ? k : -k); }
 
 int main() {
     const int Hq = kHq, C = kC, Nt = 8, B = 37;
     bool ok = true;
-    for (int N : {8, 4}) {
+    for (int N : {8, 4, 16, 2, 1}) {
         const size_t R = (size_t)B * N;
         std::mt19937 rng(5 + N);
         std::normal_distribution<float> nd(0.f, 1.f);
@@ -173,12 +198,15 @@ int main() {
             }
 #endif
             // The float64 evaluation, for the rows' τ as the kernel drew them.
-            double e[4] = {0, 0, 0, 0}, n[4] = {0, 0, 0, 0};  // cos, m, dh, z_mean
+            const char *names[] = {"cos", "phi", "m",    "dh",  "z_mean",
+                                   "dbm", "dw_z", "db_z", "loss"};
+            double e[9] = {}, n[9] = {};
             auto add = [&](int k, double got, double want) {
                 e[k] += (got - want) * (got - want);
                 n[k] += want * want;
             };
-            std::vector<double> zmr(B, 0.0);
+            std::vector<double> zmr(B, 0.0), dbm(Hq, 0.0), dwz(Hq, 0.0);
+            double dbz = 0, loss = 0;
             for (size_t row = 0; row < R; ++row) {
                 const size_t i = row / N;
                 const double tau = ref.tau[row];
@@ -190,8 +218,9 @@ int main() {
                 for (int j = 0; j < Hq; ++j) {
                     double s = 0;
                     for (int k = 0; k < C; ++k) s += cosr[k] * Wphi[(size_t)j * C + k];
+                    add(1, ref.phi[row * Hq + j], s);
                     m[j] = psi[i * Hq + j] * silu(s + bphi[j]);
-                    add(1, b16 ? bf16_to_f(ref.m16[row * Hq + j]) : ref.m[row * Hq + j], m[j]);
+                    add(2, b16 ? bf16_to_f(ref.m16[row * Hq + j]) : ref.m[row * Hq + j], m[j]);
                 }
                 double z = bz[0];
                 for (int j = 0; j < Hq; ++j) {
@@ -204,22 +233,36 @@ int main() {
                 double ds = 0;
                 for (int k = 0; k < Nt; ++k) {
                     const double u = r[i] + 0.99 * (1.0 - done[i]) * zt[i * Nt + k] - z;
-                    ds += std::fabs(tau - (u < 0 ? 1.0 : 0.0)) * dhuber(u, 1.0);
+                    const double w = std::fabs(tau - (u < 0 ? 1.0 : 0.0));
+                    loss += w * huber(u, 1.0);
+                    ds += w * dhuber(u, 1.0);
                 }
                 const double dz = -ds * a.scale;
+                dbz += dz;
                 for (int j = 0; j < Hq; ++j) {
                     const double sg = 1.0 / (1.0 + std::exp(-pre[j]));
-                    add(2, b16 ? bf16_to_f(ref.dh16[row * Hq + j]) : ref.dh[row * Hq + j],
-                        dz * wz[j] * sg * (1.0 + pre[j] * (1.0 - sg)));
+                    const double v = dz * wz[j] * sg * (1.0 + pre[j] * (1.0 - sg));
+                    add(3, b16 ? bf16_to_f(ref.dh16[row * Hq + j]) : ref.dh[row * Hq + j], v);
+                    dbm[j] += v;
+                    dwz[j] += dz * pre[j] * sg;
                 }
             }
-            for (int i = 0; i < B; ++i) add(3, ref.zm[i], zmr[i]);
+            for (int i = 0; i < B; ++i) add(4, ref.zm[i], zmr[i]);
+            for (int j = 0; j < Hq; ++j) {
+                add(5, ref.sums[j], dbm[j]);
+                add(6, ref.sums[Hq + j], dwz[j]);
+            }
+            add(7, ref.sums[2 * Hq], dbz);
+            add(8, ref.sums[2 * Hq + 1], loss);
             const double bound = b16 ? 3e-2 : 5e-3;
             bool good = true;
-            for (int k = 0; k < 4; ++k) good &= std::sqrt(e[k] / n[k]) <= bound;  // false for NaN
-            printf("N=%d %s recompute vs float64: cos %.2e  m %.2e  dh %.2e  z_mean %.2e  %s\n", N,
-                   b16 ? "bf16" : "tf32", std::sqrt(e[0] / n[0]), std::sqrt(e[1] / n[1]),
-                   std::sqrt(e[2] / n[2]), std::sqrt(e[3] / n[3]), good ? "ok" : "FAILED");
+            printf("N=%2d %s recompute vs float64:", N, b16 ? "bf16" : "tf32");
+            for (int k = 0; k < 9; ++k) {
+                const double err = std::sqrt(e[k] / n[k]);
+                good &= err <= bound;  // false for NaN
+                printf(" %s %.1e", names[k], err);
+            }
+            printf("  %s\n", good ? "ok" : "FAILED");
             ok &= good;
         }
     }

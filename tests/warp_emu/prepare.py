@@ -10,17 +10,17 @@ repo, work = sys.argv[1], sys.argv[2]
 
 
 def read(name):
-    return open(f"{repo}/cuda/{name}").read()
+    return open(f"{repo}/cuda/{name}", encoding="utf-8").read()
 
 
 def write(name, text):
-    open(f"{work}/inc/{name}", "w").write(text)
+    open(f"{work}/inc/{name}", "w", encoding="utf-8").write(text)
 
 
 for name in ("iqn_fused.cuh", "iqn_fused.hpp", "tile128.cuh", "device_math.cuh",
              "attention_tc.cuh", "attention_paths.hpp"):
     write(name, read(name))
-if "attention_bf16.cuh" in open(f"{repo}/cuda/attention_tc.cu").read():
+if "attention_bf16.cuh" in read("attention_tc.cu"):
     write("attention_bf16.cuh", read("attention_bf16.cuh"))
 
 s = read("attention_tc.cuh")
@@ -69,7 +69,7 @@ if "attention_bf16.cuh" in s:
     config.append("#define WARP_EMU_ATTN_B16 1")
 i = s.index("namespace {\n") + len("namespace {\n")
 j = s.index("template <class GT>\nusing FwdFn")
-open(f"{work}/attn_kernels.inc", "w").write(device_code(s[i:j]))
+open(f"{work}/attn_kernels.inc", "w", encoding="utf-8").write(device_code(s[i:j]))
 
 # The online pass: its helpers and kernel up to the block's final reduction (the harness records
 # each thread's sums there instead).
@@ -79,7 +79,7 @@ if "template <int NC, int NTC, bool B16, bool STASH>" in s:
 i = s.index("namespace fh::cuda::iqn {")
 j = s.index("    // The block's partial row")
 body = device_code(s[i:j])
-open(f"{work}/online_body.h", "w").write("""#pragma once
+open(f"{work}/online_body.h", "w", encoding="utf-8").write("""#pragma once
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -94,4 +94,8 @@ using std::min;
 }  // namespace
 }  // namespace fh::cuda::iqn
 """)
-open(f"{work}/inc/warp_emu_config.h", "w").write("#pragma once\n" + "\n".join(config) + "\n")
+write("warp_emu_config.h", "#pragma once\n" + "\n".join(config) + "\n")
+# The optional parts depend on what the kernels have; say which run.
+print("warp_emu: attention bfloat16 instances %s, IQN online stash instance %s" % (
+    "found" if "WARP_EMU_ATTN_B16" in "".join(config) else "absent (not run)",
+    "found" if "WARP_EMU_IQN_STASH" in "".join(config) else "absent (not run)"))

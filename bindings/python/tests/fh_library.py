@@ -14,7 +14,7 @@ from fh_testdata import REPO
 def locate_library():
     env = os.environ.get("FOXHUNT_LIBRARY")
     if env:
-        if not os.path.exists(env):
+        if not os.path.isfile(env):
             return None
         path = os.path.abspath(env)
         os.environ["FOXHUNT_LIBRARY"] = path

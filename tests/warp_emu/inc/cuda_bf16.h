@@ -5,7 +5,7 @@
 struct __nv_bfloat16 {
     uint16_t x;
 };
-struct __nv_bfloat162 {
+struct alignas(4) __nv_bfloat162 {
     __nv_bfloat16 x, y;
 };
 inline uint16_t bf16_rne(float f) {

@@ -19,13 +19,13 @@ extern thread_local Dim3 threadIdx, blockIdx;
 extern Dim3 blockDim, gridDim;
 typedef void *cudaStream_t;
 
-struct float2 {
+struct alignas(8) float2 {  // CUDA's alignments: a misaligned access fails UBSan here
     float x, y;
 };
 struct alignas(16) float4 {
     float x, y, z, w;
 };
-struct uint2 {
+struct alignas(8) uint2 {
     unsigned x, y;
 };
 inline float2 make_float2(float a, float b) { return {a, b}; }
@@ -65,11 +65,11 @@ struct Warp {
 };
 extern thread_local Warp *gW;
 inline void __syncwarp(unsigned = 0xffffffffu) { gW->bar.arrive_and_wait(); }
-// A no-op where the harness stages a block before its warps run one after another (IQN), the
-// warp's barrier where the block is one warp (attention).
-extern bool g_sync_is_warp;
+// The running warp's barrier: the harnesses run one warp of a block at a time (the IQN harness
+// stages the whole block's shared memory before, so that the warp's own staging rewrites the
+// same values; outside a warp, in that staging, it is a no-op).
 inline void __syncthreads() {
-    if (g_sync_is_warp) gW->bar.arrive_and_wait();
+    if (gW) gW->bar.arrive_and_wait();
 }
 inline double shfl_from(double v, int src) {
     const int l = threadIdx.x & 31;

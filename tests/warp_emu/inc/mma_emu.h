@@ -3,6 +3,9 @@
 // calls to these in place of their asm): cvt.rna.tf32.f32, and mma.sync m16n8k8 TF32 and m16n8k16
 // bfloat16 by the PTX ISA's fragment tables ("Matrix Fragments for mma.m16n8k8" / "m16n8k16"),
 // the products summed in double. The warp's lanes exchange their fragments at its barrier.
+#include <cstdio>
+#include <cstdlib>
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -31,6 +34,12 @@ inline void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
     for (int L = 0; L < 32; ++L) {
         const int g = L >> 2, t = L & 3;
         const uint32_t *A = W.A[L], *B = W.B[L];
+        // The tensor cores read a TF32 operand's top 19 bits: one with any of the low 13 set was
+        // not rounded (cvt.rna) where the kernel should have rounded it.
+        if (K == 8 && ((A[0] | A[1] | A[2] | A[3] | B[0] | B[1]) & 0x1fffu)) {
+            fprintf(stderr, "warp_emu: a TF32 operand not rounded to TF32 (lane %d)\n", L);
+            std::abort();
+        }
         if constexpr (K == 8) {  // a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]
             Am[g][t] = __uint_as_float(A[0]);
             Am[g + 8][t] = __uint_as_float(A[1]);
