@@ -13,9 +13,9 @@
 
 #include <cstdio>
 #include <random>
-#include <thread>
 #include <vector>
 
+#include "grid.h"
 #include "warp_emu_config.h"
 
 thread_local Dim3 threadIdx, blockIdx;
@@ -76,33 +76,12 @@ Out run(OnlineArgs a, int blocks, int nwarps, size_t smem) {
         a.m16 = reinterpret_cast<__nv_bfloat16 *>(o.m16.data());
         a.dh16 = reinterpret_cast<__nv_bfloat16 *>(o.dh16.data());
     }
-    gridDim.x = blocks;
-    blockDim.x = 32 * nwarps;
     gRows.assign((size_t)blocks * nwarps * 2 * kHq, 0.0);
-    gBz.assign((size_t)blocks * blockDim.x, 0.0);
+    gBz.assign((size_t)blocks * nwarps * 32, 0.0);
     gLoss.assign(gBz.size(), 0.0);
-    std::vector<float4> sm(smem / 16 + 1);
-    for (int b = 0; b < blocks; ++b) {
-        for (auto &f : sm) f = make_float4(NAN, NAN, NAN, NAN);
-        gSmem = sm.data();
-        blockIdx.x = b;
-        for (unsigned t = 0; t < blockDim.x; ++t) {  // the block's staging, thread by thread
-            threadIdx.x = t;
-            stage_weights<E>(gSmem, a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
-        }
-        for (int w = 0; w < nwarps; ++w) {
-            Warp W;
-            std::vector<std::thread> th;
-            for (int l = 0; l < 32; ++l)
-                th.emplace_back([&, l] {
-                    threadIdx.x = 32 * w + l;
-                    blockIdx.x = b;
-                    gW = &W;
-                    ONLINE(NC, B16, STASH)(a);
-                });
-            for (auto &t : th) t.join();
-        }
-    }
+    run_grid(
+        blocks, nwarps, smem, [&] { stage_weights<E>(gSmem, a.Wphi, a.bphi, a.Wm, a.bm, a.wz); },
+        [&] { ONLINE(NC, B16, STASH)(a); });
     o.sums.assign(2 * kHq + 2, 0.0);
     for (size_t r = 0; r < gRows.size(); ++r) o.sums[r % (2 * kHq)] += gRows[r];
     for (size_t k = 0; k < gBz.size(); ++k) {

@@ -94,6 +94,19 @@ using std::min;
 }  // namespace
 }  // namespace fh::cuda::iqn
 """)
+
+# The target pass: its kernel, whole.
+s = read("iqn_target.cu")
+i = s.index("namespace fh::cuda::iqn {")
+j = s.index("template <class E>\nvoid launch_target")
+open(f"{work}/target_body.h", "w", encoding="utf-8").write("""#pragma once
+#include <cstdint>
+#include "iqn_fused.cuh"
+#include "iqn_fused.hpp"
+extern float4 *gSmem;
+""" + device_code(s[i:j]) + """}  // namespace
+}  // namespace fh::cuda::iqn
+""")
 write("warp_emu_config.h", "#pragma once\n" + "\n".join(config) + "\n")
 # The optional parts depend on what the kernels have; say which run.
 print("warp_emu: attention bfloat16 instances %s, IQN online stash instance %s" % (

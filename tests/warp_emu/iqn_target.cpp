@@ -1,0 +1,89 @@
+// CPU warp emulation of IQN's fused target pass (cuda/iqn_target.cu; run by
+// tests/warp_emu/run.sh): on 37 transitions at N' = 8 (compiled in) and 5 (read at run time; a
+// transition's rows then straddle warps), TF32 and bfloat16 products, Z̄ [B, N'] against a
+// float64 evaluation of SPEC §4 for the τ' it draws (Philox purpose 3, drawn here too). Exit
+// status 1 on an error over its bound: 5e-3 in TF32, 3e-2 in bfloat16.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "grid.h"
+
+thread_local Dim3 threadIdx, blockIdx;
+Dim3 blockDim{32, 1, 1}, gridDim{1, 1, 1};
+thread_local Warp *gW;
+float4 *gSmem;
+#include "target_body.h"
+
+using namespace fh::cuda::iqn;
+
+template <int NTC, class E>
+std::vector<float> run(const TargetArgs &a0) {
+    TargetArgs a = a0;
+    std::vector<float> zt((size_t)a.B * a.Nt, NAN);
+    a.zt = zt.data();
+    const int blocks = (int)(((size_t)a.B * a.Nt + kRowsPerTile - 1) / kRowsPerTile);
+    run_grid(
+        blocks, kWarps, kSmemBytes<E>,
+        [&] { stage_weights<E>(gSmem, a.Wphi, a.bphi, a.Wm, a.bm, a.wz); },
+        [&] { k_iqn_target<NTC, E>(a); });
+    return zt;
+}
+
+double silu(double z) { return z / (1.0 + std::exp(-z)); }
+
+int main() {
+    const int Hq = kHq, C = kC, B = 37;
+    bool ok = true;
+    for (int Nt : {8, 5}) {
+        std::mt19937 rng(17 + Nt);
+        std::normal_distribution<float> nd(0.f, 1.f);
+        auto vec = [&](size_t n, float s) {
+            std::vector<float> v(n);
+            for (auto &x : v) x = s * nd(rng);
+            return v;
+        };
+        const auto psi = vec((size_t)B * Hq, 0.8f), Wphi = vec((size_t)Hq * C, 0.25f),
+                   bphi = vec(Hq, 0.3f), Wm = vec((size_t)Hq * Hq, 0.12f), bm = vec(Hq, 0.3f),
+                   wz = vec(Hq, 0.3f), bz = vec(1, 0.5f);
+        uint64_t step = 6;
+        TargetArgs a{psi.data(), Wphi.data(), bphi.data(), Wm.data(), bm.data(), wz.data(),
+                     bz.data(), 321, &step, B, Nt, 3 * B, nullptr, false};
+        for (const bool b16 : {false, true}) {
+            const std::vector<float> zt =
+                b16 ? (Nt == 8 ? run<8, __nv_bfloat16>(a) : run<0, __nv_bfloat16>(a))
+                    : (Nt == 8 ? run<8, float>(a) : run<0, float>(a));
+            double e = 0, n = 0;
+            for (int i = 0; i < B; ++i)
+                for (int k = 0; k < Nt; ++k) {
+                    const double tau = fh::uniform24(
+                        fh::philox(a.seed, a.row0 + i, k, (uint32_t)step, fh::PURPOSE_IQN_TARGET)
+                            .w[0]);
+                    std::vector<double> m(Hq);
+                    for (int j = 0; j < Hq; ++j) {
+                        double s = 0;
+                        for (int c = 0; c < C; ++c)
+                            s += std::cos(M_PI * c * tau) * Wphi[(size_t)j * C + c];
+                        m[j] = psi[(size_t)i * Hq + j] * silu(s + bphi[j]);
+                    }
+                    double z = bz[0];
+                    for (int j = 0; j < Hq; ++j) {
+                        double h = bm[j];
+                        for (int c = 0; c < Hq; ++c) h += m[c] * Wm[(size_t)j * Hq + c];
+                        z += silu(h) * wz[j];
+                    }
+                    const double g = zt[(size_t)i * Nt + k];
+                    e += (g - z) * (g - z);
+                    n += z * z;
+                }
+            const double err = std::sqrt(e / n), bound = b16 ? 3e-2 : 5e-3;
+            const bool good = err <= bound;  // false for NaN
+            printf("N'=%d %s: zt vs float64 %.2e  %s\n", Nt, b16 ? "bf16" : "tf32", err,
+                   good ? "ok" : "FAILED");
+            ok &= good;
+        }
+    }
+    return ok ? 0 : 1;
+}
