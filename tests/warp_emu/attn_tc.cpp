@@ -23,10 +23,6 @@
 #include "attention_tc.cuh"
 #endif
 
-thread_local Dim3 threadIdx, blockIdx;
-Dim3 blockDim{32, 1, 1}, gridDim{1, 1, 1};
-thread_local Warp *gW;
-float4 *gSmem;
 using std::min;
 
 namespace fh::cuda::attn {

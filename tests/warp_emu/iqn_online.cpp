@@ -16,12 +16,9 @@
 #include <vector>
 
 #include "grid.h"
+#include "iqn_ref.h"
 #include "warp_emu_config.h"
 
-thread_local Dim3 threadIdx, blockIdx;
-Dim3 blockDim{32, 1, 1}, gridDim{1, 1, 1};
-thread_local Warp *gW;
-float4 *gSmem;
 #include "online_body.h"
 
 // Where the kernel's loop ends: each warp's columns of dbm and dw_z as its store_colsums writes
@@ -101,7 +98,6 @@ bool same(const Out &a, const Out &b, bool b16) {
                 : same(a.cos, b.cos) && same(a.m, b.m) && same(a.dh, b.dh));
 }
 
-double silu(double z) { return z / (1.0 + std::exp(-z)); }
 double huber(double u, double k) {
     return std::fabs(u) <= k ? 0.5 * u * u : k * (std::fabs(u) - 0.5 * k);
 }
@@ -113,27 +109,22 @@ int main() {
     for (int N : {8, 4, 16, 2, 1}) {
         const size_t R = (size_t)B * N;
         std::mt19937 rng(5 + N);
+        const IqnNet net(B, rng);
         std::normal_distribution<float> nd(0.f, 1.f);
-        auto vec = [&](size_t n, float s) {
-            std::vector<float> v(n);
-            for (auto &x : v) x = s * nd(rng);
-            return v;
-        };
-        const auto psi = vec((size_t)B * Hq, 0.8f), Wphi = vec((size_t)Hq * C, 0.25f),
-                   bphi = vec(Hq, 0.3f), Wm = vec((size_t)Hq * Hq, 0.12f), bm = vec(Hq, 0.3f),
-                   wz = vec(Hq, 0.3f), bz = vec(1, 0.5f), zt = vec((size_t)B * Nt, 1.0f),
-                   r = vec(B, 0.5f);
+        std::vector<float> zt((size_t)B * Nt), r(B);
+        for (auto &v : zt) v = nd(rng);
+        for (auto &v : r) v = 0.5f * nd(rng);
         std::vector<float> done(B);
         for (auto &d : done) d = rng() % 5 == 0 ? 1.0f : 0.0f;
         uint64_t step = 4;
         OnlineArgs a{};
-        a.psi = psi.data();
-        a.Wphi = Wphi.data();
-        a.bphi = bphi.data();
-        a.Wm = Wm.data();
-        a.bm = bm.data();
-        a.wz = wz.data();
-        a.bz = bz.data();
+        a.psi = net.psi.data();
+        a.Wphi = net.Wphi.data();
+        a.bphi = net.bphi.data();
+        a.Wm = net.Wm.data();
+        a.bm = net.bm.data();
+        a.wz = net.wz.data();
+        a.bz = net.bz.data();
         a.zt = zt.data();
         a.r = r.data();
         a.done = done.data();
@@ -189,24 +180,16 @@ int main() {
             for (size_t row = 0; row < R; ++row) {
                 const size_t i = row / N;
                 const double tau = ref.tau[row];
-                std::vector<double> cosr(C), m(Hq), pre(Hq);
+                const IqnNet::Row f = net.forward(i, tau);
+                const std::vector<double> &pre = f.pre;
+                const double z = f.z;
                 for (int k = 0; k < C; ++k) {
-                    cosr[k] = std::cos(M_PI * k * tau);
-                    add(0, b16 ? bf16_to_f(ref.cos16[row * C + k]) : ref.cos[row * C + k], cosr[k]);
+                    const size_t at = row * C + k;
+                    add(0, b16 ? bf16_to_f(ref.cos16[at]) : ref.cos[at], f.cos[k]);
                 }
                 for (int j = 0; j < Hq; ++j) {
-                    double s = 0;
-                    for (int k = 0; k < C; ++k) s += cosr[k] * Wphi[(size_t)j * C + k];
-                    add(1, ref.phi[row * Hq + j], s);
-                    m[j] = psi[i * Hq + j] * silu(s + bphi[j]);
-                    add(2, b16 ? bf16_to_f(ref.m16[row * Hq + j]) : ref.m[row * Hq + j], m[j]);
-                }
-                double z = bz[0];
-                for (int j = 0; j < Hq; ++j) {
-                    double h = bm[j];
-                    for (int k = 0; k < Hq; ++k) h += m[k] * Wm[(size_t)j * Hq + k];
-                    pre[j] = h;
-                    z += silu(h) * wz[j];
+                    add(1, ref.phi[row * Hq + j], f.phi[j]);
+                    add(2, b16 ? bf16_to_f(ref.m16[row * Hq + j]) : ref.m[row * Hq + j], f.m[j]);
                 }
                 zmr[i] += z / N;
                 double ds = 0;
@@ -220,7 +203,7 @@ int main() {
                 dbz += dz;
                 for (int j = 0; j < Hq; ++j) {
                     const double sg = 1.0 / (1.0 + std::exp(-pre[j]));
-                    const double v = dz * wz[j] * sg * (1.0 + pre[j] * (1.0 - sg));
+                    const double v = dz * net.wz[j] * sg * (1.0 + pre[j] * (1.0 - sg));
                     add(3, b16 ? bf16_to_f(ref.dh16[row * Hq + j]) : ref.dh[row * Hq + j], v);
                     dbm[j] += v;
                     dwz[j] += dz * pre[j] * sg;

@@ -10,11 +10,8 @@
 #include <vector>
 
 #include "grid.h"
+#include "iqn_ref.h"
 
-thread_local Dim3 threadIdx, blockIdx;
-Dim3 blockDim{32, 1, 1}, gridDim{1, 1, 1};
-thread_local Warp *gW;
-float4 *gSmem;
 #include "target_body.h"
 
 using namespace fh::cuda::iqn;
@@ -32,25 +29,16 @@ std::vector<float> run(const TargetArgs &a0) {
     return zt;
 }
 
-double silu(double z) { return z / (1.0 + std::exp(-z)); }
-
 int main() {
-    const int Hq = kHq, C = kC, B = 37;
+    const int B = 37;
     bool ok = true;
     for (int Nt : {8, 5}) {
         std::mt19937 rng(17 + Nt);
-        std::normal_distribution<float> nd(0.f, 1.f);
-        auto vec = [&](size_t n, float s) {
-            std::vector<float> v(n);
-            for (auto &x : v) x = s * nd(rng);
-            return v;
-        };
-        const auto psi = vec((size_t)B * Hq, 0.8f), Wphi = vec((size_t)Hq * C, 0.25f),
-                   bphi = vec(Hq, 0.3f), Wm = vec((size_t)Hq * Hq, 0.12f), bm = vec(Hq, 0.3f),
-                   wz = vec(Hq, 0.3f), bz = vec(1, 0.5f);
+        const IqnNet net(B, rng);
         uint64_t step = 6;
-        TargetArgs a{psi.data(), Wphi.data(), bphi.data(), Wm.data(), bm.data(), wz.data(),
-                     bz.data(), 321, &step, B, Nt, 3 * B, nullptr, false};
+        TargetArgs a{net.psi.data(), net.Wphi.data(), net.bphi.data(), net.Wm.data(),
+                     net.bm.data(), net.wz.data(), net.bz.data(), 321, &step, B, Nt, 3 * B,
+                     nullptr, false};
         for (const bool b16 : {false, true}) {
             const std::vector<float> zt =
                 b16 ? (Nt == 8 ? run<8, __nv_bfloat16>(a) : run<0, __nv_bfloat16>(a))
@@ -61,19 +49,7 @@ int main() {
                     const double tau = fh::uniform24(
                         fh::philox(a.seed, a.row0 + i, k, (uint32_t)step, fh::PURPOSE_IQN_TARGET)
                             .w[0]);
-                    std::vector<double> m(Hq);
-                    for (int j = 0; j < Hq; ++j) {
-                        double s = 0;
-                        for (int c = 0; c < C; ++c)
-                            s += std::cos(M_PI * c * tau) * Wphi[(size_t)j * C + c];
-                        m[j] = psi[(size_t)i * Hq + j] * silu(s + bphi[j]);
-                    }
-                    double z = bz[0];
-                    for (int j = 0; j < Hq; ++j) {
-                        double h = bm[j];
-                        for (int c = 0; c < Hq; ++c) h += m[c] * Wm[(size_t)j * Hq + c];
-                        z += silu(h) * wz[j];
-                    }
+                    const double z = net.forward(i, tau).z;
                     const double g = zt[(size_t)i * Nt + k];
                     e += (g - z) * (g - z);
                     n += z * z;

@@ -86,7 +86,6 @@ open(f"{work}/online_body.h", "w", encoding="utf-8").write("""#pragma once
 #include "device_math.cuh"
 #include "iqn_fused.cuh"
 #include "iqn_fused.hpp"
-extern float4 *gSmem;
 void sim_record(const float (&acc)[2][4], double loss, double bz);
 using std::min;
 """ + body + """    sim_record(acc, acc_loss, acc_bz);
@@ -103,7 +102,6 @@ open(f"{work}/target_body.h", "w", encoding="utf-8").write("""#pragma once
 #include <cstdint>
 #include "iqn_fused.cuh"
 #include "iqn_fused.hpp"
-extern float4 *gSmem;
 """ + device_code(s[i:j]) + """}  // namespace
 }  // namespace fh::cuda::iqn
 """)

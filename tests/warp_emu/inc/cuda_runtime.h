@@ -15,8 +15,9 @@
 struct Dim3 {
     unsigned x, y, z;
 };
-extern thread_local Dim3 threadIdx, blockIdx;
-extern Dim3 blockDim, gridDim;
+// The built-ins, one definition for each emulation program.
+inline thread_local Dim3 threadIdx, blockIdx;
+inline Dim3 blockDim{32, 1, 1}, gridDim{1, 1, 1};
 typedef void *cudaStream_t;
 
 struct alignas(8) float2 {  // CUDA's alignments: a misaligned access fails UBSan here
@@ -63,7 +64,8 @@ struct Warp {
     double fx[32];
     uint32_t A[32][4], B[32][2];
 };
-extern thread_local Warp *gW;
+inline thread_local Warp *gW;  // the calling thread's warp
+inline float4 *gSmem;            // the running block's shared memory (prepare.py's sm4)
 inline void __syncwarp(unsigned = 0xffffffffu) { gW->bar.arrive_and_wait(); }
 // The running warp's barrier: the harnesses run one warp of a block at a time (the IQN harness
 // stages the whole block's shared memory before, so that the warp's own staging rewrites the

@@ -1,13 +1,11 @@
 #pragma once
 // Running a grid on the CPU (tests/warp_emu/README.md): block after block, each block's shared
 // memory first filled with NaN and staged thread by thread by `stage`, then its warps one after
-// another, each warp 32 threads calling `kernel`. The globals below are the built-ins'.
+// another, each warp 32 threads calling `kernel`.
 #include <cuda_runtime.h>
 
 #include <thread>
 #include <vector>
-
-extern float4 *gSmem;
 
 template <class Stage, class Kernel>
 void run_grid(int blocks, int nwarps, size_t smem_bytes, Stage &&stage, Kernel &&kernel) {
