@@ -32,12 +32,16 @@
 // write dWm's and dWφ's operands as bfloat16 (Impl's bf16_operands: half of cosb, dh and mbuf),
 // which the two GEMMs read as they are.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "aux_common.cuh"
 #include "iqn_fused.hpp"
 #include "iqn_paths.hpp"
 #include "learners.hpp"
+#include "linear_silu.hpp"
+#include "mma_tf32.cuh"
 #include "nn.cuh"
 #include "philox.hpp"
 #include "launch.cuh"
@@ -201,6 +205,18 @@ __global__ void k_iqn_head(IqnHeadArgs a) {
     aux::flush_row_acc(acc_all, W, a.partial + (size_t)blockIdx.x * W);
 }
 
+// Wψ of the online net (a) and of the target net (b), [Hq, D] each, rounded as linear_silu's
+// fused kernel reads its weights (linear_silu.hpp's Wt: TF32, or bfloat16 with BF16) into
+// out [2, Hq, D].
+template <bool BF16>
+__global__ void k_round_wpsi(const float *__restrict__ a, const float *__restrict__ b,
+                             float *__restrict__ out, size_t n) {
+    pdl_enter();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < 2 * n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = mma::rounded<BF16>(i < n ? a[i] : b[i - n]);
+}
+
 // dφpre and dψpre (in place of φraw, and into dpsi) with the column-sum partials of dbφ and dbψ:
 //   dφpre_inj = (dm_inj ψ_ij) SiLU'(φpre_inj);  dψpre_ij = (float)(Σ_n dm_inj φ_inj) SiLU'(ψpre_ij)
 // (ψpre = psi_pre + bpsi: bias_silu leaves the bias out of psi_pre)
@@ -264,6 +280,9 @@ struct IqnLearner::Impl {
 
     aux::Arena arena;
     float *cosb, *phi, *mbuf, *hraw, *dh, *psi_pre, *psi, *dpsi, *tau, *zt, *grad;
+    // The ψ layers' weights rounded for linear_silu's fused kernel (k_round_wpsi): [2, Hq, D],
+    // the online net's then the target's; with the fused target pass only (else null).
+    float *wpsi_t = nullptr;
     double *part_head, *part_bwd;
     aux::RowPlan head;
     int bwd_chunks;
@@ -325,6 +344,7 @@ struct IqnLearner::Impl {
         const size_t o_g = arena.reserve_n<float>(o.total);
         const size_t o_ph = arena.reserve_n<double>((size_t)head_rows * W);
         const size_t o_pb = arena.reserve_n<double>((size_t)std::max(bwd_chunks, tiles) * 2 * Hq);
+        const size_t o_wt = arena.reserve_n<float>(fused_target ? 2 * Hq * d.D : 0);
         arena.allocate("the IQN learner");
         cosb = arena.at<float>(o_cos);
         phi = arena.at<float>(o_phi);
@@ -339,6 +359,7 @@ struct IqnLearner::Impl {
         grad = arena.at<float>(o_g);
         part_head = arena.at<double>(o_ph);
         part_bwd = arena.at<double>(o_pb);
+        if (fused_target) wpsi_t = arena.at<float>(o_wt);
         aux::allow_smem((const void *)k_iqn_head, head.smem, "IQN head");
         if (fused_target) iqn::target_fused_prepare();
         if (fused_online) iqn::online_fused_prepare();
@@ -374,10 +395,31 @@ struct IqnLearner::Impl {
                   D = (int)d.D;
         const size_t RN = (size_t)d.B * d.N, RT = (size_t)d.B * d.Nt;
 
+        // ψ̄ and ψ as SiLU layers on linear_silu's fused kernel where it runs and pays (TF32 or
+        // BF16 on Hopper): their weights rounded first, both nets in one pass; else (and where
+        // the kernel refuses) cuBLAS + bias_silu. Only the online ψ keeps its pre-activation
+        // (for the backward). TRIAL (deleted after the side-by-side run):
+        // FOXHUNT_TRIAL_IQN_PSI=gemm keeps cuBLAS + bias_silu.
+        const char *trial = getenv("FOXHUNT_TRIAL_IQN_PSI");
+        const bool psi_tc = wpsi_t && bl.linear_tc && linear_tc_pays(B, Hq) && D % 32 == 0 &&
+                            !(trial && !strcmp(trial, "gemm"));
+        if (psi_tc) {
+            const size_t n = (size_t)Hq * D;
+            const unsigned blocks = (unsigned)std::min<size_t>((2 * n + 255) / 256, 1024);
+            if (bl.linear_bf16)
+                FH_LAUNCH(k_round_wpsi<true>, blocks, 256, 0, s, params + o.Wpsi,
+                          target + o.Wpsi, wpsi_t, n);
+            else
+                FH_LAUNCH(k_round_wpsi<false>, blocks, 256, 0, s, params + o.Wpsi,
+                          target + o.Wpsi, wpsi_t, n);
+        }
+        const float *wt_online = psi_tc ? wpsi_t : nullptr;
+        const float *wt_target = psi_tc ? wpsi_t + (size_t)Hq * D : nullptr;
+
         // Target Z̄ on x̃' (target net, τ' purpose 3).
         if (fused_target) {
-            gemm_nt(bl, B, Hq, D, in.xn, target + o.Wpsi, psi_pre, 0.0f, "IQN target psi");
-            bias_silu(psi_pre, psi, target + o.bpsi, d.B, Hq, s);
+            linear_silu(bl, s, B, Hq, D, in.xn, false, target + o.Wpsi, wt_target,
+                        target + o.bpsi, psi, psi, "IQN target psi");
             iqn::TargetArgs t{psi, target + o.Wphi, target + o.bphi, target + o.Wm,
                               target + o.bm, target + o.w_z, target + o.b_z, seed, in.step,
                               B, Nt, d.row0, zt, bf16_target};
@@ -393,8 +435,8 @@ struct IqnLearner::Impl {
         // loss, dZ, dhpre and the head's gradient partials.
         int head_blocks = head.blocks;
         if (fused_online) {
-            gemm_nt(bl, B, Hq, D, in.x, params + o.Wpsi, psi_pre, 0.0f, "IQN psi = x Wpsi^T");
-            bias_silu(psi_pre, psi, params + o.bpsi, d.B, Hq, s);
+            linear_silu(bl, s, B, Hq, D, in.x, false, params + o.Wpsi, wt_online, params + o.bpsi,
+                        psi_pre, psi, "IQN psi = x Wpsi^T");
             iqn::OnlineArgs f{};
             f.psi = psi;
             f.Wphi = params + o.Wphi; f.bphi = params + o.bphi; f.Wm = params + o.Wm;

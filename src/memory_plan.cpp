@@ -160,6 +160,7 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     const uint64_t iqn_tiles = chunks(B * d.N, 128);
     iqn.add(std::max<uint64_t>(row_blocks(B, Wq, 4, (2 * (uint64_t)d.N + d.Nt) * F), iqn_tiles) * Wq * D8);
     iqn.add(std::max(chunks(B, 32), iqn_tiles) * 2 * Hq * D8);
+    iqn.add(iqn_paths(d, c).target ? 2 * Hq * D * F : 0);  // Wψ of both nets, rounded
     // Attention (attention.cu and the kernel path it picks, attention_paths.hpp): the partial
     // rows of the backward and the path's scratch follow the device's occupancy (@p attn).
     Arena at;

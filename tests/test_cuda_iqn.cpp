@@ -506,13 +506,16 @@ void test_fused_paths_agree(void **) {
         uint32_t B, N, Nt;
         fh_math_mode math;
     };
-    /* 1000: a last tile of rows only partly filled; N = 16 with N' = 5: another z_mean shape.
+    /* 1000: a last tile of rows only partly filled; N = 16 with N' = 5: another z_mean shape;
+     * 16384: ψ̄ and ψ on linear_silu's fused kernel (its 128-tile gate), the unfused level's
+     * ψ GEMMs beside them.
      * BF16: the fused path's bfloat16 operands (the online pass's cos, m, dhpre, the backward's
      * dφpre, in halves of the learner's float32 buffers) against the other levels, which stage
      * the same GEMMs' operands. */
     for (const Case k : {Case{1000, 8, 8, FH_MATH_TF32}, Case{4096, 8, 8, FH_MATH_TF32},
                          Case{1000, 16, 5, FH_MATH_TF32}, Case{4096, 8, 8, FH_MATH_BF16},
-                         Case{1000, 16, 5, FH_MATH_BF16}}) {
+                         Case{1000, 16, 5, FH_MATH_BF16}, Case{16384, 8, 8, FH_MATH_TF32},
+                         Case{16384, 8, 8, FH_MATH_BF16}}) {
         fh_config base = default_config(k.B);
         base.iqn_n = k.N;
         base.iqn_n_target = k.Nt;
