@@ -15,6 +15,7 @@
 //             attn_token_dim + goal_dim ≤ 16, heads ≤ 8 — the default config (its geometry
 //             compiled into the kernels) and its neighbours
 //   TC_SPLIT  the same with split TF32 (3 products per tile): float32 accuracy, strict mode
+//             (and in BF16 mode TC runs bfloat16 products, attention_bf16.cuh)
 //   GENERAL   float32 SIMT, every config the CPU backend accepts (attention_general.cu)
 // (The SIMT kernels these replaced were measured side by side before they were deleted:
 // bench/results/h200-2026-12-01-attention-before-after.json.)
@@ -68,8 +69,12 @@ public:
     virtual void backward(const BwdArgs &a, cudaStream_t s) = 0;
 };
 
+// The tensor-core path's products: TF32, split TF32 (TC_SPLIT), or bfloat16 (FH_MATH_BF16's,
+// attention_bf16.cuh).
+enum class Products { TF32, SPLIT, BF16 };
+
 // nullptr when the config is outside what the path supports.
-std::unique_ptr<Path> make_tc_path(const Geom &g, bool split);
+std::unique_ptr<Path> make_tc_path(const Geom &g, Products prod);
 std::unique_ptr<Path> make_general_path(const Geom &g);
 
 // The composites of attention.cu's header, step 1, into comp (layout of Geom), float64 sums
