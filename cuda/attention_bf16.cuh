@@ -127,16 +127,7 @@ __device__ __forceinline__ void project_qkv16(const GT &g, int h, const float *c
                     *reinterpret_cast<float2 *>(v + t1 * kLDQ + jc) = make_float2(acc[2], acc[3]);
                 }
             }
-        if (BETA) {
-            b0 += __shfl_xor_sync(0xffffffffu, b0, 1);
-            b0 += __shfl_xor_sync(0xffffffffu, b0, 2);
-            b1 += __shfl_xor_sync(0xffffffffu, b1, 1);
-            b1 += __shfl_xor_sync(0xffffffffu, b1, 2);
-            if (tq == 0) {
-                beta[t0] = b0;
-                beta[t1] = b1;
-            }
-        }
+        if (BETA) store_beta(b0, b1, beta, t0, t1, tq);
     }
 }
 

@@ -161,6 +161,19 @@ struct QKFrag {
     float f[2][MT][2][4];
 };
 
+// β of rows t0 and t1 from the quad's partial sums b0, b1 (the backward's projection).
+__device__ __forceinline__ void store_beta(float b0, float b1, float *beta, int t0, int t1,
+                                           int tq) {
+    b0 += __shfl_xor_sync(0xffffffffu, b0, 1);
+    b0 += __shfl_xor_sync(0xffffffffu, b0, 2);
+    b1 += __shfl_xor_sync(0xffffffffu, b1, 1);
+    b1 += __shfl_xor_sync(0xffffffffu, b1, 2);
+    if (tq == 0) {
+        beta[t0] = b0;
+        beta[t1] = b1;
+    }
+}
+
 // q, k, v of head h for all tokens (rows ≥ T and columns ≥ dh are zero): q and k into qk's
 // registers, and in the backward (BETA) also into shared memory for its transposed products;
 // v into shared memory in the forward, while the backward needs only β_t = γ · v_t, summed
@@ -215,16 +228,7 @@ __device__ __forceinline__ void project_qkv(const GT &g, int h, const float *ccb
                 }
             }
         }
-        if (BETA) {
-            b0 += __shfl_xor_sync(0xffffffffu, b0, 1);
-            b0 += __shfl_xor_sync(0xffffffffu, b0, 2);
-            b1 += __shfl_xor_sync(0xffffffffu, b1, 1);
-            b1 += __shfl_xor_sync(0xffffffffu, b1, 2);
-            if (tq == 0) {
-                beta[t0] = b0;
-                beta[t1] = b1;
-            }
-        }
+        if (BETA) store_beta(b0, b1, beta, t0, t1, tq);
     }
 }
 
