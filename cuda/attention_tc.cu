@@ -67,9 +67,10 @@ using WFragOf = std::conditional_t<B16, WFrag16<KX>, WFrag<KX, SPLIT>>;
 
 // The forward: blocks of up to 8 warps (two slots of 4 heads at the default), at most 128
 // registers so that two blocks fit an SM (one for the largest split variant, which would spill).
-// B16: bfloat16 products (attention_bf16.cuh; FH_MATH_BF16), X kept unrounded for them.
+// B16: bfloat16 products (attention_bf16.cuh; FH_MATH_BF16), X kept unrounded for them; at one
+// feature step three blocks an SM (80 registers, no spill at the default config).
 template <class GT, int MT, int KX, bool SPLIT, bool B16 = false>
-__global__ void __launch_bounds__(256, (SPLIT && KX == 2) ? 1 : 2)
+__global__ void __launch_bounds__(256, (SPLIT && KX == 2) ? 1 : (B16 && KX == 1) ? 3 : 2)
 k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               float *__restrict__ abar, const float *__restrict__ Wt, const float *__restrict__ Wg,
               const float *__restrict__ bo, float *__restrict__ pool, float *__restrict__ aug,
