@@ -13,9 +13,9 @@
 // Paths (attention.cu picks one at creation; FOXHUNT_ATTN_KERNELS overrides it):
 //   TC        tensor cores, TF32 mma.sync (attention_tc.cu): T ≤ 32, d_head ≤ 16,
 //             attn_token_dim + goal_dim ≤ 16, heads ≤ 8 — the default config (its geometry
-//             compiled into the kernels) and its neighbours
+//             compiled into the kernels) and its neighbours; in BF16 mode bfloat16 products
+//             (attention_bf16.cuh)
 //   TC_SPLIT  the same with split TF32 (3 products per tile): float32 accuracy, strict mode
-//             (and in BF16 mode TC runs bfloat16 products, attention_bf16.cuh)
 //   GENERAL   float32 SIMT, every config the CPU backend accepts (attention_general.cu)
 // (The SIMT kernels these replaced were measured side by side before they were deleted:
 // bench/results/h200-2026-12-01-attention-before-after.json.)

@@ -99,8 +99,9 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
         float s[MT][S::NT][4], c[S::NT][2];
         if constexpr (B16) {
             project_qkv16<MT, KX, false>(g, h, ccb, w, sm, nullptr, nullptr, qk, gi, tq);
-            scores16<MT>(qk, s);
-            softmax_of<MT, false>(g, gi, tq, s, c);
+            softmax_of<MT, false>(g, gi, tq, s, c, [&](float (&sc)[MT][2 * MT][4]) {
+                scores16<MT>(qk, sc);
+            });
         } else {
             project_qkv<MT, KX, SPLIT, false>(g, h, ccb, w, sm, nullptr, nullptr, qk, gi, tq);
             softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c);
@@ -207,8 +208,9 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
         __syncwarp();
         float s[MT][NT][4], c[NT][2];
         if constexpr (B16) {
-            scores16<MT>(qk, s);
-            softmax_of<MT, false>(g, gi, tq, s, c);
+            softmax_of<MT, false>(g, gi, tq, s, c, [&](float (&sc)[MT][2 * MT][4]) {
+                scores16<MT>(qk, sc);
+            });
         } else {
             softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c);
         }

@@ -326,19 +326,27 @@ __device__ __forceinline__ void softmax_colsums(const GT &g, int gi, int tq,
         }
 }
 
-template <int MT, bool EXACT, class GT>
+// The scores (scores_of(s): TF32 or bfloat16 products), A and its column sums
+// (softmax_colsums). The scores are computed in each branch, as the compiler allocated them best
+// (out of it, the runtime-geometry split instances spilled more).
+template <int MT, bool EXACT, class GT, class F>
 __device__ __forceinline__ void softmax_of(const GT &g, int gi, int tq, float (&s)[MT][2 * MT][4],
-                                           float (&c)[2 * MT][2]) {
-    if (g.T == 16 * MT) softmax_colsums<MT, EXACT, true>(g, gi, tq, s, c);
-    else softmax_colsums<MT, EXACT, false>(g, gi, tq, s, c);
+                                           float (&c)[2 * MT][2], F &&scores_of) {
+    if (g.T == 16 * MT) {
+        scores_of(s);
+        softmax_colsums<MT, EXACT, true>(g, gi, tq, s, c);
+    } else {
+        scores_of(s);
+        softmax_colsums<MT, EXACT, false>(g, gi, tq, s, c);
+    }
 }
 
-// The scores, A and its column sums (softmax_colsums) from q and k's fragments.
+// The scores on TF32 (or split) products, A and its column sums from q and k's fragments.
 template <int MT, int KX, bool SPLIT, class GT>
 __device__ __forceinline__ void softmax_rows(const GT &g, const QKFrag<MT> &qk, int gi, int tq,
                                              float (&s)[MT][2 * MT][4], float (&c)[2 * MT][2]) {
-    scores<MT, SPLIT>(qk, s);
-    softmax_of<MT, SPLIT>(g, gi, tq, s, c);
+    softmax_of<MT, SPLIT>(g, gi, tq, s, c,
+                          [&](float (&sc)[MT][2 * MT][4]) { scores<MT, SPLIT>(qk, sc); });
 }
 
 }  // namespace fh::cuda::attn::tc
