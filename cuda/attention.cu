@@ -243,15 +243,27 @@ struct AttentionLearner::Impl {
         return g;
     }
 
-    static std::unique_ptr<attn::Path> choose(const Geom &g, Kernels want, bool strict) {
+    // The tensor-core path's products for a math mode: split TF32 in strict FP32, bfloat16 in
+    // BF16, else TF32. TRIAL (deleted after the side-by-side run):
+    // FOXHUNT_TRIAL_ATTN_BF16=tf32 keeps TF32 products in BF16 mode.
+    static attn::Products products(fh_math_mode m) {
+        if (m == FH_MATH_STRICT) return attn::Products::SPLIT;
+        const char *trial = getenv("FOXHUNT_TRIAL_ATTN_BF16");
+        if (m == FH_MATH_BF16 && !(trial && !strcmp(trial, "tf32"))) return attn::Products::BF16;
+        return attn::Products::TF32;
+    }
+
+    static std::unique_ptr<attn::Path> choose(const Geom &g, Kernels want, fh_math_mode m) {
         std::unique_ptr<attn::Path> path;
         switch (want) {
         case Kernels::AUTO:
-            path = attn::make_tc_path(g, strict);
+            path = attn::make_tc_path(g, products(m));
             if (!path) path = attn::make_general_path(g);
             return path;
         case Kernels::TC:
-        case Kernels::TC_SPLIT: path = attn::make_tc_path(g, want == Kernels::TC_SPLIT); break;
+            path = attn::make_tc_path(g, m == FH_MATH_BF16 ? products(m) : attn::Products::TF32);
+            break;
+        case Kernels::TC_SPLIT: path = attn::make_tc_path(g, attn::Products::SPLIT); break;
         case Kernels::GENERAL: path = attn::make_general_path(g); break;
         }
         if (!path)
@@ -270,7 +282,7 @@ struct AttentionLearner::Impl {
             o.bk != o.bq + d.d || o.bv != o.bk + d.d)
             fail(FH_ERR_INTERNAL, "attention: Wq|Wk|Wv and bq|bk|bv are not contiguous in the layout");
         g = geometry(d);
-        path = choose(g, requested(kernels), c.math_mode == FH_MATH_STRICT);
+        path = choose(g, requested(kernels), (fh_math_mode)c.math_mode);
         head = aux::plan_rows(d.B, 2 * (int)d.hh + 2, kHeadRowsPerWarp, 0, "attention head");
         head_tc = attn::head_fused_fits(c.math_mode, (int)d.d, (int)d.hh);
         head_bf16 = c.math_mode == FH_MATH_BF16;
@@ -404,7 +416,7 @@ void AttentionLearner::path_sizes(const Dims &d, const fh_config &c, size_t *par
                                   size_t *scratch_bytes) {
     const Geom g = Impl::geometry(d);
     const std::unique_ptr<attn::Path> path =
-        Impl::choose(g, Impl::requested(Kernels::AUTO), c.math_mode == FH_MATH_STRICT);
+        Impl::choose(g, Impl::requested(Kernels::AUTO), (fh_math_mode)c.math_mode);
     *partial_rows = (size_t)path->partial_rows();
     *scratch_bytes = path->scratch_bytes();
 }

@@ -13,7 +13,8 @@
 // Paths (attention.cu picks one at creation; FOXHUNT_ATTN_KERNELS overrides it):
 //   TC        tensor cores, TF32 mma.sync (attention_tc.cu): T ≤ 32, d_head ≤ 16,
 //             attn_token_dim + goal_dim ≤ 16, heads ≤ 8 — the default config (its geometry
-//             compiled into the kernels) and its neighbours
+//             compiled into the kernels) and its neighbours; in BF16 mode bfloat16 products
+//             (attention_bf16.cuh)
 //   TC_SPLIT  the same with split TF32 (3 products per tile): float32 accuracy, strict mode
 //   GENERAL   float32 SIMT, every config the CPU backend accepts (attention_general.cu)
 // (The SIMT kernels these replaced were measured side by side before they were deleted:
@@ -68,8 +69,12 @@ public:
     virtual void backward(const BwdArgs &a, cudaStream_t s) = 0;
 };
 
+// The tensor-core path's products: TF32, split TF32 (TC_SPLIT), or bfloat16 (FH_MATH_BF16's,
+// attention_bf16.cuh).
+enum class Products { TF32, SPLIT, BF16 };
+
 // nullptr when the config is outside what the path supports.
-std::unique_ptr<Path> make_tc_path(const Geom &g, bool split);
+std::unique_ptr<Path> make_tc_path(const Geom &g, Products prod);
 std::unique_ptr<Path> make_general_path(const Geom &g);
 
 // The composites of attention.cu's header, step 1, into comp (layout of Geom), float64 sums

@@ -32,6 +32,10 @@
 // strides are ≡ 4 or 8 (mod 32) words so that the fragment loads hit 32 different banks (the
 // k index of the backward products runs in the permuted order of mma_tf32.cuh).
 //
+// FH_MATH_BF16 (the B16 instances): the same tiling on bfloat16 products, m16n8k16
+// (attention_bf16.cuh: 20 products a (transition, head) forward and 42 backward at the default
+// config, against 28 and 72).
+//
 // Geometry: the kernels take it as a template type. The default config's (attention_tc.cuh's
 // GeomDefault) is compiled in, so that its index arithmetic, bounds checks and trip counts fold to
 // constants; every other config passes attention_paths.hpp's Geom, read at run time. Both compute
@@ -39,6 +43,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attention_bf16.cuh"
 #include "attention_paths.hpp"
 #include "attention_pool.cuh"
 #include "attention_tc.cuh"
@@ -56,10 +61,16 @@ using namespace tc;
 // batch, so each block stages cc once and the backward writes few partial rows.
 constexpr int kTargetSamples = 64;
 
+// The W_aug fragments of a product kind: TF32 (or split) or, B16, bfloat16.
+template <int KX, bool SPLIT, bool B16>
+using WFragOf = std::conditional_t<B16, WFrag16<KX>, WFrag<KX, SPLIT>>;
+
 // The forward: blocks of up to 8 warps (two slots of 4 heads at the default), at most 128
 // registers so that two blocks fit an SM (one for the largest split variant, which would spill).
-template <class GT, int MT, int KX, bool SPLIT>
-__global__ void __launch_bounds__(256, (SPLIT && KX == 2) ? 1 : 2)
+// B16: bfloat16 products (attention_bf16.cuh; FH_MATH_BF16), X kept unrounded for them; at one
+// feature step three blocks an SM (80 registers, no spill at the default config).
+template <class GT, int MT, int KX, bool SPLIT, bool B16 = false>
+__global__ void __launch_bounds__(256, (SPLIT && KX == 2) ? 1 : (B16 && KX == 1) ? 3 : 2)
 k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               float *__restrict__ abar, const float *__restrict__ Wt, const float *__restrict__ Wg,
               const float *__restrict__ bo, float *__restrict__ pool, float *__restrict__ aug,
@@ -73,21 +84,28 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
     float *ccb = reinterpret_cast<float *>(sm4);
     float *sm = ccb + S::cc_floats(g.heads) + warp * S::FWD_FLOATS;
     stage_cc<MT, KX>(g, comp, ccb);
-    WFrag<KX, SPLIT> w;
+    WFragOf<KX, SPLIT, B16> w;
     w.load(g, h, comp, gi, tq);
     __syncthreads();
     const float Tf = (float)g.T;
     const int i0 = blockIdx.x * spb, i1 = min(g.B, i0 + spb);
-    XRows<MT, KX, SPLIT> xr;
+    XRows<MT, KX, SPLIT || B16> xr;
     if (i0 + slot < i1) xr.fetch(g, x + (size_t)(i0 + slot) * g.D, lane);
     for (int i = i0 + slot; i < i1; i += wph) {
         xr.store(sm + S::X, lane);
         if (i + wph < i1) xr.fetch(g, x + (size_t)(i + wph) * g.D, lane);
         __syncwarp();
         QKFrag<MT> qk;
-        project_qkv<MT, KX, SPLIT, false>(g, h, ccb, w, sm, nullptr, nullptr, qk, gi, tq);
         float s[MT][S::NT][4], c[S::NT][2];
-        softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c);
+        if constexpr (B16) {
+            project_qkv16<MT, KX, false>(g, h, ccb, w, sm, nullptr, nullptr, qk, gi, tq);
+            softmax_of<MT, false>(g, gi, tq, s, c, [&](float (&sc)[MT][2 * MT][4]) {
+                scores16<MT>(qk, sc);
+            });
+        } else {
+            project_qkv<MT, KX, SPLIT, false>(g, h, ccb, w, sm, nullptr, nullptr, qk, gi, tq);
+            softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c);
+        }
         if (gi == 0)
 #pragma unroll
             for (int nu = 0; nu < S::NT; ++nu)
@@ -122,24 +140,26 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
 
 // The backward: blocks of heads × wph ≤ 4 warps capped at 168 registers so that three fit an
 // SM (two for the split and two-feature-step variants, which would spill at 168); WIDE blocks
-// (5 to 8 heads, one warp each) take what they need.
-template <class GT, int MT, int KX, bool SPLIT, bool WIDE>
+// (5 to 8 heads, one warp each) take what they need. B16: bfloat16 products
+// (attention_bf16.cuh), with B16Shape's shared memory.
+template <class GT, int MT, int KX, bool SPLIT, bool WIDE, bool B16 = false>
 __global__ void __launch_bounds__(WIDE ? 256 : 128, WIDE ? 1 : ((SPLIT || KX == 2) ? 2 : 3))
 k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               const float *__restrict__ dabar, float *__restrict__ partial) {
     pdl_enter();
     using S = TcShape<MT, KX>;
+    using BS = B16Shape<MT, KX>;
     constexpr int NT = S::NT;
     extern __shared__ float4 sm4[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int h = warp % g.heads, slot = warp / g.heads;
     const int gi = lane >> 2, tq = lane & 3;
     float *ccb = reinterpret_cast<float *>(sm4);
-    float *sm = ccb + S::cc_floats(g.heads) + warp * S::BWD_FLOATS;
+    float *sm = ccb + S::cc_floats(g.heads) + warp * (B16 ? BS::BWD_FLOATS : S::BWD_FLOATS);
     const float *X = sm + S::X, *q = sm + S::Q, *k = sm + S::K;
-    float *vec = sm + S::BWD_VEC, *gv = vec + S::TP, *dS = sm + S::DS;
+    float *vec = sm + (B16 ? BS::VEC : S::BWD_VEC), *gv = vec + S::TP, *dS = sm + S::DS;
     stage_cc<MT, KX>(g, comp, ccb);
-    WFrag<KX, SPLIT> w;
+    WFragOf<KX, SPLIT, B16> w;
     w.load(g, h, comp, gi, tq);
     __syncthreads();
     const float Tf = (float)g.T;
@@ -158,7 +178,7 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
     }
 
     const int i0 = blockIdx.x * spb, i1 = min(g.B, i0 + spb);
-    XRows<MT, KX, SPLIT> xr;
+    XRows<MT, KX, SPLIT || B16> xr;
     // dā_h of the next transition, loaded with its X one transition ahead (at its use, its wait
     // was 6 % of the kernel's stall samples on the H200).
     auto dabar_of = [&](int i) {
@@ -171,6 +191,8 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
     }
     for (int i = i0 + slot; i < i1; i += wph) {
         xr.store(sm + S::X, lane);
+        if constexpr (B16)
+            xr.store_t(reinterpret_cast<__nv_bfloat16 *>(sm + BS::XT), BS::LDT, lane);
         // γ = dā_h / T (the gradient of every query row's attention output), zero past dh.
         if (lane < kDHP) gv[lane] = lane < g.dh ? __fdiv_rn(da_next, Tf) : 0.0f;
         if (i + wph < i1) {
@@ -178,13 +200,20 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
             da_next = dabar_of(i + wph);
         }
         __syncwarp();
-        // q, k into shared memory; β_s = γ · v_s into vec (rows ≥ T of v are zero).
+        // q, k into shared memory (B16: qᵀ, kᵀ); β_s = γ · v_s into vec (rows ≥ T of v are zero).
         QKFrag<MT> qk;
-        project_qkv<MT, KX, SPLIT, true>(g, h, ccb, w, sm, gv, vec, qk, gi, tq);
+        if constexpr (B16) project_qkv16<MT, KX, true>(g, h, ccb, w, sm, gv, vec, qk, gi, tq);
+        else project_qkv<MT, KX, SPLIT, true>(g, h, ccb, w, sm, gv, vec, qk, gi, tq);
         const float gam_lo = gv[gi], gam_hi = gv[gi + 8];
         __syncwarp();
         float s[MT][NT][4], c[NT][2];
-        softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c);
+        if constexpr (B16) {
+            softmax_of<MT, false>(g, gi, tq, s, c, [&](float (&sc)[MT][2 * MT][4]) {
+                scores16<MT>(qk, sc);
+            });
+        } else {
+            softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c);
+        }
         // dS = A (β − Σ_s A β) / √dh, in place; a copy in shared memory for dkᵀ.
 #pragma unroll
         for (int mu = 0; mu < MT; ++mu)
@@ -206,16 +235,20 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
                         a = (a * (vec[8 * nu + 2 * tq + e] - rs)) * g.scale;
                     }
             }
+        if constexpr (B16) {
+            store_dst<MT, KX>(s, sm, gi, tq);
+        } else {
 #pragma unroll
-        for (int mu = 0; mu < MT; ++mu)
+            for (int mu = 0; mu < MT; ++mu)
 #pragma unroll
-            for (int nu = 0; nu < NT; ++nu) {
-                const int t0 = 16 * mu + gi, col = 8 * nu + 2 * tq;
-                *reinterpret_cast<float2 *>(dS + t0 * S::LDS + col) =
-                    make_float2(mma::stored<SPLIT>(s[mu][nu][0]), mma::stored<SPLIT>(s[mu][nu][1]));
-                *reinterpret_cast<float2 *>(dS + (t0 + 8) * S::LDS + col) =
-                    make_float2(mma::stored<SPLIT>(s[mu][nu][2]), mma::stored<SPLIT>(s[mu][nu][3]));
-            }
+                for (int nu = 0; nu < NT; ++nu) {
+                    const int t0 = 16 * mu + gi, col = 8 * nu + 2 * tq;
+                    *reinterpret_cast<float2 *>(dS + t0 * S::LDS + col) = make_float2(
+                        mma::stored<SPLIT>(s[mu][nu][0]), mma::stored<SPLIT>(s[mu][nu][1]));
+                    *reinterpret_cast<float2 *>(dS + (t0 + 8) * S::LDS + col) = make_float2(
+                        mma::stored<SPLIT>(s[mu][nu][2]), mma::stored<SPLIT>(s[mu][nu][3]));
+                }
+        }
         __syncwarp();
 #pragma unroll
         for (int p = 0; p < 3; ++p) {
@@ -228,9 +261,10 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
                     G[n][2] = c[n][0] * gam_hi;
                     G[n][3] = c[n][1] * gam_hi;
                 }
+            } else if constexpr (B16) {
+                grad_qk16<MT, KX>(p, s, sm, G, gi, tq);
             } else {
                 // p = 0: dqᵀ = Kᵀ dSᵀ (k index = key s);  p = 1: dkᵀ = Qᵀ dS (k index = query t).
-                // Plain TF32 stores q times log2(e)/√dh: undo it here.
                 const float *src = p == 0 ? k : q;
 #pragma unroll
                 for (int n = 0; n < NT; ++n)
@@ -258,29 +292,35 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
                         mma::mma<SPLIT>(G[n], a, b);
                     }
                 }
-                if (p == 1 && !SPLIT) {
-                    const float unscale = 1.0f / (g.scale * kLog2e);
+            }
+            // Plain TF32 and bfloat16 products keep q times log2(e)/√dh: undone here.
+            if (p == 1 && !SPLIT) {
+                const float unscale = 1.0f / (g.scale * kLog2e);
 #pragma unroll
-                    for (int n = 0; n < NT; ++n)
+                for (int n = 0; n < NT; ++n)
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) G[n][e] *= unscale;
-                }
+                    for (int e = 0; e < 4; ++e) G[n][e] *= unscale;
             }
 #pragma unroll
             for (int n = 0; n < NT; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) sacc[p][n][e] += G[n][e];
             // M_acc += dpartᵀ X: the contraction runs over tokens, tile n of G's columns.
+            if constexpr (B16) {
+                grad_x16<MT, KX>(G, sm, macc[p], gi, tq);
+            } else {
 #pragma unroll
-            for (int ka = 0; ka < NT; ++ka) {
-                mma::Op a[4];
-                mma::a_from_acc<SPLIT>(a, G[ka]);
+                for (int ka = 0; ka < NT; ++ka) {
+                    mma::Op a[4];
+                    mma::a_from_acc<SPLIT>(a, G[ka]);
 #pragma unroll
-                for (int nx = 0; nx < KX; ++nx) {
-                    mma::Op b[2];
-                    b[0] = mma::loaded<SPLIT>(X[(8 * ka + 2 * tq) * S::LDX + 8 * nx + gi]);
-                    b[1] = mma::loaded<SPLIT>(X[(8 * ka + 2 * tq + 1) * S::LDX + 8 * nx + gi]);
-                    mma::mma<SPLIT>(macc[p][nx], a, b);
+                    for (int nx = 0; nx < KX; ++nx) {
+                        mma::Op b[2];
+                        b[0] = mma::loaded<SPLIT>(X[(8 * ka + 2 * tq) * S::LDX + 8 * nx + gi]);
+                        b[1] = mma::loaded<SPLIT>(
+                            X[(8 * ka + 2 * tq + 1) * S::LDX + 8 * nx + gi]);
+                        mma::mma<SPLIT>(macc[p][nx], a, b);
+                    }
                 }
             }
         }
@@ -317,19 +357,29 @@ using FwdFn = void (*)(GT, int, int, const float *, const float *, float *, cons
 template <class GT>
 using BwdFn = void (*)(GT, int, int, const float *, const float *, const float *, float *);
 
-template <int MT, int KX, bool SPLIT>
+template <int MT, int KX, bool SPLIT, bool B16>
 void pick(bool wide, FwdFn<Geom> &f, BwdFn<Geom> &b, size_t &wf, size_t &wb) {
-    f = k_attn_tc_fwd<Geom, MT, KX, SPLIT>;
-    b = wide ? k_attn_tc_bwd<Geom, MT, KX, SPLIT, true> : k_attn_tc_bwd<Geom, MT, KX, SPLIT, false>;
+    f = k_attn_tc_fwd<Geom, MT, KX, SPLIT, B16>;
+    b = wide ? k_attn_tc_bwd<Geom, MT, KX, SPLIT, true, B16>
+             : k_attn_tc_bwd<Geom, MT, KX, SPLIT, false, B16>;
     wf = TcShape<MT, KX>::FWD_FLOATS;
-    wb = TcShape<MT, KX>::BWD_FLOATS;
+    wb = B16 ? B16Shape<MT, KX>::BWD_FLOATS : TcShape<MT, KX>::BWD_FLOATS;
+}
+template <bool SPLIT, bool B16>
+void pick_shape(int MT, int KX, bool wide, FwdFn<Geom> &f, BwdFn<Geom> &b, size_t &wf,
+                size_t &wb) {
+    if (MT == 1)
+        KX == 1 ? pick<1, 1, SPLIT, B16>(wide, f, b, wf, wb)
+                : pick<1, 2, SPLIT, B16>(wide, f, b, wf, wb);
+    else
+        KX == 1 ? pick<2, 1, SPLIT, B16>(wide, f, b, wf, wb)
+                : pick<2, 2, SPLIT, B16>(wide, f, b, wf, wb);
 }
 
 class TcPath final : public Path {
 public:
-    TcPath(const Geom &g, bool split) : g_(g), split_(split) {
+    TcPath(const Geom &g, Products prod) : g_(g), split_(prod == Products::SPLIT) {
         const int MT = g.T <= 16 ? 1 : 2, KX = g.td + g.G <= 8 ? 1 : 2;
-        const int key = (MT - 1) * 4 + (KX - 1) * 2 + (split ? 1 : 0);
         // Forward blocks: two slots of heads (up to 8 warps) share the staged cc; backward
         // blocks: one slot of up to 4 warps (its registers and shared memory are larger).
         wph_f_ = std::max(1, 8 / g.heads);
@@ -337,28 +387,30 @@ public:
         const bool wide = g.heads * wph_ > 4;
         size_t wf = 0, wb = 0;
         if (GeomDefault::matches(g)) {
-            // The default config: the kernels compiled for its geometry (keys 4 and 5 below
-            // read it at run time; 0.463 → 0.422 ms for the attention lane single-stream at
+            // The default config: the kernels compiled for its geometry (the runtime-geometry
+            // instances below: 0.463 → 0.422 ms for the attention lane single-stream at
             // B = 16384, bench/results/h200-2026-12-02-attn-geom-before-after.json).
             static_assert(GeomDefault::T == 32 && GeomDefault::td + GeomDefault::G == 8 &&
                               GeomDefault::heads == 4, "MT = 2, KX = 1, one slot of 4 heads");
-            if (split) {
-                fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, true>;
-                bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, true, false>;
-            } else {
+            switch (prod) {
+            case Products::TF32:
                 fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, false>;
                 bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, false, false>;
+                break;
+            case Products::SPLIT:
+                fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, true>;
+                bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, true, false>;
+                break;
+            case Products::BF16:
+                fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, false, true>;
+                bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, false, false, true>;
+                break;
             }
         }
-        switch (key) {
-        case 0: pick<1, 1, false>(wide, fwd_, bwd_, wf, wb); break;
-        case 1: pick<1, 1, true>(wide, fwd_, bwd_, wf, wb); break;
-        case 2: pick<1, 2, false>(wide, fwd_, bwd_, wf, wb); break;
-        case 3: pick<1, 2, true>(wide, fwd_, bwd_, wf, wb); break;
-        case 4: pick<2, 1, false>(wide, fwd_, bwd_, wf, wb); break;
-        case 5: pick<2, 1, true>(wide, fwd_, bwd_, wf, wb); break;
-        case 6: pick<2, 2, false>(wide, fwd_, bwd_, wf, wb); break;
-        default: pick<2, 2, true>(wide, fwd_, bwd_, wf, wb); break;
+        switch (prod) {
+        case Products::TF32: pick_shape<false, false>(MT, KX, wide, fwd_, bwd_, wf, wb); break;
+        case Products::SPLIT: pick_shape<true, false>(MT, KX, wide, fwd_, bwd_, wf, wb); break;
+        case Products::BF16: pick_shape<false, true>(MT, KX, wide, fwd_, bwd_, wf, wb); break;
         }
         threads_f_ = g.heads * wph_f_ * 32;
         threads_ = g.heads * wph_ * 32;
@@ -413,9 +465,9 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Path> make_tc_path(const Geom &g, bool split) {
+std::unique_ptr<Path> make_tc_path(const Geom &g, Products prod) {
     if (g.T > 32 || g.dh > kDHP || g.td + g.G > 16 || g.heads > 8) return nullptr;
-    return std::make_unique<TcPath>(g, split);
+    return std::make_unique<TcPath>(g, prod);
 }
 
 }  // namespace fh::cuda::attn

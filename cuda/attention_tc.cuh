@@ -4,6 +4,8 @@
 #pragma once
 #include <cmath>
 
+#include <cuda_bf16.h>
+
 #include "attention_paths.hpp"
 #include "mma_tf32.cuh"
 #include "stage.cuh"
@@ -107,6 +109,15 @@ struct XRows {
             X[t * S::LDX + f] = mma::stored<SPLIT>(v[k]);
         }
     }
+    // Xᵀ as bfloat16 (round to nearest even) for bfloat16 products (attention_bf16.cuh):
+    // feature f of token t at f·ldt + t.
+    __device__ __forceinline__ void store_t(__nv_bfloat16 *XT, int ldt, int lane) const {
+#pragma unroll
+        for (int k = 0; k < S::XPL; ++k) {
+            const int e = lane + 32 * k, t = e / S::KXP, f = e - t * S::KXP;
+            XT[f * ldt + t] = __float2bfloat16_rn(v[k]);
+        }
+    }
 };
 
 // W_aug[c][f] = Wc[c][f] (f < td), Wgc[c][f − td] (td ≤ f < td + G), else 0.
@@ -149,6 +160,19 @@ template <int MT>
 struct QKFrag {
     float f[2][MT][2][4];
 };
+
+// β of rows t0 and t1 from the quad's partial sums b0, b1 (the backward's projection).
+__device__ __forceinline__ void store_beta(float b0, float b1, float *beta, int t0, int t1,
+                                           int tq) {
+    b0 += __shfl_xor_sync(0xffffffffu, b0, 1);
+    b0 += __shfl_xor_sync(0xffffffffu, b0, 2);
+    b1 += __shfl_xor_sync(0xffffffffu, b1, 1);
+    b1 += __shfl_xor_sync(0xffffffffu, b1, 2);
+    if (tq == 0) {
+        beta[t0] = b0;
+        beta[t1] = b1;
+    }
+}
 
 // q, k, v of head h for all tokens (rows ≥ T and columns ≥ dh are zero): q and k into qk's
 // registers, and in the backward (BETA) also into shared memory for its transposed products;
@@ -204,16 +228,7 @@ __device__ __forceinline__ void project_qkv(const GT &g, int h, const float *ccb
                 }
             }
         }
-        if (BETA) {
-            b0 += __shfl_xor_sync(0xffffffffu, b0, 1);
-            b0 += __shfl_xor_sync(0xffffffffu, b0, 2);
-            b1 += __shfl_xor_sync(0xffffffffu, b1, 1);
-            b1 += __shfl_xor_sync(0xffffffffu, b1, 2);
-            if (tq == 0) {
-                beta[t0] = b0;
-                beta[t1] = b1;
-            }
-        }
+        if (BETA) store_beta(b0, b1, beta, t0, t1, tq);
     }
 }
 
@@ -224,14 +239,10 @@ __device__ __forceinline__ float exp2_approx(float x) {
     return y;
 }
 
-// A = softmax over the T keys of (q kᵀ)/√dh, as accumulator fragments s[μ][ν] (rows t = 16μ + g
-// and + 8, key columns 8ν + 2t' and + 1); rows ≥ T are zero. Then c[ν] = the column sums of A
-// at this thread's two key columns of tile ν (a butterfly over the fragments' rows).
-// FULL: T is a multiple of 16 (no padded keys or queries to mask).
-template <int MT, int KX, bool SPLIT, bool FULL, class GT>
-__device__ __forceinline__ void softmax_tiles(const GT &g, const QKFrag<MT> &qk, int gi, int tq,
-                                              float (&s)[MT][2 * MT][4], float (&c)[2 * MT][2]) {
-    using S = TcShape<MT, KX>;
+// The scores q kᵀ as accumulator fragments s[μ][ν] (rows t = 16μ + g and + 8, key columns
+// 8ν + 2t' and + 1), on TF32 (or split) products.
+template <int MT, bool SPLIT>
+__device__ __forceinline__ void scores(const QKFrag<MT> &qk, float (&s)[MT][2 * MT][4]) {
 #pragma unroll
     for (int mu = 0; mu < MT; ++mu) {
         mma::Op a[2][4];
@@ -240,7 +251,7 @@ __device__ __forceinline__ void softmax_tiles(const GT &g, const QKFrag<MT> &qk,
             mma::a_from_acc_by(a[ka], qk.f[0][mu][ka],
                                [](float x) { return mma::loaded<SPLIT>(x); });
 #pragma unroll
-        for (int nu = 0; nu < S::NT; ++nu) {
+        for (int nu = 0; nu < 2 * MT; ++nu) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[mu][nu][e] = 0.0f;
 #pragma unroll
@@ -253,6 +264,18 @@ __device__ __forceinline__ void softmax_tiles(const GT &g, const QKFrag<MT> &qk,
             }
         }
     }
+}
+
+// The scores in s turned into A = softmax over the T keys of (q kᵀ)/√dh in place; rows ≥ T are
+// zero. Then c[ν] = the column sums of A at this thread's two key columns of tile ν (a butterfly
+// over the fragments' rows). EXACT: scores as the split products give them (scaled here, expf);
+// else as the plain ones do, already times log2(e)/√dh (exp2). FULL: T is a multiple of 16 (no
+// padded keys or queries to mask).
+template <int MT, bool EXACT, bool FULL, class GT>
+__device__ __forceinline__ void softmax_colsums(const GT &g, int gi, int tq,
+                                                float (&s)[MT][2 * MT][4],
+                                                float (&c)[2 * MT][2]) {
+    constexpr int NT = 2 * MT;
     // Row softmax: a row is spread over the 4 threads of a quad (2 columns per tile each).
 #pragma unroll
     for (int mu = 0; mu < MT; ++mu)
@@ -261,12 +284,12 @@ __device__ __forceinline__ void softmax_tiles(const GT &g, const QKFrag<MT> &qk,
             const int t = 16 * mu + gi + 8 * r;
             float mx = -INFINITY;
 #pragma unroll
-            for (int nu = 0; nu < S::NT; ++nu)
+            for (int nu = 0; nu < NT; ++nu)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const int col = 8 * nu + 2 * tq + e;
                     float &v = s[mu][nu][2 * r + e];
-                    if (SPLIT) v = __fmul_rn(v, g.scale);
+                    if (EXACT) v = __fmul_rn(v, g.scale);
                     if (!FULL && col >= g.T) v = -INFINITY;
                     mx = fmaxf(mx, v);
                 }
@@ -274,24 +297,24 @@ __device__ __forceinline__ void softmax_tiles(const GT &g, const QKFrag<MT> &qk,
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             float sum = 0.0f;
 #pragma unroll
-            for (int nu = 0; nu < S::NT; ++nu)
+            for (int nu = 0; nu < NT; ++nu)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     float &v = s[mu][nu][2 * r + e];
                     // exp(−inf) = 0 for the padded keys
-                    v = SPLIT ? expf(__fadd_rn(v, -mx)) : exp2_approx(v - mx);
+                    v = EXACT ? expf(__fadd_rn(v, -mx)) : exp2_approx(v - mx);
                     sum += v;
                 }
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
             const float inv = (FULL || t < g.T) ? __frcp_rn(sum) : 0.0f;
 #pragma unroll
-            for (int nu = 0; nu < S::NT; ++nu)
+            for (int nu = 0; nu < NT; ++nu)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) s[mu][nu][2 * r + e] *= inv;
         }
 #pragma unroll
-    for (int nu = 0; nu < S::NT; ++nu)
+    for (int nu = 0; nu < NT; ++nu)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
             float a0 = 0.0f;
@@ -303,11 +326,27 @@ __device__ __forceinline__ void softmax_tiles(const GT &g, const QKFrag<MT> &qk,
         }
 }
 
+// The scores (scores_of(s): TF32 or bfloat16 products), A and its column sums
+// (softmax_colsums). The scores are computed in each branch, as the compiler allocated them best
+// (out of it, the runtime-geometry split instances spilled more).
+template <int MT, bool EXACT, class GT, class F>
+__device__ __forceinline__ void softmax_of(const GT &g, int gi, int tq, float (&s)[MT][2 * MT][4],
+                                           float (&c)[2 * MT][2], F &&scores_of) {
+    if (g.T == 16 * MT) {
+        scores_of(s);
+        softmax_colsums<MT, EXACT, true>(g, gi, tq, s, c);
+    } else {
+        scores_of(s);
+        softmax_colsums<MT, EXACT, false>(g, gi, tq, s, c);
+    }
+}
+
+// The scores on TF32 (or split) products, A and its column sums from q and k's fragments.
 template <int MT, int KX, bool SPLIT, class GT>
 __device__ __forceinline__ void softmax_rows(const GT &g, const QKFrag<MT> &qk, int gi, int tq,
                                              float (&s)[MT][2 * MT][4], float (&c)[2 * MT][2]) {
-    if (g.T == 16 * MT) softmax_tiles<MT, KX, SPLIT, true>(g, qk, gi, tq, s, c);
-    else softmax_tiles<MT, KX, SPLIT, false>(g, qk, gi, tq, s, c);
+    softmax_of<MT, SPLIT>(g, gi, tq, s, c,
+                          [&](float (&sc)[MT][2 * MT][4]) { scores<MT, SPLIT>(qk, sc); });
 }
 
 }  // namespace fh::cuda::attn::tc
