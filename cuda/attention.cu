@@ -244,12 +244,10 @@ struct AttentionLearner::Impl {
     }
 
     // The tensor-core path's products for a math mode: split TF32 in strict FP32, bfloat16 in
-    // BF16, else TF32. TRIAL (deleted after the side-by-side run):
-    // FOXHUNT_TRIAL_ATTN_BF16=tf32 keeps TF32 products in BF16 mode.
+    // BF16, else TF32.
     static attn::Products products(fh_math_mode m) {
         if (m == FH_MATH_STRICT) return attn::Products::SPLIT;
-        const char *trial = getenv("FOXHUNT_TRIAL_ATTN_BF16");
-        if (m == FH_MATH_BF16 && !(trial && !strcmp(trial, "tf32"))) return attn::Products::BF16;
+        if (m == FH_MATH_BF16) return attn::Products::BF16;
         return attn::Products::TF32;
     }
 

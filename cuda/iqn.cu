@@ -32,8 +32,6 @@
 // write dWm's and dWφ's operands as bfloat16 (Impl's bf16_operands: half of cosb, dh and mbuf),
 // which the two GEMMs read as they are.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 
 #include "aux_common.cuh"
@@ -398,11 +396,8 @@ struct IqnLearner::Impl {
         // ψ̄ and ψ as SiLU layers on linear_silu's fused kernel where it runs and pays (TF32 or
         // BF16 on Hopper): their weights rounded first, both nets in one pass; else (and where
         // the kernel refuses) cuBLAS + bias_silu. Only the online ψ keeps its pre-activation
-        // (for the backward). TRIAL (deleted after the side-by-side run):
-        // FOXHUNT_TRIAL_IQN_PSI=gemm keeps cuBLAS + bias_silu.
-        const char *trial = getenv("FOXHUNT_TRIAL_IQN_PSI");
-        const bool psi_tc = wpsi_t && bl.linear_tc && linear_tc_pays(B, Hq) && D % 32 == 0 &&
-                            !(trial && !strcmp(trial, "gemm"));
+        // (for the backward).
+        const bool psi_tc = wpsi_t && bl.linear_tc && linear_tc_pays(B, Hq) && D % 32 == 0;
         if (psi_tc) {
             const size_t n = (size_t)Hq * D;
             const unsigned blocks = (unsigned)std::min<size_t>((2 * n + 255) / 256, 1024);

@@ -219,7 +219,6 @@ void run_case(const Case &cs) {
 
 void test_attention_paths(void **) {
     if (!fh_test_have_cuda()) skip();
-    unsetenv("FOXHUNT_TRIAL_ATTN_BF16"); /* BF16 mode's TC path on bfloat16 products (TRIAL) */
     for (const Case &cs : cases()) run_case(cs);
 }
 
