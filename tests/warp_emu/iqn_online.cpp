@@ -1,14 +1,11 @@
 // CPU warp emulation of IQN's fused online pass (cuda/iqn_online.cu; run by tests/warp_emu/run.sh):
-// on 37 transitions (a partly filled last tile or row group) at N = 8 (compiled in) and 4, 16, 2,
-// 1 (read at run time: every shape of the z_mean sums), TF32 and bfloat16 products, its per-row
-// outputs (cos, φraw, m, dhpre, z_mean) and its warps' sums (dbm, dw_z, db_z, the loss: each
-// warp's row as the kernel's store_colsums writes it, added over the warps) against a float64
-// evaluation of SPEC §4 and the quantile Huber head; and, where the kernel has the instance that
-// keeps h in shared memory (STASH), that instance's per-row outputs on its own grid, on one block
-// and with tile-ordered groups against the recompute instance's, bit for bit. Each block is
-// staged thread by thread, then its warps run one after another. Exit status 1 on a difference
-// or an error over its bound: 5e-3 in TF32, 3e-2 in bfloat16 (tests/test_cuda_iqn.cpp's, which
-// runs the kernels on the GPU).
+// on 37 transitions (a partly filled last tile or row group) at N = 8 (compiled in) and 4, 16, 2, 1
+// (read at run time: every shape of the z_mean sums), TF32 and bfloat16 products, its per-row
+// outputs (cos, φraw, m, dhpre, z_mean) and its warps' sums (dbm, dw_z, db_z, the loss: each warp's
+// row as the kernel's store_colsums writes it, added over the warps) against a float64 evaluation
+// of SPEC §4 and the quantile Huber head. Each block is staged thread by thread, then its warps run
+// one after another. Exit status 1 on an error over its bound: 5e-3 in TF32, 3e-2
+// in bfloat16 (tests/test_cuda_iqn.cpp's, which runs the kernels on the GPU).
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -17,7 +14,6 @@
 
 #include "grid.h"
 #include "iqn_ref.h"
-#include "warp_emu_config.h"
 
 #include "online_body.h"
 
@@ -35,12 +31,6 @@ void sim_record(const float (&acc)[2][4], double loss, double bz) {
 
 using namespace fh::cuda::iqn;
 
-#ifdef WARP_EMU_IQN_STASH
-#define ONLINE(NC, B16, STASH) k_iqn_online<NC, NC, B16, STASH>
-#else
-#define ONLINE(NC, B16, STASH) k_iqn_online<NC, NC, B16>
-#endif
-
 struct Out {
     std::vector<float> tau, cos, phi, m, dh, zm;
     std::vector<uint16_t> cos16, m16, dh16;
@@ -48,7 +38,7 @@ struct Out {
 };
 
 // One instance on `blocks` blocks of `nwarps` warps and `smem` bytes of shared memory.
-template <int NC, bool B16, bool STASH>
+template <int NC, bool B16>
 Out run(OnlineArgs a, int blocks, int nwarps, size_t smem) {
     using E = std::conditional_t<B16, __nv_bfloat16, float>;
     const size_t R = (size_t)a.B * a.N;
@@ -78,7 +68,7 @@ Out run(OnlineArgs a, int blocks, int nwarps, size_t smem) {
     gLoss.assign(gBz.size(), 0.0);
     run_grid(
         blocks, nwarps, smem, [&] { stage_weights<E>(gSmem, a.Wphi, a.bphi, a.Wm, a.bm, a.wz); },
-        [&] { ONLINE(NC, B16, STASH)(a); });
+        [&] { k_iqn_online<NC, NC, B16>(a); });
     o.sums.assign(2 * kHq + 2, 0.0);
     for (size_t r = 0; r < gRows.size(); ++r) o.sums[r % (2 * kHq)] += gRows[r];
     for (size_t k = 0; k < gBz.size(); ++k) {
@@ -86,16 +76,6 @@ Out run(OnlineArgs a, int blocks, int nwarps, size_t smem) {
         o.sums[2 * kHq + 1] += gLoss[k];
     }
     return o;
-}
-
-template <class T>
-bool same(const std::vector<T> &a, const std::vector<T> &b) {
-    return a.size() == b.size() && !memcmp(a.data(), b.data(), a.size() * sizeof(T));
-}
-bool same(const Out &a, const Out &b, bool b16) {
-    return same(a.tau, b.tau) && same(a.phi, b.phi) && same(a.zm, b.zm) &&
-           (b16 ? same(a.cos16, b.cos16) && same(a.m16, b.m16) && same(a.dh16, b.dh16)
-                : same(a.cos, b.cos) && same(a.m, b.m) && same(a.dh, b.dh));
 }
 
 double huber(double u, double k) {
@@ -138,35 +118,10 @@ int main() {
         a.Nt = Nt;
         for (const bool b16 : {false, true}) {
             const size_t smem = b16 ? kSmemBytes<__nv_bfloat16> : kSmemBytes<float>;
-            const Out ref = b16 ? (N == 8 ? run<8, true, false>(a, 3, kWarps, smem)
-                                          : run<0, true, false>(a, 3, kWarps, smem))
-                                : (N == 8 ? run<8, false, false>(a, 3, kWarps, smem)
-                                          : run<0, false, false>(a, 3, kWarps, smem));
-#ifdef WARP_EMU_IQN_STASH
-            // The stash instance: 15 warps a block, 512 float4 slots a warp after the weights.
-            const size_t st = smem + 15 * 512 * sizeof(float4);
-            auto stash = [&](OnlineArgs x, int blocks) {
-                x.stash = true;
-                return b16 ? (N == 8 ? run<8, true, true>(x, blocks, 15, st)
-                                     : run<0, true, true>(x, blocks, 15, st))
-                           : (N == 8 ? run<8, false, true>(x, blocks, 15, st)
-                                     : run<0, false, true>(x, blocks, 15, st));
-            };
-            OnlineArgs tiles = a;
-            tiles.tiles = true;
-            const struct {
-                const char *name;
-                Out out;
-            } inst[] = {{"stash", stash(a, (int)((R + 239) / 240))},
-                        {"stash, 1 block", stash(a, 1)},
-                        {"stash, tiles", stash(tiles, (int)((R + 239) / 240))}};
-            for (const auto &in : inst) {
-                const bool eq = same(in.out, ref, b16);
-                printf("N=%d %s %-15s: per-row outputs %s recompute's\n", N, b16 ? "bf16" : "tf32",
-                       in.name, eq ? "bitwise equal to" : "DIFFER from");
-                ok &= eq;
-            }
-#endif
+            const Out ref = b16 ? (N == 8 ? run<8, true>(a, 3, kWarps, smem)
+                                          : run<0, true>(a, 3, kWarps, smem))
+                                : (N == 8 ? run<8, false>(a, 3, kWarps, smem)
+                                          : run<0, false>(a, 3, kWarps, smem));
             // The float64 evaluation, for the rows' τ as the kernel drew them.
             const char *names[] = {"cos", "phi", "m",    "dh",  "z_mean",
                                    "dbm", "dw_z", "db_z", "loss"};

@@ -18,10 +18,8 @@ def write(name, text):
 
 
 for name in ("iqn_fused.cuh", "iqn_fused.hpp", "tile128.cuh", "device_math.cuh",
-             "attention_tc.cuh", "attention_paths.hpp"):
+             "attention_tc.cuh", "attention_paths.hpp", "attention_bf16.cuh"):
     write(name, read(name))
-if "attention_bf16.cuh" in read("attention_tc.cu"):
-    write("attention_bf16.cuh", read("attention_bf16.cuh"))
 
 s = read("attention_tc.cuh")
 s, n = re.subn(r'asm\("ex2\.approx\.ftz\.f32 %0, %1;" : "=f"\(y\) : "f"\(x\)\);',
@@ -64,9 +62,7 @@ def device_code(text):
 
 # The attention kernels: attention_tc.cu's anonymous namespace up to the host code.
 s = read("attention_tc.cu")
-config = []
-if "attention_bf16.cuh" in s:
-    config.append("#define WARP_EMU_ATTN_B16 1")
+assert '#include "attention_bf16.cuh"' in s, "attention_tc.cu: bfloat16 instances expected"
 i = s.index("namespace {\n") + len("namespace {\n")
 j = s.index("template <class GT>\nusing FwdFn")
 open(f"{work}/attn_kernels.inc", "w", encoding="utf-8").write(device_code(s[i:j]))
@@ -74,8 +70,6 @@ open(f"{work}/attn_kernels.inc", "w", encoding="utf-8").write(device_code(s[i:j]
 # The online pass: its helpers and kernel up to the block's final reduction (the harness records
 # each thread's sums there instead).
 s = read("iqn_online.cu")
-if "template <int NC, int NTC, bool B16, bool STASH>" in s:
-    config.append("#define WARP_EMU_IQN_STASH 1")
 i = s.index("namespace fh::cuda::iqn {")
 j = s.index("    // The block's partial row")
 body = device_code(s[i:j])
@@ -105,8 +99,3 @@ open(f"{work}/target_body.h", "w", encoding="utf-8").write("""#pragma once
 """ + device_code(s[i:j]) + """}  // namespace
 }  // namespace fh::cuda::iqn
 """)
-write("warp_emu_config.h", "#pragma once\n" + "\n".join(config) + "\n")
-# The optional parts depend on what the kernels have; say which run.
-print("warp_emu: attention bfloat16 instances %s, IQN online stash instance %s" % (
-    "found" if "WARP_EMU_ATTN_B16" in "".join(config) else "absent (not run)",
-    "found" if "WARP_EMU_IQN_STASH" in "".join(config) else "absent (not run)"))
