@@ -296,6 +296,53 @@ def attn_reward(p, obs, goal, c):
     return silu(pool @ p["attn.Wr1"].T + p["attn.br1"]) @ p["attn.w_r2"] + p["attn.b_r2"]
 
 
+def her(c, batch, step, rows):
+    """SPEC §5.1: (g~, r~, d~, x~, x~', number relabelled); rows = arange(B) on the device."""
+    obs, nobs, reward, done = batch["obs"], batch["next_obs"], batch["reward"], batch["done"]
+    if c.goal_dim == 0:
+        return None, reward, done, obs, nobs, torch.zeros((), dtype=torch.int64,
+                                                          device=rows.device)
+    B, dt = c.batch_size, obs.dtype
+    u_her = torch_uniform(c.seed, rows, torch.zeros_like(rows), step.expand(B),
+                          philox.PURPOSE_HER, dt)
+    relabel = u_her < c.her_ratio
+    dist = torch.linalg.vector_norm(batch["next_achieved_goal"] - batch["her_goal"], dim=1)
+    success = dist <= c.her_epsilon
+    if c.her_reward == "sparse":
+        r_her = torch.where(success, torch.zeros_like(dist), -torch.ones_like(dist))
+    else:
+        r_her = -dist
+    g_t = torch.where(relabel.unsqueeze(1), batch["her_goal"], batch["goal"])
+    r_t = torch.where(relabel, r_her, reward)
+    if c.her_reward == "sparse" and c.her_terminal_on_success:
+        d_t = torch.where(relabel & success, torch.ones_like(done), done)
+    else:
+        d_t = done
+    return g_t, r_t, d_t, torch.cat([obs, g_t], 1), torch.cat([nobs, g_t], 1), relabel.sum()
+
+
+def iqn_loss(c, Z, T_im, tau_in):
+    """SPEC §5.5 step 3: mean_i sum_n (1/N') sum_m |tau_in - [u < 0]| huber_kappa(u) / kappa,
+    u = T_im - Z_in (Dabney et al. 2018, eq. 10); Z, tau_in [B, N], T_im [B, N']."""
+    u_q = T_im.unsqueeze(1) - Z.unsqueeze(2)                                   # [B, N, N']
+    rho_q = torch.abs(tau_in.unsqueeze(2) - (u_q < 0).to(Z.dtype)) * huber(u_q, c.huber_kappa) \
+        / c.huber_kappa
+    return (rho_q.sum(dim=(1, 2)) / c.iqn_n_target).mean()
+
+
+def regime_update(c, s, regime, delta):
+    """SPEC §5.5 step 8: the regimes' EMA of the mean squared TD error (those present in the
+    batch) and the scales rho from it; delta [B, NB] detached. Returns (s, rho)."""
+    R = c.num_regimes
+    if R == 1:
+        return s, torch.ones_like(s)
+    onehot = (regime.unsqueeze(1) == torch.arange(R, device=s.device)).to(s.dtype)  # [B, R]
+    cnt = onehot.sum(0)
+    m_k = (onehot * (delta ** 2).mean(1, keepdim=True)).sum(0) / torch.clamp(cnt, min=1)
+    s = torch.where(cnt > 0, c.regime_beta * s + (1.0 - c.regime_beta) * m_k, s)
+    return s, torch.clamp(torch.sqrt(s.mean() / (s + 1e-8)), c.regime_min, c.regime_max)
+
+
 def power_iteration(W, u):
     """SPEC §5.2: one power iteration (no gradient): v = normalize(W^T u), u' = normalize(W v)."""
     with torch.no_grad():
@@ -355,35 +402,13 @@ def step_tensors(c, S, M, V, batch, step):
     metrics and the step outputs as tensors (no host synchronisation anywhere)."""
     dt = S["q.W1"].dtype
     dev = S["q.W1"].device
-    B, NB, G = c.batch_size, c.num_branches, c.goal_dim
-    obs, nobs = batch["obs"], batch["next_obs"]
-    reward, done, action = batch["reward"], batch["done"], batch["action"]
-    regime = batch["regime"]
+    B, NB = c.batch_size, c.num_branches
+    obs, reward, action, regime = batch["obs"], batch["reward"], batch["action"], batch["regime"]
     rows = torch.arange(B, device=dev, dtype=torch.int64)
     out = {}
 
     # ---- 5.1 her
-    if G > 0:
-        u_her = torch_uniform(c.seed, rows, torch.zeros_like(rows), step.expand(B),
-                              philox.PURPOSE_HER, dt)
-        relabel = u_her < c.her_ratio
-        dist = torch.linalg.vector_norm(batch["next_achieved_goal"] - batch["her_goal"], dim=1)
-        success = dist <= c.her_epsilon
-        if c.her_reward == "sparse":
-            r_her = torch.where(success, torch.zeros_like(dist), -torch.ones_like(dist))
-        else:
-            r_her = -dist
-        g_t = torch.where(relabel.unsqueeze(1), batch["her_goal"], batch["goal"])
-        r_t = torch.where(relabel, r_her, reward)
-        if c.her_reward == "sparse" and c.her_terminal_on_success:
-            d_t = torch.where(relabel & success, torch.ones_like(done), done)
-        else:
-            d_t = done
-        x, xn = torch.cat([obs, g_t], 1), torch.cat([nobs, g_t], 1)
-        out["num_relabelled"] = relabel.sum()
-    else:
-        g_t, r_t, d_t, x, xn = None, reward, done, obs, nobs
-        out["num_relabelled"] = torch.zeros((), dtype=torch.int64, device=dev)
+    g_t, r_t, d_t, x, xn, out["num_relabelled"] = her(c, batch, step, rows)
 
     # ---- leaf copies of the trained parameters
     q_names, iqn_names = names_of(c, "q"), names_of(c, "iqn")
@@ -470,10 +495,7 @@ def step_tensors(c, S, M, V, batch, step):
         Zt = iqn_value(Tiqn, "iqn.", xnd, tau_t, c)
         T_im = r_t.unsqueeze(1) + c.gamma * (1.0 - d_t).unsqueeze(1) * Zt      # [B, N']
     Z = iqn_value(P, "iqn.", xd, tau_in, c)                                    # [B, N]
-    u_q = T_im.unsqueeze(1) - Z.unsqueeze(2)                                   # [B, N, N']
-    rho_q = torch.abs(tau_in.unsqueeze(2) - (u_q < 0).to(dt)) * huber(u_q, c.huber_kappa) \
-        / c.huber_kappa
-    L_iqn = (rho_q.sum(dim=(1, 2)) / Nt).mean()
+    L_iqn = iqn_loss(c, Z, T_im, tau_in)
     gl = torch.autograd.grad(L_iqn, [P[n] for n in iqn_names])
     upd = adam_update(P, dict(zip(iqn_names, gl)), M, V, iqn_names, c.lr_aux, c, step + 1)
     for n in iqn_names:
@@ -523,16 +545,7 @@ def step_tensors(c, S, M, V, batch, step):
     out["conf_loss"] = L_conf.detach()
     out["confidence"] = 1.0 / (1.0 + torch.sqrt(u_on.detach()))
     # 8. regime scale
-    R = c.num_regimes
-    s = S["regime.s"]
-    if R > 1:
-        onehot = (regime.unsqueeze(1) == torch.arange(R, device=dev)).to(dt)   # [B, R]
-        cnt = onehot.sum(0)
-        m_k = (onehot * (delta ** 2).mean(1, keepdim=True)).sum(0) / torch.clamp(cnt, min=1)
-        s = torch.where(cnt > 0, c.regime_beta * s + (1.0 - c.regime_beta) * m_k, s)
-        rho = torch.clamp(torch.sqrt(s.mean() / (s + 1e-8)), c.regime_min, c.regime_max)
-    else:
-        rho = torch.ones_like(s)
+    s, rho = regime_update(c, S["regime.s"], regime, delta)
     newS["regime.s"], newS["regime.scale"] = s, rho
 
     # ---- 5.6 adam of the Q net: global-norm clip, then Adam (lr_q)
