@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""The foxhunt training step (SPEC §5, the oracle's step_tensors) as a PyTorch peer on a GPU:
-timed in eager mode, replayed as a CUDA graph, under torch.compile, and compiled then replayed
+"""The foxhunt training step (SPEC §5) as a PyTorch peer on a GPU, in two forms: the oracle's
+step_tensors (written for clarity) and peer_fast.py's (the same step written for speed: flat
+parameter buffers, stacked branches, one backward, fused attention; modes prefixed fast_). Each
+is timed in eager mode, replayed as a CUDA graph, under torch.compile, and compiled then replayed
 as a CUDA graph (compile_graph: how the PyTorch reference figure of 5.8 ms was taken). Prints a
 table and writes JSON, for comparison with libfoxhunt's CUDA-graph executor (examples/ benchmark).
 
     python3 tests/python/bench_torch_peer.py [--batch-size 16384] [--iters 50] [--json out.json]
 
-Without CUDA it says so and exits 0 (--allow-cpu runs eager mode on the CPU, for smoke tests).
-The step is the oracle's own code in float32, so each mode computes the same numbers; the
-first step's td_loss of every mode is printed beside its time as a check.
+Without CUDA it says so and exits 0 (--allow-cpu runs the eager modes on the CPU, for smoke
+tests). Both forms compute the same numbers in float32 (test_peer_fast.py checks them equal in
+float64); the first step's td_loss of every mode is printed beside its time as a check.
 """
 import argparse
 import json
@@ -24,6 +26,7 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402
 
 import oracle_torch as ot  # noqa: E402
+import peer_fast  # noqa: E402
 
 
 def make_state(c, device):
@@ -69,6 +72,31 @@ class Step:
         return out["td_loss"]
 
 
+_FAST_STEPS = {}
+
+
+class FastStep:
+    """peer_fast's step on the same initial state and batch as Step, updated in place;
+    compile: its pieces under torch.compile (compiled once per process: fast_compile and
+    fast_compile_graph share the code, as the oracle's compile modes share dynamo's cache)."""
+
+    def __init__(self, c, device, compile=False):
+        S, M, V = make_state(c, device)
+        key = (repr(c), str(device), compile)
+        if key not in _FAST_STEPS:
+            _FAST_STEPS[key] = peer_fast.make_step(c, device, torch.float32, compile=compile)
+        self.fn = _FAST_STEPS[key]
+        self.st = peer_fast.state_from_oracle(c, self.fn.layout, S, M, V)
+        self.batch = make_batch(c, device)
+        self.step = torch.zeros((), dtype=torch.int64, device=device)
+
+    def __call__(self):
+        return self.fn(self.st, self.batch, self.step)["td_loss"]
+
+
+MODES = ("eager", "cuda_graph", "compile", "compile_graph")
+
+
 def time_it(fn, iters, device):
     """Per-iteration milliseconds (CUDA events on a GPU, a wall clock on the CPU)."""
     ms = []
@@ -94,25 +122,28 @@ def compiled(fn):
 
 
 def run_mode(mode, c, device, iters, warmup):
-    st = Step(c, device)
-    res = {"mode": mode}
-    if mode == "eager":
+    """One mode: MODES, for the oracle's step, or fast_ + one of them, for peer_fast's."""
+    fast = mode.startswith("fast_")
+    base = mode[len("fast_"):] if fast else mode
+    if base not in MODES:
+        raise ValueError(mode)
+    st = FastStep(c, device, compile=base.startswith("compile")) if fast else Step(c, device)
+    res = {"mode": mode, "peer": "fast" if fast else "oracle"}
+    if base == "eager":
         first = float(st())
         for _ in range(warmup):
             st()
         ms = time_it(st, iters, device)
-    elif mode in ("cuda_graph", "compile_graph"):
+    elif base in ("cuda_graph", "compile_graph"):
         # The whole step captured once and replayed; compile_graph captures the torch.compile'd
         # step (Triton kernels) instead of the eager one.
-        fn = st
-        if mode == "compile_graph":
-            fn = compiled(st)
+        fn = compiled(st) if base == "compile_graph" and not fast else st
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm up (compile, autograd, cuBLAS) off the main stream
             t0 = time.perf_counter()
             first = float(fn())
-            if mode == "compile_graph":
+            if base == "compile_graph":
                 res["compile_s"] = time.perf_counter() - t0
             for _ in range(max(warmup, 3)):
                 fn()
@@ -122,16 +153,14 @@ def run_mode(mode, c, device, iters, warmup):
             loss = fn()
         ms = time_it(graph.replay, iters, device)
         res["replayed_td_loss"] = float(loss)
-    elif mode == "compile":
-        fn = compiled(st)
+    else:  # compile
+        fn = st if fast else compiled(st)
         t0 = time.perf_counter()
         first = float(fn())
         res["compile_s"] = time.perf_counter() - t0
         for _ in range(warmup):
             fn()
         ms = time_it(fn, iters, device)
-    else:
-        raise ValueError(mode)
     res.update(first_step_td_loss=first, iters=iters, ms_median=statistics.median(ms),
                ms_mean=statistics.fmean(ms), ms_min=min(ms), ms_max=max(ms))
     return res
@@ -151,11 +180,14 @@ def print_ratios(ours, results):
     step: what a trainer sees), measured on the same GPU in the same run."""
     timed = [r for r in results if "error" not in r]
     print("\nside by side: peer median ms / libfoxhunt wall ms per step (> 1: foxhunt faster)")
-    print("%-14s %9s" % ("libfoxhunt", "wall ms") + "".join(" %11s" % r["mode"] for r in timed))
+    width = [max(11, len(r["mode"])) for r in timed]
+    print("%-14s %9s" % ("libfoxhunt", "wall ms")
+          + "".join(" %*s" % (w, r["mode"]) for w, r in zip(width, timed)))
     for o in ours:
         o["peer_over_foxhunt"] = {r["mode"]: r["ms_median"] / o["wall_ms"] for r in timed}
         print("%-14s %9.3f" % (o["mode"], o["wall_ms"])
-              + "".join(" %10.2fx" % o["peer_over_foxhunt"][r["mode"]] for r in timed))
+              + "".join(" %*.2fx" % (w - 1, o["peer_over_foxhunt"][r["mode"]])
+                        for w, r in zip(width, timed)))
 
 
 def main(argv=None):
@@ -163,12 +195,14 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=16384)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--modes", default="eager,cuda_graph,compile,compile_graph")
+    ap.add_argument("--modes", default=",".join(MODES + tuple("fast_" + m for m in MODES)),
+                    help="comma-separated: %s, each also prefixed fast_ (peer_fast's step)"
+                    % ", ".join(MODES))
     ap.add_argument("--tf32", choices=("on", "off"), default="on",
                     help="TF32 matmuls (libfoxhunt's default FH_MATH_TF32 is 'on')")
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."),
                                                    "bench_torch_peer.json"))
-    ap.add_argument("--allow-cpu", action="store_true", help="run eager mode on the CPU")
+    ap.add_argument("--allow-cpu", action="store_true", help="run the eager modes on the CPU")
     ap.add_argument("--foxhunt", default="",
                     help="libfoxhunt's own times at this batch, MODE:GRAPH_MS:WALL_MS[,...] "
                          "(foxhunt-bench passes them): printed with each peer mode's ratio")
@@ -186,7 +220,7 @@ def main(argv=None):
     c = ot.OracleConfig(batch_size=args.batch_size)  # SPEC §1 defaults otherwise
     modes = [m for m in args.modes.split(",") if m]
     if device.type == "cpu":
-        modes = [m for m in modes if m == "eager"]
+        modes = [m for m in modes if m in ("eager", "fast_eager")]
 
     results = []
     for mode in modes:
@@ -202,19 +236,20 @@ def main(argv=None):
     dev_name = torch.cuda.get_device_name() if device.type == "cuda" else platform.processor()
     print("\nfoxhunt step, PyTorch %s peer on %s, B=%d, float32, TF32 %s"
           % (torch.__version__, dev_name, c.batch_size, args.tf32))
-    print("%-11s %10s %10s %10s %14s  %s" % ("mode", "median ms", "mean ms", "min ms",
-                                             "step-1 td_loss", "note"))
+    w = max([len(r["mode"]) for r in results] + [11])
+    print("%-*s %10s %10s %10s %14s  %s" % (w, "mode", "median ms", "mean ms", "min ms",
+                                            "step-1 td_loss", "note"))
     for r in results:
         if "error" in r:
-            print("%-11s %10s %10s %10s %14s  %s" % (r["mode"], "-", "-", "-", "-", r["error"]))
+            print("%-*s %10s %10s %10s %14s  %s" % (w, r["mode"], "-", "-", "-", "-", r["error"]))
             continue
         note = ""
         if "compile_s" in r:  # under a second: dynamo reused the code compiled by an earlier mode
             note = ("compile %.1f s" % r["compile_s"] if r["compile_s"] >= 1.0
                     else "compiled code reused")
-        print("%-11s %10.3f %10.3f %10.3f %14.7g  %s" % (r["mode"], r["ms_median"], r["ms_mean"],
-                                                         r["ms_min"], r["first_step_td_loss"],
-                                                         note))
+        print("%-*s %10.3f %10.3f %10.3f %14.7g  %s"
+              % (w, r["mode"], r["ms_median"], r["ms_mean"], r["ms_min"],
+                 r["first_step_td_loss"], note))
     ours = parse_foxhunt(args.foxhunt)
     if ours:
         print_ratios(ours, results)

@@ -1,6 +1,7 @@
 """The GPU peer benchmark runs (eager, on the CPU, tiny) and skips cleanly without CUDA."""
 import json
 
+import pytest
 import torch
 
 import bench_torch_peer
@@ -17,10 +18,22 @@ def test_bench_skips_without_cuda(capsys, tmp_path):
 def test_bench_eager_smoke_on_cpu(tmp_path):
     out = tmp_path / "b.json"
     assert bench_torch_peer.main(["--allow-cpu", "--batch-size", "32", "--iters", "1",
-                                  "--warmup", "0", "--modes", "eager", "--json", str(out)]) == 0
+                                  "--warmup", "0", "--modes", "eager,fast_eager",
+                                  "--json", str(out)]) == 0
     report = json.loads(out.read_text())
-    (r,) = report["results"]
-    assert r["mode"] == "eager" and r["ms_median"] > 0 and r["first_step_td_loss"] > 0
+    oracle, fast = report["results"]
+    assert (oracle["mode"], oracle["peer"]) == ("eager", "oracle")
+    assert (fast["mode"], fast["peer"]) == ("fast_eager", "fast")
+    for r in (oracle, fast):
+        assert r["ms_median"] > 0 and r["first_step_td_loss"] > 0
+    # the two forms compute one step (float32 here; test_peer_fast checks float64 tightly)
+    assert abs(fast["first_step_td_loss"] - oracle["first_step_td_loss"]) \
+        <= 1e-5 * oracle["first_step_td_loss"]
+
+
+def test_bench_rejects_an_unknown_mode():
+    with pytest.raises(ValueError):
+        bench_torch_peer.run_mode("fast_warp", None, torch.device("cpu"), 1, 0)
 
 
 def test_ratios_against_foxhunt(capsys):

@@ -1,0 +1,105 @@
+"""The fast PyTorch peer (peer_fast.py) against the oracle (oracle_torch.step_tensors), in
+float64 on the CPU: every state tensor, Adam moment, metric and step output after each of three
+steps, on every lockstep config. The peer's timings are only worth quoting if it computes the
+oracle's step; the two are written differently (flat buffers, stacked branches, one backward,
+pooled attention), so they agree to float64 rounding, not bitwise."""
+import numpy as np
+import pytest
+import torch
+
+import lockstep as ls
+import oracle_torch as ot
+import peer_fast
+from batches import make_batch
+
+RTOL = 1e-10  # per tensor, ||fast - oracle|| / ||oracle|| (reached: ~1e-15)
+# ... or an RMS difference below ATOL, for tensors whose exact gradient is 0 (attention's b_k:
+# softmax ignores a shift shared by all keys), where both steps hold rounding noise (~1e-16)
+ATOL = 1e-14
+STEPS = 3
+
+
+def rel_err(a, b):
+    a, b = a.detach().double().reshape(-1), b.detach().double().reshape(-1)
+    den = torch.linalg.vector_norm(b)
+    num = torch.linalg.vector_norm(a - b)
+    return float(num / den) if den > 0 else float(num)
+
+
+def close(a, b):
+    rms = float(torch.linalg.vector_norm((a - b).double().reshape(-1))) / max(1, b.numel()) ** 0.5
+    return rel_err(a, b) <= RTOL or rms <= ATOL
+
+
+def torch_batch(c, seed):
+    f = lambda a: torch.as_tensor(np.asarray(a, np.float64))  # noqa: E731
+    b = make_batch(c, np.random.default_rng(seed))
+    out = {k: f(v) for k, v in b.items() if k not in ("action", "regime")}
+    out["done"] = f(b["done"].astype(np.float64))
+    out["action"] = torch.as_tensor(b["action"].astype(np.int64))
+    out["regime"] = torch.as_tensor(b["regime"].astype(np.int64))
+    return out
+
+
+def oracle_state(c):
+    S = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in ot.initial_state(c).items()}
+    names = [n for n, _, _, _ in ot.param_specs(c)]
+    return S, {n: torch.zeros_like(S[n]) for n in names}, {n: torch.zeros_like(S[n])
+                                                            for n in names}
+
+
+OUTPUTS = ("td_loss", "q_mean", "cql_loss", "iql_loss_hi", "iql_loss_lo", "iqn_loss",
+           "attn_loss", "conf_loss", "grad_norm", "ensemble_mean", "ensemble_var",
+           "ensemble_std", "confidence", "d_states", "regime_scale", "num_relabelled")
+
+
+@pytest.mark.parametrize("name", list(ls.CONFIGS))
+def test_fast_peer_is_the_oracle_step(name):
+    c = ls.config(name)
+    S, M, V = oracle_state(c)
+    step_fn = peer_fast.make_step(c, torch.device("cpu"), torch.float64)
+    L = step_fn.layout
+    st = peer_fast.state_from_oracle(c, L, S, M, V)
+    counter = torch.zeros((), dtype=torch.int64)
+    worst = 0.0
+    for k in range(STEPS):
+        batch = torch_batch(c, 100 + k)
+        S, M, V, ref = ot.step_tensors(c, S, M, V, batch, torch.tensor(k))
+        out = step_fn(st, batch, counter)
+        assert int(counter) == k + 1
+        S2, M2, V2 = peer_fast.state_to_oracle(c, L, st)
+        assert set(S2) == set(S)
+        for key in S:
+            if float(S[key].abs().max()) > 1e-12:  # not the noise-only tensors (ATOL)
+                worst = max(worst, rel_err(S2[key], S[key]))
+            assert close(S2[key], S[key]), (k, key, rel_err(S2[key], S[key]))
+        for key in M:
+            assert close(M2[key], M[key]), (k, "M", key)
+            assert close(V2[key].sqrt(), V[key].sqrt()), (k, "V", key)  # gradient units
+        for key in OUTPUTS:
+            assert rel_err(out[key], ref[key]) <= RTOL, (k, key)
+        for i in range(2):
+            assert rel_err(out["sigma"][i], ref["sigma"][i]) <= RTOL, (k, "sigma", i)
+            assert rel_err(out["sigma_target"][i], ref["sigma_target"][i]) <= RTOL
+        grads = L.unpack(out["_grads_q"], ot.names_of(c, "q"))
+        for key, g in ref["_grads_q"].items():
+            assert close(grads[key], g), (k, "grad", key)
+        # the step did something: the TD loss and the parameters moved
+        assert float(ref["td_loss"]) > 0
+    S0 = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in ot.initial_state(c).items()}
+    assert rel_err(S["q.W1"], S0["q.W1"]) > 1e-6
+    print("%s: largest relative error %.2e" % (name, worst))
+
+
+def test_layout_covers_every_parameter_once():
+    c = ls.config("wide")
+    L = peer_fast.Layout(c)
+    specs = ot.param_specs(c)
+    assert sorted(L.names) == sorted(n for n, _, _, _ in specs)
+    assert L.size == sum(int(np.prod(s)) for _, s, _, _ in specs)
+    flat = torch.arange(L.size, dtype=torch.float64)
+    seen = torch.cat([L.view(flat, n).reshape(-1) for n in L.names])
+    assert torch.equal(seen, flat)  # contiguous, in order, no overlap
+    assert L.n_q == sum(int(np.prod(s)) for _, s, _, g in specs if g == "q")
+    with pytest.raises(AssertionError):
+        L.stacked(flat, ["q.V.0", "q.V.2"])  # not consecutive
