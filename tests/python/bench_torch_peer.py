@@ -80,11 +80,12 @@ class FastStep:
     compile: its pieces under torch.compile (compiled once per process: fast_compile and
     fast_compile_graph share the code, as the oracle's compile modes share dynamo's cache)."""
 
-    def __init__(self, c, device, compile=False):
+    def __init__(self, c, device, compile=False, attention="pooled"):
         S, M, V = make_state(c, device)
-        key = (repr(c), str(device), compile)
+        key = (repr(c), str(device), compile, attention)
         if key not in _FAST_STEPS:
-            _FAST_STEPS[key] = peer_fast.make_step(c, device, torch.float32, compile=compile)
+            _FAST_STEPS[key] = peer_fast.make_step(c, device, torch.float32, compile=compile,
+                                                   attention=attention)
         self.fn = _FAST_STEPS[key]
         self.st = peer_fast.state_from_oracle(c, self.fn.layout, S, M, V)
         self.batch = make_batch(c, device)
@@ -121,14 +122,20 @@ def compiled(fn):
     return torch.compile(fn)
 
 
-def run_mode(mode, c, device, iters, warmup):
-    """One mode: MODES, for the oracle's step, or fast_ + one of them, for peer_fast's."""
+def run_mode(mode, c, device, iters, warmup, attention="pooled"):
+    """One mode: MODES, for the oracle's step, or fast_ + one of them, for peer_fast's (its
+    attention in the given form)."""
     fast = mode.startswith("fast_")
     base = mode[len("fast_"):] if fast else mode
     if base not in MODES:
         raise ValueError(mode)
-    st = FastStep(c, device, compile=base.startswith("compile")) if fast else Step(c, device)
+    if fast:
+        st = FastStep(c, device, compile=base.startswith("compile"), attention=attention)
+    else:
+        st = Step(c, device)
     res = {"mode": mode, "peer": "fast" if fast else "oracle"}
+    if fast:
+        res["attention"] = attention
     if base == "eager":
         first = float(st())
         for _ in range(warmup):
@@ -202,6 +209,8 @@ def main(argv=None):
                     help="TF32 matmuls (libfoxhunt's default FH_MATH_TF32 is 'on')")
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."),
                                                    "bench_torch_peer.json"))
+    ap.add_argument("--fast-attention", default="pooled", choices=peer_fast.ATTENTION_FORMS,
+                    help="the fast_ modes' attention (peer_fast.pooled_attention)")
     ap.add_argument("--allow-cpu", action="store_true", help="run the eager modes on the CPU")
     ap.add_argument("--foxhunt", default="",
                     help="libfoxhunt's own times at this batch, MODE:GRAPH_MS:WALL_MS[,...] "
@@ -225,7 +234,7 @@ def main(argv=None):
     results = []
     for mode in modes:
         try:
-            r = run_mode(mode, c, device, args.iters, args.warmup)
+            r = run_mode(mode, c, device, args.iters, args.warmup, args.fast_attention)
         except Exception as e:  # report and carry on with the other modes
             r = {"mode": mode, "error": "%s: %s" % (type(e).__name__, e)}
         results.append(r)

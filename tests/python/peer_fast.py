@@ -12,9 +12,10 @@ in float64 on every lockstep config) and changes only its form:
 - ddqn's target-net passes on x̃ and x̃' are one pass over [x̃; x̃'].
 - One backward for the sum of the losses: their parameters are disjoint, except CQL's and the
   confidence head's gradients into the Q net, which SPEC §5.6 adds to the TD gradient anyway.
-- The attention scores by F.scaled_dot_product_attention (fused softmax and products; an explicit
-  softmax where torch has no SDPA), and the pool taken before W_o: the mean over tokens commutes
-  with the linear map, so SPEC §4's mean_t(e + o W_oᵀ + b_o) = mean_t e + (mean_t o) W_oᵀ + b_o.
+- The pool taken before W_o and before v: the mean over tokens commutes with the linear maps, so
+  SPEC §4's mean_t(e + o W_oᵀ + b_o) = mean_t e + (mean_t o) W_oᵀ + b_o, and
+  mean_t o_t = (mean_t att[t, :]) v (pooled_attention; F.scaled_dot_product_attention, fused
+  but for all T rows, is the other form).
 
 Three pieces are compiled apart when asked (make_step(compile=True)): HER, the losses (forward;
 AOTAutograd makes their backward) and the update. The step never synchronises with the host, so
@@ -101,17 +102,29 @@ def state_to_oracle(c, L, st):
     return S, L.unpack(st["M"], L.names), L.unpack(st["V"], L.names)
 
 
-def _attention(q, k, v):
-    """softmax(q kᵀ / sqrt(d_head)) v over [B, H, T, d_head]."""
-    sdpa = getattr(F, "scaled_dot_product_attention", None)
-    if sdpa is not None:
-        return sdpa(q, k, v)
-    return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1) @ v
+def pooled_attention(q, k, v, form):
+    """mean over queries t of softmax(q kᵀ / sqrt(d_head)) v, over [B, H, T, d_head] ->
+    [B, H, d_head]. form "sdpa": F.scaled_dot_product_attention, then the mean; "pooled": the
+    mean taken over the attention weights first (mean_t att[t, :] v), so that the product with
+    v and its backward run on one row per head instead of T."""
+    if form == "sdpa":
+        return F.scaled_dot_product_attention(q, k, v).mean(2)
+    if form != "pooled":
+        raise ValueError("attention form %r" % (form,))
+    att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1)
+    return (att.mean(2, keepdim=True) @ v).squeeze(2)
 
 
-def make_step(c, device, dtype=torch.float32, compile=False):
+ATTENTION_FORMS = ("pooled", "sdpa") if hasattr(F, "scaled_dot_product_attention") \
+    else ("pooled",)
+
+
+def make_step(c, device, dtype=torch.float32, compile=False, attention="pooled"):
     """The step as step(st, batch, step_counter) -> outputs: it updates the state dict st and
-    the 0-dim int64 step counter in place. compile: torch.compile its three pieces."""
+    the 0-dim int64 step counter in place. compile: torch.compile its three pieces; attention:
+    one of ATTENTION_FORMS (pooled_attention)."""
+    if attention not in ATTENTION_FORMS:
+        raise ValueError("attention form %r (this torch has %s)" % (attention, ATTENTION_FORMS))
     L = Layout(c)
     B, NB, HB = c.batch_size, c.num_branches, c.branch_hidden
     rows = torch.arange(B, device=device, dtype=torch.int64)
@@ -163,8 +176,8 @@ def make_step(c, device, dtype=torch.float32, compile=False):
         Wqkv = L.stacked(Pl, ["attn.Wq", "attn.Wk", "attn.Wv"]).reshape(3 * d, d)
         bqkv = L.stacked(Pl, ["attn.bq", "attn.bk", "attn.bv"]).reshape(3 * d)
         qkv = (e @ Wqkv.T + bqkv).view(B, c.T, 3, H, d // H).permute(2, 0, 3, 1, 4)
-        o = _attention(qkv[0], qkv[1], qkv[2])                                   # [B, H, T, dh]
-        pool = e.mean(1) + o.mean(2).reshape(B, d) @ p("Wo").T + p("bo")
+        o = pooled_attention(qkv[0], qkv[1], qkv[2], attention)                  # [B, H, dh]
+        pool = e.mean(1) + o.reshape(B, d) @ p("Wo").T + p("bo")
         return ot.silu(pool @ p("Wr1").T + p("br1")) @ p("w_r2") + p("b_r2")
 
     def losses(Pl, xg, st, batch, her_out, step):

@@ -53,11 +53,12 @@ OUTPUTS = ("td_loss", "q_mean", "cql_loss", "iql_loss_hi", "iql_loss_lo", "iqn_l
            "ensemble_std", "confidence", "d_states", "regime_scale", "num_relabelled")
 
 
+@pytest.mark.parametrize("attention", peer_fast.ATTENTION_FORMS)
 @pytest.mark.parametrize("name", list(ls.CONFIGS))
-def test_fast_peer_is_the_oracle_step(name):
+def test_fast_peer_is_the_oracle_step(name, attention):
     c = ls.config(name)
     S, M, V = oracle_state(c)
-    step_fn = peer_fast.make_step(c, torch.device("cpu"), torch.float64)
+    step_fn = peer_fast.make_step(c, torch.device("cpu"), torch.float64, attention=attention)
     L = step_fn.layout
     st = peer_fast.state_from_oracle(c, L, S, M, V)
     counter = torch.zeros((), dtype=torch.int64)
@@ -88,7 +89,7 @@ def test_fast_peer_is_the_oracle_step(name):
         assert float(ref["td_loss"]) > 0
     S0 = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in ot.initial_state(c).items()}
     assert rel_err(S["q.W1"], S0["q.W1"]) > 1e-6
-    print("%s: largest relative error %.2e" % (name, worst))
+    print("%s, %s attention: largest relative error %.2e" % (name, attention, worst))
 
 
 def test_layout_covers_every_parameter_once():
@@ -103,3 +104,8 @@ def test_layout_covers_every_parameter_once():
     assert L.n_q == sum(int(np.prod(s)) for _, s, _, g in specs if g == "q")
     with pytest.raises(AssertionError):
         L.stacked(flat, ["q.V.0", "q.V.2"])  # not consecutive
+
+
+def test_unknown_attention_form_is_refused():
+    with pytest.raises(ValueError, match="attention form"):
+        peer_fast.make_step(ls.config("wide"), torch.device("cpu"), attention="flash")
