@@ -68,4 +68,5 @@ def test_tests_export_the_library_as_a_full_path(monkeypatch, tmp_path):
     assert locate_library() == full
     assert os.environ["FOXHUNT_LIBRARY"] == full
     monkeypatch.setenv("FOXHUNT_LIBRARY", "missing/libfoxhunt.so")
-    assert locate_library() is None
+    with pytest.raises(FileNotFoundError, match="missing/libfoxhunt.so: no such file"):
+        locate_library()
