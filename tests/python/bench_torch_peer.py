@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The foxhunt training step (SPEC §5) as a PyTorch peer on a GPU, in two forms: the oracle's
 step_tensors (written for clarity) and peer_fast.py's (the same step written for speed: flat
-parameter buffers, stacked branches, one backward, fused attention; modes prefixed fast_). Each
-is timed in eager mode, replayed as a CUDA graph, under torch.compile, and compiled then replayed
-as a CUDA graph (compile_graph: how the PyTorch reference figure of 5.8 ms was taken). Prints a
-table and writes JSON, for comparison with libfoxhunt's CUDA-graph executor (examples/ benchmark).
+parameter buffers, stacked branches, one backward, attention pooled before v; modes prefixed
+fast_). Each is timed in eager mode, replayed as a CUDA graph, under torch.compile, and compiled
+then replayed as a CUDA graph (compile_graph: how the brief's PyTorch reference figure was
+taken). Prints a table and writes JSON, for comparison with libfoxhunt's CUDA-graph executor
+(examples/ benchmark).
 
     python3 tests/python/bench_torch_peer.py [--batch-size 16384] [--iters 50] [--json out.json]
 
