@@ -12,6 +12,8 @@ in float64 on every lockstep config) and changes only its form:
 - ddqn's target-net passes on x̃ and x̃' are one pass over [x̃; x̃'].
 - One backward for the sum of the losses: their parameters are disjoint, except CQL's and the
   confidence head's gradients into the Q net, which SPEC §5.6 adds to the TD gradient anyway.
+- Composite projections: the tokens' q, k, v from the raw tokens by W_qkv W_t and a bias per
+  position, and mean_t e from the tokens' sum, so the token embeddings e are never formed.
 - The pool taken before W_o and before v: the mean over tokens commutes with the linear maps, so
   SPEC §4's mean_t(e + o W_oᵀ + b_o) = mean_t e + (mean_t o) W_oᵀ + b_o, and
   mean_t o_t = (mean_t att[t, :]) v (pooled_attention; F.scaled_dot_product_attention, fused
@@ -167,17 +169,24 @@ def make_step(c, device, dtype=torch.float32, compile=False, attention="pooled")
         return W, Wt, sig, sig_t, u_new
 
     def attn_reward(Pl, obs, g_t):
+        """SPEC §4's reward model with composite projections: the tokens' q, k, v straight from
+        the raw tokens by (W_qkv W_t) and a per-position bias, and the pooled embedding from the
+        tokens' sum, so the embeddings e [B, T, d] are never formed."""
         p = lambda n: L.view(Pl, "attn." + n)  # noqa: E731
-        d, H = c.attn_d_model, c.attn_heads
-        e = obs.view(B, c.T_obs, c.attn_token_dim) @ p("Wt").T + p("bt") + p("P")[: c.T_obs]
-        if c.goal_dim > 0:
-            eg = g_t @ p("Wg").T + p("bg") + p("P")[c.T_obs]
-            e = torch.cat([e, eg.unsqueeze(1)], 1)
+        d, H, To = c.attn_d_model, c.attn_heads, c.T_obs
         Wqkv = L.stacked(Pl, ["attn.Wq", "attn.Wk", "attn.Wv"]).reshape(3 * d, d)
         bqkv = L.stacked(Pl, ["attn.bq", "attn.bk", "attn.bv"]).reshape(3 * d)
-        qkv = (e @ Wqkv.T + bqkv).view(B, c.T, 3, H, d // H).permute(2, 0, 3, 1, 4)
+        tok = obs.view(B, To, c.attn_token_dim)
+        # e_t = tok_t W_tᵀ + b_t + P_t, so e_t W_qkvᵀ + b_qkv = tok_t (W_qkv W_t)ᵀ + bias_t
+        qkv = tok @ (Wqkv @ p("Wt")).T + ((p("bt") + p("P")[:To]) @ Wqkv.T + bqkv)
+        e_sum = tok.sum(1) @ p("Wt").T + (To * p("bt") + p("P")[:To].sum(0))      # Σ_t e_t
+        if c.goal_dim > 0:
+            eg = g_t @ p("Wg").T + p("bg") + p("P")[To]
+            qkv = torch.cat([qkv, (eg @ Wqkv.T + bqkv).unsqueeze(1)], 1)
+            e_sum = e_sum + eg
+        qkv = qkv.view(B, c.T, 3, H, d // H).permute(2, 0, 3, 1, 4)
         o = pooled_attention(qkv[0], qkv[1], qkv[2], attention)                  # [B, H, dh]
-        pool = e.mean(1) + o.reshape(B, d) @ p("Wo").T + p("bo")
+        pool = e_sum / c.T + o.reshape(B, d) @ p("Wo").T + p("bo")
         return ot.silu(pool @ p("Wr1").T + p("br1")) @ p("w_r2") + p("b_r2")
 
     def losses(Pl, xg, st, batch, her_out, step):
