@@ -217,6 +217,11 @@ def main(argv=None):
                     help="libfoxhunt's own times at this batch, MODE:GRAPH_MS:WALL_MS[,...] "
                          "(foxhunt-bench passes them): printed with each peer mode's ratio")
     args = ap.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    known = MODES + tuple("fast_" + m for m in MODES)
+    for m in modes:
+        if m not in known:
+            ap.error("--modes: unknown mode %r (known: %s)" % (m, ", ".join(known)))
 
     if torch.cuda.is_available():
         device = torch.device("cuda")
@@ -228,7 +233,6 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
     torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
     c = ot.OracleConfig(batch_size=args.batch_size)  # SPEC §1 defaults otherwise
-    modes = [m for m in args.modes.split(",") if m]
     if device.type == "cpu":
         modes = [m for m in modes if m in ("eager", "fast_eager")]
 

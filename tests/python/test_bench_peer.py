@@ -31,7 +31,12 @@ def test_bench_eager_smoke_on_cpu(tmp_path):
         <= 1e-5 * oracle["first_step_td_loss"]
 
 
-def test_bench_rejects_an_unknown_mode():
+def test_bench_rejects_an_unknown_mode(capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:  # before anything runs, with or without CUDA
+        bench_torch_peer.main(["--modes", "eager,fast_warp", "--json", str(tmp_path / "x")])
+    assert e.value.code == 2
+    assert "unknown mode 'fast_warp'" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
     with pytest.raises(ValueError):
         bench_torch_peer.run_mode("fast_warp", None, torch.device("cpu"), 1, 0)
 
