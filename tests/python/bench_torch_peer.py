@@ -10,8 +10,10 @@ taken). Prints a table and writes JSON, for comparison with libfoxhunt's CUDA-gr
     python3 tests/python/bench_torch_peer.py [--batch-size 16384] [--iters 50] [--json out.json]
 
 Without CUDA it says so and exits 0 (--allow-cpu runs the eager modes on the CPU, for smoke
-tests). Both forms compute the same numbers in float32 (test_peer_fast.py checks them equal in
-float64); the first step's td_loss of every mode is printed beside its time as a check.
+tests). Both forms compute the same step: test_peer_fast.py holds them equal in float64, and in
+float32 they agree to rounding; the first step's td_loss of every mode is printed beside its
+time as a check. It exits 1 when no mode ran (each mode's error is in the table), 2 on bad
+arguments.
 """
 import argparse
 import json
@@ -175,11 +177,18 @@ def run_mode(mode, c, device, iters, warmup, attention="pooled"):
 
 
 def parse_foxhunt(text):
-    """MODE:GRAPH_MS:WALL_MS[,...] -> [{"mode", "graph_ms", "wall_ms"}]."""
+    """MODE:GRAPH_MS:WALL_MS[,...] -> [{"mode", "graph_ms", "wall_ms"}]; ValueError names the
+    malformed item."""
     out = []
     for item in filter(None, text.split(",")):
-        mode, graph_ms, wall_ms = item.split(":")
-        out.append({"mode": mode, "graph_ms": float(graph_ms), "wall_ms": float(wall_ms)})
+        parts = item.split(":")
+        try:
+            mode, graph_ms, wall_ms = parts[0], float(parts[1]), float(parts[2])
+            if len(parts) != 3 or not mode or not graph_ms > 0 or not wall_ms > 0:
+                raise ValueError
+        except (IndexError, ValueError):
+            raise ValueError("%r is not MODE:GRAPH_MS:WALL_MS with times > 0" % item) from None
+        out.append({"mode": mode, "graph_ms": graph_ms, "wall_ms": wall_ms})
     return out
 
 
@@ -222,6 +231,16 @@ def main(argv=None):
     for m in modes:
         if m not in known:
             ap.error("--modes: unknown mode %r (known: %s)" % (m, ", ".join(known)))
+    if not modes:
+        ap.error("--modes: no mode given")
+    for name, value, least in (("--batch-size", args.batch_size, 1), ("--iters", args.iters, 1),
+                               ("--warmup", args.warmup, 0)):
+        if value < least:
+            ap.error("%s: %d is below %d" % (name, value, least))
+    try:
+        ours = parse_foxhunt(args.foxhunt)
+    except ValueError as e:
+        ap.error("--foxhunt: %s" % e)
 
     if torch.cuda.is_available():
         device = torch.device("cuda")
@@ -234,7 +253,13 @@ def main(argv=None):
     torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
     c = ot.OracleConfig(batch_size=args.batch_size)  # SPEC §1 defaults otherwise
     if device.type == "cpu":
+        dropped = [m for m in modes if m not in ("eager", "fast_eager")]
         modes = [m for m in modes if m in ("eager", "fast_eager")]
+        if dropped:
+            print("bench_torch_peer: on the CPU only the eager modes run; not run: %s"
+                  % ", ".join(dropped))
+        if not modes:
+            ap.error("--allow-cpu: none of --modes runs on the CPU (eager, fast_eager do)")
 
     results = []
     for mode in modes:
@@ -264,7 +289,6 @@ def main(argv=None):
         print("%-*s %10.3f %10.3f %10.3f %14.7g  %s"
               % (w, r["mode"], r["ms_median"], r["ms_mean"], r["ms_min"],
                  r["first_step_td_loss"], note))
-    ours = parse_foxhunt(args.foxhunt)
     if ours:
         print_ratios(ours, results)
     report = {"device": dev_name, "torch": torch.__version__, "tf32": args.tf32,
@@ -273,6 +297,9 @@ def main(argv=None):
     with open(args.json, "w") as f:
         json.dump(report, f, indent=2)
     print("wrote", args.json)
+    if all("error" in r for r in results):
+        print("bench_torch_peer: no mode ran", file=sys.stderr)
+        return 1
     return 0
 
 

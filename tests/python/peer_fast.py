@@ -306,6 +306,8 @@ def make_step(c, device, dtype=torch.float32, compile=False, attention="pooled")
         return ot.her(c, batch, step, rows)
 
     if compile:
+        if not hasattr(torch, "compile"):
+            raise RuntimeError("torch %s has no torch.compile" % torch.__version__)
         her, losses, update = (torch.compile(f) for f in (her, losses, update))
 
     def step_fn(st, batch, step):

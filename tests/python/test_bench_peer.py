@@ -49,3 +49,37 @@ def test_ratios_against_foxhunt(capsys):
     assert ours[0]["peer_over_foxhunt"] == {"eager": 15.0}
     assert ours[1]["peer_over_foxhunt"] == {"eager": 12.0}
     assert "15.00x" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch-size", "0"], "--batch-size: 0 is below 1"),
+    (["--iters", "-1"], "--iters: -1 is below 1"),
+    (["--warmup", "-2"], "--warmup: -2 is below 0"),
+    (["--modes", ","], "--modes: no mode given"),
+    (["--foxhunt", "bogus"], "'bogus' is not MODE:GRAPH_MS:WALL_MS"),
+    (["--foxhunt", "multi-tf32:1.4:0"], "'multi-tf32:1.4:0' is not MODE:GRAPH_MS:WALL_MS"),
+    (["--allow-cpu", "--modes", "compile,fast_cuda_graph"], "none of --modes runs on the CPU"),
+])
+def test_bench_refuses_bad_arguments(args, message, capsys, tmp_path):
+    if torch.cuda.is_available() and "--allow-cpu" in args:
+        return
+    with pytest.raises(SystemExit) as e:
+        bench_torch_peer.main(args + ["--json", str(tmp_path / "x")])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_bench_fails_when_no_mode_ran(monkeypatch, capsys, tmp_path):
+    if torch.cuda.is_available():
+        return
+
+    def broken(*a, **k):
+        raise RuntimeError("out of memory")
+    monkeypatch.setattr(bench_torch_peer, "run_mode", broken)
+    out = tmp_path / "b.json"
+    assert bench_torch_peer.main(["--allow-cpu", "--batch-size", "8", "--modes", "eager",
+                                  "--json", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert "RuntimeError: out of memory" in captured.out and "no mode ran" in captured.err
+    assert json.loads(out.read_text())["results"][0]["error"] == "RuntimeError: out of memory"

@@ -13,9 +13,13 @@ import peer_fast
 from batches import make_batch
 
 RTOL = 1e-10  # per tensor, ||fast - oracle|| / ||oracle|| (reached: ~1e-15)
-# ... or an RMS difference below ATOL, for tensors whose exact gradient is 0 (attention's b_k:
-# softmax ignores a shift shared by all keys), where both steps hold rounding noise (~1e-16)
+# ... or an RMS difference below ATOL in gradient units (gradients, Adam's first moment, the
+# square root of its second), for tensors whose exact gradient is 0
 ATOL = 1e-14
+# Attention's b_k has gradient 0 exactly (softmax ignores a shift shared by all keys): both
+# steps hold rounding noise (~1e-16) there, which Adam's update scales by lr / eps, so its value
+# is not compared, only its gradient (ATOL) and that Adam kept it within its step bound.
+ZERO_GRADIENT = {"attn.bk"}
 STEPS = 3
 
 
@@ -53,7 +57,10 @@ OUTPUTS = ("td_loss", "q_mean", "cql_loss", "iql_loss_hi", "iql_loss_lo", "iqn_l
            "ensemble_std", "confidence", "d_states", "regime_scale", "num_relabelled")
 
 
-@pytest.mark.parametrize("attention", peer_fast.ATTENTION_FORMS)
+@pytest.mark.parametrize("attention", [
+    "pooled", pytest.param("sdpa", marks=pytest.mark.skipif(
+        "sdpa" not in peer_fast.ATTENTION_FORMS,
+        reason="torch %s has no F.scaled_dot_product_attention" % torch.__version__))])
 @pytest.mark.parametrize("name", list(ls.CONFIGS))
 def test_fast_peer_is_the_oracle_step(name, attention):
     c = ls.config(name)
@@ -71,6 +78,10 @@ def test_fast_peer_is_the_oracle_step(name, attention):
         S2, M2, V2 = peer_fast.state_to_oracle(c, L, st)
         assert set(S2) == set(S)
         for key in S:
+            if key in ZERO_GRADIENT:
+                # |Adam's step| <= lr (1 - b1) / sqrt(1 - b2) (3.2 lr); b_k starts at 0
+                assert float(S2[key].abs().max()) <= (k + 1) * 3.2 * c.lr_aux, (k, key)
+                continue
             if float(S[key].abs().max()) > 1e-12:  # not the noise-only tensors (ATOL)
                 worst = max(worst, rel_err(S2[key], S[key]))
             assert close(S2[key], S[key]), (k, key, rel_err(S2[key], S[key]))
