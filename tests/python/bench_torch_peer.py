@@ -85,9 +85,10 @@ class FastStep:
 
     def __init__(self, c, device, compile=False, attention="pooled"):
         S, M, V = make_state(c, device)
-        key = (repr(c), str(device), compile, attention)
+        key = (repr(c), str(device), compile, attention, compile_mode)
         if key not in _FAST_STEPS:
-            _FAST_STEPS[key] = peer_fast.make_step(c, device, torch.float32, compile=compile,
+            _FAST_STEPS[key] = peer_fast.make_step(c, device, torch.float32,
+                                                   compile=compile and compiled,
                                                    attention=attention)
         self.fn = _FAST_STEPS[key]
         self.st = peer_fast.state_from_oracle(c, self.fn.layout, S, M, V)
@@ -119,10 +120,17 @@ def time_it(fn, iters, device):
     return ms
 
 
+# torch.compile's mode for every compiled mode (--compile-mode): "default", or
+# "max-autotune-no-cudagraphs" (Triton GEMM templates autotuned against cuBLAS; minutes to
+# compile). The modes that capture a CUDA graph capture it themselves.
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+compile_mode = "default"
+
+
 def compiled(fn):
     if not hasattr(torch, "compile"):
         raise RuntimeError("torch %s has no torch.compile" % torch.__version__)
-    return torch.compile(fn)
+    return torch.compile(fn, mode=compile_mode)
 
 
 def run_mode(mode, c, device, iters, warmup, attention="pooled"):
@@ -221,6 +229,8 @@ def main(argv=None):
                                                    "bench_torch_peer.json"))
     ap.add_argument("--fast-attention", default="pooled", choices=peer_fast.ATTENTION_FORMS,
                     help="the fast_ modes' attention (peer_fast.pooled_attention)")
+    ap.add_argument("--compile-mode", default="default", choices=COMPILE_MODES,
+                    help="torch.compile's mode in the compile modes of both peers")
     ap.add_argument("--allow-cpu", action="store_true", help="run the eager modes on the CPU")
     ap.add_argument("--foxhunt", default="",
                     help="libfoxhunt's own times at this batch, MODE:GRAPH_MS:WALL_MS[,...] "
@@ -249,6 +259,8 @@ def main(argv=None):
     else:
         print("bench_torch_peer: CUDA is not available; nothing to time (skipped).")
         return 0
+    global compile_mode
+    compile_mode = args.compile_mode
     torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
     torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
     c = ot.OracleConfig(batch_size=args.batch_size)  # SPEC §1 defaults otherwise
@@ -292,6 +304,7 @@ def main(argv=None):
     if ours:
         print_ratios(ours, results)
     report = {"device": dev_name, "torch": torch.__version__, "tf32": args.tf32,
+              "compile_mode": args.compile_mode,
               "config": ot.dataclasses.asdict(c), "results": results, "foxhunt": ours}
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as f:

@@ -123,8 +123,9 @@ ATTENTION_FORMS = ("pooled", "sdpa") if hasattr(F, "scaled_dot_product_attention
 
 def make_step(c, device, dtype=torch.float32, compile=False, attention="pooled"):
     """The step as step(st, batch, step_counter) -> outputs: it updates the state dict st and
-    the 0-dim int64 step counter in place. compile: torch.compile its three pieces; attention:
-    one of ATTENTION_FORMS (pooled_attention)."""
+    the 0-dim int64 step counter in place. compile: True to torch.compile its three pieces, or a
+    function that compiles one (bench_torch_peer's, with its mode); attention: one of
+    ATTENTION_FORMS (pooled_attention)."""
     if attention not in ATTENTION_FORMS:
         raise ValueError("attention form %r (this torch has %s)" % (attention, ATTENTION_FORMS))
     L = Layout(c)
@@ -308,7 +309,8 @@ def make_step(c, device, dtype=torch.float32, compile=False, attention="pooled")
     if compile:
         if not hasattr(torch, "compile"):
             raise RuntimeError("torch %s has no torch.compile" % torch.__version__)
-        her, losses, update = (torch.compile(f) for f in (her, losses, update))
+        wrap = compile if callable(compile) else torch.compile
+        her, losses, update = (wrap(f) for f in (her, losses, update))
 
     def step_fn(st, batch, step):
         her_out = her(batch, step)
