@@ -91,7 +91,7 @@ class FastStep:
                                                    compile=compile and compiled,
                                                    attention=attention)
         self.fn = _FAST_STEPS[key]
-        self.st = peer_fast.state_from_oracle(c, self.fn.layout, S, M, V)
+        self.st = peer_fast.state_from_oracle(self.fn.layout, S, M, V)
         self.batch = make_batch(c, device)
         self.step = torch.zeros((), dtype=torch.int64, device=device)
 

@@ -85,7 +85,7 @@ class Layout:
         return {prefix + n: self.view(flat, n) for n in names}
 
 
-def state_from_oracle(c, L, S, M, V):
+def state_from_oracle(L, S, M, V):
     """The fast step's state from the oracle's tensors (state_to_oracle is its inverse)."""
     st = {"P": L.pack(S, L.names), "T": L.pack(S, L.target_names, "target."),
           "M": L.pack(M, L.names), "V": L.pack(V, L.names)}
@@ -95,7 +95,8 @@ def state_from_oracle(c, L, S, M, V):
     return st
 
 
-def state_to_oracle(c, L, st):
+def state_to_oracle(L, st):
+    """The oracle's (S, M, V) dicts as views of the fast step's state."""
     S = L.unpack(st["P"], L.names)
     S.update(L.unpack(st["T"], L.target_names, "target."))
     for k in ("sn.u.W1", "sn.u.W2", "regime.s", "regime.scale"):

@@ -67,7 +67,7 @@ def test_fast_peer_is_the_oracle_step(name, attention):
     S, M, V = oracle_state(c)
     step_fn = peer_fast.make_step(c, torch.device("cpu"), torch.float64, attention=attention)
     L = step_fn.layout
-    st = peer_fast.state_from_oracle(c, L, S, M, V)
+    st = peer_fast.state_from_oracle(L, S, M, V)
     counter = torch.zeros((), dtype=torch.int64)
     worst = 0.0
     for k in range(STEPS):
@@ -75,7 +75,7 @@ def test_fast_peer_is_the_oracle_step(name, attention):
         S, M, V, ref = ot.step_tensors(c, S, M, V, batch, torch.tensor(k))
         out = step_fn(st, batch, counter)
         assert int(counter) == k + 1
-        S2, M2, V2 = peer_fast.state_to_oracle(c, L, st)
+        S2, M2, V2 = peer_fast.state_to_oracle(L, st)
         assert set(S2) == set(S)
         for key in S:
             if key in ZERO_GRADIENT:
