@@ -120,3 +120,89 @@ def test_layout_covers_every_parameter_once():
 def test_unknown_attention_form_is_refused():
     with pytest.raises(ValueError, match="attention form"):
         peer_fast.make_step(ls.config("wide"), torch.device("cpu"), attention="flash")
+
+
+CUDA = torch.cuda.is_available()
+
+
+def run_fast(c, step_fn, batches, device, capture_after=None):
+    """step_fn (peer_fast.make_step's, float32 on `device`) over `batches` from the initial
+    state, eagerly; with capture_after = k, the first k steps eager and the rest as replays of
+    one captured CUDA graph of the step (the batch copied into the captured inputs before each
+    replay). Returns (state, outputs of the last step)."""
+    f32 = lambda t: t.to(device=device, dtype=torch.float32 if t.is_floating_point()  # noqa: E731
+                         else t.dtype)
+    S, M, V = oracle_state(c)
+    st = {k: f32(v) for k, v in peer_fast.state_from_oracle(step_fn.layout, S, M, V).items()}
+    counter = torch.zeros((), dtype=torch.int64, device=device)
+    static = {k: f32(v) for k, v in batches[0].items()}
+    out, graph = None, None
+    for k, b in enumerate(batches):
+        for key, v in b.items():
+            static[key].copy_(f32(v))
+        if capture_after is None or k < capture_after:
+            out = step_fn(st, static, counter)
+            continue
+        if graph is None:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = step_fn(st, static, counter)  # recorded, not run
+        graph.replay()
+    return st, out
+
+
+def check_fast_float32(c, st, out, S, ref):
+    """The fast peer's float32 state after the steps against the oracle's float64."""
+    S_fast = peer_fast.state_to_oracle(peer_fast.Layout(c), st)[0]
+    for key in S:
+        if key not in ZERO_GRADIENT:
+            assert rel_err(S_fast[key].cpu(), S[key]) <= 1e-4, key
+    assert rel_err(out["td_loss"].cpu(), ref["td_loss"]) <= 1e-5
+    assert int(out["num_relabelled"]) == int(ref["num_relabelled"])
+
+
+def oracle_run(c, batches):
+    S, M, V = oracle_state(c)
+    for k, b in enumerate(batches):
+        S, M, V, ref = ot.step_tensors(c, S, M, V, b, torch.tensor(k))
+    return S, ref
+
+
+# SPEC §1's sizes at B = 64, Adam's eps large enough that its update is linear in the gradient
+# (lockstep.LINEAR_ADAM): float32 and float64 then differ by the gradients' rounding only
+GPU_CONFIG = dict(adam_eps=1e-2)
+
+
+def test_fast_peer_in_float32_on_the_cpu():
+    """The comparison the CUDA test below makes, on the CPU: float32 against float64."""
+    c = ls.config("spec_defaults", **GPU_CONFIG)
+    batches = [torch_batch(c, 300 + k) for k in range(4)]
+    S, ref = oracle_run(c, batches)
+    step_fn = peer_fast.make_step(c, torch.device("cpu"), torch.float32)
+    st, out = run_fast(c, step_fn, batches, torch.device("cpu"))
+    check_fast_float32(c, st, out, S, ref)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not hasattr(torch, "compile"), reason="torch %s has no torch.compile" % torch.__version__))])
+def test_fast_peer_on_cuda_compiled_and_captured(compile):
+    """What bench_torch_peer times: the fast peer in float32 on the GPU (TF32 off), eager or
+    torch.compile'd, then captured as a CUDA graph, against the oracle in float64 over 4 steps;
+    the captured replays against the same steps run eagerly."""
+    c = ls.config("spec_defaults", **GPU_CONFIG)
+    batches = [torch_batch(c, 300 + k) for k in range(4)]
+    S, ref = oracle_run(c, batches)
+    dev = torch.device("cuda")
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        step_fn = peer_fast.make_step(c, dev, torch.float32, compile=compile)
+        st_e, out_e = run_fast(c, step_fn, batches, dev)
+        st_g, out_g = run_fast(c, step_fn, batches, dev, capture_after=2)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    check_fast_float32(c, st_e, out_e, S, ref)
+    check_fast_float32(c, st_g, out_g, S, ref)
+    for key in st_e:  # the graph's replays are the eager steps
+        assert rel_err(st_g[key], st_e[key]) <= 1e-6, key
