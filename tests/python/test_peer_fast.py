@@ -1,8 +1,10 @@
-"""The fast PyTorch peer (peer_fast.py) against the oracle (oracle_torch.step_tensors), in
-float64 on the CPU: every state tensor, Adam moment, metric and step output after each of three
-steps, on every lockstep config. The peer's timings are only worth quoting if it computes the
-oracle's step; the two are written differently (flat buffers, stacked branches, one backward,
-pooled attention), so they agree to float64 rounding, not bitwise."""
+"""The fast PyTorch peer (peer_fast.py) against the oracle (oracle_torch.step_tensors): in
+float64 on the CPU, every state tensor, Adam moment, metric and step output after each of three
+steps, on every lockstep config; in float32 at SPEC §1's sizes, on the CPU and (with a GPU)
+eager, compiled and captured as a CUDA graph, as bench_torch_peer times it. The peer's timings
+are only worth quoting if it computes the oracle's step; the two are written differently (flat
+buffers, stacked branches, one backward, pooled attention), so they agree to rounding, not
+bitwise."""
 import numpy as np
 import pytest
 import torch
