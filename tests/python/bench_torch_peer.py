@@ -32,14 +32,6 @@ import oracle_torch as ot  # noqa: E402
 import peer_fast  # noqa: E402
 
 
-def make_state(c, device):
-    S = {k: torch.as_tensor(v, device=device) for k, v in ot.initial_state(c).items()}
-    names = [n for n, _, _, _ in ot.param_specs(c)]
-    M = {n: torch.zeros_like(S[n]) for n in names}
-    V = {n: torch.zeros_like(S[n]) for n in names}
-    return S, M, V
-
-
 def make_batch(c, device, seed=0):
     g = torch.Generator(device="cpu").manual_seed(seed)
     B, O, G, NB = c.batch_size, c.obs_dim, c.goal_dim, c.num_branches
@@ -58,7 +50,7 @@ class Step:
 
     def __init__(self, c, device):
         self.c = c
-        self.S, self.M, self.V = make_state(c, device)
+        self.S, self.M, self.V = ot.initial_tensors(c, torch.float32, device)
         self.batch = make_batch(c, device)
         self.step = torch.zeros((), dtype=torch.int64, device=device)
 
@@ -84,7 +76,7 @@ class FastStep:
     fast_compile_graph share the code, as the oracle's compile modes share dynamo's cache)."""
 
     def __init__(self, c, device, compile=False, attention="pooled"):
-        S, M, V = make_state(c, device)
+        S, M, V = ot.initial_tensors(c, torch.float32, device)
         key = (repr(c), str(device), compile, attention, compile_mode)
         if key not in _FAST_STEPS:
             _FAST_STEPS[key] = peer_fast.make_step(c, device, torch.float32,
@@ -100,6 +92,8 @@ class FastStep:
 
 
 MODES = ("eager", "cuda_graph", "compile", "compile_graph")
+ALL_MODES = MODES + tuple("fast_" + m for m in MODES)
+CPU_MODES = ("eager", "fast_eager")
 
 
 def time_it(fn, iters, device):
@@ -142,11 +136,10 @@ def run_mode(mode, c, device, iters, warmup, attention="pooled"):
         raise ValueError(mode)
     if fast:
         st = FastStep(c, device, compile=base.startswith("compile"), attention=attention)
+        res = {"mode": mode, "peer": "fast", "attention": attention}
     else:
         st = Step(c, device)
-    res = {"mode": mode, "peer": "fast" if fast else "oracle"}
-    if fast:
-        res["attention"] = attention
+        res = {"mode": mode, "peer": "oracle"}
     if base == "eager":
         first = float(st())
         for _ in range(warmup):
@@ -220,7 +213,7 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=16384)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--modes", default=",".join(MODES + tuple("fast_" + m for m in MODES)),
+    ap.add_argument("--modes", default=",".join(ALL_MODES),
                     help="comma-separated: %s, each also prefixed fast_ (peer_fast's step)"
                     % ", ".join(MODES))
     ap.add_argument("--tf32", choices=("on", "off"), default="on",
@@ -237,10 +230,9 @@ def main(argv=None):
                          "(foxhunt-bench passes them): printed with each peer mode's ratio")
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
-    known = MODES + tuple("fast_" + m for m in MODES)
     for m in modes:
-        if m not in known:
-            ap.error("--modes: unknown mode %r (known: %s)" % (m, ", ".join(known)))
+        if m not in ALL_MODES:
+            ap.error("--modes: unknown mode %r (known: %s)" % (m, ", ".join(ALL_MODES)))
     if not modes:
         ap.error("--modes: no mode given")
     for name, value, least in (("--batch-size", args.batch_size, 1), ("--iters", args.iters, 1),
@@ -265,13 +257,14 @@ def main(argv=None):
     torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
     c = ot.OracleConfig(batch_size=args.batch_size)  # SPEC §1 defaults otherwise
     if device.type == "cpu":
-        dropped = [m for m in modes if m not in ("eager", "fast_eager")]
-        modes = [m for m in modes if m in ("eager", "fast_eager")]
+        dropped = [m for m in modes if m not in CPU_MODES]
+        modes = [m for m in modes if m in CPU_MODES]
         if dropped:
             print("bench_torch_peer: on the CPU only the eager modes run; not run: %s"
                   % ", ".join(dropped))
         if not modes:
-            ap.error("--allow-cpu: none of --modes runs on the CPU (eager, fast_eager do)")
+            ap.error("--allow-cpu: none of --modes runs on the CPU (%s do)"
+                     % ", ".join(CPU_MODES))
 
     results = []
     for mode in modes:

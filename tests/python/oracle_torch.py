@@ -197,6 +197,15 @@ def initial_state(c):
     return st
 
 
+def initial_tensors(c, dtype=torch.float64, device="cpu"):
+    """initial_state as tensors of dtype on device, with Adam's moments (zero) keyed by
+    parameter name: (S, M, V)."""
+    S = {k: torch.as_tensor(v, dtype=dtype, device=device) for k, v in initial_state(c).items()}
+    names = [n for n, _, _, _ in param_specs(c)]
+    return S, {n: torch.zeros_like(S[n]) for n in names}, {n: torch.zeros_like(S[n])
+                                                            for n in names}
+
+
 # ------------------------------------------------------------------------------------------
 # building blocks
 
@@ -608,11 +617,7 @@ class Oracle:
     def __init__(self, config, dtype=torch.float64, device="cpu", store_f32=True):
         self.c = config
         self.dtype, self.device, self.store_f32 = dtype, torch.device(device), store_f32
-        self.S = {k: torch.as_tensor(v, dtype=dtype, device=self.device)
-                  for k, v in initial_state(config).items()}
-        pn = [n for n, _, _, _ in param_specs(config)]
-        self.M = {n: torch.zeros_like(self.S[n]) for n in pn}
-        self.V = {n: torch.zeros_like(self.S[n]) for n in pn}
+        self.S, self.M, self.V = initial_tensors(config, dtype, self.device)
         self.step_count = 0
         self.act_calls = 0
         self.batch = None

@@ -16,13 +16,14 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_torch_peer as bp  # noqa: E402
 import oracle_torch as ot  # noqa: E402
+import peer_fast  # noqa: E402
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", default="fast_compile", choices=("eager", "compile", "fast_eager",
                                                                "fast_compile"))
-    ap.add_argument("--fast-attention", default="pooled", choices=("pooled", "sdpa"),
+    ap.add_argument("--fast-attention", default="pooled", choices=peer_fast.ATTENTION_FORMS,
                     help="the fast_ modes' attention form (peer_fast.pooled_attention)")
     ap.add_argument("--batch-size", type=int, default=16384)
     ap.add_argument("--steps", type=int, default=5)

@@ -47,13 +47,6 @@ def torch_batch(c, seed):
     return out
 
 
-def oracle_state(c):
-    S = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in ot.initial_state(c).items()}
-    names = [n for n, _, _, _ in ot.param_specs(c)]
-    return S, {n: torch.zeros_like(S[n]) for n in names}, {n: torch.zeros_like(S[n])
-                                                            for n in names}
-
-
 OUTPUTS = ("td_loss", "q_mean", "cql_loss", "iql_loss_hi", "iql_loss_lo", "iqn_loss",
            "attn_loss", "conf_loss", "grad_norm", "ensemble_mean", "ensemble_var",
            "ensemble_std", "confidence", "d_states", "regime_scale", "num_relabelled")
@@ -66,7 +59,7 @@ OUTPUTS = ("td_loss", "q_mean", "cql_loss", "iql_loss_hi", "iql_loss_lo", "iqn_l
 @pytest.mark.parametrize("name", list(ls.CONFIGS))
 def test_fast_peer_is_the_oracle_step(name, attention):
     c = ls.config(name)
-    S, M, V = oracle_state(c)
+    S, M, V = ot.initial_tensors(c)
     step_fn = peer_fast.make_step(c, torch.device("cpu"), torch.float64, attention=attention)
     L = step_fn.layout
     st = peer_fast.state_from_oracle(L, S, M, V)
@@ -100,7 +93,7 @@ def test_fast_peer_is_the_oracle_step(name, attention):
             assert close(grads[key], g), (k, "grad", key)
         # the step did something: the TD loss and the parameters moved
         assert float(ref["td_loss"]) > 0
-    S0 = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in ot.initial_state(c).items()}
+    S0 = ot.initial_tensors(c)[0]
     assert rel_err(S["q.W1"], S0["q.W1"]) > 1e-6
     print("%s, %s attention: largest relative error %.2e" % (name, attention, worst))
 
@@ -134,7 +127,7 @@ def run_fast(c, step_fn, batches, device, capture_after=None):
     replay). Returns (state, outputs of the last step)."""
     f32 = lambda t: t.to(device=device, dtype=torch.float32 if t.is_floating_point()  # noqa: E731
                          else t.dtype)
-    S, M, V = oracle_state(c)
+    S, M, V = ot.initial_tensors(c)
     st = {k: f32(v) for k, v in peer_fast.state_from_oracle(step_fn.layout, S, M, V).items()}
     counter = torch.zeros((), dtype=torch.int64, device=device)
     static = {k: f32(v) for k, v in batches[0].items()}
@@ -164,7 +157,7 @@ def check_fast_float32(c, st, out, S, ref):
 
 
 def oracle_run(c, batches):
-    S, M, V = oracle_state(c)
+    S, M, V = ot.initial_tensors(c)
     for k, b in enumerate(batches):
         S, M, V, ref = ot.step_tensors(c, S, M, V, b, torch.tensor(k))
     return S, ref
