@@ -20,20 +20,18 @@
 // Only read(), write(), metrics(), timings(), act(), sync() and checkpoints wait for the GPU,
 // and settle() for the check of the last call's device arrays (device_input.hpp).
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "act.hpp"
 #include "backend.hpp"
 #include "common.hpp"
 #include "cuda_step.hpp"
-#include "debug_hooks.h"
+#include "debug_hooks.hpp"
 #include "device_input.hpp"
 #include "device_memory.hpp"
 #include "error.hpp"
@@ -50,21 +48,6 @@ namespace fh {
 namespace cuda {
 
 namespace {
-
-std::mutex g_last_mu;
-cudaEvent_t g_last_done = nullptr;  // guarded by g_last_mu
-const void *g_last_owner = nullptr;
-replay::BatchBlock g_last_block{};   // of the most recently created pipeline, g_last_mu
-const void *g_block_owner = nullptr;
-std::atomic<long> g_child_nodes[(int)ChildId::COUNT] = {-1, -1, -1, -1, -1, -1, -1};
-std::atomic<int> g_iql_gemm_mode{-1};  // fh_iql_gemm of the most recently created pipeline
-// The IQL learner's gradient [hi | lo] of the most recently created pipeline (a test hook).
-std::atomic<const float *> g_iql_grad{nullptr};
-std::atomic<size_t> g_iql_grad_n{0};
-// fh_cuda_debug_bf16_operands' buffers of the most recently created pipeline (g_block_owner's),
-// guarded by g_last_mu.
-const float *g_bf16_ptrs[6] = {};
-size_t g_bf16_counts[6] = {};
 
 class CudaBackend final : public Backend {
 public:
@@ -193,9 +176,6 @@ void CudaBackend::create(HostBuffers init) {
     }
 
     st_ = std::make_unique<CudaStep>(cfg_, L_, mem_, up_->block());
-    g_iql_gemm_mode = st_->iql->gemm_mode();
-    g_iql_grad = st_->iql->grad_device();
-    g_iql_grad_n = st_->iql->grad_floats();
     {
         // The divergence guard over the persistent buffers and the step's scalars, in
         // guard.hpp's GuardScalar order; made before the eager run so that its kernels load then.
@@ -207,17 +187,12 @@ void CudaBackend::create(HostBuffers init) {
         guard_ = std::make_unique<DivergenceGuard>(st_->buf, L_.buf_size, scalars, st_->step);
     }
     {
-        std::lock_guard<std::mutex> lk(g_last_mu);
-        g_last_block = up_->targets();
-        g_block_owner = this;
         const size_t B = d_.B, nz = (size_t)d_.NB * B * d_.A;
-        const float *p[6] = {st_->x2, st_->x_bf16, st_->dzc, st_->dz, st_->on.g, st_->dpre1};
-        const size_t n[6] = {B * d_.D, st_->x_bf16 ? B * d_.D : 0, nz, nz,
-                             (size_t)d_.NB * B * d_.HB, B * d_.H};
-        for (int k = 0; k < 6; ++k) {
-            g_bf16_ptrs[k] = p[k];
-            g_bf16_counts[k] = n[k];
-        }
+        const hooks::Bf16Operands ops{
+            {st_->x2, st_->x_bf16, st_->dzc, st_->dz, st_->on.g, st_->dpre1},
+            {B * d_.D, st_->x_bf16 ? B * d_.D : 0, nz, nz, (size_t)d_.NB * B * d_.HB, B * d_.H}};
+        hooks::publish_pipeline(this, up_->targets(), ops, st_->iql->gemm_mode(),
+                                st_->iql->grad_device(), st_->iql->grad_floats());
     }
 
     // One eager run of the whole schedule on zeroed buffers before capture: every kernel and
@@ -254,7 +229,7 @@ void CudaBackend::capture_all() {
         child_[k] = g;
         size_t nodes = 0;
         FH_CUDA(cudaGraphGetNodes(g, nullptr, &nodes));
-        g_child_nodes[(int)sched_[k].id] = (long)nodes;
+        hooks::publish_child_nodes(sched_[k].id, (long)nodes);
     }
     // The parent: event 0, then each child followed by its event k + 1. A child waits for the
     // event after the previous child, or, beside the previous one (ChildDesc::beside_previous),
@@ -283,21 +258,7 @@ void CudaBackend::release() noexcept {
     int prev = -1;
     cudaGetDevice(&prev);
     cudaSetDevice(device_);
-    {
-        std::lock_guard<std::mutex> lk(g_last_mu);
-        if (g_last_owner == this) {
-            g_last_owner = nullptr;
-            g_last_done = nullptr;
-        }
-        if (g_block_owner == this) {
-            g_block_owner = nullptr;
-            g_last_block = replay::BatchBlock{};
-            for (int k = 0; k < 6; ++k) {
-                g_bf16_ptrs[k] = nullptr;
-                g_bf16_counts[k] = 0;
-            }
-        }
-    }
+    hooks::withdraw(this);
     if (launch_) cudaStreamSynchronize(launch_);
     if (up_) up_->release();
     replay_.reset();
@@ -415,9 +376,7 @@ void CudaBackend::train(uint64_t step, uint32_t k) {
     FH_CUDA(cudaEventRecord(done_ev_, launch_));
     planted_sync(PlantAt::STEP, launch_);
     dev_step_ = step + k;
-    std::lock_guard<std::mutex> lk(g_last_mu);
-    g_last_done = done_ev_;
-    g_last_owner = this;
+    hooks::step_launched(this, done_ev_);
 }
 
 void CudaBackend::insert(const fh_replay_rows &r) {
@@ -520,40 +479,3 @@ std::unique_ptr<Backend> make_cuda_backend(const fh_config &c, const Layout &L, 
 }
 
 }  // namespace fh
-
-extern "C" long fh_cuda_debug_child_nodes(int child) {
-    if (child < 0 || child >= (int)fh::ChildId::COUNT) return -1;
-    return fh::cuda::g_child_nodes[child].load();
-}
-
-extern "C" int fh_cuda_debug_iql_gemm_mode(void) { return fh::cuda::g_iql_gemm_mode; }
-
-extern "C" const float *fh_cuda_debug_iql_grad(size_t *n) {
-    if (n) *n = fh::cuda::g_iql_grad_n;
-    return fh::cuda::g_iql_grad;
-}
-
-extern "C" int fh_cuda_debug_step_pending(void) {
-    std::lock_guard<std::mutex> lk(fh::cuda::g_last_mu);
-    if (!fh::cuda::g_last_done) return -1;
-    const cudaError_t e = cudaEventQuery(fh::cuda::g_last_done);
-    if (e == cudaErrorNotReady) return 1;
-    cudaGetLastError();
-    return e == cudaSuccess ? 0 : -2;
-}
-
-extern "C" void fh_cuda_debug_bf16_operands(const float *ptrs[6], size_t counts[6]) {
-    std::lock_guard<std::mutex> lk(fh::cuda::g_last_mu);
-    for (int k = 0; k < 6; ++k) {
-        ptrs[k] = fh::cuda::g_bf16_ptrs[k];
-        counts[k] = fh::cuda::g_bf16_counts[k];
-    }
-}
-
-extern "C" void fh_cuda_debug_batch_block(void *fields[9]) {
-    std::lock_guard<std::mutex> lk(fh::cuda::g_last_mu);
-    const fh::cuda::replay::BatchBlock &b = fh::cuda::g_last_block;
-    void *v[9] = {b.obs, b.next_obs, b.reward, b.goal, b.nag, b.her_goal, b.action, b.regime,
-                  b.done};
-    for (int k = 0; k < 9; ++k) fields[k] = v[k];
-}

@@ -30,13 +30,15 @@
 // allocated. In BF16 mode the three multiply bfloat16 operands on the tensor cores
 // (mma_bf16.cuh; iqn_fused.cuh's SmemB16 overloads), and the online pass and the backward
 // write dWm's and dWφ's operands as bfloat16 (Impl's bf16_operands: half of cosb, dh and mbuf),
-// which the two GEMMs read as they are.
+// which the two GEMMs read as they are. The unfused passes' kernels are in iqn_unfused.cu; this
+// file orders the passes and owns the learner's buffers.
 #include <algorithm>
 #include <memory>
 
 #include "aux_common.cuh"
 #include "iqn_fused.hpp"
 #include "iqn_paths.hpp"
+#include "iqn_unfused.hpp"
 #include "learners.hpp"
 #include "linear_silu.hpp"
 #include "mma_tf32.cuh"
@@ -48,161 +50,6 @@ namespace fh::cuda {
 
 namespace {
 
-constexpr double kPi = 3.14159265358979323846;
-constexpr int kTauRows = 32;          // rows of cosine features per block
-constexpr int kHeadSamplesPerWarp = 4;
-constexpr int kBwdSamples = 32;       // transitions per block of the ψ/φ backward
-constexpr int kTx = 32, kTy = 8;
-
-// τ = uniform24(philox(seed, c0 + i, n, step, purpose).w[0]) for rows i·Nr + n (c0: this
-// rank's first row, SPEC §9), and the features cos(π k τ) evaluated in double and rounded once
-// (as the CPU: (float)cos(kPi·k·τ)).
-__global__ void k_taucos(uint64_t seed, const uint64_t *step, uint32_t purpose, uint32_t c0,
-                         size_t rows, int Nr, int C, float *cosf_out, float *tau_out) {
-    pdl_enter();
-    __shared__ float tau_s[kTauRows];
-    const size_t row0 = (size_t)blockIdx.x * kTauRows;
-    const uint32_t st = (uint32_t)*step;
-    for (int rr = threadIdx.x; rr < kTauRows; rr += blockDim.x) {
-        const size_t row = row0 + rr;
-        float t = 0.0f;
-        if (row < rows) {
-            const uint32_t i = c0 + (uint32_t)(row / Nr), n = (uint32_t)(row % Nr);
-            t = uniform24(philox(seed, i, n, st, purpose).w[0]);
-            if (tau_out) tau_out[row] = t;
-        }
-        tau_s[rr] = t;
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < kTauRows * C; idx += blockDim.x) {
-        const int rr = idx / C, k = idx - rr * C;
-        const size_t row = row0 + rr;
-        if (row < rows)
-            cosf_out[row * C + k] = (float)cos(kPi * (double)k * (double)tau_s[rr]);
-    }
-}
-
-// m[r] = ψ[r / Nr] ⊙ SiLU(φraw[r] + bφ). grid (row chunks, column tiles), block (32, 8).
-__global__ void k_merge(const float *__restrict__ phi_raw, const float *__restrict__ bphi,
-                        const float *__restrict__ psi, float *__restrict__ m, size_t rows, int Nr,
-                        int Hq) {
-    pdl_enter();
-    const int j = blockIdx.y * kTx + threadIdx.x;
-    if (j >= Hq) return;
-    const size_t r0 = (size_t)blockIdx.x * aux::kColRows, r1 = min(rows, r0 + aux::kColRows);
-    const float b = bphi[j];
-    for (size_t r = r0 + threadIdx.y; r < r1; r += kTy) {
-        const size_t i = r / Nr;
-        const float phi = dev_silu(__fadd_rn(phi_raw[r * Hq + j], b));
-        m[r * Hq + j] = __fmul_rn(psi[i * Hq + j], phi);
-    }
-}
-
-// Z[r] = SiLU(hraw[r] + bm) · w_z + b_z, one warp per row.
-__global__ void k_zrows(const float *__restrict__ hraw, const float *__restrict__ bm,
-                        const float *__restrict__ wz, const float *__restrict__ bz, size_t rows,
-                        int Hq, float *__restrict__ z) {
-    pdl_enter();
-    const int lane = threadIdx.x & 31;
-    const size_t nwarps = (size_t)gridDim.x * (blockDim.x >> 5);
-    for (size_t r = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
-         r += nwarps) {
-        const float *h = hraw + r * Hq;
-        float s = 0.0f;
-        for (int j = lane; j < Hq; j += 32) s = fmaf(dev_silu(__fadd_rn(h[j], bm[j])), wz[j], s);
-        s = warp_sum(s);
-        if (lane == 0) z[r] = __fadd_rn(s, *bz);
-    }
-}
-
-struct IqnHeadArgs {
-    const float *hraw;   // [B·N, Hq] online m Wmᵀ (no bias)
-    const float *bm, *wz, *bz;
-    const float *zt;     // [B, N'] target Z̄
-    const float *tau;    // [B, N]
-    const float *r, *done;
-    float gamma, kappa;
-    int B, N, Nt, Hq;
-    double scale;        // 1 / (W·B·N'), SPEC §9
-    float *z_mean;       // [B]
-    float *dh;           // [B·N, Hq] out: dL/d(m Wmᵀ + bm)
-    double *partial;     // [blocks, 2·Hq + 2]: dbm | dw_z | db_z | Σ loss terms
-    int samples_per_blk;
-};
-
-// One warp per transition i. Shared memory: [warps][2·Hq + 2] doubles, then per warp
-// Z_in [N], T_im [N'], dZ_in [N] floats.
-__global__ void k_iqn_head(IqnHeadArgs a) {
-    pdl_enter();
-    extern __shared__ double acc_all[];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    const int Hq = a.Hq, N = a.N, Nt = a.Nt, W = 2 * Hq + 2;
-    double *acc = acc_all + (size_t)warp * W;
-    float *zs = reinterpret_cast<float *>(acc_all + (size_t)nw * W) + (size_t)warp * (2 * N + Nt);
-    float *tg = zs + N, *dz = tg + Nt;
-    for (int c = lane; c < W; c += 32) acc[c] = 0.0;
-    __syncwarp();
-    const float bz = *a.bz;
-
-    const int i0 = blockIdx.x * a.samples_per_blk, i1 = min(a.B, i0 + a.samples_per_blk);
-    for (int i = i0 + warp; i < i1; i += nw) {
-        // Z_in = SiLU(h + bm)·w_z + b_z
-        for (int n = 0; n < N; ++n) {
-            const float *h = a.hraw + ((size_t)i * N + n) * Hq;
-            float s = 0.0f;
-            for (int j = lane; j < Hq; j += 32)
-                s = fmaf(dev_silu(__fadd_rn(h[j], a.bm[j])), a.wz[j], s);
-            s = warp_sum(s);
-            if (lane == 0) zs[n] = __fadd_rn(s, bz);
-        }
-        // T_im = r + (γ (1 − d)) Z̄_im, as the CPU writes it.
-        const float ri = a.r[i], disc = __fmul_rn(a.gamma, __fadd_rn(1.0f, -a.done[i]));
-        for (int m = lane; m < Nt; m += 32)
-            tg[m] = __fadd_rn(ri, __fmul_rn(disc, a.zt[(size_t)i * Nt + m]));
-        __syncwarp();
-        // Loss terms and dZ_in = −(Σ_m ρ'(u)) / (W B N'), sums over m in order in double.
-        double lsum = 0.0;
-        for (int n = lane; n < N; n += 32) {
-            const float t = a.tau[(size_t)i * N + n], z = zs[n];
-            double ls = 0.0, ds = 0.0;
-            for (int m = 0; m < Nt; ++m) {
-                const float u = __fadd_rn(tg[m], -z);
-                const float w = fabsf(__fadd_rn(t, -(u < 0.0f ? 1.0f : 0.0f)));
-                ls += (double)__fdiv_rn(__fmul_rn(w, dev_huber(u, a.kappa)), a.kappa);
-                ds += (double)__fdiv_rn(__fmul_rn(w, dev_dhuber(u, a.kappa)), a.kappa);
-            }
-            dz[n] = (float)(-ds * a.scale);
-            lsum += ls;
-        }
-        lsum = warp_sum(lsum);
-        if (lane == 0) {
-            double zsum = 0.0;
-            for (int n = 0; n < N; ++n) zsum += (double)zs[n];
-            a.z_mean[i] = (float)(zsum / N);
-            acc[2 * Hq + 1] += lsum;
-        }
-        __syncwarp();
-        // dhpre = (dZ w_z) ⊙ SiLU'(h + bm); dw_z += dZ SiLU(h + bm); dbm += dhpre; db_z += dZ.
-        for (int n = 0; n < N; ++n) {
-            const float dZ = dz[n];
-            const size_t row = (size_t)i * N + n;
-            const float *h = a.hraw + row * Hq;
-            float *dh = a.dh + row * Hq;
-            for (int j = lane; j < Hq; j += 32) {
-                const float pre = __fadd_rn(h[j], a.bm[j]);
-                const float sg = dev_sigmoid(pre);
-                const float v = __fmul_rn(__fmul_rn(dZ, a.wz[j]), dev_dsilu_s(pre, sg));
-                dh[j] = v;
-                acc[j] += (double)v;
-                acc[Hq + j] += (double)dZ * (double)__fmul_rn(pre, sg);
-            }
-            if (lane == 0) acc[2 * Hq] += (double)dZ;
-        }
-        __syncwarp();
-    }
-    aux::flush_row_acc(acc_all, W, a.partial + (size_t)blockIdx.x * W);
-}
-
 // Wψ of the online net (a) and of the target net (b), [Hq, D] each, rounded as linear_silu's
 // fused kernel reads its weights (linear_silu.hpp's Wt: TF32, or bfloat16 with BF16) into
 // out [2, Hq, D].
@@ -213,57 +60,6 @@ __global__ void k_round_wpsi(const float *__restrict__ a, const float *__restric
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < 2 * n;
          i += (size_t)gridDim.x * blockDim.x)
         out[i] = mma::rounded<BF16>(i < n ? a[i] : b[i - n]);
-}
-
-// dφpre and dψpre (in place of φraw, and into dpsi) with the column-sum partials of dbφ and dbψ:
-//   dφpre_inj = (dm_inj ψ_ij) SiLU'(φpre_inj);  dψpre_ij = (float)(Σ_n dm_inj φ_inj) SiLU'(ψpre_ij)
-// (ψpre = psi_pre + bpsi: bias_silu leaves the bias out of psi_pre)
-// grid (transition chunks, column tiles), block (32, 8); partial [chunks, 2·Hq] doubles.
-__global__ void k_psiphi_bwd(const float *__restrict__ dm, float *phi, const float *__restrict__ bphi,
-                             const float *__restrict__ psi, const float *__restrict__ psi_pre,
-                             const float *__restrict__ bpsi,
-                             float *__restrict__ dpsi, int B, int N, int Hq, double *partial) {
-    pdl_enter();
-    __shared__ double sh[2][kTy][kTx + 1];
-    const int j = blockIdx.y * kTx + threadIdx.x;
-    const int i0 = blockIdx.x * kBwdSamples, i1 = min(B, i0 + kBwdSamples);
-    double acc_phi = 0.0, acc_psi = 0.0;
-    if (j < Hq) {
-        const float b = bphi[j];
-        for (int i = i0 + threadIdx.y; i < i1; i += kTy) {
-            const float ps = psi[(size_t)i * Hq + j];
-            double dps = 0.0;
-            // Unrolled so that the loads of several rows are in flight at once (the sums keep
-            // their order).
-#pragma unroll 8
-            for (int n = 0; n < N; ++n) {
-                const size_t rj = ((size_t)i * N + n) * Hq + j;
-                const float g = dm[rj];
-                const float pre = __fadd_rn(phi[rj], b);
-                const float sg = dev_sigmoid(pre);
-                dps += (double)g * (double)__fmul_rn(pre, sg);
-                const float v = __fmul_rn(__fmul_rn(g, ps), dev_dsilu_s(pre, sg));
-                phi[rj] = v;
-                acc_phi += (double)v;
-            }
-            const float pp = psi_pre[(size_t)i * Hq + j];
-            const float v = __fmul_rn((float)dps, dev_dsilu(__fadd_rn(pp, bpsi[j])));
-            dpsi[(size_t)i * Hq + j] = v;
-            acc_psi += (double)v;
-        }
-    }
-    sh[0][threadIdx.y][threadIdx.x] = acc_phi;
-    sh[1][threadIdx.y][threadIdx.x] = acc_psi;
-    __syncthreads();
-    if (threadIdx.y == 0 && j < Hq) {
-        double sp = 0.0, sq = 0.0;
-        for (int y = 0; y < kTy; ++y) {
-            sp += sh[0][y][threadIdx.x];
-            sq += sh[1][y][threadIdx.x];
-        }
-        partial[(size_t)blockIdx.x * 2 * Hq + j] = sp;
-        partial[(size_t)blockIdx.x * 2 * Hq + Hq + j] = sq;
-    }
 }
 
 }  // namespace
@@ -310,8 +106,7 @@ struct IqnLearner::Impl {
             fail(FH_ERR_BAD_DIMENSION, "config: batch_size * max(iqn_n, iqn_n_target) = %zu is "
                  "too large for the CUDA IQN learner", Rmax);
         const int W = 2 * (int)d.Hq + 2;
-        head = aux::plan_rows(d.B, W, kHeadSamplesPerWarp,
-                              (2 * (size_t)d.N + d.Nt) * sizeof(float), "IQN head");
+        head = iqn::head_plan((int)d.B, (int)d.N, (int)d.Nt, (int)d.Hq);
         // BF16 mode runs the fused kernels too, on bfloat16 products: faster than the unfused
         // passes' BF16 GEMMs (and than the same kernels on TF32 products: IQN lane 0.428 →
         // 0.376 ms single-stream at B = 16384, bench/results/
@@ -325,7 +120,7 @@ struct IqnLearner::Impl {
         // Partial rows for the unfused kernels' grids or the fused ones' (at most one per tile).
         const int tiles = (int)(((size_t)d.B * d.N + iqn::kFusedRowsPerTile - 1) / iqn::kFusedRowsPerTile);
         const int head_rows = std::max(head.blocks, tiles);
-        bwd_chunks = (int)((d.B + kBwdSamples - 1) / kBwdSamples);
+        bwd_chunks = iqn::psiphi_chunks((int)d.B);
 
         const size_t Hq = d.Hq;
         const size_t o_cos = arena.reserve_n<float>(Rmax * d.C);
@@ -358,7 +153,6 @@ struct IqnLearner::Impl {
         part_head = arena.at<double>(o_ph);
         part_bwd = arena.at<double>(o_pb);
         if (fused_target) wpsi_t = arena.at<float>(o_wt);
-        aux::allow_smem((const void *)k_iqn_head, head.smem, "IQN head");
         if (fused_target) iqn::target_fused_prepare();
         if (fused_online) iqn::online_fused_prepare();
         if (fused_backward) iqn::backward_fused_prepare();
@@ -376,13 +170,11 @@ struct IqnLearner::Impl {
                  uint32_t purpose, const uint64_t *step, float *tau_out) {
         const int B = (int)d.B, Hq = (int)d.Hq, C = (int)d.C, D = (int)d.D;
         const size_t R = (size_t)d.B * Nr;
-        FH_LAUNCH(k_taucos, (unsigned)((R + kTauRows - 1) / kTauRows), 256, 0, s, seed, step,
-                  purpose, d.row0, R, Nr, C, cosb, tau_out);
+        iqn::taucos(seed, step, purpose, d.row0, R, Nr, C, cosb, tau_out, s);
         gemm_nt(bl, B, Hq, D, x, P + o.Wpsi, psi_pre, 0.0f, "IQN psi = x Wpsi^T");
         bias_silu(psi_pre, psi, P + o.bpsi, d.B, Hq, s);
         gemm_nt(bl, (int)R, Hq, C, cosb, P + o.Wphi, phi, 0.0f, "IQN phi = cos Wphi^T");
-        FH_LAUNCH(k_merge, dim3(aux::col_chunks(R), (Hq + kTx - 1) / kTx), dim3(kTx, kTy), 0, s,
-                  phi, P + o.bphi, psi, mbuf, R, Nr, Hq);
+        iqn::merge(phi, P + o.bphi, psi, mbuf, R, Nr, Hq, s);
         gemm_nt(bl, (int)R, Hq, Hq, mbuf, P + o.Wm, hraw, 0.0f, "IQN h = m Wm^T");
     }
 
@@ -421,9 +213,7 @@ struct IqnLearner::Impl {
             iqn::target_fused(t, target_blocks, s);
         } else {
             forward(bl, s, target, in.xn, Nt, PURPOSE_IQN_TARGET, in.step, nullptr);
-            const int blocks = (int)std::min<size_t>((RT + 7) / 8, 8192);
-            FH_LAUNCH(k_zrows, blocks, 256, 0, s, hraw, target + o.bm, target + o.w_z,
-                      target + o.b_z, RT, Hq, zt);
+            iqn::zrows(hraw, target + o.bm, target + o.w_z, target + o.b_z, RT, Hq, zt, s);
         }
 
         // Online forward on x̃ (τ purpose 2), kept for the backward, and the head: Z, z_mean, the
@@ -450,7 +240,7 @@ struct IqnLearner::Impl {
             head_blocks = online_blocks;
         } else {
             forward(bl, s, params, in.x, N, PURPOSE_IQN_ONLINE, in.step, tau);
-            IqnHeadArgs a{};
+            iqn::HeadArgs a{};
             a.hraw = hraw;
             a.bm = params + o.bm; a.wz = params + o.w_z; a.bz = params + o.b_z;
             a.zt = zt; a.tau = tau; a.r = in.r; a.done = in.done;
@@ -459,7 +249,7 @@ struct IqnLearner::Impl {
             a.scale = 1.0 / ((double)d.Bg * d.Nt);
             a.z_mean = z_mean; a.dh = dh; a.partial = part_head;
             a.samples_per_blk = head.rows_per_blk;
-            FH_LAUNCH(k_iqn_head, head.blocks, head.warps * 32, head.smem, s, a);
+            iqn::head(a, head, s);
         }
         {
             aux::Segs g;
@@ -487,9 +277,8 @@ struct IqnLearner::Impl {
             bwd_rows = iqn::backward_fused(f, online_blocks, s);
         } else {
             gemm_nn(bl, (int)RN, Hq, Hq, dh, params + o.Wm, hraw, 0.0f, "IQN dm = dh Wm");
-            FH_LAUNCH(k_psiphi_bwd, dim3(bwd_chunks, (Hq + kTx - 1) / kTx), dim3(kTx, kTy), 0, s,
-                      hraw, phi, params + o.bphi, psi, psi_pre, params + o.bpsi, dpsi, B, N, Hq,
-                      part_bwd);
+            iqn::psiphi_bwd(hraw, phi, params + o.bphi, psi, psi_pre, params + o.bpsi, dpsi, B,
+                            N, Hq, part_bwd, s);
         }
         {
             aux::Segs g;
