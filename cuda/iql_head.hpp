@@ -1,7 +1,8 @@
 // IQL's expectile head on the unfused path (SPEC §5.5 step 2; cuda/iql.cu runs it where the fused
 // kernel of iql_fused.cu does not): per row of each net V = h2·w3 + b3, ũ = Q̄sa − V, the
-// expectile loss |τ − [ũ < 0]| ũ² (Kostrikov et al. 2021), ω = min(exp(β ũ_hi), ω_max) and dpre2 = (dV w3) ⊙ SiLU'(pre2 + b2), with per-block partials of db2, dw3, db3 and
-// the loss terms (float64, summed in block order by the caller). A warp per row, no atomics.
+// expectile loss |τ − [ũ < 0]| ũ² (Kostrikov et al. 2021), ω = min(exp(β ũ_hi), ω_max) and
+// dpre2 = (dV w3) ⊙ SiLU'(pre2 + b2), with per-block partials of db2, dw3, db3 and the loss
+// terms (float64, summed in block order by the caller). A warp per row, no atomics.
 #pragma once
 #include <cstddef>
 

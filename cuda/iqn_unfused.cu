@@ -155,9 +155,9 @@ __global__ void k_iqn_head(HeadArgs a) {
 //   dφpre_inj = (dm_inj ψ_ij) SiLU'(φpre_inj);  dψpre_ij = (float)(Σ_n dm_inj φ_inj) SiLU'(ψpre_ij)
 // (ψpre = psi_pre + bpsi: bias_silu leaves the bias out of psi_pre)
 // grid (transition chunks, column tiles), block (32, 8); partial [chunks, 2·Hq] doubles.
-__global__ void k_psiphi_bwd(const float *__restrict__ dm, float *phi, const float *__restrict__ bphi,
-                             const float *__restrict__ psi, const float *__restrict__ psi_pre,
-                             const float *__restrict__ bpsi,
+__global__ void k_psiphi_bwd(const float *__restrict__ dm, float *phi,
+                             const float *__restrict__ bphi, const float *__restrict__ psi,
+                             const float *__restrict__ psi_pre, const float *__restrict__ bpsi,
                              float *__restrict__ dpsi, int B, int N, int Hq, double *partial) {
     pdl_enter();
     __shared__ double sh[2][kTy][kTx + 1];
