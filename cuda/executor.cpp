@@ -1,6 +1,7 @@
 // The CUDA executor of SPEC §5: one parent graph of six child graphs (her, spectral, ddqn,
 // forward, aux, adam; with a replay, sample first), each captured once at creation from
-// build_schedule()'s plain-data description, instantiated once and launched by every step().
+// build_schedule()'s plain-data description, joined in the parent by the edges the schedule
+// lists (ChildDesc::after: a DAG), instantiated once and launched by every step().
 // The math is in the task files (cuda_step.hpp); this file runs the schedule on the lanes
 // (lanes.hpp), captures it, and serves the Backend interface, with the upload (upload.hpp),
 // the replay (replay_lane.hpp), device input (device_input.hpp) and act() (act.hpp) beside it.
@@ -49,10 +50,29 @@ namespace cuda {
 
 namespace {
 
+// The parent graph's edges (ChildDesc::after) point to earlier children, and every child ends
+// before the last one starts: its end event is the step's end.
+void check_child_order(const std::vector<ChildDesc> &sched) {
+    const size_t n = sched.size();
+    std::vector<bool> before_last(n, false);
+    for (size_t k = n; k-- > 0;) {
+        for (int j : sched[k].after) {
+            if (j < 0 || (size_t)j >= k)
+                fail(FH_ERR_INTERNAL, "child %s starts after child %d, not an earlier one",
+                     sched[k].name, j);
+            if (k == n - 1 || before_last[k]) before_last[j] = true;
+        }
+    }
+    for (size_t k = 0; k + 1 < n; ++k)
+        if (!before_last[k])
+            fail(FH_ERR_INTERNAL, "child %s does not end before the last child", sched[k].name);
+}
+
 class CudaBackend final : public Backend {
 public:
     CudaBackend(const fh_config &c, const Layout &L, HostBuffers init)
-        : cfg_(c), L_(L), d_(L.dims), sched_(build_schedule(L.dims, c)), device_(c.device) {
+        : cfg_(c), L_(L), d_(L.dims), sched_(build_schedule(L.dims, c)), device_(c.device),
+          q_priority_(aux_beside(L.dims, c) == AuxBeside::YES_Q_PRIORITY) {
         try {
             create(std::move(init));
         } catch (...) {
@@ -127,6 +147,7 @@ private:
     Dims d_;
     std::vector<ChildDesc> sched_;
     int device_;
+    bool q_priority_;  // AuxBeside::YES_Q_PRIORITY: the lanes' stream priorities (lanes.hpp)
 
     DeviceMemory mem_;
     std::unique_ptr<Lanes> lanes_;
@@ -141,7 +162,6 @@ private:
     cudaEvent_t fork_ev_ = nullptr;
     cudaEvent_t join_ev_[kMaxLanes] = {};
     cudaEvent_t child_ev_[(int)ChildId::COUNT + 1] = {};
-    int start_ev_[(int)ChildId::COUNT] = {};  // the event child k starts after (capture_all)
     cudaEvent_t mark_ev_[(int)Mark::COUNT] = {};
     cudaEvent_t done_ev_ = nullptr;
     int her_end_ev_ = 1;     // index into child_ev_ of the event after the HER child
@@ -157,7 +177,8 @@ private:
 void CudaBackend::create(HostBuffers init) {
     DeviceGuard guard(device_);
     const int maxN = (int)std::max({d_.D, d_.H, d_.HB, d_.A, 1u});
-    lanes_ = std::make_unique<Lanes>(cfg_, sched_, (size_t)colsum_chunks((int)d_.B) * maxN, mem_);
+    lanes_ = std::make_unique<Lanes>(cfg_, sched_, (size_t)colsum_chunks((int)d_.B) * maxN, mem_,
+                                     q_priority_);
     FH_CUDA(cudaStreamCreateWithFlags(&launch_, cudaStreamNonBlocking));
     up_ = std::make_unique<Uploader>(d_, mem_, d_.K == 0);
     check_ = std::make_unique<DeviceCheck>(mem_);
@@ -170,6 +191,7 @@ void CudaBackend::create(HostBuffers init) {
     for (cudaEvent_t &e : child_ev_) FH_CUDA(cudaEventCreate(&e));
     for (cudaEvent_t &e : mark_ev_) FH_CUDA(cudaEventCreate(&e));
     FH_CUDA(cudaEventCreateWithFlags(&done_ev_, cudaEventDisableTiming));
+    check_child_order(sched_);
     for (size_t k = 0; k < sched_.size(); ++k) {
         if (sched_[k].id == ChildId::HER) her_end_ev_ = (int)k + 1;
         if (sched_[k].id == ChildId::SAMPLE) sample_end_ev_ = (int)k + 1;
@@ -232,24 +254,20 @@ void CudaBackend::capture_all() {
         hooks::publish_child_nodes(sched_[k].id, (long)nodes);
     }
     // The parent: event 0, then each child followed by its event k + 1. A child waits for the
-    // event after the previous child, or, beside the previous one (ChildDesc::beside_previous),
-    // for what that one waits for; the child after such a pair waits for both events.
+    // events after the children it starts after (ChildDesc::after), or for event 0.
     FH_CUDA(cudaGraphCreate(&parent_, 0));
     std::vector<cudaGraphNode_t> ev(sched_.size() + 1);
     FH_CUDA(cudaGraphAddEventRecordNode(&ev[0], parent_, nullptr, 0, child_ev_[0]));
     for (size_t k = 0; k < sched_.size(); ++k) {
-        if (sched_[k].beside_previous && (k == 0 || sched_[k - 1].beside_previous))
-            fail(FH_ERR_INTERNAL, "child %s: beside_previous pairs two children, no more",
-                 sched_[k].name);
-        start_ev_[k] = sched_[k].beside_previous ? start_ev_[k - 1] : (int)k;
-        cudaGraphNode_t deps[2] = {ev[start_ev_[k]], nullptr}, node = nullptr;
-        size_t ndeps = 1;
-        if (k > 0 && sched_[k - 1].beside_previous && !sched_[k].beside_previous)
-            deps[ndeps++] = ev[k - 1];
-        FH_CUDA(cudaGraphAddChildGraphNode(&node, parent_, deps, ndeps, child_[k]));
+        std::vector<cudaGraphNode_t> deps;
+        for (int j : sched_[k].after) deps.push_back(ev[j + 1]);
+        if (deps.empty()) deps.push_back(ev[0]);
+        cudaGraphNode_t node = nullptr;
+        FH_CUDA(cudaGraphAddChildGraphNode(&node, parent_, deps.data(), deps.size(), child_[k]));
         FH_CUDA(cudaGraphAddEventRecordNode(&ev[k + 1], parent_, &node, 1, child_ev_[k + 1]));
     }
-    FH_CUDA(cudaGraphInstantiate(&exec_, parent_, 0));
+    FH_CUDA(cudaGraphInstantiate(&exec_, parent_,
+                                 q_priority_ ? cudaGraphInstantiateFlagUseNodePriority : 0));
     FH_CUDA(cudaGraphUpload(exec_, launch_));
     FH_CUDA(cudaStreamSynchronize(launch_));
 }
@@ -346,7 +364,7 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
     case Task::TD_METRICS: td_metrics(s, l); break;
     case Task::BWD_BRANCH: backward_branch(s, l, arg); break;
     case Task::BWD_TRUNK: backward_trunk(s, l); break;
-    case Task::EMA_TARGETS: ema_targets(s, l); break;
+    case Task::EMA_TARGETS: ema_targets(s, l, arg); break;
     case Task::IQL: learner_iql(s, l); break;
     case Task::IQN: learner_iqn(s, l); break;
     case Task::ATTENTION: learner_attention(s, l); break;
@@ -421,8 +439,13 @@ void CudaBackend::timings(fh_timings *t) {
         FH_CUDA(cudaEventElapsedTime(&v, a, b));
         return v;
     };
+    // A child starts when the last of the children it starts after has ended.
+    std::vector<float> end(sched_.size());
+    for (size_t k = 0; k < sched_.size(); ++k) end[k] = ms(child_ev_[0], child_ev_[k + 1]);
     for (size_t k = 0; k < sched_.size(); ++k) {
-        const float v = ms(child_ev_[start_ev_[k]], child_ev_[k + 1]);
+        float start = 0.0f;
+        for (int j : sched_[k].after) start = std::max(start, end[j]);
+        const float v = end[k] - start;
         switch (sched_[k].id) {
         case ChildId::HER: t->her_ms = v; break;
         case ChildId::SPECTRAL: t->spectral_ms = v; break;

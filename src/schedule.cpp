@@ -1,6 +1,8 @@
 #include "schedule.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 namespace fh {
 
@@ -25,10 +27,26 @@ unsigned mask_of(int first, int count) { return ((1u << count) - 1u) << first; }
 // IQL stays in the aux child.
 static bool iql_beside_trunk_backward(const Dims &d) { return d.NB >= 2; }
 
+AuxBeside aux_beside(const Dims &d, const fh_config &c) {
+    const char *e = getenv("FOXHUNT_AUX_BESIDE");
+    if (!e || c.exec_mode != FH_EXEC_MULTI_STREAM || d.world != 1 ||
+        !iql_beside_trunk_backward(d))
+        return AuxBeside::NO;
+    if (!strcmp(e, "1")) return AuxBeside::YES;
+    if (!strcmp(e, "priority")) return AuxBeside::YES_Q_PRIORITY;
+    return AuxBeside::NO;
+}
+
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     std::vector<ChildDesc> s;
-    if (d.K > 0) s.push_back({ChildId::SAMPLE, "sample", 1, {run(Task::SAMPLE)}});
-    s.push_back({ChildId::HER, "her", 1, {run(Task::HER_RELABEL)}});
+    // Each child starts after the one before it unless said otherwise.
+    auto add = [&](ChildDesc ch) {
+        if (!s.empty()) ch.after = {(int)s.size() - 1};
+        s.push_back(std::move(ch));
+        return (int)s.size() - 1;
+    };
+    if (d.K > 0) add({ChildId::SAMPLE, "sample", 1, {run(Task::SAMPLE)}, {}});
+    const int her = add({ChildId::HER, "her", 1, {run(Task::HER_RELABEL)}, {}});
     // The divergence guard (guard.hpp) brackets everything that changes the state: HER does
     // not, so the snapshot opens the spectral child and the upload's wait on HER stays short.
     // The spectral child reads only the Q nets' weights and its u and writes σ, σ̄, v and the
@@ -37,17 +55,46 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // use). So in multi-stream mode the two run side by side, both short chains of small
     // kernels: wall 1.710 → 1.692 ms at B = 16384, TF32 multi-stream, the same bits
     // (bench/results/h200-2026-12-02-spectral-beside-her-before-after.json).
-    s.push_back({ChildId::SPECTRAL, "spectral", 1,
-                 {run(Task::GUARD_SNAPSHOT), run(Task::SPECTRAL_POWER)}});
-    s.back().beside_previous = c.exec_mode == FH_EXEC_MULTI_STREAM;
+    const int spectral = add({ChildId::SPECTRAL, "spectral", 1,
+                              {run(Task::GUARD_SNAPSHOT), run(Task::SPECTRAL_POWER)}, {}});
+    const bool multi = c.exec_mode == FH_EXEC_MULTI_STREAM;
+    if (multi) s[spectral].after = s[her].after;
+    const std::vector<int> after_her_spectral = {her, spectral};
+
+    // The aux child beside the Q learner (a trial, FOXHUNT_AUX_BESIDE=1): IQN and attention read
+    // only HER's transitions and their own nets, and write only their own nets, z_mean and
+    // their losses, which nothing reads before the ensemble. So their lanes, with IQN's target
+    // average (SPEC §5.5 step 1 for the IQN net: its next reader is IQN's target pass, and it
+    // reads the online IQN net, which only IQN's Adam at the end of the lane changes) and their
+    // Adam steps, can start once HER and the guard's snapshot are done, on lanes 5 and 6 of
+    // their own (workspaces of their own: they run beside every lane of ddqn and forward), and
+    // fill the SMs that the chains of small kernels of ddqn and forward leave idle. What the
+    // aux child did after its join, CQL, the regime scales and the tail (the ensemble and the
+    // confidence head), opens the adam child instead, which starts after both. The results
+    // are SPEC's order's (tests/test_schedule_beside.cpp: the same bits on the CPU).
+    const bool beside = aux_beside_q(d, c);
+    const bool lane3 = c.cql_alpha > 0 || d.R > 1;
+    if (beside) {
+        ChildDesc aux{ChildId::AUX, "aux", 7, {}, after_her_spectral};
+        aux.ops = {fork(mask_of(5, 2)),
+                   mark(Mark::AUX_IQN_BEGIN, 5), run(Task::EMA_TARGETS, 5, kEmaIqn),
+                   run(Task::IQN, 5), run(Task::AUX_ADAM, 5, kAdamIqn), mark(Mark::AUX_IQN_END, 5),
+                   mark(Mark::AUX_ATTN_BEGIN, 6), run(Task::ATTENTION, 6),
+                   run(Task::AUX_ADAM, 6, kAdamAttention), mark(Mark::AUX_ATTN_END, 6),
+                   join(mask_of(5, 2))};
+        s.push_back(std::move(aux));
+    }
+    const int aux_beside = beside ? (int)s.size() - 1 : -1;
+
     s.push_back({ChildId::DDQN, "ddqn", 3,
                  {fork(mask_of(1, 2)), run(Task::DDQN_ONLINE_NEXT, 1), run(Task::DDQN_TARGET, 2),
-                  join(mask_of(1, 2)), run(Task::DDQN_JOIN)}});
+                  join(mask_of(1, 2)), run(Task::DDQN_JOIN)},
+                 multi ? after_her_spectral : std::vector<int>{spectral}});
 
-    // Branches go round-robin over lanes 1..kMaxLanes-1; with more branches than lanes, a lane
-    // runs several in branch order.
-    const int branch_lanes = (int)d.NB < kMaxLanes - 1 ? (int)d.NB : kMaxLanes - 1;
-    ChildDesc fwd{ChildId::FORWARD, "forward", 1 + branch_lanes, {}};
+    // Branches go round-robin over lanes 1 .. kQLanes − 1; with more branches than lanes, a
+    // lane runs several in branch order.
+    const int branch_lanes = (int)d.NB < kQLanes - 1 ? (int)d.NB : kQLanes - 1;
+    ChildDesc fwd{ChildId::FORWARD, "forward", 1 + branch_lanes, {}, {}};
     const unsigned bl = mask_of(1, branch_lanes);
     fwd.ops.push_back(run(Task::FWD_TRUNK));
     fwd.ops.push_back(fork(bl));
@@ -65,8 +112,10 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // targets, which nothing reads between ddqn and the aux child's IQN and confidence tasks;
     // so the results are SPEC's order's, and the aux child's serial prefix is shorter: aux child
     // 0.869 → 0.860 ms, wall 1.702 → 1.693 ms at B = 16384, TF32 multi-stream, the same bits
-    // (bench/results/h200-2026-12-02-ema-place-before-after.json).
-    fwd.ops.insert(fwd.ops.end(), {mark(Mark::AUX_EMA_BEGIN), run(Task::EMA_TARGETS),
+    // (bench/results/h200-2026-12-02-ema-place-before-after.json). With the aux child beside,
+    // the IQN net's average opens the IQN lane there instead.
+    fwd.ops.insert(fwd.ops.end(), {mark(Mark::AUX_EMA_BEGIN),
+                                   run(Task::EMA_TARGETS, 0, beside ? kEmaQ : kEmaQ | kEmaIqn),
                                    mark(Mark::AUX_EMA_END)});
     for (uint32_t b = 0; b < d.NB; ++b) fwd.ops.push_back(run(Task::BWD_BRANCH, 1 + b % branch_lanes, b));
     fwd.ops.push_back(join(bl));
@@ -76,7 +125,22 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
                                        run(Task::IQL, 2), mark(Mark::AUX_IQL_END, 2)});
     fwd.ops.push_back(run(Task::BWD_TRUNK));
     if (iql_fwd) fwd.ops.push_back(join(mask_of(2, 1)));
-    s.push_back(fwd);
+    add(std::move(fwd));
+
+    if (beside) {
+        // CQL and the regime scales on lane 3 beside the tail on lane 0, as in the aux child
+        // below, then the Q net's Adam.
+        ChildDesc adam{ChildId::ADAM, "adam", lane3 ? 4 : 1, {}, {(int)s.size() - 1, aux_beside}};
+        if (lane3) adam.ops.push_back(fork(mask_of(3, 1)));
+        if (c.cql_alpha > 0) adam.ops.push_back(run(Task::CQL, 3));
+        if (d.R > 1) adam.ops.push_back(run(Task::REGIME_SCALE, 3));
+        adam.ops.insert(adam.ops.end(), {mark(Mark::AUX_TAIL_BEGIN), run(Task::ENSEMBLE),
+                                         run(Task::CONFIDENCE), mark(Mark::AUX_TAIL_END)});
+        if (lane3) adam.ops.push_back(join(mask_of(3, 1)));
+        adam.ops.insert(adam.ops.end(), {run(Task::ADAM_Q), run(Task::GUARD_CHECK)});
+        s.push_back(std::move(adam));
+        return s;
+    }
 
     // The aux child (SPEC §5.5): IQL on lane 0 where it is not in the forward child, then IQN
     // and attention fork onto lanes 1 and 2, and CQL and the regime scales onto lane 3:
@@ -93,10 +157,9 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // gradients are summed across the ranks in one collective after the join (SPEC §9). Against
     // all of it after the join: aux child 1.178 → 1.173 ms multi-stream at B = 16384, same bits
     // (bench/results/h200-2026-12-02-aux-tail-lanes-before-after.json).
-    const bool lane3 = c.cql_alpha > 0 || d.R > 1;
     const int aux_forked = lane3 ? 3 : 2;
     const bool dp = d.world > 1;
-    ChildDesc aux{ChildId::AUX, "aux", 1 + aux_forked, {}};
+    ChildDesc aux{ChildId::AUX, "aux", 1 + aux_forked, {}, {}};
     if (!iql_fwd)
         aux.ops.insert(aux.ops.end(),
                        {mark(Mark::AUX_IQL_BEGIN), run(Task::IQL), mark(Mark::AUX_IQL_END)});
@@ -116,9 +179,9 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
         aux.ops.push_back(run(Task::AUX_ADAM, 0, kAdamIqn | kAdamAttention));
         aux.ops.push_back(mark(Mark::AUX_TAIL_END));
     }
-    s.push_back(aux);
+    add(std::move(aux));
 
-    s.push_back({ChildId::ADAM, "adam", 1, {run(Task::ADAM_Q), run(Task::GUARD_CHECK)}});
+    add({ChildId::ADAM, "adam", 1, {run(Task::ADAM_Q), run(Task::GUARD_CHECK)}, {}});
     return s;
 }
 

@@ -411,9 +411,17 @@ static void check_ema_and_beside(fh_exec_mode mode) {
     int count = 0;
     for (size_t k = 0; k < sched.size(); ++k) {
         const ChildDesc &ch = sched[k];
-        assert_int_equal(ch.beside_previous,
-                         ch.id == ChildId::SPECTRAL && mode == FH_EXEC_MULTI_STREAM);
-        if (ch.beside_previous) assert_int_equal((int)sched[k - 1].id, (int)ChildId::HER);
+        // Each child after the previous one, but the spectral child, which in multi-stream
+        // mode starts with HER (after what HER starts after), and ddqn, after both.
+        std::vector<int> after;
+        if (k > 0) after = {(int)k - 1};
+        if (ch.id == ChildId::SPECTRAL && mode == FH_EXEC_MULTI_STREAM) {
+            assert_int_equal((int)sched[k - 1].id, (int)ChildId::HER);
+            after = sched[k - 1].after;
+        }
+        if (ch.id == ChildId::DDQN && mode == FH_EXEC_MULTI_STREAM)
+            after = {(int)k - 2, (int)k - 1};
+        assert_true(ch.after == after);
         int td = -1;
         for (int i = 0; i < (int)ch.ops.size(); ++i) {
             const Op &op = ch.ops[i];
@@ -426,6 +434,7 @@ static void check_ema_and_beside(fh_exec_mode mode) {
             ++count;
             assert_int_equal((int)ch.id, (int)ChildId::FORWARD);
             assert_int_equal(op.lane, 0);
+            assert_int_equal(op.arg, kEmaQ | kEmaIqn);
             assert_true(td >= 0 && td < i);
         }
     }
@@ -433,6 +442,7 @@ static void check_ema_and_beside(fh_exec_mode mode) {
 }
 
 static void test_aux_schedule_one_rank_and_two(void **) {
+    unsetenv("FOXHUNT_AUX_BESIDE");  // the default schedule (test_schedule checks the trial's)
     check_ema_and_beside(FH_EXEC_MULTI_STREAM);
     check_ema_and_beside(FH_EXEC_SINGLE_STREAM);
     check_aux_schedule(1);

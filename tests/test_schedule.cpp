@@ -1,15 +1,18 @@
-// The schedule (src/schedule.cpp) is safe to run on streams, for many configs: it is simulated as
-// the CUDA executor captures it in multi-stream mode (FORK: the forked lanes wait for lane 0's
-// work so far; JOIN: lane 0 waits for theirs; a lane's tasks in order), which gives for every
-// pair of tasks whether one happens before the other or the two may run at the same time. Then:
+// The schedule (src/schedule.cpp) is safe to run on streams, for many configs, in both of its
+// forms (the aux child after the forward child, and beside ddqn and forward: FOXHUNT_AUX_BESIDE).
+// The whole step is simulated as the CUDA executor captures and launches it in multi-stream
+// mode: a child starts when the children it starts after (ChildDesc::after) have ended; inside
+// it, FORK makes the forked lanes wait for lane 0's work so far, JOIN makes lane 0 wait for
+// theirs, and a lane's tasks run in order. That gives for every pair of tasks of the step
+// whether one happens before the other or the two may run at the same time. Then:
 //  - no two tasks that may run at the same time share a cuBLAS workspace (workspace_slot),
 //    except where one of them makes no cuBLAS call; otherwise their GEMMs' split-K scratch
-//    would race and results would depend on timing (and a child that runs beside the previous
-//    one, multi-stream, calls no cuBLAS in either);
-//  - each task of the Q learner's forward and backward runs after the tasks whose results it
-//    reads (the trunk before each branch, every branch's forward before the TD loss, the TD
-//    loss before each branch's backward and before the metrics' sums, every branch's backward
-//    before the trunk's; EMA after the TD loss, IQL's pass before the child ends);
+//    would race and results would depend on timing;
+//  - no two tasks that may run at the same time share a lane (its handle and its reduction
+//    scratch), but HER beside the spectral child's tasks, which use no lane scratch;
+//  - every task runs after the tasks whose results it reads, and the divergence guard's
+//    snapshot comes before every task that changes the persistent state (`kOrder` below lists
+//    what SPEC §5 requires, task by task);
 //  - with more than one rank, no two tasks that issue an NCCL collective (the Q net's Adam, IQL,
 //    the learners' Adam steps, the regime statistics: SPEC §9) may run at the same time: on two
 //    streams their collectives could be issued in different orders on different ranks, and
@@ -17,7 +20,9 @@
 //  - a lane other than lane 0 runs only after a fork (else its work would run outside the
 //    capture) and is joined back into lane 0 after its last work or fork (a capture with an
 //    unjoined stream fails);
-//  - each of those tasks runs exactly once per step (per branch).
+//  - the children's edges point to earlier children and the last child comes after all others;
+//  - each task runs exactly once per step (per branch; EMA once per target net).
+#include <cstdlib>
 #include <vector>
 
 #include "layout.hpp"
@@ -49,15 +54,30 @@ bool collective(Task t) {
     return t == Task::ADAM_Q || t == Task::IQL || t == Task::AUX_ADAM || t == Task::REGIME_SCALE;
 }
 
+struct Run {
+    const ChildDesc *child;
+    const Op *op;
+};
+
 struct Sim {
-    std::vector<const Op *> runs;           // the child's RUN ops, in list order
+    std::vector<Run> runs;                  // the step's RUN ops, child by child in list order
     std::vector<std::vector<bool>> before;  // before[k][j]: run j happens before run k
 };
 
-Sim simulate(const ChildDesc &ch) {
-    Sim s;
-    // known[l][j]: run j has completed before lane l's next task starts.
-    std::vector<std::vector<bool>> known(kMaxLanes);
+using Known = std::vector<bool>;
+
+void merge_into(Known &dst, const Known &src) {
+    if (dst.size() < src.size()) dst.resize(src.size(), false);
+    for (size_t j = 0; j < src.size(); ++j)
+        if (src[j]) dst[j] = true;
+}
+
+// One child's RUN ops appended to s, lane 0 starting with `start` known; returns what is known
+// at its end (its lanes joined).
+Known simulate_child(const ChildDesc &ch, const Known &start, Sim &s) {
+    // known[l]: runs completed before lane l's next task starts.
+    std::vector<Known> known(kMaxLanes);
+    known[0] = start;
     std::vector<int> last(kMaxLanes, -1);
     // forked[l]: lane l entered the capture (a FORK); open[l]: it has work or a fork since its
     // last JOIN, which the capture needs joined before it ends.
@@ -70,17 +90,14 @@ Sim simulate(const ChildDesc &ch) {
         }
         open[l] = true;
     };
-    auto grow = [&](size_t n) {
-        for (auto &k : known) k.resize(n, false);
-    };
     for (const Op &op : ch.ops) {
         switch (op.kind) {
         case Op::RUN: {
             assert_true(op.lane >= 0 && op.lane < ch.num_lanes);
             const size_t k = s.runs.size();
-            s.runs.push_back(&op);
-            grow(k + 1);
+            s.runs.push_back({&ch, &op});
             s.before.push_back(known[op.lane]);
+            known[op.lane].resize(k + 1, false);
             known[op.lane][k] = true;
             last[op.lane] = (int)k;
             on_lane(op.lane);
@@ -88,19 +105,18 @@ Sim simulate(const ChildDesc &ch) {
         }
         case Op::FORK:
             assert_int_equal(op.lanes & 1u, 0u);
+            assert_true(op.lanes < (1u << ch.num_lanes));
             for (int l = 1; l < kMaxLanes; ++l)
                 if (op.lanes >> l & 1u) {
                     forked[l] = open[l] = true;
-                    for (size_t j = 0; j < known[0].size(); ++j)
-                        if (known[0][j]) known[l][j] = true;
+                    merge_into(known[l], known[0]);
                 }
             break;
         case Op::JOIN:
             for (int l = 1; l < kMaxLanes; ++l)
                 if (op.lanes >> l & 1u) {
                     open[l] = false;
-                    for (size_t j = 0; j < known[l].size(); ++j)
-                        if (known[l][j]) known[0][j] = true;
+                    merge_into(known[0], known[l]);
                 }
             break;
         case Op::MARK: on_lane(op.lane); break;
@@ -111,91 +127,189 @@ Sim simulate(const ChildDesc &ch) {
             print_error("%s: lane %d has work or a fork after its last join\n", ch.name, l);
             fail();
         }
-    grow(s.runs.size());
-    for (auto &b : s.before) b.resize(s.runs.size(), false);
     // Every lane's last task is known to lane 0 at the end: the child's work is joined.
     for (int l = 1; l < kMaxLanes; ++l)
-        if (last[l] >= 0 && !known[0][last[l]]) {
+        if (last[l] >= 0 && ((size_t)last[l] >= known[0].size() || !known[0][last[l]])) {
             print_error("%s: lane %d is not joined back\n", ch.name, l);
+            fail();
+        }
+    return known[0];
+}
+
+Sim simulate(const std::vector<ChildDesc> &sched) {
+    Sim s;
+    std::vector<Known> end(sched.size());
+    for (size_t k = 0; k < sched.size(); ++k) {
+        Known start;
+        for (int j : sched[k].after) {
+            assert_true(j >= 0 && (size_t)j < k);
+            merge_into(start, end[j]);
+        }
+        end[k] = simulate_child(sched[k], start, s);
+    }
+    for (auto &b : s.before) b.resize(s.runs.size(), false);
+    // The last child comes after every other one: its end is the step's end.
+    const Known &fin = end.back();
+    for (size_t j = 0; j < s.runs.size(); ++j)
+        if (s.runs[j].child != &sched.back() && (j >= fin.size() || !fin[j])) {
+            print_error("task id %d of %s may still run when the last child ends\n",
+                        (int)s.runs[j].op->task, s.runs[j].child->name);
             fail();
         }
     return s;
 }
 
-int find(const Sim &s, Task t, int arg = -1) {
-    int at = -1;
-    for (int k = 0; k < (int)s.runs.size(); ++k)
-        if (s.runs[k]->task == t && (arg < 0 || s.runs[k]->arg == arg)) {
-            assert_int_equal(at, -1);  // once
-            at = k;
-        }
+// Runs of task t (with arg bits `arg` where given: branch index, AUX_ADAM's learners,
+// EMA_TARGETS's nets).
+std::vector<int> find_all(const Sim &s, Task t, int arg = -1, bool bits = false) {
+    std::vector<int> at;
+    for (int k = 0; k < (int)s.runs.size(); ++k) {
+        const Op &op = *s.runs[k].op;
+        if (op.task != t) continue;
+        if (arg >= 0 && (bits ? (op.arg & arg) == 0 : op.arg != arg)) continue;
+        at.push_back(k);
+    }
     return at;
 }
 
-void expect_before(const Sim &s, const char *child, int a, int b) {
-    assert_true(a >= 0 && b >= 0);
-    if (!s.before[b][a]) {
-        print_error("%s: task %d (task id %d) does not happen before task %d (task id %d)\n",
-                    child, a, (int)s.runs[a]->task, b, (int)s.runs[b]->task);
+int find_once(const Sim &s, Task t, int arg = -1, bool bits = false) {
+    const std::vector<int> at = find_all(s, t, arg, bits);
+    if (at.size() != 1) {
+        print_error("task id %d (arg %d) runs %zu times\n", (int)t, arg, at.size());
         fail();
     }
+    return at[0];
+}
+
+void expect_before(const Sim &s, int a, int b) {
+    if (a == b || s.before[b][a]) return;
+    print_error("%s's task id %d (arg %d) does not happen before %s's task id %d (arg %d)\n",
+                s.runs[a].child->name, (int)s.runs[a].op->task, s.runs[a].op->arg,
+                s.runs[b].child->name, (int)s.runs[b].op->task, s.runs[b].op->arg);
+    fail();
+}
+
+// Every run of task a (arg sel) before every run of task b (arg sel).
+struct Order {
+    Task a;
+    int a_arg;
+    Task b;
+    int b_arg;
+};
+constexpr int kAny = -1;
+// What SPEC §5 requires: each task after the tasks whose results it reads, the Adam steps
+// after the readers of the parameters they change, and the guard's snapshot before every task
+// that changes the persistent state. AUX_ADAM's and EMA_TARGETS's args select by bits.
+const Order kOrder[] = {
+    {Task::HER_RELABEL, kAny, Task::DDQN_ONLINE_NEXT, kAny},
+    {Task::HER_RELABEL, kAny, Task::DDQN_TARGET, kAny},
+    {Task::HER_RELABEL, kAny, Task::FWD_TRUNK, kAny},
+    {Task::HER_RELABEL, kAny, Task::IQL, kAny},
+    {Task::HER_RELABEL, kAny, Task::IQN, kAny},
+    {Task::HER_RELABEL, kAny, Task::ATTENTION, kAny},
+    {Task::SPECTRAL_POWER, kAny, Task::DDQN_ONLINE_NEXT, kAny},
+    {Task::SPECTRAL_POWER, kAny, Task::DDQN_TARGET, kAny},
+    {Task::SPECTRAL_POWER, kAny, Task::FWD_TRUNK, kAny},
+    {Task::DDQN_ONLINE_NEXT, kAny, Task::DDQN_JOIN, kAny},
+    {Task::DDQN_TARGET, kAny, Task::DDQN_JOIN, kAny},
+    {Task::DDQN_JOIN, kAny, Task::TD_LOSS, kAny},
+    {Task::DDQN_JOIN, kAny, Task::IQL, kAny},
+    {Task::DDQN_JOIN, kAny, Task::ENSEMBLE, kAny},
+    {Task::DDQN_TARGET, kAny, Task::EMA_TARGETS, kEmaQ},  // ddqn's Q̄ before this step's EMA
+    {Task::DDQN_TARGET, kAny, Task::CONFIDENCE, kAny},    // h̄2(x̃')
+    {Task::FWD_TRUNK, kAny, Task::FWD_BRANCH, kAny},
+    {Task::FWD_BRANCH, kAny, Task::TD_LOSS, kAny},
+    {Task::TD_LOSS, kAny, Task::TD_METRICS, kAny},
+    {Task::TD_LOSS, kAny, Task::BWD_BRANCH, kAny},
+    {Task::TD_LOSS, kAny, Task::REGIME_SCALE, kAny},
+    {Task::BWD_BRANCH, kAny, Task::BWD_TRUNK, kAny},
+    {Task::BWD_BRANCH, kAny, Task::CQL, kAny},  // CQL adds into dU, de
+    {Task::IQL, kAny, Task::CQL, kAny},         // ω
+    {Task::IQL, kAny, Task::ENSEMBLE, kAny},    // V_hi, V_lo
+    {Task::EMA_TARGETS, kEmaIqn, Task::IQN, kAny},
+    {Task::IQN, kAny, Task::ENSEMBLE, kAny},    // z_mean
+    {Task::IQN, kAny, Task::AUX_ADAM, kAdamIqn},
+    {Task::EMA_TARGETS, kEmaIqn, Task::AUX_ADAM, kAdamIqn},
+    {Task::ATTENTION, kAny, Task::AUX_ADAM, kAdamAttention},
+    {Task::FWD_TRUNK, kAny, Task::CONFIDENCE, kAny},  // u(x̃)
+    {Task::EMA_TARGETS, kEmaQ, Task::CONFIDENCE, kAny},
+    {Task::ENSEMBLE, kAny, Task::CONFIDENCE, kAny},
+    {Task::GUARD_SNAPSHOT, kAny, Task::SPECTRAL_POWER, kAny},
+    {Task::GUARD_SNAPSHOT, kAny, Task::EMA_TARGETS, kAny},
+    {Task::GUARD_SNAPSHOT, kAny, Task::IQL, kAny},
+    {Task::GUARD_SNAPSHOT, kAny, Task::AUX_ADAM, kAny},
+    {Task::GUARD_SNAPSHOT, kAny, Task::REGIME_SCALE, kAny},
+};
+
+bool arg_bits(Task t) { return t == Task::AUX_ADAM || t == Task::EMA_TARGETS; }
+
+void check_order(const Sim &s, const Dims &d) {
+    for (const Order &o : kOrder)
+        for (int a : find_all(s, o.a, o.a_arg, arg_bits(o.a)))
+            for (int b : find_all(s, o.b, o.b_arg, arg_bits(o.b))) expect_before(s, a, b);
+    // The Q net's Adam after every other task but the guard's check, which ends the step.
+    const int adam = find_once(s, Task::ADAM_Q), check = find_once(s, Task::GUARD_CHECK);
+    for (int k = 0; k < (int)s.runs.size(); ++k) {
+        if (k != check) expect_before(s, k, check);
+        if (k != check && k != adam) expect_before(s, k, adam);
+    }
+    // Once per step (per branch), EMA once per target net.
+    for (Task t : {Task::HER_RELABEL, Task::SPECTRAL_POWER, Task::GUARD_SNAPSHOT,
+                   Task::DDQN_ONLINE_NEXT, Task::DDQN_TARGET, Task::DDQN_JOIN, Task::FWD_TRUNK,
+                   Task::TD_LOSS, Task::TD_METRICS, Task::BWD_TRUNK, Task::IQL, Task::IQN,
+                   Task::ATTENTION, Task::ENSEMBLE, Task::CONFIDENCE})
+        find_once(s, t);
+    for (uint32_t b = 0; b < d.NB; ++b) {
+        find_once(s, Task::FWD_BRANCH, (int)b);
+        find_once(s, Task::BWD_BRANCH, (int)b);
+    }
+    find_once(s, Task::EMA_TARGETS, kEmaQ, true);
+    find_once(s, Task::EMA_TARGETS, kEmaIqn, true);
+    find_once(s, Task::AUX_ADAM, kAdamIqn, true);
+    find_once(s, Task::AUX_ADAM, kAdamAttention, true);
+}
+
+bool her_beside_spectral(Task x, Task y) {
+    auto spectral = [](Task t) { return t == Task::GUARD_SNAPSHOT || t == Task::SPECTRAL_POWER; };
+    return (x == Task::HER_RELABEL && spectral(y)) || (y == Task::HER_RELABEL && spectral(x));
 }
 
 void check(const fh_config &c, uint32_t world) {
     const Dims d = make_dims(c, 0, world);
     const std::vector<ChildDesc> sched = build_schedule(d, c);
-    for (size_t ci = 0; ci < sched.size(); ++ci) {
-        const ChildDesc &ch = sched[ci];
-        // A child beside the previous one runs at the same time on the same lane-0 handle and
-        // workspace: neither may call cuBLAS.
-        if (ch.beside_previous) {
-            assert_true(ci > 0 && !sched[ci - 1].beside_previous);
-            for (const ChildDesc *c2 : {&ch, &sched[ci - 1]})
-                for (const Op &op : c2->ops)
-                    if (op.kind == Op::RUN && !no_blas(op.task)) {
-                        print_error("%s beside %s: task id %d calls cuBLAS\n", ch.name,
-                                    sched[ci - 1].name, (int)op.task);
-                        fail();
-                    }
-        }
-        const Sim s = simulate(ch);
-        const int n = (int)s.runs.size();
-        for (int b = 0; b < n; ++b)
-            for (int a = 0; a < b; ++a) {
-                const Op &x = *s.runs[a], &y = *s.runs[b];
-                if (s.before[b][a]) continue;
-                if (world > 1 && collective(x.task) && collective(y.task)) {
-                    print_error("%s (NB = %u): collectives of tasks %d and %d may run at once\n",
-                                ch.name, d.NB, a, b);
-                    fail();
-                }
-                if (no_blas(x.task) || no_blas(y.task)) continue;
-                if (workspace_slot(true, x.lane) == workspace_slot(true, y.lane)) {
-                    print_error("%s (NB = %u, world %u): tasks %d and %d (lanes %d, %d) may run "
-                                "at once on one workspace\n",
-                                ch.name, d.NB, world, a, b, x.lane, y.lane);
-                    fail();
-                }
+    const Sim s = simulate(sched);
+    const int n = (int)s.runs.size();
+    for (int b = 0; b < n; ++b)
+        for (int a = 0; a < b; ++a) {
+            const Op &x = *s.runs[a].op, &y = *s.runs[b].op;
+            if (s.before[b][a]) continue;
+            if (world > 1 && collective(x.task) && collective(y.task)) {
+                print_error("NB = %u: collectives of tasks %d and %d may run at once\n", d.NB,
+                            a, b);
+                fail();
             }
-        if (ch.id != ChildId::FORWARD) continue;
-        const int trunk = find(s, Task::FWD_TRUNK), td = find(s, Task::TD_LOSS);
-        const int tm = find(s, Task::TD_METRICS), bt = find(s, Task::BWD_TRUNK);
-        for (uint32_t br = 0; br < d.NB; ++br) {
-            const int fb = find(s, Task::FWD_BRANCH, (int)br);
-            const int bb = find(s, Task::BWD_BRANCH, (int)br);
-            expect_before(s, ch.name, trunk, fb);
-            expect_before(s, ch.name, fb, td);
-            expect_before(s, ch.name, td, bb);
-            expect_before(s, ch.name, bb, bt);
+            if (x.lane == y.lane && !her_beside_spectral(x.task, y.task)) {
+                print_error("NB = %u, world %u: tasks %d and %d (%s, %s) may run at once on "
+                            "lane %d\n", d.NB, world, a, b, s.runs[a].child->name,
+                            s.runs[b].child->name, x.lane);
+                fail();
+            }
+            if (no_blas(x.task) || no_blas(y.task)) continue;
+            if (workspace_slot(true, x.lane) == workspace_slot(true, y.lane)) {
+                print_error("NB = %u, world %u: tasks %d and %d (lanes %d, %d) may run at once "
+                            "on one workspace\n", d.NB, world, a, b, x.lane, y.lane);
+                fail();
+            }
         }
-        expect_before(s, ch.name, td, tm);
-        expect_before(s, ch.name, td, find(s, Task::EMA_TARGETS));
-    }
+    check_order(s, d);
 }
 
-}  // namespace
-
-static void test_schedule_safe_on_streams(void **) {
+// Every config of the test in both forms of the schedule; `beside` says whether the aux child
+// may run beside ddqn and forward (aux_beside_q decides where it does).
+void check_all(bool beside) {
+    if (beside) setenv("FOXHUNT_AUX_BESIDE", "1", 1);
+    else unsetenv("FOXHUNT_AUX_BESIDE");
+    int beside_seen = 0;
     for (uint32_t nb = 1; nb <= 7; ++nb)
         for (int variant = 0; variant < 8; ++variant)
             for (uint32_t world = 1; world <= 2; ++world) {
@@ -206,12 +320,27 @@ static void test_schedule_safe_on_streams(void **) {
                 c.cql_alpha = variant & 1 ? 0.0f : 0.1f;
                 c.num_regimes = variant & 2 ? 1 : 4;
                 check(c, world);
+                const Dims d = make_dims(c, 0, world);
+                const bool on = aux_beside_q(d, c);
+                // Beside only where asked, with one rank, multi-stream and IQL in the forward
+                // child (two branches or more).
+                assert_int_equal(on, beside && world == 1 && !(variant & 4) && nb >= 2);
+                beside_seen += on;
             }
+    assert_int_equal(beside_seen > 0, beside);
+    unsetenv("FOXHUNT_AUX_BESIDE");
 }
+
+}  // namespace
+
+static void test_schedule_safe_on_streams(void **) { check_all(false); }
+
+static void test_schedule_aux_beside_safe_on_streams(void **) { check_all(true); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schedule_safe_on_streams),
+        cmocka_unit_test(test_schedule_aux_beside_safe_on_streams),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
