@@ -516,8 +516,9 @@ typedef struct fh_timings {
     float adam_ms;      /**< child adam: clip and Adam of the Q net, SPEC §5.6. (Under the
                              trial schedule that runs the aux child's IQN and attention lanes
                              beside ddqn and forward, docs/design.md, aux_ms spans those lanes,
-                             timed from the end of her and spectral, and the adam child opens
-                             with CQL, the regime scale and the tail, timed in adam_ms.) */
+                             timed from the end of her and spectral, CQL and the regime scale
+                             run in the forward child, and the adam child opens with the tail,
+                             timed in adam_ms.) */
     float total_ms;     /**< first child's start to last child's end */
     float aux_ema_ms;   /**< EMA of the target nets (SPEC §5.5 step 1), on the forward
                              child's main lane beside the branch backward (nothing reads the

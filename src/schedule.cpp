@@ -68,12 +68,11 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // reads the online IQN net, which only IQN's Adam at the end of the lane changes) and their
     // Adam steps, can start once HER and the guard's snapshot are done, on lanes 5 and 6 of
     // their own (workspaces of their own: they run beside every lane of ddqn and forward), and
-    // fill the SMs that the chains of small kernels of ddqn and forward leave idle. What the
-    // aux child did after its join, CQL, the regime scales and the tail (the ensemble and the
-    // confidence head), opens the adam child instead, which starts after both. The results
-    // are SPEC's order's (tests/test_schedule_beside.cpp: the same bits on the CPU).
+    // fill the SMs that the chains of small kernels of ddqn and forward leave idle. CQL and the
+    // regime scales move to the forward child (below), and the tail (the ensemble and the
+    // confidence head) opens the adam child, which starts after both. The results are SPEC's
+    // order's (tests/test_schedule_beside.cpp: the same bits on the CPU).
     const bool beside = aux_beside_q(d, c);
-    const bool lane3 = c.cql_alpha > 0 || d.R > 1;
     if (beside) {
         ChildDesc aux{ChildId::AUX, "aux", 7, {}, after_her_spectral};
         aux.ops = {fork(mask_of(5, 2)),
@@ -120,25 +119,29 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     for (uint32_t b = 0; b < d.NB; ++b) fwd.ops.push_back(run(Task::BWD_BRANCH, 1 + b % branch_lanes, b));
     fwd.ops.push_back(join(bl));
     const bool iql_fwd = iql_beside_trunk_backward(d);
-    if (iql_fwd)
-        fwd.ops.insert(fwd.ops.end(), {fork(mask_of(2, 1)), mark(Mark::AUX_IQL_BEGIN, 2),
+    // With the aux child beside, CQL (it reads IQL's ω and the branches' logits and adds into
+    // the branch heads' gradients, which the trunk backward does not read) follows IQL on lane
+    // 2, and the regime scales (the TD errors) run on lane 3, both beside the trunk backward,
+    // instead of after the join of IQN and attention.
+    const bool regime_fwd = beside && d.R > 1;
+    const unsigned fwd_forked = mask_of(2, 1) | (regime_fwd ? mask_of(3, 1) : 0u);
+    if (iql_fwd) {
+        fwd.ops.insert(fwd.ops.end(), {fork(fwd_forked), mark(Mark::AUX_IQL_BEGIN, 2),
                                        run(Task::IQL, 2), mark(Mark::AUX_IQL_END, 2)});
+        if (beside && c.cql_alpha > 0) fwd.ops.push_back(run(Task::CQL, 2));
+        if (regime_fwd) fwd.ops.push_back(run(Task::REGIME_SCALE, 3));
+    }
+    if (regime_fwd) fwd.num_lanes = std::max(fwd.num_lanes, 4);
     fwd.ops.push_back(run(Task::BWD_TRUNK));
-    if (iql_fwd) fwd.ops.push_back(join(mask_of(2, 1)));
+    if (iql_fwd) fwd.ops.push_back(join(fwd_forked));
     add(std::move(fwd));
 
     if (beside) {
-        // CQL and the regime scales on lane 3 beside the tail on lane 0, as in the aux child
-        // below, then the Q net's Adam.
-        ChildDesc adam{ChildId::ADAM, "adam", lane3 ? 4 : 1, {}, {(int)s.size() - 1, aux_beside}};
-        if (lane3) adam.ops.push_back(fork(mask_of(3, 1)));
-        if (c.cql_alpha > 0) adam.ops.push_back(run(Task::CQL, 3));
-        if (d.R > 1) adam.ops.push_back(run(Task::REGIME_SCALE, 3));
-        adam.ops.insert(adam.ops.end(), {mark(Mark::AUX_TAIL_BEGIN), run(Task::ENSEMBLE),
-                                         run(Task::CONFIDENCE), mark(Mark::AUX_TAIL_END)});
-        if (lane3) adam.ops.push_back(join(mask_of(3, 1)));
-        adam.ops.insert(adam.ops.end(), {run(Task::ADAM_Q), run(Task::GUARD_CHECK)});
-        s.push_back(std::move(adam));
+        // The tail (the ensemble needs IQN's z_mean), then the Q net's Adam.
+        s.push_back({ChildId::ADAM, "adam", 1,
+                     {mark(Mark::AUX_TAIL_BEGIN), run(Task::ENSEMBLE), run(Task::CONFIDENCE),
+                      mark(Mark::AUX_TAIL_END), run(Task::ADAM_Q), run(Task::GUARD_CHECK)},
+                     {(int)s.size() - 1, aux_beside}});
         return s;
     }
 
@@ -157,6 +160,7 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // gradients are summed across the ranks in one collective after the join (SPEC §9). Against
     // all of it after the join: aux child 1.178 → 1.173 ms multi-stream at B = 16384, same bits
     // (bench/results/h200-2026-12-02-aux-tail-lanes-before-after.json).
+    const bool lane3 = c.cql_alpha > 0 || d.R > 1;
     const int aux_forked = lane3 ? 3 : 2;
     const bool dp = d.world > 1;
     ChildDesc aux{ChildId::AUX, "aux", 1 + aux_forked, {}, {}};

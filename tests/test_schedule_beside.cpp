@@ -1,8 +1,9 @@
 /* The aux child beside ddqn and forward (FOXHUNT_AUX_BESIDE=1, src/schedule.cpp) computes what
  * the default schedule computes. The CPU executor runs the children in list order, and that
  * schedule lists the aux child (IQN's target average, IQN, attention and their Adam steps) before
- * ddqn and forward, and CQL, the regime scales and the tail after them in the adam child: if the
- * learners read anything ddqn or forward write, or the other way round, the results change.
+ * ddqn and forward, CQL and the regime scales in the forward child, and the tail in the adam
+ * child: if the learners read anything ddqn or forward write, or the other way round, the
+ * results change.
  * So, on the CPU backend, for several configs: every tensor and metric after 6 steps bitwise
  * equal to the default schedule's. (The GPU runs the two side by side; test_cuda_determinism
  * compares the CUDA step's bits in both schedules.) */
