@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Make a cudaGraphDebugDotPrint dump readable and name the children.
 
-usage: render_graph.py IN.dot OUT.dot   (then: dot -Tsvg OUT.dot -o OUT.svg)
+usage: render_graph.py IN.dot OUT.dot [CHILDREN]   (then: dot -Tsvg OUT.dot -o OUT.svg)
 
 Kernel names are demangled with c++filt and shortened to the kernel's own name (cuBLAS
 kernels to their first 48 characters); the parent's child-graph clusters are labelled with the
-schedule's child names (her, spectral, ddqn, forward, aux, adam) in order of appearance.
+schedule's child names in order of appearance: CHILDREN, comma-separated, default the default
+schedule's her,spectral,ddqn,forward,aux,adam (with a replay: sample first; the aux-beside trial:
+her,spectral,aux,ddqn,forward,adam).
 """
 import re
 import subprocess
@@ -22,7 +24,7 @@ if mangled:
         text = text.replace(m, name)
 # long library kernel names (cuBLAS/CUTLASS)
 text = re.sub(r'label="(\d+)\n([^"\n]{48})[^"\n]*\n', r'label="\1\n\2...\n', text)
-children = ["her", "spectral", "ddqn", "forward", "aux", "adam"]
+children = (sys.argv[3] if len(sys.argv) > 3 else "her,spectral,ddqn,forward,aux,adam").split(",")
 # The parent is the first cluster; its child-graph nodes name the children's clusters in order.
 parent = re.search(r'subgraph (cluster_\d+) \{\s*label="(graph_\d+)"', text)
 if parent:

@@ -1,5 +1,6 @@
 // The CUDA executor of SPEC §5: one parent graph of six child graphs (her, spectral, ddqn,
-// forward, aux, adam; with a replay, sample first), each captured once at creation from
+// forward, aux, adam in the default schedule; with a replay, sample first; the aux-beside trial
+// lists aux after spectral), each captured once at creation from
 // build_schedule()'s plain-data description, joined in the parent by the edges the schedule
 // lists (ChildDesc::after: a DAG), instantiated once and launched by every step().
 // The math is in the task files (cuda_step.hpp); this file runs the schedule on the lanes
@@ -50,16 +51,18 @@ namespace cuda {
 
 namespace {
 
-// The parent graph's edges (ChildDesc::after) point to earlier children, and every child ends
-// before the last one starts: its end event is the step's end.
+// The parent graph's edges (ChildDesc::after) point to earlier children, each once, and every
+// child ends before the last one starts: its end event is the step's end.
 void check_child_order(const std::vector<ChildDesc> &sched) {
     const size_t n = sched.size();
     std::vector<bool> before_last(n, false);
     for (size_t k = n; k-- > 0;) {
-        for (int j : sched[k].after) {
-            if (j < 0 || (size_t)j >= k)
-                fail(FH_ERR_INTERNAL, "child %s starts after child %d, not an earlier one",
-                     sched[k].name, j);
+        const std::vector<int> &a = sched[k].after;
+        for (size_t i = 0; i < a.size(); ++i) {
+            const int j = a[i];
+            if (j < 0 || (size_t)j >= k || std::count(a.begin(), a.begin() + i, j))
+                fail(FH_ERR_INTERNAL, "child %s starts after child %d: not an earlier child, "
+                     "or listed twice", sched[k].name, j);
             if (k == n - 1 || before_last[k]) before_last[j] = true;
         }
     }

@@ -522,7 +522,8 @@ typedef struct fh_timings {
     float total_ms;     /**< first child's start to last child's end */
     float aux_ema_ms;   /**< EMA of the target nets (SPEC §5.5 step 1), on the forward
                              child's main lane beside the branch backward (nothing reads the
-                             targets between ddqn and the aux child) */
+                             targets between ddqn and the aux child); under the trial schedule
+                             of adam_ms the Q net's only, the IQN net's in aux_iqn_ms */
     float aux_iql_ms;   /**< both IQL trainers (in the forward child where forward_ms says so,
                              else on the aux main lane) */
     float aux_iqn_ms;   /**< aux IQN lane: loss and gradient, then (one rank) its Adam step */

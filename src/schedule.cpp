@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "error.hpp"
+
 namespace fh {
 
 namespace {
@@ -29,12 +31,15 @@ static bool iql_beside_trunk_backward(const Dims &d) { return d.NB >= 2; }
 
 AuxBeside aux_beside(const Dims &d, const fh_config &c) {
     const char *e = getenv("FOXHUNT_AUX_BESIDE");
-    if (!e || c.exec_mode != FH_EXEC_MULTI_STREAM || d.world != 1 ||
-        !iql_beside_trunk_backward(d))
-        return AuxBeside::NO;
-    if (!strcmp(e, "1")) return AuxBeside::YES;
-    if (!strcmp(e, "priority")) return AuxBeside::YES_Q_PRIORITY;
-    return AuxBeside::NO;
+    if (!e || !*e || !strcmp(e, "0")) return AuxBeside::NO;
+    AuxBeside v;
+    if (!strcmp(e, "1")) v = AuxBeside::YES;
+    else if (!strcmp(e, "priority")) v = AuxBeside::YES_Q_PRIORITY;
+    else
+        fail(FH_ERR_BAD_VALUE, "FOXHUNT_AUX_BESIDE='%s': expected 0, 1 or priority", e);
+    const bool applies =
+        c.exec_mode == FH_EXEC_MULTI_STREAM && d.world == 1 && iql_beside_trunk_backward(d);
+    return applies ? v : AuxBeside::NO;
 }
 
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
@@ -192,8 +197,10 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
 // Which workspace buffer a lane's handle uses. cuBLAS kernels use the workspace as scratch
 // (split-K partials and the like), so two calls that may run at the same time must not share
 // one: they would race, and results would depend on timing. Calls that never overlap may:
-// - the children run one after another (the parent graph is a chain), but the spectral child
-//   beside HER in multi-stream mode, and neither makes a cuBLAS call (tests/test_schedule.cpp);
+// - children run one after another but where the parent graph (ChildDesc::after) puts two
+//   side by side: the spectral child beside HER in multi-stream mode, neither making a cuBLAS
+//   call, and in the aux-beside trial the aux child, on lanes 5 and 6 of its own, beside ddqn
+//   and forward (tests/test_schedule.cpp checks every pair of tasks that may run at once);
 // - inside a child, lanes 1..4 run only between a FORK and its JOIN; lane 0 runs no GEMM
 //   between a fork and join that include lane 1 (between the forward child's branch fork and
 //   join it sums the TD metrics, on its own reduction scratch); its trunk backward runs beside
@@ -201,7 +208,8 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
 // - act()'s stream waits for the done event of the last launched step, and act() returns only
 //   once its own work has finished (also when it fails); the API is single-threaded, so no
 //   step is launched while act() runs.
-// So lane 0, lane 1 and act() share buffer 0, and lanes 2.. get one each. With a single stream
+// So lane 0, lane 1 and act() share buffer 0, and lanes 2.. get one each (lanes 5 and 6, the
+// trial's, buffers 4 and 5). With a single stream
 // nothing overlaps and every lane uses buffer 0.
 int workspace_slot(bool multi_stream, int lane) {
     return !multi_stream || lane <= 1 ? 0 : lane - 1;

@@ -72,11 +72,12 @@ struct ChildDesc {
     int num_lanes;  // lanes used, the origin lane included
     std::vector<Op> ops;
     // The children this one starts after: indices into the schedule, all earlier than its own
-    // (empty: it starts with the step). The CUDA executor's parent graph has these edges and no
-    // others, so two children neither of which comes after the other run side by side; they
-    // must share no buffer, no lane and no workspace (tests/test_schedule.cpp checks the
-    // lanes and workspaces). The CPU executor runs the children in list order, a topological
-    // order of these edges. The last child comes after every other one.
+    // (empty: it starts with the step), each once. The CUDA executor's parent graph has these
+    // edges and no others, so two children neither of which comes after the other run side by
+    // side; they must share no buffer, no workspace and no lane (but HER and the spectral
+    // child, which use no lane scratch and no cuBLAS: tests/test_schedule.cpp checks the lanes
+    // and workspaces). The CPU executor runs the children in list order, a topological order of
+    // these edges. The last child comes after every other one.
     std::vector<int> after;
 };
 

@@ -201,6 +201,7 @@ constexpr int kAny = -1;
 // after the readers of the parameters they change, and the guard's snapshot before every task
 // that changes the persistent state. AUX_ADAM's and EMA_TARGETS's args select by bits.
 const Order kOrder[] = {
+    {Task::SAMPLE, kAny, Task::HER_RELABEL, kAny},
     {Task::HER_RELABEL, kAny, Task::DDQN_ONLINE_NEXT, kAny},
     {Task::HER_RELABEL, kAny, Task::DDQN_TARGET, kAny},
     {Task::HER_RELABEL, kAny, Task::FWD_TRUNK, kAny},
@@ -263,6 +264,7 @@ void check_order(const Sim &s, const Dims &d) {
         find_once(s, Task::FWD_BRANCH, (int)b);
         find_once(s, Task::BWD_BRANCH, (int)b);
     }
+    if (d.K > 0) find_once(s, Task::SAMPLE);
     find_once(s, Task::EMA_TARGETS, kEmaQ, true);
     find_once(s, Task::EMA_TARGETS, kEmaIqn, true);
     find_once(s, Task::AUX_ADAM, kAdamIqn, true);
@@ -311,7 +313,7 @@ void check_all(bool beside) {
     else unsetenv("FOXHUNT_AUX_BESIDE");
     int beside_seen = 0;
     for (uint32_t nb = 1; nb <= 7; ++nb)
-        for (int variant = 0; variant < 8; ++variant)
+        for (int variant = 0; variant < 16; ++variant)
             for (uint32_t world = 1; world <= 2; ++world) {
                 fh_config c;
                 fh_config_init(&c);
@@ -319,6 +321,10 @@ void check_all(bool beside) {
                 c.num_branches = nb;
                 c.cql_alpha = variant & 1 ? 0.0f : 0.1f;
                 c.num_regimes = variant & 2 ? 1 : 4;
+                if (variant & 8) {  // a replay: the sample child first
+                    c.replay_capacity = 64;
+                    c.replay_envs = 4;
+                }
                 check(c, world);
                 const Dims d = make_dims(c, 0, world);
                 const bool on = aux_beside_q(d, c);

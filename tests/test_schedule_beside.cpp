@@ -74,12 +74,34 @@ void test_beside_not_with_one_branch(void **) {
     unsetenv("FOXHUNT_AUX_BESIDE");
 }
 
+// A value the trial does not know is refused at creation with the variable's name; "0" and ""
+// mean the default schedule.
+void test_bad_value_refused(void **) {
+    fh_config c = fh_test_small_config();
+    c.exec_mode = FH_EXEC_MULTI_STREAM;
+    setenv("FOXHUNT_AUX_BESIDE", "yes", 1);
+    fh_pipeline *p = nullptr;
+    assert_int_equal(fh_pipeline_create(&c, &p), FH_ERR_BAD_VALUE);
+    assert_null(p);
+    assert_non_null(strstr(fh_last_error_message(), "FOXHUNT_AUX_BESIDE='yes'"));
+    for (const char *v : {"0", ""}) {
+        setenv("FOXHUNT_AUX_BESIDE", v, 1);
+        assert_false(fh::aux_beside_q(fh::make_dims(c), c));
+        assert_false(aux_listed_before_ddqn(c));
+        assert_int_equal(fh_pipeline_create(&c, &p), FH_OK);
+        fh_pipeline_destroy(p);
+        p = nullptr;
+    }
+    unsetenv("FOXHUNT_AUX_BESIDE");
+}
+
 }  // namespace
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_beside_same_bits_cpu),
         cmocka_unit_test(test_beside_not_with_one_branch),
+        cmocka_unit_test(test_bad_value_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
