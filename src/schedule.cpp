@@ -194,6 +194,26 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     return s;
 }
 
+// The parent graph's edges (ChildDesc::after) point to earlier children, each once, and every
+// child ends before the last one starts: its end event is the step's end.
+void check_child_order(const std::vector<ChildDesc> &sched) {
+    const size_t n = sched.size();
+    std::vector<bool> before_last(n, false);
+    for (size_t k = n; k-- > 0;) {
+        const std::vector<int> &a = sched[k].after;
+        for (size_t i = 0; i < a.size(); ++i) {
+            const int j = a[i];
+            if (j < 0 || (size_t)j >= k || std::count(a.begin(), a.begin() + i, j))
+                fail(FH_ERR_INTERNAL, "child %s starts after child %d: not an earlier child, "
+                     "or listed twice", sched[k].name, j);
+            if (k == n - 1 || before_last[k]) before_last[j] = true;
+        }
+    }
+    for (size_t k = 0; k + 1 < n; ++k)
+        if (!before_last[k])
+            fail(FH_ERR_INTERNAL, "child %s does not end before the last child", sched[k].name);
+}
+
 // Which workspace buffer a lane's handle uses. cuBLAS kernels use the workspace as scratch
 // (split-K partials and the like), so two calls that may run at the same time must not share
 // one: they would race, and results would depend on timing. Calls that never overlap may:

@@ -88,6 +88,9 @@ constexpr int kQLanes = 5;
 constexpr int kMaxLanes = 7;
 
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c);
+// FH_ERR_INTERNAL unless every ChildDesc::after entry names an earlier child, once, and every
+// child ends before the last one starts (the executors call it on build_schedule's list).
+void check_child_order(const std::vector<ChildDesc> &sched);
 
 // Whether the schedule runs the aux child's learners (IQN and attention with their Adam steps)
 // beside the ddqn and forward children instead of after them (schedule.cpp says how and why).

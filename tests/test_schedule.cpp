@@ -20,11 +20,13 @@
 //  - a lane other than lane 0 runs only after a fork (else its work would run outside the
 //    capture) and is joined back into lane 0 after its last work or fork (a capture with an
 //    unjoined stream fails);
-//  - the children's edges point to earlier children and the last child comes after all others;
+//  - the children's edges point to earlier children and the last child comes after all others
+//    (and check_child_order, which the executors call, refuses lists where they do not);
 //  - each task runs exactly once per step (per branch; EMA once per target net).
 #include <cstdlib>
 #include <vector>
 
+#include "error.hpp"
 #include "layout.hpp"
 #include "schedule.hpp"
 #include "testutil.h"
@@ -276,9 +278,34 @@ bool her_beside_spectral(Task x, Task y) {
     return (x == Task::HER_RELABEL && spectral(y)) || (y == Task::HER_RELABEL && spectral(x));
 }
 
+// check_child_order refuses the list: FH_ERR_INTERNAL.
+void expect_refused(const std::vector<ChildDesc> &sched, const char *why) {
+    try {
+        check_child_order(sched);
+    } catch (const Error &e) {
+        assert_int_equal(e.status, FH_ERR_INTERNAL);
+        return;
+    }
+    print_error("check_child_order accepted a schedule with %s\n", why);
+    fail();
+}
+
 void check(const fh_config &c, uint32_t world) {
     const Dims d = make_dims(c, 0, world);
     const std::vector<ChildDesc> sched = build_schedule(d, c);
+    check_child_order(sched);
+    {
+        std::vector<ChildDesc> bad = sched;
+        bad.back().after.push_back(bad.back().after[0]);
+        expect_refused(bad, "an edge listed twice");
+        bad = sched;
+        bad[1].after = {1};
+        expect_refused(bad, "a child after itself");
+        bad = sched;
+        bad.back().after = {(int)bad.size() - 2};
+        bad[bad.size() - 2].after = {};
+        expect_refused(bad, "a child that may end after the last one");
+    }
     const Sim s = simulate(sched);
     const int n = (int)s.runs.size();
     for (int b = 0; b < n; ++b)

@@ -59,6 +59,7 @@ public:
           schedule_(build_schedule(L_.dims, cfg_)),
           shadow_(buf_.begin(), buf_.begin() + NUM_PERSISTENT) {
         guard_.available = true;
+        check_child_order(schedule_);  // run_step's list order must respect ChildDesc::after
         if (L_.dims.K > 0) replay_ = std::make_unique<HostReplay>(L_.dims);
     }
 
