@@ -88,6 +88,24 @@ using std::min;
 }  // namespace fh::cuda::iqn
 """)
 
+# The backward through m: its helpers and kernel up to the block's final reduction (the harness
+# records each warp's column sums there instead).
+s = read("iqn_backward.cu")
+i = s.index("namespace fh::cuda::iqn {")
+j = s.index("    // The block's partial row: warp rows in shared memory")
+open(f"{work}/backward_body.h", "w", encoding="utf-8").write("""#pragma once
+#include <algorithm>
+#include <cstdint>
+#include "device_math.cuh"
+#include "iqn_fused.cuh"
+#include "iqn_fused.hpp"
+void sim_record(const float (&acc)[2][4]);
+""" + device_code(s[i:j]) + """    sim_record(acc);
+}
+}  // namespace
+}  // namespace fh::cuda::iqn
+""")
+
 # The target pass: its kernel, whole.
 s = read("iqn_target.cu")
 i = s.index("namespace fh::cuda::iqn {")

@@ -1,0 +1,167 @@
+// CPU warp emulation of IQN's fused backward through m (cuda/iqn_backward.cu; run by
+// tests/warp_emu/run.sh): on 37 transitions (a partly filled last tile) at N = 8 (compiled in,
+// the ψ rows staged by cp.async) and 4, 16, 2, 1 (read at run time: every shape of the Σ_n
+// sums), TF32 and bfloat16 products, on 2 blocks (so a block walks more than one tile): dφpre,
+// dψpre and the warps' column sums of dbφ and dbψ (each warp's row as the kernel's
+// store_colsums writes it, added over the warps) against a float64 evaluation of
+//   dm = dhpre Wm,  dφpre = dm ⊙ ψ ⊙ SiLU'(φraw + bφ),
+//   dψpre_i = (Σ_n dm_in ⊙ SiLU(φraw_in + bφ)) ⊙ SiLU'(ψpre_i + bψ).
+// Each block is staged thread by thread, then its warps run one after another; cp.async copies
+// land at the thread's cp_async_wait_all() (inc/stage.cuh). Exit status 1 on an error over its
+// bound: 5e-3 in TF32, 3e-2 in bfloat16 (tests/test_cuda_iqn.cpp's, which runs the kernel on the
+// GPU).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "grid.h"
+#include "mma_emu.h"
+
+#include "backward_body.h"
+
+std::vector<double> gRows;  // [blocks · warps, 2·kHq]: each warp's dbφ | dbψ row
+void sim_record(const float (&acc)[2][4]) {
+    using namespace fh::cuda::iqn;
+    const size_t thread = blockIdx.x * blockDim.x + threadIdx.x;
+    store_colsums(gRows.data() + thread / 32 * (2 * kHq), acc);
+}
+
+using namespace fh::cuda::iqn;
+
+namespace {
+
+struct Out {
+    std::vector<float> dphi, dpsi;  // dφpre [R, Hq] (TF32: in place of φraw), dψpre [B, Hq]
+    std::vector<double> sums;       // [dbφ | dbψ], the warps' rows added
+};
+
+inline uint16_t to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even (finite inputs)
+    return (uint16_t)(u >> 16);
+}
+inline float from_bf16(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+double dsilu(double z) { return sigmoid(z) * (1.0 + z * (1.0 - sigmoid(z))); }
+
+template <int NC, bool B16>
+Out run(BackwardArgs a, const std::vector<float> &phi_in, const std::vector<float> &dh,
+        int blocks) {
+    const size_t R = (size_t)a.B * a.N;
+    Out o;
+    std::vector<float> phi = phi_in;  // φraw in, dφpre out (TF32)
+    std::vector<uint16_t> dh16(R * kHq), dphi16(R * kHq, 0xffff);
+    for (size_t k = 0; k < dh16.size(); ++k) dh16[k] = to_bf16(dh[k]);
+    o.dpsi.assign((size_t)a.B * kHq, NAN);
+    a.phi = phi.data();
+    a.dpsi = o.dpsi.data();
+    a.dh = dh.data();
+    if (B16) {
+        a.dh16 = reinterpret_cast<const __nv_bfloat16 *>(dh16.data());
+        a.dphi16 = reinterpret_cast<__nv_bfloat16 *>(dphi16.data());
+    }
+    gRows.assign((size_t)blocks * kBwdWarps * 2 * kHq, 0.0);
+    run_grid(
+        blocks, kBwdWarps, kBwdSmemBytes,
+        [&] {
+            float *WmT = reinterpret_cast<float *>(gSmem);
+            if (B16)
+                stage_wmT<__nv_bfloat16, kLDM>(reinterpret_cast<__nv_bfloat16 *>(WmT), a.Wm);
+            else
+                stage_wmT<float, kLDM>(WmT, a.Wm);
+            for (int e = threadIdx.x; e < kHq; e += blockDim.x) WmT[kHq * kLDM + e] = a.bphi[e];
+        },
+        [&] { k_iqn_backward<NC, B16>(a); });
+    o.dphi.resize(R * kHq);
+    for (size_t k = 0; k < R * kHq; ++k) o.dphi[k] = B16 ? from_bf16(dphi16[k]) : phi[k];
+    o.sums.assign(2 * kHq, 0.0);
+    for (size_t r = 0; r < gRows.size(); ++r) o.sums[r % (2 * kHq)] += gRows[r];
+    return o;
+}
+
+}  // namespace
+
+int main() {
+    const int Hq = kHq, B = 37;
+    bool ok = true;
+    for (int N : {8, 4, 16, 2, 1}) {
+        const size_t R = (size_t)B * N;
+        std::mt19937 rng(11 + N);
+        std::normal_distribution<float> nd(0.f, 1.f);
+        auto vec = [&](size_t n, float s) {
+            std::vector<float> v(n);
+            for (auto &x : v) x = s * nd(rng);
+            return v;
+        };
+        const std::vector<float> Wm = vec((size_t)Hq * Hq, 0.12f), bphi = vec(Hq, 0.3f),
+                                 psi = vec((size_t)B * Hq, 0.8f),
+                                 psi_pre = vec((size_t)B * Hq, 1.0f), bpsi = vec(Hq, 0.3f),
+                                 phi = vec(R * Hq, 1.0f), dh = vec(R * Hq, 0.01f);
+        BackwardArgs a{};
+        a.Wm = Wm.data();
+        a.bphi = bphi.data();
+        a.psi = psi.data();
+        a.psi_pre = psi_pre.data();
+        a.bpsi = bpsi.data();
+        a.B = B;
+        a.N = N;
+        // The float64 evaluation.
+        std::vector<double> dphi(R * Hq), dpsi((size_t)B * Hq, 0.0), dbphi(Hq, 0.0),
+            dbpsi(Hq, 0.0);
+        for (size_t r = 0; r < R; ++r) {
+            const size_t i = r / N;
+            for (int j = 0; j < Hq; ++j) {
+                double dm = 0;
+                for (int k = 0; k < Hq; ++k) dm += (double)dh[r * Hq + k] * Wm[(size_t)k * Hq + j];
+                const double z = (double)phi[r * Hq + j] + bphi[j];
+                dphi[r * Hq + j] = dm * psi[i * Hq + j] * dsilu(z);
+                dbphi[j] += dphi[r * Hq + j];
+                dpsi[i * Hq + j] += dm * z * sigmoid(z);
+            }
+        }
+        for (size_t i = 0; i < (size_t)B; ++i)
+            for (int j = 0; j < Hq; ++j) {
+                dpsi[i * Hq + j] *= dsilu((double)psi_pre[i * Hq + j] + bpsi[j]);
+                dbpsi[j] += dpsi[i * Hq + j];
+            }
+        for (const bool b16 : {false, true}) {
+            const Out got = b16 ? (N == kFixedN ? run<kFixedN, true>(a, phi, dh, 2)
+                                                : run<0, true>(a, phi, dh, 2))
+                                : (N == kFixedN ? run<kFixedN, false>(a, phi, dh, 2)
+                                                : run<0, false>(a, phi, dh, 2));
+            const char *names[] = {"dphi", "dpsi", "dbphi", "dbpsi"};
+            double e[4] = {}, n[4] = {};
+            auto add = [&](int k, double g, double w) {
+                e[k] += (g - w) * (g - w);
+                n[k] += w * w;
+            };
+            for (size_t k = 0; k < R * Hq; ++k) add(0, got.dphi[k], dphi[k]);
+            for (size_t k = 0; k < (size_t)B * Hq; ++k) add(1, got.dpsi[k], dpsi[k]);
+            for (int j = 0; j < Hq; ++j) {
+                add(2, got.sums[j], dbphi[j]);
+                add(3, got.sums[Hq + j], dbpsi[j]);
+            }
+            const double bound = b16 ? 3e-2 : 5e-3;
+            bool good = true;
+            printf("N=%2d %s backward vs float64:", N, b16 ? "bf16" : "tf32");
+            for (int k = 0; k < 4; ++k) {
+                const double err = std::sqrt(e[k] / n[k]);
+                good &= err <= bound;  // false for NaN
+                printf(" %s %.1e", names[k], err);
+            }
+            printf("  %s\n", good ? "ok" : "FAILED");
+            ok &= good;
+        }
+    }
+    return ok ? 0 : 1;
+}
