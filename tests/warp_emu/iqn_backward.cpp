@@ -19,6 +19,7 @@
 
 #include "grid.h"
 #include "mma_emu.h"
+#include "rel_errors.h"
 
 #include "backward_body.h"
 
@@ -38,19 +39,6 @@ struct Out {
     std::vector<double> sums;       // [dbφ | dbψ], the warps' rows added
 };
 
-inline uint16_t to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even (finite inputs)
-    return (uint16_t)(u >> 16);
-}
-inline float from_bf16(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 double dsilu(double z) { return sigmoid(z) * (1.0 + z * (1.0 - sigmoid(z))); }
 
@@ -61,7 +49,7 @@ Out run(BackwardArgs a, const std::vector<float> &phi_in, const std::vector<floa
     Out o;
     std::vector<float> phi = phi_in;  // φraw in, dφpre out (TF32)
     std::vector<uint16_t> dh16(R * kHq), dphi16(R * kHq, 0xffff);
-    for (size_t k = 0; k < dh16.size(); ++k) dh16[k] = to_bf16(dh[k]);
+    for (size_t k = 0; k < dh16.size(); ++k) dh16[k] = bf16_rne(dh[k]);
     o.dpsi.assign((size_t)a.B * kHq, NAN);
     a.phi = phi.data();
     a.dpsi = o.dpsi.data();
@@ -83,7 +71,7 @@ Out run(BackwardArgs a, const std::vector<float> &phi_in, const std::vector<floa
         },
         [&] { k_iqn_backward<NC, B16>(a); });
     o.dphi.resize(R * kHq);
-    for (size_t k = 0; k < R * kHq; ++k) o.dphi[k] = B16 ? from_bf16(dphi16[k]) : phi[k];
+    for (size_t k = 0; k < R * kHq; ++k) o.dphi[k] = B16 ? bf16_to_f(dphi16[k]) : phi[k];
     o.sums.assign(2 * kHq, 0.0);
     for (size_t r = 0; r < gRows.size(); ++r) o.sums[r % (2 * kHq)] += gRows[r];
     return o;
@@ -139,28 +127,17 @@ int main() {
                                                 : run<0, true>(a, phi, dh, 2))
                                 : (N == kFixedN ? run<kFixedN, false>(a, phi, dh, 2)
                                                 : run<0, false>(a, phi, dh, 2));
-            const char *names[] = {"dphi", "dpsi", "dbphi", "dbpsi"};
-            double e[4] = {}, n[4] = {};
-            auto add = [&](int k, double g, double w) {
-                e[k] += (g - w) * (g - w);
-                n[k] += w * w;
-            };
+            RelErrors err({"dphi", "dpsi", "dbphi", "dbpsi"});
+            auto add = [&](int k, double g, double w) { err.add(k, g, w); };
             for (size_t k = 0; k < R * Hq; ++k) add(0, got.dphi[k], dphi[k]);
             for (size_t k = 0; k < (size_t)B * Hq; ++k) add(1, got.dpsi[k], dpsi[k]);
             for (int j = 0; j < Hq; ++j) {
                 add(2, got.sums[j], dbphi[j]);
                 add(3, got.sums[Hq + j], dbpsi[j]);
             }
-            const double bound = b16 ? 3e-2 : 5e-3;
-            bool good = true;
-            printf("N=%2d %s backward vs float64:", N, b16 ? "bf16" : "tf32");
-            for (int k = 0; k < 4; ++k) {
-                const double err = std::sqrt(e[k] / n[k]);
-                good &= err <= bound;  // false for NaN
-                printf(" %s %.1e", names[k], err);
-            }
-            printf("  %s\n", good ? "ok" : "FAILED");
-            ok &= good;
+            char label[64];
+            snprintf(label, sizeof label, "N=%2d %s backward vs float64", N, b16 ? "bf16" : "tf32");
+            ok &= err.report(label, b16 ? 3e-2 : 5e-3);
         }
     }
     return ok ? 0 : 1;

@@ -14,6 +14,7 @@
 
 #include "grid.h"
 #include "iqn_ref.h"
+#include "rel_errors.h"
 
 #include "online_body.h"
 
@@ -123,13 +124,8 @@ int main() {
                                 : (N == 8 ? run<8, false>(a, 3, kWarps, smem)
                                           : run<0, false>(a, 3, kWarps, smem));
             // The float64 evaluation, for the rows' τ as the kernel drew them.
-            const char *names[] = {"cos", "phi", "m",    "dh",  "z_mean",
-                                   "dbm", "dw_z", "db_z", "loss"};
-            double e[9] = {}, n[9] = {};
-            auto add = [&](int k, double got, double want) {
-                e[k] += (got - want) * (got - want);
-                n[k] += want * want;
-            };
+            RelErrors err({"cos", "phi", "m", "dh", "z_mean", "dbm", "dw_z", "db_z", "loss"});
+            auto add = [&](int k, double got, double want) { err.add(k, got, want); };
             std::vector<double> zmr(B, 0.0), dbm(Hq, 0.0), dwz(Hq, 0.0);
             double dbz = 0, loss = 0;
             for (size_t row = 0; row < R; ++row) {
@@ -171,16 +167,10 @@ int main() {
             }
             add(7, ref.sums[2 * Hq], dbz);
             add(8, ref.sums[2 * Hq + 1], loss);
-            const double bound = b16 ? 3e-2 : 5e-3;
-            bool good = true;
-            printf("N=%2d %s recompute vs float64:", N, b16 ? "bf16" : "tf32");
-            for (int k = 0; k < 9; ++k) {
-                const double err = std::sqrt(e[k] / n[k]);
-                good &= err <= bound;  // false for NaN
-                printf(" %s %.1e", names[k], err);
-            }
-            printf("  %s\n", good ? "ok" : "FAILED");
-            ok &= good;
+            char label[64];
+            snprintf(label, sizeof label, "N=%2d %s recompute vs float64", N,
+                     b16 ? "bf16" : "tf32");
+            ok &= err.report(label, b16 ? 3e-2 : 5e-3);
         }
     }
     return ok ? 0 : 1;
