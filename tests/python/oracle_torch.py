@@ -332,7 +332,7 @@ def her(c, batch, step, rows):
 
 def iqn_loss(c, Z, T_im, tau_in):
     """SPEC §5.5 step 3: mean_i sum_n (1/N') sum_m |tau_in - [u < 0]| huber_kappa(u) / kappa,
-    u = T_im - Z_in (Dabney et al. 2018, eq. 10); Z, tau_in [B, N], T_im [B, N']."""
+    u = T_im - Z_in (Dabney et al. 2018); Z, tau_in [B, N], T_im [B, N']."""
     u_q = T_im.unsqueeze(1) - Z.unsqueeze(2)                                   # [B, N, N']
     rho_q = torch.abs(tau_in.unsqueeze(2) - (u_q < 0).to(Z.dtype)) * huber(u_q, c.huber_kappa) \
         / c.huber_kappa
@@ -350,6 +350,32 @@ def regime_update(c, s, regime, delta):
     m_k = (onehot * (delta ** 2).mean(1, keepdim=True)).sum(0) / torch.clamp(cnt, min=1)
     s = torch.where(cnt > 0, c.regime_beta * s + (1.0 - c.regime_beta) * m_k, s)
     return s, torch.clamp(torch.sqrt(s.mean() / (s + 1e-8)), c.regime_min, c.regime_max)
+
+
+def ensemble(qbar_sa, v_hi, v_lo, z_mean):
+    """SPEC §5.5 step 6: per sample the mean and population variance of the four estimates
+    [B] each; returns (mu, var, ensemble_std = mean of sqrt(var))."""
+    est = torch.stack([qbar_sa, v_hi, v_lo, z_mean], 1)
+    mu = est.mean(1)
+    var = ((est - mu.unsqueeze(1)) ** 2).mean(1)                               # population
+    return mu, var, torch.sqrt(var).mean()
+
+
+def confidence_loss(c, h2b_next, w_u_bar, b_u_bar, var, d_t, h2, w_u, b_u):
+    """SPEC §5.5 step 7 (O'Donoghue et al. 2018): the target t = var + gamma^2 (1 - d~)
+    softplus(h2bar(x~') w_u_bar + b_u_bar) from the target head after the EMA, and
+    L = mean 1/2 (u - t)^2 with u = softplus(h2 w_u + b_u), h2 detached (gradient into w_u, b_u
+    only). Returns (L, u)."""
+    with torch.no_grad():
+        t_conf = var + c.gamma * c.gamma * (1.0 - d_t) * softplus(h2b_next @ w_u_bar + b_u_bar)
+    u_on = softplus(h2.detach() @ w_u + b_u)
+    return (0.5 * (u_on - t_conf) ** 2).mean(), u_on
+
+
+def clip_factor(c, gn):
+    """SPEC §5.6: min(1, clip_norm / ||g||) for the global norm gn (no epsilon; g = 0 stays 0)."""
+    return torch.where(gn > c.clip_norm, c.clip_norm / torch.clamp(gn, min=1e-30),
+                       torch.ones_like(gn))
 
 
 def power_iteration(W, u):
@@ -537,17 +563,11 @@ def step_tensors(c, S, M, V, batch, step):
     else:
         out["cql_loss"] = zero
     # 6. ensemble over {Qbar_sa, V_hi, V_lo, mean_n Z}, values before the IQL/IQN updates
-    est = torch.stack([qbar_sa, values["iql_hi"], values["iql_lo"], z_mean], 1)
-    mu = est.mean(1)
-    var = ((est - mu.unsqueeze(1)) ** 2).mean(1)                               # population
+    mu, var, out["ensemble_std"] = ensemble(qbar_sa, values["iql_hi"], values["iql_lo"], z_mean)
     out["ensemble_mean"], out["ensemble_var"] = mu, var
-    out["ensemble_std"] = torch.sqrt(var).mean()
     # 7. confidence head (O'Donoghue et al. 2018): h2 detached, grads into w_u, b_u only
-    with torch.no_grad():
-        u_bar = softplus(h2b_n @ newS["target.q.w_u"] + newS["target.q.b_u"])  # head after EMA
-        t_conf = var + c.gamma * c.gamma * (1.0 - d_t) * u_bar
-    u_on = softplus(h2.detach() @ P["q.w_u"] + P["q.b_u"])
-    L_conf = (0.5 * (u_on - t_conf) ** 2).mean()
+    L_conf, u_on = confidence_loss(c, h2b_n, newS["target.q.w_u"], newS["target.q.b_u"], var,
+                                   d_t, h2, P["q.w_u"], P["q.b_u"])          # head after EMA
     gw, gb = torch.autograd.grad(L_conf, [P["q.w_u"], P["q.b_u"]])
     grads["q.w_u"] = grads["q.w_u"] + gw
     grads["q.b_u"] = grads["q.b_u"] + gb
@@ -559,8 +579,7 @@ def step_tensors(c, S, M, V, batch, step):
 
     # ---- 5.6 adam of the Q net: global-norm clip, then Adam (lr_q)
     gn = torch.sqrt(sum((grads[n] ** 2).sum() for n in q_names))
-    factor = torch.where(gn > c.clip_norm, c.clip_norm / torch.clamp(gn, min=1e-30),
-                         torch.ones_like(gn))
+    factor = clip_factor(c, gn)
     gq = {n: grads[n] * factor for n in q_names}
     upd = adam_update(P, gq, M, V, q_names, c.lr_q, c, step + 1)
     for n in q_names:

@@ -219,7 +219,7 @@ def make_step(c, device, dtype=torch.float32, compile=False, attention="pooled")
         with torch.no_grad():
             T_new = c.ema_tau * Pl.detach()[: L.n_target] + (1.0 - c.ema_tau) * T
         # 5.5.2 IQL, both nets as batched products
-        xd, xnd = xg.detach(), xn
+        xd = xg.detach()
         iq = lambda k: L.stacked(Pl, ["iql_hi." + k, "iql_lo." + k])  # noqa: E731
         h = (xd @ iq("W1").reshape(2 * c.iql_hidden, -1).T).view(B, 2, -1).transpose(0, 1)
         h = ot.silu(h + iq("b1").unsqueeze(1))                                    # [2, B, Hi]
@@ -237,7 +237,7 @@ def make_step(c, device, dtype=torch.float32, compile=False, attention="pooled")
                                  philox.PURPOSE_IQN_TARGET, dtype)
         iqn_names = ot.names_of(c, "iqn")
         with torch.no_grad():
-            Zt = ot.iqn_value(L.unpack(T_new, iqn_names), "iqn.", xnd, tau_t, c)
+            Zt = ot.iqn_value(L.unpack(T_new, iqn_names), "iqn.", xn, tau_t, c)
             T_im = r_t.unsqueeze(1) + c.gamma * (1.0 - d_t).unsqueeze(1) * Zt
         Z = ot.iqn_value(L.unpack(Pl, iqn_names), "iqn.", xd, tau_in, c)
         L_iqn = ot.iqn_loss(c, Z, T_im, tau_in)
@@ -257,17 +257,12 @@ def make_step(c, device, dtype=torch.float32, compile=False, attention="pooled")
         else:
             out["cql_loss"] = torch.zeros((), dtype=dtype, device=device)
         # 5.5.6 ensemble
-        est = torch.stack([qbar_sa, v_hi, v_lo, z_mean], 1)
-        mu = est.mean(1)
-        var = ((est - mu.unsqueeze(1)) ** 2).mean(1)
+        mu, var, out["ensemble_std"] = ot.ensemble(qbar_sa, v_hi, v_lo, z_mean)
         out["ensemble_mean"], out["ensemble_var"] = mu, var
-        out["ensemble_std"] = torch.sqrt(var).mean()
         # 5.5.7 confidence head, the target's after the EMA
-        with torch.no_grad():
-            u_bar = ot.softplus(h2b[B:] @ L.view(T_new, "q.w_u") + L.view(T_new, "q.b_u"))
-            t_conf = var + c.gamma * c.gamma * (1.0 - d_t) * u_bar
-        u_on = ot.softplus(h2.detach() @ L.view(Pl, "q.w_u") + L.view(Pl, "q.b_u"))
-        L_conf = (0.5 * (u_on - t_conf) ** 2).mean()
+        L_conf, u_on = ot.confidence_loss(c, h2b[B:], L.view(T_new, "q.w_u"),
+                                          L.view(T_new, "q.b_u"), var, d_t, h2,
+                                          L.view(Pl, "q.w_u"), L.view(Pl, "q.b_u"))
         out["conf_loss"] = L_conf.detach()
         out["confidence"] = 1.0 / (1.0 + torch.sqrt(u_on.detach()))
         total = total + L_conf
@@ -283,19 +278,15 @@ def make_step(c, device, dtype=torch.float32, compile=False, attention="pooled")
         T_new, u_new, s, rho = keep
         gq = gP[: L.n_q]
         gn = torch.sqrt((gq * gq).sum())
-        factor = torch.where(gn > c.clip_norm, c.clip_norm / torch.clamp(gn, min=1e-30),
-                             torch.ones_like(gn))
-        t = step + 1
-        b1, b2, eps = c.adam_beta1, c.adam_beta2, c.adam_eps
-        bc1, bc2 = ot.bias_correction(b1, t, dtype), ot.bias_correction(b2, t, dtype)
         P, M, V = st["P"], st["M"], st["V"]
-        for sl, g, lr in ((slice(0, L.n_q), gq * factor, c.lr_q),
+        for sl, g, lr in ((slice(0, L.n_q), gq * ot.clip_factor(c, gn), c.lr_q),
                           (slice(L.n_q, L.size), gP[L.n_q:], c.lr_aux)):
-            m = b1 * M[sl] + (1.0 - b1) * g
-            v = b2 * V[sl] + (1.0 - b2) * g * g
-            P[sl].copy_(P[sl] - lr * (m / bc1) / (torch.sqrt(v / bc2) + eps))
-            M[sl].copy_(m)
-            V[sl].copy_(v)
+            # ot.adam_update over the slice, as one tensor named "flat"
+            p, m, v = ot.adam_update({"flat": P[sl]}, {"flat": g}, {"flat": M[sl]},
+                                     {"flat": V[sl]}, ["flat"], lr, c, step + 1)
+            P[sl].copy_(p["flat"])
+            M[sl].copy_(m["flat"])
+            V[sl].copy_(v["flat"])
         st["T"].copy_(T_new)
         for layer, u2 in u_new.items():
             st["sn.u." + layer].copy_(u2)
