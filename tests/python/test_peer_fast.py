@@ -26,10 +26,8 @@ STEPS = 3
 
 
 def rel_err(a, b):
-    a, b = a.detach().double().reshape(-1), b.detach().double().reshape(-1)
-    den = torch.linalg.vector_norm(b)
-    num = torch.linalg.vector_norm(a - b)
-    return float(num / den) if den > 0 else float(num)
+    """lockstep.rel_err of two tensors (on any device)."""
+    return ls.rel_err(a.detach().cpu().double(), b.detach().cpu().double())
 
 
 def close(a, b):
