@@ -63,13 +63,13 @@ fi
 
 # The benchmark, with the GPU to itself.
 if [ "$1" = early ]; then
-  build-dev/examples/foxhunt-bench --batch 16384 --steps 20 --modes multi-tf32,single-tf32,multi-strict --machine h200 --out $OUT/bench.json 2>&1 | tee -a $log
+  build-dev/examples/foxhunt-bench --batch 16384 --steps 20 --modes multi-tf32,single-tf32,multi-strict --machine $machine --out $OUT/bench.json 2>&1 | tee -a $log
 elif [ "$1" = quick ] || [ "$1" = peer ]; then
-  build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --machine h200 --out $OUT/bench.json 2>&1 | tee -a $log
+  build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --machine $machine --out $OUT/bench.json 2>&1 | tee -a $log
 else
-  build-dev/examples/foxhunt-bench --steps 50 --machine h200 --out $OUT/bench.json 2>&1 | tee -a $log
+  build-dev/examples/foxhunt-bench --steps 50 --machine $machine --out $OUT/bench.json 2>&1 | tee -a $log
   build-dev/examples/foxhunt-bench --batch 16384 --steps 50 --modes multi-tf32,single-tf32 \
-    --iql-gemm batched,sequential --machine h200 --out $OUT/bench_iql.json 2>&1 | tail -6 | tee -a $log
+    --iql-gemm batched,sequential --machine $machine --out $OUT/bench_iql.json 2>&1 | tail -6 | tee -a $log
 fi
 
 # Per-kernel durations of one step (Nsight Compute, clocks left alone), if ncu is there.
@@ -83,5 +83,5 @@ fi
 # The PyTorch peer side by side with foxhunt (same process tree, same GPU, one after the other).
 if [ "$1" = peer ] || [ -z "$1" ]; then
   PYTHONUNBUFFERED=1 timeout 400 build-dev/examples/foxhunt-bench --batch 1024,16384 --steps 50 \
-    --modes multi-tf32,single-tf32 --peer --machine h200 --out $OUT/bench_peer.json 2>&1 | tee -a $log
+    --modes multi-tf32,single-tf32 --peer --machine $machine --out $OUT/bench_peer.json 2>&1 | tee -a $log
 fi

@@ -132,11 +132,11 @@ for s in "$@"; do
     echo "vs-cpu rc=$?" | tee -a $log
     grep -E "\[ACCURACY\]|FAILED|rror|PASSED" $OUT/vs_cpu.txt | tee -a $log ;;
   attn-bench)
-    build-dev/examples/foxhunt-bench-attention --iters 30 --machine h200 \
+    build-dev/examples/foxhunt-bench-attention --iters 30 --machine $machine \
       --out $OUT/attn_bench.json 2>&1 | tail -22 | tee -a $log ;;
   step-bench)
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
-      --variant FOXHUNT_ATTN_KERNELS=tc,tc-split --machine h200 \
+      --variant FOXHUNT_ATTN_KERNELS=tc,tc-split --machine $machine \
       --out $OUT/step_bench.json 2>&1 | tail -9 | tee -a $log ;;
   ncu-attn)
     timeout 300 ncu --clock-control none --kernel-name regex:k_attn_tc --launch-count 2 \
@@ -189,14 +189,14 @@ for s in "$@"; do
     # did, 2026-12-01) must not take the device call's whole time and every log with it.
     for vv in $VARIANTS; do
       timeout ${VBENCH_TIMEOUT:-200} build-dev/examples/foxhunt-bench --batch 16384 --steps 30 \
-        --replay 0 --modes multi-tf32,single-tf32 --variant "$vv" --machine h200 \
+        --replay 0 --modes multi-tf32,single-tf32 --variant "$vv" --machine $machine \
         --out "$OUT/vbench_${vv%%=*}.json" > "$OUT/vbench_${vv%%=*}.txt" 2>&1
       echo "vbench $vv rc=$? (124: stopped by the timeout)" | tee -a $log
       tail -5 "$OUT/vbench_${vv%%=*}.txt" | tee -a $log
     done ;;
   iqn-bench)
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \
-      --variant FOXHUNT_IQN_KERNELS=unfused,target,online,fused --machine h200 \
+      --variant FOXHUNT_IQN_KERNELS=unfused,target,online,fused --machine $machine \
       --out $OUT/iqn_bench.json 2>&1 | tail -11 | tee -a $log ;;
   nccl|nccl2)
     bin=test_cuda_nccl; [ "$s" = nccl2 ] && bin=test_cuda_nccl_2gpu
@@ -204,7 +204,7 @@ for s in "$@"; do
     echo "$s rc=$? (77 = skipped)" | tee -a $log
     grep -E "\[(NCCL|NCCL2|DETERMINISM)\]|skipped|FAILED|rror|PASSED" $OUT/$s.txt | tee -a $log ;;
   dp-bench)
-    build-dev/examples/foxhunt-bench-dp --batch 16384 --steps 50 --machine h200 \
+    build-dev/examples/foxhunt-bench-dp --batch 16384 --steps 50 --machine $machine \
       --out $OUT/dp_bench.json 2>&1 | tail -10 | tee -a $log ;;
   dp-train)
     W=$(nvidia-smi -L | wc -l); id=/tmp/foxhunt-nccl.$$
@@ -237,7 +237,7 @@ for s in "$@"; do
     done ;;
   bench)
     PYTHONUNBUFFERED=1 timeout 420 build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --peer \
-      --machine h200 --out $OUT/bench.json 2>&1 | tail -30 | tee -a $log ;;
+      --machine $machine --out $OUT/bench.json 2>&1 | tail -30 | tee -a $log ;;
   peer-forms)
     for f in pooled sdpa; do
       PYTHONUNBUFFERED=1 timeout 200 python3 tests/python/bench_torch_peer.py --batch-size 16384 \
@@ -248,7 +248,7 @@ for s in "$@"; do
     done ;;
   bench-sizes)
     timeout 200 build-dev/examples/foxhunt-bench --batch 1024,4096,65536 --steps 30 --replay 0 \
-      --modes multi-tf32,single-tf32 --machine h200 --out $OUT/bench_sizes.json 2>&1 | tail -12 | tee -a $log ;;
+      --modes multi-tf32,single-tf32 --machine $machine --out $OUT/bench_sizes.json 2>&1 | tail -12 | tee -a $log ;;
   trainer)
     timeout 400 build-dev/examples/foxhunt-trainer --backend cuda --seeds 1 --steps 1000 \
       --out $OUT/trainer-run > $OUT/trainer.txt 2>&1
@@ -273,7 +273,7 @@ for s in "$@"; do
     done ;;
   mode-bench)
     timeout 200 build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --replay 0 \
-      --modes multi-tf32,single-tf32,multi-bf16,single-bf16 --machine h200 \
+      --modes multi-tf32,single-tf32,multi-bf16,single-bf16 --machine $machine \
       --out $OUT/mode_bench.json 2>&1 | tail -8 | tee -a $log ;;
   aux-beside)
     for t in test_schedule_beside test_cuda_determinism test_cuda_memory_plan; do
@@ -283,7 +283,7 @@ for s in "$@"; do
     done
     for order in auto,1,priority priority,1,auto; do
       timeout 280 build-dev/examples/foxhunt-bench --batch 16384 --steps 30 \
-        --modes multi-tf32,multi-bf16 --variant FOXHUNT_AUX_BESIDE=$order --machine h200 \
+        --modes multi-tf32,multi-bf16 --variant FOXHUNT_AUX_BESIDE=$order --machine $machine \
         --out $OUT/aux_beside_${order//,/-}.json 2>&1 | tail -9 | tee -a $log
     done ;;
   examples)
