@@ -23,8 +23,9 @@
 #   digest-env   the same with the environment $DIGEST_ENV against without: equal or not
 #                ($DIGEST_ARGS: state_digest.py's options, e.g. "--batch 16384" where a trial's
 #                path runs only at large batches)
-#   vbench       foxhunt-bench at B = 16384 (TF32, multi/single), one --variant run per entry of
-#                $VARIANTS ("VAR=a,b VAR2=c,d")
+#   vbench       foxhunt-bench at B = 16384 (TF32, multi/single; $VBENCH_MODES), one --variant
+#                run per entry of $VARIANTS ("VAR=a,b VAR2=c,d")
+#   env-tests    the test binaries $ENV_TESTS with the environment $TEST_ENV (a trial's path)
 #   iqn-bench    foxhunt-bench at B = 16384, the four FOXHUNT_IQN_KERNELS levels side by side
 #   ncu-attn     Nsight Compute on the tensor-core attention kernels at B = 16384
 #   ncu-iqn      Nsight Compute on the fused IQN kernels at B = 16384 (one step; $NCU_RE: other
@@ -187,12 +188,22 @@ for s in "$@"; do
     # writes its whole output to $OUT as it goes and is stopped after VBENCH_TIMEOUT seconds
     # (default 200): a trial that hangs the GPU (two concurrent GEMMs on one cuBLAS workspace
     # did, 2026-12-01) must not take the device call's whole time and every log with it.
+    # $VBENCH_MODES: foxhunt-bench's --modes (default multi-tf32,single-tf32).
     for vv in $VARIANTS; do
+      f="$OUT/vbench_${vv//[=,]/-}"
       timeout ${VBENCH_TIMEOUT:-200} build-dev/examples/foxhunt-bench --batch 16384 --steps 30 \
-        --replay 0 --modes multi-tf32,single-tf32 --variant "$vv" --machine $machine \
-        --out "$OUT/vbench_${vv%%=*}.json" > "$OUT/vbench_${vv%%=*}.txt" 2>&1
+        --replay 0 --modes ${VBENCH_MODES:-multi-tf32,single-tf32} --variant "$vv" \
+        --machine $machine --out "$f.json" > "$f.txt" 2>&1
       echo "vbench $vv rc=$? (124: stopped by the timeout)" | tee -a $log
-      tail -5 "$OUT/vbench_${vv%%=*}.txt" | tee -a $log
+      tail -7 "$f.txt" | tee -a $log
+    done ;;
+  env-tests)
+    # $ENV_TESTS (test binaries) with the environment $TEST_ENV ("VAR=x": a trial switch).
+    for t in $ENV_TESTS; do
+      # shellcheck disable=SC2086  # TEST_ENV is a list of words
+      timeout 300 env $TEST_ENV build-dev/tests/$t > $OUT/env_$t.txt 2>&1
+      echo "$t with $TEST_ENV rc=$?" | tee -a $log
+      grep -E "^\[[A-Z-]+\]|FAILED|PASSED" $OUT/env_$t.txt | head -40 | tee -a $log
     done ;;
   iqn-bench)
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \

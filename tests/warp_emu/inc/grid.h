@@ -1,7 +1,9 @@
 #pragma once
 // Running a grid on the CPU (tests/warp_emu/README.md): block after block, each block's shared
 // memory first filled with NaN and staged thread by thread by `stage`, then its warps one after
-// another, each warp 32 threads calling `kernel`.
+// another, each warp 32 threads calling `kernel` (run_grid); or all of a block's threads at once,
+// meeting at __syncthreads (run_grid_concurrent), for kernels whose warps read each other's
+// shared memory.
 #include <cuda_runtime.h>
 
 #include <thread>
@@ -32,5 +34,36 @@ void run_grid(int blocks, int nwarps, size_t smem_bytes, Stage &&stage, Kernel &
                 });
             for (auto &t : th) t.join();
         }
+    }
+}
+
+template <class Stage, class Kernel>
+void run_grid_concurrent(int blocks, int nwarps, size_t smem_bytes, Stage &&stage,
+                         Kernel &&kernel) {
+    gridDim.x = blocks;
+    blockDim.x = 32 * nwarps;
+    std::vector<float4> sm(smem_bytes / 16 + 1);
+    for (int b = 0; b < blocks; ++b) {
+        for (auto &f : sm) f = make_float4(NAN, NAN, NAN, NAN);
+        gSmem = sm.data();
+        blockIdx.x = b;
+        for (unsigned t = 0; t < blockDim.x; ++t) {
+            threadIdx.x = t;
+            stage();
+        }
+        std::vector<Warp> W(nwarps);
+        std::barrier<> block(32 * nwarps);
+        gBlockBar = &block;
+        std::vector<std::thread> th;
+        for (int w = 0; w < nwarps; ++w)
+            for (int l = 0; l < 32; ++l)
+                th.emplace_back([&, w, l] {
+                    threadIdx.x = 32 * w + l;
+                    blockIdx.x = b;
+                    gW = &W[w];
+                    kernel();
+                });
+        for (auto &t : th) t.join();
+        gBlockBar = nullptr;
     }
 }
