@@ -12,7 +12,8 @@
 // bfloat16 values for dWψ's GEMM, its only reader (the sums use it unrounded). dm never goes to
 // memory: this replaces the cuBLAS GEMM dm = dh Wm and the ψ/φ backward kernel of the unfused
 // path (iqn.cu), which wrote dm (64 MiB at B = 16384) and read it back. dWm, dWφ and dWψ stay
-// cuBLAS GEMMs over all rows.
+// cuBLAS GEMMs over all rows, but for a trial (FW, FOXHUNT_IQN_DWPHI=fused: dwphi_tile) that
+// sums dWφ here instead.
 //
 // Tiling. A block of 16 warps (one per SM: 220.5 KiB of shared memory, 128 registers a thread)
 // stages Wmᵀ [128, 128] in shared memory once (rounded to TF32, rows of 136 floats, ≡ 8 mod 32, so
