@@ -9,19 +9,25 @@
 #include <thread>
 #include <vector>
 
+// Block b's shared memory filled with NaN and staged thread by thread.
+template <class Stage>
+void begin_block(int b, std::vector<float4> &sm, Stage &stage) {
+    for (auto &f : sm) f = make_float4(NAN, NAN, NAN, NAN);
+    gSmem = sm.data();
+    blockIdx.x = b;
+    for (unsigned t = 0; t < blockDim.x; ++t) {
+        threadIdx.x = t;
+        stage();
+    }
+}
+
 template <class Stage, class Kernel>
 void run_grid(int blocks, int nwarps, size_t smem_bytes, Stage &&stage, Kernel &&kernel) {
     gridDim.x = blocks;
     blockDim.x = 32 * nwarps;
     std::vector<float4> sm(smem_bytes / 16 + 1);
     for (int b = 0; b < blocks; ++b) {
-        for (auto &f : sm) f = make_float4(NAN, NAN, NAN, NAN);
-        gSmem = sm.data();
-        blockIdx.x = b;
-        for (unsigned t = 0; t < blockDim.x; ++t) {
-            threadIdx.x = t;
-            stage();
-        }
+        begin_block(b, sm, stage);
         for (int w = 0; w < nwarps; ++w) {
             Warp W;
             std::vector<std::thread> th;
@@ -44,13 +50,7 @@ void run_grid_concurrent(int blocks, int nwarps, size_t smem_bytes, Stage &&stag
     blockDim.x = 32 * nwarps;
     std::vector<float4> sm(smem_bytes / 16 + 1);
     for (int b = 0; b < blocks; ++b) {
-        for (auto &f : sm) f = make_float4(NAN, NAN, NAN, NAN);
-        gSmem = sm.data();
-        blockIdx.x = b;
-        for (unsigned t = 0; t < blockDim.x; ++t) {
-            threadIdx.x = t;
-            stage();
-        }
+        begin_block(b, sm, stage);
         std::vector<Warp> W(nwarps);
         std::barrier<> block(32 * nwarps);
         gBlockBar = &block;
