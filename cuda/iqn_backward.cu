@@ -105,9 +105,12 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
         const float d10 = dm[n][2] * p1.x * dsilu_of(z10, s10);
         const float d11 = dm[n][3] * p1.y * dsilu_of(z11, s11);
         if constexpr (FW) {
-            // Rows past the batch have dm = 0, so their products are 0 here too.
-            *reinterpret_cast<float2 *>(src0 + u) = make_float2(d00, d01);
-            *reinterpret_cast<float2 *>(src1 + u) = make_float2(d10, d11);
+            // Rounded once here for dWφ's products, not at each of the 4 warps' loads. Rows past
+            // the batch have dm = 0, so their products are 0 here too.
+            *reinterpret_cast<float2 *>(src0 + u) =
+                make_float2(mma::rounded<B16>(d00), mma::rounded<B16>(d01));
+            *reinterpret_cast<float2 *>(src1 + u) =
+                make_float2(mma::rounded<B16>(d10), mma::rounded<B16>(d11));
         } else {
             if (w.v0) st2(ph0 + u, d00, d01);
             if (w.v1) st2(ph1 + u, d10, d11);
@@ -179,7 +182,7 @@ __device__ __forceinline__ float cos_at(const BackwardArgs &a, size_t r, size_t 
 }
 
 // dWφ += dφpreᵀ cos over one tile (FW): the tile's 256 dφpre rows are in shared memory at D
-// (row r at D + r·kLDM), each warp's own rows written by its epilogue. Warp w owns the 32 × 16
+// (row r at D + r·kLDM), each warp's own rows written by its epilogue, already rounded. Warp w owns the 32 × 16
 // block of dWφ [128, 64] at rows j0 = 32 (w / 4) and columns k0 = 16 (w % 4), two by two
 // m16n8k8 tiles, and contracts over the 256 rows: A = dφpreᵀ (lanes read D rows t and t + 4 at
 // columns j0 + g: banks 8t + g, no conflict), B = cos rows from memory (8 lanes read 32
@@ -199,9 +202,9 @@ __device__ __forceinline__ void dwphi_tile(const BackwardArgs &a, const float *D
         for (int ni = 0; ni < 2; ++ni)
 #pragma unroll
             for (int e = 0; e < 4; ++e) c[mi][ni][e] = 0.0f;
-    // Eight k steps at a time: their cos elements loaded first (32 registers), so that a warp
-    // waits for memory once per eight steps, not at each.
-    constexpr int kSteps = 8;
+    // Four k steps at a time: their cos elements loaded first (16 registers), so that a warp
+    // waits for memory once per four steps, not at each (eight spilled registers).
+    constexpr int kSteps = 4;
 #pragma unroll 1
     for (int k8 = 0; k8 < kBwdTile / 8; k8 += kSteps) {
         float cv[kSteps][2][2];
@@ -220,10 +223,10 @@ __device__ __forceinline__ void dwphi_tile(const BackwardArgs &a, const float *D
             mma::Op A[2][4], Bf[2][2];
 #pragma unroll
             for (int mi = 0; mi < 2; ++mi) {
-                A[mi][0] = mma::op_rounded<B16>(d0[16 * mi]);
-                A[mi][1] = mma::op_rounded<B16>(d0[16 * mi + 8]);
-                A[mi][2] = mma::op_rounded<B16>(d1[16 * mi]);
-                A[mi][3] = mma::op_rounded<B16>(d1[16 * mi + 8]);
+                A[mi][0] = mma::loaded<false>(d0[16 * mi]);
+                A[mi][1] = mma::loaded<false>(d0[16 * mi + 8]);
+                A[mi][2] = mma::loaded<false>(d1[16 * mi]);
+                A[mi][3] = mma::loaded<false>(d1[16 * mi + 8]);
             }
 #pragma unroll
             for (int ni = 0; ni < 2; ++ni) {
