@@ -203,7 +203,7 @@ __device__ __forceinline__ void dwphi_tile(const BackwardArgs &a, const float *D
 #pragma unroll
             for (int e = 0; e < 4; ++e) c[mi][ni][e] = 0.0f;
     // Four k steps at a time: their cos elements loaded first (16 registers), so that a warp
-    // waits for memory once per four steps, not at each (eight spilled registers).
+    // waits for memory once per four steps, not at each (eight at a time spilled registers).
     constexpr int kSteps = 4;
 #pragma unroll 1
     for (int k8 = 0; k8 < kBwdTile / 8; k8 += kSteps) {
