@@ -182,13 +182,13 @@ __device__ __forceinline__ float cos_at(const BackwardArgs &a, size_t r, size_t 
 }
 
 // dWφ += dφpreᵀ cos over one tile (FW): the tile's 256 dφpre rows are in shared memory at D
-// (row r at D + r·kLDM), each warp's own rows written by its epilogue, already rounded. Warp w owns the 32 × 16
-// block of dWφ [128, 64] at rows j0 = 32 (w / 4) and columns k0 = 16 (w % 4), two by two
-// m16n8k8 tiles, and contracts over the 256 rows: A = dφpreᵀ (lanes read D rows t and t + 4 at
-// columns j0 + g: banks 8t + g, no conflict), B = cos rows from memory (8 lanes read 32
-// contiguous bytes of a row). Operands rounded as the mode's products read them: TF32, or
-// bfloat16 values in FH_MATH_BF16 (exact in a TF32 product, so its float32 sums are those of a
-// bfloat16 product). The block's row of a.dwphi is written at its first tile and added to
+// (row r at D + r·kLDM), each warp's own rows written by its epilogue, already rounded. Warp w
+// owns the 32 × 16 block of dWφ [128, 64] at rows j0 = 32 (w / 4) and columns k0 = 16 (w % 4),
+// two by two m16n8k8 tiles, and contracts over the 256 rows: A = dφpreᵀ (lanes read D rows t
+// and t + 4 at columns j0 + g: banks 8t + g, no conflict), B = cos rows from memory (8 lanes
+// read 32 contiguous bytes of a row). Operands rounded as the mode's products read them: TF32,
+// or bfloat16 values in FH_MATH_BF16 (exact in a TF32 product, so its float32 sums are those
+// of a bfloat16 product). The block's row of a.dwphi is written at its first tile and added to
 // after; each thread owns its 16 elements, so no two threads touch one.
 template <bool B16>
 __device__ __forceinline__ void dwphi_tile(const BackwardArgs &a, const float *D, size_t row0,
