@@ -168,7 +168,8 @@ struct IqnLearner::Impl {
     __nv_bfloat16 *dh16() const { return reinterpret_cast<__nv_bfloat16 *>(dh); }
     __nv_bfloat16 *m16() const { return reinterpret_cast<__nv_bfloat16 *>(mbuf); }
     __nv_bfloat16 *dphi16() const { return m16() + (size_t)d.B * d.N * d.Hq; }
-    // [blocks, Hq·C] floats, blocks <= B·N / 256 (iqn_paths), in B·N·Hq / 2 floats.
+    // [blocks, Hq·C] floats in the B·N·Hq / 2 floats after m16's: blocks <= ceil(B·N / 256),
+    // which is <= B·N / 128 as iqn_paths asks B·N >= 256.
     float *dwphi_part() const { return reinterpret_cast<float *>(dphi16()); }
 
     // Forward of net P on input x with Nr quantile fractions of `purpose`: ψpre, ψ, cos, φraw,
