@@ -163,7 +163,7 @@ void td_loss(CudaStep &s, const LaneCtx &l);           // td.cu: delta, dz, per-
 void td_metrics(CudaStep &s, const LaneCtx &l);        // td.cu: their sums, L_td and q_mean
 void backward_branch(CudaStep &s, const LaneCtx &l, int b);
 void backward_trunk(CudaStep &s, const LaneCtx &l);
-void ema_targets(CudaStep &s, const LaneCtx &l, int nets);  // ema.cu: kEmaQ, kEmaIqn
+void ema_targets(CudaStep &s, const LaneCtx &l);       // ema.cu
 void cql(CudaStep &s, const LaneCtx &l);               // cql.cu
 void ensemble(CudaStep &s, const LaneCtx &l);          // ensemble.cu
 void confidence(CudaStep &s, const LaneCtx &l);        // confidence.cu

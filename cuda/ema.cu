@@ -4,7 +4,6 @@
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "launch.cuh"
-#include "schedule.hpp"
 
 namespace fh::cuda {
 
@@ -25,12 +24,9 @@ void polyak(float *target, const float *online, size_t n, float tau, cudaStream_
 
 }  // namespace
 
-void ema_targets(CudaStep &st, const LaneCtx &l, int nets) {
-    if (nets & kEmaQ)
-        polyak(st.buf[BUF_Q_TARGET], st.buf[BUF_Q], st.L.q.total, st.cfg.ema_tau, l.stream);
-    if (nets & kEmaIqn)
-        polyak(st.buf[BUF_IQN_TARGET], st.buf[BUF_IQN], st.L.iqn.total, st.cfg.ema_tau,
-               l.stream);
+void ema_targets(CudaStep &st, const LaneCtx &l) {
+    polyak(st.buf[BUF_Q_TARGET], st.buf[BUF_Q], st.L.q.total, st.cfg.ema_tau, l.stream);
+    polyak(st.buf[BUF_IQN_TARGET], st.buf[BUF_IQN], st.L.iqn.total, st.cfg.ema_tau, l.stream);
 }
 
 }  // namespace fh::cuda

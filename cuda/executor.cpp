@@ -1,6 +1,5 @@
 // The CUDA executor of SPEC §5: one parent graph of six child graphs (her, spectral, ddqn,
-// forward, aux, adam in the default schedule; with a replay, sample first; the aux-beside trial
-// lists aux after spectral), each captured once at creation from
+// forward, aux, adam; with a replay, sample first), each captured once at creation from
 // build_schedule()'s plain-data description, joined in the parent by the edges the schedule
 // lists (ChildDesc::after: a DAG), instantiated once and launched by every step().
 // The math is in the task files (cuda_step.hpp); this file runs the schedule on the lanes
@@ -54,8 +53,7 @@ namespace {
 class CudaBackend final : public Backend {
 public:
     CudaBackend(const fh_config &c, const Layout &L, HostBuffers init)
-        : cfg_(c), L_(L), d_(L.dims), sched_(build_schedule(L.dims, c)), device_(c.device),
-          q_priority_(aux_beside(L.dims, c) == AuxBeside::YES_Q_PRIORITY) {
+        : cfg_(c), L_(L), d_(L.dims), sched_(build_schedule(L.dims, c)), device_(c.device) {
         try {
             create(std::move(init));
         } catch (...) {
@@ -130,7 +128,6 @@ private:
     Dims d_;
     std::vector<ChildDesc> sched_;
     int device_;
-    bool q_priority_;  // AuxBeside::YES_Q_PRIORITY: the lanes' stream priorities (lanes.hpp)
 
     DeviceMemory mem_;
     std::unique_ptr<Lanes> lanes_;
@@ -160,8 +157,7 @@ private:
 void CudaBackend::create(HostBuffers init) {
     DeviceGuard guard(device_);
     const int maxN = (int)std::max({d_.D, d_.H, d_.HB, d_.A, 1u});
-    lanes_ = std::make_unique<Lanes>(cfg_, sched_, (size_t)colsum_chunks((int)d_.B) * maxN, mem_,
-                                     q_priority_);
+    lanes_ = std::make_unique<Lanes>(cfg_, sched_, (size_t)colsum_chunks((int)d_.B) * maxN, mem_);
     FH_CUDA(cudaStreamCreateWithFlags(&launch_, cudaStreamNonBlocking));
     up_ = std::make_unique<Uploader>(d_, mem_, d_.K == 0);
     check_ = std::make_unique<DeviceCheck>(mem_);
@@ -249,8 +245,7 @@ void CudaBackend::capture_all() {
         FH_CUDA(cudaGraphAddChildGraphNode(&node, parent_, deps.data(), deps.size(), child_[k]));
         FH_CUDA(cudaGraphAddEventRecordNode(&ev[k + 1], parent_, &node, 1, child_ev_[k + 1]));
     }
-    FH_CUDA(cudaGraphInstantiate(&exec_, parent_,
-                                 q_priority_ ? cudaGraphInstantiateFlagUseNodePriority : 0));
+    FH_CUDA(cudaGraphInstantiate(&exec_, parent_, 0));
     FH_CUDA(cudaGraphUpload(exec_, launch_));
     FH_CUDA(cudaStreamSynchronize(launch_));
 }
@@ -347,7 +342,7 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
     case Task::TD_METRICS: td_metrics(s, l); break;
     case Task::BWD_BRANCH: backward_branch(s, l, arg); break;
     case Task::BWD_TRUNK: backward_trunk(s, l); break;
-    case Task::EMA_TARGETS: ema_targets(s, l, arg); break;
+    case Task::EMA_TARGETS: ema_targets(s, l); break;
     case Task::IQL: learner_iql(s, l); break;
     case Task::IQN: learner_iqn(s, l); break;
     case Task::ATTENTION: learner_attention(s, l); break;

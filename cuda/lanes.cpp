@@ -29,7 +29,7 @@ cublasHandle_t make_handle(const fh_config &c, cudaStream_t s, void *ws, size_t 
 int Lanes::slot(int lane) const { return workspace_slot(multi_, lane); }
 
 Lanes::Lanes(const fh_config &c, const std::vector<ChildDesc> &sched, size_t col_doubles,
-             DeviceMemory &mem, bool q_priority)
+             DeviceMemory &mem)
     : multi_(c.exec_mode == FH_EXEC_MULTI_STREAM), nlanes_(1), compute_(compute_type(c)),
       linear_tc_(linear_tc_enabled(c)), linear_bf16_(c.math_mode == FH_MATH_BF16) {
     for (const ChildDesc &ch : sched) nlanes_ = std::max(nlanes_, ch.num_lanes);
@@ -45,11 +45,8 @@ Lanes::Lanes(const fh_config &c, const std::vector<ChildDesc> &sched, size_t col
             ws_[k] = mem.alloc(MEM_WS, slot_bytes[k] + stage);
             if (stage) stage_[k] = (char *)ws_[k] + slot_bytes[k];
         }
-        int least = 0, greatest = 0;
-        if (q_priority) FH_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
         for (int k = 0; k < (multi_ ? nlanes_ : 1); ++k)
-            FH_CUDA(cudaStreamCreateWithPriority(&streams_[k], cudaStreamNonBlocking,
-                                                 k < kQLanes ? greatest : least));
+            FH_CUDA(cudaStreamCreateWithFlags(&streams_[k], cudaStreamNonBlocking));
         for (int k = 0; k < nlanes_; ++k) {
             handles_[k] = make_handle(c, stream(k), workspace(k), ws_bytes_[k]);
             FH_CUBLAS(cublasSetAtomicsMode(handles_[k], CUBLAS_ATOMICS_NOT_ALLOWED));

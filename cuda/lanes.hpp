@@ -24,12 +24,9 @@ class DeviceMemory;
 
 class Lanes {
 public:
-    // The lanes `sched` uses; `col_doubles` of column-sum scratch per lane. With q_priority
-    // (AuxBeside::YES_Q_PRIORITY) the streams of lanes 0 .. kQLanes − 1 get the device's
-    // greatest priority and the others its least; stream capture copies that into the kernel
-    // nodes, which the executor's graph then runs by (cudaGraphInstantiateFlagUseNodePriority).
+    // The lanes `sched` uses; `col_doubles` of column-sum scratch per lane.
     Lanes(const fh_config &c, const std::vector<ChildDesc> &sched, size_t col_doubles,
-          DeviceMemory &mem, bool q_priority = false);
+          DeviceMemory &mem);
     Lanes(const Lanes &) = delete;
     Lanes &operator=(const Lanes &) = delete;
     ~Lanes() { release(); }

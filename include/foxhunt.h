@@ -513,17 +513,11 @@ typedef struct fh_timings {
                              trunk backward: nothing between reads what it writes */
     float aux_ms;       /**< child aux: EMA and auxiliary learners, SPEC §5.5 (IQL only with
                              a single branch: see forward_ms) */
-    float adam_ms;      /**< child adam: clip and Adam of the Q net, SPEC §5.6. (Under the
-                             trial schedule that runs the aux child's IQN and attention lanes
-                             beside ddqn and forward, docs/design.md, aux_ms spans those lanes,
-                             timed from the end of her and spectral, CQL and the regime scale
-                             run in the forward child, and the adam child opens with the tail,
-                             timed in adam_ms.) */
+    float adam_ms;      /**< child adam: clip and Adam of the Q net, SPEC §5.6 */
     float total_ms;     /**< first child's start to last child's end */
     float aux_ema_ms;   /**< EMA of the target nets (SPEC §5.5 step 1), on the forward
                              child's main lane beside the branch backward (nothing reads the
-                             targets between ddqn and the aux child); under the trial schedule
-                             of adam_ms the Q net's only, the IQN net's in aux_iqn_ms */
+                             targets between ddqn and the aux child) */
     float aux_iql_ms;   /**< both IQL trainers (in the forward child where forward_ms says so,
                              else on the aux main lane) */
     float aux_iqn_ms;   /**< aux IQN lane: loss and gradient, then (one rank) its Adam step */

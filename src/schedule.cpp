@@ -1,8 +1,6 @@
 #include "schedule.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "error.hpp"
 
@@ -29,19 +27,6 @@ unsigned mask_of(int first, int count) { return ((1u << count) - 1u) << first; }
 // IQL stays in the aux child.
 static bool iql_beside_trunk_backward(const Dims &d) { return d.NB >= 2; }
 
-AuxBeside aux_beside(const Dims &d, const fh_config &c) {
-    const char *e = getenv("FOXHUNT_AUX_BESIDE");
-    if (!e || !*e || !strcmp(e, "0")) return AuxBeside::NO;
-    AuxBeside v;
-    if (!strcmp(e, "1")) v = AuxBeside::YES;
-    else if (!strcmp(e, "priority")) v = AuxBeside::YES_Q_PRIORITY;
-    else
-        fail(FH_ERR_BAD_VALUE, "FOXHUNT_AUX_BESIDE='%s': expected 0, 1 or priority", e);
-    const bool applies =
-        c.exec_mode == FH_EXEC_MULTI_STREAM && d.world == 1 && iql_beside_trunk_backward(d);
-    return applies ? v : AuxBeside::NO;
-}
-
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     std::vector<ChildDesc> s;
     // Each child starts after the one before it unless said otherwise.
@@ -64,40 +49,16 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
                               {run(Task::GUARD_SNAPSHOT), run(Task::SPECTRAL_POWER)}, {}});
     const bool multi = c.exec_mode == FH_EXEC_MULTI_STREAM;
     if (multi) s[spectral].after = s[her].after;
-    const std::vector<int> after_her_spectral = {her, spectral};
 
-    // The aux child beside the Q learner (a trial, FOXHUNT_AUX_BESIDE=1): IQN and attention read
-    // only HER's transitions and their own nets, and write only their own nets, z_mean and
-    // their losses, which nothing reads before the ensemble. So their lanes, with IQN's target
-    // average (SPEC §5.5 step 1 for the IQN net: its next reader is IQN's target pass, and it
-    // reads the online IQN net, which only IQN's Adam at the end of the lane changes) and their
-    // Adam steps, can start once HER and the guard's snapshot are done, on lanes 5 and 6 of
-    // their own (workspaces of their own: they run beside every lane of ddqn and forward), and
-    // fill the SMs that the chains of small kernels of ddqn and forward leave idle. CQL and the
-    // regime scales move to the forward child (below), and the tail (the ensemble and the
-    // confidence head) opens the adam child, which starts after both. The results are SPEC's
-    // order's (tests/test_schedule_beside.cpp: the same bits on the CPU).
-    const bool beside = aux_beside_q(d, c);
-    if (beside) {
-        ChildDesc aux{ChildId::AUX, "aux", 7, {}, after_her_spectral};
-        aux.ops = {fork(mask_of(5, 2)),
-                   mark(Mark::AUX_IQN_BEGIN, 5), run(Task::EMA_TARGETS, 5, kEmaIqn),
-                   run(Task::IQN, 5), run(Task::AUX_ADAM, 5, kAdamIqn), mark(Mark::AUX_IQN_END, 5),
-                   mark(Mark::AUX_ATTN_BEGIN, 6), run(Task::ATTENTION, 6),
-                   run(Task::AUX_ADAM, 6, kAdamAttention), mark(Mark::AUX_ATTN_END, 6),
-                   join(mask_of(5, 2))};
-        s.push_back(std::move(aux));
-    }
-    const int aux_beside = beside ? (int)s.size() - 1 : -1;
+    const int ddqn = add({ChildId::DDQN, "ddqn", 3,
+                          {fork(mask_of(1, 2)), run(Task::DDQN_ONLINE_NEXT, 1),
+                           run(Task::DDQN_TARGET, 2), join(mask_of(1, 2)), run(Task::DDQN_JOIN)},
+                          {}});
+    if (multi) s[ddqn].after = {her, spectral};
 
-    s.push_back({ChildId::DDQN, "ddqn", 3,
-                 {fork(mask_of(1, 2)), run(Task::DDQN_ONLINE_NEXT, 1), run(Task::DDQN_TARGET, 2),
-                  join(mask_of(1, 2)), run(Task::DDQN_JOIN)},
-                 multi ? after_her_spectral : std::vector<int>{spectral}});
-
-    // Branches go round-robin over lanes 1 .. kQLanes − 1; with more branches than lanes, a
-    // lane runs several in branch order.
-    const int branch_lanes = (int)d.NB < kQLanes - 1 ? (int)d.NB : kQLanes - 1;
+    // Branches go round-robin over lanes 1..kMaxLanes-1; with more branches than lanes, a lane
+    // runs several in branch order.
+    const int branch_lanes = (int)d.NB < kMaxLanes - 1 ? (int)d.NB : kMaxLanes - 1;
     ChildDesc fwd{ChildId::FORWARD, "forward", 1 + branch_lanes, {}, {}};
     const unsigned bl = mask_of(1, branch_lanes);
     fwd.ops.push_back(run(Task::FWD_TRUNK));
@@ -116,39 +77,18 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // targets, which nothing reads between ddqn and the aux child's IQN and confidence tasks;
     // so the results are SPEC's order's, and the aux child's serial prefix is shorter: aux child
     // 0.869 → 0.860 ms, wall 1.702 → 1.693 ms at B = 16384, TF32 multi-stream, the same bits
-    // (bench/results/h200-2026-12-02-ema-place-before-after.json). With the aux child beside,
-    // the IQN net's average opens the IQN lane there instead.
-    fwd.ops.insert(fwd.ops.end(), {mark(Mark::AUX_EMA_BEGIN),
-                                   run(Task::EMA_TARGETS, 0, beside ? kEmaQ : kEmaQ | kEmaIqn),
+    // (bench/results/h200-2026-12-02-ema-place-before-after.json).
+    fwd.ops.insert(fwd.ops.end(), {mark(Mark::AUX_EMA_BEGIN), run(Task::EMA_TARGETS),
                                    mark(Mark::AUX_EMA_END)});
     for (uint32_t b = 0; b < d.NB; ++b) fwd.ops.push_back(run(Task::BWD_BRANCH, 1 + b % branch_lanes, b));
     fwd.ops.push_back(join(bl));
     const bool iql_fwd = iql_beside_trunk_backward(d);
-    // With the aux child beside, CQL (it reads IQL's ω and the branches' logits and adds into
-    // the branch heads' gradients, which the trunk backward does not read) follows IQL on lane
-    // 2, and the regime scales (the TD errors) run on lane 3, both beside the trunk backward,
-    // instead of after the join of IQN and attention.
-    const bool regime_fwd = beside && d.R > 1;
-    const unsigned fwd_forked = mask_of(2, 1) | (regime_fwd ? mask_of(3, 1) : 0u);
-    if (iql_fwd) {
-        fwd.ops.insert(fwd.ops.end(), {fork(fwd_forked), mark(Mark::AUX_IQL_BEGIN, 2),
+    if (iql_fwd)
+        fwd.ops.insert(fwd.ops.end(), {fork(mask_of(2, 1)), mark(Mark::AUX_IQL_BEGIN, 2),
                                        run(Task::IQL, 2), mark(Mark::AUX_IQL_END, 2)});
-        if (beside && c.cql_alpha > 0) fwd.ops.push_back(run(Task::CQL, 2));
-        if (regime_fwd) fwd.ops.push_back(run(Task::REGIME_SCALE, 3));
-    }
-    if (regime_fwd) fwd.num_lanes = std::max(fwd.num_lanes, 4);
     fwd.ops.push_back(run(Task::BWD_TRUNK));
-    if (iql_fwd) fwd.ops.push_back(join(fwd_forked));
+    if (iql_fwd) fwd.ops.push_back(join(mask_of(2, 1)));
     add(std::move(fwd));
-
-    if (beside) {
-        // The tail (the ensemble needs IQN's z_mean), then the Q net's Adam.
-        s.push_back({ChildId::ADAM, "adam", 1,
-                     {mark(Mark::AUX_TAIL_BEGIN), run(Task::ENSEMBLE), run(Task::CONFIDENCE),
-                      mark(Mark::AUX_TAIL_END), run(Task::ADAM_Q), run(Task::GUARD_CHECK)},
-                     {(int)s.size() - 1, aux_beside}});
-        return s;
-    }
 
     // The aux child (SPEC §5.5): IQL on lane 0 where it is not in the forward child, then IQN
     // and attention fork onto lanes 1 and 2, and CQL and the regime scales onto lane 3:
@@ -219,8 +159,7 @@ void check_child_order(const std::vector<ChildDesc> &sched) {
 // one: they would race, and results would depend on timing. Calls that never overlap may:
 // - children run one after another but where the parent graph (ChildDesc::after) puts two
 //   side by side: the spectral child beside HER in multi-stream mode, neither making a cuBLAS
-//   call, and in the aux-beside trial the aux child, on lanes 5 and 6 of its own, beside ddqn
-//   and forward (tests/test_schedule.cpp checks every pair of tasks that may run at once);
+//   call (tests/test_schedule.cpp checks every pair of tasks that may run at once);
 // - inside a child, lanes 1..4 run only between a FORK and its JOIN; lane 0 runs no GEMM
 //   between a fork and join that include lane 1 (between the forward child's branch fork and
 //   join it sums the TD metrics, on its own reduction scratch); its trunk backward runs beside
@@ -228,8 +167,7 @@ void check_child_order(const std::vector<ChildDesc> &sched) {
 // - act()'s stream waits for the done event of the last launched step, and act() returns only
 //   once its own work has finished (also when it fails); the API is single-threaded, so no
 //   step is launched while act() runs.
-// So lane 0, lane 1 and act() share buffer 0, and lanes 2.. get one each (lanes 5 and 6, the
-// trial's, buffers 4 and 5). With a single stream
+// So lane 0, lane 1 and act() share buffer 0, and lanes 2.. get one each. With a single stream
 // nothing overlaps and every lane uses buffer 0.
 int workspace_slot(bool multi_stream, int lane) {
     return !multi_stream || lane <= 1 ? 0 : lane - 1;

@@ -27,7 +27,7 @@ enum class Task : int {
     TD_LOSS,           // §5.4: delta, L_td, q_mean, dz for every branch
     BWD_BRANCH,        // §5.4: branch `arg` backward: dU, de, dV, dc, dh2_b
     BWD_TRUNK,         // §5.4: dh2 = sum_b dh2_b in branch order, trunk backward, d_states
-    EMA_TARGETS,       // §5.5.1: Polyak update of the targets in `arg` (kEmaQ, kEmaIqn)
+    EMA_TARGETS,       // §5.5.1: Polyak update of the Q and IQN targets
     IQL,               // §5.5.2: both expectile nets, their Adam, advantage weights
     IQN,               // §5.5.3: loss and gradient
     ATTENTION,         // §5.5.4: loss and gradient
@@ -55,8 +55,6 @@ enum class Mark : int {
 
 // AUX_ADAM's arg: which learners' Adam steps it runs.
 constexpr int kAdamIqn = 1, kAdamAttention = 2;
-// EMA_TARGETS's arg: which target nets it averages.
-constexpr int kEmaQ = 1, kEmaIqn = 2;
 
 struct Op {
     enum Kind { RUN, FORK, JOIN, MARK } kind;
@@ -81,30 +79,13 @@ struct ChildDesc {
     std::vector<int> after;
 };
 
-// Lanes a pipeline owns: enough for the widest child. Lanes 0 .. kQLanes − 1 are the Q
-// learner's (its branches on lanes 1 .. 4) and the aux child's; lanes 5 and 6 exist only with
-// the aux child beside the Q learner's children (aux_beside_q).
-constexpr int kQLanes = 5;
-constexpr int kMaxLanes = 7;
+// Lanes a pipeline owns: enough for the widest child.
+constexpr int kMaxLanes = 5;
 
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c);
 // FH_ERR_INTERNAL unless every ChildDesc::after entry names an earlier child, once, and every
 // child ends before the last one starts (the executors call it on build_schedule's list).
 void check_child_order(const std::vector<ChildDesc> &sched);
-
-// Whether the schedule runs the aux child's learners (IQN and attention with their Adam steps)
-// beside the ddqn and forward children instead of after them (schedule.cpp says how and why).
-// A trial until its timing is in bench/results: FOXHUNT_AUX_BESIDE=1 selects it, and
-// FOXHUNT_AUX_BESIDE=priority also gives the kernels of lanes 0 .. kQLanes − 1 the device's
-// greatest stream priority, so that the blocks of the Q learner's chains of small kernels are
-// dispatched before the learners' when both wait (the CUDA executor: the lanes' streams and the
-// graph's instantiation). It applies in multi-stream mode with one rank and at least two
-// branches; elsewhere the result is AuxBeside::NO.
-enum class AuxBeside : int { NO = 0, YES, YES_Q_PRIORITY };
-AuxBeside aux_beside(const Dims &d, const fh_config &c);
-inline bool aux_beside_q(const Dims &d, const fh_config &c) {
-    return aux_beside(d, c) != AuxBeside::NO;
-}
 
 // The CUDA executor's cuBLAS workspaces (cuda/lanes.cpp allocates them; plain data here so
 // that the memory plan counts the same bytes): the workspace bytes lane @p lane's handle gets,

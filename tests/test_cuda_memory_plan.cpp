@@ -83,21 +83,6 @@ void test_plan_is_the_allocation(void **) {
     r.replay_capacity = 1u << 16;
     r.replay_envs = 16;  /* 2^20 transitions: the insert slots hold part of the ring */
     check("defaults, B = 1024, replay 2^16 x 16", r);
-    /* The aux child beside ddqn and forward (src/schedule.cpp): lanes 5 and 6, and their
-     * workspaces, two more full ones (+64 MiB at the defaults). */
-    setenv("FOXHUNT_AUX_BESIDE", "1", 1);
-    check("B = 1024, aux beside", default_config(1024));
-    setenv("FOXHUNT_AUX_BESIDE", "priority", 1);
-    check("B = 1024, aux beside, replay", r);
-    unsetenv("FOXHUNT_AUX_BESIDE");
-    fh_memory_report a, b;
-    a.struct_size = b.struct_size = sizeof a;
-    const fh_config d = cuda_config(default_config(16384), FH_MATH_TF32);
-    assert_int_equal(fh_memory_plan(&d, &a), FH_OK);
-    setenv("FOXHUNT_AUX_BESIDE", "1", 1);
-    assert_int_equal(fh_memory_plan(&d, &b), FH_OK);
-    unsetenv("FOXHUNT_AUX_BESIDE");
-    assert_int_equal(b.workspaces - a.workspaces, 64ull << 20);
 }
 
 /* A config whose plan exceeds the device's free memory is refused with the numbers. */

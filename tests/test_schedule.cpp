@@ -1,5 +1,4 @@
-// The schedule (src/schedule.cpp) is safe to run on streams, for many configs, in both of its
-// forms (the aux child after the forward child, and beside ddqn and forward: FOXHUNT_AUX_BESIDE).
+// The schedule (src/schedule.cpp) is safe to run on streams, for many configs.
 // The whole step is simulated as the CUDA executor captures and launches it in multi-stream
 // mode: a child starts when the children it starts after (ChildDesc::after) have ended; inside
 // it, FORK makes the forked lanes wait for lane 0's work so far, JOIN makes lane 0 wait for
@@ -22,8 +21,7 @@
 //    unjoined stream fails);
 //  - the children's edges point to earlier children and the last child comes after all others
 //    (and check_child_order, which the executors call, refuses lists where they do not);
-//  - each task runs exactly once per step (per branch; EMA once per target net).
-#include <cstdlib>
+//  - each task runs exactly once per step (per branch).
 #include <vector>
 
 #include "error.hpp"
@@ -161,8 +159,7 @@ Sim simulate(const std::vector<ChildDesc> &sched) {
     return s;
 }
 
-// Runs of task t (with arg bits `arg` where given: branch index, AUX_ADAM's learners,
-// EMA_TARGETS's nets).
+// Runs of task t (with arg `arg` where given: branch index, AUX_ADAM's learners as bits).
 std::vector<int> find_all(const Sim &s, Task t, int arg = -1, bool bits = false) {
     std::vector<int> at;
     for (int k = 0; k < (int)s.runs.size(); ++k) {
@@ -201,7 +198,7 @@ struct Order {
 constexpr int kAny = -1;
 // What SPEC §5 requires: each task after the tasks whose results it reads, the Adam steps
 // after the readers of the parameters they change, and the guard's snapshot before every task
-// that changes the persistent state. AUX_ADAM's and EMA_TARGETS's args select by bits.
+// that changes the persistent state. AUX_ADAM's args select by bits.
 const Order kOrder[] = {
     {Task::SAMPLE, kAny, Task::HER_RELABEL, kAny},
     {Task::HER_RELABEL, kAny, Task::DDQN_ONLINE_NEXT, kAny},
@@ -218,8 +215,8 @@ const Order kOrder[] = {
     {Task::DDQN_JOIN, kAny, Task::TD_LOSS, kAny},
     {Task::DDQN_JOIN, kAny, Task::IQL, kAny},
     {Task::DDQN_JOIN, kAny, Task::ENSEMBLE, kAny},
-    {Task::DDQN_TARGET, kAny, Task::EMA_TARGETS, kEmaQ},  // ddqn's Q̄ before this step's EMA
-    {Task::DDQN_TARGET, kAny, Task::CONFIDENCE, kAny},    // h̄2(x̃')
+    {Task::DDQN_TARGET, kAny, Task::EMA_TARGETS, kAny},  // ddqn's Q̄ before this step's EMA
+    {Task::DDQN_TARGET, kAny, Task::CONFIDENCE, kAny},   // h̄2(x̃')
     {Task::FWD_TRUNK, kAny, Task::FWD_BRANCH, kAny},
     {Task::FWD_BRANCH, kAny, Task::TD_LOSS, kAny},
     {Task::TD_LOSS, kAny, Task::TD_METRICS, kAny},
@@ -229,13 +226,13 @@ const Order kOrder[] = {
     {Task::BWD_BRANCH, kAny, Task::CQL, kAny},  // CQL adds into dU, de
     {Task::IQL, kAny, Task::CQL, kAny},         // ω
     {Task::IQL, kAny, Task::ENSEMBLE, kAny},    // V_hi, V_lo
-    {Task::EMA_TARGETS, kEmaIqn, Task::IQN, kAny},
+    {Task::EMA_TARGETS, kAny, Task::IQN, kAny},
     {Task::IQN, kAny, Task::ENSEMBLE, kAny},    // z_mean
     {Task::IQN, kAny, Task::AUX_ADAM, kAdamIqn},
-    {Task::EMA_TARGETS, kEmaIqn, Task::AUX_ADAM, kAdamIqn},
+    {Task::EMA_TARGETS, kAny, Task::AUX_ADAM, kAdamIqn},
     {Task::ATTENTION, kAny, Task::AUX_ADAM, kAdamAttention},
     {Task::FWD_TRUNK, kAny, Task::CONFIDENCE, kAny},  // u(x̃)
-    {Task::EMA_TARGETS, kEmaQ, Task::CONFIDENCE, kAny},
+    {Task::EMA_TARGETS, kAny, Task::CONFIDENCE, kAny},
     {Task::ENSEMBLE, kAny, Task::CONFIDENCE, kAny},
     {Task::GUARD_SNAPSHOT, kAny, Task::SPECTRAL_POWER, kAny},
     {Task::GUARD_SNAPSHOT, kAny, Task::EMA_TARGETS, kAny},
@@ -244,7 +241,7 @@ const Order kOrder[] = {
     {Task::GUARD_SNAPSHOT, kAny, Task::REGIME_SCALE, kAny},
 };
 
-bool arg_bits(Task t) { return t == Task::AUX_ADAM || t == Task::EMA_TARGETS; }
+bool arg_bits(Task t) { return t == Task::AUX_ADAM; }
 
 void check_order(const Sim &s, const Dims &d) {
     for (const Order &o : kOrder)
@@ -256,19 +253,17 @@ void check_order(const Sim &s, const Dims &d) {
         if (k != check) expect_before(s, k, check);
         if (k != check && k != adam) expect_before(s, k, adam);
     }
-    // Once per step (per branch), EMA once per target net.
+    // Once per step (per branch).
     for (Task t : {Task::HER_RELABEL, Task::SPECTRAL_POWER, Task::GUARD_SNAPSHOT,
                    Task::DDQN_ONLINE_NEXT, Task::DDQN_TARGET, Task::DDQN_JOIN, Task::FWD_TRUNK,
-                   Task::TD_LOSS, Task::TD_METRICS, Task::BWD_TRUNK, Task::IQL, Task::IQN,
-                   Task::ATTENTION, Task::ENSEMBLE, Task::CONFIDENCE})
+                   Task::TD_LOSS, Task::TD_METRICS, Task::BWD_TRUNK, Task::EMA_TARGETS,
+                   Task::IQL, Task::IQN, Task::ATTENTION, Task::ENSEMBLE, Task::CONFIDENCE})
         find_once(s, t);
     for (uint32_t b = 0; b < d.NB; ++b) {
         find_once(s, Task::FWD_BRANCH, (int)b);
         find_once(s, Task::BWD_BRANCH, (int)b);
     }
     if (d.K > 0) find_once(s, Task::SAMPLE);
-    find_once(s, Task::EMA_TARGETS, kEmaQ, true);
-    find_once(s, Task::EMA_TARGETS, kEmaIqn, true);
     find_once(s, Task::AUX_ADAM, kAdamIqn, true);
     find_once(s, Task::AUX_ADAM, kAdamAttention, true);
 }
@@ -333,12 +328,11 @@ void check(const fh_config &c, uint32_t world) {
     check_order(s, d);
 }
 
-// Every config of the test in both forms of the schedule; `beside` says whether the aux child
-// may run beside ddqn and forward (aux_beside_q decides where it does).
-void check_all(bool beside) {
-    if (beside) setenv("FOXHUNT_AUX_BESIDE", "1", 1);
-    else unsetenv("FOXHUNT_AUX_BESIDE");
-    int beside_seen = 0;
+}  // namespace
+
+// Every config: one to seven branches, both exec modes, with and without CQL, regimes and a
+// replay, one and two ranks.
+static void test_schedule_safe_on_streams(void **) {
     for (uint32_t nb = 1; nb <= 7; ++nb)
         for (int variant = 0; variant < 16; ++variant)
             for (uint32_t world = 1; world <= 2; ++world) {
@@ -353,27 +347,12 @@ void check_all(bool beside) {
                     c.replay_envs = 4;
                 }
                 check(c, world);
-                const Dims d = make_dims(c, 0, world);
-                const bool on = aux_beside_q(d, c);
-                // Beside only where asked, with one rank, multi-stream and IQL in the forward
-                // child (two branches or more).
-                assert_int_equal(on, beside && world == 1 && !(variant & 4) && nb >= 2);
-                beside_seen += on;
             }
-    assert_int_equal(beside_seen > 0, beside);
-    unsetenv("FOXHUNT_AUX_BESIDE");
 }
-
-}  // namespace
-
-static void test_schedule_safe_on_streams(void **) { check_all(false); }
-
-static void test_schedule_aux_beside_safe_on_streams(void **) { check_all(true); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schedule_safe_on_streams),
-        cmocka_unit_test(test_schedule_aux_beside_safe_on_streams),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -279,7 +279,7 @@ private:
         case Task::TD_METRICS: break;  // td_loss() summed them in its pass over the rows
         case Task::BWD_BRANCH: backward_branch(s_, (uint32_t)op.arg); break;
         case Task::BWD_TRUNK: backward_trunk(s_); break;
-        case Task::EMA_TARGETS: ema_targets(s_, op.arg); break;
+        case Task::EMA_TARGETS: ema_targets(s_); break;
         case Task::IQL: iql(s_); break;
         case Task::IQN: iqn(s_); break;
         case Task::ATTENTION: attention(s_); break;

@@ -10,7 +10,6 @@
 #include "../batch.hpp"
 #include "../init.hpp"
 #include "../layout.hpp"
-#include "../schedule.hpp"
 
 namespace fh::cpu {
 
@@ -117,8 +116,7 @@ void td_loss(CpuStep &s);
 void backward_branch(CpuStep &s, uint32_t b);
 void backward_trunk(CpuStep &s);
 // ema.cpp, regime.cpp, confidence.cpp, adam_q.cpp
-// The target nets in `nets` (schedule.hpp: kEmaQ, kEmaIqn).
-void ema_targets(CpuStep &s, int nets = kEmaQ | kEmaIqn);
+void ema_targets(CpuStep &s);
 void regime_scale(CpuStep &s);
 void confidence(CpuStep &s);
 void adam_q(CpuStep &s);

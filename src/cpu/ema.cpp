@@ -5,11 +5,10 @@
 
 namespace fh::cpu {
 
-void ema_targets(CpuStep &s, int nets) {
+void ema_targets(CpuStep &s) {
     const float tau = s.cfg.ema_tau;
-    if (nets & kEmaQ) polyak(s.buf[BUF_Q_TARGET].data(), s.buf[BUF_Q].data(), s.L.q.total, tau);
-    if (nets & kEmaIqn)
-        polyak(s.buf[BUF_IQN_TARGET].data(), s.buf[BUF_IQN].data(), s.L.iqn.total, tau);
+    polyak(s.buf[BUF_Q_TARGET].data(), s.buf[BUF_Q].data(), s.L.q.total, tau);
+    polyak(s.buf[BUF_IQN_TARGET].data(), s.buf[BUF_IQN].data(), s.L.iqn.total, tau);
 }
 
 }  // namespace fh::cpu
