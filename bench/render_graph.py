@@ -5,9 +5,8 @@ usage: render_graph.py IN.dot OUT.dot [CHILDREN]   (then: dot -Tsvg OUT.dot -o O
 
 Kernel names are demangled with c++filt and shortened to the kernel's own name (cuBLAS
 kernels to their first 48 characters); the parent's child-graph clusters are labelled with the
-schedule's child names in order of appearance: CHILDREN, comma-separated, default the default
-schedule's her,spectral,ddqn,forward,aux,adam (with a replay: sample first; the aux-beside trial:
-her,spectral,aux,ddqn,forward,adam).
+schedule's child names in order of appearance: CHILDREN, comma-separated, default
+her,spectral,ddqn,forward,aux,adam (with a replay, give sample first).
 """
 import re
 import subprocess

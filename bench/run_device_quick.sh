@@ -50,10 +50,6 @@
 #   bf16-test    test_cuda_bf16 (BF16 GEMMs, BF16 learns as TF32 does), test_cuda_determinism,
 #                test_cuda_memory_plan
 #   mode-bench   foxhunt-bench at B = 16384: TF32 and BF16, multi- and single-stream
-#   aux-beside   the FOXHUNT_AUX_BESIDE trial (docs/design.md): test_schedule_beside, the
-#                bitwise and memory tests of test_cuda_determinism and test_cuda_memory_plan,
-#                then foxhunt-bench at B = 16384 (TF32 and BF16 multi-stream) with the schedule
-#                after (auto), beside (1) and beside with priorities, in both orders
 #   examples     tests/examples (trainer, HER example, README snippets) on the CUDA backend
 # NCCL: CMake takes it from PyTorch's wheel (python3's nvidia.nccl) when /usr/local/cuda has
 # none; FOXHUNT_CMAKE_ARGS="-DNCCL_LIBRARY=... -DNCCL_INCLUDE_DIR=..." overrides.
@@ -292,17 +288,6 @@ for s in "$@"; do
     timeout 200 build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --replay 0 \
       --modes multi-tf32,single-tf32,multi-bf16,single-bf16 --machine $machine \
       --out $OUT/mode_bench.json 2>&1 | tail -8 | tee -a $log ;;
-  aux-beside)
-    for t in test_schedule_beside test_cuda_determinism test_cuda_memory_plan; do
-      timeout 300 build-dev/tests/$t > $OUT/beside_$t.txt 2>&1
-      echo "$t rc=$?" | tee -a $log
-      grep -E "BESIDE|DETERMINISM|MEMORY\] [a-zB]|FAILED|PASSED" $OUT/beside_$t.txt | tee -a $log
-    done
-    for order in auto,1,priority priority,1,auto; do
-      timeout 280 build-dev/examples/foxhunt-bench --batch 16384 --steps 30 \
-        --modes multi-tf32,multi-bf16 --variant FOXHUNT_AUX_BESIDE=$order --machine $machine \
-        --out $OUT/aux_beside_${order//,/-}.json 2>&1 | tail -9 | tee -a $log
-    done ;;
   examples)
     FOXHUNT_LIBRARY=$PWD/build-dev/libfoxhunt.so FOXHUNT_TEST_BACKEND=cuda \
       timeout 400 python3 -m pytest -q -p no:cacheprovider tests/examples > $OUT/examples_cuda.txt 2>&1
