@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "common.hpp"
-#include "cql_paths.hpp"
 #include "device_memory.hpp"
 #include "memory_plan.hpp"
 #include "reduce.cuh"
@@ -81,7 +80,7 @@ CudaStep::CudaStep(const fh_config &c, const Layout &l, DeviceMemory &mem, const
     dzc = mem.floats(MEM_ACT, (size_t)d.NB * B * d.A);
     cql_dU = mem.floats(MEM_ACT, (size_t)d.NB * d.A * d.HB);
     cql_de = mem.floats(MEM_ACT, (size_t)d.NB * d.A);
-    cql_part = mem.alloc_n<double>(MEM_ACT, cql_partial_doubles(d));
+    cql_part = mem.alloc_n<double>(MEM_ACT, (size_t)d.NB * colsum_chunks((int)B) * d.A);
     // CQL adds the gradient of all branches in one launch (cql.cu).
     for (uint32_t b = 1; b < d.NB; ++b)
         if (L.q.U[b] - L.q.U[b - 1] != L.q.U[1] - L.q.U[0] ||

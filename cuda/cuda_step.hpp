@@ -140,7 +140,7 @@ struct CudaStep {
     float *v_hi = nullptr, *v_lo = nullptr, *omega = nullptr, *z_mean = nullptr;  // [B]
     float *dzc = nullptr;                 // [NB][B, A] CQL part of dz
     float *cql_dU = nullptr, *cql_de = nullptr;  // [NB][A, HB], [NB][A]
-    double *cql_part = nullptr;           // cql_paths.hpp: cql_partial_doubles
+    double *cql_part = nullptr;           // [NB][colsum chunks][A]
     double *cql_elt = nullptr;            // [B·NB]
     // The aux tail's block sums: [ensemble_blocks(B)], [confidence_partial_doubles(d)]
     // (memory_plan.hpp).

@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <fstream>
 
-#include "cql_paths.hpp"
 #include "error.hpp"
 #include "iql_paths.hpp"
 #include "iqn_paths.hpp"
@@ -123,7 +122,7 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     a += cache(B, false, false) + cache(2 * B, false, false) + cache(B, true, true);
     if (ddqn_branches_packed(d)) a += 2 * packed_branch_floats(d) * F;  // next's and tgt's
     a += B * NB * I + (B * NB + B) * F;                // a*, y, Q̄sa
-    a += (B * NB + 2 * NB * B * A + NB * A * HB + NB * A) * F + cql_partial_doubles(d) * D8;
+    a += (B * NB + 2 * NB * B * A + NB * A * HB + NB * A) * F + NB * colch * A * D8;
     a += (NB * B * HB + dh2_floats(d) + 2 * B * H) * F + 3 * B * NB * D8;
     a += (ensemble_blocks(B) + confidence_partial_doubles(d)) * D8;  // the aux tail's partials
     a += 4 * B * F + 2 * R * D8;                       // aux vectors, regime scratch

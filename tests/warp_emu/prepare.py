@@ -117,17 +117,3 @@ open(f"{work}/target_body.h", "w", encoding="utf-8").write("""#pragma once
 """ + device_code(s[i:j]) + """}  // namespace
 }  // namespace fh::cuda::iqn
 """)
-
-# CQL's head sums (cql.cu): the kernel, whole, from its constants to the next kernel.
-s = read("cql.cu")
-i = s.index("constexpr int kHeadCols")
-j = s.index("__global__ void k_add_inplace(")
-open(f"{work}/cql_head_body.h", "w", encoding="utf-8").write("""#pragma once
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include "cql_paths.hpp"
-namespace fh::cuda {
-using std::min;
-""" + device_code(s[i:j]) + """}  // namespace fh::cuda
-""")
