@@ -25,7 +25,7 @@
 #                path runs only at large batches)
 #   vbench       foxhunt-bench at B = 16384 (TF32, multi/single; $VBENCH_MODES), one --variant
 #                run per entry of $VARIANTS ("VAR=a,b VAR2=c,d")
-#   env-tests    the test binaries $ENV_TESTS with the environment $TEST_ENV (a trial's path)
+#   env-tests    test binaries under a trial's environment: $TEST_SETS ("VAR=x|test_a test_b;...")
 #   iqn-bench    foxhunt-bench at B = 16384, the four FOXHUNT_IQN_KERNELS levels side by side
 #   ncu-attn     Nsight Compute on the tensor-core attention kernels at B = 16384
 #   ncu-iqn      Nsight Compute on the fused IQN kernels at B = 16384 (one step; $NCU_RE: other
@@ -194,12 +194,18 @@ for s in "$@"; do
       tail -7 "$f.txt" | tee -a $log
     done ;;
   env-tests)
-    # $ENV_TESTS (test binaries) with the environment $TEST_ENV ("VAR=x": a trial switch).
-    for t in $ENV_TESTS; do
-      # shellcheck disable=SC2086  # TEST_ENV is a list of words
-      timeout 300 env $TEST_ENV build-dev/tests/$t > $OUT/env_$t.txt 2>&1
-      echo "$t with $TEST_ENV rc=$?" | tee -a $log
-      grep -E "^\[[A-Z-]+\]|FAILED|PASSED" $OUT/env_$t.txt | head -40 | tee -a $log
+    # $TEST_SETS: "VAR=x|test_a test_b;VAR2=y|test_c": each set's test binaries with its
+    # environment (a trial's path).
+    IFS=';' read -ra sets <<< "${TEST_SETS:-}"
+    for set in "${sets[@]}"; do
+      envs=${set%%|*}
+      for t in ${set#*|}; do
+        f="$OUT/env_${envs//[=, ]/-}_$t.txt"
+        # shellcheck disable=SC2086  # envs is a list of words
+        timeout 300 env $envs build-dev/tests/$t > "$f" 2>&1
+        echo "$t with $envs rc=$?" | tee -a $log
+        grep -E "^\[[A-Z-]+\]|FAILED|PASSED" "$f" | head -40 | tee -a $log
+      done
     done ;;
   iqn-bench)
     build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --modes multi-tf32,single-tf32 \

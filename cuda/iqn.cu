@@ -86,10 +86,6 @@ struct IqnLearner::Impl {
     // and side-by-side timing: unfused (none), target, online (the target and online passes), fused
     // or auto (all three).
     bool fused_target = false, fused_online = false, fused_backward = false;
-    // dWφ summed inside the backward (IqnPaths::dwphi): its partial rows in dwphi_part, the
-    // half of m's buffer that holds dphi16 in FH_MATH_BF16 (free then, as the backward writes no
-    // dφpre; in TF32 m is dead once dWm's GEMM, before the backward, has read it).
-    bool fused_dwphi = false;
     int target_blocks = 0, online_blocks = 0;
     // FH_MATH_BF16 with the fused online pass and backward: they write the weight gradients'
     // operands (cos, m, dhpre, dφpre) as bfloat16 and dWm, dWφ multiply them as they are
@@ -119,7 +115,6 @@ struct IqnLearner::Impl {
         fused_target = paths.target;
         fused_online = paths.online;
         fused_backward = paths.backward;
-        fused_dwphi = paths.dwphi;
         if (fused_target) target_blocks = iqn::fused_blocks((size_t)d.B * d.Nt);
         if (fused_online) online_blocks = iqn::fused_blocks((size_t)d.B * d.N);
         // Partial rows for the unfused kernels' grids or the fused ones' (at most one per tile).
@@ -168,9 +163,6 @@ struct IqnLearner::Impl {
     __nv_bfloat16 *dh16() const { return reinterpret_cast<__nv_bfloat16 *>(dh); }
     __nv_bfloat16 *m16() const { return reinterpret_cast<__nv_bfloat16 *>(mbuf); }
     __nv_bfloat16 *dphi16() const { return m16() + (size_t)d.B * d.N * d.Hq; }
-    // [blocks, Hq·C] floats in the B·N·Hq / 2 floats after m16's: blocks <= ceil(B·N / 256),
-    // which is <= B·N / 128 as iqn_paths asks B·N >= 256.
-    float *dwphi_part() const { return reinterpret_cast<float *>(dphi16()); }
 
     // Forward of net P on input x with Nr quantile fractions of `purpose`: ψpre, ψ, cos, φraw,
     // m and hraw (= m Wmᵀ, no bias) in the scratch buffers.
@@ -281,18 +273,8 @@ struct IqnLearner::Impl {
             if (bf16_operands) {
                 f.dh16 = dh16();
                 f.dphi16 = dphi16();
-                f.cos16 = cos16();
-            }
-            if (fused_dwphi) {
-                f.cos = cosb;
-                f.dwphi = dwphi_part();
             }
             bwd_rows = iqn::backward_fused(f, online_blocks, s);
-            if (fused_dwphi) {
-                aux::Segs g;
-                g.add(grad + o.Wphi, 0, Hq * C);
-                aux::reduce_partials(dwphi_part(), bwd_rows, Hq * C, 1, g, s);
-            }
         } else {
             gemm_nn(bl, (int)RN, Hq, Hq, dh, params + o.Wm, hraw, 0.0f, "IQN dm = dh Wm");
             iqn::psiphi_bwd(hraw, phi, params + o.bphi, psi, psi_pre, params + o.bpsi, dpsi, B,
@@ -304,9 +286,7 @@ struct IqnLearner::Impl {
             g.add(grad + o.bpsi, Hq, Hq);
             aux::reduce_partials(part_bwd, bwd_rows, 2 * Hq, 1, g, s);
         }
-        if (fused_dwphi)
-            ;  // the backward summed dWφ
-        else if (bf16_operands)
+        if (bf16_operands)
             gemm_tn_bf16(bl, Hq, C, (int)RN, dphi16(), cos16(), grad + o.Wphi, 0.0f,
                          "IQN dWphi = dphi^T cos");
         else

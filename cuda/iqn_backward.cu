@@ -12,8 +12,7 @@
 // bfloat16 values for dWψ's GEMM, its only reader (the sums use it unrounded). dm never goes to
 // memory: this replaces the cuBLAS GEMM dm = dh Wm and the ψ/φ backward kernel of the unfused
 // path (iqn.cu), which wrote dm (64 MiB at B = 16384) and read it back. dWm, dWφ and dWψ stay
-// cuBLAS GEMMs over all rows, but for a trial (FW, FOXHUNT_IQN_DWPHI=fused: dwphi_tile) that
-// sums dWφ here instead.
+// cuBLAS GEMMs over all rows.
 //
 // Tiling. A block of 16 warps (one per SM: 220.5 KiB of shared memory, 128 registers a thread)
 // stages Wmᵀ [128, 128] in shared memory once (rounded to TF32, rows of 136 floats, ≡ 8 mod 32, so
@@ -71,13 +70,12 @@ __device__ __forceinline__ float2 psi_pre_pair(const BackwardArgs &a, size_t i, 
 // The epilogue of column tiles 4q .. 4q + 3 from their dm accumulators: dφpre in place of φraw,
 // dψpre on the transitions' first row groups, and the column sums into acc.
 // φraw of the thread's rows is read from src0 / src1, the warp's rows in shared memory. B16:
-// dφpre goes to a.dphi16 as bfloat16 (FH_MATH_BF16), else in place of φraw in a.phi; FW (dWφ
-// in the kernel): in place of φraw in src0 / src1 instead (0 on rows past the batch).
-template <bool SPSI, bool B16, bool FW>
+// dφpre goes to a.dphi16 as bfloat16 (FH_MATH_BF16), else in place of φraw in a.phi.
+template <bool SPSI, bool B16>
 __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const float *bphi,
                                                  const Rows &w, int N, int q,
-                                                 const float (&dm)[4][4], float *src0,
-                                                 float *src1, const float *ps0,
+                                                 const float (&dm)[4][4], const float *src0,
+                                                 const float *src1, const float *ps0,
                                                  const float *ps1, float (&pend)[4],
                                                  float (&acc)[2][4]) {
     const int tq = threadIdx.x & 3;
@@ -104,17 +102,8 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
         const float d01 = dm[n][1] * p0.y * dsilu_of(z01, s01);
         const float d10 = dm[n][2] * p1.x * dsilu_of(z10, s10);
         const float d11 = dm[n][3] * p1.y * dsilu_of(z11, s11);
-        if constexpr (FW) {
-            // Rounded once here for dWφ's products, not at each of the 4 warps' loads. Rows past
-            // the batch have dm = 0, so their products are 0 here too.
-            *reinterpret_cast<float2 *>(src0 + u) =
-                make_float2(mma::rounded<B16>(d00), mma::rounded<B16>(d01));
-            *reinterpret_cast<float2 *>(src1 + u) =
-                make_float2(mma::rounded<B16>(d10), mma::rounded<B16>(d11));
-        } else {
-            if (w.v0) st2(ph0 + u, d00, d01);
-            if (w.v1) st2(ph1 + u, d10, d11);
-        }
+        if (w.v0) st2(ph0 + u, d00, d01);
+        if (w.v1) st2(ph1 + u, d10, d11);
         v[0][n] = d00 + d10;
         v[1][n] = d01 + d11;
         // Σ_n dm ⊙ φ over each transition, then dψpre on its first row group's lanes.
@@ -170,93 +159,6 @@ __device__ __noinline__ void stage_wmT(E *WmT, const float *Wm) {
         });
 }
 
-// One element of cos for dWφ's products (0 past the batch): the online pass's float32, or in
-// FH_MATH_BF16 its bfloat16 copy.
-template <bool B16>
-__device__ __forceinline__ float cos_at(const BackwardArgs &a, size_t r, size_t R, int k) {
-    if (r >= R) return 0.0f;
-    if constexpr (B16)
-        return __bfloat162float(a.cos16[r * kC + k]);
-    else
-        return __ldg(a.cos + r * kC + k);
-}
-
-// dWφ += dφpreᵀ cos over one tile (FW): the tile's 256 dφpre rows are in shared memory at D
-// (row r at D + r·kLDM), each warp's own rows written by its epilogue, already rounded. Warp w
-// owns the 32 × 16 block of dWφ [128, 64] at rows j0 = 32 (w / 4) and columns k0 = 16 (w % 4),
-// two by two m16n8k8 tiles, and contracts over the 256 rows: A = dφpreᵀ (lanes read D rows t
-// and t + 4 at columns j0 + g: banks 8t + g, no conflict), B = cos rows from memory (8 lanes
-// read 32 contiguous bytes of a row). Operands rounded as the mode's products read them: TF32,
-// or bfloat16 values in FH_MATH_BF16 (exact in a TF32 product, so its float32 sums are those
-// of a bfloat16 product). The block's row of a.dwphi is written at its first tile and added to
-// after; each thread owns its 16 elements, so no two threads touch one.
-template <bool B16>
-__device__ __forceinline__ void dwphi_tile(const BackwardArgs &a, const float *D, size_t row0,
-                                           size_t R, bool first) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int j0 = 32 * (warp >> 2), k0 = 16 * (warp & 3);
-    float c[2][2][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) c[mi][ni][e] = 0.0f;
-    // Four k steps at a time: their cos elements loaded first (16 registers), so that a warp
-    // waits for memory once per four steps, not at each (eight at a time spilled registers).
-    constexpr int kSteps = 4;
-#pragma unroll 1
-    for (int k8 = 0; k8 < kBwdTile / 8; k8 += kSteps) {
-        float cv[kSteps][2][2];
-#pragma unroll
-        for (int s = 0; s < kSteps; ++s) {
-            const size_t ra = row0 + 8 * (k8 + s) + t;
-#pragma unroll
-            for (int ni = 0; ni < 2; ++ni) {
-                cv[s][ni][0] = cos_at<B16>(a, ra, R, k0 + 8 * ni + g);
-                cv[s][ni][1] = cos_at<B16>(a, ra + 4, R, k0 + 8 * ni + g);
-            }
-        }
-#pragma unroll
-        for (int s = 0; s < kSteps; ++s) {
-            const float *d0 = D + (8 * (k8 + s) + t) * kLDM + j0 + g, *d1 = d0 + 4 * kLDM;
-            mma::Op A[2][4], Bf[2][2];
-#pragma unroll
-            for (int mi = 0; mi < 2; ++mi) {
-                A[mi][0] = mma::loaded<false>(d0[16 * mi]);
-                A[mi][1] = mma::loaded<false>(d0[16 * mi + 8]);
-                A[mi][2] = mma::loaded<false>(d1[16 * mi]);
-                A[mi][3] = mma::loaded<false>(d1[16 * mi + 8]);
-            }
-#pragma unroll
-            for (int ni = 0; ni < 2; ++ni) {
-                Bf[ni][0] = mma::op_rounded<B16>(cv[s][ni][0]);
-                Bf[ni][1] = mma::op_rounded<B16>(cv[s][ni][1]);
-            }
-#pragma unroll
-            for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-                for (int ni = 0; ni < 2; ++ni) mma::mma<false>(c[mi][ni], A[mi], Bf[ni]);
-        }
-    }
-    float *P = a.dwphi + (size_t)blockIdx.x * (kHq * kC);
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float2 *p = reinterpret_cast<float2 *>(
-                    P + (j0 + 16 * mi + g + 8 * h) * kC + k0 + 8 * ni + 2 * t);
-                float2 v = make_float2(c[mi][ni][2 * h], c[mi][ni][2 * h + 1]);
-                if (!first) {
-                    const float2 o = *p;
-                    v = make_float2(o.x + v.x, o.y + v.y);
-                }
-                *p = v;
-            }
-}
-
 // A block of kBwdWarps warps; each warp copies its tile's φraw rows into shared memory
 // (cp.async) before the dm product and the epilogue reads them there: their latency hides
 // behind the product (16-warp blocks staging φraw against 8-warp blocks reading it at its use:
@@ -265,9 +167,7 @@ __device__ __forceinline__ void dwphi_tile(const BackwardArgs &a, const float *D
 // NC: N compiled in (kFixedN), or 0 to read it from a; only the kFixedN instance stages ψ.
 // B16 (FH_MATH_BF16): dhpre read from a.dh16, dφpre written to a.dphi16, both bfloat16, and dm on
 // bfloat16 products (mma_bf16.cuh) with Wmᵀ staged as bfloat16.
-// FW (a.dwphi set): dWφ too (dwphi_tile), with two block barriers a tile: after the epilogues
-// (every warp's dφpre rows staged) and after the products (read before the next tile's copies).
-template <int NC, bool B16, bool FW>
+template <int NC, bool B16>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs a) {
     pdl_enter();
     constexpr bool SPSI = NC == kFixedN;
@@ -358,7 +258,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
         // The epilogue a quarter of the columns at a time, φraw from the staged rows.
         cp_async_wait_all();
         __syncwarp();
-        float *src0 = phs + gi * kLDM, *src1 = phs + (gi + 8) * kLDM;
+        const float *src0 = phs + gi * kLDM, *src1 = phs + (gi + 8) * kLDM;
         float pend[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -367,16 +267,10 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
             for (int n = 0; n < 4; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) dq[n][e] = dm[4 * q + n][e];
-            epilogue_quarter<SPSI, B16, FW>(a, bphi, w, N, q, dq, src0, src1, pss, pss + kHq,
-                                            pend, acc);
+            epilogue_quarter<SPSI, B16>(a, bphi, w, N, q, dq, src0, src1, pss, pss + kHq, pend,
+                                        acc);
         }
-        if constexpr (FW) {
-            __syncthreads();
-            dwphi_tile<B16>(a, bphi + kHq, tile * kBwdTile, R, tile == blockIdx.x);
-            __syncthreads();
-        } else {
-            __syncwarp();  // the rows are read before the next tile's copies land
-        }
+        __syncwarp();  // the rows are read before the next tile's copies land
     }
     // The block's partial row: warp rows in shared memory (over Wmᵀ), summed in warp order.
     __syncthreads();
@@ -389,31 +283,20 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
 }  // namespace
 
 void backward_fused_prepare() {
-    for (const void *k : {(const void *)k_iqn_backward<0, false, false>,
-                          (const void *)k_iqn_backward<kFixedN, false, false>,
-                          (const void *)k_iqn_backward<0, true, false>,
-                          (const void *)k_iqn_backward<kFixedN, true, false>,
-                          (const void *)k_iqn_backward<0, false, true>,
-                          (const void *)k_iqn_backward<kFixedN, false, true>,
-                          (const void *)k_iqn_backward<0, true, true>,
-                          (const void *)k_iqn_backward<kFixedN, true, true>})
+    for (const void *k : {(const void *)k_iqn_backward<0, false>,
+                          (const void *)k_iqn_backward<kFixedN, false>,
+                          (const void *)k_iqn_backward<0, true>,
+                          (const void *)k_iqn_backward<kFixedN, true>})
         aux::allow_smem(k, kBwdSmemBytes, "IQN backward through m");
 }
 
 namespace {
-template <bool B16, bool FW>
-void launch_backward(const BackwardArgs &a, int nb, cudaStream_t s) {
-    if (fixed_n(a.N))
-        FH_LAUNCH((k_iqn_backward<kFixedN, B16, FW>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
-    else
-        FH_LAUNCH((k_iqn_backward<0, B16, FW>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
-}
 template <bool B16>
 void launch_backward(const BackwardArgs &a, int nb, cudaStream_t s) {
-    if (a.dwphi)
-        launch_backward<B16, true>(a, nb, s);
+    if (fixed_n(a.N))
+        FH_LAUNCH((k_iqn_backward<kFixedN, B16>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
     else
-        launch_backward<B16, false>(a, nb, s);
+        FH_LAUNCH((k_iqn_backward<0, B16>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
 }
 }  // namespace
 
@@ -423,8 +306,6 @@ int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
         1, std::min<size_t>({tiles, (size_t)sm_count(), (size_t)std::max(1, blocks)}));
     if (!a.dh16 != !a.dphi16)
         fail(FH_ERR_INTERNAL, "IQN backward through m: dh16 and dphi16 set apart");
-    if (a.dwphi && (a.dh16 ? !a.cos16 : !a.cos))
-        fail(FH_ERR_INTERNAL, "IQN backward through m: dWphi without its cos operand");
     if (a.dh16)
         launch_backward<true>(a, nb, s);
     else

@@ -69,13 +69,6 @@ struct BackwardArgs {
     // phi). Both set, or neither.
     const __nv_bfloat16 *dh16;
     __nv_bfloat16 *dphi16;
-    // dWφ inside the kernel (IqnPaths::dwphi, a trial): where dwphi is set, each block also sums
-    // dWφ = dφpreᵀ cos over its tiles into its row of dwphi [blocks, 128·64] (row-major like Wφ),
-    // and dφpre goes nowhere (phi keeps φraw; dphi16 is not written). cos is the online pass's
-    // [B·N, 64], or cos16 in FH_MATH_BF16 (then the products multiply bfloat16 values).
-    const float *cos;
-    const __nv_bfloat16 *cos16;
-    float *dwphi;
 };
 
 // Rows per tile of the fused kernels: their grids never exceed ceil(rows / this) blocks, which

@@ -25,14 +25,6 @@ IqnPaths iqn_paths(const Dims &d, const fh_config &c) {
                d.C == kIqnFusedCos && level >= 1;
     p.online = p.target && d.N >= 1 && d.N <= 16 && 16 % d.N == 0 && level >= 2;
     p.backward = p.online && level >= 3;
-    // A trial until its timing is in bench/results: FOXHUNT_IQN_DWPHI = gemm (the default) or
-    // fused. Fused needs B·N >= 256: the blocks' partial rows (at most one per 256-row tile, 32
-    // KiB each) go where the bfloat16 dφpre would (cuda/iqn.cu), half of m's buffer.
-    const char *w = getenv("FOXHUNT_IQN_DWPHI");
-    const bool fused = w && !strcmp(w, "fused");
-    if (w && *w && !fused && strcmp(w, "gemm"))
-        fail(FH_ERR_BAD_VALUE, "FOXHUNT_IQN_DWPHI='%s': expected gemm or fused", w);
-    p.dwphi = fused && p.backward && (uint64_t)d.B * d.N >= 256;
     return p;
 }
 

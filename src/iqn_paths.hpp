@@ -15,7 +15,6 @@ struct IqnPaths {
     bool target = false;    // the target pass after ψ̄: iqn_hidden = 128, iqn_cos = 64
     bool online = false;    // the online pass and head: also 16 % iqn_n == 0
     bool backward = false;  // the backward through m: with the online pass
-    bool dwphi = false;     // dWφ inside the backward (FOXHUNT_IQN_DWPHI=fused, a trial)
 };
 
 // TF32 and BF16 modes fuse every pass whose shapes fit; strict FP32 none.

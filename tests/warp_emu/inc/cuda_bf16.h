@@ -26,4 +26,3 @@ inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
     return {{bf16_rne(a)}, {bf16_rne(b)}};
 }
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
-inline float __bfloat162float(__nv_bfloat16 h) { return bf16_to_f(h.x); }

@@ -67,18 +67,12 @@ struct Warp {
 };
 inline thread_local Warp *gW;  // the calling thread's warp
 inline float4 *gSmem;            // the running block's shared memory (prepare.py's sm4)
-// The running block's barrier when its warps run at once (grid.h's run_grid_concurrent).
-inline std::barrier<> *gBlockBar;
 inline void __syncwarp(unsigned = 0xffffffffu) { gW->bar.arrive_and_wait(); }
-// The block's barrier where its warps run at once; else the running warp's: the other harnesses
-// run one warp of a block at a time (the IQN harness stages the whole block's shared memory
-// before, so that the warp's own staging rewrites the same values; outside a warp, in that
-// staging, it is a no-op).
+// The running warp's barrier: the harnesses run one warp of a block at a time (the IQN harness
+// stages the whole block's shared memory before, so that the warp's own staging rewrites the
+// same values; outside a warp, in that staging, it is a no-op).
 inline void __syncthreads() {
-    if (gBlockBar)
-        gBlockBar->arrive_and_wait();
-    else if (gW)
-        gW->bar.arrive_and_wait();
+    if (gW) gW->bar.arrive_and_wait();
 }
 inline double shfl_from(double v, int src) {
     const int l = threadIdx.x & 31;

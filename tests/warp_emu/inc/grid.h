@@ -1,25 +1,11 @@
 #pragma once
 // Running a grid on the CPU (tests/warp_emu/README.md): block after block, each block's shared
 // memory first filled with NaN and staged thread by thread by `stage`, then its warps one after
-// another, each warp 32 threads calling `kernel` (run_grid); or all of a block's threads at once,
-// meeting at __syncthreads (run_grid_concurrent), for kernels whose warps read each other's
-// shared memory.
+// another, each warp 32 threads calling `kernel`.
 #include <cuda_runtime.h>
 
 #include <thread>
 #include <vector>
-
-// Block b's shared memory filled with NaN and staged thread by thread.
-template <class Stage>
-void begin_block(int b, std::vector<float4> &sm, Stage &stage) {
-    for (auto &f : sm) f = make_float4(NAN, NAN, NAN, NAN);
-    gSmem = sm.data();
-    blockIdx.x = b;
-    for (unsigned t = 0; t < blockDim.x; ++t) {
-        threadIdx.x = t;
-        stage();
-    }
-}
 
 template <class Stage, class Kernel>
 void run_grid(int blocks, int nwarps, size_t smem_bytes, Stage &&stage, Kernel &&kernel) {
@@ -27,7 +13,13 @@ void run_grid(int blocks, int nwarps, size_t smem_bytes, Stage &&stage, Kernel &
     blockDim.x = 32 * nwarps;
     std::vector<float4> sm(smem_bytes / 16 + 1);
     for (int b = 0; b < blocks; ++b) {
-        begin_block(b, sm, stage);
+        for (auto &f : sm) f = make_float4(NAN, NAN, NAN, NAN);
+        gSmem = sm.data();
+        blockIdx.x = b;
+        for (unsigned t = 0; t < blockDim.x; ++t) {
+            threadIdx.x = t;
+            stage();
+        }
         for (int w = 0; w < nwarps; ++w) {
             Warp W;
             std::vector<std::thread> th;
@@ -40,30 +32,5 @@ void run_grid(int blocks, int nwarps, size_t smem_bytes, Stage &&stage, Kernel &
                 });
             for (auto &t : th) t.join();
         }
-    }
-}
-
-template <class Stage, class Kernel>
-void run_grid_concurrent(int blocks, int nwarps, size_t smem_bytes, Stage &&stage,
-                         Kernel &&kernel) {
-    gridDim.x = blocks;
-    blockDim.x = 32 * nwarps;
-    std::vector<float4> sm(smem_bytes / 16 + 1);
-    for (int b = 0; b < blocks; ++b) {
-        begin_block(b, sm, stage);
-        std::vector<Warp> W(nwarps);
-        std::barrier<> block(32 * nwarps);
-        gBlockBar = &block;
-        std::vector<std::thread> th;
-        for (int w = 0; w < nwarps; ++w)
-            for (int l = 0; l < 32; ++l)
-                th.emplace_back([&, w, l] {
-                    threadIdx.x = 32 * w + l;
-                    blockIdx.x = b;
-                    gW = &W[w];
-                    kernel();
-                });
-        for (auto &t : th) t.join();
-        gBlockBar = nullptr;
     }
 }
