@@ -33,6 +33,18 @@ int sm_count() {
     return sms > 1 ? sms : 1;
 }
 
+int run_probe(const void *probe) {
+    int *flag = nullptr, host = 0;
+    FH_CUDA(cudaMalloc(&flag, sizeof(int)));
+    void *args[] = {&flag};
+    const cudaError_t launched = cudaLaunchKernel(probe, dim3(1), dim3(1), args, 0, nullptr);
+    const cudaError_t copied = cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost);
+    cudaFree(flag);
+    FH_CUDA(launched);
+    FH_CUDA(copied);
+    return host;
+}
+
 void throw_cuda(cudaError_t e, const char *call, const char *file, int line) {
     const char *base = strrchr(file, '/');
     fail(e == cudaErrorMemoryAllocation ? FH_ERR_OUT_OF_MEMORY : FH_ERR_CUDA,

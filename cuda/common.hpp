@@ -47,6 +47,11 @@ namespace fh::cuda {
 // The current device's streaming multiprocessors (at least 1), for grids sized to whole waves.
 int sm_count();
 
+// Launches `probe`, a kernel void(int *), on one thread of the current device, waits, and
+// returns the int it wrote: which code the driver loaded for the probe's module
+// (wgmma.cuh's wgmma_probe_kernel). Blocking; for creation time only.
+int run_probe(const void *probe);
+
 // Makes `d` the current device for a scope (a pipeline's calls may come from a thread whose
 // current device is another), restoring the previous one.
 struct DeviceGuard {

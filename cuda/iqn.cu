@@ -93,6 +93,7 @@ struct IqnLearner::Impl {
     // cosb, dh16 in dh, and m16 and dphi16 in the two halves of mbuf.
     bool bf16_operands = false;
     bool bf16_target = false;  // FH_MATH_BF16: the fused target pass on bfloat16 products
+    bool wg_target = false, wg_online = false;  // h on warpgroup products (below)
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
          float *v)
         : d(dd), o(L.iqn), params(p), target(t), mom1(m), mom2(v) {
@@ -153,8 +154,13 @@ struct IqnLearner::Impl {
         part_head = arena.at<double>(o_ph);
         part_bwd = arena.at<double>(o_pb);
         if (fused_target) wpsi_t = arena.at<float>(o_wt);
-        if (fused_target) iqn::target_fused_prepare();
-        if (fused_online) iqn::online_fused_prepare();
+        // In TF32 mode on sm_90a code, h = m Wmᵀ of the fused target and online passes runs on
+        // Hopper's warpgroup tensor cores (iqn_fused.cuh's SmemWg), elsewhere on mma.sync: IQN
+        // lane 0.506 / 0.507 → 0.499 / 0.497 ms single-stream, multi-stream within the spread
+        // (bench/results/h100-2026-12-05-iqn-wgmma-before-after*.json, on an H100).
+        const bool tf32 = c.math_mode == FH_MATH_TF32;
+        wg_target = fused_target && iqn::target_fused_prepare() && tf32;
+        wg_online = fused_online && iqn::online_fused_prepare() && tf32;
         if (fused_backward) iqn::backward_fused_prepare();
         bf16_operands = c.math_mode == FH_MATH_BF16 && fused_backward;
         bf16_target = c.math_mode == FH_MATH_BF16;
@@ -209,7 +215,7 @@ struct IqnLearner::Impl {
                         target + o.bpsi, psi, psi, "IQN target psi");
             iqn::TargetArgs t{psi, target + o.Wphi, target + o.bphi, target + o.Wm,
                               target + o.bm, target + o.w_z, target + o.b_z, seed, in.step,
-                              B, Nt, d.row0, zt, bf16_target};
+                              B, Nt, d.row0, zt, bf16_target, wg_target};
             iqn::target_fused(t, target_blocks, s);
         } else {
             forward(bl, s, target, in.xn, Nt, PURPOSE_IQN_TARGET, in.step, nullptr);
@@ -233,6 +239,7 @@ struct IqnLearner::Impl {
             f.B = B; f.N = N; f.Nt = Nt; f.row0 = d.row0;
             f.tau = tau; f.cos = cosb; f.phi = phi; f.m = mbuf; f.dh = dh;
             f.z_mean = z_mean; f.partial = part_head;
+            f.wg = wg_online;
             if (bf16_operands) {
                 f.cos16 = cos16(); f.m16 = m16(); f.dh16 = dh16();
             }

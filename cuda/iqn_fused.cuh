@@ -23,6 +23,9 @@
 // instructions of the TF32 products for the same rows. The kernels take the weights' element type
 // E (float or __nv_bfloat16); phi_tile, merge_tile and h_tiles have an overload for each, and the
 // kernels are otherwise one code.
+//
+// TF32 mode on Hopper's sm_90a code runs h = m Wmᵀ on the warpgroup tensor cores instead, with
+// Wm staged in their swizzled layout (SmemWg below); φ stays mma.sync's.
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -36,6 +39,7 @@
 #include "philox.hpp"
 #include "stage.cuh"
 #include "tile128.cuh"
+#include "wgmma.cuh"
 
 namespace fh::cuda::iqn {
 
@@ -280,15 +284,15 @@ __device__ __forceinline__ void h_tiles(const Smem &s, const mma::Op (&M)[kHq / 
         }
 }
 
-// Z's row dots of column tiles 8·half .. 8·half + 7 (from h_tiles<8>): z0 / z1 += Σ SiLU(h + bm)
+// Z's row dots of column tiles nu0 .. nu0 + NT − 1 (from h_tiles<NT>): z0 / z1 += Σ SiLU(h + bm)
 // w_z over the thread's columns (a quad sums a row afterwards).
-template <class S>
-__device__ __forceinline__ void z_half(const S &s, const float (&h)[8][4], int half, float &z0,
+template <class S, int NT>
+__device__ __forceinline__ void z_part(const S &s, const float (&h)[NT][4], int nu0, float &z0,
                                        float &z1) {
     const int tq = threadIdx.x & 3;
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-        const int u = 8 * (8 * half + n) + 2 * tq;
+    for (int n = 0; n < NT; ++n) {
+        const int u = 8 * (nu0 + n) + 2 * tq;
         z0 = fmaf(silu_fast(h[n][0] + s.bm[u]), s.wz[u], z0);
         z0 = fmaf(silu_fast(h[n][1] + s.bm[u + 1]), s.wz[u + 1], z0);
         z1 = fmaf(silu_fast(h[n][2] + s.bm[u]), s.wz[u], z1);
@@ -365,19 +369,130 @@ template <class E>
 using Frags = std::conditional_t<std::is_same_v<E, float>, mma::Op[kHq / 8][4],
                                  uint32_t[kHq / 16][4]>;
 
+
+// TF32 mode on sm_90a code (Hopper): h = m Wmᵀ on the warpgroup tensor cores (wgmma.cuh)
+// instead of mma.sync. m's A fragments stay in registers as they are (wgmma's register A layout
+// is mma.sync's); Wm is staged once per block as the B operand, K-major in the 128-byte swizzled
+// layout, 4 chunks of 32 columns (128 rows of 128 bytes each), its columns within each group of
+// 8 in the permuted contraction order of mma_tf32.cuh (column 2t at position t, 2t + 1 at
+// t + 4), so that the same registers multiply the same weights as in h_tiles above. A
+// warpgroup's 4 warps (64 rows) issue each k step of 8 as one instruction for a quarter's 32
+// columns, instead of 4 mma.sync per warp with a shared-memory load each; a quarter, not a half,
+// so that the accumulators fit beside m's 64 registers at two blocks per SM (ptxas still
+// serializes the target pass's products for registers, C7512, and not the online pass's). Wφ
+// stays as SmemOf<float> stages it (φ is still mma.sync's). Side by side on an H100 at
+// B = 16384: IQN lane 0.506 / 0.507 → 0.499 / 0.497 ms single-stream, multi-stream within the
+// spread (bench/results/h100-2026-12-05-iqn-wgmma-before-after*.json): the passes are bound by
+// their stores and loads more than by these products.
+struct SmemWg : SmemOf<float> {
+    uint32_t wm;  // shared-state-space address of Wm's swizzled copy (1024-byte aligned)
+};
+constexpr int kWmChunkFloats = kHq * 32;
+constexpr size_t kSmemBytesWg =
+    1024 + ((size_t)kHq * kHq + (size_t)kHq * kLDP + 3 * kHq) * sizeof(float);
+
+// Where Wm[n][k] sits in SmemWg's copy, in floats from its base.
+__device__ __forceinline__ int wm_swizzled(int n, int k) {
+    const int j = k & 7, p = (k & 24) | ((j >> 1) + 4 * (j & 1));
+    return (k >> 5) * kWmChunkFloats + n * 32 + ((((p >> 2) ^ (n & 7)) << 2) | (p & 3));
+}
+
+// stage_weights<float> for SmemWg: Wm swizzled from the first 1024-byte boundary (kSmemBytesWg
+// has the slack), then Wφ, bφ, bm and w_z as there.
+__device__ __forceinline__ SmemWg stage_weights_wg(float4 *sm, const float *Wphi,
+                                                   const float *bphi, const float *Wm,
+                                                   const float *bm, const float *wz) {
+    SmemWg s;
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(sm);
+    const uint32_t pad = ((raw + 1023u) & ~1023u) - raw;
+    float *wm = reinterpret_cast<float *>(reinterpret_cast<char *>(sm) + pad);
+    s.wm = raw + pad;
+    s.Wm = wm;
+    s.Wphi = wm + kHq * kHq;
+    s.bphi = s.Wphi + kHq * kLDP;
+    s.bm = s.bphi + kHq;
+    s.wz = s.bm + kHq;
+    stage_matrix<kHq, kC>(s.Wphi, kLDP, Wphi);
+    const float4 *w4 = reinterpret_cast<const float4 *>(Wm);
+    stage_batched<8, float4>(
+        kHq * kHq / 4, [&](int e) { return __ldg(w4 + e); },
+        [&](int e, float4 v) {
+            const int n = e / (kHq / 4), k = 4 * (e - n * (kHq / 4));
+            const float4 r = tf32x4(v);
+            wm[wm_swizzled(n, k)] = r.x;
+            wm[wm_swizzled(n, k + 1)] = r.y;
+            wm[wm_swizzled(n, k + 2)] = r.z;
+            wm[wm_swizzled(n, k + 3)] = r.w;
+        });
+    for (int e = threadIdx.x; e < kHq; e += blockDim.x) {
+        s.bphi[e] = __ldg(bphi + e);
+        s.bm[e] = __ldg(bm + e);
+        s.wz[e] = __ldg(wz + e);
+    }
+#ifdef FH_HAVE_WGMMA
+    wg::fence_proxy_shared();
+#endif
+    __syncthreads();
+    return s;
+}
+
+// The weights for the kernels' products: SmemWg (WG), else SmemOf<E>.
+template <bool WG, class E>
+__device__ __forceinline__ auto stage_for(float4 *sm, const float *Wphi, const float *bphi,
+                                          const float *Wm, const float *bm, const float *wz) {
+    if constexpr (WG)
+        return stage_weights_wg(sm, Wphi, bphi, Wm, bm, wz);
+    else
+        return stage_weights<E>(sm, Wphi, bphi, Wm, bm, wz);
+}
+
+// h_tiles on the warpgroup's products: column tiles nu0 .. nu0 + NT − 1 (NT = 4 or 8, n32 or
+// n64), 16 k steps issued back to back, then waited for. Every thread of the warpgroup must
+// call it (the instructions are warpgroup-wide).
+template <int NT>
+__device__ __forceinline__ void h_tiles(const SmemWg &s, const mma::Op (&M)[kHq / 8][4], int nu0,
+                                       float (&h)[NT][4]) {
+    static_assert(NT == 4 || NT == 8, "wgmma.cuh has n32 and n64");
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) h[n][e] = 0.0f;
+#ifdef FH_HAVE_WGMMA
+    // The descriptors from an address the compiler cannot hoist out of the tile loop: kept live
+    // across it, the 16 of each call took the registers the products need in flight.
+    uint32_t base;
+    asm volatile("mov.b32 %0, %1;\n" : "=r"(base) : "r"(s.wm + (uint32_t)(nu0 * 8 * 128)));
+    const uint64_t d0 = wg::sw128_desc(base);
+    wg::pin(h);
+    wg::fence();
+#pragma unroll
+    for (int ka = 0; ka < kHq / 8; ++ka)
+        wg::mma_rs(h, M[ka][0].hi, M[ka][1].hi, M[ka][2].hi, M[ka][3].hi,
+                   d0 + (uint64_t)(((ka >> 2) * kWmChunkFloats * 4 + (ka & 3) * 32) >> 4));
+    wg::commit();
+    wg::wait_all();
+    wg::pin(h);
+#else
+    __trap();  // the host launches these instances only where sm_90a code was loaded
+#endif
+}
+
 // Z's row dots without b_z, Σ_u SiLU(h_u + bm_u) w_z,u over all kHq columns of the thread's
-// rows g (z0) and g + 8 (z1), h = m Wmᵀ from the m fragments M a half at a time (h_tiles<8>,
-// z_half); every lane of the quad returns the row's sum. The target and online passes share it.
-template <class E>
-__device__ __forceinline__ void z_rows(const SmemOf<E> &s, const Frags<E> &M, float &z0,
-                                       float &z1) {
+// rows g (z0) and g + 8 (z1), h = m Wmᵀ from the m fragments M NT column tiles at a time
+// (h_tiles<NT>, z_part; a half with mma.sync, a quarter on the warpgroup products, whose
+// accumulators must fit beside M in registers); every lane of the quad returns the row's sum.
+// The target and online passes share it. S: the staged weights (SmemOf<E>, or SmemWg), F: m's
+// fragments for them (Frags<E>).
+template <class S, class F>
+__device__ __forceinline__ void z_rows(const S &s, const F &M, float &z0, float &z1) {
+    constexpr int NT = std::is_same_v<S, SmemWg> ? 4 : 8;
     z0 = 0.0f;
     z1 = 0.0f;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        float h[8][4];
-        h_tiles<8>(s, M, 8 * half, h);
-        z_half(s, h, half, z0, z1);
+    for (int part = 0; part < kHq / 8 / NT; ++part) {
+        float h[NT][4];
+        h_tiles<NT>(s, M, NT * part, h);
+        z_part(s, h, NT * part, z0, z1);
     }
     z0 = quad_sum(z0);
     z1 = quad_sum(z1);

@@ -25,6 +25,7 @@ struct TargetArgs {
     uint32_t row0;                          // Philox c0 of row i is row0 + i (SPEC §9)
     float *zt;                              // out [B, N'], row i·N' + m
     bool bf16;                              // FH_MATH_BF16: bfloat16 products (mma_bf16.cuh)
+    bool wg = false;                        // TF32: h̄ on warpgroup products (sm_90a code)
 };
 
 struct OnlineArgs {
@@ -52,6 +53,7 @@ struct OnlineArgs {
     // go there as bfloat16 (round to nearest even of the same floats) instead; cos, m and dh are
     // not written. All three set, or none.
     __nv_bfloat16 *cos16, *m16, *dh16;
+    bool wg;                                // TF32: h on warpgroup products (sm_90a code)
 };
 
 struct BackwardArgs {
@@ -79,8 +81,11 @@ constexpr int kFusedRowsPerTile = 128;
 // the shapes the kernels are written for; for the online pass and the backward also
 // 16 % iqn_n == 0: a warp's 16 rows hold whole transitions).
 int fused_blocks(size_t rows);  // grid size for `rows` rows on the current device
-void target_fused_prepare();    // opt the kernels into their shared memory (once each)
-void online_fused_prepare();
+// Opt the kernels into their shared memory (once each); the target and online passes return
+// whether their warpgroup instances (TargetArgs::wg, OnlineArgs::wg) have code here (sm_90a
+// loaded; only those may then be launched with wg set).
+bool target_fused_prepare();
+bool online_fused_prepare();
 void backward_fused_prepare();
 void target_fused(const TargetArgs &a, int blocks, cudaStream_t s);
 void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s);

@@ -29,6 +29,7 @@
 #include <type_traits>
 
 #include "aux_common.cuh"
+#include "common.hpp"
 #include "error.hpp"
 #include "iqn_fused.cuh"
 #include "iqn_fused.hpp"
@@ -59,16 +60,18 @@ __device__ __forceinline__ float head_row(const OnlineArgs &a, int Nt, bool vali
 
 // NC, NTC: N and N' compiled in (kFixedN), or 0 to read them from a. B16 (FH_MATH_BF16): the
 // products on bfloat16 operands (iqn_fused.cuh's SmemB16 overloads) and cos, m and dhpre to
-// a.cos16, a.m16, a.dh16 as bfloat16; else TF32 products and a.cos, a.m, a.dh.
-template <int NC, int NTC, bool B16>
+// a.cos16, a.m16, a.dh16 as bfloat16; else TF32 products and a.cos, a.m, a.dh. WG (TF32 only):
+// h on the warpgroup products (iqn_fused.cuh's SmemWg).
+template <int NC, int NTC, bool B16, bool WG>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
     pdl_enter();
+    static_assert(!(WG && B16), "the warpgroup products are TF32's");
     using E = std::conditional_t<B16, __nv_bfloat16, float>;  // the weights' element type
     using Out = std::conditional_t<B16, __nv_bfloat16, float>;
     Out *const cos_out = pick<B16>(a.cos, a.cos16), *const m_out = pick<B16>(a.m, a.m16),
               *const dh_out = pick<B16>(a.dh, a.dh16);
     extern __shared__ float4 sm4[];
-    const SmemOf<E> sw = stage_weights<E>(sm4, a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
+    const auto sw = stage_for<WG, E>(sm4, a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
     const uint32_t st = (uint32_t)*a.step;
     const float bz = __ldg(a.bz);
@@ -97,7 +100,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
                    v0 ? m_out + r0 * kHq : nullptr, v1 ? m_out + r1 * kHq : nullptr);
         // Z_in of the thread's two rows (every lane of the quad holds them).
         float z0, z1;
-        z_rows<E>(sw, M, z0, z1);
+        z_rows(sw, M, z0, z1);
         z0 += bz;
         z1 += bz;
         // z_mean: the transition's N rows are lanes g .. g + N − 1 of one half (N ≤ 8), or both
@@ -170,33 +173,40 @@ int fused_blocks(size_t rows) {
     return (int)std::max<size_t>(1, std::min<size_t>(tiles, 2 * (size_t)sm_count()));
 }
 
-void online_fused_prepare() {
-    for (const void *k : {(const void *)k_iqn_online<0, 0, false>,
-                          (const void *)k_iqn_online<kFixedN, kFixedN, false>})
+bool online_fused_prepare() {
+    for (const void *k : {(const void *)k_iqn_online<0, 0, false, false>,
+                          (const void *)k_iqn_online<kFixedN, kFixedN, false, false>})
         aux::allow_smem(k, kSmemBytes<float>, "IQN online pass");
-    for (const void *k : {(const void *)k_iqn_online<0, 0, true>,
-                          (const void *)k_iqn_online<kFixedN, kFixedN, true>})
+    for (const void *k : {(const void *)k_iqn_online<0, 0, true, false>,
+                          (const void *)k_iqn_online<kFixedN, kFixedN, true, false>})
         aux::allow_smem(k, kSmemBytes<__nv_bfloat16>, "IQN online pass (bfloat16)");
+    if (!run_probe((const void *)wg::wgmma_probe_kernel<2>)) return false;
+    for (const void *k : {(const void *)k_iqn_online<0, 0, false, true>,
+                          (const void *)k_iqn_online<kFixedN, kFixedN, false, true>})
+        aux::allow_smem(k, kSmemBytesWg, "IQN online pass (warpgroup products)");
+    return true;
 }
 
 namespace {
-template <bool B16>
+template <bool B16, bool WG>
 void launch_online(const OnlineArgs &a, int blocks, cudaStream_t s) {
-    const size_t smem = B16 ? kSmemBytes<__nv_bfloat16> : kSmemBytes<float>;
+    const size_t smem = WG ? kSmemBytesWg : B16 ? kSmemBytes<__nv_bfloat16> : kSmemBytes<float>;
     if (fixed_n(a.N) && fixed_n(a.Nt))
-        FH_LAUNCH((k_iqn_online<kFixedN, kFixedN, B16>), blocks, kWarps * 32, smem, s, a);
+        FH_LAUNCH((k_iqn_online<kFixedN, kFixedN, B16, WG>), blocks, kWarps * 32, smem, s, a);
     else
-        FH_LAUNCH((k_iqn_online<0, 0, B16>), blocks, kWarps * 32, smem, s, a);
+        FH_LAUNCH((k_iqn_online<0, 0, B16, WG>), blocks, kWarps * 32, smem, s, a);
 }
 }  // namespace
 
 void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s) {
     if (a.dh16) {
-        if (!a.cos16 || !a.m16)
-            fail(FH_ERR_INTERNAL, "IQN online pass: dh16 set without cos16 and m16");
-        launch_online<true>(a, blocks, s);
+        if (!a.cos16 || !a.m16 || a.wg)
+            fail(FH_ERR_INTERNAL, "IQN online pass: dh16 set without cos16 and m16, or with wg");
+        launch_online<true, false>(a, blocks, s);
+    } else if (a.wg) {
+        launch_online<false, true>(a, blocks, s);
     } else {
-        launch_online<false>(a, blocks, s);
+        launch_online<false, false>(a, blocks, s);
     }
 }
 

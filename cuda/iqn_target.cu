@@ -11,8 +11,11 @@
 // Z̄'s row dot with w̄_z; a quad sums a row.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "aux_common.cuh"
+#include "common.hpp"
+#include "error.hpp"
 #include "iqn_fused.cuh"
 #include "iqn_fused.hpp"
 #include "launch.cuh"
@@ -21,12 +24,14 @@ namespace fh::cuda::iqn {
 
 namespace {
 
-// NTC: N' compiled in (kFixedN), or 0 to read it from a.
-template <int NTC, class E>
+// NTC: N' compiled in (kFixedN), or 0 to read it from a. WG (TF32 only): h̄ on the warpgroup
+// products (iqn_fused.cuh's SmemWg).
+template <int NTC, class E, bool WG>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
     pdl_enter();
+    static_assert(!WG || std::is_same_v<E, float>, "the warpgroup products are TF32's");
     extern __shared__ float4 sm4[];
-    const SmemOf<E> sw = stage_weights<E>(sm4, a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
+    const auto sw = stage_for<WG, E>(sm4, a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
     const uint32_t st = (uint32_t)*a.step;
     const float bz = __ldg(a.bz);
@@ -45,7 +50,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
         merge_tile<float>(sw, acc, a.psi + ii0 * kHq, a.psi + ii1 * kHq, M, nullptr, nullptr,
                           nullptr, nullptr);
         float z0, z1;
-        z_rows<E>(sw, M, z0, z1);
+        z_rows(sw, M, z0, z1);
         if (tq == 0) {
             if (r0 < R) a.zt[r0] = z0 + bz;
             if (r1 < R) a.zt[r1] = z1 + bz;
@@ -53,30 +58,39 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
     }
 }
 
-template <class E>
+template <class E, bool WG>
 void launch_target(const TargetArgs &a, int blocks, cudaStream_t s) {
+    const size_t smem = WG ? kSmemBytesWg : kSmemBytes<E>;
     if (fixed_n(a.Nt))
-        FH_LAUNCH((k_iqn_target<kFixedN, E>), blocks, kWarps * 32, kSmemBytes<E>, s, a);
+        FH_LAUNCH((k_iqn_target<kFixedN, E, WG>), blocks, kWarps * 32, smem, s, a);
     else
-        FH_LAUNCH((k_iqn_target<0, E>), blocks, kWarps * 32, kSmemBytes<E>, s, a);
+        FH_LAUNCH((k_iqn_target<0, E, WG>), blocks, kWarps * 32, smem, s, a);
 }
 
 }  // namespace
 
 void target_fused(const TargetArgs &a, int blocks, cudaStream_t s) {
+    if (a.bf16 && a.wg) fail(FH_ERR_INTERNAL, "IQN target pass: wg set in BF16");
     if (a.bf16)
-        launch_target<__nv_bfloat16>(a, blocks, s);
+        launch_target<__nv_bfloat16, false>(a, blocks, s);
+    else if (a.wg)
+        launch_target<float, true>(a, blocks, s);
     else
-        launch_target<float>(a, blocks, s);
+        launch_target<float, false>(a, blocks, s);
 }
 
-void target_fused_prepare() {
-    for (const void *k : {(const void *)k_iqn_target<0, float>,
-                          (const void *)k_iqn_target<kFixedN, float>})
+bool target_fused_prepare() {
+    for (const void *k : {(const void *)k_iqn_target<0, float, false>,
+                          (const void *)k_iqn_target<kFixedN, float, false>})
         aux::allow_smem(k, kSmemBytes<float>, "IQN target pass");
-    for (const void *k : {(const void *)k_iqn_target<0, __nv_bfloat16>,
-                          (const void *)k_iqn_target<kFixedN, __nv_bfloat16>})
+    for (const void *k : {(const void *)k_iqn_target<0, __nv_bfloat16, false>,
+                          (const void *)k_iqn_target<kFixedN, __nv_bfloat16, false>})
         aux::allow_smem(k, kSmemBytes<__nv_bfloat16>, "IQN target pass (bfloat16)");
+    if (!run_probe((const void *)wg::wgmma_probe_kernel<1>)) return false;
+    for (const void *k : {(const void *)k_iqn_target<0, float, true>,
+                          (const void *)k_iqn_target<kFixedN, float, true>})
+        aux::allow_smem(k, kSmemBytesWg, "IQN target pass (warpgroup products)");
+    return true;
 }
 
 }  // namespace fh::cuda::iqn

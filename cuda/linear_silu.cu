@@ -66,7 +66,7 @@
 // bias_silu passes; docs/cuda.md ("Findings") has the before/after.
 //
 // The instructions exist only in sm_90a code (nvcc's arch-specific target, which CMake adds for
-// this file): in any other compilation the kernel is empty, and k_linear_probe tells the host
+// this file): in any other compilation the kernel is empty, and wgmma.cuh's probe tells the host
 // which one the driver loaded, so a GPU without them runs cuBLAS + bias_silu instead.
 #include "linear_silu.hpp"
 
@@ -77,10 +77,7 @@
 #include "nn.cuh"
 #include "launch.cuh"
 #include "tile128.cuh"
-
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define FH_HAVE_WGMMA 1
-#endif
+#include "wgmma.cuh"
 
 namespace fh::cuda {
 
@@ -92,22 +89,8 @@ constexpr int kTileBytes = kBM * kBK * 4;  // one operand's chunk: 128 rows of 1
 constexpr int kStageBytes = 2 * kTileBytes;
 constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + alignment of the ring to 1024
 
-__global__ void k_linear_probe(int *has) {
 #ifdef FH_HAVE_WGMMA
-    *has = 1;
-#else
-    *has = 0;
-#endif
-}
-
-#ifdef FH_HAVE_WGMMA
-// Shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"): start address, leading
-// byte offset (unused by swizzled K-major layouts), stride byte offset between 8-row groups
-// (1024 = 8 rows of 128 bytes), swizzle mode 1 = 128 bytes.
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
-    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) |
-           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
-}
+using wg::sw128_desc;
 
 // X's or W's chunk [rows row0.., columns k0..k0+31] into a stage (128-byte swizzle). Rows past
 // `rows` repeat the last one (their results are not stored).
@@ -399,14 +382,7 @@ bool has_wgmma() {
     if (dev < 0 || dev >= 64) return false;
     std::lock_guard<std::mutex> lock(g_probe_mutex);
     if (g_has_wgmma[dev] == 0) {
-        int *flag = nullptr, host = 0;
-        FH_CUDA(cudaMalloc(&flag, sizeof(int)));
-        k_linear_probe<<<1, 1>>>(flag);
-        const cudaError_t launched = cudaGetLastError();
-        const cudaError_t copied = cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost);
-        cudaFree(flag);
-        FH_CUDA(launched);
-        FH_CUDA(copied);
+        const int host = run_probe((const void *)wg::wgmma_probe_kernel<0>);
         const void *kernels[] = {
             (const void *)k_linear_silu<true, kEpiSilu, false>,
             (const void *)k_linear_silu<false, kEpiSilu, false>,

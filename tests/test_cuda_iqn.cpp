@@ -138,12 +138,21 @@ void test_target_kernel_vs_float64(void **) {
          * FH_MATH_BF16's bfloat16 products (2^-9 operand rounding): about eight times that
          * (3.5e-3 on the H200); a misplaced fragment
          * gives O(1). */
-        for (const bool bf16 : {false, true}) {
+        /* The TF32 instance also with h̄ on the warpgroup products (the TF32 mode's on Hopper), where
+         * the loaded code has them (sm_90a). */
+        bool have_wg = false;
+        launch_and_wait("target_fused_prepare",
+                        [&] { have_wg = fh::cuda::iqn::target_fused_prepare(); });
+        for (const int mode : {0, 1, 2}) {
+            const bool bf16 = mode == 2, wg = mode == 1;
+            if (wg && !have_wg) {
+                printf("[IQN] fused target kernel (TF32 warpgroup): no sm_90a code, skipped\n");
+                continue;
+            }
             cudaMemcpy(d_zt, zt.data(), zt.size() * 4, cudaMemcpyHostToDevice);  /* NaN */
             fh::cuda::iqn::TargetArgs a{d_psi, d_Wphi, d_bphi, d_Wm, d_bm, d_wz, d_bz, seed,
-                                        d_step, B, Nt, row0, d_zt, bf16};
+                                        d_step, B, Nt, row0, d_zt, bf16, wg};
             launch_and_wait("target_fused", [&] {
-                fh::cuda::iqn::target_fused_prepare();
                 fh::cuda::iqn::target_fused(a, fh::cuda::iqn::fused_blocks((size_t)B * Nt), 0);
             });
             const std::vector<float> g = back(d_zt, zt.size());
@@ -154,12 +163,13 @@ void test_target_kernel_vs_float64(void **) {
                 worst = std::max(worst, std::fabs(g[k] - zr[k]));
             }
             const double rel = std::sqrt(num / den);
+            const char *what = bf16 ? "BF16" : wg ? "TF32 warpgroup" : "TF32";
             printf("[IQN] fused target kernel (%s) vs float64, B=%d N'=%d: rel. error %.3e, max "
-                   "|diff| %.3e (|Z| rms %.3f)\n", bf16 ? "BF16" : "TF32", B, Nt, rel, worst,
+                   "|diff| %.3e (|Z| rms %.3f)\n", what, B, Nt, rel, worst,
                    std::sqrt(den / ((double)B * Nt)));
             if (!(rel <= (bf16 ? 2e-2 : 5e-3)))
-                fail_msg("fused target pass (%s): rel. error %.3e (NaN = unwritten rows)",
-                         bf16 ? "BF16" : "TF32", rel);
+                fail_msg("fused target pass (%s): rel. error %.3e (NaN = unwritten rows)", what,
+                         rel);
         }
         for (void *p : {(void *)d_psi, (void *)d_Wphi, (void *)d_bphi, (void *)d_Wm, (void *)d_bm,
                         (void *)d_wz, (void *)d_bz, (void *)d_zt, (void *)d_step})
@@ -233,8 +243,9 @@ void test_online_kernel_vs_float64(void **) {
         a.scale = scale; a.seed = seed; a.step = d_step; a.B = B; a.N = N; a.Nt = Nt;
         a.row0 = row0; a.tau = d_tau; a.cos = d_cos; a.phi = d_phi; a.m = d_m; a.dh = d_dh;
         a.z_mean = d_zm; a.partial = d_part;
+        bool have_wg = false;
         launch_and_wait("online_fused", [&] {
-            fh::cuda::iqn::online_fused_prepare();
+            have_wg = fh::cuda::iqn::online_fused_prepare();
             fh::cuda::iqn::online_fused(a, blocks, 0);
         });
         /* The float64 reference of every output and partial sum. */
@@ -324,6 +335,29 @@ void test_online_kernel_vs_float64(void **) {
         /* TF32 operands (2^-11) in two chained products of K = 64 and 128, fast SiLU: ~1e-3. */
         check("TF32", back(d_tau, R), back(d_cos, R * C), back(d_phi, R * Hq), back(d_m, R * Hq),
               back(d_dh, R * Hq), 5e-3);
+        using Buf = std::pair<float *, size_t>;
+        const auto reset = [&] {
+            for (const Buf &q : {Buf{d_tau, R}, Buf{d_cos, R * C}, Buf{d_phi, R * Hq},
+                                 Buf{d_m, R * Hq}, Buf{d_dh, R * Hq}, Buf{d_zm, (size_t)B}})
+                cudaMemcpy(q.first, std::vector<float>(q.second, NAN).data(), q.second * 4,
+                           cudaMemcpyHostToDevice);
+            const size_t nparts = (size_t)blocks * (2 * Hq + 2);
+            cudaMemcpy(d_part, std::vector<double>(nparts, NAN).data(), nparts * 8,
+                       cudaMemcpyHostToDevice);
+        };
+        /* The TF32 instance with h on the warpgroup products (the TF32 mode's on Hopper), where the
+         * loaded code has them (sm_90a), within the same bound. */
+        if (have_wg) {
+            reset();
+            a.wg = true;
+            launch_and_wait("online_fused (warpgroup)",
+                            [&] { fh::cuda::iqn::online_fused(a, blocks, 0); });
+            a.wg = false;
+            check("TF32 warpgroup", back(d_tau, R), back(d_cos, R * C), back(d_phi, R * Hq),
+                  back(d_m, R * Hq), back(d_dh, R * Hq), 5e-3);
+        } else {
+            printf("[IQN] fused online kernel (TF32 warpgroup): no sm_90a code, skipped\n");
+        }
 
         /* FH_MATH_BF16's instance on the same inputs: bfloat16 products (2^-9 operand rounding,
          * about eight times TF32's errors: 1e-3 to 5e-3 on the H200; a misplaced fragment gives
@@ -335,14 +369,7 @@ void test_online_kernel_vs_float64(void **) {
         uint16_t *d_cos16 = dev(std::vector<uint16_t>(R * C, 0xffff)),
                  *d_m16 = dev(std::vector<uint16_t>(R * Hq, 0xffff)),
                  *d_dh16 = dev(std::vector<uint16_t>(R * Hq, 0xffff));
-        using Buf = std::pair<float *, size_t>;
-        for (const Buf &q : {Buf{d_tau, R}, Buf{d_cos, R * C}, Buf{d_phi, R * Hq},
-                             Buf{d_m, R * Hq}, Buf{d_dh, R * Hq}, Buf{d_zm, (size_t)B}})
-            cudaMemcpy(q.first, std::vector<float>(q.second, NAN).data(), q.second * 4,
-                       cudaMemcpyHostToDevice);
-        const size_t nparts = (size_t)blocks * (2 * Hq + 2);
-        cudaMemcpy(d_part, std::vector<double>(nparts, NAN).data(), nparts * 8,
-                   cudaMemcpyHostToDevice);
+        reset();
         a.cos16 = reinterpret_cast<__nv_bfloat16 *>(d_cos16);
         a.m16 = reinterpret_cast<__nv_bfloat16 *>(d_m16);
         a.dh16 = reinterpret_cast<__nv_bfloat16 *>(d_dh16);

@@ -69,7 +69,7 @@ Out run(OnlineArgs a, int blocks, int nwarps, size_t smem) {
     gLoss.assign(gBz.size(), 0.0);
     run_grid(
         blocks, nwarps, smem, [&] { stage_weights<E>(gSmem, a.Wphi, a.bphi, a.Wm, a.bm, a.wz); },
-        [&] { k_iqn_online<NC, NC, B16>(a); });
+        [&] { k_iqn_online<NC, NC, B16, false>(a); });
     o.sums.assign(2 * kHq + 2, 0.0);
     for (size_t r = 0; r < gRows.size(); ++r) o.sums[r % (2 * kHq)] += gRows[r];
     for (size_t k = 0; k < gBz.size(); ++k) {

@@ -25,7 +25,7 @@ std::vector<float> run(const TargetArgs &a0) {
     run_grid(
         blocks, kWarps, kSmemBytes<E>,
         [&] { stage_weights<E>(gSmem, a.Wphi, a.bphi, a.Wm, a.bm, a.wz); },
-        [&] { k_iqn_target<NTC, E>(a); });
+        [&] { k_iqn_target<NTC, E, false>(a); });
     return zt;
 }
 

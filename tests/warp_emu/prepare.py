@@ -18,7 +18,7 @@ def write(name, text):
 
 
 for name in ("iqn_fused.cuh", "iqn_fused.hpp", "tile128.cuh", "device_math.cuh",
-             "attention_tc.cuh", "attention_paths.hpp", "attention_bf16.cuh"):
+             "attention_tc.cuh", "attention_paths.hpp", "attention_bf16.cuh", "wgmma.cuh"):
     write(name, read(name))
 
 s = read("attention_tc.cuh")
@@ -109,7 +109,7 @@ void sim_record(const float (&acc)[2][4]);
 # The target pass: its kernel, whole.
 s = read("iqn_target.cu")
 i = s.index("namespace fh::cuda::iqn {")
-j = s.index("template <class E>\nvoid launch_target")
+j = s.index("template <class E, bool WG>\nvoid launch_target")
 open(f"{work}/target_body.h", "w", encoding="utf-8").write("""#pragma once
 #include <cstdint>
 #include "iqn_fused.cuh"

@@ -4,6 +4,7 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #define __device__
@@ -38,6 +39,10 @@ inline T __ldg(const T *p) {
     return *p;
 }
 inline float __fdiv_rn(float a, float b) { return a / b; }
+// Named by the warpgroup products' code (iqn_fused.cuh's SmemWg), which the emulations compile
+// but never run: a call ends the program.
+[[noreturn]] inline void __trap() { std::abort(); }
+inline uint32_t __cvta_generic_to_shared(const void *p) { return (uint32_t)(uintptr_t)p; }
 inline float __frcp_rn(float a) { return 1.0f / a; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
