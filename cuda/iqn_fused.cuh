@@ -369,7 +369,6 @@ template <class E>
 using Frags = std::conditional_t<std::is_same_v<E, float>, mma::Op[kHq / 8][4],
                                  uint32_t[kHq / 16][4]>;
 
-
 // TF32 mode on sm_90a code (Hopper): h = m Wmᵀ on the warpgroup tensor cores (wgmma.cuh)
 // instead of mma.sync. m's A fragments stay in registers as they are (wgmma's register A layout
 // is mma.sync's); Wm is staged once per block as the B operand, K-major in the 128-byte swizzled
@@ -446,20 +445,20 @@ __device__ __forceinline__ auto stage_for(float4 *sm, const float *Wphi, const f
         return stage_weights<E>(sm, Wphi, bphi, Wm, bm, wz);
 }
 
-// h_tiles on the warpgroup's products: column tiles nu0 .. nu0 + NT − 1 (NT = 4 or 8, n32 or
-// n64), 16 k steps issued back to back, then waited for. Every thread of the warpgroup must
-// call it (the instructions are warpgroup-wide).
+// h_tiles on the warpgroup's products: column tiles nu0 .. nu0 + 3 (a quarter, n32), 16 k steps
+// issued back to back, then waited for. Every thread of the warpgroup must call it (the
+// instructions are warpgroup-wide).
 template <int NT>
 __device__ __forceinline__ void h_tiles(const SmemWg &s, const mma::Op (&M)[kHq / 8][4], int nu0,
                                        float (&h)[NT][4]) {
-    static_assert(NT == 4 || NT == 8, "wgmma.cuh has n32 and n64");
+    static_assert(NT == 4, "quarters: wgmma.cuh's m64n32k8");
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) h[n][e] = 0.0f;
 #ifdef FH_HAVE_WGMMA
-    // The descriptors from an address the compiler cannot hoist out of the tile loop: kept live
-    // across it, the 16 of each call took the registers the products need in flight.
+    // The descriptors from an address the compiler cannot hoist out of the tile loop, so that it
+    // does not keep each call's 16 live across it in the registers the products need.
     uint32_t base;
     asm volatile("mov.b32 %0, %1;\n" : "=r"(base) : "r"(s.wm + (uint32_t)(nu0 * 8 * 128)));
     const uint64_t d0 = wg::sw128_desc(base);

@@ -47,7 +47,9 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
            ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
 
-__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
 __device__ __forceinline__ void commit() {
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
@@ -68,8 +70,8 @@ __device__ __forceinline__ void pin(float (&d)[NT][4]) {
         for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[n][e])::"memory");
 }
 
-// d[64 × 8·NT] += A[64 × 8] · B[8 × 8·NT], TF32 operands, A from the thread's four registers
-// (the layout above), B by descriptor; NT = 4 or 8 (n32, n64).
+// d[64 × 32] += A[64 × 8] · B[8 × 32] (m64n32k8), TF32 operands, A from the thread's four
+// registers (the layout above), B by descriptor.
 __device__ __forceinline__ void mma_rs(float (&d)[4][4], uint32_t a0, uint32_t a1, uint32_t a2,
                                        uint32_t a3, uint64_t db) {
     asm volatile(
@@ -81,24 +83,6 @@ __device__ __forceinline__ void mma_rs(float (&d)[4][4], uint32_t a0, uint32_t a
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
           "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
           "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
-}
-__device__ __forceinline__ void mma_rs(float (&d)[8][4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                       uint32_t a3, uint64_t db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "{%32, %33, %34, %35}, %36, 1, 1, 1;\n"
-        "}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
-          "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
-          "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
-          "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
-          "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-          "+f"(d[7][2]), "+f"(d[7][3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
 }
 #endif

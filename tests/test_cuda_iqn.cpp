@@ -138,8 +138,8 @@ void test_target_kernel_vs_float64(void **) {
          * FH_MATH_BF16's bfloat16 products (2^-9 operand rounding): about eight times that
          * (3.5e-3 on the H200); a misplaced fragment
          * gives O(1). */
-        /* The TF32 instance also with h̄ on the warpgroup products (the TF32 mode's on Hopper), where
-         * the loaded code has them (sm_90a). */
+        /* The TF32 instance also with h̄ on the warpgroup products (the TF32 mode's on Hopper),
+         * where the loaded code has them (sm_90a). */
         bool have_wg = false;
         launch_and_wait("target_fused_prepare",
                         [&] { have_wg = fh::cuda::iqn::target_fused_prepare(); });
