@@ -1,6 +1,7 @@
 // CPU warp emulation of IQN's fused online pass (cuda/iqn_online.cu; run by tests/warp_emu/run.sh):
 // on 37 transitions (a partly filled last tile or row group) at N = 8 (compiled in) and 4, 16, 2, 1
-// (read at run time: every shape of the z_mean sums), TF32 and bfloat16 products, its per-row
+// (read at run time: every shape of the z_mean sums), TF32 products (mma.sync, and h on the
+// warpgroup products) and bfloat16 ones, its per-row
 // outputs (cos, φraw, m, dhpre, z_mean) and its warps' sums (dbm, dw_z, db_z, the loss: each warp's
 // row as the kernel's store_colsums writes it, added over the warps) against a float64 evaluation
 // of SPEC §4 and the quantile Huber head. Each block is staged thread by thread, then its warps run
@@ -38,8 +39,9 @@ struct Out {
     std::vector<double> sums;  // [dbm | dw_z | db_z | loss], the warps' rows added
 };
 
-// One instance on `blocks` blocks of `nwarps` warps and `smem` bytes of shared memory.
-template <int NC, bool B16>
+// One instance on `blocks` blocks of `nwarps` warps and `smem` bytes of shared memory; WG: h on
+// the warpgroup products (TF32), the block's warps a warpgroup at a time.
+template <int NC, bool B16, bool WG = false>
 Out run(OnlineArgs a, int blocks, int nwarps, size_t smem) {
     using E = std::conditional_t<B16, __nv_bfloat16, float>;
     const size_t R = (size_t)a.B * a.N;
@@ -68,8 +70,8 @@ Out run(OnlineArgs a, int blocks, int nwarps, size_t smem) {
     gBz.assign((size_t)blocks * nwarps * 32, 0.0);
     gLoss.assign(gBz.size(), 0.0);
     run_grid(
-        blocks, nwarps, smem, [&] { stage_weights<E>(gSmem, a.Wphi, a.bphi, a.Wm, a.bm, a.wz); },
-        [&] { k_iqn_online<NC, NC, B16, false>(a); });
+        blocks, nwarps, smem, [&] { stage_for<WG, E>(gSmem, a.Wphi, a.bphi, a.Wm, a.bm, a.wz); },
+        [&] { k_iqn_online<NC, NC, B16, WG>(a); }, WG ? 4 : 1);
     o.sums.assign(2 * kHq + 2, 0.0);
     for (size_t r = 0; r < gRows.size(); ++r) o.sums[r % (2 * kHq)] += gRows[r];
     for (size_t k = 0; k < gBz.size(); ++k) {
@@ -117,12 +119,16 @@ int main() {
         a.B = B;
         a.N = N;
         a.Nt = Nt;
-        for (const bool b16 : {false, true}) {
-            const size_t smem = b16 ? kSmemBytes<__nv_bfloat16> : kSmemBytes<float>;
+        for (const int mode : {0, 1, 2}) {  // TF32, TF32 on the warpgroup products, bfloat16
+            const bool b16 = mode == 2, wg = mode == 1;
+            const size_t smem = b16 ? kSmemBytes<__nv_bfloat16>
+                                : wg ? kSmemBytesWg : kSmemBytes<float>;
             const Out ref = b16 ? (N == 8 ? run<8, true>(a, 3, kWarps, smem)
                                           : run<0, true>(a, 3, kWarps, smem))
-                                : (N == 8 ? run<8, false>(a, 3, kWarps, smem)
-                                          : run<0, false>(a, 3, kWarps, smem));
+                            : wg ? (N == 8 ? run<8, false, true>(a, 3, kWarps, smem)
+                                           : run<0, false, true>(a, 3, kWarps, smem))
+                                 : (N == 8 ? run<8, false>(a, 3, kWarps, smem)
+                                           : run<0, false>(a, 3, kWarps, smem));
             // The float64 evaluation, for the rows' τ as the kernel drew them.
             RelErrors err({"cos", "phi", "m", "dh", "z_mean", "dbm", "dw_z", "db_z", "loss"});
             auto add = [&](int k, double got, double want) { err.add(k, got, want); };
@@ -169,7 +175,7 @@ int main() {
             add(8, ref.sums[2 * Hq + 1], loss);
             char label[64];
             snprintf(label, sizeof label, "N=%2d %s recompute vs float64", N,
-                     b16 ? "bf16" : "tf32");
+                     b16 ? "bf16" : wg ? "tf32 wgmma" : "tf32");
             ok &= err.report(label, b16 ? 3e-2 : 5e-3);
         }
     }

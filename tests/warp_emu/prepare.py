@@ -17,8 +17,8 @@ def write(name, text):
     open(f"{work}/inc/{name}", "w", encoding="utf-8").write(text)
 
 
-for name in ("iqn_fused.cuh", "iqn_fused.hpp", "tile128.cuh", "device_math.cuh",
-             "attention_tc.cuh", "attention_paths.hpp", "attention_bf16.cuh", "wgmma.cuh"):
+for name in ("iqn_fused.hpp", "tile128.cuh", "device_math.cuh", "attention_tc.cuh",
+             "attention_paths.hpp", "attention_bf16.cuh"):
     write(name, read(name))
 
 s = read("attention_tc.cuh")
@@ -51,6 +51,34 @@ s, n = re.subn(r'asm volatile\(\s*"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.
                r'\.f32 ".*?\);', "emu::mma<16>(c, a, b0, b1);", s, flags=re.S)
 assert n == 1, "mma_bf16.cuh: mma changed"
 write("mma_bf16.cuh", s.replace("#include <cuda_runtime.h>", EMU))
+
+
+# The warpgroup products (wgmma.cuh): compiled in (FH_HAVE_WGMMA), the product a call to its
+# emulation (inc/wgmma_emu.h), fence, commit, wait and the operand pins no-ops (the emulation
+# completes at once).
+s = read("wgmma.cuh")
+s, n = re.subn(r"#if defined\(__CUDA_ARCH__\) && defined\(__CUDA_ARCH_FEAT_SM90_ALL\)\n"
+               r"#define FH_HAVE_WGMMA 1\n#endif", "#define FH_HAVE_WGMMA 1", s)
+assert n == 1, "wgmma.cuh: FH_HAVE_WGMMA's condition changed"
+s, n = re.subn(r'asm volatile\(\s*"\{\\n"\s*"wgmma\.mma_async\.sync\.aligned\.m64n32k8'
+               r'\.f32\.tf32\.tf32 .*?\);', "emu::wgmma_m64n32k8(d, a0, a1, a2, a3, db);", s,
+               flags=re.S)
+assert n == 1, "wgmma.cuh: mma_rs changed"
+for ptx in ("wgmma.fence.sync.aligned;", "wgmma.commit_group.sync.aligned;",
+            "wgmma.wait_group.sync.aligned 0;", "fence.proxy.async.shared::cta;"):
+    s, n = re.subn(r'asm volatile\("' + re.escape(ptx) + r'\\n" ::: "memory"\);', "", s)
+    assert n == 1, f"wgmma.cuh: {ptx} changed"
+s, n = re.subn(r'asm volatile\("" : "\+f"\(d\[n\]\[e\]\)::"memory"\);', "(void)d[n][e];", s)
+assert n == 1, "wgmma.cuh: pin changed"
+assert "asm" not in s, "wgmma.cuh: an instruction without its emulation"
+write("wgmma.cuh", s.replace("#include <cuda_runtime.h>",
+                             "#include <cuda_runtime.h>\n\n#include \"wgmma_emu.h\""))
+
+s = read("iqn_fused.cuh")
+s, n = re.subn(r'asm volatile\("mov\.b32 %0, %1;\\n" : "=r"\(base\) : "r"\((.*?)\)\);',
+               r"base = \1;", s)
+assert n == 1, "iqn_fused.cuh: the descriptors' base changed"
+write("iqn_fused.cuh", s)
 
 
 def device_code(text):

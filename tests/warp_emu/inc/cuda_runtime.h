@@ -39,10 +39,7 @@ inline T __ldg(const T *p) {
     return *p;
 }
 inline float __fdiv_rn(float a, float b) { return a / b; }
-// Named by the warpgroup products' code (iqn_fused.cuh's SmemWg), which the emulations compile
-// but never run: a call ends the program.
 [[noreturn]] inline void __trap() { std::abort(); }
-inline uint32_t __cvta_generic_to_shared(const void *p) { return (uint32_t)(uintptr_t)p; }
 inline float __frcp_rn(float a) { return 1.0f / a; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
@@ -70,14 +67,29 @@ struct Warp {
     double fx[32];
     uint32_t A[32][4], B[32][2];
 };
-inline thread_local Warp *gW;  // the calling thread's warp
+// One warpgroup (4 warps that run together: grid.h's run_grid with together = 4), for the
+// warpgroup products' emulation (wgmma_emu.h): its barrier and its threads' A registers.
+struct Warpgroup {
+    std::barrier<> bar{128};
+    uint32_t A[128][4];
+};
+inline thread_local Warp *gW;         // the calling thread's warp
+inline thread_local Warpgroup *gWG;   // and its warpgroup, when warps run together
 inline float4 *gSmem;            // the running block's shared memory (prepare.py's sm4)
 inline void __syncwarp(unsigned = 0xffffffffu) { gW->bar.arrive_and_wait(); }
-// The running warp's barrier: the harnesses run one warp of a block at a time (the IQN harness
-// stages the whole block's shared memory before, so that the warp's own staging rewrites the
-// same values; outside a warp, in that staging, it is a no-op).
+// The running warps' barrier: the harnesses run one warp (or one warpgroup) of a block at a
+// time (the IQN harness stages the whole block's shared memory before, so that the warps' own
+// staging rewrites the same values; outside a warp, in that staging, it is a no-op).
 inline void __syncthreads() {
-    if (gW) gW->bar.arrive_and_wait();
+    if (gWG)
+        gWG->bar.arrive_and_wait();
+    else if (gW)
+        gW->bar.arrive_and_wait();
+}
+// Shared-state-space addresses: offsets into the running block's shared memory (the warpgroup
+// products' descriptors hold 18 bits of one).
+inline uint32_t __cvta_generic_to_shared(const void *p) {
+    return (uint32_t)(reinterpret_cast<const char *>(p) - reinterpret_cast<const char *>(gSmem));
 }
 inline double shfl_from(double v, int src) {
     const int l = threadIdx.x & 31;

@@ -1,14 +1,16 @@
 #pragma once
 // Running a grid on the CPU (tests/warp_emu/README.md): block after block, each block's shared
 // memory first filled with NaN and staged thread by thread by `stage`, then its warps one after
-// another, each warp 32 threads calling `kernel`.
+// another, each warp 32 threads calling `kernel`; with together = 4, a warpgroup (4 warps, 128
+// threads) at a time, for kernels whose warpgroup products need all four (wgmma_emu.h).
 #include <cuda_runtime.h>
 
 #include <thread>
 #include <vector>
 
 template <class Stage, class Kernel>
-void run_grid(int blocks, int nwarps, size_t smem_bytes, Stage &&stage, Kernel &&kernel) {
+void run_grid(int blocks, int nwarps, size_t smem_bytes, Stage &&stage, Kernel &&kernel,
+              int together = 1) {
     gridDim.x = blocks;
     blockDim.x = 32 * nwarps;
     std::vector<float4> sm(smem_bytes / 16 + 1);
@@ -20,14 +22,16 @@ void run_grid(int blocks, int nwarps, size_t smem_bytes, Stage &&stage, Kernel &
             threadIdx.x = t;
             stage();
         }
-        for (int w = 0; w < nwarps; ++w) {
-            Warp W;
+        for (int w0 = 0; w0 < nwarps; w0 += together) {
+            std::vector<Warp> W(together);
+            Warpgroup G;
             std::vector<std::thread> th;
-            for (int l = 0; l < 32; ++l)
+            for (int l = 0; l < 32 * together; ++l)
                 th.emplace_back([&, l] {
-                    threadIdx.x = 32 * w + l;
+                    threadIdx.x = 32 * w0 + l;
                     blockIdx.x = b;
-                    gW = &W;
+                    gW = &W[l / 32];
+                    gWG = together == 4 ? &G : nullptr;
                     kernel();
                 });
             for (auto &t : th) t.join();
