@@ -13,7 +13,9 @@
  *    each kernel also in FH_MATH_BF16's instance (bfloat16 products, mma_bf16.cuh; the online
  *    pass's cos, m, dhpre and the backward's dφpre stored as bfloat16, the backward reading
  *    dhpre so) against the same float64 evaluation within bfloat16's rounding, the float32
- *    buffers it must not write untouched, dψpre stored as bfloat16 values;
+ *    buffers it must not write untouched, dψpre stored as bfloat16 values; and the TF32 target
+ *    and online kernels also with h on the warpgroup products (wgmma, TF32's path where sm_90a
+ *    code is loaded) within TF32's bound;
  * 4. whole steps of the four levels of FOXHUNT_IQN_KERNELS (fused, online, target, unfused)
  *    against each other and the CPU: IQN loss, parameters and the ensemble mean after 1 and 5
  *    steps, in TF32 (TF32 products in every GPU path, so they agree to TF32 rounding, not
