@@ -7,8 +7,8 @@
 // Strict FP32 and other widths keep the unfused pass (iqn.cu).
 //
 // Tiling: iqn_fused.cuh (tiles of 128 rows, a warp per 16 rows, weights in shared memory, the
-// m fragments kept in registers between the two products). Each h̄ half is folded at once into
-// Z̄'s row dot with w̄_z; a quad sums a row.
+// m fragments kept in registers between the two products). Each h̄ half (a quarter on the
+// warpgroup products) is folded at once into Z̄'s row dot with w̄_z; a quad sums a row.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>

@@ -328,7 +328,7 @@ k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
     // barrier then makes that true of all threads' copies.
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1) : "memory");
     if (ROUND_X) round_chunk<BF16>(stage_x(0));
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    wg::fence_proxy_shared();
     __syncthreads();
     float d[64];
 #pragma unroll
@@ -336,18 +336,18 @@ k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
     for (int kc = 0; kc < nk; ++kc) {
         const int s = kc % kStages;
         const uint64_t da = sw128_desc(stage_x(s) + wg * 64 * 128), db = sw128_desc(stage_w(s));
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        wg::fence();
 #pragma unroll
         for (int k = 0; k < kBK / 8; ++k) wgmma_m64n128k8(d, da + 2 * k, db + 2 * k);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        wg::commit();
         // While the tensor cores multiply chunk kc, the next chunk is readied (its stage is
         // another).
         if (kc + 1 < nk) {
             asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
             if (ROUND_X) round_chunk<BF16>(stage_x((kc + 1) % kStages));
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            wg::fence_proxy_shared();
         }
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        wg::wait_all();
         // Both warpgroups are done with stage s and chunk kc + 1 is ready: s takes chunk
         // kc + kStages.
         __syncthreads();
