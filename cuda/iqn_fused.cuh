@@ -376,9 +376,10 @@ using Frags = std::conditional_t<std::is_same_v<E, float>, mma::Op[kHq / 8][4],
 // 8 in the permuted contraction order of mma_tf32.cuh (column 2t at position t, 2t + 1 at
 // t + 4), so that the same registers multiply the same weights as in h_tiles above. A
 // warpgroup's 4 warps (64 rows) issue each k step of 8 as one instruction for a quarter's 32
-// columns, instead of 4 mma.sync per warp with a shared-memory load each; a quarter, not a half,
-// so that the accumulators fit beside m's 64 registers at two blocks per SM (ptxas still
-// serializes the target pass's products for registers, C7512, and not the online pass's). Wφ
+// columns, instead of 4 mma.sync per warp with a shared-memory load each (16 accumulators beside
+// m's 64 registers at two blocks per SM; ptxas serializes the products for registers, C7512, in
+// the target pass and in the online pass's run-time-N instance, with halves as with quarters,
+// and issues them back to back in the default N = 8 online instance). Wφ
 // stays as SmemOf<float> stages it (φ is still mma.sync's). Side by side on an H100 at
 // B = 16384: IQN lane 0.506 / 0.507 → 0.499 / 0.497 ms single-stream, multi-stream within the
 // spread (bench/results/h100-2026-12-05-iqn-wgmma-before-after*.json): the passes are bound by
@@ -479,7 +480,7 @@ __device__ __forceinline__ void h_tiles(const SmemWg &s, const mma::Op (&M)[kHq 
 // Z's row dots without b_z, Σ_u SiLU(h_u + bm_u) w_z,u over all kHq columns of the thread's
 // rows g (z0) and g + 8 (z1), h = m Wmᵀ from the m fragments M NT column tiles at a time
 // (h_tiles<NT>, z_part; a half with mma.sync, a quarter on the warpgroup products, whose
-// accumulators must fit beside M in registers); every lane of the quad returns the row's sum.
+// accumulators sit beside M in registers); every lane of the quad returns the row's sum.
 // The target and online passes share it. S: the staged weights (SmemOf<E>, or SmemWg), F: m's
 // fragments for them (Frags<E>).
 template <class S, class F>
