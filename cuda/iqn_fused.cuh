@@ -123,6 +123,16 @@ __device__ __forceinline__ void stage_matrix(E *dst, int ld, const float *src) {
             store4(dst + n * ld + k, v);
         });
 }
+// bφ, bm and w_z into their float32 places of s.
+template <class E>
+__device__ __forceinline__ void stage_vectors(const SmemOf<E> &s, const float *bphi,
+                                              const float *bm, const float *wz) {
+    for (int e = threadIdx.x; e < kHq; e += blockDim.x) {
+        s.bphi[e] = __ldg(bphi + e);
+        s.bm[e] = __ldg(bm + e);
+        s.wz[e] = __ldg(wz + e);
+    }
+}
 // Rows of kLDP and kLDM elements for Wφ and Wm.
 template <class E>
 __device__ __forceinline__ SmemOf<E> stage_weights(float4 *sm, const float *Wphi,
@@ -136,11 +146,7 @@ __device__ __forceinline__ SmemOf<E> stage_weights(float4 *sm, const float *Wphi
     s.wz = s.bm + kHq;
     stage_matrix<kHq, kC>(s.Wphi, kLDP, Wphi);
     stage_matrix<kHq, kHq>(s.Wm, kLDM, Wm);
-    for (int e = threadIdx.x; e < kHq; e += blockDim.x) {
-        s.bphi[e] = __ldg(bphi + e);
-        s.bm[e] = __ldg(bm + e);
-        s.wz[e] = __ldg(wz + e);
-    }
+    stage_vectors(s, bphi, bm, wz);
     __syncthreads();
     return s;
 }
@@ -424,11 +430,7 @@ __device__ __forceinline__ SmemWg stage_weights_wg(float4 *sm, const float *Wphi
             wm[wm_swizzled(n, k + 2)] = r.z;
             wm[wm_swizzled(n, k + 3)] = r.w;
         });
-    for (int e = threadIdx.x; e < kHq; e += blockDim.x) {
-        s.bphi[e] = __ldg(bphi + e);
-        s.bm[e] = __ldg(bm + e);
-        s.wz[e] = __ldg(wz + e);
-    }
+    stage_vectors(s, bphi, bm, wz);
 #ifdef FH_HAVE_WGMMA
     wg::fence_proxy_shared();
 #endif
