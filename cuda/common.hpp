@@ -49,7 +49,8 @@ int sm_count();
 
 // Launches `probe`, a kernel void(int *), on one thread of the current device, waits, and
 // returns the int it wrote: which code the driver loaded for the probe's module
-// (wgmma.cuh's wgmma_probe_kernel). Blocking; for creation time only.
+// (wgmma.cuh's wgmma_probe_kernel). Blocking the first time per device and probe; the answer is
+// kept for the process (the loaded code cannot change), so later pipelines launch nothing.
 int run_probe(const void *probe);
 
 // Makes `d` the current device for a scope (a pipeline's calls may come from a thread whose

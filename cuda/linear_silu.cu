@@ -372,7 +372,8 @@ k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
 }
 
 // Whether the loaded code of k_linear_silu has the wgmma instructions, per device (0: not yet
-// probed, 1: yes, 2: no).
+// asked, 1: yes, 2: no); kept here too so that the kernels' shared-memory limits are raised
+// once per device.
 int g_has_wgmma[64];
 std::mutex g_probe_mutex;
 
