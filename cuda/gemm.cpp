@@ -4,10 +4,8 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <string>
 
 #include <cublasLt.h>
 
@@ -67,21 +65,7 @@ struct LtCall {
 
 // What chooses an algorithm: the device, the operations, the shape and strides, the operands'
 // alignments, the compute type and the workspace.
-using AlgoKey = std::array<int64_t, 15>;
-
-// TRIAL (FOXHUNT_GEMM_SPLITK=any|inplace, default any): which split-K reduction schemes the
-// heuristics may rank. "inplace" allows only none and INPLACE (the splits add into the output in
-// an order that counters in the workspace fix, cublasLt.h), not the schemes that reduce in a
-// kernel of their own (cublasLt's splitKreduce_kernel). Delete after its side-by-side timing.
-uint32_t reduction_mask() {
-    static const uint32_t mask = [] {
-        const char *e = getenv("FOXHUNT_GEMM_SPLITK");
-        return e && std::string(e) == "inplace"
-                   ? (uint32_t)(CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_INPLACE)
-                   : (uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK;
-    }();
-    return mask;
-}
+using AlgoKey = std::array<int64_t, 14>;
 
 // The heuristics' choices, process-wide (pipelines on several threads share it). A query costs
 // about 15 µs of host time, and act() runs its GEMMs outside any graph on every call: without
@@ -129,8 +113,7 @@ void lt_matmul(const Blas &bl, const GemmDesc &g, float beta, const char *what) 
     if (s != CUBLAS_STATUS_SUCCESS) fail_lt(s, what, g, "descriptors");
     const uint32_t align[3] = {alignment_of(g.a), alignment_of(g.b), alignment_of(g.c)};
     const AlgoKey key{device,   g.opa,    g.opb,    g.m, g.n, g.k, g.lda, g.ldb, g.ldc,
-                      align[0], align[1], align[2], (int64_t)bl.compute, (int64_t)bl.ws_bytes,
-                      (int64_t)reduction_mask()};
+                      align[0], align[1], align[2], (int64_t)bl.compute, (int64_t)bl.ws_bytes};
     cublasLtMatmulAlgo_t algo;
     bool have_algo = false;  // from the cache, else from the heuristics below
     {
@@ -149,10 +132,6 @@ void lt_matmul(const Blas &bl, const GemmDesc &g, float beta, const char *what) 
         for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; ++i)
             s = cublasLtMatmulPreferenceSetAttribute(k.pref, align_attr[i], &align[i < 3 ? i : 2],
                                                      sizeof(uint32_t));
-        const uint32_t mask = reduction_mask();
-        if (s == CUBLAS_STATUS_SUCCESS)
-            s = cublasLtMatmulPreferenceSetAttribute(
-                k.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask);
         if (s != CUBLAS_STATUS_SUCCESS) fail_lt(s, what, g, "preference");
         // The first of the heuristics' ranking that fits the workspace; failing that, the
         // ranking for the workspace itself.
