@@ -184,14 +184,16 @@ for s in "$@"; do
     # writes its whole output to $OUT as it goes and is stopped after VBENCH_TIMEOUT seconds
     # (default 200): a trial that hangs the GPU (two concurrent GEMMs on one cuBLAS workspace
     # did, 2026-12-01) must not take the device call's whole time and every log with it.
-    # $VBENCH_MODES: foxhunt-bench's --modes (default multi-tf32,single-tf32).
+    # $VBENCH_MODES: foxhunt-bench's --modes (default multi-tf32,single-tf32); $VBENCH_ARGS: more
+    # of its options (e.g. "--iql-gemm sequential,batched").
     for vv in $VARIANTS; do
       f="$OUT/vbench_${vv//[=,]/-}"
+      # shellcheck disable=SC2086  # VBENCH_ARGS is a list of words
       timeout ${VBENCH_TIMEOUT:-200} build-dev/examples/foxhunt-bench --batch 16384 --steps 30 \
         --replay 0 --modes ${VBENCH_MODES:-multi-tf32,single-tf32} --variant "$vv" \
-        --machine $machine --out "$f.json" > "$f.txt" 2>&1
+        ${VBENCH_ARGS:-} --machine $machine --out "$f.json" > "$f.txt" 2>&1
       echo "vbench $vv rc=$? (124: stopped by the timeout)" | tee -a $log
-      tail -7 "$f.txt" | tee -a $log
+      tail -12 "$f.txt" | tee -a $log
     done ;;
   env-tests)
     # $TEST_SETS: "VAR=x|test_a test_b;VAR2=y|test_c": each set's test binaries with its
