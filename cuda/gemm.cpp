@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
-#include <utility>
 
 #include <cublasLt.h>
 
@@ -66,7 +65,7 @@ struct LtCall {
 
 // What chooses an algorithm: the device, the operations, the shape and strides, the operands'
 // alignments, the compute type and the workspace.
-using AlgoKey = std::array<int64_t, 18>;
+using AlgoKey = std::array<int64_t, 14>;
 
 // The heuristics' choices, process-wide (pipelines on several threads share it). A query costs
 // about 15 µs of host time, and act() runs its GEMMs outside any graph on every call: without
@@ -89,14 +88,7 @@ std::map<AlgoKey, cublasLtMatmulAlgo_t> algo_cache;
 // (src/schedule.cpp) ran their GEMMs that way. The heuristics take only the shape, types,
 // alignments and workspace limit, and the cache pins each choice for the process, so every
 // capture makes the same calls; the algorithms' split-K sums have a fixed order.
-// One product (batch 1) or `batch` products of one shape, strides in elements.
-struct Batch {
-    int count = 1;
-    int64_t stride_a = 0, stride_b = 0, stride_c = 0;
-};
-
-void lt_matmul(const Blas &bl, const GemmDesc &g, float beta, const char *what,
-               const Batch &batch = Batch{}) {
+void lt_matmul(const Blas &bl, const GemmDesc &g, float beta, const char *what) {
     const float alpha = 1.0f;
     // A cublasHandle_t is usable as a cublasLtHandle_t (cuBLAS documents the cast).
     cublasLtHandle_t lt = reinterpret_cast<cublasLtHandle_t>(bl.handle);
@@ -118,30 +110,10 @@ void lt_matmul(const Blas &bl, const GemmDesc &g, float beta, const char *what,
         s = cublasLtMatrixLayoutCreate(&k.b, CUDA_R_32F, tb ? g.n : g.k, tb ? g.k : g.n, g.ldb);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatrixLayoutCreate(&k.c, CUDA_R_32F, g.m, g.n, g.ldc);
-    if (batch.count > 1) {
-        const std::pair<cublasLtMatrixLayout_t, int64_t> layouts[3] = {
-            {k.a, batch.stride_a}, {k.b, batch.stride_b}, {k.c, batch.stride_c}};
-        for (const auto &[layout, stride] : layouts) {
-            if (s == CUBLAS_STATUS_SUCCESS)
-                s = cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                                                     &batch.count, sizeof batch.count);
-            if (s == CUBLAS_STATUS_SUCCESS)
-                s = cublasLtMatrixLayoutSetAttribute(
-                    layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
-        }
-    }
     if (s != CUBLAS_STATUS_SUCCESS) fail_lt(s, what, g, "descriptors");
-    // Product i's operands sit i strides further on: each is aligned as the first and the
-    // second products' pointers both are.
-    const auto aligned = [&](const float *p, int64_t stride) {
-        const uint32_t a = alignment_of(p);
-        return batch.count > 1 ? std::min(a, alignment_of(p + stride)) : a;
-    };
-    const uint32_t align[3] = {aligned(g.a, batch.stride_a), aligned(g.b, batch.stride_b),
-                               aligned(g.c, batch.stride_c)};
+    const uint32_t align[3] = {alignment_of(g.a), alignment_of(g.b), alignment_of(g.c)};
     const AlgoKey key{device,   g.opa,    g.opb,    g.m, g.n, g.k, g.lda, g.ldb, g.ldc,
-                      align[0], align[1], align[2], (int64_t)bl.compute, (int64_t)bl.ws_bytes,
-                      batch.count, batch.stride_a, batch.stride_b, batch.stride_c};
+                      align[0], align[1], align[2], (int64_t)bl.compute, (int64_t)bl.ws_bytes};
     cublasLtMatmulAlgo_t algo;
     bool have_algo = false;  // from the cache, else from the heuristics below
     {
@@ -196,13 +168,6 @@ void lt_matmul(const Blas &bl, const GemmDesc &g, float beta, const char *what,
 void gemm(const Blas &bl, const GemmDesc &g, float beta, const char *what) {
     if (bl.bf16_stage) return gemm_bf16(bl, g, beta, what);
     lt_matmul(bl, g, beta, what);
-}
-
-void gemm_strided_batched(const Blas &bl, const GemmDesc &g, int batch, long long stride_a,
-                          long long stride_b, long long stride_c, float beta, const char *what) {
-    if (bl.bf16_stage)
-        fail(FH_ERR_INTERNAL, "%s: a batched GEMM cannot stage bfloat16 operands", what);
-    lt_matmul(bl, g, beta, what, Batch{batch, stride_a, stride_b, stride_c});
 }
 
 void gemm_bf16_values(const Blas &bl, const GemmDesc &g, float beta, const char *what) {

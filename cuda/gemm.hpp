@@ -75,11 +75,6 @@ constexpr size_t kHeuristicWorkspace = size_t{32} << 20;
 // C = op(a)·op(b) + beta·C on the handle's stream and workspace (alpha = 1), by cublasLtMatmul;
 // `what` names it in errors. With a bf16_stage, gemm_bf16() instead.
 void gemm(const Blas &bl, const GemmDesc &g, float beta, const char *what);
-// `batch` products of one shape in one cublasLtMatmul: product i is g's with a, b and c moved by
-// i·stride_a, i·stride_b, i·stride_c floats (cuBLAS's terms; a stride may be 0: an operand that
-// every product shares). float32 operands only (not with a bf16_stage: FH_ERR_INTERNAL).
-void gemm_strided_batched(const Blas &bl, const GemmDesc &g, int batch, long long stride_a,
-                          long long stride_b, long long stride_c, float beta, const char *what);
 // FH_MATH_BF16 (cuda/gemm_bf16.cu): the same product with both operands rounded to bfloat16
 // (round to nearest even) into the stage, then one cublasGemmEx on bfloat16 operands with
 // float32 accumulation and a float32 C. (cublasLtMatmul with gemm()'s choice of algorithm was

@@ -42,9 +42,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
-#include <string>
 
 #include "aux_common.cuh"
 #include "iql_fused.hpp"
@@ -99,10 +97,6 @@ struct IqlLearner::Impl {
     AdamHyper hyp;
     int mode;
     cublasStatus_t grouped_refused = CUBLAS_STATUS_SUCCESS;
-    // TRIAL (FOXHUNT_IQL_BATCHED=legacy|lt, read at creation; default legacy): BATCHED on
-    // cublasGemmStridedBatchedEx or on one cublasLtMatmul of batch 2 (gemm_strided_batched).
-    // Delete after its side-by-side timing.
-    bool batched_lt = false;
 
     aux::Arena arena;
     float *pre1, *h1, *pre2, *h2, *grad;
@@ -136,7 +130,6 @@ struct IqlLearner::Impl {
         const bool aligned = o.W1 % 4 == 0 && o.W2 % 4 == 0 && o.w3 % 4 == 0 &&
                              total % 4 == 0 && ((size_t)d.B * d.Hi) % 4 == 0;
         const bool have_grouped = grouped_available() && aligned;
-        if (const char *e = getenv("FOXHUNT_IQL_BATCHED")) batched_lt = std::string(e) == "lt";
         // FH_MATH_BF16 stages its operands in gemm() (gemm_bf16.cu), which the grouped and
         // batched calls bypass: it runs the plain GEMMs.
         switch (c.math_mode == FH_MATH_BF16 ? FH_IQL_GEMM_SEQUENTIAL : c.iql_gemm) {
@@ -223,10 +216,6 @@ struct IqlLearner::Impl {
         const GemmDesc &g0 = s.g[0], &g1 = s.g[1];
         const long long sa = (long long)(g1.a - g0.a), sb = (long long)(g1.b - g0.b),
                         sc = (long long)(g1.c - g0.c);
-        if (batched_lt) {
-            gemm_strided_batched(bl, g0, 2, sa, sb, sc, s.beta, s.name);
-            return;
-        }
         const cublasStatus_t st = cublasGemmStridedBatchedEx(
             bl.handle, g0.opa, g0.opb, g0.m, g0.n, g0.k, &s.alpha, g0.a, CUDA_R_32F, g0.lda, sa,
             g0.b, CUDA_R_32F, g0.ldb, sb, &s.beta, g0.c, CUDA_R_32F, g0.ldc, sc, 2, bl.compute,
