@@ -41,8 +41,6 @@
 #   pytest-cuda  the Python binding's tests and the PyTorch oracle on the CUDA backend
 #   sanitize     compute-sanitizer memcheck, racecheck, synccheck on test_cuda_sanitize (B <= 256)
 #   bench        foxhunt-bench at B = 16384, four modes, the replay runs and the PyTorch peers
-#   peer-forms   the fast PyTorch peer compiled as one CUDA graph at B = 16384 with each attention
-#                form (pooled, then SDPA): its before/after (tests/python/peer_fast.py)
 #   bench-sizes  foxhunt-bench at B = 1024, 4096, 65536 (TF32, multi- and single-stream)
 #   trainer      foxhunt-trainer on the GPU: 1 seed, 1000 steps (the replay, acting behind)
 #   trainer-math foxhunt-trainer on the GPU in TF32 and in BF16 (--math): 1 seed, 1000 steps
@@ -253,14 +251,6 @@ for s in "$@"; do
   bench)
     PYTHONUNBUFFERED=1 timeout 420 build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --peer \
       --machine $machine --out $OUT/bench.json 2>&1 | tail -30 | tee -a $log ;;
-  peer-forms)
-    for f in pooled sdpa; do
-      PYTHONUNBUFFERED=1 timeout 200 python3 tests/python/bench_torch_peer.py --batch-size 16384 \
-        --iters 30 --modes fast_compile_graph --fast-attention $f --json $OUT/peer_$f.json \
-        > $OUT/peer_$f.txt 2>&1
-      echo "peer-forms $f rc=$?" | tee -a $log
-      grep -E "^fast_compile_graph" $OUT/peer_$f.txt | tee -a $log
-    done ;;
   bench-sizes)
     timeout 200 build-dev/examples/foxhunt-bench --batch 1024,4096,65536 --steps 30 --replay 0 \
       --modes multi-tf32,single-tf32 --machine $machine --out $OUT/bench_sizes.json 2>&1 | tail -12 | tee -a $log ;;

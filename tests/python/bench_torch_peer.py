@@ -75,13 +75,12 @@ class FastStep:
     compile: its pieces under torch.compile (compiled once per process: fast_compile and
     fast_compile_graph share the code, as the oracle's compile modes share dynamo's cache)."""
 
-    def __init__(self, c, device, compile=False, attention="pooled"):
+    def __init__(self, c, device, compile=False):
         S, M, V = ot.initial_tensors(c, torch.float32, device)
-        key = (repr(c), str(device), compile, attention, compile_mode)
+        key = (repr(c), str(device), compile, compile_mode)
         if key not in _FAST_STEPS:
             _FAST_STEPS[key] = peer_fast.make_step(c, device, torch.float32,
-                                                   compile=compile and compiled,
-                                                   attention=attention)
+                                                   compile=compile and compiled)
         self.fn = _FAST_STEPS[key]
         self.st = peer_fast.state_from_oracle(self.fn.layout, S, M, V)
         self.batch = make_batch(c, device)
@@ -127,16 +126,15 @@ def compiled(fn):
     return torch.compile(fn, mode=compile_mode)
 
 
-def run_mode(mode, c, device, iters, warmup, attention="pooled"):
-    """One mode: MODES, for the oracle's step, or fast_ + one of them, for peer_fast's (its
-    attention in the given form)."""
+def run_mode(mode, c, device, iters, warmup):
+    """One mode: MODES, for the oracle's step, or fast_ + one of them, for peer_fast's."""
     fast = mode.startswith("fast_")
     base = mode[len("fast_"):] if fast else mode
     if base not in MODES:
         raise ValueError(mode)
     if fast:
-        st = FastStep(c, device, compile=base.startswith("compile"), attention=attention)
-        res = {"mode": mode, "peer": "fast", "attention": attention}
+        st = FastStep(c, device, compile=base.startswith("compile"))
+        res = {"mode": mode, "peer": "fast"}
     else:
         st = Step(c, device)
         res = {"mode": mode, "peer": "oracle"}
@@ -220,8 +218,6 @@ def main(argv=None):
                     help="TF32 matmuls (libfoxhunt's default FH_MATH_TF32 is 'on')")
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."),
                                                    "bench_torch_peer.json"))
-    ap.add_argument("--fast-attention", default="pooled", choices=peer_fast.ATTENTION_FORMS,
-                    help="the fast_ modes' attention (peer_fast.pooled_attention)")
     ap.add_argument("--compile-mode", default="default", choices=COMPILE_MODES,
                     help="torch.compile's mode in the compile modes of both peers")
     ap.add_argument("--allow-cpu", action="store_true", help="run the eager modes on the CPU")
@@ -269,7 +265,7 @@ def main(argv=None):
     results = []
     for mode in modes:
         try:
-            r = run_mode(mode, c, device, args.iters, args.warmup, args.fast_attention)
+            r = run_mode(mode, c, device, args.iters, args.warmup)
         except Exception as e:  # report and carry on with the other modes
             r = {"mode": mode, "error": "%s: %s" % (type(e).__name__, e)}
         results.append(r)

@@ -50,15 +50,11 @@ OUTPUTS = ("td_loss", "q_mean", "cql_loss", "iql_loss_hi", "iql_loss_lo", "iqn_l
            "ensemble_std", "confidence", "d_states", "regime_scale", "num_relabelled")
 
 
-@pytest.mark.parametrize("attention", [
-    "pooled", pytest.param("sdpa", marks=pytest.mark.skipif(
-        "sdpa" not in peer_fast.ATTENTION_FORMS,
-        reason="torch %s has no F.scaled_dot_product_attention" % torch.__version__))])
 @pytest.mark.parametrize("name", list(ls.CONFIGS))
-def test_fast_peer_is_the_oracle_step(name, attention):
+def test_fast_peer_is_the_oracle_step(name):
     c = ls.config(name)
     S, M, V = ot.initial_tensors(c)
-    step_fn = peer_fast.make_step(c, torch.device("cpu"), torch.float64, attention=attention)
+    step_fn = peer_fast.make_step(c, torch.device("cpu"), torch.float64)
     L = step_fn.layout
     st = peer_fast.state_from_oracle(L, S, M, V)
     counter = torch.zeros((), dtype=torch.int64)
@@ -93,7 +89,7 @@ def test_fast_peer_is_the_oracle_step(name, attention):
         assert float(ref["td_loss"]) > 0
     S0 = ot.initial_tensors(c)[0]
     assert rel_err(S["q.W1"], S0["q.W1"]) > 1e-6
-    print("%s, %s attention: largest relative error %.2e" % (name, attention, worst))
+    print("%s: largest relative error %.2e" % (name, worst))
 
 
 def test_layout_covers_every_parameter_once():
@@ -108,11 +104,6 @@ def test_layout_covers_every_parameter_once():
     assert L.n_q == sum(int(np.prod(s)) for _, s, _, g in specs if g == "q")
     with pytest.raises(AssertionError):
         L.stacked(flat, ["q.V.0", "q.V.2"])  # not consecutive
-
-
-def test_unknown_attention_form_is_refused():
-    with pytest.raises(ValueError, match="attention form"):
-        peer_fast.make_step(ls.config("wide"), torch.device("cpu"), attention="flash")
 
 
 CUDA = torch.cuda.is_available()
