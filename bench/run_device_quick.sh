@@ -41,6 +41,8 @@
 #   pytest-cuda  the Python binding's tests and the PyTorch oracle on the CUDA backend
 #   sanitize     compute-sanitizer memcheck, racecheck, synccheck on test_cuda_sanitize (B <= 256)
 #   bench        foxhunt-bench at B = 16384, four modes, the replay runs and the PyTorch peers
+#   wgrad-layout bench/probe_wgrad_layout.py: the weight-gradient products through PyTorch's cuBLAS,
+#                operands stored as the step stores them against transposed (K-major)
 #   bench-sizes  foxhunt-bench at B = 1024, 4096, 65536 (TF32, multi- and single-stream)
 #   trainer      foxhunt-trainer on the GPU: 1 seed, 1000 steps (the replay, acting behind)
 #   trainer-math foxhunt-trainer on the GPU in TF32 and in BF16 (--math): 1 seed, 1000 steps
@@ -251,6 +253,10 @@ for s in "$@"; do
   bench)
     PYTHONUNBUFFERED=1 timeout 420 build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --peer \
       --machine $machine --out $OUT/bench.json 2>&1 | tail -30 | tee -a $log ;;
+  wgrad-layout)
+    timeout 200 python3 bench/probe_wgrad_layout.py --out $OUT/wgrad_layout.json \
+      > $OUT/wgrad_layout.txt 2>&1
+    echo "wgrad-layout rc=$?" | tee -a $log; tee -a $log < $OUT/wgrad_layout.txt ;;
   bench-sizes)
     timeout 200 build-dev/examples/foxhunt-bench --batch 1024,4096,65536 --steps 30 --replay 0 \
       --modes multi-tf32,single-tf32 --machine $machine --out $OUT/bench_sizes.json 2>&1 | tail -12 | tee -a $log ;;
