@@ -10,10 +10,16 @@ Prints a table and writes JSON to --out.
 """
 import argparse
 import json
+import os
 import statistics
+import sys
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "python"))
+import bench_torch_peer  # noqa: E402
 
 # (what, M, N, K) at the default config, B = 16384 (K = B, or B·N = 131072 for IQN)
 SHAPES = [
@@ -27,18 +33,11 @@ SHAPES = [
 
 
 def time_ms(fn, reps):
+    """Median milliseconds of `reps` calls after five (bench_torch_peer's CUDA-event timer)."""
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return statistics.median(bench_torch_peer.time_it(fn, reps, torch.device("cuda")))
 
 
 def kernels(fn):
