@@ -3,23 +3,18 @@
 takes for the step's weight-gradient products dW[M, N] = Σ_k A[k, M] B[k, N] with the operands
 stored as the step stores them today (rows of the batch outermost: both operands M- or N-major)
 against stored transposed (A as [M, K], B as [N, K]: both K-major, the only layout that Hopper's
-TF32 warpgroup instructions read). TF32, CUDA events, median of --reps calls after a warm-up.
-Prints a table and writes JSON to --out.
+TF32 warpgroup instructions read). TF32; the time is the kernels' device time per call (the
+profiler's, over --reps calls after a warm-up: the GEMM and its split-K reduction, not the host's
+launch latency, which a per-call event timer would add to these 10 to 60 µs products). Prints a
+table and writes JSON to --out.
 
     python3 bench/probe_wgrad_layout.py [--reps 50] [--out wgrad_layout.json]
 """
 import argparse
 import json
-import os
-import statistics
-import sys
 
 import torch
 from torch.profiler import ProfilerActivity, profile
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
-                                "python"))
-import bench_torch_peer  # noqa: E402
 
 # (what, M, N, K) at the default config, B = 16384 (K = B, or B·N = 131072 for IQN)
 SHAPES = [
@@ -32,20 +27,18 @@ SHAPES = [
 ]
 
 
-def time_ms(fn, reps):
-    """Median milliseconds of `reps` calls after five (bench_torch_peer's CUDA-event timer)."""
+def device_time(fn, reps):
+    """(milliseconds of kernel time per call, the kernels' names) over `reps` calls after five."""
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
-    return statistics.median(bench_torch_peer.time_it(fn, reps, torch.device("cuda")))
-
-
-def kernels(fn):
-    """The names of the kernels one call launches (cuBLAS's choice), shortened."""
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
+        for _ in range(reps):
+            fn()
         torch.cuda.synchronize()
-    return [e.key[:90] for e in prof.key_averages() if e.device_type.name == "CUDA"]
+    events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
+    total_us = sum(e.self_device_time_total for e in events)
+    return total_us / 1e3 / reps, [e.key[:90] for e in events]
 
 
 def main(argv=None):
@@ -60,28 +53,26 @@ def main(argv=None):
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     rows = []
-    print("%-26s %5s %5s %7s  %12s %12s %7s  %9s" % ("product", "M", "N", "K", "rows-major ms",
-                                                    "K-major ms", "ratio", "max diff"))
+    print("%-26s %5s %5s %7s  %13s %11s %13s  %12s" % (
+        "product", "M", "N", "K", "rows-major ms", "K-major ms", "K-major/rows", "max rel diff"))
     for what, M, N, K in SHAPES:
         A = torch.randn(K, M, device=dev, generator=g)   # today's storage: [K, M], [K, N]
         B = torch.randn(K, N, device=dev, generator=g)
         At, Bt = A.t().contiguous(), B.t().contiguous()  # transposed storage: [M, K], [N, K]
         out1 = torch.empty(M, N, device=dev)
         out2 = torch.empty(M, N, device=dev)
-        t_rows = time_ms(lambda: torch.matmul(A.t(), B, out=out1), args.reps)
-        t_k = time_ms(lambda: torch.matmul(At, Bt.t(), out=out2), args.reps)
+        t_rows, k_rows = device_time(lambda: torch.matmul(A.t(), B, out=out1), args.reps)
+        t_k, k_k = device_time(lambda: torch.matmul(At, Bt.t(), out=out2), args.reps)
         diff = float((out1 - out2).abs().max() / out1.abs().max())
-        names = (kernels(lambda: torch.matmul(A.t(), B, out=out1)),
-                 kernels(lambda: torch.matmul(At, Bt.t(), out=out2)))
         rows.append({"product": what, "M": M, "N": N, "K": K, "rows_major_ms": t_rows,
-                     "k_major_ms": t_k, "max_rel_diff": diff, "rows_major_kernels": names[0],
-                     "k_major_kernels": names[1]})
-        print("%-26s %5d %5d %7d  %12.4f %12.4f %7.2f  %9.2e" % (what, M, N, K, t_rows, t_k,
-                                                                t_rows / t_k, diff))
-        print("    rows-major: %s\n    K-major:    %s" % (" + ".join(names[0]),
-                                                      " + ".join(names[1])))
+                     "k_major_ms": t_k, "max_rel_diff": diff, "rows_major_kernels": k_rows,
+                     "k_major_kernels": k_k})
+        print("%-26s %5d %5d %7d  %13.4f %11.4f %13.2f  %12.2e" % (what, M, N, K, t_rows, t_k,
+                                                                   t_k / t_rows, diff))
+        print("    rows-major: %s\n    K-major:    %s" % (" + ".join(k_rows), " + ".join(k_k)))
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "tf32": True,
-            "reps": args.reps, "rows": rows}
+            "reps": args.reps, "time": "kernel device time per call (torch.profiler)",
+            "rows": rows}
     with open(args.out, "w") as f:
         json.dump(meta, f, indent=1)
     print("wrote", args.out)

@@ -24,7 +24,7 @@
 #                ($DIGEST_ARGS: state_digest.py's options, e.g. "--batch 16384" where a trial's
 #                path runs only at large batches)
 #   vbench       foxhunt-bench at B = 16384 (TF32, multi/single; $VBENCH_MODES), one --variant
-#                run per entry of $VARIANTS ("VAR=a,b VAR2=c,d")
+#                run per entry of $VARIANTS ("VAR=a,b VAR2=c,d"), with $VBENCH_ARGS' options
 #   env-tests    test binaries under a trial's environment: $TEST_SETS ("VAR=x|test_a test_b;...")
 #   iqn-bench    foxhunt-bench at B = 16384, the four FOXHUNT_IQN_KERNELS levels side by side
 #   ncu-attn     Nsight Compute on the tensor-core attention kernels at B = 16384
@@ -254,7 +254,7 @@ for s in "$@"; do
     PYTHONUNBUFFERED=1 timeout 420 build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --peer \
       --machine $machine --out $OUT/bench.json 2>&1 | tail -30 | tee -a $log ;;
   wgrad-layout)
-    timeout 200 python3 bench/probe_wgrad_layout.py --out $OUT/wgrad_layout.json \
+    PYTHONUNBUFFERED=1 timeout 200 python3 bench/probe_wgrad_layout.py --out $OUT/wgrad_layout.json \
       > $OUT/wgrad_layout.txt 2>&1
     echo "wgrad-layout rc=$?" | tee -a $log; tee -a $log < $OUT/wgrad_layout.txt ;;
   bench-sizes)

@@ -375,13 +375,13 @@ k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
 // asked, 1: yes, 2: no); kept here too so that the kernels' shared-memory limits are raised
 // once per device.
 int g_has_wgmma[64];
-std::mutex g_probe_mutex;
+std::mutex g_wgmma_mutex;
 
 bool has_wgmma() {
     int dev = 0;
     FH_CUDA(cudaGetDevice(&dev));
     if (dev < 0 || dev >= 64) return false;
-    std::lock_guard<std::mutex> lock(g_probe_mutex);
+    std::lock_guard<std::mutex> lock(g_wgmma_mutex);
     if (g_has_wgmma[dev] == 0) {
         const int host = run_probe((const void *)wg::wgmma_probe_kernel<0>);
         const void *kernels[] = {

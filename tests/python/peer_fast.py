@@ -175,7 +175,7 @@ def make_step(c, device, dtype=torch.float32, compile=False):
             qkv = torch.cat([qkv, (eg @ Wqkv.T + bqkv).unsqueeze(1)], 1)
             e_sum = e_sum + eg
         qkv = qkv.view(B, c.T, 3, H, d // H).permute(2, 0, 3, 1, 4)
-        o = pooled_attention(qkv[0], qkv[1], qkv[2])                  # [B, H, dh]
+        o = pooled_attention(qkv[0], qkv[1], qkv[2])                            # [B, H, dh]
         pool = e_sum / c.T + o.reshape(B, d) @ p("Wo").T + p("bo")
         return ot.silu(pool @ p("Wr1").T + p("br1")) @ p("w_r2") + p("b_r2")
 
