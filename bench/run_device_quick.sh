@@ -254,8 +254,8 @@ for s in "$@"; do
     PYTHONUNBUFFERED=1 timeout 420 build-dev/examples/foxhunt-bench --batch 16384 --steps 30 --peer \
       --machine $machine --out $OUT/bench.json 2>&1 | tail -30 | tee -a $log ;;
   wgrad-layout)
-    PYTHONUNBUFFERED=1 timeout 200 python3 bench/probe_wgrad_layout.py --out $OUT/wgrad_layout.json \
-      > $OUT/wgrad_layout.txt 2>&1
+    PYTHONUNBUFFERED=1 timeout 200 python3 bench/probe_wgrad_layout.py \
+      --out $OUT/wgrad_layout.json > $OUT/wgrad_layout.txt 2>&1
     echo "wgrad-layout rc=$?" | tee -a $log; tee -a $log < $OUT/wgrad_layout.txt ;;
   bench-sizes)
     timeout 200 build-dev/examples/foxhunt-bench --batch 1024,4096,65536 --steps 30 --replay 0 \
