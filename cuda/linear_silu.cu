@@ -70,8 +70,6 @@
 // which one the driver loaded, so a GPU without them runs cuBLAS + bias_silu instead.
 #include "linear_silu.hpp"
 
-#include <mutex>
-
 #include "common.hpp"
 #include "mma_tf32.cuh"
 #include "nn.cuh"
@@ -371,39 +369,27 @@ k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
 #endif
 }
 
-// Whether the loaded code of k_linear_silu has the wgmma instructions, per device (0: not yet
-// asked, 1: yes, 2: no); kept here too so that the kernels' shared-memory limits are raised
-// once per device.
-int g_has_wgmma[64];
-std::mutex g_wgmma_mutex;
-
+// Whether the loaded code of k_linear_silu has the wgmma instructions (run_probe asks once per
+// device and keeps the answer); where it has, the kernels' shared-memory limit is raised for the
+// current device, at each pipeline's creation, as the IQN passes' prepare functions do theirs.
 bool has_wgmma() {
-    int dev = 0;
-    FH_CUDA(cudaGetDevice(&dev));
-    if (dev < 0 || dev >= 64) return false;
-    std::lock_guard<std::mutex> lock(g_wgmma_mutex);
-    if (g_has_wgmma[dev] == 0) {
-        const int host = run_probe((const void *)wg::wgmma_probe_kernel<0>);
-        const void *kernels[] = {
-            (const void *)k_linear_silu<true, kEpiSilu, false>,
-            (const void *)k_linear_silu<false, kEpiSilu, false>,
-            (const void *)k_linear_silu<true, kEpiHeads, false>,
-            (const void *)k_linear_silu<false, kEpiHeads, false>,
-            (const void *)k_linear_silu<true, kEpiDsilu, false>,
-            (const void *)k_linear_silu<false, kEpiDsilu, false>,
-            (const void *)k_linear_silu<true, kEpiSilu, true>,
-            (const void *)k_linear_silu<false, kEpiSilu, true>,
-            (const void *)k_linear_silu<true, kEpiHeads, true>,
-            (const void *)k_linear_silu<false, kEpiHeads, true>,
-            (const void *)k_linear_silu<true, kEpiDsilu, true>,
-            (const void *)k_linear_silu<false, kEpiDsilu, true>};
-        if (host)
-            for (const void *k : kernels)
-                FH_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             kSmemBytes));
-        g_has_wgmma[dev] = host ? 1 : 2;
-    }
-    return g_has_wgmma[dev] == 1;
+    if (!run_probe((const void *)wg::wgmma_probe_kernel<0>)) return false;
+    const void *kernels[] = {
+        (const void *)k_linear_silu<true, kEpiSilu, false>,
+        (const void *)k_linear_silu<false, kEpiSilu, false>,
+        (const void *)k_linear_silu<true, kEpiHeads, false>,
+        (const void *)k_linear_silu<false, kEpiHeads, false>,
+        (const void *)k_linear_silu<true, kEpiDsilu, false>,
+        (const void *)k_linear_silu<false, kEpiDsilu, false>,
+        (const void *)k_linear_silu<true, kEpiSilu, true>,
+        (const void *)k_linear_silu<false, kEpiSilu, true>,
+        (const void *)k_linear_silu<true, kEpiHeads, true>,
+        (const void *)k_linear_silu<false, kEpiHeads, true>,
+        (const void *)k_linear_silu<true, kEpiDsilu, true>,
+        (const void *)k_linear_silu<false, kEpiDsilu, true>};
+    for (const void *k : kernels)
+        FH_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    return true;
 }
 
 bool fits(int M, int N, int K, const float *X, const float *W, const float *bias,
