@@ -156,28 +156,6 @@ private:
 
 void CudaBackend::create(HostBuffers init) {
     DeviceGuard guard(device_);
-    // TRIAL PROBE (racy, timing only; to be deleted): FOXHUNT_TRIAL_AUX_AFTER_HER=1 starts the
-    // aux child after HER instead of after the forward child (multi-stream only), sharing
-    // lanes, workspaces and scratch with ddqn and forward: an upper bound of the overlap.
-    if (const char *p = getenv("FOXHUNT_TRIAL_AUX_AFTER_HER");
-        p && *p == '1' && cfg_.exec_mode == FH_EXEC_MULTI_STREAM) {
-        int her = -1, fwd = -1, aux = -1, adam = -1;
-        for (size_t k = 0; k < sched_.size(); ++k) {
-            if (sched_[k].id == ChildId::HER) her = (int)k;
-            if (sched_[k].id == ChildId::FORWARD) fwd = (int)k;
-            if (sched_[k].id == ChildId::AUX) aux = (int)k;
-            if (sched_[k].id == ChildId::ADAM) adam = (int)k;
-        }
-        sched_[aux].after = {her};
-        sched_[adam].after = {fwd, aux};
-        // Lanes 1..3 of the aux child become lanes 5..7 (own streams, workspaces, scratch).
-        ChildDesc &a = sched_[aux];
-        for (Op &op : a.ops) {
-            if ((op.kind == Op::RUN || op.kind == Op::MARK) && op.lane >= 1) op.lane += 4;
-            if (op.kind == Op::FORK || op.kind == Op::JOIN) op.lanes <<= 4;
-        }
-        a.num_lanes = 8;
-    }
     const int maxN = (int)std::max({d_.D, d_.H, d_.HB, d_.A, 1u});
     lanes_ = std::make_unique<Lanes>(cfg_, sched_, (size_t)colsum_chunks((int)d_.B) * maxN, mem_);
     FH_CUDA(cudaStreamCreateWithFlags(&launch_, cudaStreamNonBlocking));

@@ -80,7 +80,7 @@ struct ChildDesc {
 };
 
 // Lanes a pipeline owns: enough for the widest child.
-constexpr int kMaxLanes = 8;  // TRIAL PROBE: 5
+constexpr int kMaxLanes = 5;
 
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c);
 // FH_ERR_INTERNAL unless every ChildDesc::after entry names an earlier child, once, and every
