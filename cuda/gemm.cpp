@@ -95,7 +95,8 @@ void lt_matmul(const Blas &bl, const GemmDesc &g, float beta, const char *what) 
     cublasLtHandle_t lt = reinterpret_cast<cublasLtHandle_t>(bl.handle);
     cudaStream_t stream = nullptr;
     FH_CUBLAS(cublasGetStream(bl.handle, &stream));
-    if (bl.own_wgrad && bl.compute == CUBLAS_COMPUTE_32F_FAST_TF32 && wgrad_fits(g, bl.ws_bytes, bl.own_wgrad))
+    if (bl.own_wgrad && bl.compute == CUBLAS_COMPUTE_32F_FAST_TF32 &&
+        wgrad_fits(g, beta, bl.ws_bytes))
         return wgrad(bl, g, beta, stream);
     int device = 0;
     FH_CUDA(cudaGetDevice(&device));

@@ -34,9 +34,7 @@ Lanes::Lanes(const fh_config &c, const std::vector<ChildDesc> &sched, size_t col
              DeviceMemory &mem)
     : multi_(c.exec_mode == FH_EXEC_MULTI_STREAM), nlanes_(1), compute_(compute_type(c)),
       linear_tc_(linear_tc_enabled(c)), linear_bf16_(c.math_mode == FH_MATH_BF16),
-      own_wgrad_(2) {
-    if (const char *w = getenv("FOXHUNT_WGRAD"))  // TRIAL: cublas, own1, own2 (default)
-        own_wgrad_ = !strcmp(w, "cublas") ? 0 : !strcmp(w, "own1") ? 1 : 2;
+      own_wgrad_(!(getenv("FOXHUNT_WGRAD") && !strcmp(getenv("FOXHUNT_WGRAD"), "cublas"))) {
     for (const ChildDesc &ch : sched) nlanes_ = std::max(nlanes_, ch.num_lanes);
     if (nlanes_ > kMaxLanes)
         fail(FH_ERR_INTERNAL, "schedule uses %d lanes > %d", nlanes_, kMaxLanes);

@@ -7,15 +7,18 @@
 // (bench/results/h100-2026-12-05-iqn-wgmma-ncu-warm.txt: the weight-gradient GEMMs 284 µs and
 // 18 reductions 92 µs of 1864). Here a block owns a whole 128 × BN output tile (the widths of
 // most of the step's layers), so each operand row is read once per tile, and the chunks'
-// partials are summed by one light pass.
+// partials are summed by reduce_partials (reduce.cuh), one light pass.
 //
-// Tiling. grid (N tiles, M tiles, row chunks); a block of 2 × BN/32 warps computes the 128 × BN
-// tile of one chunk of rows, each warp a 64 × 32 sub-tile with mma.sync m16n8k8 TF32 (16 tiles
-// of 16 × 8, 64 float accumulators per thread). The chunk's rows stream through shared memory
-// 32 at a time in a ring of three stages filled by cp.async (two stages in flight while one is
-// multiplied), G's rows [32 × 128] and X's rows [32 × BN] in rows of 136 and BN + 8 floats
-// (≡ 8 mod 32). After a stage lands, each thread rounds the elements it copied to TF32 in place
-// (once per block, not once per warp that reads them), then the warps read their fragments.
+// Tiling. grid (N tiles, M tiles, row chunks), about one block per SM; a block of 2 × BN/32 warps
+// computes the 128 × BN tile of one chunk of rows, each warp a 64 × 32 sub-tile with mma.sync
+// m16n8k8 TF32 (16 tiles of 16 × 8, 64 float accumulators per thread). The chunk's rows stream
+// through shared memory 64 at a time in a ring of three stages filled by cp.async (two stages in
+// flight while one is multiplied: 128 KiB per SM at BN = 128), G's rows [64 × 128] and X's rows
+// [64 × BN] in rows of 136 and BN + 8 floats (≡ 8 mod 32). After a stage lands, each thread
+// rounds the elements it copied to TF32 in place (once per block, not once per warp that reads
+// them); then the warps read each k step's fragments while the previous step's products issue.
+// (The first version, 32 rows a stage, two blocks per SM and a sum kernel of its own, took
+// 1.52 → 1.74 ms per step on the H100: bench/results/README.md.)
 //
 // Fragment order. The contraction index k is the row; the output's row m (G's column) and
 // column n (X's column) may be numbered in any order inside a warp's sub-tile as long as the
@@ -27,7 +30,7 @@
 // A thread's accumulators of one row hold sub-tile columns 8t .. 8t + 7: two float4 stores.
 //
 // Determinism: no atomics. The chunking depends on the shape only; each chunk's sums are one
-// block's fixed sequence of products; k_wgrad_sum adds the chunks in chunk order in float64.
+// block's fixed sequence of products; reduce_partials adds the chunks in a fixed order in float64.
 #include "wgrad.hpp"
 
 #include <algorithm>
@@ -37,16 +40,17 @@
 #include "common.hpp"
 #include "launch.cuh"
 #include "mma_tf32.cuh"
+#include "reduce.cuh"
 #include "stage.cuh"
 
 namespace fh::cuda {
 
 namespace {
 
-constexpr int kBM = 128, kRows = 32, kStages = 3;
+constexpr int kBM = 128, kRows = 64, kStages = 3;
 constexpr int kMinK = 8192;          // smaller batches stay on cuBLAS
 constexpr int kMinChunkRows = 256;   // rows per block at least: partials stay small beside the operands
-constexpr int kSMs = 132;            // the H100's and H200's: the chunking's target is a multiple
+constexpr int kTargetBlocks = 132;   // one block per SM on the H100 and H200
 
 template <int BN>
 struct Geom {
@@ -111,8 +115,28 @@ __device__ __forceinline__ void round_stage(float *sm, int st) {
         round4(Bs + (e / (BN / 4)) * Gm::kLdB + 4 * (e % (BN / 4)));
 }
 
-template <int BN, int MINB>
-__global__ void __launch_bounds__(Geom<BN>::kThreads, MINB) k_wgrad(WgradArgs a) {
+// One k step's fragments of a warp: a[0], a[1] its A elements of k row t (sub-tile rows
+// 4g .. 4g + 3 and 32 + 4g ..), a[2], a[3] those of k row t + 4; b[0], b[1] its B elements of k
+// rows t and t + 4 (sub-tile columns 4g .. 4g + 3).
+struct Frag {
+    float4 a[4], b[2];
+};
+template <int BN>
+__device__ __forceinline__ void load_frag(Frag &f, const float *As, const float *Bs, int kk,
+                                          int wm, int wn, int g, int t) {
+    using Gm = Geom<BN>;
+    const float *ar = As + (8 * kk + t) * Gm::kLdA + 64 * wm + 4 * g;
+    f.a[0] = ld4(ar);
+    f.a[1] = ld4(ar + 32);
+    f.a[2] = ld4(ar + 4 * Gm::kLdA);
+    f.a[3] = ld4(ar + 4 * Gm::kLdA + 32);
+    const float *br = Bs + (8 * kk + t) * Gm::kLdB + 32 * wn + 4 * g;
+    f.b[0] = ld4(br);
+    f.b[1] = ld4(br + 4 * Gm::kLdB);
+}
+
+template <int BN>
+__global__ void __launch_bounds__(Geom<BN>::kThreads, 1) k_wgrad(WgradArgs a) {
     pdl_enter();
     using Gm = Geom<BN>;
     extern __shared__ float4 sm4[];
@@ -140,16 +164,19 @@ __global__ void __launch_bounds__(Geom<BN>::kThreads, MINB) k_wgrad(WgradArgs a)
         // The slot this refills was multiplied in the previous trip, which every warp has left.
         issue_stage<BN>(sm, a, m0, n0, r0, r1, st + kStages - 1);
         const float *As = sm + (st % kStages) * Gm::kStageFloats, *Bs = As + kRows * Gm::kLdA;
+        // The next k step's fragments are read while this one's products issue.
+        Frag f[2];
+        load_frag<BN>(f[0], As, Bs, 0, wm, wn, g, t);
 #pragma unroll
         for (int kk = 0; kk < kRows / 8; ++kk) {
-            const float *ar = As + (8 * kk + t) * Gm::kLdA + 64 * wm + 4 * g;
-            const float4 a00 = ld4(ar), a01 = ld4(ar + 32), a10 = ld4(ar + 4 * Gm::kLdA),
-                         a11 = ld4(ar + 4 * Gm::kLdA + 32);
-            const float *br = Bs + (8 * kk + t) * Gm::kLdB + 32 * wn + 4 * g;
-            const float4 b0 = ld4(br), b1 = ld4(br + 4 * Gm::kLdB);
-            const float A0[4] = {a00.x, a00.y, a00.z, a00.w}, A1[4] = {a01.x, a01.y, a01.z, a01.w},
-                        A2[4] = {a10.x, a10.y, a10.z, a10.w}, A3[4] = {a11.x, a11.y, a11.z, a11.w},
-                        B0[4] = {b0.x, b0.y, b0.z, b0.w}, B1[4] = {b1.x, b1.y, b1.z, b1.w};
+            if (kk + 1 < kRows / 8) load_frag<BN>(f[(kk + 1) & 1], As, Bs, kk + 1, wm, wn, g, t);
+            const Frag &c = f[kk & 1];
+            const float A0[4] = {c.a[0].x, c.a[0].y, c.a[0].z, c.a[0].w},
+                        A1[4] = {c.a[1].x, c.a[1].y, c.a[1].z, c.a[1].w},
+                        A2[4] = {c.a[2].x, c.a[2].y, c.a[2].z, c.a[2].w},
+                        A3[4] = {c.a[3].x, c.a[3].y, c.a[3].z, c.a[3].w},
+                        B0[4] = {c.b[0].x, c.b[0].y, c.b[0].z, c.b[0].w},
+                        B1[4] = {c.b[1].x, c.b[1].y, c.b[1].z, c.b[1].w};
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -181,30 +208,6 @@ __global__ void __launch_bounds__(Geom<BN>::kThreads, MINB) k_wgrad(WgradArgs a)
         }
 }
 
-// C[i, j] = Σ_c part[c, i, j] (in chunk order, float64) + beta·C[i, j]: one thread per element,
-// eight chunks' loads in flight before they are added in order.
-constexpr int kSumThreads = 256, kSumBatch = 8;
-__global__ void __launch_bounds__(kSumThreads) k_wgrad_sum(const float *__restrict__ part,
-                                                           int chunks, int M, int N, float *C,
-                                                           int ldc, float beta) {
-    pdl_enter();
-    const int idx = blockIdx.x * kSumThreads + threadIdx.x;
-    if (idx >= M * N) return;
-    const size_t plane = (size_t)M * N;
-    double s = 0.0;
-    for (int c = 0; c < chunks; c += kSumBatch) {
-        float v[kSumBatch];
-#pragma unroll
-        for (int u = 0; u < kSumBatch; ++u)
-            v[u] = c + u < chunks ? part[(size_t)(c + u) * plane + idx] : 0.0f;
-#pragma unroll
-        for (int u = 0; u < kSumBatch; ++u)
-            if (c + u < chunks) s += (double)v[u];
-    }
-    float *out = C + (size_t)(idx / N) * ldc + idx % N;
-    *out = beta != 0.0f ? fmaf(beta, *out, (float)s) : (float)s;
-}
-
 struct Plan {
     int M, N, K, bn, chunk_rows, chunks;
     size_t part_bytes;
@@ -212,8 +215,7 @@ struct Plan {
 
 // The chunking, from the shape alone (never the device): about kTargetBlocks blocks, at least
 // kMinChunkRows rows each, chunks of whole stages, and their partials within the workspace.
-bool plan(const GemmDesc &g, size_t ws_bytes, int per_sm, Plan &p) {
-    const int kTargetBlocks = per_sm * kSMs;
+bool plan(const GemmDesc &g, size_t ws_bytes, Plan &p) {
     p.M = g.n;
     p.N = g.m;
     p.K = g.k;
@@ -229,40 +231,41 @@ bool plan(const GemmDesc &g, size_t ws_bytes, int per_sm, Plan &p) {
     return p.part_bytes <= ws_bytes;
 }
 
-template <int BN, int MINB>
+template <int BN>
 void launch(const Plan &p, const WgradArgs &a, cudaStream_t s) {
     using Gm = Geom<BN>;
-    aux::allow_smem((const void *)k_wgrad<BN, MINB>, Gm::kSmem, "weight-gradient");
+    aux::allow_smem((const void *)k_wgrad<BN>, Gm::kSmem, "weight-gradient");
     const dim3 grid((p.N + BN - 1) / BN, (p.M + kBM - 1) / kBM, p.chunks);
-    FH_LAUNCH((k_wgrad<BN, MINB>), grid, Gm::kThreads, Gm::kSmem, s, a);
+    FH_LAUNCH(k_wgrad<BN>, grid, Gm::kThreads, Gm::kSmem, s, a);
 }
 
 bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
 }  // namespace
 
-bool wgrad_fits(const GemmDesc &g, size_t ws_bytes, int mode) {
+bool wgrad_fits(const GemmDesc &g, float beta, size_t ws_bytes) {
     const int M = g.n, N = g.m;
     Plan p;
     return g.opa == CUBLAS_OP_N && g.opb == CUBLAS_OP_T && g.k >= kMinK && M >= 64 &&
            M <= 1024 && N >= 64 && N <= 1024 && M % 4 == 0 && N % 4 == 0 && g.lda % 4 == 0 &&
-           g.ldb % 4 == 0 && aligned16(g.a) && aligned16(g.b) && plan(g, ws_bytes, mode, p);
+           g.ldb % 4 == 0 && aligned16(g.a) && aligned16(g.b) && beta == 0.0f && g.ldc == N &&
+           plan(g, ws_bytes, p);
 }
 
 void wgrad(const Blas &bl, const GemmDesc &g, float beta, cudaStream_t s) {
     Plan p;
-    const int mode = bl.own_wgrad;
-    if (!wgrad_fits(g, bl.ws_bytes, mode) || !plan(g, bl.ws_bytes, mode, p))
+    if (!wgrad_fits(g, beta, bl.ws_bytes) || !plan(g, bl.ws_bytes, p))
         fail(FH_ERR_INTERNAL, "wgrad: GEMM m=%d n=%d k=%d not for this kernel", g.m, g.n, g.k);
     float *part = static_cast<float *>(bl.ws);
     const WgradArgs a{g.b, g.a, g.ldb, g.lda, p.M, p.N, p.K, p.chunk_rows, part};
     if (p.bn == 128)
-        mode == 1 ? launch<128, 1>(p, a, s) : launch<128, 2>(p, a, s);
+        launch<128>(p, a, s);
     else
-        mode == 1 ? launch<64, 1>(p, a, s) : launch<64, 2>(p, a, s);
-    const int n = p.M * p.N;
-    FH_LAUNCH(k_wgrad_sum, (n + kSumThreads - 1) / kSumThreads, kSumThreads, 0, s, part,
-              p.chunks, p.M, p.N, g.c, g.ldc, beta);
+        launch<64>(p, a, s);
+    // The chunks in order, in float64, into C (packed: ldc = N).
+    Segs out;
+    out.add(g.c, 0, p.M * p.N);
+    reduce_partials(part, p.chunks, p.M * p.N, 1, out, s);
 }
 
 }  // namespace fh::cuda

@@ -12,12 +12,13 @@
 namespace fh::cuda {
 
 // Whether wgrad() computes g (cuBLAS's terms: C[m, n] = A[m, k] · op_T(B)[k, n], i.e. the tn
-// form's row-major dW[M = n, N = m] = G[K, M]ᵀ X[K, N] with G = g.b, X = g.a) within `ws_bytes`
-// of workspace in `mode` (Blas::own_wgrad, 1 or 2): opa N, opb T, k ≥ 8192, M and N in [64, 1024] and multiples of 4, G's and X's
-// row strides multiples of 4 floats and both 16-byte aligned, and the chunk partials fit.
-bool wgrad_fits(const GemmDesc &g, size_t ws_bytes, int mode);
+// form's row-major dW[M = n, N = m] = G[K, M]ᵀ X[K, N] with G = g.b, X = g.a) with `beta` within
+// `ws_bytes` of workspace: opa N, opb T, beta 0, k ≥ 8192, M and N in [64, 1024] and multiples
+// of 4, C packed (ldc = N), G's and X's row strides multiples of 4 floats and both 16-byte
+// aligned, and the chunk partials fit.
+bool wgrad_fits(const GemmDesc &g, float beta, size_t ws_bytes);
 
-// C = op(a)·op(b) + beta·C for a g that wgrad_fits() accepts, on the handle's stream, its chunk
+// C = op(a)·op(b) for a g (and beta = 0) that wgrad_fits() accepts, on the handle's stream, its chunk
 // partials in the handle's workspace (bl.ws). Operands rounded to TF32 (to nearest, ties away,
 // as cvt.rna), products accumulated in float32 per chunk of rows, the chunks summed in order in
 // float64. Deterministic (no atomics; the chunking depends on the shape only).

@@ -149,7 +149,7 @@ void check_case(const Case &t, const Data &d, int math_mode, size_t ws_bytes, in
             void *w = ws_bytes ? ws.p : nullptr;
             bl = fh::cuda::Blas{fh::cuda::make_handle(c, s, w, ws_bytes),
                                 fh::cuda::compute_type(c), nullptr, false, w, ws_bytes,
-                                false, own ? 2 : 0};
+                                false, own};
             fh::cuda::GemmDesc g{};
             if (t.form == NT) g = fh::cuda::desc_nt(t.M, t.N, t.K, pa, pb, pc);
             if (t.form == NN) g = fh::cuda::desc_nn(t.M, t.N, t.K, pa, pb, pc);
@@ -159,10 +159,11 @@ void check_case(const Case &t, const Data &d, int math_mode, size_t ws_bytes, in
             if (t.lda) g.ldb = t.lda;
             if (t.ldb) g.lda = t.ldb;
             if (t.ldc) g.ldc = t.ldc;
-            kernel = own && math_mode == FH_MATH_TF32 && fh::cuda::wgrad_fits(g, ws_bytes, 2);
-            /* The cases meant for cuda/wgrad.cu's kernel must reach it where it can run: with
-             * 16-byte aligned operands and a workspace for its partials. */
+            kernel = own && math_mode == FH_MATH_TF32 && fh::cuda::wgrad_fits(g, beta, ws_bytes);
+            /* The cases meant for cuda/wgrad.cu's kernel must reach it where it can run: beta 0,
+             * 16-byte aligned operands, C packed and a workspace for its partials. */
             if (own && math_mode == FH_MATH_TF32 && t.own_kernel && off % 4 == 0 &&
+                beta == 0.0f && o.ldc == t.N &&
                 ws_bytes >= (size_t{16} << 20) && !kernel)
                 fail_msg("%s M=%d N=%d K=%d ws %zu: not taken by the weight-gradient kernel",
                          kForm[t.form], t.M, t.N, t.K, ws_bytes);
@@ -224,11 +225,11 @@ void test_gemm_against_float64(void **) {
         {NN, 100, 40, 36, 44, 52, 60, false},
         {TN, 100, 40, 36, 108, 52, 60, false},
         /* cuda/wgrad.cu's kernel: the trunk's dW2; IQN's dWφ shape (64-wide tiles) over a
-         * ragged number of rows; partial tiles in both dimensions; all three strided */
+         * ragged number of rows; partial tiles in both dimensions; both operands strided */
         {TN, 256, 256, 16384, 0, 0, 0, true},
         {TN, 128, 64, 40001, 0, 0, 0, true},
         {TN, 192, 100, 9000, 0, 0, 0, true},
-        {TN, 64, 68, 8192, 72, 76, 80, true},
+        {TN, 64, 68, 8192, 72, 76, 0, true},
     };
     const size_t ws_sizes[] = {size_t{32} << 20, size_t{16} << 20, size_t{64} << 10, 0};
     unsigned seed = 1;
@@ -239,9 +240,13 @@ void test_gemm_against_float64(void **) {
                 for (bool own : {false, true}) {
                     if (own && (mode == FH_MATH_STRICT || !t.own_kernel)) continue;
                     check_case(t, d, mode, ws, 0, 0.0f, own);
-                    /* beta = 1 with operands 4 bytes past alignment (cuBLAS), and 16 */
+                    /* beta = 1 with operands 4 bytes past alignment; with own, beta 0 and 1 at
+                     * 16 bytes past (the kernel takes beta 0 only) */
                     check_case(t, d, mode, ws, 1, 1.0f, own);
-                    if (own) check_case(t, d, mode, ws, 4, 1.0f, own);
+                    if (own) {
+                        check_case(t, d, mode, ws, 4, 0.0f, own);
+                        check_case(t, d, mode, ws, 4, 1.0f, own);
+                    }
                 }
     }
 }

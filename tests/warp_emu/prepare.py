@@ -146,8 +146,7 @@ open(f"{work}/target_body.h", "w", encoding="utf-8").write("""#pragma once
 }  // namespace fh::cuda::iqn
 """)
 
-# The weight-gradient kernel and its chunk sum: wgrad.cu's anonymous namespace up to the host's
-# chunking.
+# The weight-gradient kernel: wgrad.cu's anonymous namespace up to the host's chunking.
 s = read("wgrad.cu")
 i = s.index("namespace {\n") + len("namespace {\n")
 j = s.index("struct Plan {")
@@ -158,7 +157,6 @@ open(f"{work}/wgrad_body.h", "w", encoding="utf-8").write("""#pragma once
 #include "mma_tf32.cuh"
 #include "stage.cuh"
 using std::min;
-inline float fmaf(float a, float b, float c) { return std::fma(a, b, c); }
 namespace fh::cuda {
 """ + device_code(s[i:j]).replace("    pdl_enter();\n", "") + """}  // namespace fh::cuda
 """)
