@@ -10,7 +10,6 @@
 #include <cublasLt.h>
 
 #include "common.hpp"
-#include "wgrad.hpp"
 
 namespace fh::cuda {
 
@@ -95,9 +94,6 @@ void lt_matmul(const Blas &bl, const GemmDesc &g, float beta, const char *what) 
     cublasLtHandle_t lt = reinterpret_cast<cublasLtHandle_t>(bl.handle);
     cudaStream_t stream = nullptr;
     FH_CUBLAS(cublasGetStream(bl.handle, &stream));
-    if (bl.own_wgrad && bl.compute == CUBLAS_COMPUTE_32F_FAST_TF32 &&
-        wgrad_fits(g, beta, bl.ws_bytes))
-        return wgrad(bl, g, beta, stream);
     int device = 0;
     FH_CUDA(cudaGetDevice(&device));
     LtCall k;

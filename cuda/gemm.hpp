@@ -37,9 +37,6 @@ struct Blas {
     size_t ws_bytes = 0;
     // FH_MATH_BF16: where linear_tc, the fused layers round their operands to bfloat16, not TF32.
     bool linear_bf16 = false;
-    // TF32 weight gradients (the tn form, K >= 8192 rows) in cuda/wgrad.cu's kernel where
-    // wgrad_fits() accepts them, not cuBLAS (TRIAL: FOXHUNT_WGRAD=cublas clears it).
-    bool own_wgrad = false;
 };
 // CUBLAS_COMPUTE_32F for FH_MATH_STRICT and FH_MATH_BF16 (float32 accumulation of bfloat16
 // operands), CUBLAS_COMPUTE_32F_FAST_TF32 for FH_MATH_TF32. (CUBLAS_COMPUTE_32F_FAST_16BF on

@@ -1,8 +1,6 @@
 #include "lanes.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "common.hpp"
 #include "device_memory.hpp"
@@ -33,8 +31,7 @@ int Lanes::slot(int lane) const { return workspace_slot(multi_, lane); }
 Lanes::Lanes(const fh_config &c, const std::vector<ChildDesc> &sched, size_t col_doubles,
              DeviceMemory &mem)
     : multi_(c.exec_mode == FH_EXEC_MULTI_STREAM), nlanes_(1), compute_(compute_type(c)),
-      linear_tc_(linear_tc_enabled(c)), linear_bf16_(c.math_mode == FH_MATH_BF16),
-      own_wgrad_(!(getenv("FOXHUNT_WGRAD") && !strcmp(getenv("FOXHUNT_WGRAD"), "cublas"))) {
+      linear_tc_(linear_tc_enabled(c)), linear_bf16_(c.math_mode == FH_MATH_BF16) {
     for (const ChildDesc &ch : sched) nlanes_ = std::max(nlanes_, ch.num_lanes);
     if (nlanes_ > kMaxLanes)
         fail(FH_ERR_INTERNAL, "schedule uses %d lanes > %d", nlanes_, kMaxLanes);
@@ -74,7 +71,7 @@ void Lanes::release() noexcept {
 LaneCtx Lanes::ctx(int lane) const {
     return LaneCtx{stream(lane),
                    Blas{handles_[lane], compute_, bf16_stage(lane), linear_tc_, workspace(lane),
-                        ws_bytes_[lane], linear_bf16_, own_wgrad_},
+                        ws_bytes_[lane], linear_bf16_},
                    col_[lane], red_[lane]};
 }
 

@@ -51,7 +51,6 @@ private:
     cublasComputeType_t compute_;
     bool linear_tc_;    // Blas::linear_tc of every lane
     bool linear_bf16_;  // Blas::linear_bf16 of every lane
-    bool own_wgrad_;    // Blas::own_wgrad of every lane (TRIAL: FOXHUNT_WGRAD=cublas clears it)
     cudaStream_t streams_[kMaxLanes] = {};
     cublasHandle_t handles_[kMaxLanes] = {};
     void *ws_[kMaxLanes] = {};         // per slot

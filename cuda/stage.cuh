@@ -40,16 +40,5 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
 __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
-// A ring of stages (cuda/wgrad.cu): commit closes the copies this thread started since the last
-// commit into a group; wait_group<N> waits until at most the newest N of its groups are still in
-// flight. Each thread waits for its own copies only: a __syncthreads() after the wait makes the
-// block's copies visible to every thread.
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait_group() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 }  // namespace fh::cuda

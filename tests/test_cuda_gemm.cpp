@@ -1,7 +1,8 @@
 /* The float32 GEMM layer (cuda/gemm.cpp: gemm() through cublasLtMatmul) against float64 sums:
  * the three row-major forms the step uses (nt: y = x Wᵀ, nn: dx = dy W, tn: dW = dyᵀ x), in
- * strict FP32 and TF32, with beta = 0 and 1, at the step's weight-gradient shape (K = 16384
- * rows, A with a row stride wider than its width, as the branch backward's dV has), at odd
+ * strict FP32 and TF32, with beta = 0 and 1, at the step's weight-gradient shapes (K = 16384
+ * rows, A with a row stride wider than its width, as the branch backward's dV has; the trunk's
+ * dW2; IQN's 64-column dWφ over a ragged 40001 rows; partial tiles; strided operands), at odd
  * shapes, with all three operands' row strides wider than their widths (the leading dimensions
  * desc_nt/nn/tn compute are used as they are in the other cases), and with every operand
  * 4 bytes past a 256-byte boundary (cublasLt's heuristics assume 256-byte alignment unless
@@ -21,7 +22,6 @@
 
 #include "../cuda/gemm.hpp"
 #include "../cuda/lanes.hpp"
-#include "../cuda/wgrad.hpp"
 #include "config.hpp"
 #include "error.hpp"
 #endif
@@ -60,7 +60,6 @@ struct Case {
     Form form;
     int M, N, K;
     int lda, ldb, ldc;  // row strides of A, B, C as stored (0: their widths)
-    bool own_kernel;    // a shape cuda/wgrad.cu's kernel takes (tn, K >= 8192, M, N >= 64)
 };
 
 /* Row-major A, B and C as the form stores them: nt A [M, K] B [N, K]; nn A [M, K] B [K, N];
@@ -121,7 +120,7 @@ Data make_data(const Case &t, unsigned seed) {
 
 /* One case on one workspace size; `off` floats past each buffer's (256-byte aligned) start. */
 void check_case(const Case &t, const Data &d, int math_mode, size_t ws_bytes, int off,
-                float beta, bool own) {
+                float beta) {
     const Operands &o = d.o;
     auto padded = [off](const std::vector<float> &v) {
         std::vector<float> p(v.size() + (size_t)off, 0.0f);
@@ -140,7 +139,6 @@ void check_case(const Case &t, const Data &d, int math_mode, size_t ws_bytes, in
     if (cudaStreamCreate(&s) != cudaSuccess) fail_msg("cudaStreamCreate");
     Dev ws(ws_bytes);
     std::vector<float> first;
-    bool kernel = false; /* cuda/wgrad.cu's kernel ran, not cuBLAS */
     for (int run = 0; run < 2; ++run) {
         if (run == 1)
             cuda_test::to_device(pc, d.c0.data(), d.c0.size() * 4, "reset C");
@@ -148,8 +146,7 @@ void check_case(const Case &t, const Data &d, int math_mode, size_t ws_bytes, in
         try {
             void *w = ws_bytes ? ws.p : nullptr;
             bl = fh::cuda::Blas{fh::cuda::make_handle(c, s, w, ws_bytes),
-                                fh::cuda::compute_type(c), nullptr, false, w, ws_bytes,
-                                false, own};
+                                fh::cuda::compute_type(c), nullptr, false, w, ws_bytes};
             fh::cuda::GemmDesc g{};
             if (t.form == NT) g = fh::cuda::desc_nt(t.M, t.N, t.K, pa, pb, pc);
             if (t.form == NN) g = fh::cuda::desc_nn(t.M, t.N, t.K, pa, pb, pc);
@@ -159,14 +156,6 @@ void check_case(const Case &t, const Data &d, int math_mode, size_t ws_bytes, in
             if (t.lda) g.ldb = t.lda;
             if (t.ldb) g.lda = t.ldb;
             if (t.ldc) g.ldc = t.ldc;
-            kernel = own && math_mode == FH_MATH_TF32 && fh::cuda::wgrad_fits(g, beta, ws_bytes);
-            /* The cases meant for cuda/wgrad.cu's kernel must reach it where it can run: beta 0,
-             * 16-byte aligned operands, C packed and a workspace for its partials. */
-            if (own && math_mode == FH_MATH_TF32 && t.own_kernel && off % 4 == 0 &&
-                beta == 0.0f && o.ldc == t.N &&
-                ws_bytes >= (size_t{16} << 20) && !kernel)
-                fail_msg("%s M=%d N=%d K=%d ws %zu: not taken by the weight-gradient kernel",
-                         kForm[t.form], t.M, t.N, t.K, ws_bytes);
             fh::cuda::gemm(bl, g, beta, "test gemm");
         } catch (const fh::Error &e) {
             fail_msg("%s M=%d N=%d K=%d ws %zu: %s", kForm[t.form], t.M, t.N, t.K, ws_bytes,
@@ -202,11 +191,11 @@ void check_case(const Case &t, const Data &d, int math_mode, size_t ws_bytes, in
             if (memcmp(&first[(size_t)i * o.ldc + j], &d.c0[(size_t)i * o.ldc + j], 4) != 0)
                 fail_msg("%s M=%d N=%d K=%d: C[%d, %d] past N written", kForm[t.form], t.M, t.N,
                          t.K, i, j);
-    printf("[GEMM] %s M=%d N=%d K=%d ld %d/%d/%d %s beta %g ws %zu KiB offset %d B %s: worst "
-           "%.2e of the magnitude (bound %.1e)\n",
+    printf("[GEMM] %s M=%d N=%d K=%d ld %d/%d/%d %s beta %g ws %zu KiB offset %d B: worst %.2e "
+           "of the magnitude (bound %.1e)\n",
            kForm[t.form], t.M, t.N, t.K, o.lda, o.ldb, o.ldc,
-           math_mode == FH_MATH_STRICT ? "strict" : "tf32", beta, ws_bytes >> 10, off * 4,
-           kernel ? "wgrad kernel" : "cuBLAS", worst, bound);
+           math_mode == FH_MATH_STRICT ? "strict" : "tf32", beta, ws_bytes >> 10, off * 4, worst,
+           bound);
     if (!(worst <= bound))
         fail_msg("%s M=%d N=%d K=%d ws %zu: worst %.3e > %.1e", kForm[t.form], t.M, t.N, t.K,
                  ws_bytes, worst, bound);
@@ -215,39 +204,31 @@ void check_case(const Case &t, const Data &d, int math_mode, size_t ws_bytes, in
 void test_gemm_against_float64(void **) {
     if (!fh_test_have_cuda()) skip();
     const Case cases[] = {
-        {TN, 128, 256, 16384, 512, 0, 0, true}, /* the branch backward's dV = dpreᵀ h2 */
-        {TN, 8, 128, 4096, 0, 0, 0, false},     /* CQL's dU: an output of 8 rows */
-        {NT, 1000, 96, 72, 0, 0, 0, false},
-        {NN, 333, 65, 129, 0, 0, 0, false},
-        {TN, 7, 13, 1001, 0, 0, 0, false},
+        {TN, 128, 256, 16384, 512, 0, 0}, /* the branch backward's dV = dpreᵀ h2 */
+        {TN, 8, 128, 4096, 0, 0, 0},      /* CQL's dU: an output of 8 rows */
+        {NT, 1000, 96, 72, 0, 0, 0},
+        {NN, 333, 65, 129, 0, 0, 0},
+        {TN, 7, 13, 1001, 0, 0, 0},
         /* every operand strided, each stride different */
-        {NT, 100, 40, 36, 44, 52, 60, false},
-        {NN, 100, 40, 36, 44, 52, 60, false},
-        {TN, 100, 40, 36, 108, 52, 60, false},
-        /* cuda/wgrad.cu's kernel: the trunk's dW2; IQN's dWφ shape (64-wide tiles) over a
-         * ragged number of rows; partial tiles in both dimensions; both operands strided */
-        {TN, 256, 256, 16384, 0, 0, 0, true},
-        {TN, 128, 64, 40001, 0, 0, 0, true},
-        {TN, 192, 100, 9000, 0, 0, 0, true},
-        {TN, 64, 68, 8192, 72, 76, 0, true},
+        {NT, 100, 40, 36, 44, 52, 60},
+        {NN, 100, 40, 36, 44, 52, 60},
+        {TN, 100, 40, 36, 108, 52, 60},
+        /* more of the step's weight-gradient shapes: the trunk's dW2, IQN's dWφ (64 columns)
+         * over a ragged number of rows, partial tiles, strided operands */
+        {TN, 256, 256, 16384, 0, 0, 0},
+        {TN, 128, 64, 40001, 0, 0, 0},
+        {TN, 192, 100, 9000, 0, 0, 0},
+        {TN, 64, 68, 8192, 72, 76, 0},
     };
     const size_t ws_sizes[] = {size_t{32} << 20, size_t{16} << 20, size_t{64} << 10, 0};
     unsigned seed = 1;
     for (const Case &t : cases) {
         const Data d = make_data(t, seed++);
         for (int mode : {FH_MATH_STRICT, FH_MATH_TF32})
-            for (size_t ws : ws_sizes)
-                for (bool own : {false, true}) {
-                    if (own && (mode == FH_MATH_STRICT || !t.own_kernel)) continue;
-                    check_case(t, d, mode, ws, 0, 0.0f, own);
-                    /* beta = 1 with operands 4 bytes past alignment; with own, beta 0 and 1 at
-                     * 16 bytes past (the kernel takes beta 0 only) */
-                    check_case(t, d, mode, ws, 1, 1.0f, own);
-                    if (own) {
-                        check_case(t, d, mode, ws, 4, 0.0f, own);
-                        check_case(t, d, mode, ws, 4, 1.0f, own);
-                    }
-                }
+            for (size_t ws : ws_sizes) {
+                check_case(t, d, mode, ws, 0, 0.0f);
+                check_case(t, d, mode, ws, 1, 1.0f);
+            }
     }
 }
 #endif

@@ -145,18 +145,3 @@ open(f"{work}/target_body.h", "w", encoding="utf-8").write("""#pragma once
 """ + device_code(s[i:j]) + """}  // namespace
 }  // namespace fh::cuda::iqn
 """)
-
-# The weight-gradient kernel: wgrad.cu's anonymous namespace up to the host's chunking.
-s = read("wgrad.cu")
-i = s.index("namespace {\n") + len("namespace {\n")
-j = s.index("struct Plan {")
-open(f"{work}/wgrad_body.h", "w", encoding="utf-8").write("""#pragma once
-#include <algorithm>
-#include <cstddef>
-#include <cstdint>
-#include "mma_tf32.cuh"
-#include "stage.cuh"
-using std::min;
-namespace fh::cuda {
-""" + device_code(s[i:j]).replace("    pdl_enter();\n", "") + """}  // namespace fh::cuda
-""")

@@ -71,24 +71,15 @@ struct Warpgroup {
     std::barrier<> bar{128};
     uint32_t A[128][4];
 };
-// A whole block of warps that run together (tests/warp_emu/wgrad.cpp): __syncthreads is its
-// barrier.
-struct BlockBar {
-    std::barrier<> bar;
-    explicit BlockBar(int threads) : bar(threads) {}
-};
 inline thread_local Warp *gW;         // the calling thread's warp
 inline thread_local Warpgroup *gWG;   // and its warpgroup, when warps run together
-inline thread_local BlockBar *gBlock; // or its whole block, when all its warps do
 inline float4 *gSmem;            // the running block's shared memory (prepare.py's sm4)
 inline void __syncwarp(unsigned = 0xffffffffu) { gW->bar.arrive_and_wait(); }
 // The running warps' barrier: the harnesses run one warp (or one warpgroup) of a block at a
 // time (the IQN harness stages the whole block's shared memory before, so that the warps' own
 // staging rewrites the same values; outside a warp, in that staging, it is a no-op).
 inline void __syncthreads() {
-    if (gBlock)
-        gBlock->bar.arrive_and_wait();
-    else if (gWG)
+    if (gWG)
         gWG->bar.arrive_and_wait();
     else if (gW)
         gW->bar.arrive_and_wait();
