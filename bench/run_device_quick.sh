@@ -54,7 +54,8 @@
 # NCCL: CMake takes it from PyTorch's wheel (python3's nvidia.nccl) when /usr/local/cuda has
 # none; FOXHUNT_CMAKE_ARGS="-DNCCL_LIBRARY=... -DNCCL_INCLUDE_DIR=..." overrides.
 . bench/device_env.sh
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv,noheader | tee $log
+# Appends: a second call with the same $OUT keeps the first call's log.
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv,noheader | tee -a $log
 t0=$(date +%s)
 # shellcheck disable=SC2086  # FOXHUNT_CMAKE_ARGS is a list of words
 cmake -S . -B build-dev -DFOXHUNT_CUDA=ON -DCMAKE_PREFIX_PATH=$d/usr \
