@@ -5,9 +5,9 @@
  * dV has; the trunk's dW2; IQN dWφ's 128 × 64 output over a ragged 40001 rows; partial tiles;
  * strided operands), at odd shapes, with all three operands' row strides wider than their
  * widths (the leading dimensions desc_nt/nn/tn compute are used as they are in the other
- * cases), and with every operand
- * 4 bytes past a 256-byte boundary (cublasLt's heuristics assume 256-byte alignment unless
- * told, and an algorithm chosen for more than a pointer has would fault).
+ * cases), and with every operand 4 bytes past a 256-byte boundary (cublasLt's heuristics assume
+ * 256-byte alignment unless told, and an algorithm chosen for more than a pointer has would
+ * fault).
  * Each case runs on workspaces of 32 MiB, 16 MiB (the half workspace of the branch lanes, on
  * which cublasGemmEx chose 1.5 to 2.8 times slower kernels), 64 KiB and none: the algorithm
  * must fit the workspace it is given (the heuristics are asked as for 32 MiB, then for the
