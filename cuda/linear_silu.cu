@@ -70,6 +70,12 @@
 // which one the driver loaded, so a GPU without them runs cuBLAS + bias_silu instead.
 #include "linear_silu.hpp"
 
+#include <cuda.h>  // CUtensorMap (the type only; the encoder comes from the runtime's entry point)
+#include <cudaTypedefs.h>
+
+#include <cstdlib>
+#include <cstring>
+
 #include "common.hpp"
 #include "mma_tf32.cuh"
 #include "nn.cuh"
@@ -143,6 +149,46 @@ __device__ __forceinline__ void wgmma_m64n128k8(float (&d)[64], uint64_t da, uin
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),
           "+f"(d[62]), "+f"(d[63])
         : "l"(da), "l"(db));
+}
+
+// The bulk tensor copy engine (TMA) and its mbarriers (PTX ISA "cp.async.bulk.tensor",
+// "mbarrier"), the FOXHUNT_LINEAR=tma trial's staging. A stage's two copies complete on the
+// stage's `full` barrier with their byte count; each warpgroup arrives on its `empty` barrier when
+// its products have read the stage, and thread 0 refills it once both have.
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                 "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra WAIT_%=;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+// Chunk [rows r0.., columns k0..k0 + 31] of the map's matrix into a stage, in the 128-byte
+// swizzled layout that sw128_desc describes (the map's swizzle mode); rows past the matrix
+// arrive as zeros.
+__device__ __forceinline__ void tma_chunk(uint32_t dst, const CUtensorMap &map, int k0, int r0,
+                                          uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+        "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(&map)), "r"(k0), "r"(r0), "r"(bar)
+        : "memory");
+}
+__device__ __forceinline__ void wait_prior_one() {
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
 }
 
 // The epilogues (after the products; d holds the thread's 64 accumulators, the ring is idle).
@@ -369,6 +415,85 @@ k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
 #endif
 }
 
+// The FOXHUNT_LINEAR=tma trial: the same tiles, products and epilogues, the ring filled by the
+// bulk tensor copy engine instead of every thread's cp.async copies (no per-thread addresses),
+// and the K loop synchronised by the stages' mbarriers instead of a block barrier per chunk,
+// with one chunk's products left in flight while the next chunk's are issued. mX: X [M, K],
+// mW: W [N, K], boxes of 32 columns × 128 rows.
+template <bool ROUND_X, int EPI, bool BF16>
+__global__ void __launch_bounds__(kThreadsTc, 2)
+k_linear_silu_tma(const __grid_constant__ CUtensorMap mX, const __grid_constant__ CUtensorMap mW,
+                  const float *__restrict__ bias, int M, int N, int K, float *pre, float *act,
+                  BranchHeads hd, DsiluPart dp) {
+    pdl_enter();
+#ifdef FH_HAVE_WGMMA
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ __align__(8) uint64_t bars[2 * kStages];  // full[s], then empty[s]
+    const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
+    const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(bars);
+    const auto full = [&](int s) { return bar0 + 8u * s; };
+    const auto empty = [&](int s) { return bar0 + 8u * (kStages + s); };
+    const int wg = threadIdx.x >> 7;
+    const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN, nk = K / kBK;
+    const auto stage_x = [&](int s) { return base + s * kStageBytes; };
+    const auto stage_w = [&](int s) { return base + s * kStageBytes + kTileBytes; };
+    const auto fill = [&](int s, int kc) {
+        mbar_expect_tx(full(s), kStageBytes);
+        tma_chunk(stage_x(s), mX, kc * kBK, m0, full(s));
+        tma_chunk(stage_w(s), mW, kc * kBK, n0, full(s));
+    };
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; ++s) {
+            mbar_init(full(s), 1);
+            mbar_init(empty(s), 2);  // one arrival per warpgroup
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int s = 0; s < kStages && s < nk; ++s) fill(s, s);
+    float d[64];
+#pragma unroll
+    for (int j = 0; j < 64; ++j) d[j] = 0.0f;
+    for (int kc = 0; kc < nk; ++kc) {
+        const int s = kc % kStages;
+        mbar_wait(full(s), (uint32_t)(kc / kStages) & 1u);
+        if (ROUND_X) {
+            // Every thread rounds its part of X's chunk; the products read it after all have.
+            round_chunk<BF16>(stage_x(s));
+            wg::fence_proxy_shared();
+            asm volatile("bar.sync 1, %0;\n" ::"n"(kThreadsTc) : "memory");
+        }
+        const uint64_t da = sw128_desc(stage_x(s) + wg * 64 * 128), db = sw128_desc(stage_w(s));
+        wg::fence();
+#pragma unroll
+        for (int k = 0; k < kBK / 8; ++k) wgmma_m64n128k8(d, da + 2 * k, db + 2 * k);
+        wg::commit();
+        // Chunk kc − 1's products are done: its stage is free for chunk kc − 1 + kStages.
+        wait_prior_one();
+        if (kc > 0) {
+            const int sp = (kc - 1) % kStages;
+            if ((threadIdx.x & 127) == 0) mbar_arrive(empty(sp));
+            if (threadIdx.x == 0 && kc - 1 + kStages < nk) {
+                mbar_wait(empty(sp), (uint32_t)((kc - 1) / kStages) & 1u);
+                fill(sp, kc - 1 + kStages);
+            }
+        }
+    }
+    wg::wait_all();
+    // Every chunk that was copied has been waited for and read: the ring is idle once both
+    // warpgroups are past their products.
+    unsigned char *ring = smem_raw + (base - (uint32_t)__cvta_generic_to_shared(smem_raw));
+    __syncthreads();
+    if (EPI == kEpiDsilu)
+        epilogue_dsilu<BF16>(d, reinterpret_cast<double *>(ring), M, N, n0, bias, dp.P, act,
+                             dp.partial);
+    else
+        epilogue_silu<EPI == kEpiHeads, BF16>(d, reinterpret_cast<float *>(ring), M, N, n0, bias,
+                                              pre, act, hd);
+#endif
+}
+
 // Whether the loaded code of k_linear_silu has the wgmma instructions (run_probe asks once per
 // device and keeps the answer); where it has, the kernels' shared-memory limit is raised for the
 // current device, at each pipeline's creation, as the IQN passes' prepare functions do theirs.
@@ -389,7 +514,62 @@ bool has_wgmma() {
         (const void *)k_linear_silu<false, kEpiDsilu, true>};
     for (const void *k : kernels)
         FH_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    const void *tma[] = {
+        (const void *)k_linear_silu_tma<true, kEpiSilu, false>,
+        (const void *)k_linear_silu_tma<false, kEpiSilu, false>,
+        (const void *)k_linear_silu_tma<true, kEpiHeads, false>,
+        (const void *)k_linear_silu_tma<false, kEpiHeads, false>,
+        (const void *)k_linear_silu_tma<true, kEpiDsilu, false>,
+        (const void *)k_linear_silu_tma<false, kEpiDsilu, false>,
+        (const void *)k_linear_silu_tma<true, kEpiSilu, true>,
+        (const void *)k_linear_silu_tma<false, kEpiSilu, true>,
+        (const void *)k_linear_silu_tma<true, kEpiHeads, true>,
+        (const void *)k_linear_silu_tma<false, kEpiHeads, true>,
+        (const void *)k_linear_silu_tma<true, kEpiDsilu, true>,
+        (const void *)k_linear_silu_tma<false, kEpiDsilu, true>};
+    for (const void *k : tma)
+        FH_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     return true;
+}
+
+// The trial switch FOXHUNT_LINEAR: "tma" (k_linear_silu_tma) or "cpasync" (k_linear_silu, the
+// default). Read at each launch, i.e. when a pipeline captures its step.
+bool use_tma() {
+    const char *e = getenv("FOXHUNT_LINEAR");
+    if (!e || !*e || !strcmp(e, "cpasync")) return false;
+    if (!strcmp(e, "tma")) return true;
+    fail(FH_ERR_BAD_VALUE, "FOXHUNT_LINEAR='%s': expected cpasync or tma", e);
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no link to libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        FH_CUDA(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                 cudaEnableDefault, &q));
+        if (q != cudaDriverEntryPointSuccess || !p)
+            fail(FH_ERR_CUDA, "the driver has no cuTensorMapEncodeTiled (query result %d)", (int)q);
+        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+    }();
+    return fn;
+}
+
+// The tensor map of a row-major float32 matrix [rows, K] in boxes of kBK columns × kBM rows,
+// 128-byte swizzled as the ring's stages are; reads past its rows give zeros.
+CUtensorMap rows_map(const float *A, int rows, int K) {
+    CUtensorMap m;
+    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)K * sizeof(float)};
+    const cuuint32_t box[2] = {kBK, kBM}, unit[2] = {1, 1};
+    const CUresult r = tensor_map_encoder()(
+        &m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float *>(A), dims, strides, box, unit,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        fail(FH_ERR_CUDA, "cuTensorMapEncodeTiled of a [%d, %d] matrix at %p: CUresult %d", rows,
+             K, (const void *)A, (int)r);
+    return m;
 }
 
 bool fits(int M, int N, int K, const float *X, const float *W, const float *bias,
@@ -404,6 +584,16 @@ void launch_as(int M, int N, cudaStream_t s, bool x_rounded, const float *X, con
                const float *bias, int K, float *pre, float *act, const BranchHeads &hd,
                const DsiluPart &dp) {
     const dim3 grid(N / kBN, (M + kBM - 1) / kBM);
+    if (use_tma()) {
+        const CUtensorMap mx = rows_map(X, M, K), mw = rows_map(Wt, N, K);
+        if (x_rounded)
+            FH_LAUNCH((k_linear_silu_tma<false, EPI, BF16>), grid, kThreadsTc, kSmemBytes, s, mx,
+                      mw, bias, M, N, K, pre, act, hd, dp);
+        else
+            FH_LAUNCH((k_linear_silu_tma<true, EPI, BF16>), grid, kThreadsTc, kSmemBytes, s, mx,
+                      mw, bias, M, N, K, pre, act, hd, dp);
+        return;
+    }
     if (x_rounded)
         FH_LAUNCH((k_linear_silu<false, EPI, BF16>), grid, kThreadsTc, kSmemBytes, s, X, Wt, bias,
                   M, N, K, pre, act, hd, dp);
