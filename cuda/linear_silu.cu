@@ -20,11 +20,20 @@
 // Tiling. A block of two warpgroups computes a 128 × 128 tile of the output: warpgroup w rows
 // 64w..64w+63, all 128 columns (64 accumulators per thread). K runs in chunks of 32 through a
 // ring of three shared-memory stages, each the chunk of X's 128 rows and of W's 128 rows
-// (2 × 16 KiB), filled by cp.async (every thread four 16-byte copies per operand) two chunks
-// ahead of the products. Both operands are K-major, as wgmma requires for TF32, in the 128-byte
+// (2 × 16 KiB). Both operands are K-major, as wgmma requires for TF32, in the 128-byte
 // swizzled layout: row r's 16-byte piece c sits at r·128 + 16·(c ⊕ (r mod 8)), so that the
 // eight rows a product reads at one k hit eight different bank groups; a k step of 8 is the
-// descriptor's start address plus 32 bytes. 96 KiB of stages let two blocks share an SM, so
+// descriptor's start address plus 32 bytes. The bulk tensor copy engine (TMA) fills the stages
+// in that layout (its 128-byte swizzle mode), rows past M as zeros: thread 0 issues a stage's two
+// copies, which complete on the stage's `full` mbarrier; each warpgroup arrives on the stage's
+// `empty` mbarrier once its products have read it, and thread 0 then refills it. The products
+// of one chunk stay in flight while the next chunk's are issued (wgmma.wait_group 1). Before, every
+// thread issued four 16-byte cp.async copies per operand and chunk (their addresses in integer
+// instructions) and the block met at a barrier after each chunk's products had drained; side by
+// side on an H100 at B = 16384 the ddqn child went 0.167 / 0.167 → 0.159 / 0.160 ms multi-stream
+// and the Q net's fused layers 364.6 → 357.1 µs in a serialized step, the wall time within its
+// spread (bench/results/h100-2026-12-05-linear-tma-before-after*.json): the staging was not what
+// bounds the kernel. 96 KiB of stages let two blocks share an SM, so
 // that one block's epilogue overlaps another's products. The epilogue adds the bias, applies
 // SiLU, rounds, and stores straight from the accumulators (each row's 8 consecutive floats of a
 // quad are one 32-byte sector).
@@ -73,9 +82,6 @@
 #include <cuda.h>  // CUtensorMap (the type only; the encoder comes from the runtime's entry point)
 #include <cudaTypedefs.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "common.hpp"
 #include "mma_tf32.cuh"
 #include "nn.cuh"
@@ -96,22 +102,9 @@ constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + alignment of the 
 #ifdef FH_HAVE_WGMMA
 using wg::sw128_desc;
 
-// X's or W's chunk [rows row0.., columns k0..k0+31] into a stage (128-byte swizzle). Rows past
-// `rows` repeat the last one (their results are not stored).
-__device__ __forceinline__ void load_chunk(uint32_t dst, const float *__restrict__ src, int K,
-                                           int row0, int rows, int k0) {
-#pragma unroll
-    for (int i = 0; i < kBM * 8 / kThreadsTc; ++i) {
-        const int e = threadIdx.x + i * kThreadsTc, r = e >> 3, c = e & 7;
-        const int gr = min(row0 + r, rows - 1);
-        const float *p = src + (size_t)gr * K + k0 + 4 * c;
-        const uint32_t s = dst + r * 128 + ((c ^ (r & 7)) << 4);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(p) : "memory");
-    }
-}
-
-// The same thread's copies of that chunk, rounded in place to TF32 (round to nearest, ties away:
-// cvt.rna, as mma_tf32.cuh's products read their operands) or, BF16, to bfloat16.
+// The thread's part of a stage's chunk (four 16-byte pieces), rounded in place to TF32 (round to
+// nearest, ties away: cvt.rna, as mma_tf32.cuh's products read their operands) or, BF16, to
+// bfloat16.
 template <bool BF16>
 __device__ __forceinline__ void round_chunk(uint32_t dst) {
 #pragma unroll
@@ -152,9 +145,7 @@ __device__ __forceinline__ void wgmma_m64n128k8(float (&d)[64], uint64_t da, uin
 }
 
 // The bulk tensor copy engine (TMA) and its mbarriers (PTX ISA "cp.async.bulk.tensor",
-// "mbarrier"), the FOXHUNT_LINEAR=tma trial's staging. A stage's two copies complete on the
-// stage's `full` barrier with their byte count; each warpgroup arrives on its `empty` barrier when
-// its products have read the stage, and thread 0 refills it once both have.
+// "mbarrier"): the ring's staging (the file comment says how).
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -340,91 +331,17 @@ struct DsiluPart {
     double *partial = nullptr;
 };
 
-// grid (N / 128, ⌈M / 128⌉), 256 threads, kSmemBytes of dynamic shared memory. W holds TF32
-// values (bfloat16 values with BF16); X too unless ROUND_X (then its chunks are rounded in shared
-// memory, round_chunk). The activations it stores are rounded the same way.
+// grid (N / 128, ⌈M / 128⌉), 256 threads, kSmemBytes of dynamic shared memory. mX, mW: the
+// tensor maps of X [M, K] and W [N, K] (rows_map). W holds TF32 values (bfloat16 values with
+// BF16); X too unless ROUND_X (then its chunks are rounded in shared memory, round_chunk). The
+// activations it stores are rounded the same way.
 // EPI: kEpiSilu (linear_silu), kEpiHeads (linear_silu_heads), kEpiDsilu (linear_dsilu: bias and
 // P its SiLU' input, act its output).
 template <bool ROUND_X, int EPI, bool BF16>
 __global__ void __launch_bounds__(kThreadsTc, 2)
-k_linear_silu(const float *__restrict__ X, const float *__restrict__ W,
+k_linear_silu(const __grid_constant__ CUtensorMap mX, const __grid_constant__ CUtensorMap mW,
               const float *__restrict__ bias, int M, int N, int K, float *pre, float *act,
               BranchHeads hd, DsiluPart dp) {
-    pdl_enter();
-#ifdef FH_HAVE_WGMMA
-    extern __shared__ unsigned char smem_raw[];
-    const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
-    const int wg = threadIdx.x >> 7;
-    const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN, nk = K / kBK;
-    const auto stage_x = [&](int s) { return base + s * kStageBytes; };
-    const auto stage_w = [&](int s) { return base + s * kStageBytes + kTileBytes; };
-    // One cp.async group per chunk, every stage filled before the first product.
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-        if (s < nk) {
-            load_chunk(stage_x(s), X, K, m0, M, s * kBK);
-            load_chunk(stage_w(s), W, K, n0, N, s * kBK);
-        }
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
-    }
-    // A chunk is ready for the products once every thread has seen its own copies land,
-    // rounded them (ROUND_X), and made them visible to the tensor cores' (async) proxy; the
-    // barrier then makes that true of all threads' copies.
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1) : "memory");
-    if (ROUND_X) round_chunk<BF16>(stage_x(0));
-    wg::fence_proxy_shared();
-    __syncthreads();
-    float d[64];
-#pragma unroll
-    for (int j = 0; j < 64; ++j) d[j] = 0.0f;
-    for (int kc = 0; kc < nk; ++kc) {
-        const int s = kc % kStages;
-        const uint64_t da = sw128_desc(stage_x(s) + wg * 64 * 128), db = sw128_desc(stage_w(s));
-        wg::fence();
-#pragma unroll
-        for (int k = 0; k < kBK / 8; ++k) wgmma_m64n128k8(d, da + 2 * k, db + 2 * k);
-        wg::commit();
-        // While the tensor cores multiply chunk kc, the next chunk is readied (its stage is
-        // another).
-        if (kc + 1 < nk) {
-            asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
-            if (ROUND_X) round_chunk<BF16>(stage_x((kc + 1) % kStages));
-            wg::fence_proxy_shared();
-        }
-        wg::wait_all();
-        // Both warpgroups are done with stage s and chunk kc + 1 is ready: s takes chunk
-        // kc + kStages.
-        __syncthreads();
-        if (kc + kStages < nk) {
-            load_chunk(stage_x(s), X, K, m0, M, (kc + kStages) * kBK);
-            load_chunk(stage_w(s), W, K, n0, N, (kc + kStages) * kBK);
-        }
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
-    }
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-    // The ring is idle once every thread's copies landed and every product read its stages
-    // (the loop's last barrier); this barrier covers the copies.
-    unsigned char *ring = smem_raw + (base - (uint32_t)__cvta_generic_to_shared(smem_raw));
-    __syncthreads();
-    if (EPI == kEpiDsilu)
-        epilogue_dsilu<BF16>(d, reinterpret_cast<double *>(ring), M, N, n0, bias, dp.P, act,
-                             dp.partial);
-    else
-        epilogue_silu<EPI == kEpiHeads, BF16>(d, reinterpret_cast<float *>(ring), M, N, n0, bias,
-                                              pre, act, hd);
-#endif
-}
-
-// The FOXHUNT_LINEAR=tma trial: the same tiles, products and epilogues, the ring filled by the
-// bulk tensor copy engine instead of every thread's cp.async copies (no per-thread addresses),
-// and the K loop synchronised by the stages' mbarriers instead of a block barrier per chunk,
-// with one chunk's products left in flight while the next chunk's are issued. mX: X [M, K],
-// mW: W [N, K], boxes of 32 columns × 128 rows.
-template <bool ROUND_X, int EPI, bool BF16>
-__global__ void __launch_bounds__(kThreadsTc, 2)
-k_linear_silu_tma(const __grid_constant__ CUtensorMap mX, const __grid_constant__ CUtensorMap mW,
-                  const float *__restrict__ bias, int M, int N, int K, float *pre, float *act,
-                  BranchHeads hd, DsiluPart dp) {
     pdl_enter();
 #ifdef FH_HAVE_WGMMA
     extern __shared__ unsigned char smem_raw[];
@@ -494,11 +411,46 @@ k_linear_silu_tma(const __grid_constant__ CUtensorMap mX, const __grid_constant_
 #endif
 }
 
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no link to libcuda), or null
+// where the driver has none (has_wgmma then keeps the layers on cuBLAS).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                             cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            p = nullptr;
+        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+    }();
+    return fn;
+}
+
+// The tensor map of a row-major float32 matrix [rows, K] in boxes of kBK columns × kBM rows,
+// 128-byte swizzled as the ring's stages are; reads past its rows give zeros.
+CUtensorMap rows_map(const float *A, int rows, int K) {
+    CUtensorMap m;
+    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)K * sizeof(float)};
+    const cuuint32_t box[2] = {kBK, kBM}, unit[2] = {1, 1};
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (!encode) fail(FH_ERR_CUDA, "the driver has no cuTensorMapEncodeTiled");
+    const CUresult r = encode(
+        &m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float *>(A), dims, strides, box, unit,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        fail(FH_ERR_CUDA, "cuTensorMapEncodeTiled of a [%d, %d] matrix at %p: CUresult %d", rows,
+             K, (const void *)A, (int)r);
+    return m;
+}
+
 // Whether the loaded code of k_linear_silu has the wgmma instructions (run_probe asks once per
-// device and keeps the answer); where it has, the kernels' shared-memory limit is raised for the
-// current device, at each pipeline's creation, as the IQN passes' prepare functions do theirs.
+// device and keeps the answer) and the driver encodes tensor maps; where both, the kernels'
+// shared-memory limit is raised for the current device, at each pipeline's creation, as the IQN
+// passes' prepare functions do theirs.
 bool has_wgmma() {
-    if (!run_probe((const void *)wg::wgmma_probe_kernel<0>)) return false;
+    if (!run_probe((const void *)wg::wgmma_probe_kernel<0>) || !tensor_map_encoder()) return false;
     const void *kernels[] = {
         (const void *)k_linear_silu<true, kEpiSilu, false>,
         (const void *)k_linear_silu<false, kEpiSilu, false>,
@@ -514,62 +466,7 @@ bool has_wgmma() {
         (const void *)k_linear_silu<false, kEpiDsilu, true>};
     for (const void *k : kernels)
         FH_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    const void *tma[] = {
-        (const void *)k_linear_silu_tma<true, kEpiSilu, false>,
-        (const void *)k_linear_silu_tma<false, kEpiSilu, false>,
-        (const void *)k_linear_silu_tma<true, kEpiHeads, false>,
-        (const void *)k_linear_silu_tma<false, kEpiHeads, false>,
-        (const void *)k_linear_silu_tma<true, kEpiDsilu, false>,
-        (const void *)k_linear_silu_tma<false, kEpiDsilu, false>,
-        (const void *)k_linear_silu_tma<true, kEpiSilu, true>,
-        (const void *)k_linear_silu_tma<false, kEpiSilu, true>,
-        (const void *)k_linear_silu_tma<true, kEpiHeads, true>,
-        (const void *)k_linear_silu_tma<false, kEpiHeads, true>,
-        (const void *)k_linear_silu_tma<true, kEpiDsilu, true>,
-        (const void *)k_linear_silu_tma<false, kEpiDsilu, true>};
-    for (const void *k : tma)
-        FH_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     return true;
-}
-
-// The trial switch FOXHUNT_LINEAR: "tma" (k_linear_silu_tma) or "cpasync" (k_linear_silu, the
-// default). Read at each launch, i.e. when a pipeline captures its step.
-bool use_tma() {
-    const char *e = getenv("FOXHUNT_LINEAR");
-    if (!e || !*e || !strcmp(e, "cpasync")) return false;
-    if (!strcmp(e, "tma")) return true;
-    fail(FH_ERR_BAD_VALUE, "FOXHUNT_LINEAR='%s': expected cpasync or tma", e);
-}
-
-// cuTensorMapEncodeTiled through the runtime's driver entry point (no link to libcuda).
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-        void *p = nullptr;
-        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-        FH_CUDA(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
-                                                 cudaEnableDefault, &q));
-        if (q != cudaDriverEntryPointSuccess || !p)
-            fail(FH_ERR_CUDA, "the driver has no cuTensorMapEncodeTiled (query result %d)", (int)q);
-        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-    }();
-    return fn;
-}
-
-// The tensor map of a row-major float32 matrix [rows, K] in boxes of kBK columns × kBM rows,
-// 128-byte swizzled as the ring's stages are; reads past its rows give zeros.
-CUtensorMap rows_map(const float *A, int rows, int K) {
-    CUtensorMap m;
-    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
-    const cuuint64_t strides[1] = {(cuuint64_t)K * sizeof(float)};
-    const cuuint32_t box[2] = {kBK, kBM}, unit[2] = {1, 1};
-    const CUresult r = tensor_map_encoder()(
-        &m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float *>(A), dims, strides, box, unit,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        fail(FH_ERR_CUDA, "cuTensorMapEncodeTiled of a [%d, %d] matrix at %p: CUresult %d", rows,
-             K, (const void *)A, (int)r);
-    return m;
 }
 
 bool fits(int M, int N, int K, const float *X, const float *W, const float *bias,
@@ -584,21 +481,12 @@ void launch_as(int M, int N, cudaStream_t s, bool x_rounded, const float *X, con
                const float *bias, int K, float *pre, float *act, const BranchHeads &hd,
                const DsiluPart &dp) {
     const dim3 grid(N / kBN, (M + kBM - 1) / kBM);
-    if (use_tma()) {
-        const CUtensorMap mx = rows_map(X, M, K), mw = rows_map(Wt, N, K);
-        if (x_rounded)
-            FH_LAUNCH((k_linear_silu_tma<false, EPI, BF16>), grid, kThreadsTc, kSmemBytes, s, mx,
-                      mw, bias, M, N, K, pre, act, hd, dp);
-        else
-            FH_LAUNCH((k_linear_silu_tma<true, EPI, BF16>), grid, kThreadsTc, kSmemBytes, s, mx,
-                      mw, bias, M, N, K, pre, act, hd, dp);
-        return;
-    }
+    const CUtensorMap mx = rows_map(X, M, K), mw = rows_map(Wt, N, K);
     if (x_rounded)
-        FH_LAUNCH((k_linear_silu<false, EPI, BF16>), grid, kThreadsTc, kSmemBytes, s, X, Wt, bias,
-                  M, N, K, pre, act, hd, dp);
+        FH_LAUNCH((k_linear_silu<false, EPI, BF16>), grid, kThreadsTc, kSmemBytes, s, mx, mw,
+                  bias, M, N, K, pre, act, hd, dp);
     else
-        FH_LAUNCH((k_linear_silu<true, EPI, BF16>), grid, kThreadsTc, kSmemBytes, s, X, Wt, bias,
+        FH_LAUNCH((k_linear_silu<true, EPI, BF16>), grid, kThreadsTc, kSmemBytes, s, mx, mw, bias,
                   M, N, K, pre, act, hd, dp);
 }
 template <int EPI>
