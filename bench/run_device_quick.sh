@@ -12,7 +12,7 @@
 #   linear-san   compute-sanitizer memcheck, synccheck, racecheck on test_cuda_linear (the fused
 #                SiLU layers' every epilogue; test_cuda_sanitize's small configs are below their
 #                128-tile gate) and on test_cuda_branch_grads (the branch backward's kernel at
-#                B = 16384 and at its edge cases)
+#                B = 16384 and at its edge cases); $LINEAR_SAN_TESTS: other test binaries
 #   iqn-test     test_cuda_iqn only (the fused IQN kernels against float64, the paths against each other)
 #   iql-test     test_cuda_iql (the fused IQL kernel against float64, the paths against each other
 #                and the CPU), test_cuda_iql_gemm and test_cuda_memory_plan
@@ -97,7 +97,7 @@ for s in "$@"; do
     done ;;
   linear-san)
     cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
-    for t in test_cuda_linear test_cuda_branch_grads; do
+    for t in ${LINEAR_SAN_TESTS:-test_cuda_linear test_cuda_branch_grads}; do
       for tool in memcheck synccheck racecheck; do
         timeout ${SAN_TIMEOUT:-200} "$cs" --tool $tool --error-exitcode 99 --print-limit 50 \
           build-dev/tests/$t > $OUT/${t}_san_$tool.txt 2>&1
