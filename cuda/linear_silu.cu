@@ -33,8 +33,8 @@
 // side on an H100 at B = 16384 the ddqn child went 0.167 / 0.167 → 0.159 / 0.160 ms multi-stream
 // and the Q net's fused layers 364.6 → 357.1 µs in a serialized step, the wall time within its
 // spread (bench/results/h100-2026-12-05-linear-tma-before-after*.json): the staging was not what
-// bounds the kernel. 96 KiB of stages let two blocks share an SM, so
-// that one block's epilogue overlaps another's products. The epilogue adds the bias, applies
+// bounds the kernel. 96 KiB of stages let two blocks share an SM, so that one block's epilogue
+// overlaps another's products. The epilogue adds the bias, applies
 // SiLU, rounds, and stores straight from the accumulators (each row's 8 consecutive floats of a
 // quad are one 32-byte sector).
 //
