@@ -12,7 +12,8 @@
 #   linear-san   compute-sanitizer memcheck, synccheck, racecheck on test_cuda_linear (the fused
 #                SiLU layers' every epilogue; test_cuda_sanitize's small configs are below their
 #                128-tile gate) and on test_cuda_branch_grads (the branch backward's kernel at
-#                B = 16384 and at its edge cases); $LINEAR_SAN_TESTS: other test binaries
+#                B = 16384 and at its edge cases); $LINEAR_SAN_TESTS: other test
+#                binaries
 #   iqn-test     test_cuda_iqn only (the fused IQN kernels against float64, the paths against each other)
 #   iql-test     test_cuda_iql (the fused IQL kernel against float64, the paths against each other
 #                and the CPU), test_cuda_iql_gemm and test_cuda_memory_plan
