@@ -178,9 +178,6 @@ __device__ __forceinline__ void tma_chunk(uint32_t dst, const CUtensorMap &map, 
         "l"(reinterpret_cast<uint64_t>(&map)), "r"(k0), "r"(r0), "r"(bar)
         : "memory");
 }
-__device__ __forceinline__ void wait_prior_one() {
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-}
 
 // The epilogues (after the products; d holds the thread's 64 accumulators, the ring is idle).
 // Accumulator j of thread (warp v of the warpgroup, g = lane / 4, t = lane % 4): row
@@ -387,7 +384,7 @@ k_linear_silu(const __grid_constant__ CUtensorMap mX, const __grid_constant__ CU
         for (int k = 0; k < kBK / 8; ++k) wgmma_m64n128k8(d, da + 2 * k, db + 2 * k);
         wg::commit();
         // Chunk kc − 1's products are done: its stage is free for chunk kc − 1 + kStages.
-        wait_prior_one();
+        wg::wait_all_but_one();
         if (kc > 0) {
             const int sp = (kc - 1) % kStages;
             if ((threadIdx.x & 127) == 0) mbar_arrive(empty(sp));

@@ -56,6 +56,11 @@ __device__ __forceinline__ void commit() {
 __device__ __forceinline__ void wait_all() {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
+// All but the newest committed group done: its products may still run while the caller reuses
+// what the older ones read.
+__device__ __forceinline__ void wait_all_but_one() {
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+}
 // Generic-proxy writes to shared memory made visible to the products' (async) proxy.
 __device__ __forceinline__ void fence_proxy_shared() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");

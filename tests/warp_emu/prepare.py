@@ -54,7 +54,7 @@ write("mma_bf16.cuh", s.replace("#include <cuda_runtime.h>", EMU))
 
 
 # The warpgroup products (wgmma.cuh): compiled in (FH_HAVE_WGMMA), the product a call to its
-# emulation (inc/wgmma_emu.h), fence, commit, wait and the operand pins no-ops (the emulation
+# emulation (inc/wgmma_emu.h), fence, commit, the waits and the operand pins no-ops (the emulation
 # completes at once).
 s = read("wgmma.cuh")
 s, n = re.subn(r"#if defined\(__CUDA_ARCH__\) && defined\(__CUDA_ARCH_FEAT_SM90_ALL\)\n"
@@ -65,7 +65,8 @@ s, n = re.subn(r'asm volatile\(\s*"\{\\n"\s*"wgmma\.mma_async\.sync\.aligned\.m6
                flags=re.S)
 assert n == 1, "wgmma.cuh: mma_rs changed"
 for ptx in ("wgmma.fence.sync.aligned;", "wgmma.commit_group.sync.aligned;",
-            "wgmma.wait_group.sync.aligned 0;", "fence.proxy.async.shared::cta;"):
+            "wgmma.wait_group.sync.aligned 0;", "wgmma.wait_group.sync.aligned 1;",
+            "fence.proxy.async.shared::cta;"):
     s, n = re.subn(r'asm volatile\("' + re.escape(ptx) + r'\\n" ::: "memory"\);', "", s)
     assert n == 1, f"wgmma.cuh: {ptx} changed"
 s, n = re.subn(r'asm volatile\("" : "\+f"\(d\[n\]\[e\]\)::"memory"\);', "(void)d[n][e];", s)
