@@ -82,10 +82,6 @@
 #include <cuda.h>  // CUtensorMap (the type only; the encoder comes from the runtime's entry point)
 #include <cudaTypedefs.h>
 
-#include <algorithm>
-#include <cstdlib>
-#include <cstring>
-
 #include "common.hpp"
 #include "mma_tf32.cuh"
 #include "nn.cuh"
@@ -102,7 +98,6 @@ static_assert(kBN == kHeadsTile, "a HEADS tile is one branch of linear_silu.hpp'
 constexpr int kTileBytes = kBM * kBK * 4;  // one operand's chunk: 128 rows of 128 bytes
 constexpr int kStageBytes = 2 * kTileBytes;
 constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + alignment of the ring to 1024
-constexpr int kUld = kBN + 8;  // the heads' U_b rows in shared memory (epilogue_silu)
 
 #ifdef FH_HAVE_WGMMA
 using wg::sw128_desc;
@@ -202,14 +197,13 @@ __device__ __forceinline__ Frag frag_of(int m0) {
 // A fragment in mma_tf32.cuh's permuted k order, so U_b's columns are read in the same order
 // (each lane one float2 of row g of U_b). U_b [A, 128] is staged rounded in the idle ring, rows
 // past A zero, rows kUld floats apart so that a half-warp's float2 loads hit 32 different banks.
+constexpr int kUld = kBN + 8;
 static_assert(kMaxHeadActions == 8, "one m16n8k8 product covers a row's actions");
-// f: the thread's fragment rows; bx: the column tile (HEADS: the branch); U_b is staged by the
-// threads tid = 0 .. nthr − 1 of those that share `ring`, and sync() is their barrier.
-template <bool HEADS, bool BF16, class Sync>
+template <bool HEADS, bool BF16>
 __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring, int M, int N,
                                               int n0, const float *__restrict__ bias, float *pre,
-                                              float *act, const BranchHeads &hd, Frag f, int bx,
-                                              int tid, int nthr, Sync sync) {
+                                              float *act, const BranchHeads &hd) {
+    const Frag f = frag_of(blockIdx.y * kBM);
     const int r0 = f.r0, t2 = f.t2, lane = f.lane;
     // The bias of the thread's 32 columns, loaded before any store: issued at each use, behind
     // the stores to act and pre (which the compiler did not prove apart from it), every load's
@@ -220,12 +214,12 @@ __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring,
     for (int j = 0; j < 16; ++j)
         bb[j] = __ldg(reinterpret_cast<const float2 *>(bias + n0 + 8 * j + t2));
     if (HEADS) {
-        const float *Ub = hd.U + (size_t)bx * hd.u_stride;
-        for (int e = tid; e < kMaxHeadActions * kBN; e += nthr) {
+        const float *Ub = hd.U + (size_t)blockIdx.x * hd.u_stride;
+        for (int e = threadIdx.x; e < kMaxHeadActions * kBN; e += kThreadsTc) {
             const int a = e / kBN, c = e % kBN;
             ring[a * kUld + c] = a < hd.A ? mma::rounded<BF16>(__ldg(Ub + a * kBN + c)) : 0.0f;
         }
-        sync();
+        __syncthreads();
     }
     const bool keep_pre = pre && pre != act;
     float zc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // HEADS: z of rows r0, r0 + 8, actions 2t, 2t + 1
@@ -256,8 +250,8 @@ __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring,
         }
     }
     if (HEADS) {
-        const float *eb = hd.e + (size_t)bx * hd.e_stride;
-        const size_t tile = (size_t)bx * M * hd.A;
+        const float *eb = hd.e + (size_t)blockIdx.x * hd.e_stride;
+        const size_t tile = (size_t)blockIdx.x * M * hd.A;
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const int row = r0 + 8 * (q >> 1), a = t2 + (q & 1);
@@ -410,124 +404,7 @@ k_linear_silu(const __grid_constant__ CUtensorMap mX, const __grid_constant__ CU
                              dp.partial);
     else
         epilogue_silu<EPI == kEpiHeads, BF16>(d, reinterpret_cast<float *>(ring), M, N, n0, bias,
-                                              pre, act, hd, frag_of(m0), blockIdx.x, threadIdx.x,
-                                              kThreadsTc, [] { __syncthreads(); });
-#endif
-}
-
-// The FOXHUNT_LINEAR=pingpong trial (SiLU and heads epilogues): a persistent kernel, one block
-// per SM, whose two warpgroups take 64 × 128 tiles in turn from one ring fed by a producer warp,
-// so that one warpgroup's epilogue runs while the other's products use the tensor cores
-// (CUTLASS's "ping-pong" schedule). Tile T = (r · grid + block) · 2 + w is warpgroup w's in round
-// r; the tiles a block runs are a prefix of that order. Each warpgroup has a ring of its own
-// (kPpStages stages), so that it waits on its stages' phases one after another (a warpgroup
-// that skipped the other's chunks in a shared ring could take a phase two behind for its own:
-// mbarrier parities alias); its chunk c of round r is the ring's chunk r · nk + c. The producer
-// fills both rings in the tiles' order (round by round, warpgroup 0 first), which is what makes
-// the warpgroups take turns: a warpgroup's next tile is copied only once the other's is issued.
-constexpr int kPpRows = 64, kPpStages = 4, kPpThreads = 2 * 128 + 32;
-constexpr int kPpXBytes = kPpRows * kBK * 4, kPpStageBytes = kPpXBytes + kTileBytes;
-constexpr int kPpScratch = kMaxHeadActions * kUld * 4;  // a warpgroup's U_b
-constexpr int kPpSmemBytes = 2 * kPpStages * kPpStageBytes + 2 * kPpScratch + 1024;
-template <bool ROUND_X, bool HEADS, bool BF16>
-__global__ void __launch_bounds__(kPpThreads, 1)
-k_linear_pp(const __grid_constant__ CUtensorMap mX, const __grid_constant__ CUtensorMap mW,
-            const float *__restrict__ bias, int M, int N, int K, float *pre, float *act,
-            BranchHeads hd) {
-    pdl_enter();
-#ifdef FH_HAVE_WGMMA
-    extern __shared__ unsigned char smem_raw[];
-    __shared__ __align__(8) uint64_t bars[4 * kPpStages];  // full[s], then empty[s]
-    const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
-    const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(bars);
-    const auto full = [&](int s) { return bar0 + 8u * s; };
-    const auto empty = [&](int s) { return bar0 + 8u * (2 * kPpStages + s); };
-    const auto stage_x = [&](int s) { return base + s * kPpStageBytes; };
-    const auto stage_w = [&](int s) { return base + s * kPpStageBytes + kPpXBytes; };
-    const int tiles_n = N / kBN, nk = K / kBK;
-    const int ntiles = tiles_n * ((M + kPpRows - 1) / kPpRows);
-    const int wg = threadIdx.x >> 7;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < 2 * kPpStages; ++s) {
-            mbar_init(full(s), 1);
-            mbar_init(empty(s), 1);  // one arrival: the warpgroup's
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-    const auto tile_of = [&](int r, int w) {
-        return (r * (int)gridDim.x + (int)blockIdx.x) * 2 + w;
-    };
-    if (wg == 2) {  // the producer warp: one thread fills the ring in the tiles' order
-        if ((threadIdx.x & 31) == 0) {
-            for (int r = 0;; ++r)
-                for (int w = 0; w < 2; ++w) {
-                    const int T = tile_of(r, w);
-                    if (T >= ntiles) return;
-                    const int m0 = (T / tiles_n) * kPpRows, n0 = (T % tiles_n) * kBN;
-                    for (int kc = 0; kc < nk; ++kc) {
-                        const int g = r * nk + kc;  // warpgroup w's ring's chunk
-                        const int s = w * kPpStages + g % kPpStages, use = g / kPpStages;
-                        if (use > 0) mbar_wait(empty(s), (uint32_t)(use - 1) & 1u);
-                        mbar_expect_tx(full(s), kPpStageBytes);
-                        tma_chunk(stage_x(s), mX, kc * kBK, m0, full(s));
-                        tma_chunk(stage_w(s), mW, kc * kBK, n0, full(s));
-                    }
-                }
-        }
-        return;
-    }
-    float *scratch = reinterpret_cast<float *>(
-        smem_raw + (base - (uint32_t)__cvta_generic_to_shared(smem_raw)) +
-        2 * kPpStages * kPpStageBytes + wg * kPpScratch);
-    const int tid = threadIdx.x & 127;
-    const auto wg_sync = [wg] {
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-    };
-    for (int r = 0;; ++r) {
-        const int T = tile_of(r, wg);
-        if (T >= ntiles) break;
-        const int m0 = (T / tiles_n) * kPpRows, tn = T % tiles_n, n0 = tn * kBN;
-        const int g0 = r * nk, s0 = wg * kPpStages;
-        float d[64];
-#pragma unroll
-        for (int j = 0; j < 64; ++j) d[j] = 0.0f;
-        for (int kc = 0; kc < nk; ++kc) {
-            const int g = g0 + kc, s = s0 + g % kPpStages;
-            mbar_wait(full(s), (uint32_t)(g / kPpStages) & 1u);
-            if (ROUND_X) {
-                // The warpgroup's 64 rows of X's chunk, each thread four 16-byte pieces.
-#pragma unroll
-                for (int i = 0; i < kPpRows * 8 / 128; ++i) {
-                    const int e = tid + i * 128, rr = e >> 3, c = e & 7;
-                    const uint32_t a = stage_x(s) + rr * 128 + ((c ^ (rr & 7)) << 4);
-                    float4 v;
-                    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a));
-                    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a),
-                                 "r"(mma::to_operand<BF16>(v.x)), "r"(mma::to_operand<BF16>(v.y)),
-                                 "r"(mma::to_operand<BF16>(v.z)), "r"(mma::to_operand<BF16>(v.w))
-                                 : "memory");
-                }
-                wg::fence_proxy_shared();
-                wg_sync();
-            }
-            const uint64_t da = sw128_desc(stage_x(s)), db = sw128_desc(stage_w(s));
-            wg::fence();
-#pragma unroll
-            for (int k = 0; k < kBK / 8; ++k) wgmma_m64n128k8(d, da + 2 * k, db + 2 * k);
-            wg::commit();
-            wg::wait_all_but_one();
-            if (kc > 0 && tid == 0) mbar_arrive(empty(s0 + (g - 1) % kPpStages));
-        }
-        wg::wait_all();
-        if (tid == 0) mbar_arrive(empty(s0 + (g0 + nk - 1) % kPpStages));
-        const int lane = threadIdx.x & 31, v = (threadIdx.x >> 5) & 3;
-        const Frag f{m0 + v * 16 + (lane >> 2), 2 * (lane & 3), lane};
-        if (HEADS) wg_sync();  // the warpgroup's reads of the last tile's U_b are done
-        epilogue_silu<HEADS, BF16>(d, scratch, M, N, n0, bias, pre, act, hd, f, tn, tid, 128,
-                                   wg_sync);
-    }
+                                              pre, act, hd);
 #endif
 }
 
@@ -550,13 +427,13 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     return fn;
 }
 
-// The tensor map of a row-major float32 matrix [rows, K] in boxes of kBK columns × box_rows rows,
+// The tensor map of a row-major float32 matrix [rows, K] in boxes of kBK columns × kBM rows,
 // 128-byte swizzled as the ring's stages are; reads past its rows give zeros.
-CUtensorMap rows_map(const float *A, int rows, int K, int box_rows = kBM) {
+CUtensorMap rows_map(const float *A, int rows, int K) {
     CUtensorMap m;
     const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
     const cuuint64_t strides[1] = {(cuuint64_t)K * sizeof(float)};
-    const cuuint32_t box[2] = {kBK, (cuuint32_t)box_rows}, unit[2] = {1, 1};
+    const cuuint32_t box[2] = {kBK, kBM}, unit[2] = {1, 1};
     const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
     if (!encode) fail(FH_ERR_CUDA, "the driver has no cuTensorMapEncodeTiled");
     const CUresult r = encode(
@@ -590,26 +467,7 @@ bool has_wgmma() {
         (const void *)k_linear_silu<false, kEpiDsilu, true>};
     for (const void *k : kernels)
         FH_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    const void *pp[] = {(const void *)k_linear_pp<true, false, false>,
-                        (const void *)k_linear_pp<false, false, false>,
-                        (const void *)k_linear_pp<true, true, false>,
-                        (const void *)k_linear_pp<false, true, false>,
-                        (const void *)k_linear_pp<true, false, true>,
-                        (const void *)k_linear_pp<false, false, true>,
-                        (const void *)k_linear_pp<true, true, true>,
-                        (const void *)k_linear_pp<false, true, true>};
-    for (const void *k : pp)
-        FH_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kPpSmemBytes));
     return true;
-}
-
-// The trial switch FOXHUNT_LINEAR: "pingpong" runs the SiLU and heads layers on k_linear_pp,
-// "tiles" (the default) on k_linear_silu. Read at each launch, i.e. when a pipeline captures.
-bool use_pingpong() {
-    const char *e = getenv("FOXHUNT_LINEAR");
-    if (!e || !*e || !strcmp(e, "tiles")) return false;
-    if (!strcmp(e, "pingpong")) return true;
-    fail(FH_ERR_BAD_VALUE, "FOXHUNT_LINEAR='%s': expected tiles or pingpong", e);
 }
 
 bool fits(int M, int N, int K, const float *X, const float *W, const float *bias,
@@ -623,19 +481,6 @@ template <int EPI, bool BF16>
 void launch_as(int M, int N, cudaStream_t s, bool x_rounded, const float *X, const float *Wt,
                const float *bias, int K, float *pre, float *act, const BranchHeads &hd,
                const DsiluPart &dp) {
-    if (EPI != kEpiDsilu && use_pingpong()) {
-        const CUtensorMap mx = rows_map(X, M, K, kPpRows), mw = rows_map(Wt, N, K);
-        const int tiles = (N / kBN) * ((M + kPpRows - 1) / kPpRows);
-        const int grid = std::max(1, std::min(sm_count(), (tiles + 1) / 2));
-        constexpr bool H = EPI == kEpiHeads;
-        if (x_rounded)
-            FH_LAUNCH((k_linear_pp<false, H, BF16>), grid, kPpThreads, kPpSmemBytes, s, mx, mw,
-                      bias, M, N, K, pre, act, hd);
-        else
-            FH_LAUNCH((k_linear_pp<true, H, BF16>), grid, kPpThreads, kPpSmemBytes, s, mx, mw,
-                      bias, M, N, K, pre, act, hd);
-        return;
-    }
     const dim3 grid(N / kBN, (M + kBM - 1) / kBM);
     const CUtensorMap mx = rows_map(X, M, K), mw = rows_map(Wt, N, K);
     if (x_rounded)
