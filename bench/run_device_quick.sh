@@ -20,7 +20,7 @@
 #   iql-san      compute-sanitizer memcheck, synccheck, racecheck on test_cuda_iql's kernel test
 #   attn-bench   foxhunt-bench-attention at B = 1024, 4096, 16384, 65536
 #   step-bench   foxhunt-bench at B = 16384, the attention kernel paths side by side
-#   digest       tests/python/state_digest.py in the four modes (bitwise checks of refactors)
+#   digest       tests/python/state_digest.py in the six modes (bitwise checks of refactors)
 #   digest-env   the same with the environment $DIGEST_ENV against without: equal or not
 #                ($DIGEST_ARGS: state_digest.py's options, e.g. "--batch 16384" where a trial's
 #                path runs only at large batches)
@@ -294,7 +294,7 @@ for s in "$@"; do
     echo "examples rc=$?" | tee -a $log
     tail -5 $OUT/examples_cuda.txt | tee -a $log ;;
   digest)
-    python3 tests/python/state_digest.py build-dev/libfoxhunt.so 2>&1 | tail -4 | tee -a $log ;;
+    python3 tests/python/state_digest.py build-dev/libfoxhunt.so 2>&1 | tail -6 | tee -a $log ;;
   digest-env)
     # The digests with the environment $DIGEST_ENV ("VAR=a VAR2=b": a trial switch's old path)
     # against the default: equal lines mean the switch leaves every bit as it was.

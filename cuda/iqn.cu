@@ -33,6 +33,8 @@
 // which the two GEMMs read as they are. The unfused passes' kernels are in iqn_unfused.cu; this
 // file orders the passes and owns the learner's buffers.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "aux_common.cuh"
@@ -94,6 +96,11 @@ struct IqnLearner::Impl {
     bool bf16_operands = false;
     bool bf16_target = false;  // FH_MATH_BF16: the fused target pass on bfloat16 products
     bool wg_target = false, wg_online = false;  // h on warpgroup products (below)
+    // The trial switch FOXHUNT_IQN_PHI (read once, at the learner's construction): "recompute"
+    // has the fused backward recompute φraw from τ and Wφ instead of the online pass storing it
+    // and the backward reading it back (128 MiB of traffic at B = 16384); "stored" (the default)
+    // keeps the round trip.
+    bool phi_recompute = false;
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
          float *v)
         : d(dd), o(L.iqn), params(p), target(t), mom1(m), mom2(v) {
@@ -162,6 +169,11 @@ struct IqnLearner::Impl {
         wg_target = fused_target && iqn::target_fused_prepare() && tf32;
         wg_online = fused_online && iqn::online_fused_prepare() && tf32;
         if (fused_backward) iqn::backward_fused_prepare();
+        if (const char *e = getenv("FOXHUNT_IQN_PHI"); e && *e && strcmp(e, "stored")) {
+            if (strcmp(e, "recompute"))
+                fail(FH_ERR_BAD_VALUE, "FOXHUNT_IQN_PHI='%s': expected stored or recompute", e);
+            phi_recompute = fused_backward;
+        }
         bf16_operands = c.math_mode == FH_MATH_BF16 && fused_backward;
         bf16_target = c.math_mode == FH_MATH_BF16;
     }
@@ -237,7 +249,7 @@ struct IqnLearner::Impl {
             f.scale = 1.0 / ((double)d.Bg * d.Nt);
             f.seed = seed; f.step = in.step;
             f.B = B; f.N = N; f.Nt = Nt; f.row0 = d.row0;
-            f.tau = tau; f.cos = cosb; f.phi = phi; f.m = mbuf; f.dh = dh;
+            f.tau = tau; f.cos = cosb; f.phi = phi_recompute ? nullptr : phi; f.m = mbuf; f.dh = dh;
             f.z_mean = z_mean; f.partial = part_head;
             f.wg = wg_online;
             if (bf16_operands) {
@@ -277,6 +289,10 @@ struct IqnLearner::Impl {
         if (fused_backward) {
             iqn::BackwardArgs f{dh, params + o.Wm, params + o.bphi, psi, psi_pre,
                                 params + o.bpsi, phi, dpsi, B, N, part_bwd};
+            if (phi_recompute) {
+                f.tau = tau;
+                f.Wphi = params + o.Wphi;
+            }
             if (bf16_operands) {
                 f.dh16 = dh16();
                 f.dphi16 = dphi16();

@@ -35,6 +35,7 @@
 // the block's warps in order. No atomics.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "aux_common.cuh"
 #include "error.hpp"
@@ -54,6 +55,11 @@ constexpr size_t kBwdSmemBytes =
     ((size_t)kHq * kLDM + kHq + (size_t)kBwdWarps * 16 * kLDM + (size_t)kBwdWarps * 2 * kHq) *
     sizeof(float);
 
+// FOXHUNT_IQN_PHI=recompute (a trial): no φraw rows; Wφ instead (rows of kLDP), after bφ, then the
+// ψ rows as above. 120.5 KiB.
+constexpr size_t kBwdSmemBytesRc =
+    ((size_t)kHq * kLDM + kHq + (size_t)kHq * kLDP + (size_t)kBwdWarps * 2 * kHq) * sizeof(float);
+
 // Row state of one thread in a tile: its rows g and g + 8, their transitions, and whether it
 // writes dψ for them.
 struct Rows {
@@ -69,15 +75,15 @@ __device__ __forceinline__ float2 psi_pre_pair(const BackwardArgs &a, size_t i, 
 
 // The epilogue of column tiles 4q .. 4q + 3 from their dm accumulators: dφpre in place of φraw,
 // dψpre on the transitions' first row groups, and the column sums into acc.
-// φraw of the thread's rows is read from src0 / src1, the warp's rows in shared memory. B16:
-// dφpre goes to a.dphi16 as bfloat16 (FH_MATH_BF16), else in place of φraw in a.phi.
-template <bool SPSI, bool B16>
+// phi(n, u, f0, f1) gives φraw of the thread's rows at columns u, u + 1 of the quarter's column
+// tile n (0 for rows past the batch). B16: dφpre goes to a.dphi16 as bfloat16 (FH_MATH_BF16),
+// else in place of φraw in a.phi.
+template <bool SPSI, bool B16, class Phi>
 __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const float *bphi,
                                                  const Rows &w, int N, int q,
-                                                 const float (&dm)[4][4], const float *src0,
-                                                 const float *src1, const float *ps0,
-                                                 const float *ps1, float (&pend)[4],
-                                                 float (&acc)[2][4]) {
+                                                 const float (&dm)[4][4], Phi &&phi,
+                                                 const float *ps0, const float *ps1,
+                                                 float (&pend)[4], float (&acc)[2][4]) {
     const int tq = threadIdx.x & 3;
     auto *const out = pick<B16>(a.phi, a.dphi16);
     auto *ph0 = out + w.r0 * kHq, *ph1 = out + w.r1 * kHq;
@@ -85,8 +91,8 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
         const int u = 8 * (4 * q + n) + 2 * tq;
-        const float2 f0 = w.v0 ? *reinterpret_cast<const float2 *>(src0 + u) : make_float2(0.0f, 0.0f);
-        const float2 f1 = w.v1 ? *reinterpret_cast<const float2 *>(src1 + u) : make_float2(0.0f, 0.0f);
+        float2 f0, f1;
+        phi(n, u, f0, f1);
         // Staged ψ rows exist only for rows in the batch (the others' products are 0 and must
         // not meet stale shared memory).
         const float2 z2 = make_float2(0.0f, 0.0f);
@@ -159,6 +165,53 @@ __device__ __noinline__ void stage_wmT(E *WmT, const float *Wm) {
         });
 }
 
+// dm = dhpre Wm of the thread's rows, column tiles nu0 .. nu0 + NT − 1: A from memory (dh0, dh1:
+// the rows' dhpre, float32 or bfloat16), B from Wmᵀ (TF32: k = 8κ + 2t and + 1, the permuted
+// order; bfloat16: the natural order of mma_bf16.cuh). A tile's products do not depend on which
+// others are computed beside it.
+template <bool B16, int NT, class D>
+__device__ __forceinline__ void dm_tiles(const float *WmT, const D *dh0, const D *dh1, bool v0,
+                                         bool v1, int nu0, float (&dm)[NT][4]) {
+    const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
+#pragma unroll
+    for (int nu = 0; nu < NT; ++nu)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dm[nu][e] = 0.0f;
+    if constexpr (B16) {
+        // k16 step s: dhpre's columns 16s + 2t, + 1 and 16s + 8 + 2t, + 1 (bfloat16 pairs).
+        const __nv_bfloat16 *WmTb = reinterpret_cast<const __nv_bfloat16 *>(WmT);
+#pragma unroll 2
+        for (int ks = 0; ks < kHq / 16; ++ks) {
+            const int k = 16 * ks + 2 * tq;
+            const uint32_t A[4] = {v0 ? bmma::ldg_pair(dh0 + k) : 0u,
+                                   v1 ? bmma::ldg_pair(dh1 + k) : 0u,
+                                   v0 ? bmma::ldg_pair(dh0 + k + 8) : 0u,
+                                   v1 ? bmma::ldg_pair(dh1 + k + 8) : 0u};
+#pragma unroll
+            for (int nu = 0; nu < NT; ++nu) {
+                const __nv_bfloat16 *wp = WmTb + (8 * (nu0 + nu) + gi) * kLDM + k;
+                bmma::mma(dm[nu], A, bmma::ld_pair(wp), bmma::ld_pair(wp + 8));
+            }
+        }
+    } else {
+#pragma unroll 4
+        for (int ka = 0; ka < kHq / 8; ++ka) {
+            const int k = 8 * ka + 2 * tq;
+            const float2 x0 = v0 ? ld2(dh0 + k) : make_float2(0.0f, 0.0f);
+            const float2 x1 = v1 ? ld2(dh1 + k) : make_float2(0.0f, 0.0f);
+            const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x),
+                                  mma::op<false>(x0.y), mma::op<false>(x1.y)};
+#pragma unroll
+            for (int nu = 0; nu < NT; ++nu) {
+                const float2 wv =
+                    *reinterpret_cast<const float2 *>(WmT + (8 * (nu0 + nu) + gi) * kLDM + k);
+                const mma::Op B[2] = {mma::loaded<false>(wv.x), mma::loaded<false>(wv.y)};
+                mma::mma<false>(dm[nu], A, B);
+            }
+        }
+    }
+}
+
 // A block of kBwdWarps warps; each warp copies its tile's φraw rows into shared memory
 // (cp.async) before the dm product and the epilogue reads them there: their latency hides
 // behind the product (16-warp blocks staging φraw against 8-warp blocks reading it at its use:
@@ -167,35 +220,43 @@ __device__ __noinline__ void stage_wmT(E *WmT, const float *Wm) {
 // NC: N compiled in (kFixedN), or 0 to read it from a; only the kFixedN instance stages ψ.
 // B16 (FH_MATH_BF16): dhpre read from a.dh16, dφpre written to a.dphi16, both bfloat16, and dm on
 // bfloat16 products (mma_bf16.cuh) with Wmᵀ staged as bfloat16.
-template <int NC, bool B16>
+// RC (FOXHUNT_IQN_PHI=recompute, a trial): φraw is not read but recomputed from τ (a.tau) with
+// Wφ staged as the online pass stages it and its phi_tile, half the columns at a time (φraw and
+// dm of 8 column tiles in registers, then their two quarters' epilogues).
+template <int NC, bool B16, bool RC>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs a) {
     pdl_enter();
     constexpr bool SPSI = NC == kFixedN;
     static_assert(!SPSI || NC == 8, "ψ staged for two transitions a warp");
+    using E = std::conditional_t<B16, __nv_bfloat16, float>;
     extern __shared__ float4 sm4[];
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
     float *bphi = WmT + kHq * kLDM;
-    if constexpr (B16)
-        stage_wmT<__nv_bfloat16, kLDM>(reinterpret_cast<__nv_bfloat16 *>(WmT), a.Wm);
-    else
-        stage_wmT<float, kLDM>(WmT, a.Wm);
+    float *rows = bphi + kHq;  // the warps' φraw rows, or (RC) Wφ; then the ψ rows
+    stage_wmT<E, kLDM>(reinterpret_cast<E *>(WmT), a.Wm);
+    if constexpr (RC) stage_matrix<kHq, kC>(reinterpret_cast<E *>(rows), kLDP, a.Wphi);
     for (int e = threadIdx.x; e < kHq; e += blockDim.x) bphi[e] = __ldg(a.bphi + e);
     __syncthreads();
 
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2;
     const int N = NC ? NC : a.N;
     const size_t R = (size_t)a.B * N;
     const size_t ntiles = (R + kBwdTile - 1) / kBwdTile;
-    float *phs = bphi + kHq + (size_t)warp * 16 * kLDM;  // the warp's 16 φraw rows
-    float *pss = bphi + kHq + (size_t)kBwdWarps * 16 * kLDM + (size_t)warp * 2 * kHq;
+    float *phs = rows + (size_t)warp * 16 * kLDM;  // the warp's 16 φraw rows
+    float *pss = rows + (RC ? (size_t)kHq * kLDP : (size_t)kBwdWarps * 16 * kLDM) +
+                 (size_t)warp * 2 * kHq;
+    SmemOf<E> sphi{};  // RC: Wφ for phi_tile
+    sphi.Wphi = reinterpret_cast<E *>(rows);
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // dbφ k=0,1; dbψ k=2,3
     for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         const size_t rw = tile * kBwdTile + (size_t)warp * 16;  // the warp's first row
         // φraw: 16 rows of 32 16-byte chunks, a row per warp-wide copy, 16 per lane.
-        for (int c = lane; c < 16 * (kHq / 4); c += 32) {
-            const int rr = c / (kHq / 4), k4 = c - rr * (kHq / 4);
-            if (rw + rr < R) cp_async16(phs + rr * kLDM + 4 * k4, a.phi + (rw + rr) * kHq + 4 * k4);
-        }
+        if constexpr (!RC)
+            for (int c = lane; c < 16 * (kHq / 4); c += 32) {
+                const int rr = c / (kHq / 4), k4 = c - rr * (kHq / 4);
+                if (rw + rr < R)
+                    cp_async16(phs + rr * kLDM + 4 * k4, a.phi + (rw + rr) * kHq + 4 * k4);
+            }
         if (SPSI) {
             const size_t t0 = rw / 8;  // the warp's two transitions
             for (int c = lane; c < 2 * (kHq / 4); c += 32) {
@@ -215,60 +276,59 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
         w.lead1 = N < 16 && gi % N == 0;
         const auto *const dhp = pick<B16>(a.dh, a.dh16);
         const auto *dh0 = dhp + w.r0 * kHq, *dh1 = dhp + w.r1 * kHq;
-        // dm = dhpre Wm: A from memory, B from Wmᵀ (TF32: k = 8κ + 2t and + 1, the permuted
-        // order; bfloat16: the natural order of mma_bf16.cuh).
-        float dm[kHq / 8][4];
+        float pend[4];
+        if constexpr (RC) {
+            constexpr int kHalf = kHq / 16;  // column tiles a half
+            const float t0 = w.v0 ? __ldg(a.tau + w.r0) : 0.0f;
+            const float t1 = w.v1 ? __ldg(a.tau + w.r1) : 0.0f;
+            // Not unrolled: unrolled, the bfloat16 instance spills (40 bytes); rolled, the
+            // column sums' acc is indexed by h and lives in local memory (32 bytes, 8 accesses
+            // a tile).
+#pragma unroll 1
+            for (int h = 0; h < 2; ++h) {
+                float ph[kHalf][4], dm[kHalf][4];
+                phi_tile(sphi, t0, t1, ph, (float *)nullptr, (float *)nullptr, kHalf * h);
+                dm_tiles<B16>(WmT, dh0, dh1, w.v0, w.v1, kHalf * h, dm);
+                if (h == 0) {
+                    cp_async_wait_all();  // the ψ rows
+                    __syncwarp();
+                }
 #pragma unroll
-        for (int nu = 0; nu < kHq / 8; ++nu)
+                for (int qq = 0; qq < 2; ++qq) {
+                    float dq[4][4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) dm[nu][e] = 0.0f;
-        if constexpr (B16) {
-            // k16 step s: dhpre's columns 16s + 2t, + 1 and 16s + 8 + 2t, + 1 (bfloat16 pairs).
-            const __nv_bfloat16 *WmTb = reinterpret_cast<const __nv_bfloat16 *>(WmT);
-#pragma unroll 2
-            for (int ks = 0; ks < kHq / 16; ++ks) {
-                const int k = 16 * ks + 2 * tq;
-                const uint32_t A[4] = {w.v0 ? bmma::ldg_pair(dh0 + k) : 0u,
-                                       w.v1 ? bmma::ldg_pair(dh1 + k) : 0u,
-                                       w.v0 ? bmma::ldg_pair(dh0 + k + 8) : 0u,
-                                       w.v1 ? bmma::ldg_pair(dh1 + k + 8) : 0u};
+                    for (int n = 0; n < 4; ++n)
 #pragma unroll
-                for (int nu = 0; nu < kHq / 8; ++nu) {
-                    const __nv_bfloat16 *wp = WmTb + (8 * nu + gi) * kLDM + k;
-                    bmma::mma(dm[nu], A, bmma::ld_pair(wp), bmma::ld_pair(wp + 8));
+                        for (int e = 0; e < 4; ++e) dq[n][e] = dm[4 * qq + n][e];
+                    const auto phi = [&](int n, int, float2 &f0, float2 &f1) {
+                        const float *p = ph[4 * qq + n];
+                        f0 = w.v0 ? make_float2(p[0], p[1]) : make_float2(0.0f, 0.0f);
+                        f1 = w.v1 ? make_float2(p[2], p[3]) : make_float2(0.0f, 0.0f);
+                    };
+                    epilogue_quarter<SPSI, B16>(a, bphi, w, N, 2 * h + qq, dq, phi, pss,
+                                                pss + kHq, pend, acc);
                 }
             }
         } else {
-#pragma unroll 4
-            for (int ka = 0; ka < kHq / 8; ++ka) {
-                const int k = 8 * ka + 2 * tq;
-                const float2 x0 = w.v0 ? ld2(dh0 + k) : make_float2(0.0f, 0.0f);
-                const float2 x1 = w.v1 ? ld2(dh1 + k) : make_float2(0.0f, 0.0f);
-                const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x),
-                                      mma::op<false>(x0.y), mma::op<false>(x1.y)};
+            float dm[kHq / 8][4];
+            dm_tiles<B16>(WmT, dh0, dh1, w.v0, w.v1, 0, dm);
+            // The epilogue a quarter of the columns at a time, φraw from the staged rows.
+            cp_async_wait_all();
+            __syncwarp();
+            const float *src0 = phs + gi * kLDM, *src1 = phs + (gi + 8) * kLDM;
+            const auto phi = [&](int, int u, float2 &f0, float2 &f1) {
+                f0 = w.v0 ? *reinterpret_cast<const float2 *>(src0 + u) : make_float2(0.0f, 0.0f);
+                f1 = w.v1 ? *reinterpret_cast<const float2 *>(src1 + u) : make_float2(0.0f, 0.0f);
+            };
 #pragma unroll
-                for (int nu = 0; nu < kHq / 8; ++nu) {
-                    const float2 wv =
-                        *reinterpret_cast<const float2 *>(WmT + (8 * nu + gi) * kLDM + k);
-                    const mma::Op B[2] = {mma::loaded<false>(wv.x), mma::loaded<false>(wv.y)};
-                    mma::mma<false>(dm[nu], A, B);
-                }
+            for (int q = 0; q < 4; ++q) {
+                float dq[4][4];
+#pragma unroll
+                for (int n = 0; n < 4; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) dq[n][e] = dm[4 * q + n][e];
+                epilogue_quarter<SPSI, B16>(a, bphi, w, N, q, dq, phi, pss, pss + kHq, pend, acc);
             }
-        }
-        // The epilogue a quarter of the columns at a time, φraw from the staged rows.
-        cp_async_wait_all();
-        __syncwarp();
-        const float *src0 = phs + gi * kLDM, *src1 = phs + (gi + 8) * kLDM;
-        float pend[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            float dq[4][4];
-#pragma unroll
-            for (int n = 0; n < 4; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) dq[n][e] = dm[4 * q + n][e];
-            epilogue_quarter<SPSI, B16>(a, bphi, w, N, q, dq, src0, src1, pss, pss + kHq, pend,
-                                        acc);
         }
         __syncwarp();  // the rows are read before the next tile's copies land
     }
@@ -283,20 +343,33 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
 }  // namespace
 
 void backward_fused_prepare() {
-    for (const void *k : {(const void *)k_iqn_backward<0, false>,
-                          (const void *)k_iqn_backward<kFixedN, false>,
-                          (const void *)k_iqn_backward<0, true>,
-                          (const void *)k_iqn_backward<kFixedN, true>})
+    for (const void *k : {(const void *)k_iqn_backward<0, false, false>,
+                          (const void *)k_iqn_backward<kFixedN, false, false>,
+                          (const void *)k_iqn_backward<0, true, false>,
+                          (const void *)k_iqn_backward<kFixedN, true, false>})
         aux::allow_smem(k, kBwdSmemBytes, "IQN backward through m");
+    for (const void *k : {(const void *)k_iqn_backward<0, false, true>,
+                          (const void *)k_iqn_backward<kFixedN, false, true>,
+                          (const void *)k_iqn_backward<0, true, true>,
+                          (const void *)k_iqn_backward<kFixedN, true, true>})
+        aux::allow_smem(k, kBwdSmemBytesRc, "IQN backward through m (phi recomputed)");
 }
 
 namespace {
+template <bool B16, bool RC>
+void launch_backward(const BackwardArgs &a, int nb, cudaStream_t s) {
+    const size_t smem = RC ? kBwdSmemBytesRc : kBwdSmemBytes;
+    if (fixed_n(a.N))
+        FH_LAUNCH((k_iqn_backward<kFixedN, B16, RC>), nb, kBwdWarps * 32, smem, s, a);
+    else
+        FH_LAUNCH((k_iqn_backward<0, B16, RC>), nb, kBwdWarps * 32, smem, s, a);
+}
 template <bool B16>
 void launch_backward(const BackwardArgs &a, int nb, cudaStream_t s) {
-    if (fixed_n(a.N))
-        FH_LAUNCH((k_iqn_backward<kFixedN, B16>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
+    if (a.tau)
+        launch_backward<B16, true>(a, nb, s);
     else
-        FH_LAUNCH((k_iqn_backward<0, B16>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
+        launch_backward<B16, false>(a, nb, s);
 }
 }  // namespace
 
@@ -306,6 +379,8 @@ int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
         1, std::min<size_t>({tiles, (size_t)sm_count(), (size_t)std::max(1, blocks)}));
     if (!a.dh16 != !a.dphi16)
         fail(FH_ERR_INTERNAL, "IQN backward through m: dh16 and dphi16 set apart");
+    if (!a.tau != !a.Wphi)
+        fail(FH_ERR_INTERNAL, "IQN backward through m: tau and Wphi set apart");
     if (a.dh16)
         launch_backward<true>(a, nb, s);
     else

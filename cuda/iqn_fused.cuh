@@ -188,13 +188,13 @@ struct CosRot {
 // after acc is zeroed: step(ka, c0, c1) gets step ka's features at k = 8ka + 2t and + 1 (c0 row
 // g's, c1 row g + 8's). When `cosr0` / `cosr1` are given, the features are stored there too (T:
 // float, or bfloat16 for FH_MATH_BF16's GEMM). The TF32 and the bfloat16 products read the same
-// features, so the bfloat16 copy is the rounding of TF32's, bit for bit.
-template <class T, class F>
-__device__ __forceinline__ void cos_steps(float t0, float t1, float (&acc)[kHq / 8][4], T *cosr0,
+// features, so the bfloat16 copy is the rounding of TF32's, bit for bit. acc: NT column tiles.
+template <int NT, class T, class F>
+__device__ __forceinline__ void cos_steps(float t0, float t1, float (&acc)[NT][4], T *cosr0,
                                           T *cosr1, F &&step) {
     const int tq = threadIdx.x & 3;
 #pragma unroll
-    for (int nu = 0; nu < kHq / 8; ++nu)
+    for (int nu = 0; nu < NT; ++nu)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[nu][e] = 0.0f;
     CosRot q0, q1;
@@ -213,10 +213,11 @@ __device__ __forceinline__ void cos_steps(float t0, float t1, float (&acc)[kHq /
 }
 
 // φraw = cos(π k τ) Wφᵀ for the thread's rows g (τ t0) and g + 8 (τ t1), into acc, the features
-// stored as cos_steps says.
-template <class T>
-__device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, float (&acc)[kHq / 8][4],
-                                         T *cosr0, T *cosr1) {
+// stored as cos_steps says. acc[n] is column tile nu0 + n (all 16 by default; a tile's products
+// are the same whichever others are computed beside it).
+template <class T, int NT>
+__device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, float (&acc)[NT][4],
+                                         T *cosr0, T *cosr1, int nu0 = 0) {
     const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
     cos_steps(t0, t1, acc, cosr0, cosr1, [&](int ka, const float (&c0)[2], const float (&c1)[2]) {
         mma::Op A[4];
@@ -225,8 +226,9 @@ __device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, floa
         A[2] = mma::op<false>(c0[1]);
         A[3] = mma::op<false>(c1[1]);
 #pragma unroll
-        for (int nu = 0; nu < kHq / 8; ++nu) {
-            const float2 w = *reinterpret_cast<const float2 *>(s.Wphi + (8 * nu + gi) * kLDP + 8 * ka + 2 * tq);
+        for (int nu = 0; nu < NT; ++nu) {
+            const float2 w = *reinterpret_cast<const float2 *>(
+                s.Wphi + (8 * (nu0 + nu) + gi) * kLDP + 8 * ka + 2 * tq);
             const mma::Op B[2] = {mma::loaded<false>(w.x), mma::loaded<false>(w.y)};
             mma::mma<false>(acc[nu], A, B);
         }
@@ -320,9 +322,9 @@ using SmemB16 = SmemOf<__nv_bfloat16>;
 
 // phi_tile on bfloat16 products: k16 step s packs the features of rotation steps 2s and 2s + 1
 // (columns 16s + 2t, + 1 and 16s + 8 + 2t, + 1: the A fragment's natural order).
-template <class T>
+template <class T, int NT>
 __device__ __forceinline__ void phi_tile(const SmemB16 &s, float t0, float t1,
-                                         float (&acc)[kHq / 8][4], T *cosr0, T *cosr1) {
+                                         float (&acc)[NT][4], T *cosr0, T *cosr1, int nu0 = 0) {
     const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
     uint32_t A[4];
     cos_steps(t0, t1, acc, cosr0, cosr1, [&](int ka, const float (&c0)[2], const float (&c1)[2]) {
@@ -331,8 +333,8 @@ __device__ __forceinline__ void phi_tile(const SmemB16 &s, float t0, float t1,
         A[2 * h + 1] = bmma::pack(c1[0], c1[1]);
         if (!h) return;
 #pragma unroll
-        for (int nu = 0; nu < kHq / 8; ++nu) {
-            const __nv_bfloat16 *w = s.Wphi + (8 * nu + gi) * kLDP + 16 * ks + 2 * tq;
+        for (int nu = 0; nu < NT; ++nu) {
+            const __nv_bfloat16 *w = s.Wphi + (8 * (nu0 + nu) + gi) * kLDP + 16 * ks + 2 * tq;
             bmma::mma(acc[nu], A, bmma::ld_pair(w), bmma::ld_pair(w + 8));
         }
     });

@@ -43,7 +43,8 @@ struct OnlineArgs {
     // Outputs, rows i·N + n:
     float *tau;                             // [B·N] τ_in (purpose 2)
     float *cos;                             // [B·N, 64] cos(π k τ_in)
-    float *phi;                             // [B·N, 128] φraw = cos Wφᵀ (no bias)
+    float *phi;                             // [B·N, 128] φraw = cos Wφᵀ (no bias); null: not
+                                            // stored (the backward recomputes it, tau and Wphi)
     float *m;                               // [B·N, 128] m = ψ ⊙ SiLU(φraw + bφ)
     float *dh;                              // [B·N, 128] dL/d(m Wmᵀ + bm)
     float *z_mean;                          // [B] mean_n Z(x̃_i, τ_in)
@@ -71,6 +72,10 @@ struct BackwardArgs {
     // phi). Both set, or neither.
     const __nv_bfloat16 *dh16;
     __nv_bfloat16 *dphi16;
+    // FOXHUNT_IQN_PHI=recompute (a trial): where tau is set, φraw is not read from phi but
+    // recomputed from τ (the online pass's tau [B·N]) and Wφ [128, 64] by the online pass's own
+    // products (iqn_fused.cuh's phi_tile), the same bits; phi is then an output only.
+    const float *tau = nullptr, *Wphi = nullptr;
 };
 
 // Rows per tile of the fused kernels: their grids never exceed ceil(rows / this) blocks, which

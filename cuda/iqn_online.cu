@@ -96,7 +96,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
         const size_t i0 = v0 ? r0 / N : 0, i1 = v1 ? r1 / N : 0;
         Frags<E> M;
         merge_tile(sw, phi, a.psi + i0 * kHq, a.psi + i1 * kHq, M,
-                   v0 ? a.phi + r0 * kHq : nullptr, v1 ? a.phi + r1 * kHq : nullptr,
+                   v0 && a.phi ? a.phi + r0 * kHq : nullptr,
+                   v1 && a.phi ? a.phi + r1 * kHq : nullptr,
                    v0 ? m_out + r0 * kHq : nullptr, v1 ? m_out + r1 * kHq : nullptr);
         // Z_in of the thread's two rows (every lane of the quad holds them).
         float z0, z1;

@@ -4,7 +4,7 @@ the results bit for bit as they were (run it against the library before and afte
 
     python3 tests/python/state_digest.py LIBRARY [--backend cuda] [--steps 5] [--batch 2048]
 
-For each of math_mode strict/tf32 and exec_mode multi/single (the CPU backend has one mode), it
+For each of math_mode strict/tf32/bf16 and exec_mode multi/single (the CPU backend has one mode), it
 creates a pipeline with SPEC §1's defaults at --batch, trains --steps steps on fixed random
 batches (one new batch per step, as a trainer uploads), and prints one line per mode: the digest
 of every named tensor (in registry order) and every metric after each step. Two builds agree
@@ -50,7 +50,7 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--batch", type=int, default=2048)
     a = ap.parse_args(argv)
-    modes = ([("strict", "multi"), ("strict", "single"), ("tf32", "multi"), ("tf32", "single")]
+    modes = ([(m, e) for m in ("strict", "tf32", "bf16") for e in ("multi", "single")]
              if a.backend == "cuda" else [("-", "-")])
     for math_mode, exec_mode in modes:
         d = digest(os.path.abspath(a.library), a.backend, math_mode, exec_mode, a.steps, a.batch)

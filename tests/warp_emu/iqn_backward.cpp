@@ -1,7 +1,8 @@
 // CPU warp emulation of IQN's fused backward through m (cuda/iqn_backward.cu; run by
 // tests/warp_emu/run.sh): on 37 transitions (a partly filled last tile) at N = 8 (compiled in,
 // the ψ rows staged by cp.async) and 4, 16, 2, 1 (read at run time: every shape of the Σ_n
-// sums), TF32 and bfloat16 products, on 2 blocks (so a block walks more than one tile): dφpre,
+// sums), TF32 and bfloat16 products, φraw read (stored) or recomputed from τ and Wφ (the
+// FOXHUNT_IQN_PHI=recompute trial), on 2 blocks (so a block walks more than one tile): dφpre,
 // dψpre and the warps' column sums of dbφ and dbψ (each warp's row as the kernel's
 // store_colsums writes it, added over the warps) against a float64 evaluation of
 //   dm = dhpre Wm,  dφpre = dm ⊙ ψ ⊙ SiLU'(φraw + bφ),
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "grid.h"
@@ -42,9 +44,10 @@ struct Out {
 double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 double dsilu(double z) { return sigmoid(z) * (1.0 + z * (1.0 - sigmoid(z))); }
 
-template <int NC, bool B16>
+template <int NC, bool B16, bool RC>
 Out run(BackwardArgs a, const std::vector<float> &phi_in, const std::vector<float> &dh,
         int blocks) {
+    using E = std::conditional_t<B16, __nv_bfloat16, float>;
     const size_t R = (size_t)a.B * a.N;
     Out o;
     std::vector<float> phi = phi_in;  // φraw in, dφpre out (TF32)
@@ -60,16 +63,16 @@ Out run(BackwardArgs a, const std::vector<float> &phi_in, const std::vector<floa
     }
     gRows.assign((size_t)blocks * kBwdWarps * 2 * kHq, 0.0);
     run_grid(
-        blocks, kBwdWarps, kBwdSmemBytes,
+        blocks, kBwdWarps, RC ? kBwdSmemBytesRc : kBwdSmemBytes,
         [&] {
             float *WmT = reinterpret_cast<float *>(gSmem);
-            if (B16)
-                stage_wmT<__nv_bfloat16, kLDM>(reinterpret_cast<__nv_bfloat16 *>(WmT), a.Wm);
-            else
-                stage_wmT<float, kLDM>(WmT, a.Wm);
+            stage_wmT<E, kLDM>(reinterpret_cast<E *>(WmT), a.Wm);
             for (int e = threadIdx.x; e < kHq; e += blockDim.x) WmT[kHq * kLDM + e] = a.bphi[e];
+            if (RC)
+                stage_matrix<kHq, kC>(reinterpret_cast<E *>(WmT + kHq * kLDM + kHq), kLDP,
+                                      a.Wphi);
         },
-        [&] { k_iqn_backward<NC, B16>(a); });
+        [&] { k_iqn_backward<NC, B16, RC>(a); });
     o.dphi.resize(R * kHq);
     for (size_t k = 0; k < R * kHq; ++k) o.dphi[k] = B16 ? bf16_to_f(dphi16[k]) : phi[k];
     o.sums.assign(2 * kHq, 0.0);
@@ -94,7 +97,11 @@ int main() {
         const std::vector<float> Wm = vec((size_t)Hq * Hq, 0.12f), bphi = vec(Hq, 0.3f),
                                  psi = vec((size_t)B * Hq, 0.8f),
                                  psi_pre = vec((size_t)B * Hq, 1.0f), bpsi = vec(Hq, 0.3f),
-                                 phi = vec(R * Hq, 1.0f), dh = vec(R * Hq, 0.01f);
+                                 phi_drawn = vec(R * Hq, 1.0f), dh = vec(R * Hq, 0.01f),
+                                 Wphi = vec((size_t)Hq * kC, 0.25f);
+        std::uniform_real_distribution<float> ud(0.f, 1.f);
+        std::vector<float> tau(R);
+        for (auto &t : tau) t = ud(rng);
         BackwardArgs a{};
         a.Wm = Wm.data();
         a.bphi = bphi.data();
@@ -103,6 +110,19 @@ int main() {
         a.bpsi = bpsi.data();
         a.B = B;
         a.N = N;
+        for (const bool rc : {false, true}) {
+        // φraw: drawn (read by the stored path), or cos(π k τ) Wφᵀ in float64 (recomputed).
+        std::vector<float> phi = phi_drawn;
+        if (rc)
+            for (size_t r = 0; r < R; ++r)
+                for (int j = 0; j < Hq; ++j) {
+                    double v = 0.0;
+                    for (int k = 0; k < kC; ++k)
+                        v += std::cos(M_PI * k * (double)tau[r]) * Wphi[(size_t)j * kC + k];
+                    phi[r * Hq + j] = (float)v;
+                }
+        a.tau = rc ? tau.data() : nullptr;
+        a.Wphi = rc ? Wphi.data() : nullptr;
         // The float64 evaluation.
         std::vector<double> dphi(R * Hq), dpsi((size_t)B * Hq, 0.0), dbphi(Hq, 0.0),
             dbpsi(Hq, 0.0);
@@ -123,10 +143,19 @@ int main() {
                 dbpsi[j] += dpsi[i * Hq + j];
             }
         for (const bool b16 : {false, true}) {
-            const Out got = b16 ? (N == kFixedN ? run<kFixedN, true>(a, phi, dh, 2)
-                                                : run<0, true>(a, phi, dh, 2))
-                                : (N == kFixedN ? run<kFixedN, false>(a, phi, dh, 2)
-                                                : run<0, false>(a, phi, dh, 2));
+            const auto go = [&](auto nc, auto b, auto r) {
+                return run<decltype(nc)::value, decltype(b)::value, decltype(r)::value>(a, phi,
+                                                                                      dh, 2);
+            };
+            using T = std::true_type;
+            using F = std::false_type;
+            using N8 = std::integral_constant<int, kFixedN>;
+            using N0 = std::integral_constant<int, 0>;
+            const bool n8 = N == kFixedN;
+            const Out got = rc ? (b16 ? (n8 ? go(N8{}, T{}, T{}) : go(N0{}, T{}, T{}))
+                                      : (n8 ? go(N8{}, F{}, T{}) : go(N0{}, F{}, T{})))
+                               : (b16 ? (n8 ? go(N8{}, T{}, F{}) : go(N0{}, T{}, F{}))
+                                      : (n8 ? go(N8{}, F{}, F{}) : go(N0{}, F{}, F{})));
             RelErrors err({"dphi", "dpsi", "dbphi", "dbpsi"});
             auto add = [&](int k, double g, double w) { err.add(k, g, w); };
             for (size_t k = 0; k < R * Hq; ++k) add(0, got.dphi[k], dphi[k]);
@@ -136,8 +165,10 @@ int main() {
                 add(3, got.sums[Hq + j], dbpsi[j]);
             }
             char label[64];
-            snprintf(label, sizeof label, "N=%2d %s backward vs float64", N, b16 ? "bf16" : "tf32");
+            snprintf(label, sizeof label, "N=%2d %s backward, phi %s, vs float64", N,
+                     b16 ? "bf16" : "tf32", rc ? "recomputed" : "stored");
             ok &= err.report(label, b16 ? 3e-2 : 5e-3);
+        }
         }
     }
     return ok ? 0 : 1;
