@@ -24,17 +24,16 @@
 // The target pass runs first in the same scratch buffers; only Z̄ [B, N'] survives it. In TF32
 // and BF16 modes at iqn_hidden = 128, iqn_cos = 64 the target pass after ψ̄ is one fused tensor-core
 // kernel instead (iqn_target.cu), which writes Z̄ alone, and when also 16 % N == 0 the online
-// pass after ψ with the head is one more (iqn_online.cu), which writes tau, cos, φraw, m, dhpre,
+// pass after ψ with the head is one more (iqn_online.cu), which writes tau, cos, m, dhpre,
 // z_mean and the head's partials (the same buffers as the unfused head), and dm with the ψ/φ
-// backward is a third (iqn_backward.cu: dm stays in registers), and hraw's buffer is not
-// allocated. In BF16 mode the three multiply bfloat16 operands on the tensor cores
+// backward is a third (iqn_backward.cu: dm stays in registers, and φraw is recomputed from τ
+// rather than stored by the online pass and read back), and hraw's buffer is not allocated.
+// In BF16 mode the three multiply bfloat16 operands on the tensor cores
 // (mma_bf16.cuh; iqn_fused.cuh's SmemB16 overloads), and the online pass and the backward
 // write dWm's and dWφ's operands as bfloat16 (Impl's bf16_operands: half of cosb, dh and mbuf),
 // which the two GEMMs read as they are. The unfused passes' kernels are in iqn_unfused.cu; this
 // file orders the passes and owns the learner's buffers.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 
 #include "aux_common.cuh"
@@ -96,11 +95,6 @@ struct IqnLearner::Impl {
     bool bf16_operands = false;
     bool bf16_target = false;  // FH_MATH_BF16: the fused target pass on bfloat16 products
     bool wg_target = false, wg_online = false;  // h on warpgroup products (below)
-    // The trial switch FOXHUNT_IQN_PHI (read once, at the learner's construction): "recompute"
-    // has the fused backward recompute φraw from τ and Wφ instead of the online pass storing it
-    // and the backward reading it back (128 MiB of traffic at B = 16384); "stored" (the default)
-    // keeps the round trip.
-    bool phi_recompute = false;
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
          float *v)
         : d(dd), o(L.iqn), params(p), target(t), mom1(m), mom2(v) {
@@ -169,11 +163,6 @@ struct IqnLearner::Impl {
         wg_target = fused_target && iqn::target_fused_prepare() && tf32;
         wg_online = fused_online && iqn::online_fused_prepare() && tf32;
         if (fused_backward) iqn::backward_fused_prepare();
-        if (const char *e = getenv("FOXHUNT_IQN_PHI"); e && *e && strcmp(e, "stored")) {
-            if (strcmp(e, "recompute"))
-                fail(FH_ERR_BAD_VALUE, "FOXHUNT_IQN_PHI='%s': expected stored or recompute", e);
-            phi_recompute = fused_backward;
-        }
         bf16_operands = c.math_mode == FH_MATH_BF16 && fused_backward;
         bf16_target = c.math_mode == FH_MATH_BF16;
     }
@@ -249,7 +238,9 @@ struct IqnLearner::Impl {
             f.scale = 1.0 / ((double)d.Bg * d.Nt);
             f.seed = seed; f.step = in.step;
             f.B = B; f.N = N; f.Nt = Nt; f.row0 = d.row0;
-            f.tau = tau; f.cos = cosb; f.phi = phi_recompute ? nullptr : phi; f.m = mbuf; f.dh = dh;
+            // φraw only for the unfused backward: the fused one recomputes it from τ.
+            f.tau = tau; f.cos = cosb; f.phi = fused_backward ? nullptr : phi;
+            f.m = mbuf; f.dh = dh;
             f.z_mean = z_mean; f.partial = part_head;
             f.wg = wg_online;
             if (bf16_operands) {
@@ -287,12 +278,8 @@ struct IqnLearner::Impl {
             gemm_tn(bl, Hq, Hq, (int)RN, dh, mbuf, grad + o.Wm, 0.0f, "IQN dWm = dh^T m");
         int bwd_rows = bwd_chunks;
         if (fused_backward) {
-            iqn::BackwardArgs f{dh, params + o.Wm, params + o.bphi, psi, psi_pre,
-                                params + o.bpsi, phi, dpsi, B, N, part_bwd};
-            if (phi_recompute) {
-                f.tau = tau;
-                f.Wphi = params + o.Wphi;
-            }
+            iqn::BackwardArgs f{dh, params + o.Wm, params + o.bphi, params + o.Wphi, tau, psi,
+                                psi_pre, params + o.bpsi, phi, dpsi, B, N, part_bwd};
             if (bf16_operands) {
                 f.dh16 = dh16();
                 f.dphi16 = dphi16();

@@ -1,38 +1,46 @@
 // IQN's backward through the merge layer (SPEC §5.5 step 3, the chain rule through m = ψ ⊙ φ)
 // fused on tensor cores, for TF32 and BF16 modes at iqn_hidden = 128, iqn_cos = 64 and
 // 16 % iqn_n == 0.
-// From the online pass's dhpre (iqn_online.cu), per row r = i·N + n:
+// From the online pass's dhpre and τ (iqn_online.cu), per row r = i·N + n:
+//   φraw_r = cos(π k τ_r) Wφᵀ                             (recomputed: the online pass's products)
 //   dm_r   = dhpre_r Wm                                   (K = 128, on tensor cores)
-//   dφpre_r = (dm_r ⊙ ψ_i) ⊙ SiLU'(φraw_r + bφ)           -> in place of φraw
+//   dφpre_r = (dm_r ⊙ ψ_i) ⊙ SiLU'(φraw_r + bφ)           -> phi
 //   dψpre_i = (Σ_n dm_in ⊙ SiLU(φraw_in + bφ)) ⊙ SiLU'(ψpre_i)  -> dpsi
 // with per block the column sums of dbφ = Σ_r dφpre and dbψ = Σ_i dψpre. In FH_MATH_BF16 (the
-// B16 instances) dm is a bfloat16 product (mma_bf16.cuh, Wmᵀ staged as bfloat16, rows of 136),
+// B16 instances) φraw and dm are bfloat16 products (mma_bf16.cuh, Wφ and Wmᵀ staged as bfloat16),
 // dhpre comes from the online pass's bfloat16 copy, dφpre goes out as bfloat16 to
-// its own buffer, the operand of dWφ's bfloat16 GEMM (φraw stays), and dψpre is stored rounded to
+// its own buffer, the operand of dWφ's bfloat16 GEMM, and dψpre is stored rounded to
 // bfloat16 values for dWψ's GEMM, its only reader (the sums use it unrounded). dm never goes to
 // memory: this replaces the cuBLAS GEMM dm = dh Wm and the ψ/φ backward kernel of the unfused
 // path (iqn.cu), which wrote dm (64 MiB at B = 16384) and read it back. dWm, dWφ and dWψ stay
 // cuBLAS GEMMs over all rows.
 //
-// Tiling. A block of 16 warps (one per SM: 220.5 KiB of shared memory, 128 registers a thread)
+// φraw is recomputed, not read: the online pass used to store it (64 MiB at B = 16384) and this
+// kernel read it back. It forms φraw from τ with Wφ staged as the online pass stages it and the
+// same phi_tile (iqn_fused.cuh), so the bits are the online pass's (the state digests of all six
+// modes were bitwise equal either way): IQN lane 0.498 / 0.499 → 0.469 / 0.466 ms single-stream,
+// wall 1.521 / 1.501 → 1.491 / 1.484 ms multi-stream TF32 and 1.413 / 1.409 → 1.373 / 1.393 BF16
+// on an H100 (bench/results/h100-2026-12-06-iqn-phi-recompute-before-after*.json). Two earlier
+// forms of it lost: φ from stored cosines (2026-12-01), and 12-warp blocks holding all of φraw
+// (2026-12-03); this one keeps 16 warps at 128 registers by taking the columns in two halves.
+//
+// Tiling. A block of 16 warps (one per SM: 120.5 KiB of shared memory, 128 registers a thread)
 // stages Wmᵀ [128, 128] in shared memory once (rounded to TF32, rows of 136 floats, ≡ 8 mod 32, so
 // the float2 B-fragment loads of a half-warp hit 32 banks; in BF16 bfloat16, rows of 136, 68
-// words ≡ 4 mod 32, so the 32-bit loads of a warp hit 32 banks) and walks through tiles of 256
-// rows; warp w owns rows 16w .. 16w + 15, each thread rows g and g + 8 (g = lane / 4,
-// t = lane % 4). At a tile's start the warp starts cp.async copies of its 16 φraw rows into its
-// own shared rows (136 floats apart, the same bank spread); they land while dm is computed and
-// the epilogue reads them there instead of waiting on memory. At N = 8 (the kFixedN instance,
-// SPSI) the same copies bring the ψ rows of the warp's two transitions, which the epilogue used
-// to read from global memory, each load waiting behind the stores of dφpre and dψ before it
-// (the compiler did not move the loads across them): IQN lane 0.468 / 0.468 → 0.461 / 0.462 ms
-// single-stream, the same bits (bench/results/h200-2026-12-03-iqn-bwd-psi-before-after*.json;
-// preloading them into registers instead spilled). dhpre's A fragments come from
-// memory (float2 per row and k step, whole 32-byte sectors; in the B16 instance two bfloat16
-// pairs per row and k16 step); dm's 16 column tiles stay in
-// registers (64 accumulators) and are consumed a quarter at a time by the epilogue. Because
-// 16 % N == 0 a transition's rows are lanes of one warp: Σ_n is a fixed-order shuffle sum,
-// written by the transition's first row group. Column sums: colsum_quarter (iqn_fused.cuh), then
-// the block's warps in order. No atomics.
+// words ≡ 4 mod 32, so the 32-bit loads of a warp hit 32 banks) and Wφ [128, 64] as the online
+// pass does, and walks through tiles of 256 rows; warp w owns rows 16w .. 16w + 15, each thread
+// rows g and g + 8 (g = lane / 4, t = lane % 4). A tile is taken in two halves of 8 column tiles:
+// φraw's and dm's accumulators of the half in registers (32 + 32), then the half's two quarters
+// of the epilogue. dhpre's A fragments come from memory (float2 per row and k step, whole
+// 32-byte sectors; in the B16 instance two bfloat16 pairs per row and k16 step), once per half
+// (the second read hits the caches). At N = 8 (the kFixedN instance, SPSI) the warp starts
+// cp.async copies of the ψ rows of its two transitions at the tile's start, which land while the
+// products run; read from global memory at their use, each load waited behind the stores of
+// dφpre and dψ before it (IQN lane 0.468 / 0.468 → 0.461 / 0.462 ms single-stream, the same
+// bits, bench/results/h200-2026-12-03-iqn-bwd-psi-before-after*.json; preloading them into
+// registers instead spilled). Because 16 % N == 0 a transition's rows are lanes of one warp:
+// Σ_n is a fixed-order shuffle sum, written by the transition's first row group. Column sums:
+// colsum_quarter (iqn_fused.cuh), then the block's warps in order. No atomics.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -49,15 +57,9 @@ namespace {
 
 constexpr int kBwdW = 2 * kHq;
 constexpr int kBwdWarps = 16, kBwdTile = 16 * kBwdWarps;
-// Wmᵀ, bφ, 16 rows of φraw per warp, then (N = 8) the ψ rows of a warp's two transitions:
-// 220.5 KiB, one block per SM.
+// Wmᵀ, bφ, Wφ (rows of kLDP), then (N = 8) the ψ rows of a warp's two transitions: 120.5 KiB, one
+// block per SM.
 constexpr size_t kBwdSmemBytes =
-    ((size_t)kHq * kLDM + kHq + (size_t)kBwdWarps * 16 * kLDM + (size_t)kBwdWarps * 2 * kHq) *
-    sizeof(float);
-
-// FOXHUNT_IQN_PHI=recompute (a trial): no φraw rows; Wφ instead (rows of kLDP), after bφ, then the
-// ψ rows as above. 120.5 KiB.
-constexpr size_t kBwdSmemBytesRc =
     ((size_t)kHq * kLDM + kHq + (size_t)kHq * kLDP + (size_t)kBwdWarps * 2 * kHq) * sizeof(float);
 
 // Row state of one thread in a tile: its rows g and g + 8, their transitions, and whether it
@@ -75,9 +77,9 @@ __device__ __forceinline__ float2 psi_pre_pair(const BackwardArgs &a, size_t i, 
 
 // The epilogue of column tiles 4q .. 4q + 3 from their dm accumulators: dφpre in place of φraw,
 // dψpre on the transitions' first row groups, and the column sums into acc.
-// phi(n, u, f0, f1) gives φraw of the thread's rows at columns u, u + 1 of the quarter's column
-// tile n (0 for rows past the batch). B16: dφpre goes to a.dphi16 as bfloat16 (FH_MATH_BF16),
-// else in place of φraw in a.phi.
+// phi(n, f0, f1) gives φraw of the thread's rows at its two columns of the quarter's column tile
+// n (0 for rows past the batch). B16: dφpre goes to a.dphi16 as bfloat16 (FH_MATH_BF16), else to
+// a.phi.
 template <bool SPSI, bool B16, class Phi>
 __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const float *bphi,
                                                  const Rows &w, int N, int q,
@@ -92,7 +94,7 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
     for (int n = 0; n < 4; ++n) {
         const int u = 8 * (4 * q + n) + 2 * tq;
         float2 f0, f1;
-        phi(n, u, f0, f1);
+        phi(n, f0, f1);
         // Staged ψ rows exist only for rows in the batch (the others' products are 0 and must
         // not meet stale shared memory).
         const float2 z2 = make_float2(0.0f, 0.0f);
@@ -212,18 +214,11 @@ __device__ __forceinline__ void dm_tiles(const float *WmT, const D *dh0, const D
     }
 }
 
-// A block of kBwdWarps warps; each warp copies its tile's φraw rows into shared memory
-// (cp.async) before the dm product and the epilogue reads them there: their latency hides
-// behind the product (16-warp blocks staging φraw against 8-warp blocks reading it at its use:
-// IQN lane 0.516 → 0.495 ms single-stream, aux child 1.126 → 1.102 ms multi-stream at
-// B = 16384, bench/results/h200-2026-12-02-iqn-bwd-staged-before-after.json).
-// NC: N compiled in (kFixedN), or 0 to read it from a; only the kFixedN instance stages ψ.
-// B16 (FH_MATH_BF16): dhpre read from a.dh16, dφpre written to a.dphi16, both bfloat16, and dm on
-// bfloat16 products (mma_bf16.cuh) with Wmᵀ staged as bfloat16.
-// RC (FOXHUNT_IQN_PHI=recompute, a trial): φraw is not read but recomputed from τ (a.tau) with
-// Wφ staged as the online pass stages it and its phi_tile, half the columns at a time (φraw and
-// dm of 8 column tiles in registers, then their two quarters' epilogues).
-template <int NC, bool B16, bool RC>
+// A block of kBwdWarps warps. NC: N compiled in (kFixedN), or 0 to read it from a; only the
+// kFixedN instance stages ψ. B16 (FH_MATH_BF16): dhpre read from a.dh16, dφpre written to
+// a.dphi16, both bfloat16, and dm on bfloat16 products (mma_bf16.cuh) with Wmᵀ staged as
+// bfloat16.
+template <int NC, bool B16>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs a) {
     pdl_enter();
     constexpr bool SPSI = NC == kFixedN;
@@ -232,9 +227,9 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
     extern __shared__ float4 sm4[];
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
     float *bphi = WmT + kHq * kLDM;
-    float *rows = bphi + kHq;  // the warps' φraw rows, or (RC) Wφ; then the ψ rows
+    float *wphi = bphi + kHq;  // Wφ as the online pass stages it (iqn_fused.cuh's stage_matrix)
     stage_wmT<E, kLDM>(reinterpret_cast<E *>(WmT), a.Wm);
-    if constexpr (RC) stage_matrix<kHq, kC>(reinterpret_cast<E *>(rows), kLDP, a.Wphi);
+    stage_matrix<kHq, kC>(reinterpret_cast<E *>(wphi), kLDP, a.Wphi);
     for (int e = threadIdx.x; e < kHq; e += blockDim.x) bphi[e] = __ldg(a.bphi + e);
     __syncthreads();
 
@@ -242,21 +237,12 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
     const int N = NC ? NC : a.N;
     const size_t R = (size_t)a.B * N;
     const size_t ntiles = (R + kBwdTile - 1) / kBwdTile;
-    float *phs = rows + (size_t)warp * 16 * kLDM;  // the warp's 16 φraw rows
-    float *pss = rows + (RC ? (size_t)kHq * kLDP : (size_t)kBwdWarps * 16 * kLDM) +
-                 (size_t)warp * 2 * kHq;
-    SmemOf<E> sphi{};  // RC: Wφ for phi_tile
-    sphi.Wphi = reinterpret_cast<E *>(rows);
+    float *pss = wphi + (size_t)kHq * kLDP + (size_t)warp * 2 * kHq;  // the warp's ψ rows
+    SmemOf<E> sphi{};  // Wφ for phi_tile
+    sphi.Wphi = reinterpret_cast<E *>(wphi);
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // dbφ k=0,1; dbψ k=2,3
     for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         const size_t rw = tile * kBwdTile + (size_t)warp * 16;  // the warp's first row
-        // φraw: 16 rows of 32 16-byte chunks, a row per warp-wide copy, 16 per lane.
-        if constexpr (!RC)
-            for (int c = lane; c < 16 * (kHq / 4); c += 32) {
-                const int rr = c / (kHq / 4), k4 = c - rr * (kHq / 4);
-                if (rw + rr < R)
-                    cp_async16(phs + rr * kLDM + 4 * k4, a.phi + (rw + rr) * kHq + 4 * k4);
-            }
         if (SPSI) {
             const size_t t0 = rw / 8;  // the warp's two transitions
             for (int c = lane; c < 2 * (kHq / 4); c += 32) {
@@ -276,61 +262,39 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
         w.lead1 = N < 16 && gi % N == 0;
         const auto *const dhp = pick<B16>(a.dh, a.dh16);
         const auto *dh0 = dhp + w.r0 * kHq, *dh1 = dhp + w.r1 * kHq;
+        // τ of the thread's rows, as the online pass drew them (0 past the batch, as there).
+        const float t0 = w.v0 ? __ldg(a.tau + w.r0) : 0.0f;
+        const float t1 = w.v1 ? __ldg(a.tau + w.r1) : 0.0f;
         float pend[4];
-        if constexpr (RC) {
-            constexpr int kHalf = kHq / 16;  // column tiles a half
-            const float t0 = w.v0 ? __ldg(a.tau + w.r0) : 0.0f;
-            const float t1 = w.v1 ? __ldg(a.tau + w.r1) : 0.0f;
-            // Not unrolled: unrolled, the bfloat16 instance spills (40 bytes); rolled, the
-            // column sums' acc is indexed by h and lives in local memory (32 bytes, 8 accesses
-            // a tile).
+        constexpr int kHalf = kHq / 16;  // column tiles a half
+        // Not unrolled: unrolled, the bfloat16 instance spills (40 bytes); rolled, the column
+        // sums' acc is indexed by h and lives in local memory (32 bytes, 8 accesses a tile).
 #pragma unroll 1
-            for (int h = 0; h < 2; ++h) {
-                float ph[kHalf][4], dm[kHalf][4];
-                phi_tile(sphi, t0, t1, ph, (float *)nullptr, (float *)nullptr, kHalf * h);
-                dm_tiles<B16>(WmT, dh0, dh1, w.v0, w.v1, kHalf * h, dm);
-                if (h == 0) {
-                    cp_async_wait_all();  // the ψ rows
-                    __syncwarp();
-                }
-#pragma unroll
-                for (int qq = 0; qq < 2; ++qq) {
-                    float dq[4][4];
-#pragma unroll
-                    for (int n = 0; n < 4; ++n)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) dq[n][e] = dm[4 * qq + n][e];
-                    const auto phi = [&](int n, int, float2 &f0, float2 &f1) {
-                        const float *p = ph[4 * qq + n];
-                        f0 = w.v0 ? make_float2(p[0], p[1]) : make_float2(0.0f, 0.0f);
-                        f1 = w.v1 ? make_float2(p[2], p[3]) : make_float2(0.0f, 0.0f);
-                    };
-                    epilogue_quarter<SPSI, B16>(a, bphi, w, N, 2 * h + qq, dq, phi, pss,
-                                                pss + kHq, pend, acc);
-                }
+        for (int h = 0; h < 2; ++h) {
+            float ph[kHalf][4], dm[kHalf][4];
+            phi_tile(sphi, t0, t1, ph, (float *)nullptr, (float *)nullptr, kHalf * h);
+            dm_tiles<B16>(WmT, dh0, dh1, w.v0, w.v1, kHalf * h, dm);
+            if (h == 0) {
+                cp_async_wait_all();  // the ψ rows
+                __syncwarp();
             }
-        } else {
-            float dm[kHq / 8][4];
-            dm_tiles<B16>(WmT, dh0, dh1, w.v0, w.v1, 0, dm);
-            // The epilogue a quarter of the columns at a time, φraw from the staged rows.
-            cp_async_wait_all();
-            __syncwarp();
-            const float *src0 = phs + gi * kLDM, *src1 = phs + (gi + 8) * kLDM;
-            const auto phi = [&](int, int u, float2 &f0, float2 &f1) {
-                f0 = w.v0 ? *reinterpret_cast<const float2 *>(src0 + u) : make_float2(0.0f, 0.0f);
-                f1 = w.v1 ? *reinterpret_cast<const float2 *>(src1 + u) : make_float2(0.0f, 0.0f);
-            };
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
+            for (int qq = 0; qq < 2; ++qq) {
                 float dq[4][4];
 #pragma unroll
                 for (int n = 0; n < 4; ++n)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) dq[n][e] = dm[4 * q + n][e];
-                epilogue_quarter<SPSI, B16>(a, bphi, w, N, q, dq, phi, pss, pss + kHq, pend, acc);
+                    for (int e = 0; e < 4; ++e) dq[n][e] = dm[4 * qq + n][e];
+                const auto phi = [&](int n, float2 &f0, float2 &f1) {
+                    const float *p = ph[4 * qq + n];
+                    f0 = w.v0 ? make_float2(p[0], p[1]) : make_float2(0.0f, 0.0f);
+                    f1 = w.v1 ? make_float2(p[2], p[3]) : make_float2(0.0f, 0.0f);
+                };
+                epilogue_quarter<SPSI, B16>(a, bphi, w, N, 2 * h + qq, dq, phi, pss, pss + kHq,
+                                            pend, acc);
             }
         }
-        __syncwarp();  // the rows are read before the next tile's copies land
+        __syncwarp();  // the ψ rows are read before the next tile's copies land
     }
     // The block's partial row: warp rows in shared memory (over Wmᵀ), summed in warp order.
     __syncthreads();
@@ -343,33 +307,20 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
 }  // namespace
 
 void backward_fused_prepare() {
-    for (const void *k : {(const void *)k_iqn_backward<0, false, false>,
-                          (const void *)k_iqn_backward<kFixedN, false, false>,
-                          (const void *)k_iqn_backward<0, true, false>,
-                          (const void *)k_iqn_backward<kFixedN, true, false>})
+    for (const void *k : {(const void *)k_iqn_backward<0, false>,
+                          (const void *)k_iqn_backward<kFixedN, false>,
+                          (const void *)k_iqn_backward<0, true>,
+                          (const void *)k_iqn_backward<kFixedN, true>})
         aux::allow_smem(k, kBwdSmemBytes, "IQN backward through m");
-    for (const void *k : {(const void *)k_iqn_backward<0, false, true>,
-                          (const void *)k_iqn_backward<kFixedN, false, true>,
-                          (const void *)k_iqn_backward<0, true, true>,
-                          (const void *)k_iqn_backward<kFixedN, true, true>})
-        aux::allow_smem(k, kBwdSmemBytesRc, "IQN backward through m (phi recomputed)");
 }
 
 namespace {
-template <bool B16, bool RC>
-void launch_backward(const BackwardArgs &a, int nb, cudaStream_t s) {
-    const size_t smem = RC ? kBwdSmemBytesRc : kBwdSmemBytes;
-    if (fixed_n(a.N))
-        FH_LAUNCH((k_iqn_backward<kFixedN, B16, RC>), nb, kBwdWarps * 32, smem, s, a);
-    else
-        FH_LAUNCH((k_iqn_backward<0, B16, RC>), nb, kBwdWarps * 32, smem, s, a);
-}
 template <bool B16>
 void launch_backward(const BackwardArgs &a, int nb, cudaStream_t s) {
-    if (a.tau)
-        launch_backward<B16, true>(a, nb, s);
+    if (fixed_n(a.N))
+        FH_LAUNCH((k_iqn_backward<kFixedN, B16>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
     else
-        launch_backward<B16, false>(a, nb, s);
+        FH_LAUNCH((k_iqn_backward<0, B16>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
 }
 }  // namespace
 
@@ -379,8 +330,7 @@ int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
         1, std::min<size_t>({tiles, (size_t)sm_count(), (size_t)std::max(1, blocks)}));
     if (!a.dh16 != !a.dphi16)
         fail(FH_ERR_INTERNAL, "IQN backward through m: dh16 and dphi16 set apart");
-    if (!a.tau != !a.Wphi)
-        fail(FH_ERR_INTERNAL, "IQN backward through m: tau and Wphi set apart");
+    if (!a.tau || !a.Wphi) fail(FH_ERR_INTERNAL, "IQN backward through m: no tau or Wphi");
     if (a.dh16)
         launch_backward<true>(a, nb, s);
     else

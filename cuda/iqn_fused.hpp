@@ -43,8 +43,8 @@ struct OnlineArgs {
     // Outputs, rows i·N + n:
     float *tau;                             // [B·N] τ_in (purpose 2)
     float *cos;                             // [B·N, 64] cos(π k τ_in)
-    float *phi;                             // [B·N, 128] φraw = cos Wφᵀ (no bias); null: not
-                                            // stored (the backward recomputes it, tau and Wphi)
+    float *phi;                             // [B·N, 128] φraw = cos Wφᵀ (no bias), or null:
+                                            // not stored (the fused backward recomputes it)
     float *m;                               // [B·N, 128] m = ψ ⊙ SiLU(φraw + bφ)
     float *dh;                              // [B·N, 128] dL/d(m Wmᵀ + bm)
     float *z_mean;                          // [B] mean_n Z(x̃_i, τ_in)
@@ -60,22 +60,20 @@ struct OnlineArgs {
 struct BackwardArgs {
     const float *dh;                        // [B·N, 128] dhpre (the online pass's)
     const float *Wm, *bphi;                 // online net: Wm [128, 128], bφ [128]
+    const float *Wphi;                      // online net: Wφ [128, 64], for φraw (recomputed)
+    const float *tau;                       // [B·N] τ_in, the online pass's
     const float *psi, *psi_pre;             // [B, 128] ψ and x̃ Wψᵀ (bias_silu leaves bψ out)
                                             // ψ 16-byte aligned: cp.async copies it at N = 8
     const float *bpsi;                      // [128] bψ, added to psi_pre
-    float *phi;                             // [B·N, 128] in: φraw; out: dφpre = dL/d(φraw + bφ)
+    float *phi;                             // [B·N, 128] out: dφpre = dL/d(φraw + bφ)
     float *dpsi;                            // [B, 128] out: dψpre = dL/d(x̃ Wψᵀ + bψ)
     int B, N;
     double *partial;                        // [blocks, 2·128]: dbφ | dbψ column sums
-    // FH_MATH_BF16 (with OnlineArgs::dh16): dhpre is read from dh16 instead of dh, dm = dhpre Wm
-    // is a bfloat16 product (mma_bf16.cuh), and dφpre goes to dphi16 as bfloat16 (φraw stays in
-    // phi). Both set, or neither.
+    // FH_MATH_BF16 (with OnlineArgs::dh16): dhpre is read from dh16 instead of dh, φraw and
+    // dm = dhpre Wm are bfloat16 products (mma_bf16.cuh), and dφpre goes to dphi16 as bfloat16
+    // (phi is not touched). Both set, or neither.
     const __nv_bfloat16 *dh16;
     __nv_bfloat16 *dphi16;
-    // FOXHUNT_IQN_PHI=recompute (a trial): where tau is set, φraw is not read from phi but
-    // recomputed from τ (the online pass's tau [B·N]) and Wφ [128, 64] by the online pass's own
-    // products (iqn_fused.cuh's phi_tile), the same bits; phi is then an output only.
-    const float *tau = nullptr, *Wphi = nullptr;
 };
 
 // Rows per tile of the fused kernels: their grids never exceed ceil(rows / this) blocks, which

@@ -9,7 +9,8 @@
  *    cos, φraw, m, dhpre, z_mean) and its partial sums (dbm, dw_z, db_z, the loss), at
  *    N = 8, 4, 16 and 1 (the shapes of its z_mean sums), with a partly filled last tile;
  * 3. the backward kernel alone against a float64 evaluation of the chain rule through
- *    m = ψ ⊙ φ: dφpre, dψpre and the partial sums of dbφ and dbψ, at the same N;
+ *    m = ψ ⊙ φ, with φraw = cos(π k τ) Wφᵀ from random τ (the kernel recomputes it): dφpre,
+ *    dψpre and the partial sums of dbφ and dbψ, at the same N;
  *    each kernel also in FH_MATH_BF16's instance (bfloat16 products, mma_bf16.cuh; the online
  *    pass's cos, m, dhpre and the backward's dφpre stored as bfloat16, the backward reading
  *    dhpre so) against the same float64 evaluation within bfloat16's rounding, the float32
@@ -405,22 +406,35 @@ void test_online_kernel_vs_float64(void **) {
 
 void test_backward_kernel_vs_float64(void **) {
     if (!fh_test_have_cuda()) skip();
-    const int Hq = 128, B = 333;
+    const int Hq = 128, C = 64, B = 333;
     for (int N : {8, 4, 16, 1}) {
         const size_t R = (size_t)B * N;
         Normal vec(29 + N);
         const std::vector<float> dh = vec(R * Hq, 1e-3f), Wm = vec((size_t)Hq * Hq, 0.12f),
                                  bphi = vec(Hq, 0.3f), psi = vec((size_t)B * Hq, 0.8f),
-                                 psi_pre = vec((size_t)B * Hq, 1.0f), phi = vec(R * Hq, 1.5f),
-                                 bpsi = vec(Hq, 0.3f);
+                                 psi_pre = vec((size_t)B * Hq, 1.0f),
+                                 Wphi = vec((size_t)Hq * C, 0.25f), bpsi = vec(Hq, 0.3f);
+        std::vector<float> tau(R);
+        std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+        for (float &t : tau) t = unit(vec.rng);
+        /* φraw = cos(π k τ) Wφᵀ in float64: the kernel recomputes it as the online pass does. */
+        std::vector<double> phi(R * Hq);
+        for (size_t row = 0; row < R; ++row)
+            for (int j = 0; j < Hq; ++j) {
+                double v = 0.0;
+                for (int k = 0; k < C; ++k)
+                    v += std::cos(M_PI * k * (double)tau[row]) * Wphi[(size_t)j * C + k];
+                phi[row * Hq + j] = v;
+            }
+        const std::vector<float> nan_rh(R * Hq, NAN);
         const int blocks = fh::cuda::iqn::fused_blocks(R);
         float *d_dh = dev(dh), *d_Wm = dev(Wm), *d_bphi = dev(bphi), *d_psi = dev(psi),
-              *d_pp = dev(psi_pre), *d_bpsi = dev(bpsi), *d_phi = dev(phi),
-              *d_dpsi = dev(std::vector<float>((size_t)B * Hq, NAN));
+              *d_pp = dev(psi_pre), *d_bpsi = dev(bpsi), *d_Wphi = dev(Wphi), *d_tau = dev(tau),
+              *d_phi = dev(nan_rh), *d_dpsi = dev(std::vector<float>((size_t)B * Hq, NAN));
         double *d_part = dev(std::vector<double>((size_t)blocks * 2 * Hq, NAN));
         /* psi_pre without its bias, as bias_silu leaves it: the kernel adds bpsi. */
-        const fh::cuda::iqn::BackwardArgs a{d_dh, d_Wm, d_bphi, d_psi, d_pp, d_bpsi, d_phi, d_dpsi,
-                                            B, N, d_part};
+        const fh::cuda::iqn::BackwardArgs a{d_dh,  d_Wm,  d_bphi, d_Wphi, d_tau, d_psi, d_pp,
+                                            d_bpsi, d_phi, d_dpsi, B,     N,     d_part};
         int rows = 0;  /* the partial rows the kernel wrote (at most `blocks`) */
         launch_and_wait("backward_fused", [&] {
             fh::cuda::iqn::backward_fused_prepare();
@@ -440,7 +454,7 @@ void test_backward_kernel_vs_float64(void **) {
                     double dm = 0;
                     for (int j = 0; j < Hq; ++j)
                         dm += (double)dhv[row * Hq + j] * Wm[(size_t)j * Hq + k];
-                    const double z = (double)phi[row * Hq + k] + bphi[k],
+                    const double z = phi[row * Hq + k] + bphi[k],
                                  sg = 1.0 / (1.0 + std::exp(-z));
                     const double v = dm * psi[i * Hq + k] * sg * (1.0 + z * (1.0 - sg));
                     dphi[row * Hq + k] = v;
@@ -481,7 +495,7 @@ void test_backward_kernel_vs_float64(void **) {
         /* FH_MATH_BF16's instance: dhpre as bfloat16 (the reference takes the same rounded
          * values), dm on bfloat16 products (Wm rounded to 2^-9: ~2e-3; a misplaced fragment
          * gives O(1)), dφpre to its own buffer as bfloat16 and dψpre stored as float32 holding
-         * bfloat16 values; φraw must survive. */
+         * bfloat16 values; the float32 dφpre buffer must stay untouched. */
         std::vector<float> dh_r(R * Hq);
         std::vector<uint16_t> dh16(R * Hq);
         for (size_t k = 0; k < dh_r.size(); ++k) {
@@ -489,7 +503,7 @@ void test_backward_kernel_vs_float64(void **) {
             dh_r[k] = __bfloat162float(h);
             memcpy(&dh16[k], &h, 2);
         }
-        cudaMemcpy(d_phi, phi.data(), phi.size() * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(d_phi, nan_rh.data(), nan_rh.size() * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(d_dpsi, std::vector<float>((size_t)B * Hq, NAN).data(), (size_t)B * Hq * 4,
                    cudaMemcpyHostToDevice);
         cudaMemcpy(d_part, std::vector<double>((size_t)blocks * 2 * Hq, NAN).data(),
@@ -510,14 +524,15 @@ void test_backward_kernel_vs_float64(void **) {
             memcpy(&u, &x, sizeof u);
             not_bf16 += (u & 0xffffu) != 0;
         }
-        const bool phi_kept = same_bits(back(d_phi, R * Hq), phi);
+        const bool phi_kept = all_nan(back(d_phi, R * Hq));
         printf("[IQN] fused backward kernel (BF16), N=%d: dpsi_pre %zu of %zu entries not "
                "bfloat16 values; phi %s\n", N, not_bf16, g_dpsi16.size(),
-               phi_kept ? "kept" : "OVERWRITTEN");
+               phi_kept ? "untouched" : "OVERWRITTEN");
         if (not_bf16 || !phi_kept) fail_msg("fused backward (BF16), N=%d", N);
         for (void *p : {(void *)d_dh16, (void *)d_dphi16}) cudaFree(p);
         for (void *p : {(void *)d_dh, (void *)d_Wm, (void *)d_bphi, (void *)d_psi, (void *)d_pp,
-                        (void *)d_bpsi, (void *)d_phi, (void *)d_dpsi, (void *)d_part})
+                        (void *)d_bpsi, (void *)d_Wphi, (void *)d_tau, (void *)d_phi,
+                        (void *)d_dpsi, (void *)d_part})
             cudaFree(p);
     }
 }
