@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "grid.h"
+#include "iqn_ref.h"
 #include "mma_emu.h"
 #include "rel_errors.h"
 
@@ -86,17 +87,16 @@ int main() {
     for (int N : {8, 4, 16, 2, 1}) {
         const size_t R = (size_t)B * N;
         std::mt19937 rng(11 + N);
+        const IqnNet net(B, rng);  // ψ, Wφ, bφ and Wm (its bm, w_z and b_z unused)
         std::normal_distribution<float> nd(0.f, 1.f);
         auto vec = [&](size_t n, float s) {
             std::vector<float> v(n);
             for (auto &x : v) x = s * nd(rng);
             return v;
         };
-        const std::vector<float> Wm = vec((size_t)Hq * Hq, 0.12f), bphi = vec(Hq, 0.3f),
-                                 psi = vec((size_t)B * Hq, 0.8f),
-                                 psi_pre = vec((size_t)B * Hq, 1.0f), bpsi = vec(Hq, 0.3f),
-                                 dh = vec(R * Hq, 0.01f),
-                                 Wphi = vec((size_t)Hq * kC, 0.25f);
+        const std::vector<float> &Wm = net.Wm, &bphi = net.bphi, &psi = net.psi;
+        const std::vector<float> psi_pre = vec((size_t)B * Hq, 1.0f), bpsi = vec(Hq, 0.3f),
+                                 dh = vec(R * Hq, 0.01f);
         std::uniform_real_distribution<float> ud(0.f, 1.f);
         std::vector<float> tau(R);
         for (auto &t : tau) t = ud(rng);
@@ -109,16 +109,13 @@ int main() {
         a.B = B;
         a.N = N;
         a.tau = tau.data();
-        a.Wphi = Wphi.data();
-        // The float64 evaluation, φraw first.
+        a.Wphi = net.Wphi.data();
+        // The float64 evaluation, φraw = cos(π k τ) Wφᵀ first (iqn_ref.h's forward).
         std::vector<double> phi(R * Hq);
-        for (size_t r = 0; r < R; ++r)
-            for (int j = 0; j < Hq; ++j) {
-                double v = 0.0;
-                for (int k = 0; k < kC; ++k)
-                    v += std::cos(M_PI * k * (double)tau[r]) * Wphi[(size_t)j * kC + k];
-                phi[r * Hq + j] = v;
-            }
+        for (size_t r = 0; r < R; ++r) {
+            const IqnNet::Row row = net.forward(r / N, tau[r]);
+            std::copy(row.phi.begin(), row.phi.end(), phi.begin() + r * Hq);
+        }
         std::vector<double> dphi(R * Hq), dpsi((size_t)B * Hq, 0.0), dbphi(Hq, 0.0),
             dbpsi(Hq, 0.0);
         for (size_t r = 0; r < R; ++r) {

@@ -1,6 +1,7 @@
 #pragma once
-// One IQN net for the emulations of IQN's fused passes (iqn_online.cpp, iqn_target.cpp): random
-// weights at the widths the kernels are written for, and SPEC §4's forward of one row in float64.
+// One IQN net for the emulations of IQN's fused passes (iqn_online.cpp, iqn_target.cpp,
+// iqn_backward.cpp): random weights at the widths the kernels are written for, and SPEC §4's
+// forward of one row in float64.
 #include <cmath>
 #include <random>
 #include <vector>
