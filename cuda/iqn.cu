@@ -30,8 +30,8 @@
 // rather than stored by the online pass and read back), and hraw's buffer is not allocated.
 // In BF16 mode the three multiply bfloat16 operands on the tensor cores
 // (mma_bf16.cuh; iqn_fused.cuh's SmemB16 overloads), and the online pass and the backward
-// write dWm's and dWφ's operands as bfloat16 (Impl's bf16_operands: half of cosb, dh and mbuf),
-// which the two GEMMs read as they are. The unfused passes' kernels are in iqn_unfused.cu; this
+// write dWm's and dWφ's operands as bfloat16 (Impl's bf16_operands: half of cosb and dh, mbuf;
+// no φ buffer), which the two GEMMs read as they are. The unfused passes' kernels are in iqn_unfused.cu; this
 // file orders the passes and owns the learner's buffers.
 #include <algorithm>
 #include <memory>
@@ -90,8 +90,9 @@ struct IqnLearner::Impl {
     int target_blocks = 0, online_blocks = 0;
     // FH_MATH_BF16 with the fused online pass and backward: they write the weight gradients'
     // operands (cos, m, dhpre, dφpre) as bfloat16 and dWm, dWφ multiply them as they are
-    // (gemm_tn_bf16), instead of float32 copies that gemm() stages in blocks. cos16 lives in
-    // cosb, dh16 in dh, and m16 and dphi16 in the two halves of mbuf.
+    // (gemm_tn_bf16), instead of float32 copies that gemm() stages in blocks. cosb and dh are
+    // allocated at half their float32 size for cos16 and dh16, m16 and dphi16 fill the two
+    // halves of mbuf, and φ's float32 buffer is not allocated (src/iqn_paths.hpp).
     bool bf16_operands = false;
     bool bf16_target = false;  // FH_MATH_BF16: the fused target pass on bfloat16 products
     bool wg_target = false, wg_online = false;  // h on warpgroup products (below)
@@ -124,13 +125,15 @@ struct IqnLearner::Impl {
         const int head_rows = std::max(head.blocks, tiles);
         bwd_chunks = iqn::psiphi_chunks((int)d.B);
 
-        const size_t Hq = d.Hq;
-        const size_t o_cos = arena.reserve_n<float>(Rmax * d.C);
-        const size_t o_phi = arena.reserve_n<float>(Rmax * Hq);
+        bf16_operands = paths.bf16_operands;
+        const size_t Hq = d.Hq, half = bf16_operands ? 2 : 1;  // bfloat16: half the floats
+        const size_t o_cos = arena.reserve_n<float>(Rmax * d.C / half);
+        // φraw (unfused passes) or dφpre (the fused backward in TF32); BF16's dφpre shares mbuf.
+        const size_t o_phi = arena.reserve_n<float>(bf16_operands ? 0 : Rmax * Hq);
         const size_t o_m = arena.reserve_n<float>(Rmax * Hq);
         // hraw only for the unfused passes: with all three fused nothing writes it.
         const size_t o_h = arena.reserve_n<float>(fused_backward ? 0 : Rmax * Hq);
-        const size_t o_dh = arena.reserve_n<float>((size_t)d.B * d.N * Hq);
+        const size_t o_dh = arena.reserve_n<float>((size_t)d.B * d.N * Hq / half);
         const size_t o_pp = arena.reserve_n<float>((size_t)d.B * Hq);
         const size_t o_ps = arena.reserve_n<float>((size_t)d.B * Hq);
         const size_t o_dp = arena.reserve_n<float>((size_t)d.B * Hq);
@@ -142,7 +145,7 @@ struct IqnLearner::Impl {
         const size_t o_wt = arena.reserve_n<float>(fused_target ? 2 * Hq * d.D : 0);
         arena.allocate("the IQN learner");
         cosb = arena.at<float>(o_cos);
-        phi = arena.at<float>(o_phi);
+        phi = bf16_operands ? nullptr : arena.at<float>(o_phi);
         mbuf = arena.at<float>(o_m);
         hraw = fused_backward ? nullptr : arena.at<float>(o_h);
         dh = arena.at<float>(o_dh);
@@ -163,7 +166,6 @@ struct IqnLearner::Impl {
         wg_target = fused_target && iqn::target_fused_prepare() && tf32;
         wg_online = fused_online && iqn::online_fused_prepare() && tf32;
         if (fused_backward) iqn::backward_fused_prepare();
-        bf16_operands = c.math_mode == FH_MATH_BF16 && fused_backward;
         bf16_target = c.math_mode == FH_MATH_BF16;
     }
     __nv_bfloat16 *cos16() const { return reinterpret_cast<__nv_bfloat16 *>(cosb); }

@@ -15,6 +15,10 @@ struct IqnPaths {
     bool target = false;    // the target pass after ψ̄: iqn_hidden = 128, iqn_cos = 64
     bool online = false;    // the online pass and head: also 16 % iqn_n == 0
     bool backward = false;  // the backward through m: with the online pass
+    // FH_MATH_BF16 with the fused backward: the weight gradients' operands (cos, m, dhpre, dφpre)
+    // are stored as bfloat16, so cos and dhpre take half their float32 buffers, m and dφpre
+    // share m's, and φ's float32 buffer is not allocated.
+    bool bf16_operands = false;
 };
 
 // TF32 and BF16 modes fuse every pass whose shapes fit; strict FP32 none.

@@ -146,11 +146,13 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     // IQN (iqn.cu).
     Arena iqn;
     const uint64_t Hq = d.Hq, Rmax = B * std::max(d.N, d.Nt), Wq = 2 * Hq + 2;
-    iqn.add(Rmax * d.C * F);
-    iqn.add(Rmax * Hq * F);                            // φ, m; hraw unless every pass is fused
-    iqn.add(Rmax * Hq * F);
-    iqn.add(iqn_paths(d, c).backward ? 0 : Rmax * Hq * F);
-    iqn.add(B * d.N * Hq * F);
+    const IqnPaths ip = iqn_paths(d, c);
+    const uint64_t half = ip.bf16_operands ? 2 : 1;  // cos and dhpre stored as bfloat16
+    iqn.add(Rmax * d.C * F / half);
+    iqn.add(ip.bf16_operands ? 0 : Rmax * Hq * F);     // φ (BF16's dφpre shares m's buffer)
+    iqn.add(Rmax * Hq * F);                            // m; hraw unless every pass is fused
+    iqn.add(ip.backward ? 0 : Rmax * Hq * F);
+    iqn.add(B * d.N * Hq * F / half);
     for (int k = 0; k < 3; ++k) iqn.add(B * Hq * F);
     iqn.add(B * d.N * F);
     iqn.add(B * d.Nt * F);
@@ -160,7 +162,7 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     const uint64_t iqn_tiles = chunks(B * d.N, 128);
     iqn.add(std::max<uint64_t>(row_blocks(B, Wq, 4, (2 * (uint64_t)d.N + d.Nt) * F), iqn_tiles) * Wq * D8);
     iqn.add(std::max(chunks(B, 32), iqn_tiles) * 2 * Hq * D8);
-    iqn.add(iqn_paths(d, c).target ? 2 * Hq * D * F : 0);  // Wψ of both nets, rounded
+    iqn.add(ip.target ? 2 * Hq * D * F : 0);  // Wψ of both nets, rounded
     // Attention (attention.cu and the kernel path it picks, attention_paths.hpp): the partial
     // rows of the backward and the path's scratch follow the device's occupancy (@p attn).
     Arena at;
