@@ -18,6 +18,7 @@
 #   iql-test     test_cuda_iql (the fused IQL kernel against float64, the paths against each other
 #                and the CPU), test_cuda_iql_gemm and test_cuda_memory_plan
 #   iql-san      compute-sanitizer memcheck, synccheck, racecheck on test_cuda_iql's kernel test
+#   iqn-san      the same on test_cuda_iqn's three kernel tests (target, online, backward)
 #   attn-bench   foxhunt-bench-attention at B = 1024, 4096, 16384, 65536
 #   step-bench   foxhunt-bench at B = 16384, the attention kernel paths side by side
 #   digest       tests/python/state_digest.py in the six modes (bitwise checks of refactors)
@@ -89,12 +90,14 @@ for s in "$@"; do
       echo "$t rc=$?" | tee -a $log
       grep -E "\[(IQL|IQL-GEMM|MEMORY)\]|FAILED|rror|PASSED" $OUT/$t.txt | tee -a $log
     done ;;
-  iql-san)
+  iql-san|iqn-san)
+    # The kernel tests alone (their names hold "_kernel_vs_float64"): small batches.
     cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+    t=test_cuda_${s%-san}
     for tool in memcheck synccheck racecheck; do
-      FOXHUNT_TEST_FILTER="test_fused_kernel*" timeout ${SAN_TIMEOUT:-120} "$cs" --tool $tool \
-        --error-exitcode 99 --print-limit 50 build-dev/tests/test_cuda_iql > $OUT/iql_san_$tool.txt 2>&1
-      echo "[SANITIZER] test_cuda_iql kernel test, $tool: rc=$? $(grep -Eo "(ERROR|RACECHECK) SUMMARY: .*" $OUT/iql_san_$tool.txt | tail -1)" | tee -a $log
+      FOXHUNT_TEST_FILTER="*_kernel_vs_float64" timeout ${SAN_TIMEOUT:-120} "$cs" --tool $tool \
+        --error-exitcode 99 --print-limit 50 build-dev/tests/$t > $OUT/${s}_$tool.txt 2>&1
+      echo "[SANITIZER] $t kernel tests, $tool: rc=$? $(grep -Eo "(ERROR|RACECHECK) SUMMARY: .*" $OUT/${s}_$tool.txt | tail -1)" | tee -a $log
     done ;;
   linear-san)
     cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)

@@ -609,6 +609,9 @@ void test_fused_paths_agree(void **) {
 }  // namespace
 
 int main(void) {
+    /* FOXHUNT_TEST_FILTER=pattern (cmocka's * and ? wildcards) runs the matching tests only: the
+     * kernel tests alone under compute-sanitizer (bench/run_device_quick.sh iqn-san). */
+    if (const char *f = getenv("FOXHUNT_TEST_FILTER")) cmocka_set_test_filter(f);
     const struct CMUnitTest tests[] = {
 #if FOXHUNT_HAVE_CUDA
         cmocka_unit_test(test_target_kernel_vs_float64),
