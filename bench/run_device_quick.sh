@@ -36,6 +36,8 @@
 #                and tensor-core attention kernels at B = 16384, the SASS pages as CSV ($NCU_RE)
 #   ncu-step     Nsight Compute: every kernel of one default step (B = 16384, TF32), durations
 #   ncu-warm     the same single-stream with warm caches ($NCU_ENV: a trial switch; $NCU_TAG: file suffix)
+#   ncu-roof     ncu-warm's run with DRAM bytes, DRAM, SM and tensor-pipe throughput per kernel
+#                (bench/ncu_roof_summary.py: which kernels the memory bounds, which the SMs)
 #   nccl         test_cuda_nccl: W = 1 with a communicator bitwise equal to none (one GPU)
 #   nccl2        test_cuda_nccl_2gpu: W = 2 against one pipeline at 2B (skips below 2 GPUs)
 #   dp-bench     foxhunt-bench-dp at B = 16384: rows/s at W = 1 and every GPU, all-reduce share
@@ -184,6 +186,14 @@ for s in "$@"; do
     python3 bench/ncu_warm_summary.py $OUT/ncu_warm${NCU_TAG:-}.csv \
       "One default step (B = 16384, TF32) single-stream, warm caches: {N} kernels, {T} us" \
       > $OUT/ncu_warm${NCU_TAG:-}.txt 2>&1; head -12 $OUT/ncu_warm${NCU_TAG:-}.txt | tee -a $log ;;
+  ncu-roof)
+    timeout 400 env ${NCU_ENV:-} ncu --clock-control none --cache-control none --print-units base \
+      --metrics "$(python3 -c 'import sys; sys.path.insert(0, "bench"); import ncu_roof_summary as r; print(",".join(r.METRICS))')" \
+      --csv build-dev/examples/foxhunt-bench --batch 16384 --steps 1 --warmup 0 --modes single-tf32 \
+      --replay 0 --out /tmp/n.json > $OUT/ncu_roof${NCU_TAG:-}.csv 2>&1
+    echo "ncu-roof rc=$? lines=$(wc -l < $OUT/ncu_roof${NCU_TAG:-}.csv)" | tee -a $log
+    python3 bench/ncu_roof_summary.py $OUT/ncu_roof${NCU_TAG:-}.csv > $OUT/ncu_roof${NCU_TAG:-}.txt 2>&1
+    head -40 $OUT/ncu_roof${NCU_TAG:-}.txt | tee -a $log ;;
   vbench)
     # VARIANTS="VAR=a,b VAR2=c,d": one side-by-side run per variable, B = 16384, TF32. Each run
     # writes its whole output to $OUT as it goes and is stopped after VBENCH_TIMEOUT seconds
