@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "common.hpp"
-#include "cql_plan.hpp"
 #include "device_memory.hpp"
 #include "memory_plan.hpp"
 #include "reduce.cuh"
@@ -82,9 +81,6 @@ CudaStep::CudaStep(const fh_config &c, const Layout &l, DeviceMemory &mem, const
     cql_dU = mem.floats(MEM_ACT, (size_t)d.NB * d.A * d.HB);
     cql_de = mem.floats(MEM_ACT, (size_t)d.NB * d.A);
     cql_part = mem.alloc_n<double>(MEM_ACT, (size_t)d.NB * colsum_chunks((int)B) * d.A);
-    if (cfg.cql_alpha > 0 && cql_grad_fused(d))
-        cql_gpart = mem.alloc_n<double>(MEM_ACT, (size_t)cql_grad_blocks(d) *
-                                                     cql_grad_partial_doubles(d));
     // CQL adds the gradient of all branches in one launch (cql.cu).
     for (uint32_t b = 1; b < d.NB; ++b)
         if (L.q.U[b] - L.q.U[b - 1] != L.q.U[1] - L.q.U[0] ||

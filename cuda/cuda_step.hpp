@@ -141,9 +141,6 @@ struct CudaStep {
     float *dzc = nullptr;                 // [NB][B, A] CQL part of dz
     float *cql_dU = nullptr, *cql_de = nullptr;  // [NB][A, HB], [NB][A]
     double *cql_part = nullptr;           // [NB][colsum chunks][A]
-    // Trial FOXHUNT_CQL_GRAD=fused (cql.cu, src/cql_plan.hpp): k_cql_grad's partial rows,
-    // [cql_grad_blocks][cql_grad_partial_doubles]; null on the GEMM path.
-    double *cql_gpart = nullptr;
     double *cql_elt = nullptr;            // [B·NB]
     // The aux tail's block sums: [ensemble_blocks(B)], [confidence_partial_doubles(d)]
     // (memory_plan.hpp).

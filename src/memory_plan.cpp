@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <fstream>
 
-#include "cql_plan.hpp"
 #include "error.hpp"
 #include "iql_paths.hpp"
 #include "iqn_paths.hpp"
@@ -124,8 +123,6 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     if (ddqn_branches_packed(d)) a += 2 * packed_branch_floats(d) * F;  // next's and tgt's
     a += B * NB * I + (B * NB + B) * F;                // a*, y, Q̄sa
     a += (B * NB + 2 * NB * B * A + NB * A * HB + NB * A) * F + NB * colch * A * D8;
-    if (c.cql_alpha > 0 && cql_grad_fused(d))  // k_cql_grad's partial rows (cql_plan.hpp)
-        a += (uint64_t)cql_grad_blocks(d) * cql_grad_partial_doubles(d) * D8;
     a += (NB * B * HB + dh2_floats(d) + 2 * B * H) * F + 3 * B * NB * D8;
     a += (ensemble_blocks(B) + confidence_partial_doubles(d)) * D8;  // the aux tail's partials
     a += 4 * B * F + 2 * R * D8;                       // aux vectors, regime scratch
