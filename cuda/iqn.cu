@@ -30,9 +30,9 @@
 // rather than stored by the online pass and read back), and hraw's buffer is not allocated.
 // In BF16 mode the three multiply bfloat16 operands on the tensor cores
 // (mma_bf16.cuh; iqn_fused.cuh's SmemB16 overloads), and the online pass and the backward
-// write dWm's and dWφ's operands as bfloat16 (Impl's bf16_operands: half of cosb and dh, mbuf;
-// no φ buffer), which the two GEMMs read as they are. The unfused passes' kernels are in iqn_unfused.cu; this
-// file orders the passes and owns the learner's buffers.
+// write dWm's and dWφ's operands as bfloat16 (Impl's bf16_operands: buffers of their bfloat16
+// size), which the two GEMMs read as they are. The unfused passes' kernels are in
+// iqn_unfused.cu; this file orders the passes and owns the learner's buffers.
 #include <algorithm>
 #include <memory>
 
