@@ -365,7 +365,7 @@ typedef struct fh_config {
     uint32_t num_regimes;      /**< R in [1, FH_MAX_REGIMES]; 1 disables regime scaling (4) */
     float regime_beta;         /**< regime-scale EMA rate, in [0, 1) (0.99) */
     float regime_min;          /**< lower clamp of the scale, > 0 (0.25) */
-    float regime_max;          /**< upper clamp, >= regime_min (4.0) */
+    float regime_max;          /**< upper clamp, > regime_min (4.0) */
 
     float ema_tau;             /**< Polyak rate of target nets, in [0, 1] (0.005) */
     float lr_q;                /**< Adam learning rate of the Q net, >= 0 (3e-4) */
