@@ -75,8 +75,8 @@ __device__ __forceinline__ float2 psi_pre_pair(const BackwardArgs &a, size_t i, 
     return make_float2(__fadd_rn(pp.x, __ldg(a.bpsi + u)), __fadd_rn(pp.y, __ldg(a.bpsi + u + 1)));
 }
 
-// The epilogue of column tiles 4q .. 4q + 3 from their dm accumulators: dφpre in place of φraw,
-// dψpre on the transitions' first row groups, and the column sums into acc.
+// The epilogue of column tiles 4q .. 4q + 3 from their dm accumulators: dφpre, dψpre on the
+// transitions' first row groups, and the column sums into acc.
 // phi(n, f0, f1) gives φraw of the thread's rows at its two columns of the quarter's column tile
 // n (0 for rows past the batch). B16: dφpre goes to a.dphi16 as bfloat16 (FH_MATH_BF16), else to
 // a.phi.

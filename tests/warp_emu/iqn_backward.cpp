@@ -37,7 +37,7 @@ using namespace fh::cuda::iqn;
 namespace {
 
 struct Out {
-    std::vector<float> dphi, dpsi;  // dφpre [R, Hq] (TF32: in place of φraw), dψpre [B, Hq]
+    std::vector<float> dphi, dpsi;  // dφpre [R, Hq] (TF32: a.phi; BF16: dphi16), dψpre [B, Hq]
     std::vector<double> sums;       // [dbφ | dbψ], the warps' rows added
     bool phi_touched = false;       // BF16 wrote the float32 dφpre buffer
 };
