@@ -436,9 +436,10 @@ class Pipeline:
         host round trip between them; metrics and timings are the last step's."""
         if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
             raise TypeError("k must be an int")
-        if not 0 <= int(k) <= 2**32 - 1:  # the library refuses 0 with its own message
-            raise ValueError("k=%r does not fit fh_pipeline_train's k (uint32_t, [0, %d])"
-                             % (k, 2**32 - 1))
+        # 0 fits uint32_t and goes on to the library, which refuses it with its own message.
+        if not 0 <= int(k) <= 2**32 - 1:
+            raise ValueError("k=%r is outside fh_pipeline_train's range of steps [1, %d] "
+                             "(uint32_t)" % (k, 2**32 - 1))
         self._call("fh_pipeline_train", c_uint32(int(k)))
 
     def sync(self):

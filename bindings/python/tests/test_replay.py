@@ -63,8 +63,11 @@ def test_insert_and_train(fh):
         with pytest.raises(TypeError):
             p.train(1.5)
         with pytest.raises(ValueError, match=re.escape(
-                "k=-1 does not fit fh_pipeline_train's k (uint32_t, [0, 4294967295])")):
+                "k=-1 is outside fh_pipeline_train's range of steps [1, 4294967295] "
+                "(uint32_t)")):
             p.train(-1)
+        with pytest.raises(ValueError, match=re.escape("k=4294967296 is outside")):
+            p.train(2**32)
 
 
 def test_refused_insert_names_the_element_and_changes_nothing(fh):
