@@ -42,8 +42,6 @@
 // the same operations in the same order: the same bits.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string>
 
 #include "attention_bf16.cuh"
 #include "attention_paths.hpp"
@@ -71,9 +69,8 @@ using WFragOf = std::conditional_t<B16, WFrag16<KX>, WFrag<KX, SPLIT>>;
 // registers so that two blocks fit an SM (one for the largest split variant, which would spill).
 // B16: bfloat16 products (attention_bf16.cuh; FH_MATH_BF16), X kept unrounded for them; at one
 // feature step three blocks an SM (80 registers, no spill at the default config).
-template <class GT, int MT, int KX, bool SPLIT, bool B16 = false, int BT = 256>
-__global__ void __launch_bounds__(BT, BT == 128 ? 5
-                                             : (SPLIT && KX == 2) ? 1 : (B16 && KX == 1) ? 3 : 2)
+template <class GT, int MT, int KX, bool SPLIT, bool B16 = false>
+__global__ void __launch_bounds__(256, (SPLIT && KX == 2) ? 1 : (B16 && KX == 1) ? 3 : 2)
 k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               float *__restrict__ abar, const float *__restrict__ Wt, const float *__restrict__ Wg,
               const float *__restrict__ bo, float *__restrict__ pool, float *__restrict__ aug,
@@ -145,8 +142,8 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
 // SM (two for the split and two-feature-step variants, which would spill at 168); WIDE blocks
 // (5 to 8 heads, one warp each) take what they need. B16: bfloat16 products
 // (attention_bf16.cuh), with B16Shape's shared memory.
-template <class GT, int MT, int KX, bool SPLIT, int BT, bool B16 = false>
-__global__ void __launch_bounds__(BT, BT > 128 ? 1 : ((SPLIT || KX == 2) ? 2 : 3))
+template <class GT, int MT, int KX, bool SPLIT, bool WIDE, bool B16 = false>
+__global__ void __launch_bounds__(WIDE ? 256 : 128, WIDE ? 1 : ((SPLIT || KX == 2) ? 2 : 3))
 k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               const float *__restrict__ dabar, float *__restrict__ partial) {
     pdl_enter();
@@ -363,8 +360,8 @@ using BwdFn = void (*)(GT, int, int, const float *, const float *, const float *
 template <int MT, int KX, bool SPLIT, bool B16>
 void pick(bool wide, FwdFn<Geom> &f, BwdFn<Geom> &b, size_t &wf, size_t &wb) {
     f = k_attn_tc_fwd<Geom, MT, KX, SPLIT, B16>;
-    b = wide ? k_attn_tc_bwd<Geom, MT, KX, SPLIT, 256, B16>
-             : k_attn_tc_bwd<Geom, MT, KX, SPLIT, 128, B16>;
+    b = wide ? k_attn_tc_bwd<Geom, MT, KX, SPLIT, true, B16>
+             : k_attn_tc_bwd<Geom, MT, KX, SPLIT, false, B16>;
     wf = TcShape<MT, KX>::FWD_FLOATS;
     wb = B16 ? B16Shape<MT, KX>::BWD_FLOATS : TcShape<MT, KX>::BWD_FLOATS;
 }
@@ -388,18 +385,6 @@ public:
         wph_f_ = std::max(1, 8 / g.heads);
         wph_ = std::max(1, 4 / g.heads);
         const bool wide = g.heads * wph_ > 4;
-        // Trial (FOXHUNT_ATTN_BWD_SLOTS=4): the default config's TF32 and BF16 backward in
-        // blocks of four slots (16 warps, one block an SM at 128 registers) instead of one.
-        const char *slots = getenv("FOXHUNT_ATTN_BWD_SLOTS");
-        const bool quad = slots && std::string(slots) == "4" && GeomDefault::matches(g) &&
-                          prod != Products::SPLIT;
-        if (quad) wph_ = 4;
-        // Trial (FOXHUNT_ATTN_FWD_BLOCKS=5): the default config's TF32 forward in blocks of one
-        // slot (4 warps), five an SM at 96 registers, instead of two slots, two an SM.
-        const char *fb = getenv("FOXHUNT_ATTN_FWD_BLOCKS");
-        const bool fwd5 = fb && std::string(fb) == "5" && GeomDefault::matches(g) &&
-                          prod == Products::TF32;
-        if (fwd5) wph_f_ = 1;
         size_t wf = 0, wb = 0;
         if (GeomDefault::matches(g)) {
             // The default config: the kernels compiled for its geometry (the runtime-geometry
@@ -409,19 +394,16 @@ public:
                               GeomDefault::heads == 4, "MT = 2, KX = 1, one slot of 4 heads");
             switch (prod) {
             case Products::TF32:
-                fwd_d_ = fwd5 ? k_attn_tc_fwd<GeomDefault, 2, 1, false, false, 128>
-                              : k_attn_tc_fwd<GeomDefault, 2, 1, false>;
-                bwd_d_ = quad ? k_attn_tc_bwd<GeomDefault, 2, 1, false, 512>
-                            : k_attn_tc_bwd<GeomDefault, 2, 1, false, 128>;
+                fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, false>;
+                bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, false, false>;
                 break;
             case Products::SPLIT:
                 fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, true>;
-                bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, true, 128>;
+                bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, true, false>;
                 break;
             case Products::BF16:
                 fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, false, true>;
-                bwd_d_ = quad ? k_attn_tc_bwd<GeomDefault, 2, 1, false, 512, true>
-                            : k_attn_tc_bwd<GeomDefault, 2, 1, false, 128, true>;
+                bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, false, false, true>;
                 break;
             }
         }
