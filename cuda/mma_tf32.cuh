@@ -23,11 +23,38 @@
 
 namespace fh::cuda::mma {
 
-// Round to TF32 (10-bit mantissa, round to nearest, ties away), as the tensor cores read it.
+// Trial (FOXHUNT_TF32_OPERAND, a compile definition; 0 when unset): how float32 values become
+// TF32. 0: cvt.rna (round to nearest, ties away), which sm_90's ptxas expands into a test of
+// |x| against infinity and a predicated add of half a TF32 ulp, plus a mask of the low 13 bits
+// where the value goes to memory (the attention kernels spend ~20 % of their instructions
+// there, Nsight). 1: cvt.rn (ties to even; PTX ISA sm_90). 2: the add alone (ties away, as
+// cvt.rna for finite x), unmasked for mma.sync's register operands, which read only the high
+// 19 bits, masked for memory.
+#ifndef FOXHUNT_TF32_OPERAND
+#define FOXHUNT_TF32_OPERAND 0
+#endif
+
+// Round to TF32 (10-bit mantissa, round to nearest, ties away), a clean TF32 value.
 __device__ __forceinline__ uint32_t to_tf32(float x) {
+#if FOXHUNT_TF32_OPERAND == 2
+    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+#else
     uint32_t r;
+#if FOXHUNT_TF32_OPERAND == 1
+    asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+#else
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+#endif
     return r;
+#endif
+}
+// The same as a register operand of mma.sync only (not of wgmma, not for memory).
+__device__ __forceinline__ uint32_t tf32_operand(float x) {
+#if FOXHUNT_TF32_OPERAND == 2
+    return __float_as_uint(x) + 0x1000u;
+#else
+    return to_tf32(x);
+#endif
 }
 
 // Round to bfloat16 (8-bit mantissa, round to nearest even, as gemm_bf16.cu's staging rounds),
@@ -53,7 +80,7 @@ struct Op {
 template <bool SPLIT>
 __device__ __forceinline__ Op op(float x) {
     Op o;
-    o.hi = to_tf32(x);
+    o.hi = SPLIT ? to_tf32(x) : tf32_operand(x);
     o.lo = SPLIT ? to_tf32(x - __uint_as_float(o.hi)) : 0u;
     return o;
 }
@@ -61,7 +88,7 @@ __device__ __forceinline__ Op op(float x) {
 // One operand element rounded as the mode's plain products read it: TF32, or bfloat16 (BF16).
 template <bool BF16>
 __device__ __forceinline__ Op op_rounded(float x) {
-    return Op{to_operand<BF16>(x), 0u};
+    return Op{BF16 ? to_bf16_bits(x) : tf32_operand(x), 0u};
 }
 
 // A value for shared memory that a product reads later: plain TF32 products read operands that

@@ -1,0 +1,42 @@
+// What sm_90's ptxas makes of the float32 -> TF32 conversions that cuda/mma_tf32.cuh can use
+// (FOXHUNT_TF32_OPERAND): cvt.rna, cvt.rn, and the add of half a TF32 ulp, each once straight
+// into an mma.sync operand and once into memory. Read with cuobjdump -sass (bench/
+// run_device_quick.sh ab-build, AB_PROBE=bench/repro/tf32_cvt.cu); nothing is run.
+#include <cstdint>
+
+__device__ __forceinline__ uint32_t rna(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ uint32_t rn(float x) {
+    uint32_t r;
+    asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ uint32_t half_ulp(float x) { return __float_as_uint(x) + 0x1000u; }
+
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+#define PROBE(NAME, F)                                                                      \
+    __global__ void NAME##_operand(const float4 *x, float4 *y) {                             \
+        const float4 v = x[threadIdx.x];                                                     \
+        const uint32_t a[4] = {F(v.x), F(v.y), F(v.z), F(v.w)};                              \
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                               \
+        mma(c, a, a[0], a[1]);                                                               \
+        y[threadIdx.x] = make_float4(c[0], c[1], c[2], c[3]);                                \
+    }                                                                                        \
+    __global__ void NAME##_memory(const float *x, uint32_t *y) {                             \
+        y[threadIdx.x] = F(x[threadIdx.x]);                                                  \
+    }
+
+PROBE(cvt_rna, rna)
+PROBE(cvt_rn, rn)
+PROBE(add_half_ulp, half_ulp)
