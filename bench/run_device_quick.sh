@@ -23,10 +23,10 @@
 #   step-bench   foxhunt-bench at B = 16384, the attention kernel paths side by side
 #   ab-build     trials that are compile definitions: for each word of $AB_DEFS ("NAME=v ...") a
 #                build of the library and $AB_TESTS' test binaries with -DNAME=v in
-#                CMAKE_CUDA_FLAGS (build-ab-NAME-v), those tests run, then foxhunt-bench at
+#                CMAKE_CUDA_FLAGS and CMAKE_CXX_FLAGS (build-ab-NAME-v), foxhunt-bench at
 #                B = 16384 ($VBENCH_MODES) on build-dev's library and on each variant's
-#                (LD_PRELOAD), in order and then in reverse; $AB_PROBE: a .cu file whose SASS
-#                cuobjdump prints for sm_90a
+#                (LD_PRELOAD), in order and then in reverse, then those tests; $AB_PROBE: a .cu
+#                file whose SASS cuobjdump prints for sm_90a
 #   digest       tests/python/state_digest.py in the six modes (bitwise checks of refactors)
 #   digest-env   the same with the environment $DIGEST_ENV against without: equal or not
 #                ($DIGEST_ARGS: state_digest.py's options, e.g. "--batch 16384" where a trial's
@@ -225,20 +225,19 @@ for s in "$@"; do
     libs="build-dev/libfoxhunt.so"
     for def in ${AB_DEFS:-}; do
       b="build-ab-${def//=/-}"
+      # The definition reaches the tests' host references too (tests/operand_round.hpp).
       # shellcheck disable=SC2086  # FOXHUNT_CMAKE_ARGS is a list of words
       cmake -S . -B "$b" -DFOXHUNT_CUDA=ON -DCMAKE_PREFIX_PATH=$d/usr \
         -Dcmocka_DIR=$d/usr/lib/x86_64-linux-gnu/cmake/cmocka -DCMAKE_CUDA_FLAGS="-D$def" \
-        ${FOXHUNT_CMAKE_ARGS:-} > "$OUT/build_$def.txt" 2>&1
+        -DCMAKE_CXX_FLAGS="-D$def" ${FOXHUNT_CMAKE_ARGS:-} > "$OUT/build_$def.txt" 2>&1
       # shellcheck disable=SC2086  # AB_TESTS is a list of target names
       cmake --build "$b" -j16 --target foxhunt ${AB_TESTS:-} >> "$OUT/build_$def.txt" 2>&1 ||
-        { echo "build $def FAILED" | tee -a $log; grep -E "error" "$OUT/build_$def.txt" | head; continue; }
+        { echo "build $def FAILED" | tee -a $log; grep -E "error" "$OUT/build_$def.txt" | head
+          continue; }
       libs="$libs $b/libfoxhunt.so"
-      for t in ${AB_TESTS:-}; do
-        timeout 400 "$b/tests/$t" > "$OUT/ab_${def}_$t.txt" 2>&1
-        echo "$t with -D$def rc=$?" | tee -a $log
-        grep -E "^\[[A-Z-]+\]|FAILED|PASSED" "$OUT/ab_${def}_$t.txt" | head -30 | tee -a $log
-      done
     done
+    # The benchmark first (the point of the step), build-dev's library and each variant's, in
+    # order and then in reverse; then the variants' tests.
     # shellcheck disable=SC2046  # the list reversed, word by word
     for lib in $libs $(echo $libs | tr ' ' '\n' | tac); do
       n=$((${n:-0} + 1)); tag=$(basename $(dirname $lib))
@@ -250,6 +249,13 @@ for s in "$@"; do
         --machine $machine --out "$OUT/ab_${n}_$tag.json" > "$OUT/ab_${n}_$tag.txt" 2>&1
       echo "ab bench $n: $tag rc=$?" | tee -a $log
       grep -E "^ +16384" "$OUT/ab_${n}_$tag.txt" | tee -a $log
+    done
+    for def in ${AB_DEFS:-}; do
+      for t in ${AB_TESTS:-}; do
+        timeout ${AB_TEST_TIMEOUT:-200} "build-ab-${def//=/-}/tests/$t" > "$OUT/ab_${def}_$t.txt" 2>&1
+        echo "$t with -D$def rc=$?" | tee -a $log
+        grep -E "FAILED|PASSED|worst [0-9.]+ of the bound" "$OUT/ab_${def}_$t.txt" | tail -5 | tee -a $log
+      done
     done ;;
   env-tests)
     # $TEST_SETS: "VAR=x|test_a test_b;VAR2=y|test_c": each set's test binaries with its

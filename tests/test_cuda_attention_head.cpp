@@ -1,9 +1,9 @@
 /* The attention learner's fused output projection and reward head (cuda/attention_head.cu)
  * against float64, stage by stage, at B = 1000 (a partly filled last tile) and 16384:
  * - pool = pool_in + ā Woᵀ: the reference takes the operands rounded to TF32 as the kernel does
- *   (round to nearest, ties away), so its products are exact in float64 and only the float32
- *   accumulation differs: within 8e-6 (twice γ_64) of |pool_in| + Σ_k |ā_k Wo_nk| per element
- *   (rounding the operands by truncation instead would be off by ~2^-11 of each).
+ *   (to nearest, operand_round::tf32), so its products are exact in float64 and only the
+ *   float32 accumulation differs: within 8e-6 (twice γ_64) of |pool_in| + Σ_k |ā_k Wo_nk| per
+ *   element (rounding the operands by truncation instead would be off by ~2^-11 of each).
  * - dh and the head's sums from the kernel's own pool (rounded as its next product reads it):
  *   h's accumulation error (the same bound) carried through r̂ = SiLU(h + br1)·w_r2 + b_r2,
  *   dr = 2 (r̂ − r̃) / B and dh = dr w_r2 ⊙ SiLU'(h + br1) with |SiLU''| ≤ 0.5 and |SiLU'| ≤ 1.1,
@@ -52,7 +52,7 @@ namespace {
 using cuda_test::Dev;
 using cuda_test::dev_of;
 using operand_round::bf16_rne;
-using operand_round::tf32_rna;
+using operand_round::tf32;
 
 constexpr int W = 64, kPartW = 2 * W + 2;
 constexpr float kSentinel = -12345.0f;
@@ -83,7 +83,7 @@ struct Reach {
 void check(int B, unsigned seed, int shift, int blocks_req, bool bf16 = false, int ld_in = W,
            int ld_out = W) {
     // The operands as the instance's products read them, and the stores' rounding share.
-    const auto rnd = [bf16](float x) { return bf16 ? bf16_rne(x) : tf32_rna(x); };
+    const auto rnd = [bf16](float x) { return bf16 ? bf16_rne(x) : tf32(x); };
     const double st = bf16 ? std::ldexp(1.0, -8) : 0.0;
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);

@@ -3,7 +3,7 @@
  * at the Q net's, IQN's and IQL's shapes and at shapes with a partly filled last row tile, with
  * the pre-activation kept and not kept (pre = act), and X given exact (the kernel rounds it) or
  * already rounded (x_rounded).
- * - The kernel: W is passed as its TF32 copy (rounded here, round to nearest, ties away), and
+ * - The kernel: W is passed as its TF32 copy (rounded here as the kernels round, to nearest), and
  *   the reference takes the same rounded operands, so their products are exact in float64 and
  *   only the float32 accumulation differs: pre within 3e-5 of Σ_k |x_k w_k| per element, 5e-6
  *   over the tensor. Truncating X instead of rounding it (what wgmma does to an unrounded
@@ -76,13 +76,14 @@ struct Shape {
 };
 
 using operand_round::bf16_rne;
-using operand_round::tf32_rna;
+using operand_round::tf32;
 
-/* The kernel's operand rounding: TF32 (round to nearest, ties away) or, with Blas::linear_bf16
- * (FH_MATH_BF16), bfloat16 (round to nearest even); u is its unit roundoff (2^-11, 2^-8). */
+/* The kernel's operand rounding: TF32 (to nearest, operand_round::tf32) or, with
+ * Blas::linear_bf16 (FH_MATH_BF16), bfloat16 (round to nearest even); u is its unit roundoff
+ * (2^-11, 2^-8). */
 struct Rounding {
     bool bf16;
-    float operator()(float x) const { return bf16 ? bf16_rne(x) : tf32_rna(x); }
+    float operator()(float x) const { return bf16 ? bf16_rne(x) : tf32(x); }
     double u() const { return std::ldexp(1.0, bf16 ? -8 : -11); }
     const char *name() const { return bf16 ? "BF16" : "TF32"; }
 };
