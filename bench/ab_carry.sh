@@ -1,0 +1,59 @@
+#!/bin/bash
+# A side-by-side benchmark of trials that are compile definitions, built on the development
+# machine (no GPU needed) so that the device call only runs them: no build there, a call of about
+# a minute instead of several (run_device_quick.sh ab-build builds on the device instead).
+#   here:    bash bench/ab_carry.sh build NAME=v [NAME=v ...]
+#            builds the library as build-dev is built (Release, this tree) and once per
+#            definition (-DNAME=v for the CUDA and host compilers), and foxhunt-bench, into
+#            build-carry/ (git-ignored, ~10 MB a library)
+#   device:  bash bench/ab_carry.sh run      (run's carry: ["build-carry"])
+#            foxhunt-bench at B = 16384 ($VBENCH_MODES, default multi-tf32,single-tf32) on each
+#            library in order, then in reverse, each run's JSON and table under $OUT
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+carry="$top/build-carry"
+case "${1:-}" in
+build)
+  shift
+  rm -rf "$carry"
+  mkdir -p "$carry"
+  names=()
+  for def in base "$@"; do
+    b="$top/build-ab-${def//=/-}"
+    flags=()
+    [ "$def" != base ] && flags=(-DCMAKE_CUDA_FLAGS="-D$def" -DCMAKE_CXX_FLAGS="-D$def")
+    cmake -S "$top" -B "$b" -DFOXHUNT_CUDA=ON -DCMAKE_BUILD_TYPE=Release "${flags[@]}" > /dev/null
+    cmake --build "$b" -j"$(nproc)" --target foxhunt foxhunt-bench > "$b/ab_build.txt" 2>&1 ||
+      { tail -20 "$b/ab_build.txt"; exit 1; }
+    name=${def//=/-}
+    mkdir -p "$carry/$name"
+    cp -L "$b/libfoxhunt.so.0" "$carry/$name/"
+    [ "$def" = base ] && cp "$b/examples/foxhunt-bench" "$carry/"
+    names+=("$name")
+  done
+  echo "${names[*]}" > "$carry/variants"
+  du -sh "$carry" ;;
+run)
+  OUT=${OUT:-/tmp/out}
+  mkdir -p "$OUT"
+  machine=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 |
+    tr ' ' '-' || true)
+  read -ra names < "$carry/variants"
+  # The libraries were linked here: say what the loader finds there.
+  LD_LIBRARY_PATH="$carry/base" ldd "$carry/foxhunt-bench" | grep -E "foxhunt|not found" |
+    tee -a "$OUT/ab_log.txt"
+  n=0
+  # shellcheck disable=SC2046  # the list reversed, word by word
+  for v in "${names[@]}" $(printf '%s\n' "${names[@]}" | tac); do
+    n=$((n + 1))
+    rc=0
+    LD_LIBRARY_PATH="$carry/$v" timeout "${VBENCH_TIMEOUT:-60}" "$carry/foxhunt-bench" \
+      --batch 16384 --steps 30 --replay 0 --modes "${VBENCH_MODES:-multi-tf32,single-tf32}" \
+      --machine "$machine" --out "$OUT/ab_${n}_$v.json" > "$OUT/ab_${n}_$v.txt" 2>&1 || rc=$?
+    echo "ab $n: $v rc=$rc" | tee -a "$OUT/ab_log.txt"
+    grep -E "^ +16384" "$OUT/ab_${n}_$v.txt" | tee -a "$OUT/ab_log.txt" || true
+  done ;;
+*)
+  echo "usage: bash bench/ab_carry.sh build NAME=v ... | run" >&2
+  exit 2 ;;
+esac
