@@ -4,6 +4,8 @@
 // run_device_quick.sh ab-build, AB_PROBE=bench/repro/tf32_cvt.cu); nothing is run.
 #include <cstdint>
 
+#include "../../cuda/mma_tf32.cuh"  // mma1: one mma.sync m16n8k8 TF32
+
 __device__ __forceinline__ uint32_t rna(float x) {
     uint32_t r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
@@ -16,21 +18,12 @@ __device__ __forceinline__ uint32_t rn(float x) {
 }
 __device__ __forceinline__ uint32_t half_ulp(float x) { return __float_as_uint(x) + 0x1000u; }
 
-__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 #define PROBE(NAME, F)                                                                      \
     __global__ void NAME##_operand(const float4 *x, float4 *y) {                             \
         const float4 v = x[threadIdx.x];                                                     \
         const uint32_t a[4] = {F(v.x), F(v.y), F(v.z), F(v.w)};                              \
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                               \
-        mma(c, a, a[0], a[1]);                                                               \
+        fh::cuda::mma::mma1(c, a[0], a[1], a[2], a[3], a[0], a[1]);                          \
         y[threadIdx.x] = make_float4(c[0], c[1], c[2], c[3]);                                \
     }                                                                                        \
     __global__ void NAME##_memory(const float *x, uint32_t *y) {                             \
