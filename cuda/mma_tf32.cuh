@@ -105,7 +105,13 @@ template <bool SPLIT>
 __device__ __forceinline__ float stored(float x) {
     return SPLIT ? x : __uint_as_float(to_tf32(x));
 }
-// The operand element of a value written by stored<SPLIT>().
+// The same for shared memory that only mma.sync reads (it ignores the low 13 bits, which
+// tf32_operand may leave set); a value that anything else reads goes through stored().
+template <bool SPLIT>
+__device__ __forceinline__ float stored_operand(float x) {
+    return SPLIT ? x : __uint_as_float(tf32_operand(x));
+}
+// The operand element of a value written by stored<SPLIT>() or stored_operand<SPLIT>().
 template <bool SPLIT>
 __device__ __forceinline__ Op loaded(float x) {
     return SPLIT ? op<true>(x) : Op{__float_as_uint(x), 0u};
