@@ -252,9 +252,10 @@ for s in "$@"; do
     done
     for def in ${AB_DEFS:-}; do
       for t in ${AB_TESTS:-}; do
-        timeout ${AB_TEST_TIMEOUT:-200} "build-ab-${def//=/-}/tests/$t" > "$OUT/ab_${def}_$t.txt" 2>&1
+        f="$OUT/ab_${def}_$t.txt"
+        timeout ${AB_TEST_TIMEOUT:-200} "build-ab-${def//=/-}/tests/$t" > "$f" 2>&1
         echo "$t with -D$def rc=$?" | tee -a $log
-        grep -E "FAILED|PASSED|worst [0-9.]+ of the bound" "$OUT/ab_${def}_$t.txt" | tail -5 | tee -a $log
+        grep -E "FAILED|PASSED|worst [0-9.]+ of the bound" "$f" | tail -5 | tee -a $log
       done
     done ;;
   env-tests)

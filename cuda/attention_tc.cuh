@@ -152,10 +152,11 @@ struct WFrag {
 };
 
 // q and k of head h as the projection's accumulator fragments: f[p][μ][ν] holds rows 16μ + g
-// (+ 8), channels 8ν + 2t (+ 1), stored_operand<SPLIT>-rounded. In mma_tf32.cuh's permuted contraction
-// order they are the A fragments of q and the B fragments of k for S = q kᵀ, so the scores need
-// no shared-memory trip (attention lane 0.412 → 0.364 ms single-stream at B = 16384 against q
-// and k read back from shared memory, bench/results/h200-2026-12-04-attn-qk-registers-*.json).
+// (+ 8), channels 8ν + 2t (+ 1), stored_operand<SPLIT>-rounded. In mma_tf32.cuh's permuted
+// contraction order they are the A fragments of q and the B fragments of k for S = q kᵀ, so
+// the scores need no shared-memory trip (attention lane 0.412 → 0.364 ms single-stream at
+// B = 16384 against q and k read back from shared memory,
+// bench/results/h200-2026-12-04-attn-qk-registers-*.json).
 template <int MT>
 struct QKFrag {
     float f[2][MT][2][4];
