@@ -6,9 +6,11 @@
 #            builds the library as build-dev is built (Release, this tree) and once per
 #            definition (-DNAME=v for the CUDA and host compilers), and foxhunt-bench, into
 #            build-carry/ (git-ignored, ~10 MB a library)
-#   device:  bash bench/ab_carry.sh run      (run's carry: ["build-carry"])
+#            $AB_TESTS: test binaries built and carried with each variant too (~9 MB each)
+#   device:  bash bench/ab_carry.sh run      (run's carry: ["build-carry", ".devdeps"])
 #            foxhunt-bench at B = 16384 ($VBENCH_MODES, default multi-tf32,single-tf32) on each
-#            library in order, then in reverse, each run's JSON and table under $OUT
+#            library in order, then in reverse, each run's JSON and table under $OUT; then each
+#            variant's test binaries (cmocka from .devdeps, bench/device_env.sh)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 carry="$top/build-carry"
@@ -23,11 +25,13 @@ build)
     flags=()
     [ "$def" != base ] && flags=(-DCMAKE_CUDA_FLAGS="-D$def" -DCMAKE_CXX_FLAGS="-D$def")
     cmake -S "$top" -B "$b" -DFOXHUNT_CUDA=ON -DCMAKE_BUILD_TYPE=Release "${flags[@]}" > /dev/null
-    cmake --build "$b" -j"$(nproc)" --target foxhunt foxhunt-bench > "$b/ab_build.txt" 2>&1 ||
-      { tail -20 "$b/ab_build.txt"; exit 1; }
+    # shellcheck disable=SC2086  # AB_TESTS is a list of target names
+    cmake --build "$b" -j"$(nproc)" --target foxhunt foxhunt-bench ${AB_TESTS:-} \
+      > "$b/ab_build.txt" 2>&1 || { tail -20 "$b/ab_build.txt"; exit 1; }
     name=${def//=/-}
     mkdir -p "$carry/$name"
     cp -L "$b/libfoxhunt.so.0" "$carry/$name/"
+    for t in ${AB_TESTS:-}; do cp "$b/tests/$t" "$carry/$name/"; done
     [ "$def" = base ] && cp "$b/examples/foxhunt-bench" "$carry/"
     names+=("$name")
   done
@@ -52,7 +56,19 @@ run)
       --machine "$machine" --out "$OUT/ab_${n}_$v.json" > "$OUT/ab_${n}_$v.txt" 2>&1 || rc=$?
     echo "ab $n: $v rc=$rc" | tee -a "$OUT/ab_log.txt"
     grep -E "^ +16384" "$OUT/ab_${n}_$v.txt" | tee -a "$OUT/ab_log.txt" || true
-  done ;;
+  done
+  if compgen -G "$carry/*/test_*" > /dev/null; then
+    set +eu
+    (cd "$top" && . bench/device_env.sh
+     for t in "$carry"/*/test_*; do
+       v=$(basename "$(dirname "$t")")
+       f="$OUT/ab_test_${v}_$(basename "$t").txt"
+       timeout "${AB_TEST_TIMEOUT:-200}" "$t" > "$f" 2>&1
+       rc=$?
+       echo "$(basename "$t") with $v rc=$rc (77: skipped)" | tee -a "$OUT/ab_log.txt"
+       grep -E "FAILED|PASSED|worst [0-9.]+ of the bound" "$f" | tail -5 | tee -a "$OUT/ab_log.txt"
+     done)
+  fi ;;
 *)
   echo "usage: bash bench/ab_carry.sh build NAME=v ... | run" >&2
   exit 2 ;;
