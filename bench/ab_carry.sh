@@ -33,7 +33,9 @@ build)
     mkdir -p "$carry/$name"
     cp -L "$b/libfoxhunt.so.0" "$carry/$name/"
     # The variants' tests (the default's ran where the default was tested).
-    if [ "$def" != base ]; then for t in ${AB_TESTS:-}; do cp "$b/tests/$t" "$carry/$name/"; done; fi
+    if [ "$def" != base ]; then
+      for t in ${AB_TESTS:-}; do cp "$b/tests/$t" "$carry/$name/"; done
+    fi
     [ "$def" = base ] && cp "$b/examples/foxhunt-bench" "$carry/"
     names+=("$name")
   done
