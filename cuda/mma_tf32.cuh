@@ -30,9 +30,10 @@ namespace fh::cuda::mma {
 // there, Nsight). 1: cvt.rn (ties to even; PTX ISA sm_90), one F2FP instruction; masked here
 // for memory and wgmma, since unmasked the wgmma layer of test_cuda_linear came out 20 times
 // less accurate on the H200 (2026-12-06), as if wgmma read low bits the instruction leaves
-// (not yet confirmed: bench/repro/tf32_cvt.cu prints them). 2: the add alone (ties away, as
-// cvt.rna for finite x). In both, mma.sync's register operands go unmasked: it reads only
-// their high 19 bits.
+// (not yet confirmed: bench/repro/tf32_cvt.cu prints them; the PTX ISA leaves the layout of a
+// .tf32 value to the implementation, "Alternate Floating-Point Data Formats"). 2: the add
+// alone (ties away, as cvt.rna for finite x). In both, mma.sync's register operands go
+// unmasked: it reads only their high 19 bits.
 #ifndef FOXHUNT_TF32_OPERAND
 #define FOXHUNT_TF32_OPERAND 0
 #endif
