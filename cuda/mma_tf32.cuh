@@ -38,31 +38,28 @@ namespace fh::cuda::mma {
 #define FOXHUNT_TF32_OPERAND 0
 #endif
 
-// Round to TF32 (10-bit mantissa, round to nearest, ties away), a clean TF32 value.
-__device__ __forceinline__ uint32_t to_tf32(float x) {
+// Round to TF32 (10-bit mantissa, round to nearest), as a register operand of mma.sync only
+// (not of wgmma, not for memory): under the trial its low 13 bits may stay set.
+__device__ __forceinline__ uint32_t tf32_operand(float x) {
 #if FOXHUNT_TF32_OPERAND == 2
-    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    return __float_as_uint(x) + 0x1000u;
 #else
     uint32_t r;
 #if FOXHUNT_TF32_OPERAND == 1
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    r &= 0xffffe000u;
 #else
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
 #endif
     return r;
 #endif
 }
-// The same as a register operand of mma.sync only (not of wgmma, not for memory).
-__device__ __forceinline__ uint32_t tf32_operand(float x) {
-#if FOXHUNT_TF32_OPERAND == 2
-    return __float_as_uint(x) + 0x1000u;
-#elif FOXHUNT_TF32_OPERAND == 1
-    uint32_t r;
-    asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
+// The same as a clean TF32 value, a float32 bit pattern with the low 13 bits zero (sm_90's
+// ptxas masks cvt.rna's result itself where it is used so).
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+#if FOXHUNT_TF32_OPERAND == 0
+    return tf32_operand(x);
 #else
-    return to_tf32(x);
+    return tf32_operand(x) & 0xffffe000u;
 #endif
 }
 
