@@ -5,7 +5,7 @@
 #   here:    bash bench/ab_carry.sh build NAME=v [NAME=v ...]
 #            builds the library as build-dev is built (Release, this tree) and once per
 #            definition (-DNAME=v for the CUDA and host compilers), and foxhunt-bench, into
-#            build-carry/ (git-ignored, ~10 MB a library)
+#            build-carry/ (git-ignored, ~10 MB a library); $FOXHUNT_CMAKE_ARGS: more CMake options
 #            $AB_TESTS: test binaries built and carried with each variant too (~9 MB each;
 #            the carry's limit is 64 MiB)
 #   device:  bash bench/ab_carry.sh run      (run's carry: ["build-carry", ".devdeps"])
@@ -25,7 +25,9 @@ build)
     b="$top/build-ab-${def//=/-}"
     flags=()
     [ "$def" != base ] && flags=(-DCMAKE_CUDA_FLAGS="-D$def" -DCMAKE_CXX_FLAGS="-D$def")
-    cmake -S "$top" -B "$b" -DFOXHUNT_CUDA=ON -DCMAKE_BUILD_TYPE=Release "${flags[@]}" > /dev/null
+    # shellcheck disable=SC2086  # FOXHUNT_CMAKE_ARGS is a list of words
+    cmake -S "$top" -B "$b" -DFOXHUNT_CUDA=ON -DCMAKE_BUILD_TYPE=Release "${flags[@]}" \
+      ${FOXHUNT_CMAKE_ARGS:-} > /dev/null
     # shellcheck disable=SC2086  # AB_TESTS is a list of target names
     cmake --build "$b" -j"$(nproc)" --target foxhunt foxhunt-bench ${AB_TESTS:-} \
       > "$b/ab_build.txt" 2>&1 || { tail -20 "$b/ab_build.txt"; exit 1; }

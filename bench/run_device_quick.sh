@@ -21,12 +21,9 @@
 #   iqn-san      the same on test_cuda_iqn's three kernel tests (target, online, backward)
 #   attn-bench   foxhunt-bench-attention at B = 1024, 4096, 16384, 65536
 #   step-bench   foxhunt-bench at B = 16384, the attention kernel paths side by side
-#   ab-build     trials that are compile definitions: for each word of $AB_DEFS ("NAME=v ...") a
-#                build of the library and $AB_TESTS' test binaries with -DNAME=v in
-#                CMAKE_CUDA_FLAGS and CMAKE_CXX_FLAGS (build-ab-NAME-v), foxhunt-bench at
-#                B = 16384 ($VBENCH_MODES) on build-dev's library and on each variant's
-#                (LD_PRELOAD), in order and then in reverse, then those tests; $AB_PROBE: a .cu
-#                file whose SASS cuobjdump prints for sm_90a
+#   ab-build     trials that are compile definitions ($AB_DEFS, "NAME=v ..."; $AB_TESTS), built
+#                and timed on the device by bench/ab_carry.sh (its build, then its run); $AB_PROBE:
+#                a .cu file whose SASS cuobjdump prints for sm_90a
 #   digest       tests/python/state_digest.py in the six modes (bitwise checks of refactors)
 #   digest-env   the same with the environment $DIGEST_ENV against without: equal or not
 #                ($DIGEST_ARGS: state_digest.py's options, e.g. "--batch 16384" where a trial's
@@ -222,42 +219,13 @@ for s in "$@"; do
         cuobjdump -sass /tmp/ab_probe.cubin >> $OUT/ab_probe.txt 2>&1
       echo "ab-probe rc=$? ($OUT/ab_probe.txt)" | tee -a $log
     fi
-    libs="build-dev/libfoxhunt.so"
-    for def in ${AB_DEFS:-}; do
-      b="build-ab-${def//=/-}"
-      # The definition reaches the tests' host references too (tests/operand_round.hpp).
-      # shellcheck disable=SC2086  # FOXHUNT_CMAKE_ARGS is a list of words
-      cmake -S . -B "$b" -DFOXHUNT_CUDA=ON -DCMAKE_PREFIX_PATH=$d/usr \
-        -Dcmocka_DIR=$d/usr/lib/x86_64-linux-gnu/cmake/cmocka -DCMAKE_CUDA_FLAGS="-D$def" \
-        -DCMAKE_CXX_FLAGS="-D$def" ${FOXHUNT_CMAKE_ARGS:-} > "$OUT/build_$def.txt" 2>&1
-      # shellcheck disable=SC2086  # AB_TESTS is a list of target names
-      cmake --build "$b" -j16 --target foxhunt ${AB_TESTS:-} >> "$OUT/build_$def.txt" 2>&1 ||
-        { echo "build $def FAILED" | tee -a $log; grep -E "error" "$OUT/build_$def.txt" | head
-          continue; }
-      libs="$libs $b/libfoxhunt.so"
-    done
-    # The benchmark first (the point of the step), build-dev's library and each variant's, in
-    # order and then in reverse; then the variants' tests.
-    # shellcheck disable=SC2046  # the list reversed, word by word
-    for lib in $libs $(echo $libs | tr ' ' '\n' | tac); do
-      n=$((${n:-0} + 1)); tag=$(basename $(dirname $lib))
-      # Which library the loader maps (the preloaded one carries the same soname).
-      LD_PRELOAD=$PWD/$lib LD_DEBUG=libs build-dev/examples/foxhunt-bench --help 2>&1 |
-        grep -m1 "calling init: .*libfoxhunt" | tee -a $log
-      LD_PRELOAD=$PWD/$lib timeout ${VBENCH_TIMEOUT:-200} build-dev/examples/foxhunt-bench \
-        --batch 16384 --steps 30 --replay 0 --modes ${VBENCH_MODES:-multi-tf32,single-tf32} \
-        --machine $machine --out "$OUT/ab_${n}_$tag.json" > "$OUT/ab_${n}_$tag.txt" 2>&1
-      echo "ab bench $n: $tag rc=$?" | tee -a $log
-      grep -E "^ +16384" "$OUT/ab_${n}_$tag.txt" | tee -a $log
-    done
-    for def in ${AB_DEFS:-}; do
-      for t in ${AB_TESTS:-}; do
-        f="$OUT/ab_${def}_$t.txt"
-        timeout ${AB_TEST_TIMEOUT:-200} "build-ab-${def//=/-}/tests/$t" > "$f" 2>&1
-        echo "$t with -D$def rc=$?" | tee -a $log
-        grep -E "FAILED|PASSED|worst [0-9.]+ of the bound" "$f" | tail -5 | tee -a $log
-      done
-    done ;;
+    # bench/ab_carry.sh's build and run, here on the device (cmocka from .devdeps for the tests).
+    cm="-DCMAKE_PREFIX_PATH=$d/usr -Dcmocka_DIR=$d/usr/lib/x86_64-linux-gnu/cmake/cmocka"
+    # shellcheck disable=SC2086  # AB_DEFS is a list of definitions
+    FOXHUNT_CMAKE_ARGS="$cm ${FOXHUNT_CMAKE_ARGS:-}" \
+      bash bench/ab_carry.sh build ${AB_DEFS:-} > $OUT/ab_build.txt 2>&1 &&
+      OUT=$OUT bash bench/ab_carry.sh run
+    echo "ab-build rc=$?" | tee -a $log ;;
   env-tests)
     # $TEST_SETS: "VAR=x|test_a test_b;VAR2=y|test_c": each set's test binaries with its
     # environment (a trial's path).
