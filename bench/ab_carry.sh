@@ -2,9 +2,10 @@
 # A side-by-side benchmark of trials that are compile definitions, built on the development
 # machine (no GPU needed) so that the device call only runs them: no build there, a call of about
 # a minute instead of several (run_device_quick.sh ab-build builds on the device instead).
-#   here:    bash bench/ab_carry.sh build NAME=v [NAME=v ...]
+#   here:    bash bench/ab_carry.sh build NAME=v|@REV [...]
 #            builds the library as build-dev is built (Release, this tree) and once per
-#            definition (-DNAME=v for the CUDA and host compilers), and foxhunt-bench, into
+#            definition (-DNAME=v for the CUDA and host compilers) or commit (@REV: the tree at
+#            that commit, a git worktree; a before/after table), and foxhunt-bench, into
 #            build-carry/ (git-ignored, ~10 MB a library); $FOXHUNT_CMAKE_ARGS: more CMake options
 #            $AB_TESTS: test binaries built and carried with each variant too (~9 MB each;
 #            the carry's limit is 64 MiB)
@@ -22,16 +23,25 @@ build)
   mkdir -p "$carry"
   names=()
   for def in base "$@"; do
-    b="$top/build-ab-${def//=/-}"
+    name=${def//=/-}
+    name=${name/#@/at-}
+    b="$top/build-ab-$name"
+    src=$top
     flags=()
-    [ "$def" != base ] && flags=(-DCMAKE_CUDA_FLAGS="-D$def" -DCMAKE_CXX_FLAGS="-D$def")
+    if [ "${def:0:1}" = @ ]; then
+      src="$top/build-ab-src-$name"
+      rm -rf "$src"
+      git -C "$top" worktree prune
+      git -C "$top" worktree add -q --detach "$src" "${def:1}"
+    elif [ "$def" != base ]; then
+      flags=(-DCMAKE_CUDA_FLAGS="-D$def" -DCMAKE_CXX_FLAGS="-D$def")
+    fi
     # shellcheck disable=SC2086  # FOXHUNT_CMAKE_ARGS is a list of words
-    cmake -S "$top" -B "$b" -DFOXHUNT_CUDA=ON -DCMAKE_BUILD_TYPE=Release "${flags[@]}" \
+    cmake -S "$src" -B "$b" -DFOXHUNT_CUDA=ON -DCMAKE_BUILD_TYPE=Release "${flags[@]}" \
       ${FOXHUNT_CMAKE_ARGS:-} > /dev/null
     # shellcheck disable=SC2086  # AB_TESTS is a list of target names
     cmake --build "$b" -j"$(nproc)" --target foxhunt foxhunt-bench ${AB_TESTS:-} \
       > "$b/ab_build.txt" 2>&1 || { tail -20 "$b/ab_build.txt"; exit 1; }
-    name=${def//=/-}
     mkdir -p "$carry/$name"
     cp -L "$b/libfoxhunt.so.0" "$carry/$name/"
     # The variants' tests (the default's ran where the default was tested).
@@ -76,6 +86,6 @@ run)
      done)
   fi ;;
 *)
-  echo "usage: bash bench/ab_carry.sh build NAME=v ... | run" >&2
+  echo "usage: bash bench/ab_carry.sh build NAME=v|@REV ... | run" >&2
   exit 2 ;;
 esac

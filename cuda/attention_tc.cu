@@ -244,11 +244,9 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
                 for (int nu = 0; nu < NT; ++nu) {
                     const int t0 = 16 * mu + gi, col = 8 * nu + 2 * tq;
                     *reinterpret_cast<float2 *>(dS + t0 * S::LDS + col) = make_float2(
-                        mma::stored_operand<SPLIT>(s[mu][nu][0]),
-                        mma::stored_operand<SPLIT>(s[mu][nu][1]));
+                        mma::stored<SPLIT>(s[mu][nu][0]), mma::stored<SPLIT>(s[mu][nu][1]));
                     *reinterpret_cast<float2 *>(dS + (t0 + 8) * S::LDS + col) = make_float2(
-                        mma::stored_operand<SPLIT>(s[mu][nu][2]),
-                        mma::stored_operand<SPLIT>(s[mu][nu][3]));
+                        mma::stored<SPLIT>(s[mu][nu][2]), mma::stored<SPLIT>(s[mu][nu][3]));
                 }
         }
         __syncwarp();

@@ -106,7 +106,7 @@ struct XRows {
 #pragma unroll
         for (int k = 0; k < S::XPL; ++k) {
             const int e = lane + 32 * k, t = e / S::KXP, f = e - t * S::KXP;
-            X[t * S::LDX + f] = mma::stored_operand<SPLIT>(v[k]);
+            X[t * S::LDX + f] = mma::stored<SPLIT>(v[k]);
         }
     }
     // Xᵀ as bfloat16 (round to nearest even) for bfloat16 products (attention_bf16.cuh):
@@ -152,11 +152,10 @@ struct WFrag {
 };
 
 // q and k of head h as the projection's accumulator fragments: f[p][μ][ν] holds rows 16μ + g
-// (+ 8), channels 8ν + 2t (+ 1), stored_operand<SPLIT>-rounded. In mma_tf32.cuh's permuted
-// contraction order they are the A fragments of q and the B fragments of k for S = q kᵀ, so
-// the scores need no shared-memory trip (attention lane 0.412 → 0.364 ms single-stream at
-// B = 16384 against q and k read back from shared memory,
-// bench/results/h200-2026-12-04-attn-qk-registers-*.json).
+// (+ 8), channels 8ν + 2t (+ 1), stored<SPLIT>-rounded. In mma_tf32.cuh's permuted contraction
+// order they are the A fragments of q and the B fragments of k for S = q kᵀ, so the scores need
+// no shared-memory trip (attention lane 0.412 → 0.364 ms single-stream at B = 16384 against q
+// and k read back from shared memory, bench/results/h200-2026-12-04-attn-qk-registers-*.json).
 template <int MT>
 struct QKFrag {
     float f[2][MT][2][4];
@@ -217,20 +216,15 @@ __device__ __forceinline__ void project_qkv(const GT &g, int h, const float *ccb
                     for (int e = 0; e < 4; ++e) acc[e] *= qscale;
                 if (p < 2)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        qk.f[p][mu][nu][e] = mma::stored_operand<SPLIT>(acc[e]);
+                    for (int e = 0; e < 4; ++e) qk.f[p][mu][nu][e] = mma::stored<SPLIT>(acc[e]);
                 if (BETA && p == 2) {
                     b0 = fmaf(gv[jc], acc[0], fmaf(gv[jc + 1], acc[1], b0));
                     b1 = fmaf(gv[jc], acc[2], fmaf(gv[jc + 1], acc[3], b1));
                 } else if (BETA || p == 2) {
-                    // q, k (BETA) feed only products; v (the forward) also ā's SIMT sums.
-                    const auto st = [](float x) {
-                        return BETA ? mma::stored_operand<SPLIT>(x) : mma::stored<SPLIT>(x);
-                    };
                     *reinterpret_cast<float2 *>(dst + t0 * kLDQ + jc) =
-                        make_float2(st(acc[0]), st(acc[1]));
+                        make_float2(mma::stored<SPLIT>(acc[0]), mma::stored<SPLIT>(acc[1]));
                     *reinterpret_cast<float2 *>(dst + t1 * kLDQ + jc) =
-                        make_float2(st(acc[2]), st(acc[3]));
+                        make_float2(mma::stored<SPLIT>(acc[2]), mma::stored<SPLIT>(acc[3]));
                 }
             }
         }

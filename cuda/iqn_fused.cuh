@@ -399,18 +399,6 @@ constexpr int kWmChunkFloats = kHq * 32;
 constexpr size_t kSmemBytesWg =
     1024 + ((size_t)kHq * kHq + (size_t)kHq * kLDP + 3 * kHq) * sizeof(float);
 
-// merge_tile for the warpgroup products: they read m's fragments as whole registers (ptxas
-// masks their TF32 operands), so m is rounded by to_tf32, not mma.sync's tf32_operand.
-template <class T>
-__device__ __forceinline__ void merge_tile(const SmemWg &s, const float (&acc)[kHq / 8][4],
-                                           const float *psi0, const float *psi1,
-                                           mma::Op (&M)[kHq / 8][4], float *phir0, float *phir1,
-                                           T *mr0, T *mr1) {
-    merge_rows(s, acc, psi0, psi1, phir0, phir1, mr0, mr1, [&](int nu, const float (&m)[4]) {
-        mma::a_from_acc_by(M[nu], m, [](float x) { return mma::Op{mma::to_tf32(x), 0u}; });
-    });
-}
-
 // Where Wm[n][k] sits in SmemWg's copy, in floats from its base.
 __device__ __forceinline__ int wm_swizzled(int n, int k) {
     const int j = k & 7, p = (k & 24) | ((j >> 1) + 4 * (j & 1));

@@ -10,10 +10,10 @@
 //
 // Operands already rounded. wgmma reads TF32 operands from shared memory as they are and ignores
 // their low 13 bits: it truncates, a bias of the same sign in every product. An earlier form of
-// this kernel (docs/cuda.md, "Findings") rounded each staged chunk in shared memory (cvt.rna) and
+// this kernel (docs/cuda.md, "Findings") rounded each staged chunk in shared memory (to_tf32) and
 // lost what the fusion saved to that pass. Here the operands arrive rounded, so truncation is
 // exact: W is a TF32-rounded copy (the pass's pack, qnet.cu), and the activation this kernel
-// writes is rounded (cvt.rna) in its epilogue, so the next layer reads it as it is. Only a first
+// writes is rounded (to_tf32) in its epilogue, so the next layer reads it as it is. Only a first
 // layer's X (x̃, read exactly by the other learners) is rounded here, ROUND_X, a pass over its
 // K / 32 chunks. The pre-activation is stored unrounded (the backward's SiLU' reads it).
 //
@@ -103,7 +103,7 @@ constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + alignment of the 
 using wg::sw128_desc;
 
 // The thread's part of a stage's chunk (four 16-byte pieces), rounded in place to TF32 (round to
-// nearest, ties away: cvt.rna, as mma_tf32.cuh's products read their operands) or, BF16, to
+// nearest even: mma_tf32.cuh's to_tf32, as its products read their operands) or, BF16, to
 // bfloat16.
 template <bool BF16>
 __device__ __forceinline__ void round_chunk(uint32_t dst) {

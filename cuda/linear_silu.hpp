@@ -30,7 +30,7 @@ bool linear_tc_pays(int M, int N);
 // column) and, when pre is not act, pre [M, N] = X Wᵀ without the bias (as bias_silu's callers
 // keep it for the backward). On the handle's stream `s`.
 //
-// One kernel when bl.linear_tc, Wt (W rounded to TF32, round to nearest, ties away) is given,
+// One kernel when bl.linear_tc, Wt (W rounded to TF32, round to nearest even) is given,
 // N is a multiple of 128, K of 32 and every pointer 16-byte aligned; `x_rounded` says X already
 // holds rounded values (an activation this kernel wrote), else the kernel rounds it. Then act is
 // stored rounded to TF32 (SiLU in tile128.cuh's fast form: within 2 + 1.2|z| float ulps of

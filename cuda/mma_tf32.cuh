@@ -23,44 +23,15 @@
 
 namespace fh::cuda::mma {
 
-// Trial (FOXHUNT_TF32_OPERAND, a compile definition; 0 when unset): how float32 values become
-// TF32. 0: cvt.rna (round to nearest, ties away), which sm_90's ptxas expands into a test of
-// |x| against infinity and a predicated add of half a TF32 ulp, plus a mask of the low 13 bits
-// where the value goes to memory (the attention kernels spend ~20 % of their instructions
-// there, Nsight). 1: cvt.rn (ties to even; PTX ISA sm_90), one F2FP instruction; masked here
-// for memory and wgmma, since unmasked the wgmma layer of test_cuda_linear came out 20 times
-// less accurate on the H200 (2026-12-06), as if wgmma read low bits the instruction leaves
-// (not yet confirmed: bench/repro/tf32_cvt.cu prints them; the PTX ISA leaves the layout of a
-// .tf32 value to the implementation, "Alternate Floating-Point Data Formats"). 2: the add
-// alone (ties away, as cvt.rna for finite x). In both, mma.sync's register operands go
-// unmasked: it reads only their high 19 bits.
-#ifndef FOXHUNT_TF32_OPERAND
-#define FOXHUNT_TF32_OPERAND 0
-#endif
-
-// Round to TF32 (10-bit mantissa, round to nearest), as a register operand of mma.sync only
-// (not of wgmma, not for memory): under the trial its low 13 bits may stay set.
-__device__ __forceinline__ uint32_t tf32_operand(float x) {
-#if FOXHUNT_TF32_OPERAND == 2
-    return __float_as_uint(x) + 0x1000u;
-#else
-    uint32_t r;
-#if FOXHUNT_TF32_OPERAND == 1
-    asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-#else
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-#endif
-    return r;
-#endif
-}
-// The same as a clean TF32 value, a float32 bit pattern with the low 13 bits zero (sm_90's
-// ptxas masks cvt.rna's result itself where it is used so).
+// Round to TF32 (10 stored mantissa bits, round to nearest, ties to even), kept as a float32 bit
+// pattern with the low 13 bits zero, as the tensor cores read it. cvt.rn (PTX ISA: .rn for a
+// .tf32 destination needs sm_90) and not cvt.rna (ties away): sm_90's ptxas makes cvt.rn one
+// F2FP instruction and cvt.rna a test against infinity, a predicated add and, for memory, a
+// mask, which were a fifth of the attention kernels' instructions (docs/cuda.md, "Findings").
 __device__ __forceinline__ uint32_t to_tf32(float x) {
-#if FOXHUNT_TF32_OPERAND == 0
-    return tf32_operand(x);
-#else
-    return tf32_operand(x) & 0xffffe000u;
-#endif
+    uint32_t r;
+    asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
 }
 
 // Round to bfloat16 (8-bit mantissa, round to nearest even, as gemm_bf16.cu's staging rounds),
@@ -86,7 +57,7 @@ struct Op {
 template <bool SPLIT>
 __device__ __forceinline__ Op op(float x) {
     Op o;
-    o.hi = SPLIT ? to_tf32(x) : tf32_operand(x);
+    o.hi = to_tf32(x);
     o.lo = SPLIT ? to_tf32(x - __uint_as_float(o.hi)) : 0u;
     return o;
 }
@@ -94,7 +65,7 @@ __device__ __forceinline__ Op op(float x) {
 // One operand element rounded as the mode's plain products read it: TF32, or bfloat16 (BF16).
 template <bool BF16>
 __device__ __forceinline__ Op op_rounded(float x) {
-    return Op{BF16 ? to_bf16_bits(x) : tf32_operand(x), 0u};
+    return Op{to_operand<BF16>(x), 0u};
 }
 
 // A value for shared memory that a product reads later: plain TF32 products read operands that
@@ -103,13 +74,7 @@ template <bool SPLIT>
 __device__ __forceinline__ float stored(float x) {
     return SPLIT ? x : __uint_as_float(to_tf32(x));
 }
-// The same for shared memory that only mma.sync reads (it ignores the low 13 bits, which
-// tf32_operand may leave set); a value that anything else reads goes through stored().
-template <bool SPLIT>
-__device__ __forceinline__ float stored_operand(float x) {
-    return SPLIT ? x : __uint_as_float(tf32_operand(x));
-}
-// The operand element of a value written by stored<SPLIT>() or stored_operand<SPLIT>().
+// The operand element of a value written by stored<SPLIT>().
 template <bool SPLIT>
 __device__ __forceinline__ Op loaded(float x) {
     return SPLIT ? op<true>(x) : Op{__float_as_uint(x), 0u};

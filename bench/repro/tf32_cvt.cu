@@ -1,9 +1,10 @@
-// What sm_90's ptxas makes of the float32 -> TF32 conversions that cuda/mma_tf32.cuh can use
-// (FOXHUNT_TF32_OPERAND): cvt.rna, cvt.rn, and the add of half a TF32 ulp, each once straight
-// into an mma.sync operand and once into memory. Read with cuobjdump -sass (bench/
-// run_device_quick.sh ab-build, AB_PROBE=bench/repro/tf32_cvt.cu). Run (nvcc -arch=sm_90a
-// bench/repro/tf32_cvt.cu -o /tmp/tf32_cvt && /tmp/tf32_cvt), it prints the bits each
-// conversion stores for a few inputs: whether cvt.rn leaves the low 13 bits zero.
+// What sm_90's ptxas makes of three float32 -> TF32 conversions: cvt.rna (ties away), cvt.rn
+// (ties to even, cuda/mma_tf32.cuh's to_tf32 since 2026-12-06) and the add of half a TF32 ulp,
+// each once straight into an mma.sync operand and once into memory. Read with cuobjdump -sass
+// (bench/run_device_quick.sh ab-build, AB_PROBE=bench/repro/tf32_cvt.cu). Run (nvcc
+// -arch=sm_90a bench/repro/tf32_cvt.cu -o /tmp/tf32_cvt && /tmp/tf32_cvt), it prints the bits
+// each conversion stores for a few inputs (cvt.rn's low 13 bits are zero on the H100,
+// bench/results/h100-2026-12-06-tf32-cvt-probe.txt).
 #include <cstdint>
 #include <cstdio>
 #include <cstring>

@@ -35,12 +35,9 @@ write("attention_paths.hpp", s.replace(
 
 # The PTX instructions, replaced by calls to their emulations (inc/mma_emu.h).
 s = read("mma_tf32.cuh")
-s, n = re.subn(r'asm\("cvt\.rna\.tf32\.f32 %0, %1;" : "=r"\(r\) : "f"\(x\)\);',
-               "r = emu::to_tf32(x);", s)
-assert n == 1, "mma_tf32.cuh: tf32_operand changed"
 s, n = re.subn(r'asm\("cvt\.rn\.tf32\.f32 %0, %1;" : "=r"\(r\) : "f"\(x\)\);',
-               "r = emu::to_tf32_rn(x);", s)
-assert n == 1, "mma_tf32.cuh: the trial FOXHUNT_TF32_OPERAND=1's cvt.rn changed"
+               "r = emu::to_tf32(x);", s)
+assert n == 1, "mma_tf32.cuh: to_tf32 changed"
 s, n = re.subn(r'asm volatile\(\s*"mma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.tf32\.tf32'
                r'\.f32 ".*?\);',
                "const uint32_t a[4] = {a0, a1, a2, a3};\n    emu::mma<8>(c, a, b0, b1);", s,

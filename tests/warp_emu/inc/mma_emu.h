@@ -1,6 +1,6 @@
 #pragma once
 // The PTX instructions of cuda/mma_tf32.cuh and cuda/mma_bf16.cuh, emulated (prepare.py puts
-// calls to these in place of their asm): cvt.rna.tf32.f32, and mma.sync m16n8k8 TF32 and m16n8k16
+// calls to these in place of their asm): cvt.rn.tf32.f32, and mma.sync m16n8k8 TF32 and m16n8k16
 // bfloat16 by the PTX ISA's fragment tables ("Matrix Fragments for mma.m16n8k8" / "m16n8k16"),
 // the products summed in double. The warp's lanes exchange their fragments at its barrier.
 #include <cstdio>
@@ -11,25 +11,13 @@
 
 namespace emu {
 
-// Round to TF32, to nearest with ties away from zero (cvt.rna), kept as a float32 bit pattern.
+// Round to TF32, to nearest with ties to even (cvt.rn), kept as a float32 bit pattern. Infinity
+// stays; a NaN becomes 0x7fffe000, as the H100 printed for 0x7fc00000 (bench/repro/tf32_cvt.cu).
 inline uint32_t to_tf32(float x) {
     const uint32_t u = __float_as_uint(x);
-    return (u & 0x7f800000u) == 0x7f800000u ? u : (u + 0x1000u) & 0xffffe000u;
+    if ((u & 0x7f800000u) == 0x7f800000u) return (u & 0x007fffffu) ? 0x7fffe000u : u;
+    return (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u;
 }
-// The same with ties to even (cvt.rn: mma_tf32.cuh's trial FOXHUNT_TF32_OPERAND=1).
-inline uint32_t to_tf32_rn(float x) {
-    const uint32_t u = __float_as_uint(x);
-    return (u & 0x7f800000u) == 0x7f800000u ? u : (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u;
-}
-
-// Under mma_tf32.cuh's trial FOXHUNT_TF32_OPERAND (1, 2) mma.sync's register operands may keep
-// low bits, which the tensor cores do not read: the emulation drops them. Otherwise a TF32
-// operand with any of the low 13 bits set was not rounded where the kernel should have.
-#if defined(FOXHUNT_TF32_OPERAND) && FOXHUNT_TF32_OPERAND != 0
-constexpr bool kTf32LowBitsAllowed = true;
-#else
-constexpr bool kTf32LowBitsAllowed = false;
-#endif
 
 // c += A·B for the warp, K = 8 (TF32: each register one element) or 16 (bfloat16: two, the lower
 // index in the low half). A [16 x K] row-major, B [K x 8] "col", C [16 x 8].
@@ -47,17 +35,12 @@ inline void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
     auto hi = [](uint32_t r) { return (double)bf16_to_f((uint16_t)(r >> 16)); };
     for (int L = 0; L < 32; ++L) {
         const int g = L >> 2, t = L & 3;
-        uint32_t A[4], B[2];
-        for (int i = 0; i < 4; ++i) A[i] = W.A[L][i];
-        for (int i = 0; i < 2; ++i) B[i] = W.B[L][i];
-        // The tensor cores read a TF32 operand's top 19 bits (kTf32LowBitsAllowed above).
+        const uint32_t *A = W.A[L], *B = W.B[L];
+        // The tensor cores read a TF32 operand's top 19 bits: one with any of the low 13 set was
+        // not rounded (cvt.rna) where the kernel should have rounded it.
         if (K == 8 && ((A[0] | A[1] | A[2] | A[3] | B[0] | B[1]) & 0x1fffu)) {
-            if (!kTf32LowBitsAllowed) {
-                fprintf(stderr, "warp_emu: a TF32 operand not rounded to TF32 (lane %d)\n", L);
-                std::abort();
-            }
-            for (uint32_t &r : A) r &= 0xffffe000u;
-            for (uint32_t &r : B) r &= 0xffffe000u;
+            fprintf(stderr, "warp_emu: a TF32 operand not rounded to TF32 (lane %d)\n", L);
+            std::abort();
         }
         if constexpr (K == 8) {  // a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]
             Am[g][t] = __uint_as_float(A[0]);
