@@ -214,31 +214,6 @@ __device__ __forceinline__ void dm_tiles(const float *WmT, const D *dh0, const D
     }
 }
 
-// Trial (FOXHUNT_IQN_BWD_PREFETCH, a compile definition; 0 when unset): at the start of a tile,
-// ask L2 for the dhpre rows of the block's next tile (prefetch.global.L2, no register, no
-// change to any result), so that the next tile's A-fragment loads, on which the kernel stalls
-// (long_sb ~50 % of its samples, Nsight), find them in L2 instead of HBM.
-#ifndef FOXHUNT_IQN_BWD_PREFETCH
-#define FOXHUNT_IQN_BWD_PREFETCH 0
-#endif
-template <class D>
-__device__ __forceinline__ void prefetch_rows_l2(const D *dh, size_t r0, size_t R) {
-#if FOXHUNT_IQN_BWD_PREFETCH
-    // A row is kHq elements, 512 (float) or 256 (bfloat16) bytes: lane t of a row's quad asks
-    // for its 128-byte line t.
-    constexpr int kLines = (int)(kHq * sizeof(D) / 128);
-    const int tq = threadIdx.x & 3;
-    if (tq >= kLines) return;
-    for (size_t r : {r0, r0 + 8})
-        if (r < R) {
-            const D *p = dh + r * kHq + tq * (128 / sizeof(D));
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-        }
-#else
-    (void)dh, (void)r0, (void)R;
-#endif
-}
-
 // A block of kBwdWarps warps. NC: N compiled in (kFixedN), or 0 to read it from a; only the
 // kFixedN instance stages ψ. B16 (FH_MATH_BF16): dhpre read from a.dh16, dφpre written to
 // a.dphi16, both bfloat16, and dm on bfloat16 products (mma_bf16.cuh) with Wmᵀ staged as
@@ -253,10 +228,6 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
     float *WmT = reinterpret_cast<float *>(sm4);  // [k'][j] = Wm[j][k']
     float *bphi = WmT + kHq * kLDM;
     float *wphi = bphi + kHq;  // Wφ as the online pass stages it (iqn_fused.cuh's stage_matrix)
-    // The first tile's rows while the weights are staged.
-    const size_t first = (size_t)blockIdx.x * kBwdTile + (threadIdx.x >> 5) * 16;
-    prefetch_rows_l2(pick<B16>(a.dh, a.dh16), first + ((threadIdx.x & 31) >> 2),
-                     (size_t)a.B * (NC ? NC : a.N));
     stage_wmT<E, kLDM>(reinterpret_cast<E *>(WmT), a.Wm);
     stage_matrix<kHq, kC>(reinterpret_cast<E *>(wphi), kLDP, a.Wphi);
     for (int e = threadIdx.x; e < kHq; e += blockDim.x) bphi[e] = __ldg(a.bphi + e);
@@ -291,8 +262,6 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
         w.lead1 = N < 16 && gi % N == 0;
         const auto *const dhp = pick<B16>(a.dh, a.dh16);
         const auto *dh0 = dhp + w.r0 * kHq, *dh1 = dhp + w.r1 * kHq;
-        if (tile + gridDim.x < ntiles)  // the block's next tile
-            prefetch_rows_l2(dhp, w.r0 + (size_t)gridDim.x * kBwdTile, R);
         // τ of the thread's rows, as the online pass drew them (0 past the batch, as there).
         const float t0 = w.v0 ? __ldg(a.tau + w.r0) : 0.0f;
         const float t1 = w.v1 ? __ldg(a.tau + w.r1) : 0.0f;
