@@ -167,14 +167,6 @@ __device__ __noinline__ void stage_wmT(E *WmT, const float *Wm) {
         });
 }
 
-// Trial (FOXHUNT_IQN_BWD_UNROLL, a compile definition; 4 when unset): how many of dm_tiles' TF32
-// k steps are unrolled, so how many of dhpre's A-fragment loads a thread can have in flight
-// (the kernel stalls on them: long_sb ~50 % of its samples, Nsight). 8: no spill (ptxas).
-#ifndef FOXHUNT_IQN_BWD_UNROLL
-#define FOXHUNT_IQN_BWD_UNROLL 4
-#endif
-constexpr int kDmUnroll = FOXHUNT_IQN_BWD_UNROLL;
-
 // dm = dhpre Wm of the thread's rows, column tiles nu0 .. nu0 + NT − 1: A from memory (dh0, dh1:
 // the rows' dhpre, float32 or bfloat16), B from Wmᵀ (TF32: k = 8κ + 2t and + 1, the permuted
 // order; bfloat16: the natural order of mma_bf16.cuh). A tile's products do not depend on which
@@ -204,7 +196,7 @@ __device__ __forceinline__ void dm_tiles(const float *WmT, const D *dh0, const D
             }
         }
     } else {
-#pragma unroll kDmUnroll
+#pragma unroll 4
         for (int ka = 0; ka < kHq / 8; ++ka) {
             const int k = 8 * ka + 2 * tq;
             const float2 x0 = v0 ? ld2(dh0 + k) : make_float2(0.0f, 0.0f);
