@@ -222,7 +222,8 @@ typedef enum fh_exec_mode {
  */
 typedef enum fh_math_mode {
     FH_MATH_TF32 = 0,   /**< TF32 tensor cores (default): operands rounded to TF32 (10 stored
-                             mantissa bits, round to nearest even); per tensor within ~2e-3 of the CPU after 3 steps.
+                             mantissa bits, round to nearest even); per tensor within ~2e-3 of
+                             the CPU after 3 steps.
                              On Hopper (sm_90a code) the Q net's large SiLU layers run as one
                              kernel each and store their activations, and the trunk backward
                              its SiLU' outputs, rounded to TF32 (they are tensor-core operands;

@@ -4,7 +4,7 @@
 // (bench/run_device_quick.sh ab-build, AB_PROBE=bench/repro/tf32_cvt.cu). Run (nvcc
 // -arch=sm_90a bench/repro/tf32_cvt.cu -o /tmp/tf32_cvt && /tmp/tf32_cvt), it prints the bits
 // each conversion stores for a few inputs (cvt.rn's low 13 bits are zero on the H100,
-// bench/results/h100-2026-12-06-tf32-cvt-probe.txt).
+// bench/results/h100-2026-12-06-tf32-operand-trial.txt).
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
