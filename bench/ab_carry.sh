@@ -42,6 +42,8 @@ build)
     # shellcheck disable=SC2086  # AB_TESTS is a list of target names
     cmake --build "$b" -j"$(nproc)" --target foxhunt foxhunt-bench ${AB_TESTS:-} \
       > "$b/ab_build.txt" 2>&1 || { tail -20 "$b/ab_build.txt"; exit 1; }
+    # A commit's worktree is needed only for its build.
+    [ "$src" != "$top" ] && git -C "$top" worktree remove --force "$src"
     mkdir -p "$carry/$name"
     cp -L "$b/libfoxhunt.so.0" "$carry/$name/"
     # The variants' tests (the default's ran where the default was tested).
