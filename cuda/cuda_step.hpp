@@ -179,8 +179,7 @@ void adam_q(CudaStep &s, const LaneCtx &l);            // adam_q.cu
 // schedule.hpp) end their lanes, or in a data-parallel step follow their all-reduce after the
 // join.
 void learner_iql(CudaStep &s, const LaneCtx &l);
-void learner_iqn(CudaStep &s, const LaneCtx &l);           // IQN: through the online pass
-void learner_iqn_backward(CudaStep &s, const LaneCtx &l);  // IQN_BACKWARD: the rest
+void learner_iqn(CudaStep &s, const LaneCtx &l);
 void learner_attention(CudaStep &s, const LaneCtx &l);
 void learner_adam(CudaStep &s, const LaneCtx &l, int learners);
 

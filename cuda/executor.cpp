@@ -6,8 +6,7 @@
 // (lanes.hpp), captures it, and serves the Backend interface, with the upload (upload.hpp),
 // the replay (replay_lane.hpp), device input (device_input.hpp) and act() (act.hpp) beside it.
 //
-// FORK records an event on its lane (lane 0, or a lane forked before) that the forked lanes
-// wait on; JOIN records one event per
+// FORK records an event on lane 0 that the forked lanes wait on; JOIN records one event per
 // joined lane that lane 0 waits on; with FH_EXEC_SINGLE_STREAM both vanish. MARK ops become
 // external event-record nodes (cudaEventRecordWithFlags(..., cudaEventRecordExternal)) for the
 // aux learners' timings; the parent graph has an event-record node before the first child and
@@ -303,7 +302,7 @@ void CudaBackend::run_child(const ChildDesc &c, bool capturing) {
             break;
         case Op::FORK:
             if (!multi) break;
-            FH_CUDA(cudaEventRecord(fork_ev_, lanes_->stream(op.lane)));
+            FH_CUDA(cudaEventRecord(fork_ev_, s0));
             for (int k = 1; k < kMaxLanes; ++k)
                 if (op.lanes & (1u << k))
                     FH_CUDA(cudaStreamWaitEvent(lanes_->stream(k), fork_ev_, 0));
@@ -346,7 +345,6 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
     case Task::EMA_TARGETS: ema_targets(s, l); break;
     case Task::IQL: learner_iql(s, l); break;
     case Task::IQN: learner_iqn(s, l); break;
-    case Task::IQN_BACKWARD: learner_iqn_backward(s, l); break;
     case Task::ATTENTION: learner_attention(s, l); break;
     case Task::AUX_ADAM: learner_adam(s, l, arg); break;
     case Task::CQL: cql(s, l); break;

@@ -187,12 +187,12 @@ struct IqnLearner::Impl {
         gemm_nt(bl, (int)R, Hq, Hq, mbuf, P + o.Wm, hraw, 0.0f, "IQN h = m Wm^T");
     }
 
-    // IQN: Z̄, ψ, the online pass and its head: z_mean, the loss, dh and the head's gradient.
-    void loss_head(const Lane &lane, const StepInputs &in, float *z_mean, float *loss) {
+    void loss_grad(const Lane &lane, const StepInputs &in, float *z_mean, float *loss) {
         cudaStream_t s = lane.stream;
         const Blas &bl = checked_blas(lane, "IQN");
-        const int B = (int)d.B, N = (int)d.N, Nt = (int)d.Nt, Hq = (int)d.Hq, D = (int)d.D;
-        const size_t RT = (size_t)d.B * d.Nt;
+        const int B = (int)d.B, N = (int)d.N, Nt = (int)d.Nt, Hq = (int)d.Hq, C = (int)d.C,
+                  D = (int)d.D;
+        const size_t RN = (size_t)d.B * d.N, RT = (size_t)d.B * d.Nt;
 
         // ψ̄ and ψ as SiLU layers on linear_silu's fused kernel where it runs and pays (TF32 or
         // BF16 on Hopper): their weights rounded first, both nets in one pass; else (and where
@@ -272,14 +272,7 @@ struct IqnLearner::Impl {
             aux::reduce_partials(part_head, head_blocks, 2 * Hq + 2, 1, g, s);
         }
 
-    }
-
-    // IQN_BACKWARD (after loss_head on the same lane): the merge layer, then ψ and φ.
-    void grad_rest(const Lane &lane, const StepInputs &in) {
-        cudaStream_t s = lane.stream;
-        const Blas &bl = checked_blas(lane, "IQN");
-        const int B = (int)d.B, N = (int)d.N, Hq = (int)d.Hq, C = (int)d.C, D = (int)d.D;
-        const size_t RN = (size_t)d.B * d.N;
+        // Merge layer, then ψ and φ.
         if (bf16_operands)
             gemm_tn_bf16(bl, Hq, Hq, (int)RN, dh16(), m16(), grad + o.Wm, 0.0f,
                          "IQN dWm = dh^T m");
@@ -327,13 +320,9 @@ IqnLearner::IqnLearner(const Dims &d, const fh_config &c, const Layout &L, float
 
 IqnLearner::~IqnLearner() = default;
 
-void IqnLearner::enqueue_loss(const Lane &lane, const StepInputs &in, float *z_mean,
-                              float *loss) {
-    impl_->loss_head(lane, in, z_mean, loss);
-}
-
-void IqnLearner::enqueue_grad(const Lane &lane, const StepInputs &in) {
-    impl_->grad_rest(lane, in);
+void IqnLearner::enqueue_loss_grad(const Lane &lane, const StepInputs &in, float *z_mean,
+                                   float *loss) {
+    impl_->loss_grad(lane, in, z_mean, loss);
 }
 
 void IqnLearner::enqueue_adam(const Lane &lane, const uint64_t *step) {

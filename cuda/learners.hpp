@@ -76,12 +76,9 @@ public:
     IqnLearner(const Dims &d, const fh_config &c, const Layout &L, float *params, float *target,
                float *m, float *v);
     ~IqnLearner();
-    // Writes z_mean [B] = mean_n Z(x~, tau_n) before the update, loss[1] and the head's part of
-    // the gradient (b_m, w_z, b_z); enqueue_grad, after it on the same lane, the rest of the
-    // gradient (layout.iqn, grad_floats() floats at grad_device()). Two calls so that readers
-    // of z_mean need not wait for the whole gradient (schedule.cpp: the aux tail).
-    void enqueue_loss(const Lane &lane, const StepInputs &in, float *z_mean, float *loss);
-    void enqueue_grad(const Lane &lane, const StepInputs &in);
+    // Writes z_mean [B] = mean_n Z(x~, tau_n) before the update, loss[1] and the gradient
+    // (layout.iqn, grad_floats() floats at grad_device()).
+    void enqueue_loss_grad(const Lane &lane, const StepInputs &in, float *z_mean, float *loss);
     void enqueue_adam(const Lane &lane, const uint64_t *step);  // Adam t = *step + 1
     float *grad_device();
     size_t grad_floats() const;

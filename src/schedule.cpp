@@ -8,7 +8,7 @@ namespace fh {
 
 namespace {
 Op run(Task t, int lane = 0, int arg = 0) { return Op{Op::RUN, t, lane, arg, 0}; }
-Op fork(unsigned lanes, int from = 0) { return Op{Op::FORK, Task::HER_RELABEL, from, 0, lanes}; }
+Op fork(unsigned lanes) { return Op{Op::FORK, Task::HER_RELABEL, 0, 0, lanes}; }
 Op join(unsigned lanes) { return Op{Op::JOIN, Task::HER_RELABEL, 0, 0, lanes}; }
 Op mark(Mark m, int lane = 0) { return Op{Op::MARK, Task::HER_RELABEL, lane, (int)m, 0}; }
 unsigned mask_of(int first, int count) { return ((1u << count) - 1u) << first; }
@@ -104,15 +104,11 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // the join, so no two of them run at once. Without CQL (cql_alpha = 0) and with one regime,
     // lane 3 would be empty here: it is not forked, and unless branches use it, not created.
     // The tail, the ensemble and the confidence head, needs IQN's z_mean and nothing of the
-    // attention lane or of IQN's gradient. With lane 3 it runs there after CQL and the regime
-    // scales, once IQN's online pass (the IQN task; IQN_BACKWARD is the rest of its gradient)
-    // has written z_mean: a fork from lane 1, so that the IQN lane, the child's longest, no
-    // longer ends with it. Without lane 3 it runs on lane 1 after IQN's Adam, beside the end of
-    // the attention lane (against all of it after the join: aux child 1.178 → 1.173 ms
-    // multi-stream at B = 16384, same bits,
-    // bench/results/h200-2026-12-02-aux-tail-lanes-before-after.json). The Adam steps of IQN
-    // and attention end their lanes, except in a data-parallel step, where both gradients are
-    // summed across the ranks in one collective after the join (SPEC §9).
+    // attention lane: it runs on lane 1 after IQN, beside the end of the attention lane. The Adam
+    // steps of IQN and attention end their lanes too, except in a data-parallel step, where both
+    // gradients are summed across the ranks in one collective after the join (SPEC §9). Against
+    // all of it after the join: aux child 1.178 → 1.173 ms multi-stream at B = 16384, same bits
+    // (bench/results/h200-2026-12-02-aux-tail-lanes-before-after.json).
     const bool lane3 = c.cql_alpha > 0 || d.R > 1;
     const int aux_forked = lane3 ? 3 : 2;
     const bool dp = d.world > 1;
@@ -123,22 +119,12 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     aux.ops.push_back(fork(mask_of(1, aux_forked)));
     if (c.cql_alpha > 0) aux.ops.push_back(run(Task::CQL, 3));
     if (d.R > 1) aux.ops.push_back(run(Task::REGIME_SCALE, 3));
-    const int tail = lane3 ? 3 : 1;
-    const std::vector<Op> tail_ops = {mark(Mark::AUX_TAIL_BEGIN, tail), run(Task::ENSEMBLE, tail),
-                                      run(Task::CONFIDENCE, tail)};
     aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_IQN_BEGIN, 1), run(Task::IQN, 1)});
-    if (lane3) {
-        aux.ops.push_back(fork(1u << 3, 1));
-        aux.ops.insert(aux.ops.end(), tail_ops.begin(), tail_ops.end());
-        if (!dp) aux.ops.push_back(mark(Mark::AUX_TAIL_END, tail));
-    }
-    aux.ops.push_back(run(Task::IQN_BACKWARD, 1));
     if (!dp) aux.ops.push_back(run(Task::AUX_ADAM, 1, kAdamIqn));
-    aux.ops.push_back(mark(Mark::AUX_IQN_END, 1));
-    if (!lane3) {
-        aux.ops.insert(aux.ops.end(), tail_ops.begin(), tail_ops.end());
-        if (!dp) aux.ops.push_back(mark(Mark::AUX_TAIL_END, tail));
-    }
+    aux.ops.insert(aux.ops.end(),
+                   {mark(Mark::AUX_IQN_END, 1), mark(Mark::AUX_TAIL_BEGIN, 1),
+                    run(Task::ENSEMBLE, 1), run(Task::CONFIDENCE, 1)});
+    if (!dp) aux.ops.push_back(mark(Mark::AUX_TAIL_END, 1));
     aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_ATTN_BEGIN, 2), run(Task::ATTENTION, 2)});
     if (!dp) aux.ops.push_back(run(Task::AUX_ADAM, 2, kAdamAttention));
     aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_ATTN_END, 2), join(mask_of(1, aux_forked))});
@@ -193,8 +179,7 @@ int workspace_slot(bool multi_stream, int lane) {
 
 // How much workspace a lane's handle gets: workspace_mib, but half of it for a lane that runs
 // nothing but the step's small GEMMs: the branch layers (FWD_BRANCH, BWD_BRANCH) and CQL's
-// (lanes 3 and 4 at the default config, lane 3 also running CQL in the aux child), and tasks
-// that make no cuBLAS call (the aux tail, ENSEMBLE and CONFIDENCE, also on lane 3).
+// (lanes 3 and 4 at the default config, lane 3 also running CQL in the aux child).
 // The four branch lanes run side by side, so they need four buffers; halving two of them is
 // what brings multi-stream to +64 MiB over single-stream at the default config (lane 2:
 // 32 MiB, lanes 3 and 4: 16 each). These are the smallest GEMMs of the step (outputs of at
@@ -212,8 +197,7 @@ size_t lane_workspace_bytes(const fh_config &c, const std::vector<ChildDesc> &sc
             if (op.kind == Op::RUN && op.lane == lane) {
                 runs = true;
                 small_only &= op.task == Task::FWD_BRANCH || op.task == Task::BWD_BRANCH ||
-                               op.task == Task::CQL || op.task == Task::REGIME_SCALE ||
-                               op.task == Task::ENSEMBLE || op.task == Task::CONFIDENCE;
+                               op.task == Task::CQL || op.task == Task::REGIME_SCALE;
             }
     return runs && small_only ? full / 2 : full;
 }

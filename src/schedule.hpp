@@ -30,8 +30,7 @@ enum class Task : int {
     BWD_TRUNK,         // §5.4: dh2 = sum_b dh2_b in branch order, trunk backward, d_states
     EMA_TARGETS,       // §5.5.1: Polyak update of the Q and IQN targets
     IQL,               // §5.5.2: both expectile nets, their Adam, advantage weights
-    IQN,               // §5.5.3: loss and gradient (CUDA: through the online pass: Z̄, Z,
-                       // z_mean, the loss, dZ and dh; IQN_BACKWARD the rest)
+    IQN,               // §5.5.3: loss and gradient
     ATTENTION,         // §5.5.4: loss and gradient
     AUX_ADAM,          // §5.5.3–4: the Adam steps of the learners in `arg` (kAdamIqn,
                        // kAdamAttention), each at the end of its lane; in a data-parallel step
@@ -45,8 +44,6 @@ enum class Task : int {
     GUARD_CHECK,       // guard.hpp: first non-finite quantity; if any, restore (last in adam)
     TD_METRICS,        // §5.4: L_td and q_mean, summed over the rows (the step's metrics; the
                        // CPU's TD_LOSS computes them in its pass)
-    IQN_BACKWARD,      // §5.5.3: CUDA: IQN's gradient past the online pass (CPU: nothing, its
-                       // IQN task computed all of it)
 };
 
 // Timing marks of the aux learners (fh_timings.aux_*_ms are differences of these; IQL's pair
@@ -63,10 +60,9 @@ constexpr int kAdamIqn = 1, kAdamAttention = 2;
 struct Op {
     enum Kind { RUN, FORK, JOIN, MARK } kind;
     Task task;      // RUN
-    int lane;       // RUN, MARK: lane it runs on (0 = the child's origin lane); FORK: from
+    int lane;       // RUN, MARK: lane it runs on (0 = the child's origin lane)
     int arg;        // RUN: branch index for *_BRANCH tasks, learners for AUX_ADAM; MARK: the Mark
-    unsigned lanes; // FORK: bit mask of the lanes that wait for `lane`'s work so far (lane 0,
-                    // or a lane forked before); JOIN: of the lanes joined into lane 0
+    unsigned lanes; // FORK/JOIN: bit mask of the lanes forked from / joined into lane 0
 };
 
 struct ChildDesc {

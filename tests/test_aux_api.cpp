@@ -314,21 +314,12 @@ static void check_aux_schedule(uint32_t world) {
     for (const ChildDesc &ch : sched)
         if (ch.id == ChildId::AUX) aux = &ch;
     assert_non_null(aux);
-    int fork_at = -1, join_at = -1, iqn_at = -1, iqn_bwd_at = -1, tail_fork_at = -1, ens_at = -1,
-        conf_at = -1, adam_iqn = 0, adam_attn = 0;
+    int fork_at = -1, join_at = -1, iqn_at = -1, ens_at = -1, conf_at = -1, adam_iqn = 0,
+        adam_attn = 0;
     unsigned forked = 0;
-    // With lane 3 (CQL or regimes) the tail runs there, forked from lane 1 after IQN's online
-    // pass (the IQN task); else on lane 1 after IQN's Adam.
-    const int tail = c.cql_alpha > 0 || d.R > 1 ? 3 : 1;
     for (int k = 0; k < (int)aux->ops.size(); ++k) {
         const Op &op = aux->ops[k];
-        if (op.kind == Op::FORK && op.lane != 0) {
-            assert_int_equal(op.lane, 1);
-            assert_int_equal(op.lanes, 1u << 3);
-            tail_fork_at = k;
-        } else if (op.kind == Op::FORK) {
-            fork_at = k, forked = op.lanes;
-        }
+        if (op.kind == Op::FORK) fork_at = k, forked = op.lanes;
         if (op.kind == Op::JOIN) {
             join_at = k;
             assert_int_equal(op.lanes, forked);
@@ -340,9 +331,8 @@ static void check_aux_schedule(uint32_t world) {
         else assert_int_equal(op.lane, 0);
         switch (op.task) {
         case Task::IQN: iqn_at = k; assert_int_equal(op.lane, 1); break;
-        case Task::IQN_BACKWARD: iqn_bwd_at = k; assert_int_equal(op.lane, 1); break;
-        case Task::ENSEMBLE: ens_at = k; assert_int_equal(op.lane, tail); break;
-        case Task::CONFIDENCE: conf_at = k; assert_int_equal(op.lane, tail); break;
+        case Task::ENSEMBLE: ens_at = k; assert_int_equal(op.lane, 1); break;
+        case Task::CONFIDENCE: conf_at = k; assert_int_equal(op.lane, 1); break;
         case Task::ATTENTION: assert_int_equal(op.lane, 2); break;
         case Task::REGIME_SCALE: assert_true(inside); assert_int_equal(op.lane, 3); break;
         case Task::IQL: assert_false(inside); break;
@@ -363,9 +353,6 @@ static void check_aux_schedule(uint32_t world) {
     assert_true(fork_at >= 0 && join_at > fork_at);
     // The tail reads IQN's z_mean (ensemble) and the ensemble's variance (confidence).
     assert_true(iqn_at >= 0 && iqn_at < ens_at && ens_at < conf_at && conf_at < join_at);
-    assert_true(iqn_at < iqn_bwd_at && iqn_bwd_at < join_at);
-    if (tail == 3) assert_true(iqn_at < tail_fork_at && tail_fork_at < ens_at);
-    else assert_int_equal(tail_fork_at, -1);
     assert_int_equal(adam_iqn, 1);
     assert_int_equal(adam_attn, 1);
 }
@@ -383,7 +370,7 @@ static void check_iql_place(uint32_t branches) {
         int last_bwd_branch = -1, trunk = -1, iql = -1, join_after = -1;
         for (int k = 0; k < (int)ch.ops.size(); ++k) {
             const Op &op = ch.ops[k];
-            if (op.kind == Op::FORK && op.lane == 0) forked = op.lanes;
+            if (op.kind == Op::FORK) forked = op.lanes;
             if (op.kind == Op::JOIN) {
                 if (iql >= 0 && join_after < 0) join_after = k;
                 forked = 0;

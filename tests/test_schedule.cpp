@@ -17,8 +17,8 @@
 //    streams their collectives could be issued in different orders on different ranks, and
 //    NCCL would hang;
 //  - a lane other than lane 0 runs only after a fork (else its work would run outside the
-//    capture; a fork may come from lane 0 or from a lane forked before) and is joined back into
-//    lane 0 after its last work or fork (a capture with an unjoined stream fails);
+//    capture) and is joined back into lane 0 after its last work or fork (a capture with an
+//    unjoined stream fails);
 //  - the children's edges point to earlier children and the last child comes after all others
 //    (and check_child_order, which the executors call, refuses lists where they do not);
 //  - each task runs exactly once per step (per branch).
@@ -42,12 +42,11 @@ using namespace fh;
 namespace {
 
 // Tasks that make no cuBLAS call (their reductions use their lane's own scratch; HER's, the
-// guard's snapshot, the power iteration's and the aux tail's are kernels of their own:
-// cuda/her.cu, guard.cu, spectral.cu, ensemble.cu, confidence.cu).
+// guard's snapshot and the power iteration's are kernels of their own: cuda/her.cu, guard.cu,
+// spectral.cu).
 bool no_blas(Task t) {
     return t == Task::TD_METRICS || t == Task::EMA_TARGETS || t == Task::HER_RELABEL ||
-           t == Task::GUARD_SNAPSHOT || t == Task::SPECTRAL_POWER || t == Task::ENSEMBLE ||
-           t == Task::CONFIDENCE;
+           t == Task::GUARD_SNAPSHOT || t == Task::SPECTRAL_POWER;
 }
 
 // Tasks that sum across the ranks of a data-parallel step (cuda/: st.dp.sum).
@@ -105,16 +104,12 @@ Known simulate_child(const ChildDesc &ch, const Known &start, Sim &s) {
             break;
         }
         case Op::FORK:
-            // From lane 0, or from a lane already in the capture.
             assert_int_equal(op.lanes & 1u, 0u);
             assert_true(op.lanes < (1u << ch.num_lanes));
-            assert_true(op.lane >= 0 && op.lane < ch.num_lanes);
-            assert_int_equal(op.lanes >> op.lane & 1u, 0u);
-            on_lane(op.lane);
             for (int l = 1; l < kMaxLanes; ++l)
                 if (op.lanes >> l & 1u) {
                     forked[l] = open[l] = true;
-                    merge_into(known[l], known[op.lane]);
+                    merge_into(known[l], known[0]);
                 }
             break;
         case Op::JOIN:
@@ -236,9 +231,6 @@ const Order kOrder[] = {
     {Task::EMA_TARGETS, kAny, Task::IQN, kAny},
     {Task::IQN, kAny, Task::ENSEMBLE, kAny},    // z_mean
     {Task::IQN, kAny, Task::AUX_ADAM, kAdamIqn},
-    {Task::IQN, kAny, Task::IQN_BACKWARD, kAny},  // CUDA: the online pass's dh, τ, m
-    {Task::IQN_BACKWARD, kAny, Task::AUX_ADAM, kAdamIqn},
-    {Task::EMA_TARGETS, kAny, Task::IQN_BACKWARD, kAny},
     {Task::EMA_TARGETS, kAny, Task::AUX_ADAM, kAdamIqn},
     {Task::ATTENTION, kAny, Task::AUX_ADAM, kAdamAttention},
     {Task::FWD_TRUNK, kAny, Task::CONFIDENCE, kAny},  // u(x̃)
@@ -267,8 +259,7 @@ void check_order(const Sim &s, const Dims &d) {
     for (Task t : {Task::HER_RELABEL, Task::SPECTRAL_POWER, Task::GUARD_SNAPSHOT,
                    Task::DDQN_ONLINE_NEXT, Task::DDQN_TARGET, Task::DDQN_JOIN, Task::FWD_TRUNK,
                    Task::TD_LOSS, Task::TD_METRICS, Task::BWD_TRUNK, Task::EMA_TARGETS,
-                   Task::IQL, Task::IQN, Task::IQN_BACKWARD, Task::ATTENTION, Task::ENSEMBLE,
-                   Task::CONFIDENCE})
+                   Task::IQL, Task::IQN, Task::ATTENTION, Task::ENSEMBLE, Task::CONFIDENCE})
         find_once(s, t);
     for (uint32_t b = 0; b < d.NB; ++b) {
         find_once(s, Task::FWD_BRANCH, (int)b);

@@ -282,7 +282,6 @@ private:
         case Task::EMA_TARGETS: ema_targets(s_); break;
         case Task::IQL: iql(s_); break;
         case Task::IQN: iqn(s_); break;
-        case Task::IQN_BACKWARD: break;  // iqn() computed the whole gradient
         case Task::ATTENTION: attention(s_); break;
         case Task::AUX_ADAM:
             if (op.arg & kAdamIqn) iqn_adam(s_);
