@@ -13,15 +13,11 @@ namespace fh::cuda {
 // keep_pre = false (forward-only passes: ddqn, act): the pre-activations are computed in place
 // in the activation buffers, which saves their memory and a third of the elementwise traffic;
 // the backward needs them only for the online pass.
-void alloc_qcache(DeviceMemory &mem, const Dims &d, QCache &c, int M, bool head, bool keep_pre,
-                  int trunk_rows) {
+void alloc_qcache(DeviceMemory &mem, const Dims &d, QCache &c, int M, bool head, bool keep_pre) {
     const size_t MH = (size_t)M * d.H;
     c.M = M;
-    if (trunk_rows < 0) trunk_rows = M;
-    if (trunk_rows > 0) {
-        c.h1 = mem.floats(MEM_ACT, (size_t)trunk_rows * d.H);
-        c.h2 = mem.floats(MEM_ACT, (size_t)trunk_rows * d.H);
-    }
+    c.h1 = mem.floats(MEM_ACT, MH);
+    c.h2 = mem.floats(MEM_ACT, MH);
     c.g = mem.floats(MEM_ACT, (size_t)d.NB * M * d.HB);
     c.q = mem.floats(MEM_ACT, (size_t)d.NB * M * d.A);
     if (keep_pre) {
@@ -68,13 +64,9 @@ CudaStep::CudaStep(const fh_config &c, const Layout &l, DeviceMemory &mem, const
         }
     sn_row = mem.alloc_n<double>(MEM_ACT, power_scratch_doubles(d));
 
-    // One online trunk pass on [x̃; x̃'] (forward_trunk, qnet.cu): on's h1 and h2 hold its 2B
-    // rows, next's trunk is their x̃' half (in place, as a forward-only pass keeps it).
-    alloc_qcache(mem, d, on, (int)B, true, true, (int)(2 * B));
-    alloc_qcache(mem, d, next, (int)B, false, false, 0);
-    next.h1 = next.pre1 = on.h1 + B * d.H;
-    next.h2 = next.pre2 = on.h2 + B * d.H;
+    alloc_qcache(mem, d, next, (int)B, false, false);
     alloc_qcache(mem, d, tgt, (int)(2 * B), false, false);
+    alloc_qcache(mem, d, on, (int)B, true, true);
     if (ddqn_branches_packed(d)) {
         pack_next = mem.floats(MEM_ACT, packed_branch_floats(d));
         pack_tgt = mem.floats(MEM_ACT, packed_branch_floats(d));

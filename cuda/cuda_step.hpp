@@ -53,10 +53,7 @@ struct QCache {
     bool h1_rounded = false;  // the same for h1 (the trunk's first layer)
     uint64_t g_rounded = 0;   // bit b: the same for branch b's g (its fused layer wrote it)
 };
-// h1 and h2 get trunk_rows rows (M when negative; none when 0: the caller points them at
-// another cache's rows).
-void alloc_qcache(DeviceMemory &mem, const Dims &d, QCache &c, int M, bool head, bool keep_pre,
-                  int trunk_rows = -1);
+void alloc_qcache(DeviceMemory &mem, const Dims &d, QCache &c, int M, bool head, bool keep_pre);
 
 // The Q net's weights as one pass sees them: a flat buffer (online or target) with the trunk
 // matrices replaced by their spectrally normalised copies where SN applies; where the pass has
@@ -123,7 +120,7 @@ struct CudaStep {
     float *weff[2] = {}, *weff_t[2] = {}, *sn_v[2] = {};
     double *sn_row = nullptr;             // power-iteration scratch (power_scratch_doubles)
     // §5.3 ddqn
-    QCache next;                          // online on x~' (in place; its trunk is on's x~' rows)
+    QCache next;                          // online on x~' (in place)
     QCache tgt;                           // target on [x~; x~'] (2B rows, in place)
     // The branches' weights packed for next's and tgt's passes (memory_plan.hpp,
     // packed_branch_floats; null when ddqn_branches_packed is false).
@@ -132,9 +129,7 @@ struct CudaStep {
     float *y = nullptr;                   // [B, NB]
     float *qbar_sa = nullptr;             // [B]
     // §5.4 forward
-    // Online on x~, with pre-activations and the head; h1 and h2 have 2B rows, the trunk of
-    // [x~; x~'] (FWD_TRUNK, in the ddqn child: one pass for ddqn's next and the forward child).
-    QCache on;
+    QCache on;                            // online on x~, with pre-activations and the head
     float *delta = nullptr;               // [B, NB]
     float *dz = nullptr;                  // [NB][B, A]; BF16: then CQL's rounded dzc (cql.cu)
     float *dpreg = nullptr;               // [B, NB·HB] side by side (dh2_one_product), else [NB][B, HB]
@@ -184,13 +179,9 @@ void learner_attention(CudaStep &s, const LaneCtx &l);
 void learner_adam(CudaStep &s, const LaneCtx &l, int learners);
 
 // ---- pieces used by more than one file -----------------------------------------------------
-// qnet.cu: SPEC §4 trunk on c.M rows of x (pre1 and pre2 for the first pre_rows rows, all
-// when negative; h1, h2), and branch b (preg, g, z, q).
+// qnet.cu: SPEC §4 trunk on c.M rows of x (pre1, h1, pre2, h2), and branch b (preg, g, z, q).
 void q_forward_trunk(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
-                     const float *x, QCache &c, int pre_rows = -1);
-// The online weights as the forward passes after FWD_TRUNK read them: with ddqn's online pack
-// where there is one (FWD_TRUNK packs them; nothing changes them until the Adam child).
-QView online_pass_view(const CudaStep &st, const LaneCtx &l);
+                     const float *x, QCache &c);
 void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
                       QCache &c, int b, float q_clip);
 // The pass's packed weights into `pack` (packed_branch_floats(d) floats; the config must have

@@ -1,6 +1,5 @@
 // SPEC §5.3 on the GPU: double DQN targets (van Hasselt et al. 2016) per branch, as
-// src/cpu/ddqn.cpp. Lane A: the online net on x̃' and a*_b = argmax (ties: lowest index; its
-// trunk is the x̃' half of FWD_TRUNK's pass on [x̃; x̃'], run before it on the same lane);
+// src/cpu/ddqn.cpp. Lane A: the online net on x̃' and a*_b = argmax (ties: lowest index);
 // lane B: the target net on [x̃; x̃'] (2B rows: its x̃ rows give Q̄sa, its x̃' rows evaluate a*
 // and, through their trunk features, the confidence target of the aux child); the join: y and
 // Q̄sa. Both passes run all branches at once where the config allows (qnet.cu,
@@ -44,35 +43,33 @@ __global__ void k_ddqn_join(const float *qt, const int32_t *a_star, const int32_
     }
 }
 
-// A forward-only pass's branches on c's trunk: packed (qnet.cu) where the config allows
-// (memory_plan.hpp, ddqn_branches_packed), else one after another.
-void branches(CudaStep &st, const LaneCtx &l, const QView &w, QCache &c) {
-    if (ddqn_branches_packed(st.d)) {
+// One of ddqn's forward-only passes on x: its weights packed first where the config allows
+// (memory_plan.hpp, ddqn_branches_packed; the trunk then reads their rounded copies, TF32 or
+// bfloat16, where the lane fuses its SiLU layers), the trunk, then the branches packed
+// (qnet.cu) or one after another.
+void forward_pass(CudaStep &st, const LaneCtx &l, QView w, const float *x, QCache &c,
+                  float *pack) {
+    const bool packed = ddqn_branches_packed(st.d);
+    if (packed) w = q_pack(l, st.d, st.L, w, pack);
+    q_forward_trunk(l, st.d, st.L, w, x, c);
+    if (packed) {
         q_forward_branches_packed(l, st.d, st.L, w, c, st.cfg.q_clip);
         return;
     }
-    for (uint32_t b = 0; b < st.d.NB; ++b)
-        q_forward_branch(l, st.d, st.L, w, c, (int)b, st.cfg.q_clip);
+    for (uint32_t b = 0; b < st.d.NB; ++b) q_forward_branch(l, st.d, st.L, w, c, (int)b, st.cfg.q_clip);
 }
 
 }  // namespace
 
-// After FWD_TRUNK on this lane (qnet.cu: the online weights packed, the trunk on [x̃; x̃'],
-// whose x̃' rows are st.next's trunk): the branches and a*.
 void ddqn_online_next(CudaStep &st, const LaneCtx &l) {
-    branches(st, l, online_pass_view(st, l), st.next);
+    forward_pass(st, l, st.online_view(), st.inputs().xn, st.next, st.pack_next);
     const size_t n = (size_t)st.d.B * st.d.NB;
     FH_LAUNCH(k_argmax, grid_for(n), kThreads, 0, l.stream, st.next.q, (int)st.d.B, (int)st.d.NB,
               (int)st.d.A, st.a_star);
 }
 
-// Its weights packed first where the config allows (the trunk then reads their rounded copies,
-// TF32 or bfloat16, where the lane fuses its SiLU layers), the trunk, then the branches.
 void ddqn_target(CudaStep &st, const LaneCtx &l) {
-    QView w = st.target_view();
-    if (ddqn_branches_packed(st.d)) w = q_pack(l, st.d, st.L, w, st.pack_tgt);
-    q_forward_trunk(l, st.d, st.L, w, st.x2, st.tgt);
-    branches(st, l, w, st.tgt);
+    forward_pass(st, l, st.target_view(), st.x2, st.tgt, st.pack_tgt);
 }
 
 void ddqn_join(CudaStep &st, const LaneCtx &l) {

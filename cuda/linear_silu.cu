@@ -202,7 +202,7 @@ static_assert(kMaxHeadActions == 8, "one m16n8k8 product covers a row's actions"
 template <bool HEADS, bool BF16>
 __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring, int M, int N,
                                               int n0, const float *__restrict__ bias, float *pre,
-                                              int pre_rows, float *act, const BranchHeads &hd) {
+                                              float *act, const BranchHeads &hd) {
     const Frag f = frag_of(blockIdx.y * kBM);
     const int r0 = f.r0, t2 = f.t2, lane = f.lane;
     // The bias of the thread's 32 columns, loaded before any store: issued at each use, behind
@@ -238,8 +238,7 @@ __device__ __forceinline__ void epilogue_silu(const float (&d)[64], float *ring,
             ga[2 + h] = g1;
             if (row >= M) continue;
             const size_t at = (size_t)row * N + col;
-            if (keep_pre && row < pre_rows)
-                *reinterpret_cast<float2 *>(pre + at) = make_float2(p0, p1);
+            if (keep_pre) *reinterpret_cast<float2 *>(pre + at) = make_float2(p0, p1);
             if (act)
                 *reinterpret_cast<float2 *>(act + at) =
                     make_float2(__uint_as_float(g0), __uint_as_float(g1));
@@ -338,8 +337,8 @@ struct DsiluPart {
 template <bool ROUND_X, int EPI, bool BF16>
 __global__ void __launch_bounds__(kThreadsTc, 2)
 k_linear_silu(const __grid_constant__ CUtensorMap mX, const __grid_constant__ CUtensorMap mW,
-              const float *__restrict__ bias, int M, int N, int K, float *pre, int pre_rows,
-              float *act, BranchHeads hd, DsiluPart dp) {
+              const float *__restrict__ bias, int M, int N, int K, float *pre, float *act,
+              BranchHeads hd, DsiluPart dp) {
     pdl_enter();
 #ifdef FH_HAVE_WGMMA
     extern __shared__ unsigned char smem_raw[];
@@ -405,7 +404,7 @@ k_linear_silu(const __grid_constant__ CUtensorMap mX, const __grid_constant__ CU
                              dp.partial);
     else
         epilogue_silu<EPI == kEpiHeads, BF16>(d, reinterpret_cast<float *>(ring), M, N, n0, bias,
-                                              pre, pre_rows, act, hd);
+                                              pre, act, hd);
 #endif
 }
 
@@ -480,25 +479,25 @@ bool fits(int M, int N, int K, const float *X, const float *W, const float *bias
 
 template <int EPI, bool BF16>
 void launch_as(int M, int N, cudaStream_t s, bool x_rounded, const float *X, const float *Wt,
-               const float *bias, int K, float *pre, int pre_rows, float *act,
-               const BranchHeads &hd, const DsiluPart &dp) {
+               const float *bias, int K, float *pre, float *act, const BranchHeads &hd,
+               const DsiluPart &dp) {
     const dim3 grid(N / kBN, (M + kBM - 1) / kBM);
     const CUtensorMap mx = rows_map(X, M, K), mw = rows_map(Wt, N, K);
     if (x_rounded)
         FH_LAUNCH((k_linear_silu<false, EPI, BF16>), grid, kThreadsTc, kSmemBytes, s, mx, mw,
-                  bias, M, N, K, pre, pre_rows, act, hd, dp);
+                  bias, M, N, K, pre, act, hd, dp);
     else
         FH_LAUNCH((k_linear_silu<true, EPI, BF16>), grid, kThreadsTc, kSmemBytes, s, mx, mw, bias,
-                  M, N, K, pre, pre_rows, act, hd, dp);
+                  M, N, K, pre, act, hd, dp);
 }
 template <int EPI>
 void launch(const Blas &bl, int M, int N, cudaStream_t s, bool x_rounded, const float *X,
-            const float *Wt, const float *bias, int K, float *pre, int pre_rows, float *act,
+            const float *Wt, const float *bias, int K, float *pre, float *act,
             const BranchHeads &hd, const DsiluPart &dp) {
     if (bl.linear_bf16)
-        launch_as<EPI, true>(M, N, s, x_rounded, X, Wt, bias, K, pre, pre_rows, act, hd, dp);
+        launch_as<EPI, true>(M, N, s, x_rounded, X, Wt, bias, K, pre, act, hd, dp);
     else
-        launch_as<EPI, false>(M, N, s, x_rounded, X, Wt, bias, K, pre, pre_rows, act, hd, dp);
+        launch_as<EPI, false>(M, N, s, x_rounded, X, Wt, bias, K, pre, act, hd, dp);
 }
 
 }  // namespace
@@ -513,25 +512,14 @@ bool linear_tc_enabled(const fh_config &c) {
 
 bool linear_silu(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X,
                  bool x_rounded, const float *W, const float *Wt, const float *bias, float *pre,
-                 float *act, const char *what, int pre_rows) {
-    if (pre_rows < 0 || pre_rows > M) pre_rows = M;
+                 float *act, const char *what) {
     if (bl.linear_tc && Wt && fits(M, N, K, X, Wt, bias, pre, act)) {
-        launch<kEpiSilu>(bl, M, N, s, x_rounded, X, Wt, bias, K, pre, pre_rows, act,
-                         BranchHeads{}, DsiluPart{});
+        launch<kEpiSilu>(bl, M, N, s, x_rounded, X, Wt, bias, K, pre, act, BranchHeads{},
+                         DsiluPart{});
         return true;
     }
-    // cuBLAS writes the whole product into pre: the rows past pre_rows as a layer of their own,
-    // in place in act.
-    const int rest = pre == act ? 0 : M - pre_rows;
-    if (M - rest > 0) {
-        gemm_nt(bl, M - rest, N, K, X, W, pre, 0.0f, what);
-        bias_silu(pre, act, bias, M - rest, N, s);
-    }
-    if (rest > 0) {
-        float *tail = act + (size_t)pre_rows * N;
-        gemm_nt(bl, rest, N, K, X + (size_t)pre_rows * K, W, tail, 0.0f, what);
-        bias_silu(tail, tail, bias, rest, N, s);
-    }
+    gemm_nt(bl, M, N, K, X, W, pre, 0.0f, what);
+    bias_silu(pre, act, bias, M, N, s);
     return false;
 }
 
@@ -541,7 +529,7 @@ bool linear_silu_heads(const Blas &bl, cudaStream_t s, int M, int N, int K, cons
     if (!bl.linear_tc || !Wt || hd.A < 1 || hd.A > kMaxHeadActions ||
         !fits(M, N, K, X, Wt, bias, pre, act))
         return false;
-    launch<kEpiHeads>(bl, M, N, s, x_rounded, X, Wt, bias, K, pre, M, act, hd, DsiluPart{});
+    launch<kEpiHeads>(bl, M, N, s, x_rounded, X, Wt, bias, K, pre, act, hd, DsiluPart{});
     return true;
 }
 
@@ -552,8 +540,7 @@ bool linear_dsilu(const Blas &bl, cudaStream_t s, int M, int N, int K, const flo
     DsiluPart dp;
     dp.P = P;
     dp.partial = partial;
-    launch<kEpiDsilu>(bl, M, N, s, x_rounded, X, Wt, bias, K, nullptr, M, dpre, BranchHeads{},
-                      dp);
+    launch<kEpiDsilu>(bl, M, N, s, x_rounded, X, Wt, bias, K, nullptr, dpre, BranchHeads{}, dp);
     return true;
 }
 

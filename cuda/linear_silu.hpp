@@ -27,20 +27,18 @@ constexpr int kLinearMinTiles = 128;
 bool linear_tc_pays(int M, int N);
 
 // X [M, K], W [N, K], bias [N], row-major float32: act [M, N] = SiLU(X Wᵀ + bias) (bias per
-// column) and, when pre is not act, pre = X Wᵀ without the bias for the first pre_rows rows
-// ([pre_rows, N]; all M rows when pre_rows is negative or above M), as bias_silu's callers keep
-// it for the backward. On the handle's stream `s`.
+// column) and, when pre is not act, pre [M, N] = X Wᵀ without the bias (as bias_silu's callers
+// keep it for the backward). On the handle's stream `s`.
 //
 // One kernel when bl.linear_tc, Wt (W rounded to TF32, round to nearest even) is given,
 // N is a multiple of 128, K of 32 and every pointer 16-byte aligned; `x_rounded` says X already
 // holds rounded values (an activation this kernel wrote), else the kernel rounds it. Then act is
 // stored rounded to TF32 (SiLU in tile128.cuh's fast form: within 2 + 1.2|z| float ulps of
 // bias_silu's expression before that rounding) and the function returns true. Otherwise
-// gemm_nt (named `what` in errors) then bias_silu, act exact, and false (with pre_rows < M the
-// rows past it are a second gemm_nt and bias_silu, in place in act).
+// gemm_nt (named `what` in errors) then bias_silu, act exact, and false.
 bool linear_silu(const Blas &bl, cudaStream_t s, int M, int N, int K, const float *X,
                  bool x_rounded, const float *W, const float *Wt, const float *bias, float *pre,
-                 float *act, const char *what, int pre_rows = -1);
+                 float *act, const char *what);
 
 // SPEC §4's branch heads, z_b = g_b U_bᵀ + e_b and q_b = clamp(z_b, ±clip), for branch layers
 // whose column tiles of 128 are the branches (HB = 128): tile x's U [A, 128] at U + x·u_stride,

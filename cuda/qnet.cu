@@ -171,16 +171,16 @@ void q_forward_branches_packed(const LaneCtx &l, const Dims &d, const Layout &L,
 // With w.rounded both layers read the pack's rounded copies (x rounded in the first layer's
 // kernel); the second then reads h1 as the first wrote it.
 void q_forward_trunk(const LaneCtx &l, const Dims &d, const Layout &L, const QView &w,
-                     const float *x, QCache &c, int pre_rows) {
+                     const float *x, QCache &c) {
     const int M = c.M, H = (int)d.H, D = (int)d.D;
     const PackedBranches pk = packed_branches(d);
     const bool tc = w.rounded && linear_tc_pays(M, H);
     c.h1_rounded =
         linear_silu(l.blas, l.stream, M, H, D, x, false, w.W1, tc ? w.pack + pk.W1t : nullptr,
-                    w.p + L.q.b1, c.pre1, c.h1, "trunk x W1^T", pre_rows);
+                    w.p + L.q.b1, c.pre1, c.h1, "trunk x W1^T");
     c.h2_rounded = linear_silu(l.blas, l.stream, M, H, H, c.h1, c.h1_rounded, w.W2,
                                tc ? w.pack + pk.W2t : nullptr, w.p + L.q.b2, c.pre2, c.h2,
-                               "trunk h1 W2^T", pre_rows);
+                               "trunk h1 W2^T");
 }
 
 // Branch b's rows of the packed Vcat are V_b (rounded with w.rounded), and of ccat c_b.
@@ -222,7 +222,8 @@ void q_forward_branch(const LaneCtx &l, const Dims &d, const Layout &L, const QV
               A, q_clip);
 }
 
-QView online_pass_view(const CudaStep &st, const LaneCtx &l) {
+// The forward child's passes read ddqn's online pack (its weights have not changed since).
+static QView forward_view(const CudaStep &st, const LaneCtx &l) {
     QView w = st.online_view();
     if (st.pack_next) {
         w.pack = st.pack_next;
@@ -231,29 +232,17 @@ QView online_pass_view(const CudaStep &st, const LaneCtx &l) {
     return w;
 }
 
-// In the ddqn child, on the online pass's lane before DDQN_ONLINE_NEXT: the online weights
-// packed, then one trunk pass over x2 = [x̃; x̃'] (2B rows; the pre-activations of the x̃ rows
-// kept for the backward) that serves the forward child's x̃ and ddqn's x̃' (st.next's trunk is
-// its second half), and the confidence head on the x̃ rows. Each row's result is the same as
-// two passes of B rows give (the fused layer has no split-K; on cuBLAS linear_silu runs the two
-// halves as two GEMMs, as the two passes did), and the forward child no longer starts with the
-// trunk while the rest of the GPU waits.
 void forward_trunk(CudaStep &st, const LaneCtx &l) {
-    if (ddqn_branches_packed(st.d)) q_pack(l, st.d, st.L, st.online_view(), st.pack_next);
-    const QView w = online_pass_view(st, l);
+    const QView w = forward_view(st, l);
+    q_forward_trunk(l, st.d, st.L, w, st.x2, st.on);
     const int M = (int)st.d.B;
-    QCache both = st.on;
-    both.M = 2 * M;
-    q_forward_trunk(l, st.d, st.L, w, st.x2, both, M);
-    st.on.h1_rounded = st.next.h1_rounded = both.h1_rounded;
-    st.on.h2_rounded = st.next.h2_rounded = both.h2_rounded;
     const int grid = (M + kThreads / 32 - 1) / (kThreads / 32);
     FH_LAUNCH(k_conf_head, grid, kThreads, 0, l.stream, st.on.h2, w.p + st.L.q.w_u,
               w.p + st.L.q.b_u, M, (int)st.d.H, st.on.pre_u, st.on.u);
 }
 
 void forward_branch(CudaStep &st, const LaneCtx &l, int b) {
-    q_forward_branch(l, st.d, st.L, online_pass_view(st, l), st.on, b, st.cfg.q_clip);
+    q_forward_branch(l, st.d, st.L, forward_view(st, l), st.on, b, st.cfg.q_clip);
 }
 
 }  // namespace fh::cuda

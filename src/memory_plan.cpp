@@ -119,8 +119,6 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
         if (head) n += 2 * M;
         return n * F;
     };
-    // next's trunk rows are the second half of on's h1 and h2 (2B rows each, cuda_step.cpp):
-    // the same floats as a cache of its own.
     a += cache(B, false, false) + cache(2 * B, false, false) + cache(B, true, true);
     if (ddqn_branches_packed(d)) a += 2 * packed_branch_floats(d) * F;  // next's and tgt's
     a += B * NB * I + (B * NB + B) * F;                // a*, y, Q̄sa

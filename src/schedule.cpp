@@ -50,14 +50,9 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     const bool multi = c.exec_mode == FH_EXEC_MULTI_STREAM;
     if (multi) s[spectral].after = s[her].after;
 
-    // The online trunk on x̃ (FWD_TRUNK, SPEC §5.4's first step) runs here, on the online pass's
-    // lane before DDQN_ONLINE_NEXT: nothing in between changes the online weights, and on CUDA
-    // it is one pass over [x̃; x̃'] whose x̃' half is DDQN_ONLINE_NEXT's trunk (qnet.cu,
-    // forward_trunk). The forward child then starts with the branches.
     const int ddqn = add({ChildId::DDQN, "ddqn", 3,
-                          {fork(mask_of(1, 2)), run(Task::FWD_TRUNK, 1),
-                           run(Task::DDQN_ONLINE_NEXT, 1), run(Task::DDQN_TARGET, 2),
-                           join(mask_of(1, 2)), run(Task::DDQN_JOIN)},
+                          {fork(mask_of(1, 2)), run(Task::DDQN_ONLINE_NEXT, 1),
+                           run(Task::DDQN_TARGET, 2), join(mask_of(1, 2)), run(Task::DDQN_JOIN)},
                           {}});
     if (multi) s[ddqn].after = {her, spectral};
 
@@ -66,6 +61,7 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     const int branch_lanes = (int)d.NB < kMaxLanes - 1 ? (int)d.NB : kMaxLanes - 1;
     ChildDesc fwd{ChildId::FORWARD, "forward", 1 + branch_lanes, {}, {}};
     const unsigned bl = mask_of(1, branch_lanes);
+    fwd.ops.push_back(run(Task::FWD_TRUNK));
     fwd.ops.push_back(fork(bl));
     for (uint32_t b = 0; b < d.NB; ++b) fwd.ops.push_back(run(Task::FWD_BRANCH, 1 + b % branch_lanes, b));
     fwd.ops.push_back(join(bl));

@@ -22,8 +22,7 @@ enum class Task : int {
     DDQN_ONLINE_NEXT,  // §5.3 lane A: online forward on x~', argmax a*
     DDQN_TARGET,       // §5.3 lane B: target forward on [x~; x~']
     DDQN_JOIN,         // §5.3 join: y [B, NB], Qbar_sa [B]
-    FWD_TRUNK,         // §5.4: online trunk on x~ (and the confidence head); CUDA: on
-                       // [x~; x~'], DDQN_ONLINE_NEXT's trunk too (in the ddqn child)
+    FWD_TRUNK,         // §5.4: online trunk on x~ (and the confidence head)
     FWD_BRANCH,        // §5.4: branch `arg` forward
     TD_LOSS,           // §5.4: delta, L_td, q_mean, dz for every branch
     BWD_BRANCH,        // §5.4: branch `arg` backward: dU, de, dV, dc, dh2_b

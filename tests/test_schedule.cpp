@@ -218,8 +218,6 @@ const Order kOrder[] = {
     {Task::DDQN_TARGET, kAny, Task::EMA_TARGETS, kAny},  // ddqn's Q̄ before this step's EMA
     {Task::DDQN_TARGET, kAny, Task::CONFIDENCE, kAny},   // h̄2(x̃')
     {Task::FWD_TRUNK, kAny, Task::FWD_BRANCH, kAny},
-    // CUDA: DDQN_ONLINE_NEXT's trunk is the x̃' half of FWD_TRUNK's pass on [x̃; x̃'] (qnet.cu).
-    {Task::FWD_TRUNK, kAny, Task::DDQN_ONLINE_NEXT, kAny},
     {Task::FWD_BRANCH, kAny, Task::TD_LOSS, kAny},
     {Task::TD_LOSS, kAny, Task::TD_METRICS, kAny},
     {Task::TD_LOSS, kAny, Task::BWD_BRANCH, kAny},
