@@ -135,11 +135,6 @@ struct CudaStep {
     float *dpreg = nullptr;               // [B, NB·HB] side by side (dh2_one_product), else [NB][B, HB]
     float *dh2 = nullptr;                 // [B, H] dh2 (dh2_one_product), else [NB][B, H] per branch
     float *dpre2 = nullptr, *dpre1 = nullptr;  // [B, H]
-    // Set when BWD_BRANCH and BWD_TRUNK are enqueued, read by BRANCH_DV and TRUNK_GRADS after
-    // them: branch b's dpre (bit b) and dpre2, dpre1 hold bfloat16 values (FH_MATH_BF16's fused
-    // kernels wrote them), so their weight gradients multiply them without a stage.
-    uint64_t dpre_bf16 = 0;
-    bool dpre2_rounded = false, dpre1_rounded = false;
     double *td_elt = nullptr, *q_elt = nullptr;  // [B·NB] per-element terms of the sums
     // §5.5 aux
     float *v_hi = nullptr, *v_lo = nullptr, *omega = nullptr, *z_mean = nullptr;  // [B]
@@ -167,9 +162,7 @@ void forward_branch(CudaStep &s, const LaneCtx &l, int b);
 void td_loss(CudaStep &s, const LaneCtx &l);           // td.cu: delta, dz, per-row loss terms
 void td_metrics(CudaStep &s, const LaneCtx &l);        // td.cu: their sums, L_td and q_mean
 void backward_branch(CudaStep &s, const LaneCtx &l, int b);
-void branch_dv(CudaStep &s, const LaneCtx &l, int b);  // td.cu: BRANCH_DV
 void backward_trunk(CudaStep &s, const LaneCtx &l);
-void trunk_grads(CudaStep &s, const LaneCtx &l, int layer);  // td.cu: TRUNK_GRADS
 void ema_targets(CudaStep &s, const LaneCtx &l);       // ema.cu
 void cql(CudaStep &s, const LaneCtx &l);               // cql.cu
 void ensemble(CudaStep &s, const LaneCtx &l);          // ensemble.cu

@@ -342,8 +342,6 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
     case Task::TD_METRICS: td_metrics(s, l); break;
     case Task::BWD_BRANCH: backward_branch(s, l, arg); break;
     case Task::BWD_TRUNK: backward_trunk(s, l); break;
-    case Task::BRANCH_DV: branch_dv(s, l, arg); break;
-    case Task::TRUNK_GRADS: trunk_grads(s, l, arg); break;
     case Task::EMA_TARGETS: ema_targets(s, l); break;
     case Task::IQL: learner_iql(s, l); break;
     case Task::IQN: learner_iqn(s, l); break;

@@ -208,7 +208,7 @@ void backward_branch(CudaStep &st, const LaneCtx &l, int b) {
                       reinterpret_cast<double *>(base + pad), g + o.U[b], g + o.c[b], g + o.e[b]};
     ga.dpre_bf16 = l.blas.bf16_stage != nullptr;
     // In FH_MATH_BF16, dV's operands are bfloat16 values when this kernel ran (dpre rounded)
-    // and the trunk's fused layer wrote h2: then no stage (gemm_bf16_values, branch_dv).
+    // and the trunk's fused layer wrote h2: then no stage (gemm_bf16_values).
     bool dpre_bf16 = false;
     if (branch_grad_partials(B, HB, A) <= (span - pad) / 2 && branch_grads(ga, l.stream)) {
         dpre_bf16 = ga.dpre_bf16;
@@ -223,34 +223,20 @@ void backward_branch(CudaStep &st, const LaneCtx &l, int b) {
         dsilu_colsum(in, preg, p + o.c[b], B, HB, kColsumRows, dpre, l.col, l.stream, 1, 0, ld);
         colsum_final(l.col, B, HB, g + o.c[b], l.stream);
     }
-    const uint64_t bit = uint64_t{1} << b;
-    st.dpre_bf16 = dpre_bf16 ? st.dpre_bf16 | bit : st.dpre_bf16 & ~bit;
+    const GemmDesc dv = strided(desc_tn(HB, H, B, dpre, st.on.h2, g + o.V[b]), ld, 0, 0);
+    if (dpre_bf16 && st.on.h2_rounded)
+        gemm_bf16_values(l.blas, dv, 0.0f, "dV = dpre^T h2");
+    else
+        gemm(l.blas, dv, 0.0f, "dV = dpre^T h2");
     if (!cat)
         gemm_nn(l.blas, B, H, HB, dpre, p + o.V[b], st.dh2 + (size_t)b * B * H, 0.0f,
                 "dh2_b = dpre V");
 }
 
-// dV_b = dpre_bᵀ h2 (CPU: td.cpp backward_branch): its own task, so that it can run after the
-// join that the trunk backward waits for (schedule.cpp).
-void branch_dv(CudaStep &st, const LaneCtx &l, int b) {
-    const Dims &d = st.d;
-    const int B = (int)d.B, H = (int)d.H, HB = (int)d.HB;
-    const bool cat = dh2_one_product(d);
-    const int ld = cat ? (int)d.NB * HB : HB;
-    const float *dpre = cat ? st.dpreg + (size_t)b * HB : st.dpreg + (size_t)b * B * HB;
-    const GemmDesc dv =
-        strided(desc_tn(HB, H, B, dpre, st.on.h2, st.grad_q + st.L.q.V[b]), ld, 0, 0);
-    if ((st.dpre_bf16 >> b & 1u) && st.on.h2_rounded)
-        gemm_bf16_values(l.blas, dv, 0.0f, "dV = dpre^T h2");
-    else
-        gemm(l.blas, dv, 0.0f, "dV = dpre^T h2");
-}
-
-// SPEC §5.4 trunk backward (CPU: td.cpp backward_trunk) up to the layers' pre-activation
-// gradients and biases: dpre2, db2, dpre1, db1 (trunk_grads the weight gradients and d_states).
+// SPEC §5.4 trunk backward (CPU: td.cpp backward_trunk).
 void backward_trunk(CudaStep &st, const LaneCtx &l) {
     const Dims &d = st.d;
-    const int B = (int)d.B, H = (int)d.H;
+    const int B = (int)d.B, H = (int)d.H, D = (int)d.D;
     const QOffsets &o = st.L.q;
     float *g = st.grad_q;
     const QView w = st.online_view();
@@ -295,6 +281,12 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
         dsilu_colsum(in, st.on.pre2, w.p + o.b2, B, H, kColsumRows, st.dpre2, l.col, l.stream);
         colsum_final(l.col, B, H, g + o.b2, l.stream);
     }
+    // In FH_MATH_BF16, with both fused layers, dpre2 and h1 hold bfloat16 values: no stage.
+    const GemmDesc dw2 = desc_tn(H, H, B, st.dpre2, st.on.h1, g + o.W2);
+    if (dpre2_rounded && st.on.h1_rounded)
+        gemm_bf16_values(l.blas, dw2, 0.0f, "dW2sn = dpre2^T h1");
+    else
+        gemm(l.blas, dw2, 0.0f, "dW2sn = dpre2^T h1");
     bool dpre1_rounded = false;
     if (fused && linear_dsilu(l.blas, l.stream, B, H, H, st.dpre2, dpre2_rounded,
                               st.pack_next + pk.W2T, st.on.pre1, w.p + o.b1, st.dpre1, part)) {
@@ -307,51 +299,33 @@ void backward_trunk(CudaStep &st, const LaneCtx &l) {
         dsilu_colsum(in, st.on.pre1, w.p + o.b1, B, H, kColsumRows, st.dpre1, l.col, l.stream);
         colsum_final(l.col, B, H, g + o.b1, l.stream);
     }
-    st.dpre2_rounded = dpre2_rounded;
-    st.dpre1_rounded = dpre1_rounded;
-}
-
-// After backward_trunk: layer 2's weight gradient dW2sn = dpre2ᵀ h1, or layer 1's, dW1sn =
-// dpre1ᵀ x̃, with d_states = dpre1 W1sn; each with its spectral-norm correction (§5.2) where the
-// layer has one (CPU: td.cpp backward_trunk). A task of its own so that it can run beside the
-// rest of the child (schedule.cpp).
-void trunk_grads(CudaStep &st, const LaneCtx &l, int layer) {
-    const Dims &d = st.d;
-    const int B = (int)d.B, H = (int)d.H, D = (int)d.D;
-    const QOffsets &o = st.L.q;
-    float *g = st.grad_q;
-    const int k = layer - 1;
-    if (layer == 2) {
-        // In FH_MATH_BF16, with both fused layers, dpre2 and h1 hold bfloat16 values: no stage.
-        const GemmDesc dw2 = desc_tn(H, H, B, st.dpre2, st.on.h1, g + o.W2);
-        if (st.dpre2_rounded && st.on.h1_rounded)
-            gemm_bf16_values(l.blas, dw2, 0.0f, "dW2sn = dpre2^T h1");
-        else
-            gemm(l.blas, dw2, 0.0f, "dW2sn = dpre2^T h1");
-    } else {
-        // In FH_MATH_BF16 the fused layer stored dpre1 as bfloat16 values; with HER's x̃ of
-        // bfloat16 values and the pack's rounded W1sn (W1t: ddqn's online pass packed the same
-        // matrix), dW1 and d_states multiply bfloat16 values without a stage.
-        const bool bf16 = st.dpre1_rounded && l.blas.bf16_stage && st.x_bf16;
-        const GemmDesc dw1 = desc_tn(H, D, B, st.dpre1, bf16 ? st.x_bf16 : st.x2, g + o.W1);
-        if (bf16)
-            gemm_bf16_values(l.blas, dw1, 0.0f, "dW1sn = dpre1^T x");
-        else
-            gemm(l.blas, dw1, 0.0f, "dW1sn = dpre1^T x");
-        const float *W1 = bf16 ? st.pack_next + packed_branches(d).W1t : st.online_view().W1;
-        const GemmDesc dst = desc_nn(B, D, H, st.dpre1, W1, st.buf[BUF_D_STATES]);
-        if (bf16)
-            gemm_bf16_values(l.blas, dst, 0.0f, "d_states = dpre1 W1sn");
-        else
-            gemm(l.blas, dst, 0.0f, "d_states = dpre1 W1sn");
+    // In FH_MATH_BF16 the fused layer stored dpre1 as bfloat16 values; with HER's x̃ of bfloat16
+    // values and the pack's rounded W1sn (W1t: ddqn's online pass packed the same matrix), dW1
+    // and d_states multiply bfloat16 values without a stage.
+    const bool bf16 = dpre1_rounded && l.blas.bf16_stage && st.x_bf16;
+    const GemmDesc dw1 = desc_tn(H, D, B, st.dpre1, bf16 ? st.x_bf16 : st.x2, g + o.W1);
+    if (bf16)
+        gemm_bf16_values(l.blas, dw1, 0.0f, "dW1sn = dpre1^T x");
+    else
+        gemm(l.blas, dw1, 0.0f, "dW1sn = dpre1^T x");
+    const GemmDesc dst = desc_nn(B, D, H, st.dpre1, bf16 ? st.pack_next + pk.W1t : w.W1,
+                                 st.buf[BUF_D_STATES]);
+    if (bf16)
+        gemm_bf16_values(l.blas, dst, 0.0f, "d_states = dpre1 W1sn");
+    else
+        gemm(l.blas, dst, 0.0f, "d_states = dpre1 W1sn");
+    const float *u = st.buf[BUF_SN_U];
+    const size_t off[2] = {o.W1, o.W2};
+    const int cols[2] = {D, H};
+    const bool sn[2] = {d.sn1, d.sn2};
+    for (int k = 0; k < 2; ++k) {
+        if (!sn[k]) continue;
+        const size_t n = (size_t)H * cols[k];
+        reduce_dot(g + off[k], st.weff[k], n, l.red, l.stream);
+        reduce_final(l.red, reduce_blocks(n), &st.dm->sn_ip[k], 0, 1.0, l.stream);
+        sn_backward(g + off[k], &st.dm->sn_ip[k], u + (size_t)k * H, st.sn_v[k], &st.dm->sigma[k],
+                    H, cols[k], l.stream);
     }
-    if (!(layer == 1 ? d.sn1 : d.sn2)) return;
-    const int cols = layer == 1 ? D : H;
-    const size_t off = layer == 1 ? o.W1 : o.W2, n = (size_t)H * cols;
-    reduce_dot(g + off, st.weff[k], n, l.red, l.stream);
-    reduce_final(l.red, reduce_blocks(n), &st.dm->sn_ip[k], 0, 1.0, l.stream);
-    sn_backward(g + off, &st.dm->sn_ip[k], st.buf[BUF_SN_U] + (size_t)k * H, st.sn_v[k],
-                &st.dm->sigma[k], H, cols, l.stream);
 }
 
 }  // namespace fh::cuda

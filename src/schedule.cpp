@@ -80,32 +80,14 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // (bench/results/h200-2026-12-02-ema-place-before-after.json).
     fwd.ops.insert(fwd.ops.end(), {mark(Mark::AUX_EMA_BEGIN), run(Task::EMA_TARGETS),
                                    mark(Mark::AUX_EMA_END)});
-    // The weight gradients that nothing in the child waits for, dV_b (BRANCH_DV) and the trunk's
-    // dW2, dW1 with d_states (TRUNK_GRADS), run on the branch lanes from lane 3 on ("spare"):
-    // the dV_b after the join that the trunk backward waits for, the trunk's after the trunk
-    // backward's chain (BWD_TRUNK: dpre2, db2, dpre1, db1), beside IQL and the rest of it. Not on
-    // lane 1 (its workspace is lane 0's) nor lane 2 (IQL's). Without spare lanes (fewer than
-    // three branches) each runs where it did: dV_b after its branch's backward, the trunk's on
-    // lane 0 after its chain.
-    const int spare = branch_lanes >= 3 ? branch_lanes - 2 : 0;
-    for (uint32_t b = 0; b < d.NB; ++b) {
-        fwd.ops.push_back(run(Task::BWD_BRANCH, 1 + b % branch_lanes, b));
-        if (!spare) fwd.ops.push_back(run(Task::BRANCH_DV, 1 + b % branch_lanes, b));
-    }
+    for (uint32_t b = 0; b < d.NB; ++b) fwd.ops.push_back(run(Task::BWD_BRANCH, 1 + b % branch_lanes, b));
     fwd.ops.push_back(join(bl));
     const bool iql_fwd = iql_beside_trunk_backward(d);
-    const unsigned side = (iql_fwd ? mask_of(2, 1) : 0u) | (spare ? mask_of(3, spare) : 0u);
-    if (side) fwd.ops.push_back(fork(side));
     if (iql_fwd)
-        fwd.ops.insert(fwd.ops.end(), {mark(Mark::AUX_IQL_BEGIN, 2), run(Task::IQL, 2),
-                                       mark(Mark::AUX_IQL_END, 2)});
-    for (uint32_t b = 0; spare && b < d.NB; ++b)
-        fwd.ops.push_back(run(Task::BRANCH_DV, 3 + b % spare, b));
+        fwd.ops.insert(fwd.ops.end(), {fork(mask_of(2, 1)), mark(Mark::AUX_IQL_BEGIN, 2),
+                                       run(Task::IQL, 2), mark(Mark::AUX_IQL_END, 2)});
     fwd.ops.push_back(run(Task::BWD_TRUNK));
-    if (spare) fwd.ops.push_back(fork(mask_of(3, spare)));
-    fwd.ops.push_back(run(Task::TRUNK_GRADS, spare ? 2 + spare : 0, 2));
-    fwd.ops.push_back(run(Task::TRUNK_GRADS, spare ? 3 : 0, 1));
-    if (side) fwd.ops.push_back(join(side));
+    if (iql_fwd) fwd.ops.push_back(join(mask_of(2, 1)));
     add(std::move(fwd));
 
     // The aux child (SPEC §5.5): IQL on lane 0 where it is not in the forward child, then IQN
@@ -192,9 +174,8 @@ int workspace_slot(bool multi_stream, int lane) {
 }
 
 // How much workspace a lane's handle gets: workspace_mib, but half of it for a lane that runs
-// nothing but the step's small GEMMs: the branch layers (FWD_BRANCH, BWD_BRANCH, BRANCH_DV),
-// the trunk's weight gradients and d_states (TRUNK_GRADS: K = B, outputs of H × H at most)
-// and CQL's (lanes 3 and 4 at the default config, lane 3 also running CQL in the aux child).
+// nothing but the step's small GEMMs: the branch layers (FWD_BRANCH, BWD_BRANCH) and CQL's
+// (lanes 3 and 4 at the default config, lane 3 also running CQL in the aux child).
 // The four branch lanes run side by side, so they need four buffers; halving two of them is
 // what brings multi-stream to +64 MiB over single-stream at the default config (lane 2:
 // 32 MiB, lanes 3 and 4: 16 each). These are the smallest GEMMs of the step (outputs of at
@@ -212,8 +193,7 @@ size_t lane_workspace_bytes(const fh_config &c, const std::vector<ChildDesc> &sc
             if (op.kind == Op::RUN && op.lane == lane) {
                 runs = true;
                 small_only &= op.task == Task::FWD_BRANCH || op.task == Task::BWD_BRANCH ||
-                               op.task == Task::CQL || op.task == Task::REGIME_SCALE ||
-                               op.task == Task::BRANCH_DV || op.task == Task::TRUNK_GRADS;
+                               op.task == Task::CQL || op.task == Task::REGIME_SCALE;
             }
     return runs && small_only ? full / 2 : full;
 }

@@ -25,9 +25,8 @@ enum class Task : int {
     FWD_TRUNK,         // §5.4: online trunk on x~ (and the confidence head)
     FWD_BRANCH,        // §5.4: branch `arg` forward
     TD_LOSS,           // §5.4: delta, L_td, q_mean, dz for every branch
-    BWD_BRANCH,        // §5.4: branch `arg` backward: dU, de, dV, dc, dh2_b (CUDA: but dV)
+    BWD_BRANCH,        // §5.4: branch `arg` backward: dU, de, dV, dc, dh2_b
     BWD_TRUNK,         // §5.4: dh2 = sum_b dh2_b in branch order, trunk backward, d_states
-                       // (CUDA: dpre2, db2, dpre1, db1; TRUNK_GRADS the rest)
     EMA_TARGETS,       // §5.5.1: Polyak update of the Q and IQN targets
     IQL,               // §5.5.2: both expectile nets, their Adam, advantage weights
     IQN,               // §5.5.3: loss and gradient
@@ -44,10 +43,6 @@ enum class Task : int {
     GUARD_CHECK,       // guard.hpp: first non-finite quantity; if any, restore (last in adam)
     TD_METRICS,        // §5.4: L_td and q_mean, summed over the rows (the step's metrics; the
                        // CPU's TD_LOSS computes them in its pass)
-    BRANCH_DV,         // §5.4: dV_b = dpre_b^T h2 of branch `arg` (CUDA; the CPU's BWD_BRANCH
-                       // computes it)
-    TRUNK_GRADS,       // §5.4: layer `arg`'s dW (2: dW2sn; 1: dW1sn and d_states) with its SN
-                       // correction (§5.2) (CUDA; the CPU's BWD_TRUNK computes them)
 };
 
 // Timing marks of the aux learners (fh_timings.aux_*_ms are differences of these; IQL's pair

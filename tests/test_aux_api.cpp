@@ -384,7 +384,7 @@ static void check_iql_place(uint32_t branches) {
             if (branches >= 2) {
                 assert_int_equal((int)ch.id, (int)ChildId::FORWARD);
                 assert_int_equal(op.lane, 2);
-                assert_true(forked >> 2 & 1u);
+                assert_int_equal(forked, 1u << 2);
             } else {
                 assert_int_equal((int)ch.id, (int)ChildId::AUX);
                 assert_int_equal(op.lane, 0);

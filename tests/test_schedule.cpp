@@ -223,9 +223,6 @@ const Order kOrder[] = {
     {Task::TD_LOSS, kAny, Task::BWD_BRANCH, kAny},
     {Task::TD_LOSS, kAny, Task::REGIME_SCALE, kAny},
     {Task::BWD_BRANCH, kAny, Task::BWD_TRUNK, kAny},
-    {Task::BWD_TRUNK, kAny, Task::TRUNK_GRADS, kAny},  // CUDA: dpre2, dpre1
-    {Task::FWD_TRUNK, kAny, Task::TRUNK_GRADS, kAny},  // h1
-    {Task::FWD_BRANCH, kAny, Task::BRANCH_DV, kAny},   // h2
     {Task::BWD_BRANCH, kAny, Task::CQL, kAny},  // CQL adds into dU, de
     {Task::IQL, kAny, Task::CQL, kAny},         // ω
     {Task::IQL, kAny, Task::ENSEMBLE, kAny},    // V_hi, V_lo
@@ -264,12 +261,8 @@ void check_order(const Sim &s, const Dims &d) {
         find_once(s, t);
     for (uint32_t b = 0; b < d.NB; ++b) {
         find_once(s, Task::FWD_BRANCH, (int)b);
-        // CUDA: BRANCH_DV reads the dpre that its branch's BWD_BRANCH wrote.
-        expect_before(s, find_once(s, Task::BWD_BRANCH, (int)b),
-                      find_once(s, Task::BRANCH_DV, (int)b));
+        find_once(s, Task::BWD_BRANCH, (int)b);
     }
-    find_once(s, Task::TRUNK_GRADS, 1);
-    find_once(s, Task::TRUNK_GRADS, 2);
     if (d.K > 0) find_once(s, Task::SAMPLE);
     find_once(s, Task::AUX_ADAM, kAdamIqn, true);
     find_once(s, Task::AUX_ADAM, kAdamAttention, true);

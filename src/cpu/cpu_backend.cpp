@@ -279,8 +279,6 @@ private:
         case Task::TD_METRICS: break;  // td_loss() summed them in its pass over the rows
         case Task::BWD_BRANCH: backward_branch(s_, (uint32_t)op.arg); break;
         case Task::BWD_TRUNK: backward_trunk(s_); break;
-        case Task::BRANCH_DV: break;    // backward_branch() computed dV_b
-        case Task::TRUNK_GRADS: break;  // backward_trunk() computed dW1, dW2 and d_states
         case Task::EMA_TARGETS: ema_targets(s_); break;
         case Task::IQL: iql(s_); break;
         case Task::IQN: iqn(s_); break;
