@@ -1,0 +1,313 @@
+// foxhunt-timeline: one training step's kernels on the GPU's clock, from CUPTI's activity
+// records (CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: the start and end of every kernel, those of
+// graph launches included, without serializing them). It answers what foxhunt-bench's per-child
+// events cannot: how many kernels run at once through the step, how long the GPU runs none
+// (the latency between dependent kernels: launch, graph edges, programmatic waits), and which
+// kernels share the GPU with which. The docs' schedule trials (docs/cuda.md, "Findings") asked
+// these questions of wall times only.
+//
+//   foxhunt-timeline [--batch 16384] [--mode multi-tf32] [--steps 5] [--warmup 5]
+//                    [--machine NAME] [--out PATH]
+//   --mode   multi-tf32, single-tf32, multi-strict, single-strict, multi-bf16 or single-bf16
+//   --steps  steps traced back to back (one graph launch each); the last one is reported
+//   --out    JSON of the last step's kernels and the summary (default
+//            bench/results/<machine>-<date>-timeline-<mode>.json)
+//
+// It prints the last step's kernels in start order (start and duration in µs from the step's
+// first kernel, how many kernels ran when it started, the child graph it belongs to, its name),
+// then the summary: the span from the first start to the last end, the kernels' summed
+// durations, the time during which 0, 1, 2, 3 or more kernels ran, and the longest gaps with
+// no kernel running. Needs the CUDA backend and a GPU; CUPTI is the toolkit's (libcupti).
+#include <cuda_runtime.h>
+#include <cupti.h>
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "bench_util.h"
+}
+
+namespace {
+
+struct Kernel {
+    uint64_t start, end;
+    uint32_t graph;
+    std::string name;
+};
+
+std::vector<Kernel> g_kernels;
+bool g_keep = false;  // records of the warm-up are dropped
+
+[[noreturn]] void die(const char *what, const char *why) {
+    fprintf(stderr, "foxhunt-timeline: %s: %s\n", what, why);
+    exit(1);
+}
+
+void cupti_check(CUptiResult r, const char *what) {
+    if (r == CUPTI_SUCCESS) return;
+    const char *msg = "unknown";
+    cuptiGetResultString(r, &msg);
+    die(what, msg);
+}
+
+// The kernel's name demangled, without its parameter list ("void " and "(...)" dropped).
+std::string short_name(const char *mangled) {
+    int status = 0;
+    char *d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+    std::string s = status == 0 && d ? d : mangled;
+    free(d);
+    if (s.rfind("void ", 0) == 0) s.erase(0, 5);
+    // The parameter list is the last top-level "(...)".
+    int depth = 0;
+    for (size_t i = s.size(); i-- > 0;) {
+        if (s[i] == ')') ++depth;
+        if (s[i] == '(' && --depth == 0) {
+            s.erase(i);
+            break;
+        }
+    }
+    return s;
+}
+
+void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    constexpr size_t kBytes = 8 << 20;
+    *buffer = static_cast<uint8_t *>(aligned_alloc(8, kBytes));
+    if (!*buffer) die("buffer_requested", "out of memory");
+    *size = kBytes;
+    *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t *buffer, size_t, size_t valid) {
+    CUpti_Activity *rec = nullptr;
+    while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+        if (!g_keep || rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
+        const auto *k = reinterpret_cast<const CUpti_ActivityKernel10 *>(rec);
+        g_kernels.push_back({k->start, k->end, k->graphId, short_name(k->name)});
+    }
+    free(buffer);
+}
+
+struct Mode {
+    const char *name;
+    fh_exec_mode exec;
+    fh_math_mode math;
+};
+const Mode kModes[] = {
+    {"multi-tf32", FH_EXEC_MULTI_STREAM, FH_MATH_TF32},
+    {"single-tf32", FH_EXEC_SINGLE_STREAM, FH_MATH_TF32},
+    {"multi-strict", FH_EXEC_MULTI_STREAM, FH_MATH_STRICT},
+    {"single-strict", FH_EXEC_SINGLE_STREAM, FH_MATH_STRICT},
+    {"multi-bf16", FH_EXEC_MULTI_STREAM, FH_MATH_BF16},
+    {"single-bf16", FH_EXEC_SINGLE_STREAM, FH_MATH_BF16},
+};
+
+void usage(FILE *f) {
+    fprintf(f, "usage: foxhunt-timeline [--batch 16384] [--mode multi-tf32] [--steps 5] "
+               "[--warmup 5] [--machine NAME] [--out PATH]\n");
+}
+
+std::string json_string(const std::string &s) {
+    std::string o = "\"";
+    for (char c : s) {
+        if (c == '"' || c == '\\') o += '\\';
+        o += c;
+    }
+    return o + "\"";
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    long batch = 16384, steps = 5, warmup = 5;
+    const Mode *mode = &kModes[0];
+    std::string machine = "unknown", out;
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--batch")) {
+            batch = arg_long(a, v, 1, 1L << 24);
+        } else if (!strcmp(a, "--steps")) {
+            steps = arg_long(a, v, 1, 1000);
+        } else if (!strcmp(a, "--warmup")) {
+            warmup = arg_long(a, v, 1, 1000);
+        } else if (!strcmp(a, "--machine")) {
+            machine = v;
+        } else if (!strcmp(a, "--out")) {
+            out = v;
+        } else if (!strcmp(a, "--mode")) {
+            mode = nullptr;
+            for (const Mode &m : kModes)
+                if (!strcmp(v, m.name)) mode = &m;
+            if (!mode) {
+                fprintf(stderr, "foxhunt-timeline: --mode wants one of multi-tf32, single-tf32, "
+                                "multi-strict, single-strict, multi-bf16, single-bf16, got '%s'\n",
+                        v);
+                return 2;
+            }
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (out.empty()) {
+        char date[16];
+        const time_t t = time(nullptr);
+        strftime(date, sizeof date, "%Y-%m-%d", gmtime(&t));
+        out = "bench/results/" + machine + "-" + date + "-timeline-" + mode->name + ".json";
+    }
+
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+        die("cudaGetDeviceCount", "no CUDA device: the timeline needs a GPU");
+    // Tracing is on before the pipeline exists, so that its graphs are instantiated under it.
+    cupti_check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed),
+                "cuptiActivityRegisterCallbacks");
+    cupti_check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
+                "cuptiActivityEnable(CONCURRENT_KERNEL)");
+
+    fh_config c;
+    fh_config_init(&c);
+    c.backend = FH_BACKEND_CUDA;
+    c.batch_size = (uint32_t)batch;
+    c.exec_mode = mode->exec;
+    c.math_mode = mode->math;
+    fh_pipeline *p = nullptr;
+    const fh_status created = fh_pipeline_create(&c, &p);
+    if (created == FH_ERR_NO_CUDA) die("fh_pipeline_create", fh_last_error_message());
+    if (created != FH_OK) bench_die("fh_pipeline_create", created);
+    host_batch hb;
+    make_batch(&hb, &c);
+    CHECK(fh_pipeline_upload(p, &hb.b));
+    for (long k = 0; k < warmup; ++k) CHECK(fh_pipeline_step(p));
+    CHECK(fh_pipeline_sync(p));
+    cupti_check(cuptiActivityFlushAll(1), "cuptiActivityFlushAll");
+    g_kernels.clear();
+    g_keep = true;
+    for (long k = 0; k < steps; ++k) CHECK(fh_pipeline_step(p));
+    CHECK(fh_pipeline_sync(p));
+    fh_timings tm;
+    tm.struct_size = sizeof tm;
+    CHECK(fh_pipeline_timings(p, &tm));
+    cupti_check(cuptiActivityFlushAll(1), "cuptiActivityFlushAll");
+    g_keep = false;
+    fh_pipeline_destroy(p);
+    free_batch(&hb);
+
+    std::vector<Kernel> &ks = g_kernels;
+    std::sort(ks.begin(), ks.end(), [](const Kernel &a, const Kernel &b) {
+        return a.start < b.start;
+    });
+    if (ks.empty() || ks.size() % (size_t)steps != 0) {
+        fprintf(stderr, "foxhunt-timeline: %zu kernel records for %ld steps: not the same "
+                        "kernels in every step\n", ks.size(), steps);
+        return 1;
+    }
+    const size_t per = ks.size() / (size_t)steps;
+    const std::vector<Kernel> last(ks.end() - (long)per, ks.end());
+    const uint64_t t0 = last.front().start;
+    uint64_t t1 = t0, busy_sum = 0;
+    for (const Kernel &k : last) {
+        t1 = std::max(t1, k.end);
+        busy_sum += k.end - k.start;
+    }
+
+    // The child graphs in order of their first kernel, numbered from 0.
+    std::map<uint32_t, int> child;
+    for (const Kernel &k : last)
+        if (!child.count(k.graph)) child.emplace(k.graph, (int)child.size());
+
+    // Sweep: time with n kernels running, and the gaps with none.
+    std::vector<std::pair<uint64_t, int>> ev;
+    for (const Kernel &k : last) {
+        ev.push_back({k.start, +1});
+        ev.push_back({k.end, -1});
+    }
+    std::sort(ev.begin(), ev.end(), [](const auto &a, const auto &b) {
+        return a.first != b.first ? a.first < b.first : a.second < b.second;
+    });
+    constexpr int kLevels = 4;  // 0, 1, 2, 3 or more
+    uint64_t at_level[kLevels] = {};
+    struct Gap {
+        uint64_t from, to;
+    };
+    std::vector<Gap> gaps;
+    int running = 0;
+    for (size_t i = 0; i + 1 < ev.size(); ++i) {
+        running += ev[i].second;
+        const uint64_t dt = ev[i + 1].first - ev[i].first;
+        at_level[std::min(running, kLevels - 1)] += dt;
+        if (running == 0 && dt > 0) gaps.push_back({ev[i].first, ev[i + 1].first});
+    }
+    std::sort(gaps.begin(), gaps.end(), [](const Gap &a, const Gap &b) {
+        return a.to - a.from > b.to - b.from;
+    });
+    const auto us = [](uint64_t ns) { return (double)ns / 1000.0; };
+    const auto running_at = [&](uint64_t t) {
+        int n = 0;
+        for (const Kernel &k : last) n += k.start <= t && t < k.end;
+        return n;
+    };
+    const auto before = [&](uint64_t t) {  // the last kernel to end at or before t
+        const Kernel *b = nullptr;
+        for (const Kernel &k : last)
+            if (k.end <= t && (!b || k.end > b->end)) b = &k;
+        return b;
+    };
+
+    printf("foxhunt-timeline: %s, B = %ld, the last of %ld traced steps (%zu kernels each), "
+           "%s\n", mode->name, batch, steps, per, machine.c_str());
+    printf("%9s %9s %3s %5s  %s\n", "start_us", "dur_us", "ran", "child", "kernel");
+    for (const Kernel &k : last)
+        printf("%9.1f %9.1f %3d %5d  %.90s\n", us(k.start - t0), us(k.end - k.start),
+               running_at(k.start), child[k.graph], k.name.c_str());
+    const double span = us(t1 - t0);
+    printf("\nspan %.1f us (the events' total_ms: %.1f us), kernels' summed time %.1f us "
+           "(%.2f x the span)\n", span, 1000.0 * tm.total_ms, us(busy_sum),
+           us(busy_sum) / span);
+    printf("time with 0 / 1 / 2 / 3+ kernels running: %.1f / %.1f / %.1f / %.1f us\n",
+           us(at_level[0]), us(at_level[1]), us(at_level[2]), us(at_level[3]));
+    printf("longest gaps with no kernel running (after -> before):\n");
+    for (size_t i = 0; i < gaps.size() && i < 10; ++i) {
+        const Kernel *b = before(gaps[i].from);
+        const Kernel *a = nullptr;
+        for (const Kernel &k : last)
+            if (k.start == gaps[i].to) a = &k;
+        printf("  %6.1f us at %8.1f: %.50s -> %.50s\n", us(gaps[i].to - gaps[i].from),
+               us(gaps[i].from - t0), b ? b->name.c_str() : "?", a ? a->name.c_str() : "?");
+    }
+
+    FILE *f = open_output(out.c_str());
+    fprintf(f, "{\n  \"machine\": %s,\n  \"mode\": \"%s\",\n  \"batch\": %ld,\n"
+               "  \"steps_traced\": %ld,\n  \"span_us\": %.3f,\n  \"events_total_us\": %.3f,\n"
+               "  \"kernels_summed_us\": %.3f,\n  \"us_with_n_running\": [%.3f, %.3f, %.3f, "
+               "%.3f],\n  \"kernels\": [\n",
+            json_string(machine).c_str(), mode->name, batch, steps, span,
+            1000.0 * tm.total_ms, us(busy_sum), us(at_level[0]), us(at_level[1]),
+            us(at_level[2]), us(at_level[3]));
+    for (size_t i = 0; i < last.size(); ++i) {
+        const Kernel &k = last[i];
+        fprintf(f, "    {\"start_us\": %.3f, \"dur_us\": %.3f, \"child\": %d, \"name\": %s}%s\n",
+                us(k.start - t0), us(k.end - k.start), child[k.graph],
+                json_string(k.name).c_str(), i + 1 < last.size() ? "," : "");
+    }
+    fprintf(f, "  ]\n}\n");
+    fclose(f);
+    printf("\nwrote %s\n", out.c_str());
+    return 0;
+}
