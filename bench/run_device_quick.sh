@@ -295,7 +295,7 @@ for s in "$@"; do
       timeout 120 build-dev/examples/foxhunt-timeline --batch 16384 --mode $m --machine $machine \
         --out $OUT/timeline_$m.json > $OUT/timeline_$m.txt 2>&1
       echo "timeline $m rc=$?" | tee -a $log
-      grep -A14 "^span" $OUT/timeline_$m.txt | tee -a $log
+      grep -A40 "^span" $OUT/timeline_$m.txt | tee -a $log
     done ;;
   bench-sizes)
     timeout 200 build-dev/examples/foxhunt-bench --batch 1024,4096,65536 --steps 30 --replay 0 \

@@ -14,10 +14,14 @@
 //            bench/results/<machine>-<date>-timeline-<mode>.json)
 //
 // It prints the last step's kernels in start order (start and duration in µs from the step's
-// first kernel, how many kernels ran when it started, the child graph it belongs to, its name),
-// then the summary: the span from the first start to the last end, the kernels' summed
-// durations, the time during which 0, 1, 2, 3 or more kernels ran, and the longest gaps with
-// no kernel running. Needs the CUDA backend and a GPU; CUPTI is the toolkit's (libcupti).
+// first kernel, how many kernels ran when it started, its blocks and threads a block, the child
+// it started in, its name), then the summary: the span from the first start to the last end,
+// the kernels' summed durations, the time during which 0, 1, 2, 3 or more kernels ran, per
+// child the same, the kernels that ran alone longest, and the longest gaps with no kernel
+// running. The children's bounds are the step's own events (fh_pipeline_timings) laid from the
+// first kernel's start: her and spectral side by side in multi-stream mode, one after the other
+// in single-stream, then ddqn, forward, aux and adam; the two clocks differ by a few µs. Needs
+// the CUDA backend and a GPU; CUPTI is the toolkit's (libcupti).
 #include <cuda_runtime.h>
 #include <cupti.h>
 #include <cxxabi.h>
@@ -39,7 +43,8 @@ namespace {
 
 struct Kernel {
     uint64_t start, end;
-    uint32_t graph;
+    long blocks;
+    int threads;
     std::string name;
 };
 
@@ -90,7 +95,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t *buffer, size_t, siz
     while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
         if (!g_keep || rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
         const auto *k = reinterpret_cast<const CUpti_ActivityKernel10 *>(rec);
-        g_kernels.push_back({k->start, k->end, k->graphId, short_name(k->name)});
+        g_kernels.push_back({k->start, k->end, (long)k->gridX * k->gridY * k->gridZ,
+                             k->blockX * k->blockY * k->blockZ, short_name(k->name)});
     }
     free(buffer);
 }
@@ -227,10 +233,31 @@ int main(int argc, char **argv) {
         busy_sum += k.end - k.start;
     }
 
-    // The child graphs in order of their first kernel, numbered from 0.
-    std::map<uint32_t, int> child;
-    for (const Kernel &k : last)
-        if (!child.count(k.graph)) child.emplace(k.graph, (int)child.size());
+    // The children's starts (ns after t0) from the events' durations.
+    const bool multi = mode->exec == FH_EXEC_MULTI_STREAM;
+    const char *const kChild[] = {"her", "spectral", "ddqn", "forward", "aux", "adam"};
+    constexpr int kChildren = 6;
+    double bound[kChildren + 1];
+    bound[0] = 0;
+    bound[1] = multi ? 0 : tm.her_ms;
+    bound[2] = multi ? std::max(tm.her_ms, tm.spectral_ms) : tm.her_ms + tm.spectral_ms;
+    bound[3] = bound[2] + tm.ddqn_ms;
+    bound[4] = bound[3] + tm.forward_ms;
+    bound[5] = bound[4] + tm.aux_ms;
+    bound[6] = bound[5] + tm.adam_ms;
+    const auto child_of = [&](const Kernel &k) {
+        const double ms = (double)(k.start - t0) * 1e-6;
+        int c = 0;
+        for (int i = 1; i < kChildren; ++i)
+            if (ms >= bound[i] && (i != 1 || !multi)) c = i;
+        // Multi-stream, her and spectral start together: the power iteration's kernels are
+        // spectral's.
+        if (multi && c == 0 && (k.name.find("power") != std::string::npos ||
+                                k.name.find("sn_scale") != std::string::npos ||
+                                k.name.find("k_copy") != std::string::npos))
+            c = 1;
+        return c;
+    };
 
     // Sweep: time with n kernels running, and the gaps with none.
     std::vector<std::pair<uint64_t, int>> ev;
@@ -247,12 +274,27 @@ int main(int argc, char **argv) {
         uint64_t from, to;
     };
     std::vector<Gap> gaps;
+    // Per child: summed kernel time and time with 0, 1, 2, 3+ running (by the sweep's time).
+    uint64_t child_sum[kChildren] = {}, child_level[kChildren][kLevels] = {};
+    for (const Kernel &k : last) child_sum[child_of(k)] += k.end - k.start;
+    std::map<std::string, uint64_t> alone;  // time each kernel ran with no other
     int running = 0;
     for (size_t i = 0; i + 1 < ev.size(); ++i) {
         running += ev[i].second;
         const uint64_t dt = ev[i + 1].first - ev[i].first;
         at_level[std::min(running, kLevels - 1)] += dt;
+        const double ms = (double)(ev[i].first - t0) * 1e-6;
+        int c = 0;
+        for (int j = multi ? 2 : 1; j < kChildren; ++j)
+            if (ms >= bound[j]) c = j;
+        child_level[c][std::min(running, kLevels - 1)] += dt;
         if (running == 0 && dt > 0) gaps.push_back({ev[i].first, ev[i + 1].first});
+        if (running == 1 && dt > 0)
+            for (const Kernel &k : last)
+                if (k.start <= ev[i].first && ev[i + 1].first <= k.end) {
+                    alone[k.name] += dt;
+                    break;
+                }
     }
     std::sort(gaps.begin(), gaps.end(), [](const Gap &a, const Gap &b) {
         return a.to - a.from > b.to - b.from;
@@ -272,17 +314,34 @@ int main(int argc, char **argv) {
 
     printf("foxhunt-timeline: %s, B = %ld, the last of %ld traced steps (%zu kernels each), "
            "%s\n", mode->name, batch, steps, per, machine.c_str());
-    printf("%9s %9s %3s %5s  %s\n", "start_us", "dur_us", "ran", "child", "kernel");
+    printf("%9s %9s %3s %7s %5s %-8s  %s\n", "start_us", "dur_us", "ran", "blocks", "thr",
+           "child", "kernel");
     for (const Kernel &k : last)
-        printf("%9.1f %9.1f %3d %5d  %.90s\n", us(k.start - t0), us(k.end - k.start),
-               running_at(k.start), child[k.graph], k.name.c_str());
+        printf("%9.1f %9.1f %3d %7ld %5d %-8s  %.80s\n", us(k.start - t0), us(k.end - k.start),
+               running_at(k.start), k.blocks, k.threads, kChild[child_of(k)], k.name.c_str());
     const double span = us(t1 - t0);
     printf("\nspan %.1f us (the events' total_ms: %.1f us), kernels' summed time %.1f us "
            "(%.2f x the span)\n", span, 1000.0 * tm.total_ms, us(busy_sum),
            us(busy_sum) / span);
     printf("time with 0 / 1 / 2 / 3+ kernels running: %.1f / %.1f / %.1f / %.1f us\n",
            us(at_level[0]), us(at_level[1]), us(at_level[2]), us(at_level[3]));
-    printf("longest gaps with no kernel running (after -> before):\n");
+    printf("per child (bounds from the events): kernels' summed time, and time with 0 / 1 / 2 / "
+           "3+ running (her and spectral together in multi-stream mode)\n");
+    for (int c = 0; c < kChildren; ++c) {
+        if (multi && c == 1) continue;
+        const uint64_t *l = child_level[c];
+        printf("  %-8s %6.1f us events, kernels %7.1f us, %6.1f / %6.1f / %6.1f / %6.1f us\n",
+               multi && c == 0 ? "her+spec" : kChild[c], 1000.0 * (bound[c + 1] - bound[c]),
+               us(child_sum[c] + (multi && c == 0 ? child_sum[1] : 0)), us(l[0]), us(l[1]),
+               us(l[2]), us(l[3]));
+    }
+    std::vector<std::pair<uint64_t, std::string>> lone;
+    for (const auto &e : alone) lone.push_back({e.second, e.first});
+    std::sort(lone.rbegin(), lone.rend());
+    printf("kernels that ran alone longest (summed over their launches):\n");
+    for (size_t i = 0; i < lone.size() && i < 12; ++i)
+        printf("  %6.1f us  %.90s\n", us(lone[i].first), lone[i].second.c_str());
+    printf("longest gaps with no kernel running (the kernel before -> the one after):\n");
     for (size_t i = 0; i < gaps.size() && i < 10; ++i) {
         const Kernel *b = before(gaps[i].from);
         const Kernel *a = nullptr;
@@ -296,15 +355,29 @@ int main(int argc, char **argv) {
     fprintf(f, "{\n  \"machine\": %s,\n  \"mode\": \"%s\",\n  \"batch\": %ld,\n"
                "  \"steps_traced\": %ld,\n  \"span_us\": %.3f,\n  \"events_total_us\": %.3f,\n"
                "  \"kernels_summed_us\": %.3f,\n  \"us_with_n_running\": [%.3f, %.3f, %.3f, "
-               "%.3f],\n  \"kernels\": [\n",
+               "%.3f],\n",
             json_string(machine).c_str(), mode->name, batch, steps, span,
             1000.0 * tm.total_ms, us(busy_sum), us(at_level[0]), us(at_level[1]),
             us(at_level[2]), us(at_level[3]));
+    fprintf(f, "  \"children\": [\n");
+    for (int c = 0; c < kChildren; ++c) {
+        const uint64_t *l = child_level[c];
+        fprintf(f,
+                "    {\"name\": \"%s\", \"start_us\": %.3f, \"events_us\": %.3f, "
+                "\"kernels_summed_us\": %.3f, \"us_with_n_running\": [%.3f, %.3f, %.3f, %.3f]}%s\n",
+                kChild[c], 1000.0 * bound[c], 1000.0 * (bound[c + 1] - bound[c]),
+                us(child_sum[c]), us(l[0]), us(l[1]), us(l[2]), us(l[3]),
+                c + 1 < kChildren ? "," : "");
+    }
+    fprintf(f, "  ],\n  \"kernels\": [\n");
     for (size_t i = 0; i < last.size(); ++i) {
         const Kernel &k = last[i];
-        fprintf(f, "    {\"start_us\": %.3f, \"dur_us\": %.3f, \"child\": %d, \"name\": %s}%s\n",
-                us(k.start - t0), us(k.end - k.start), child[k.graph],
-                json_string(k.name).c_str(), i + 1 < last.size() ? "," : "");
+        fprintf(f,
+                "    {\"start_us\": %.3f, \"dur_us\": %.3f, \"blocks\": %ld, \"threads\": %d, "
+                "\"child\": \"%s\", \"name\": %s}%s\n",
+                us(k.start - t0), us(k.end - k.start), k.blocks, k.threads,
+                kChild[child_of(k)], json_string(k.name).c_str(),
+                i + 1 < last.size() ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
     fclose(f);
