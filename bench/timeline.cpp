@@ -245,6 +245,8 @@ int main(int argc, char **argv) {
     bound[4] = bound[3] + tm.forward_ms;
     bound[5] = bound[4] + tm.aux_ms;
     bound[6] = bound[5] + tm.adam_ms;
+    const double events_ms[kChildren] = {tm.her_ms,     tm.spectral_ms, tm.ddqn_ms,
+                                         tm.forward_ms, tm.aux_ms,      tm.adam_ms};
     const auto child_of = [&](const Kernel &k) {
         const double ms = (double)(k.start - t0) * 1e-6;
         int c = 0;
@@ -331,7 +333,8 @@ int main(int argc, char **argv) {
         if (multi && c == 1) continue;
         const uint64_t *l = child_level[c];
         printf("  %-8s %6.1f us events, kernels %7.1f us, %6.1f / %6.1f / %6.1f / %6.1f us\n",
-               multi && c == 0 ? "her+spec" : kChild[c], 1000.0 * (bound[c + 1] - bound[c]),
+               multi && c == 0 ? "her+spec" : kChild[c],
+               1000.0 * (multi && c == 0 ? bound[2] : events_ms[c]),
                us(child_sum[c] + (multi && c == 0 ? child_sum[1] : 0)), us(l[0]), us(l[1]),
                us(l[2]), us(l[3]));
     }
@@ -365,7 +368,7 @@ int main(int argc, char **argv) {
         fprintf(f,
                 "    {\"name\": \"%s\", \"start_us\": %.3f, \"events_us\": %.3f, "
                 "\"kernels_summed_us\": %.3f, \"us_with_n_running\": [%.3f, %.3f, %.3f, %.3f]}%s\n",
-                kChild[c], 1000.0 * bound[c], 1000.0 * (bound[c + 1] - bound[c]),
+                kChild[c], 1000.0 * bound[c], 1000.0 * events_ms[c],
                 us(child_sum[c]), us(l[0]), us(l[1]), us(l[2]), us(l[3]),
                 c + 1 < kChildren ? "," : "");
     }
