@@ -57,21 +57,10 @@ namespace {
 
 constexpr int kBwdW = 2 * kHq;
 constexpr int kBwdWarps = 16, kBwdTile = 16 * kBwdWarps;
-// Trial FOXHUNT_IQN_BWD_STAGE (TF32 instances): dhpre's A fragments read from a two-stage ring
-// in shared memory that cp.async fills one chunk of 32 columns ahead, instead of from global
-// memory at their use. Each warp stages its own 16 rows: chunk rows of kStageLd floats
-// (≡ 8 mod 32, so that the float2 loads of a half-warp hit 32 banks), 2.5 KiB a chunk.
-#ifndef FOXHUNT_IQN_BWD_STAGE
-#define FOXHUNT_IQN_BWD_STAGE 0
-#endif
-constexpr bool kStageDh = FOXHUNT_IQN_BWD_STAGE != 0;
-constexpr int kStageK = 32, kStageLd = kStageK + 8, kStageChunks = kHq / kStageK;
-constexpr int kStageFloats = 16 * kStageLd;
 // Wmᵀ, bφ, Wφ (rows of kLDP), then (N = 8) the ψ rows of a warp's two transitions: 120.5 KiB, one
-// block per SM; with the trial, each warp's two dhpre stages after them (80 KiB more).
+// block per SM.
 constexpr size_t kBwdSmemBytes =
-    ((size_t)kHq * kLDM + kHq + (size_t)kHq * kLDP + (size_t)kBwdWarps * 2 * kHq +
-     (kStageDh ? (size_t)kBwdWarps * 2 * kStageFloats : 0)) * sizeof(float);
+    ((size_t)kHq * kLDM + kHq + (size_t)kHq * kLDP + (size_t)kBwdWarps * 2 * kHq) * sizeof(float);
 
 // Row state of one thread in a tile: its rows g and g + 8, their transitions, and whether it
 // writes dψ for them.
@@ -225,46 +214,6 @@ __device__ __forceinline__ void dm_tiles(const float *WmT, const D *dh0, const D
     }
 }
 
-// The trial's staging: chunk c (columns kStageK·c ..) of the warp's 16 rows from rw (rows from
-// R on are not copied: their products read zeros, v0 and v1) into `stage`, as one cp.async group
-// of each thread (empty where rw is past the rows).
-__device__ __forceinline__ void stage_dh(float *stage, const float *dh, size_t rw, size_t R,
-                                         int c) {
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const int e = lane + 32 * j, i = e >> 3, p = e & 7;
-        if (rw + i < R)
-            cp_async16(stage + i * kStageLd + 4 * p, dh + (rw + i) * kHq + kStageK * c + 4 * p);
-    }
-    cp_async_commit();
-}
-
-// dm += the products of one staged chunk c (k = kStageK·c + 8κ + 2t and + 1, the permuted order
-// of dm_tiles' TF32 path: the same products in the same order).
-template <int NT>
-__device__ __forceinline__ void dm_chunk(const float *WmT, const float *stage, bool v0, bool v1,
-                                         int c, int nu0, float (&dm)[NT][4]) {
-    const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
-#pragma unroll
-    for (int ka = 0; ka < kStageK / 8; ++ka) {
-        const int kl = 8 * ka + 2 * tq, k = kStageK * c + kl;
-        const float2 x0 = v0 ? *reinterpret_cast<const float2 *>(stage + gi * kStageLd + kl)
-                             : make_float2(0.0f, 0.0f);
-        const float2 x1 = v1 ? *reinterpret_cast<const float2 *>(stage + (gi + 8) * kStageLd + kl)
-                             : make_float2(0.0f, 0.0f);
-        const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x), mma::op<false>(x0.y),
-                              mma::op<false>(x1.y)};
-#pragma unroll
-        for (int nu = 0; nu < NT; ++nu) {
-            const float2 wv =
-                *reinterpret_cast<const float2 *>(WmT + (8 * (nu0 + nu) + gi) * kLDM + k);
-            const mma::Op B[2] = {mma::loaded<false>(wv.x), mma::loaded<false>(wv.y)};
-            mma::mma<false>(dm[nu], A, B);
-        }
-    }
-}
-
 // A block of kBwdWarps warps. NC: N compiled in (kFixedN), or 0 to read it from a; only the
 // kFixedN instance stages ψ. B16 (FH_MATH_BF16): dhpre read from a.dh16, dφpre written to
 // a.dphi16, both bfloat16, and dm on bfloat16 products (mma_bf16.cuh) with Wmᵀ staged as
@@ -289,12 +238,6 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
     const size_t R = (size_t)a.B * N;
     const size_t ntiles = (R + kBwdTile - 1) / kBwdTile;
     float *pss = wphi + (size_t)kHq * kLDP + (size_t)warp * 2 * kHq;  // the warp's ψ rows
-    constexpr bool kStaged = kStageDh && !B16;
-    // The trial's two stages, chunk q of a tile (q = 4h + c) in stage q mod 2.
-    float *stg = wphi + (size_t)kHq * kLDP + (size_t)kBwdWarps * 2 * kHq +
-                 (size_t)warp * 2 * kStageFloats;
-    if (kStaged && blockIdx.x < ntiles)
-        stage_dh(stg, a.dh, (size_t)blockIdx.x * kBwdTile + (size_t)warp * 16, R, 0);
     SmemOf<E> sphi{};  // Wφ for phi_tile
     sphi.Wphi = reinterpret_cast<E *>(wphi);
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // dbφ k=0,1; dbψ k=2,3
@@ -307,7 +250,6 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
                 if (t0 + rr < (size_t)a.B)
                     cp_async16(pss + rr * kHq + 4 * k4, a.psi + (t0 + rr) * kHq + 4 * k4);
             }
-            if (kStaged) cp_async_commit();
         }
         Rows w;
         w.r0 = rw + gi;
@@ -331,35 +273,10 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
         for (int h = 0; h < 2; ++h) {
             float ph[kHalf][4], dm[kHalf][4];
             phi_tile(sphi, t0, t1, ph, (float *)nullptr, (float *)nullptr, kHalf * h);
-            if constexpr (kStaged) {
-#pragma unroll
-                for (int nu = 0; nu < kHalf; ++nu)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) dm[nu][e] = 0.0f;
-#pragma unroll 1
-                for (int c = 0; c < kStageChunks; ++c) {
-                    // The next chunk: this half's c + 1, the second half's first (the same rows
-                    // again), or the block's next tile's first, into the other stage.
-                    const int q = kStageChunks * h + c;
-                    float *next = stg + ((q + 1) & 1) * kStageFloats;
-                    if (c + 1 < kStageChunks || h == 0)
-                        stage_dh(next, a.dh, rw, R, (c + 1) % kStageChunks);
-                    else if (tile + gridDim.x < ntiles)
-                        stage_dh(next, a.dh, (tile + gridDim.x) * kBwdTile + (size_t)warp * 16,
-                                 R, 0);
-                    else
-                        cp_async_commit();  // an empty group: the count stays one ahead
-                    cp_async_wait_all_but_one();  // chunk q (and the ψ rows) landed
-                    __syncwarp();
-                    dm_chunk(WmT, stg + (q & 1) * kStageFloats, w.v0, w.v1, c, kHalf * h, dm);
-                    __syncwarp();  // read before the stage is refilled
-                }
-            } else {
-                dm_tiles<B16>(WmT, dh0, dh1, w.v0, w.v1, kHalf * h, dm);
-                if (h == 0) {
-                    cp_async_wait_all();  // the ψ rows
-                    __syncwarp();
-                }
+            dm_tiles<B16>(WmT, dh0, dh1, w.v0, w.v1, kHalf * h, dm);
+            if (h == 0) {
+                cp_async_wait_all();  // the ψ rows
+                __syncwarp();
             }
 #pragma unroll
             for (int qq = 0; qq < 2; ++qq) {

@@ -40,13 +40,5 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
 __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
-// The thread's copies so far as one group; waiting for all groups but the newest (a ring of two
-// stages: the copies of the stage to read next have landed, the other stage's may still run).
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all_but_one() {
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-}
 
 }  // namespace fh::cuda
