@@ -101,20 +101,6 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t *buffer, size_t, siz
     free(buffer);
 }
 
-struct Mode {
-    const char *name;
-    fh_exec_mode exec;
-    fh_math_mode math;
-};
-const Mode kModes[] = {
-    {"multi-tf32", FH_EXEC_MULTI_STREAM, FH_MATH_TF32},
-    {"single-tf32", FH_EXEC_SINGLE_STREAM, FH_MATH_TF32},
-    {"multi-strict", FH_EXEC_MULTI_STREAM, FH_MATH_STRICT},
-    {"single-strict", FH_EXEC_SINGLE_STREAM, FH_MATH_STRICT},
-    {"multi-bf16", FH_EXEC_MULTI_STREAM, FH_MATH_BF16},
-    {"single-bf16", FH_EXEC_SINGLE_STREAM, FH_MATH_BF16},
-};
-
 void usage(FILE *f) {
     fprintf(f, "usage: foxhunt-timeline [--batch 16384] [--mode multi-tf32] [--steps 5] "
                "[--warmup 5] [--machine NAME] [--out PATH]\n");
@@ -133,7 +119,7 @@ std::string json_string(const std::string &s) {
 
 int main(int argc, char **argv) {
     long batch = 16384, steps = 5, warmup = 5;
-    const Mode *mode = &kModes[0];
+    const bench_mode *mode = &bench_modes[0];
     std::string machine = "unknown", out;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
@@ -157,9 +143,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--out")) {
             out = v;
         } else if (!strcmp(a, "--mode")) {
-            mode = nullptr;
-            for (const Mode &m : kModes)
-                if (!strcmp(v, m.name)) mode = &m;
+            mode = bench_mode_named(v);
             if (!mode) {
                 fprintf(stderr, "foxhunt-timeline: --mode wants one of multi-tf32, single-tf32, "
                                 "multi-strict, single-strict, multi-bf16, single-bf16, got '%s'\n",
@@ -191,8 +175,8 @@ int main(int argc, char **argv) {
     fh_config_init(&c);
     c.backend = FH_BACKEND_CUDA;
     c.batch_size = (uint32_t)batch;
-    c.exec_mode = mode->exec;
-    c.math_mode = mode->math;
+    c.exec_mode = mode->exec_mode;
+    c.math_mode = mode->math_mode;
     fh_pipeline *p = nullptr;
     const fh_status created = fh_pipeline_create(&c, &p);
     if (created == FH_ERR_NO_CUDA) die("fh_pipeline_create", fh_last_error_message());
@@ -234,7 +218,7 @@ int main(int argc, char **argv) {
     }
 
     // The children's starts (ns after t0) from the events' durations.
-    const bool multi = mode->exec == FH_EXEC_MULTI_STREAM;
+    const bool multi = mode->exec_mode == FH_EXEC_MULTI_STREAM;
     const char *const kChild[] = {"her", "spectral", "ddqn", "forward", "aux", "adam"};
     constexpr int kChildren = 6;
     double bound[kChildren + 1];

@@ -66,14 +66,6 @@ static const char *const kFields[NUM_FIELDS] = {"her",     "spectral", "ddqn",  
                                                 "aux",     "aux_ema",  "aux_iql",  "aux_iqn",
                                                 "aux_attn", "aux_tail", "adam",    "total"};
 
-static const mode_t_ kModes[] = {
-    {"multi-tf32", FH_EXEC_MULTI_STREAM, FH_MATH_TF32},
-    {"single-tf32", FH_EXEC_SINGLE_STREAM, FH_MATH_TF32},
-    {"multi-strict", FH_EXEC_MULTI_STREAM, FH_MATH_STRICT},
-    {"single-strict", FH_EXEC_SINGLE_STREAM, FH_MATH_STRICT},
-    {"multi-bf16", FH_EXEC_MULTI_STREAM, FH_MATH_BF16},
-    {"single-bf16", FH_EXEC_SINGLE_STREAM, FH_MATH_BF16},
-};
 static const char *const kIqlGemm[] = {"auto", "grouped", "batched", "sequential"};
 
 static void timings_fields(const fh_timings *t, double *f) {
@@ -154,9 +146,9 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
     uint32_t batches[MAX_LIST] = {1024, 4096, 16384, 65536};
     int nbatch = 4, steps = 50, warmup = 5, peer = 0;
-    const mode_t_ *modes[MAX_LIST];
+    const bench_mode *modes[MAX_LIST];
     int nmodes = 0;
-    for (size_t k = 0; k < sizeof kModes / sizeof kModes[0]; ++k) modes[nmodes++] = &kModes[k];
+    for (int k = 0; k < NUM_BENCH_MODES; ++k) modes[nmodes++] = &bench_modes[k];
     int iql[4] = {FH_IQL_GEMM_AUTO}, niql = 1;
     char machine[256] = "", out[4096] = "";
     char variant_var[256] = "";
@@ -188,13 +180,11 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--modes")) {
             nmodes = arg_list(a, v, items, MAX_LIST);
             for (int k = 0; k < nmodes; ++k) {
-                modes[k] = NULL;
-                for (size_t j = 0; j < sizeof kModes / sizeof kModes[0]; ++j)
-                    if (!strcasecmp(items[k], kModes[j].name)) modes[k] = &kModes[j];
+                modes[k] = bench_mode_named(items[k]);
                 if (!modes[k]) {
                     fprintf(stderr, "foxhunt-bench: unknown mode '%s' (modes:", items[k]);
-                    for (size_t j = 0; j < sizeof kModes / sizeof kModes[0]; ++j)
-                        fprintf(stderr, " %s", kModes[j].name);
+                    for (int j = 0; j < NUM_BENCH_MODES; ++j)
+                        fprintf(stderr, " %s", bench_modes[j].name);
                     fprintf(stderr, ")\n");
                     return 2;
                 }

@@ -12,11 +12,6 @@
 
 enum { NUM_FIELDS = 12 };
 
-typedef struct {
-    const char *name;
-    int exec_mode, math_mode;
-} mode_t_;
-
 /* The replay runs' shape: K rows of E environments, inserts of R rows. */
 typedef struct {
     uint32_t capacity, envs, insert_rows;
@@ -24,7 +19,7 @@ typedef struct {
 
 typedef struct {
     uint32_t batch;
-    const mode_t_ *mode;
+    const bench_mode *mode;
     int iql_gemm;
     const char *variant;  /* value of the --variant variable, or "" */
     double median[NUM_FIELDS];

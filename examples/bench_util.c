@@ -7,8 +7,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
+
+const bench_mode bench_modes[NUM_BENCH_MODES] = {
+    {"multi-tf32", FH_EXEC_MULTI_STREAM, FH_MATH_TF32},
+    {"single-tf32", FH_EXEC_SINGLE_STREAM, FH_MATH_TF32},
+    {"multi-strict", FH_EXEC_MULTI_STREAM, FH_MATH_STRICT},
+    {"single-strict", FH_EXEC_SINGLE_STREAM, FH_MATH_STRICT},
+    {"multi-bf16", FH_EXEC_MULTI_STREAM, FH_MATH_BF16},
+    {"single-bf16", FH_EXEC_SINGLE_STREAM, FH_MATH_BF16},
+};
+
+const bench_mode *bench_mode_named(const char *name) {
+    for (int k = 0; k < NUM_BENCH_MODES; ++k)
+        if (!strcasecmp(name, bench_modes[k].name)) return &bench_modes[k];
+    return NULL;
+}
 
 void bench_die(const char *what, fh_status s) {
     fprintf(stderr, "%s: %s failed (status %d): %s\n", program_invocation_short_name, what,

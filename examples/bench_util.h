@@ -34,6 +34,17 @@ void make_batch(host_batch *h, const fh_config *c);
 void make_rows(host_batch *h, const fh_config *c, size_t n);
 void free_batch(host_batch *h);
 
+/* The benchmarks' modes: lanes (multi- or single-stream) x math (TF32, strict FP32, BF16), by
+ * name ("multi-tf32", ...). */
+typedef struct {
+    const char *name;
+    int exec_mode, math_mode; /* fh_exec_mode, fh_math_mode */
+} bench_mode;
+enum { NUM_BENCH_MODES = 6 };
+extern const bench_mode bench_modes[NUM_BENCH_MODES];
+/* The mode called `name` (case-insensitive), or NULL. */
+const bench_mode *bench_mode_named(const char *name);
+
 /* Creates the folders of path (everything before its last '/'). */
 void mkdirs_for(const char *path);
 /* path opened for writing, its folders created first; exits with a message on failure. */
