@@ -39,7 +39,11 @@ extern "C" {
 #include "bench_util.h"
 }
 
+#include "timeline_sweep.hpp"
+
 namespace {
+
+namespace bench = fh::bench;
 
 struct Kernel {
     uint64_t start, end;
@@ -245,46 +249,26 @@ int main(int argc, char **argv) {
         return c;
     };
 
-    // Sweep: time with n kernels running, and the gaps with none.
-    std::vector<std::pair<uint64_t, int>> ev;
-    for (const Kernel &k : last) {
-        ev.push_back({k.start, +1});
-        ev.push_back({k.end, -1});
-    }
-    std::sort(ev.begin(), ev.end(), [](const auto &a, const auto &b) {
-        return a.first != b.first ? a.first < b.first : a.second < b.second;
-    });
-    constexpr int kLevels = 4;  // 0, 1, 2, 3 or more
-    uint64_t at_level[kLevels] = {};
-    struct Gap {
-        uint64_t from, to;
-    };
-    std::vector<Gap> gaps;
-    // Per child: summed kernel time and time with 0, 1, 2, 3+ running (by the sweep's time).
-    uint64_t child_sum[kChildren] = {}, child_level[kChildren][kLevels] = {};
+    // The sweep (timeline_sweep.hpp), cut at the children's starts after the first: multi-stream
+    // segment 0 is her and spectral together, then one a child; single-stream one a child.
+    std::vector<bench::Interval> iv;
+    for (const Kernel &k : last) iv.push_back({k.start, k.end});
+    std::vector<uint64_t> cuts;
+    for (int j = multi ? 2 : 1; j < kChildren; ++j)
+        cuts.push_back(t0 + (uint64_t)(bound[j] * 1e6));
+    const bench::Sweep sw = bench::sweep(iv, cuts);
+    constexpr int kLevels = bench::kLevels;
+    uint64_t at_level[kLevels] = {}, child_level[kChildren][kLevels] = {};
+    for (size_t g = 0; g < sw.level.size(); ++g)
+        for (int n = 0; n < kLevels; ++n) {
+            at_level[n] += sw.level[g][n];
+            child_level[multi && g > 0 ? g + 1 : g][n] += sw.level[g][n];
+        }
+    const std::vector<bench::Gap> &gaps = sw.gaps;
+    uint64_t child_sum[kChildren] = {};
     for (const Kernel &k : last) child_sum[child_of(k)] += k.end - k.start;
-    std::map<std::string, uint64_t> alone;  // time each kernel ran with no other
-    int running = 0;
-    for (size_t i = 0; i + 1 < ev.size(); ++i) {
-        running += ev[i].second;
-        const uint64_t dt = ev[i + 1].first - ev[i].first;
-        at_level[std::min(running, kLevels - 1)] += dt;
-        const double ms = (double)(ev[i].first - t0) * 1e-6;
-        int c = 0;
-        for (int j = multi ? 2 : 1; j < kChildren; ++j)
-            if (ms >= bound[j]) c = j;
-        child_level[c][std::min(running, kLevels - 1)] += dt;
-        if (running == 0 && dt > 0) gaps.push_back({ev[i].first, ev[i + 1].first});
-        if (running == 1 && dt > 0)
-            for (const Kernel &k : last)
-                if (k.start <= ev[i].first && ev[i + 1].first <= k.end) {
-                    alone[k.name] += dt;
-                    break;
-                }
-    }
-    std::sort(gaps.begin(), gaps.end(), [](const Gap &a, const Gap &b) {
-        return a.to - a.from > b.to - b.from;
-    });
+    std::map<std::string, uint64_t> alone;  // time each kernel ran with no other, by name
+    for (size_t i = 0; i < last.size(); ++i) alone[last[i].name] += sw.alone[i];
     const auto us = [](uint64_t ns) { return (double)ns / 1000.0; };
     const auto running_at = [&](uint64_t t) {
         int n = 0;
