@@ -72,7 +72,7 @@ __device__ __forceinline__ Op op_rounded(float x) {
 // were rounded once when stored (no conversion at each load); split products need the float.
 template <bool SPLIT>
 __device__ __forceinline__ float stored(float x) {
-    return SPLIT ? x : __uint_as_float(to_tf32(x));
+    return SPLIT ? x : rounded<false>(x);
 }
 // The operand element of a value written by stored<SPLIT>().
 template <bool SPLIT>
