@@ -51,8 +51,9 @@
 #   wgrad-layout bench/probe_wgrad_layout.py: the weight-gradient products through PyTorch's cuBLAS,
 #                operands stored as the step stores them against transposed (K-major)
 #   bench-sizes  foxhunt-bench at B = 1024, 4096, 65536 (TF32, multi- and single-stream)
-#   timeline     foxhunt-timeline at B = 16384 ($TIMELINE_MODES, default multi-tf32 single-tf32):
-#                one step's kernels on the GPU's clock (CUPTI), how many run at once, the gaps
+#   timeline     foxhunt-timeline at B = 16384 ($TIMELINE_MODES, default multi-tf32 single-tf32;
+#                $TIMELINE_BATCH, batch sizes, default 16384): one step's kernels on the GPU's
+#                clock (CUPTI), how many run at once, the gaps
 #   trainer      foxhunt-trainer on the GPU: 1 seed, 1000 steps (the replay, acting behind)
 #   trainer-math foxhunt-trainer on the GPU in TF32 and in BF16 (--math): 1 seed, 1000 steps
 #                each, no early stop; the learning curves side by side
@@ -291,11 +292,14 @@ for s in "$@"; do
       --out $OUT/wgrad_layout.json > $OUT/wgrad_layout.txt 2>&1
     echo "wgrad-layout rc=$?" | tee -a $log; tee -a $log < $OUT/wgrad_layout.txt ;;
   timeline)
-    for m in ${TIMELINE_MODES:-multi-tf32 single-tf32}; do
-      timeout 120 build-dev/examples/foxhunt-timeline --batch 16384 --mode $m --machine $machine \
-        --out $OUT/timeline_$m.json > $OUT/timeline_$m.txt 2>&1
-      echo "timeline $m rc=$?" | tee -a $log
-      grep -A40 "^span" $OUT/timeline_$m.txt | tee -a $log
+    for bt in ${TIMELINE_BATCH:-16384}; do
+      for m in ${TIMELINE_MODES:-multi-tf32 single-tf32}; do
+        f=timeline_$m; [ "$bt" = 16384 ] || f=timeline_b${bt}_$m
+        timeout 120 build-dev/examples/foxhunt-timeline --batch $bt --mode $m --machine $machine \
+          --out $OUT/$f.json > $OUT/$f.txt 2>&1
+        echo "timeline B=$bt $m rc=$?" | tee -a $log
+        grep -A40 "^span" $OUT/$f.txt | tee -a $log
+      done
     done ;;
   bench-sizes)
     timeout 200 build-dev/examples/foxhunt-bench --batch 1024,4096,65536 --steps 30 --replay 0 \
