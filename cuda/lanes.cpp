@@ -1,7 +1,6 @@
 #include "lanes.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "common.hpp"
 #include "device_memory.hpp"
@@ -37,7 +36,6 @@ Lanes::Lanes(const fh_config &c, const std::vector<ChildDesc> &sched, size_t col
     if (nlanes_ > kMaxLanes)
         fail(FH_ERR_INTERNAL, "schedule uses %d lanes > %d", nlanes_, kMaxLanes);
     for (int k = 0; k < nlanes_; ++k) ws_bytes_[k] = lane_workspace_bytes(c, sched, k);
-    if (const char *e = getenv("FOXHUNT_TRIAL_GEMM_SMS")) sm_target_ = atoi(e);
     try {
         size_t slot_bytes[kMaxLanes];
         workspace_slot_bytes(c, sched, slot_bytes);
@@ -52,7 +50,6 @@ Lanes::Lanes(const fh_config &c, const std::vector<ChildDesc> &sched, size_t col
         for (int k = 0; k < nlanes_; ++k) {
             handles_[k] = make_handle(c, stream(k), workspace(k), ws_bytes_[k]);
             FH_CUBLAS(cublasSetAtomicsMode(handles_[k], CUBLAS_ATOMICS_NOT_ALLOWED));
-            if (sm_target_ > 0) FH_CUBLAS(cublasSetSmCountTarget(handles_[k], sm_target_));
             col_[k] = mem.alloc_n<double>(MEM_ACT, col_doubles);
             red_[k] = mem.alloc_n<double>(MEM_ACT, kRedMaxBlocks);
         }
@@ -74,7 +71,7 @@ void Lanes::release() noexcept {
 LaneCtx Lanes::ctx(int lane) const {
     return LaneCtx{stream(lane),
                    Blas{handles_[lane], compute_, bf16_stage(lane), linear_tc_, workspace(lane),
-                        ws_bytes_[lane], linear_bf16_, sm_target_},
+                        ws_bytes_[lane], linear_bf16_},
                    col_[lane], red_[lane]};
 }
 

@@ -51,7 +51,6 @@ private:
     cublasComputeType_t compute_;
     bool linear_tc_;    // Blas::linear_tc of every lane
     bool linear_bf16_;  // Blas::linear_bf16 of every lane
-    int sm_target_ = 0;  // Blas::sm_target of every lane (trial: FOXHUNT_TRIAL_GEMM_SMS)
     cudaStream_t streams_[kMaxLanes] = {};
     cublasHandle_t handles_[kMaxLanes] = {};
     void *ws_[kMaxLanes] = {};         // per slot
