@@ -152,12 +152,10 @@ private:
     cudaGraph_t parent_ = nullptr;
     cudaGraphExec_t exec_ = nullptr;
     uint64_t dev_step_ = 0;  // what the device counter holds after the launched work
-    int aux_gemm_sms_ = 0;   // trial: FOXHUNT_TRIAL_AUX_GEMM_SMS
 };
 
 void CudaBackend::create(HostBuffers init) {
     DeviceGuard guard(device_);
-    if (const char *e = getenv("FOXHUNT_TRIAL_AUX_GEMM_SMS")) aux_gemm_sms_ = atoi(e);
     const int maxN = (int)std::max({d_.D, d_.H, d_.HB, d_.A, 1u});
     lanes_ = std::make_unique<Lanes>(cfg_, sched_, (size_t)colsum_chunks((int)d_.B) * maxN, mem_);
     FH_CUDA(cudaStreamCreateWithFlags(&launch_, cudaStreamNonBlocking));
@@ -330,9 +328,7 @@ void CudaBackend::run_child(const ChildDesc &c, bool capturing) {
 
 void CudaBackend::run_task(Task t, int lane, int arg) {
     CudaStep &s = *st_;
-    LaneCtx l = lanes_->ctx(lane);
-    if (t == Task::IQN || t == Task::ATTENTION || t == Task::CQL) l.blas.sm_target = aux_gemm_sms_;
-    FH_CUBLAS(cublasSetSmCountTarget(l.blas.handle, l.blas.sm_target));  // cublasGemmEx's
+    const LaneCtx l = lanes_->ctx(lane);
     switch (t) {
     case Task::SAMPLE: replay_->sample(s.step, l.stream); break;
     case Task::HER_RELABEL: her_relabel(s, l); break;

@@ -65,7 +65,7 @@ struct LtCall {
 
 // What chooses an algorithm: the device, the operations, the shape and strides, the operands'
 // alignments, the compute type and the workspace.
-using AlgoKey = std::array<int64_t, 15>;
+using AlgoKey = std::array<int64_t, 14>;
 
 // The heuristics' choices, process-wide (pipelines on several threads share it). A query costs
 // about 15 µs of host time, and act() runs its GEMMs outside any graph on every call: without
@@ -102,11 +102,6 @@ void lt_matmul(const Blas &bl, const GemmDesc &g, float beta, const char *what) 
         s = cublasLtMatmulDescSetAttribute(k.op, CUBLASLT_MATMUL_DESC_TRANSA, &g.opa, sizeof g.opa);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(k.op, CUBLASLT_MATMUL_DESC_TRANSB, &g.opb, sizeof g.opb);
-    if (s == CUBLAS_STATUS_SUCCESS && bl.sm_target > 0) {
-        const int32_t sms = bl.sm_target;
-        s = cublasLtMatmulDescSetAttribute(k.op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms,
-                                           sizeof sms);
-    }
     // op(a) is [m, k], op(b) [k, n]; a layout describes the matrix as stored.
     const bool ta = g.opa != CUBLAS_OP_N, tb = g.opb != CUBLAS_OP_N;
     if (s == CUBLAS_STATUS_SUCCESS)
@@ -118,8 +113,7 @@ void lt_matmul(const Blas &bl, const GemmDesc &g, float beta, const char *what) 
     if (s != CUBLAS_STATUS_SUCCESS) fail_lt(s, what, g, "descriptors");
     const uint32_t align[3] = {alignment_of(g.a), alignment_of(g.b), alignment_of(g.c)};
     const AlgoKey key{device,   g.opa,    g.opb,    g.m, g.n, g.k, g.lda, g.ldb, g.ldc,
-                      align[0], align[1], align[2], (int64_t)bl.compute, (int64_t)bl.ws_bytes,
-                      bl.sm_target};
+                      align[0], align[1], align[2], (int64_t)bl.compute, (int64_t)bl.ws_bytes};
     cublasLtMatmulAlgo_t algo;
     bool have_algo = false;  // from the cache, else from the heuristics below
     {

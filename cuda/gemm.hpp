@@ -37,9 +37,6 @@ struct Blas {
     size_t ws_bytes = 0;
     // FH_MATH_BF16: where linear_tc, the fused layers round their operands to bfloat16, not TF32.
     bool linear_bf16 = false;
-    // Trial: cuBLAS's heuristics choose for this many SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET;
-    // 0: the device's count).
-    int sm_target = 0;
 };
 // CUBLAS_COMPUTE_32F for FH_MATH_STRICT and FH_MATH_BF16 (float32 accumulation of bfloat16
 // operands), CUBLAS_COMPUTE_32F_FAST_TF32 for FH_MATH_TF32. (CUBLAS_COMPUTE_32F_FAST_16BF on
