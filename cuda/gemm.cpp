@@ -65,7 +65,7 @@ struct LtCall {
 
 // What chooses an algorithm: the device, the operations, the shape and strides, the operands'
 // alignments, the compute type and the workspace.
-using AlgoKey = std::array<int64_t, 15>;
+using AlgoKey = std::array<int64_t, 14>;
 
 // The heuristics' choices, process-wide (pipelines on several threads share it). A query costs
 // about 15 µs of host time, and act() runs its GEMMs outside any graph on every call: without
@@ -112,11 +112,8 @@ void lt_matmul(const Blas &bl, const GemmDesc &g, float beta, const char *what) 
         s = cublasLtMatrixLayoutCreate(&k.c, CUDA_R_32F, g.m, g.n, g.ldc);
     if (s != CUBLAS_STATUS_SUCCESS) fail_lt(s, what, g, "descriptors");
     const uint32_t align[3] = {alignment_of(g.a), alignment_of(g.b), alignment_of(g.c)};
-    const char *trial = getenv("FOXHUNT_TRIAL_NOSPLIT_K");
-    const bool nosplit = trial && g.k <= atoi(trial);
     const AlgoKey key{device,   g.opa,    g.opb,    g.m, g.n, g.k, g.lda, g.ldb, g.ldc,
-                      align[0], align[1], align[2], (int64_t)bl.compute, (int64_t)bl.ws_bytes,
-                      nosplit};
+                      align[0], align[1], align[2], (int64_t)bl.compute, (int64_t)bl.ws_bytes};
     cublasLtMatmulAlgo_t algo;
     bool have_algo = false;  // from the cache, else from the heuristics below
     {
@@ -135,11 +132,6 @@ void lt_matmul(const Blas &bl, const GemmDesc &g, float beta, const char *what) 
         for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; ++i)
             s = cublasLtMatmulPreferenceSetAttribute(k.pref, align_attr[i], &align[i < 3 ? i : 2],
                                                      sizeof(uint32_t));
-        if (s == CUBLAS_STATUS_SUCCESS && nosplit) {
-            const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
-            s = cublasLtMatmulPreferenceSetAttribute(
-                k.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &none, sizeof none);
-        }
         if (s != CUBLAS_STATUS_SUCCESS) fail_lt(s, what, g, "preference");
         // The first of the heuristics' ranking that fits the workspace; failing that, the
         // ranking for the workspace itself.
