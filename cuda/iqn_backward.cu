@@ -24,7 +24,7 @@
 // forms of it lost: φ from stored cosines (2026-12-01), and 12-warp blocks holding all of φraw
 // (2026-12-03); this one keeps 16 warps at 128 registers by taking the columns in two halves.
 //
-// Tiling. A block of 16 warps (one per SM: 120.5 KiB of shared memory, 128 registers a thread)
+// Tiling. A block of 16 warps (one per SM: 137 KiB of shared memory, 128 registers a thread)
 // stages Wmᵀ [128, 128] in shared memory once (rounded to TF32, rows of 136 floats, ≡ 8 mod 32, so
 // the float2 B-fragment loads of a half-warp hit 32 banks; in BF16 bfloat16, rows of 136, 68
 // words ≡ 4 mod 32, so the 32-bit loads of a warp hit 32 banks) and Wφ [128, 64] as the online
@@ -38,9 +38,15 @@
 // products run; read from global memory at their use, each load waited behind the stores of
 // dφpre and dψ before it (IQN lane 0.468 / 0.468 → 0.461 / 0.462 ms single-stream, the same
 // bits, bench/results/h200-2026-12-03-iqn-bwd-psi-before-after*.json; preloading them into
-// registers instead spilled). Because 16 % N == 0 a transition's rows are lanes of one warp:
-// Σ_n is a fixed-order shuffle sum, written by the transition's first row group. Column sums:
-// colsum_quarter (iqn_fused.cuh), then the block's warps in order. No atomics.
+// registers instead spilled). The ψpre rows of the same two transitions (and bψ, once) are staged
+// the same way: dψpre's SiLU' needs them on the transition's first row group only, whose loads
+// from memory at their use, four lanes waiting with the warp behind each column tile's
+// shuffles, had left about 5 % of the IQN lane in latency (IQN lane 0.445 / 0.447 → 0.421 /
+// 0.421 ms single-stream, wall 1.439 / 1.436 → 1.420 / 1.421 ms multi-stream, the same bits; H100,
+// bench/results/h100-2026-12-06-iqn-bwd-psipre-before-after.json). Because 16 % N == 0 a
+// transition's rows are lanes of one warp: Σ_n is a fixed-order shuffle sum, written by the
+// transition's first row group. Column sums: colsum_quarter (iqn_fused.cuh), then the block's
+// warps in order. No atomics.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -57,10 +63,11 @@ namespace {
 
 constexpr int kBwdW = 2 * kHq;
 constexpr int kBwdWarps = 16, kBwdTile = 16 * kBwdWarps;
-// Wmᵀ, bφ, Wφ (rows of kLDP), then (N = 8) the ψ rows of a warp's two transitions: 120.5 KiB, one
-// block per SM.
-constexpr size_t kBwdSmemBytes =
-    ((size_t)kHq * kLDM + kHq + (size_t)kHq * kLDP + (size_t)kBwdWarps * 2 * kHq) * sizeof(float);
+// Wmᵀ, bφ, Wφ (rows of kLDP), then (N = 8) the ψ rows and the ψpre rows of a warp's two
+// transitions, and bψ: 137 KiB, one block per SM.
+constexpr size_t kBwdSmemBytes = ((size_t)kHq * kLDM + kHq + (size_t)kHq * kLDP +
+                                  (size_t)kBwdWarps * 4 * kHq + kHq) *
+                                 sizeof(float);
 
 // Row state of one thread in a tile: its rows g and g + 8, their transitions, and whether it
 // writes dψ for them.
@@ -69,23 +76,31 @@ struct Rows {
     bool v0, v1, lead0, lead1;
 };
 
-// ψ's pre-activations of transition i at columns u, u + 1 (x̃ Wψᵀ + bψ).
-__device__ __forceinline__ float2 psi_pre_pair(const BackwardArgs &a, size_t i, int u) {
-    const float2 pp = __ldg(reinterpret_cast<const float2 *>(a.psi_pre + i * kHq + u));
-    return make_float2(__fadd_rn(pp.x, __ldg(a.bpsi + u)), __fadd_rn(pp.y, __ldg(a.bpsi + u + 1)));
+// ψ's pre-activations of transition i at columns u, u + 1 (x̃ Wψᵀ + bψ): from the staged row
+// pre (and bψ in shared memory, bps) where the kernel stages them, else from memory.
+__device__ __forceinline__ float2 psi_pre_pair(const BackwardArgs &a, size_t i, int u,
+                                               const float *pre, const float *bps) {
+    const float2 pp = pre ? *reinterpret_cast<const float2 *>(pre + u)
+                          : __ldg(reinterpret_cast<const float2 *>(a.psi_pre + i * kHq + u));
+    const float b0 = pre ? bps[u] : __ldg(a.bpsi + u);
+    const float b1 = pre ? bps[u + 1] : __ldg(a.bpsi + u + 1);
+    return make_float2(__fadd_rn(pp.x, b0), __fadd_rn(pp.y, b1));
 }
 
 // The epilogue of column tiles 4q .. 4q + 3 from their dm accumulators: dφpre, dψpre on the
 // transitions' first row groups, and the column sums into acc.
 // phi(n, f0, f1) gives φraw of the thread's rows at its two columns of the quarter's column tile
 // n (0 for rows past the batch). B16: dφpre goes to a.dphi16 as bfloat16 (FH_MATH_BF16), else to
-// a.phi.
+// a.phi. SPSI: ps0, ps1 (pp0, pp1) are the staged ψ (ψpre) rows of the thread's transitions, bps
+// bψ in shared memory.
 template <bool SPSI, bool B16, class Phi>
 __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const float *bphi,
                                                  const Rows &w, int N, int q,
                                                  const float (&dm)[4][4], Phi &&phi,
                                                  const float *ps0, const float *ps1,
-                                                 float (&pend)[4], float (&acc)[2][4]) {
+                                                 const float *pp0, const float *pp1,
+                                                 const float *bps, float (&pend)[4],
+                                                 float (&acc)[2][4]) {
     const int tq = threadIdx.x & 3;
     auto *const out = pick<B16>(a.phi, a.dphi16);
     auto *ph0 = out + w.r0 * kHq, *ph1 = out + w.r1 * kHq;
@@ -121,13 +136,13 @@ __device__ __forceinline__ void epilogue_quarter(const BackwardArgs &a, const fl
         transition_sum(N, e1, e3);
         float q00 = 0.0f, q01 = 0.0f, q10 = 0.0f, q11 = 0.0f;
         if (w.lead0 && w.v0) {
-            const float2 pp = psi_pre_pair(a, w.i0, u);
+            const float2 pp = psi_pre_pair(a, w.i0, u, SPSI ? pp0 : nullptr, bps);
             q00 = e0 * dsilu_fast(pp.x);
             q01 = e1 * dsilu_fast(pp.y);
             tile::st2_round<B16>(a.dpsi + w.i0 * kHq + u, q00, q01);
         }
         if (w.lead1 && w.v1) {
-            const float2 pp = psi_pre_pair(a, w.i1, u);
+            const float2 pp = psi_pre_pair(a, w.i1, u, SPSI ? pp1 : nullptr, bps);
             q10 = e2 * dsilu_fast(pp.x);
             q11 = e3 * dsilu_fast(pp.y);
             tile::st2_round<B16>(a.dpsi + w.i1 * kHq + u, q10, q11);
@@ -230,14 +245,20 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
     float *wphi = bphi + kHq;  // Wφ as the online pass stages it (iqn_fused.cuh's stage_matrix)
     stage_wmT<E, kLDM>(reinterpret_cast<E *>(WmT), a.Wm);
     stage_matrix<kHq, kC>(reinterpret_cast<E *>(wphi), kLDP, a.Wphi);
-    for (int e = threadIdx.x; e < kHq; e += blockDim.x) bphi[e] = __ldg(a.bphi + e);
+    // After Wφ: every warp's two ψ rows, then every warp's two ψpre rows, then bψ (N = 8).
+    float *const rows = wphi + (size_t)kHq * kLDP, *const bps = rows + kBwdWarps * 4 * kHq;
+    for (int e = threadIdx.x; e < kHq; e += blockDim.x) {
+        bphi[e] = __ldg(a.bphi + e);
+        if (SPSI) bps[e] = __ldg(a.bpsi + e);
+    }
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2;
     const int N = NC ? NC : a.N;
     const size_t R = (size_t)a.B * N;
     const size_t ntiles = (R + kBwdTile - 1) / kBwdTile;
-    float *pss = wphi + (size_t)kHq * kLDP + (size_t)warp * 2 * kHq;  // the warp's ψ rows
+    float *const pss = rows + warp * 2 * kHq;                  // the warp's ψ rows
+    float *const pps = rows + (kBwdWarps + warp) * 2 * kHq;    // and its ψpre rows
     SmemOf<E> sphi{};  // Wφ for phi_tile
     sphi.Wphi = reinterpret_cast<E *>(wphi);
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // dbφ k=0,1; dbψ k=2,3
@@ -247,8 +268,10 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
             const size_t t0 = rw / 8;  // the warp's two transitions
             for (int c = lane; c < 2 * (kHq / 4); c += 32) {
                 const int rr = c / (kHq / 4), k4 = c - rr * (kHq / 4);
-                if (t0 + rr < (size_t)a.B)
+                if (t0 + rr < (size_t)a.B) {
                     cp_async16(pss + rr * kHq + 4 * k4, a.psi + (t0 + rr) * kHq + 4 * k4);
+                    cp_async16(pps + rr * kHq + 4 * k4, a.psi_pre + (t0 + rr) * kHq + 4 * k4);
+                }
             }
         }
         Rows w;
@@ -291,7 +314,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
                     f1 = w.v1 ? make_float2(p[2], p[3]) : make_float2(0.0f, 0.0f);
                 };
                 epilogue_quarter<SPSI, B16>(a, bphi, w, N, 2 * h + qq, dq, phi, pss, pss + kHq,
-                                            pend, acc);
+                                            pps, pps + kHq, bps, pend, acc);
             }
         }
         __syncwarp();  // the ψ rows are read before the next tile's copies land
