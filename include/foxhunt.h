@@ -606,6 +606,12 @@ typedef struct fh_pipeline fh_pipeline;
  * (cudaMemGetInfo). A config that does not fit is refused at once with FH_ERR_OUT_OF_MEMORY and
  * a message "config needs X bytes of host memory (...), Y available (...)". Allocation can still
  * fail later if other processes take the memory meanwhile; then too nothing is left allocated.
+ * One case escapes this: the CPU backend's GEMMs go through OpenBLAS, which maps its own
+ * buffers (about 128 MiB per BLAS thread with Debian 12's OpenBLAS 0.3.21) at the first GEMM a
+ * thread runs in the process. Where an address-space limit (RLIMIT_AS) leaves no room for them,
+ * that OpenBLAS retries the mapping forever (OpenMathLib/OpenBLAS#5289; later versions exit
+ * the process instead), so the first CPU step hangs rather than returning
+ * FH_ERR_OUT_OF_MEMORY; leave that much headroom under such a limit.
  * @param config  filled by fh_config_init() and edited; copied. The 0.1 size of the struct is
  *                accepted (no replay).
  * @param out     receives the handle (NULL on failure).
@@ -820,7 +826,8 @@ FH_API fh_status fh_pipeline_write_tensor(fh_pipeline *pipeline, const char *nam
  * given the name, replacing a regular file of that name, only after every byte is on disk
  * (fsync), so a save that fails or is killed leaves no partial or temporary file (on a file
  * system without O_TMPFILE a killed save can leave `path.fhtmp.PID.N`). A new file gets mode
- * 0666 less the umask, as fopen() gives. The state is streamed through a fixed 512 KiB of
+ * 0666 less the umask, as fopen() gives; a file that replaces one keeps that file's permission
+ * bits, as fopen() on it would. The state is streamed through a fixed 512 KiB of
  * buffers, whatever its size. A state with a NaN or infinity anywhere (which the divergence
  * guard of fh_pipeline_step() keeps out; write_tensor and load refuse them) is refused; nothing
  * is written then.
@@ -857,7 +864,8 @@ FH_API fh_status fh_pipeline_save_ex(fh_pipeline *pipeline, const char *path, ui
  *         FH_ERR_CHECKPOINT_TRUNCATED (this config's header, or the start of one, but the file
  *         ends early);
  *         FH_ERR_CHECKPOINT_CORRUPT (bad magic, format, checksum or size, a non-finite value,
- *         a state value that fh_pipeline_write_tensor() would refuse, a regime scale other
+ *         a negative Adam second moment (every step would be skipped), a state value that
+ *         fh_pipeline_write_tensor() would refuse, a regime scale other
  *         than 1 with num_regimes = 1, a step, act or
  *         rows-inserted count of 2^63 or more, or replay rows that an insert would refuse);
  *         FH_ERR_CHECKPOINT_CONFIG (an intact checkpoint of another config, or a replay of

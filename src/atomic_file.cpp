@@ -34,9 +34,11 @@ std::string temp_name(const std::string &path) {
 
 AtomicFile::AtomicFile(const char *path) : path_(path) {
     struct stat st;
-    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+    const bool exists = lstat(path, &st) == 0;
+    if (exists && !S_ISREG(st.st_mode))
         fail(FH_ERR_IO, "'%s' exists and is not a regular file (a device, FIFO, directory or "
              "symbolic link): refusing to replace it", path);
+    if (exists) keep_mode_ = (int)(st.st_mode & 07777);
     // O_TMPFILE: the file has no name until commit(), so a process killed while writing leaves
     // nothing behind. Naming it later goes through /proc/self/fd (linkat with AT_EMPTY_PATH
     // would need CAP_DAC_READ_SEARCH). Filesystems without O_TMPFILE get a named temporary.
@@ -44,6 +46,7 @@ AtomicFile::AtomicFile(const char *path) : path_(path) {
         fd_ = open(dir_of(path_).c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
         if (fd_ >= 0) {
             unnamed_ = true;
+            keep_mode();
             return;
         }
         if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
@@ -59,6 +62,19 @@ AtomicFile::AtomicFile(const char *path) : path_(path) {
         named_tmp_.clear();
         fail(FH_ERR_IO, "cannot create a file beside '%s': %s", path, strerror(e));
     }
+    keep_mode();
+}
+
+// Called by the constructor only: on failure it discards the file itself (no destructor runs).
+void AtomicFile::keep_mode() {
+    if (keep_mode_ < 0 || fchmod(fd_, (mode_t)keep_mode_) == 0) return;
+    const int e = errno;
+    close(fd_);
+    fd_ = -1;
+    if (!named_tmp_.empty()) unlink(named_tmp_.c_str());
+    named_tmp_.clear();
+    fail(FH_ERR_IO, "cannot give the file replacing '%s' its mode %04o: %s", path_.c_str(),
+         (unsigned)keep_mode_, strerror(e));
 }
 
 AtomicFile::~AtomicFile() {

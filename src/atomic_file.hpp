@@ -10,8 +10,10 @@ namespace fh {
 class AtomicFile {
 public:
     // Refuses (FH_ERR_IO) a path that exists and is not a regular file (a device, FIFO,
-    // directory or symbolic link): a save must not replace such a node with a file. The file
-    // gets mode 0666 less the umask, as fopen() would give it.
+    // directory or symbolic link): a save must not replace such a node with a file. A new file
+    // gets mode 0666 less the umask, as fopen() would give it; a file that replaces one keeps
+    // the permission bits of the file it replaces, as fopen() would (a private checkpoint stays
+    // private).
     explicit AtomicFile(const char *path);
     ~AtomicFile();  // discards an uncommitted file
     AtomicFile(const AtomicFile &) = delete;
@@ -25,6 +27,8 @@ private:
     std::string path_, named_tmp_;  // named_tmp_: the fallback's visible temporary name
     int fd_ = -1;
     bool unnamed_ = false;  // O_TMPFILE (nothing to remove if we never commit)
+    int keep_mode_ = -1;    // the replaced file's permission bits, or -1 for a new file
+    void keep_mode();       // gives the open file keep_mode_ (FH_ERR_IO on failure)
 };
 
 // Test seam: called after the last byte is written, before the file gets any name.

@@ -314,6 +314,23 @@ std::string first_non_finite(const Layout &L, const HostBuffers &bufs) {
     return std::string();
 }
 
+// Adam's second moments are running means of squared gradients (SPEC §5.6): a negative one makes
+// the step's √v̂ NaN and every later step skipped, so a checkpoint holding one is damaged.
+std::string first_negative_moment(const Layout &L, const HostBuffers &bufs) {
+    for (int b = 0; b < NUM_PERSISTENT; ++b) {
+        MomentOf m;
+        if (!moment_of((Buf)b, m) || std::string(m.name) != "adam_v") continue;
+        for (size_t i = 0; i < bufs[b].size(); ++i) {
+            const float x = bufs[b][i];
+            if (!(x < 0.0f)) continue;
+            char v[48];
+            snprintf(v, sizeof v, " = %.9g", (double)x);
+            return state_element_name(L, (Buf)b, i) + v;
+        }
+    }
+    return std::string();
+}
+
 }  // namespace
 
 std::vector<uint8_t> config_fingerprint(const fh_config &c) {
@@ -411,8 +428,13 @@ Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L
                                fileno(f.get()), size, rh);
     // A file that is short but starts with this config's header is a truncated one; any other
     // mismatch is corruption, also when the damage hits a size field.
+    // (Cut before a replay section's header, the file's size is known only to be at least that.)
     if (same_config && implied != 0 && size < implied)
-        fail(FH_ERR_CHECKPOINT_TRUNCATED, "checkpoint '%s' ends at byte %zu of %zu", path, size,
+        fail(FH_ERR_CHECKPOINT_TRUNCATED, "checkpoint '%s' ends at byte %zu of %s%zu", path, size,
+             format == kFormatReplay &&
+                     size < size_before_replay(fp.size(), L) + kReplayHeaderBytes
+                 ? "at least "
+                 : "",
              implied);
     if (implied == 0)
         fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s' has a header this library does not "
@@ -468,6 +490,11 @@ Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L
     const std::string bad = first_non_finite(L, ck.bufs);
     if (!bad.empty())
         fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': %s is not finite", path, bad.c_str());
+    const std::string neg = first_negative_moment(L, ck.bufs);
+    if (!neg.empty())
+        fail(FH_ERR_CHECKPOINT_CORRUPT,
+             "checkpoint '%s': %s is negative (a mean of squared gradients; every step would "
+             "be skipped)", path, neg.c_str());
     // Nor state out of the ranges write_tensor enforces (state_ranges.hpp), read-only state
     // included: with one regime a checkpoint's ρ must be the 1 that nothing writes.
     for (const TensorEntry &t : L.tensors) {

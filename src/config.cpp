@@ -74,8 +74,9 @@ void validate_config(const fh_config &c) {
              c.attn_d_model, c.attn_heads);
     uint64_t tokens = c.obs_dim / c.attn_token_dim + (c.goal_dim > 0);
     if (tokens > 1024)
-        fail(FH_ERR_BAD_DIMENSION, "config: %llu attention tokens (obs_dim / attn_token_dim) "
-             "exceed 1024", (unsigned long long)tokens);
+        fail(FH_ERR_BAD_DIMENSION, "config: %llu attention tokens (obs_dim / attn_token_dim "
+             "= %u / %u%s) exceed 1024", (unsigned long long)tokens, c.obs_dim, c.attn_token_dim,
+             c.goal_dim > 0 ? ", plus one for the goal" : "");
     // SPEC §2.1: K·E <= 2^32, so that the sample index j = (w0·N·E) >> 32 of §5.0 reaches
     // every transition and its product fits 64 bits.
     if ((c.replay_capacity == 0) != (c.replay_envs == 0))

@@ -102,6 +102,12 @@ static void test_bad_configs(void **state) {
     c.obs_dim = 9; /* attn_token_dim = 2 */
     expect(fh_pipeline_create(&c, &p), FH_ERR_INDIVISIBLE, "obs_dim = 9");
     c = fh_test_small_config();
+    c.obs_dim = 2048; /* 1024 tokens of 2, and the goal's */
+    c.attn_token_dim = 2;
+    c.goal_dim = 2;
+    expect(fh_pipeline_create(&c, &p), FH_ERR_BAD_DIMENSION,
+           "1025 attention tokens (obs_dim / attn_token_dim = 2048 / 2, plus one for the goal)");
+    c = fh_test_small_config();
     c.attn_heads = 3; /* d_model 8 */
     expect(fh_pipeline_create(&c, &p), FH_ERR_INDIVISIBLE, "attn_heads");
     c = fh_test_small_config();

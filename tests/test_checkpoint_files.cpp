@@ -128,22 +128,35 @@ void test_save_replaces_only_regular_files(void **) {
     fh_pipeline_destroy(p);
 }
 
-/* A new checkpoint's mode is 0666 less the umask, as for fopen(); a replaced one too. */
+/* A new checkpoint's mode is 0666 less the umask, as for fopen(); a replaced one keeps the
+ * permission bits of the file it replaces, as fopen() on that file would: a checkpoint made
+ * private stays private, whatever the umask of the save that replaces it. */
 void test_mode_follows_umask(void **) {
     fh_pipeline *p = make_stepped();
     const std::string dir = fresh_dir("umask");
-    const std::string path = dir + "/c.ckpt";
+    const std::string path = dir + "/c.ckpt", other = dir + "/d.ckpt";
     const mode_t old = umask(022);
     struct stat st;
     assert_int_equal(fh_pipeline_save(p, path.c_str()), FH_OK);
     assert_int_equal(stat(path.c_str(), &st), 0);
     assert_int_equal(st.st_mode & 0777, 0644);
     umask(027);
+    assert_int_equal(fh_pipeline_save(p, other.c_str()), FH_OK);
+    assert_int_equal(stat(other.c_str(), &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0640);
+    assert_int_equal(fh_pipeline_save(p, path.c_str()), FH_OK);  /* replaced: stays 0644 */
+    assert_int_equal(stat(path.c_str(), &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0644);
+    umask(022);
+    assert_int_equal(chmod(path.c_str(), 0600), 0);
     assert_int_equal(fh_pipeline_save(p, path.c_str()), FH_OK);
     assert_int_equal(stat(path.c_str(), &st), 0);
-    assert_int_equal(st.st_mode & 0777, 0640);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal(fh_pipeline_save_ex(p, path.c_str(), 0), FH_OK);
+    assert_int_equal(stat(path.c_str(), &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
     umask(old);
-    assert_int_equal(entries(dir).size(), 1);
+    assert_int_equal(entries(dir).size(), 2);
     fh_pipeline_destroy(p);
 }
 
@@ -282,6 +295,10 @@ void test_replay_section_sized_from_its_header(void **) {
     };
     load(w, (off_t)4 << 30, FH_ERR_CHECKPOINT_CORRUPT, "its header implies");
     load(with_header(8, 3), 0, FH_ERR_CHECKPOINT_TRUNCATED, "ends at byte");  // 8 valid rows
+    /* Cut before the replay's header: the size is known only as a lower bound. */
+    char cut_msg[96];
+    snprintf(cut_msg, sizeof cut_msg, "ends at byte %zu of at least %zu", rh - 4, rh + 16 + 8);
+    load(w.substr(0, rh - 4), 0, FH_ERR_CHECKPOINT_TRUNCATED, cut_msg);
     load(with_header(7, 2), 0, FH_ERR_CHECKPOINT_CORRUPT, "its header implies");
     load(with_header(0xffffffffu, 3), 0, FH_ERR_CHECKPOINT_CORRUPT, "damaged replay shape");
     fh_config other = c;
@@ -309,7 +326,8 @@ void test_replay_section_sized_from_its_header(void **) {
 
 /* A checkpoint holds no state that write_tensor would refuse and no counter a run cannot reach:
  * forged files (checksum resealed) with a regime scale outside [regime_min, regime_max], a
- * negative running mean square, a spectral u of zeros or of one denormal (σ would be 0), a
+ * negative running mean square or Adam second moment, a spectral u of zeros or of one denormal
+ * (σ would be 0), a
  * one-regime scale other than 1, a step count of 2^64 − 1
  * (Adam's t would wrap to 0) or 2^63 rows inserted are refused as corrupt; a file that ends
  * inside its header is truncated, not damaged. None of them changes the pipeline. */
@@ -358,6 +376,21 @@ void test_forged_state_refused(void **) {
     load(forged(g, at_u, zeros, sizeof zeros), FH_ERR_CHECKPOINT_CORRUPT, "'sn.u.W2' is all zeros");
     const float denormal_u[16] = {0, 0, 0, 1e-45f};
     load(forged(g, at_u, denormal_u, sizeof denormal_u), FH_ERR_CHECKPOINT_CORRUPT, "below 1e-12");
+    /* Adam's second moments (buffer BUF_Q_V, after the step and act counts and the buffers
+     * q, target q and adam_m of q, each a float count then its floats) are means of squares. */
+    size_t at_v = at_step + 16;
+    for (int b = 0; b < 3; ++b) {
+        uint64_t n;
+        memcpy(&n, &g[at_v], 8);
+        at_v += 8 + n * sizeof(float);
+    }
+    at_v += 8;
+    float v0;
+    memcpy(&v0, &g[at_v], 4);
+    assert_true(v0 >= 0.0f);
+    const float minus_tiny = -1e-30f;
+    load(forged(g, at_v, &minus_tiny, 4), FH_ERR_CHECKPOINT_CORRUPT,
+         "adam_v of q.W1[0, 0] = -1e-30 is negative");
     const uint64_t wrap = ~0ull, half = 1ull << 63;
     load(forged(g, at_step, &wrap, 8), FH_ERR_CHECKPOINT_CORRUPT, "2^63 or more");
     load(forged(g, at_step + 8, &half, 8), FH_ERR_CHECKPOINT_CORRUPT, "act calls 9223372036854775808");

@@ -19,6 +19,7 @@ _INT_RANGES = {ctypes.c_int32: (-2**31, 2**31 - 1), ctypes.c_uint32: (0, 2**32 -
 _C_TYPE_NAMES = {ctypes.c_int32: "int32_t", ctypes.c_uint32: "uint32_t",
                  ctypes.c_uint64: "uint64_t", ctypes.c_void_p: "a pointer"}
 _FIELD_TYPES = dict(_abi.fh_config._fields_)
+_FLAG_FIELDS = {"her_terminal_on_success"}  # the int fields that are 0 or 1 (foxhunt.h)
 _INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
 
 
@@ -47,8 +48,11 @@ def _config_value(name, value):
     ctype = _FIELD_TYPES[name]
     if ctype is ctypes.c_float:
         return _float32(name, value)
-    if not isinstance(value, (int, np.integer)):  # bool is an int: her_terminal_on_success=True
+    if not isinstance(value, (int, np.integer)):
         raise TypeError("%s=%r: expected an int" % (name, value))
+    # bool is an int: her_terminal_on_success=True is a flag, batch_size=True a mistake.
+    if isinstance(value, (bool, np.bool_)) and name not in _FLAG_FIELDS:
+        raise TypeError("%s=%r: expected an int, not a bool" % (name, value))
     lo, hi = _INT_RANGES[ctype]
     if not lo <= int(value) <= hi:
         # The C field cannot hold it; the library checks the valid range of what it can hold.
@@ -58,7 +62,9 @@ def _config_value(name, value):
 
 
 def _float32(name, value):
-    """@p value (argument @p name) as a float for a C float, or raise TypeError/ValueError."""
+    """@p value (argument @p name) as a float for a C float, or raise TypeError/ValueError. Only
+    what float32 cannot hold is refused here (the library checks each field's range, on the
+    float32 value: a value that rounds into the range, gamma=1.00000001 to 1, is accepted)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
         raise TypeError("%s=%r: expected a real number" % (name, value))
     # A float32 field: a value it cannot hold would reach the library as an infinity or, worse,
@@ -449,8 +455,9 @@ class Pipeline:
     def act(self, obs, goal=None, epsilon=0.0, return_q=False):
         """Greedy / epsilon-greedy actions (SPEC §7). obs [n, O] (or [O] for one row) ->
         int32 actions [n, NB] ([NB]); with return_q also the clamped q values [n, NB, A].
-        epsilon, in [0, 1], is a float32 checked as the config's float fields are: a value
-        that float32 would turn into inf or 0, or round into [0, 1], is a ValueError."""
+        epsilon, in [0, 1], is a float32: as for the config's float fields, a value that float32
+        would turn into inf or 0 is a ValueError (the library checks the range); unlike them, so
+        is one outside [0, 1] that float32 would round into it (1 + 1e-9)."""
         c = self._config
         O, G, NB, A = c["obs_dim"], c["goal_dim"], c["num_branches"], c["actions_per_branch"]
         o = np.asarray(obs)

@@ -29,6 +29,9 @@ def test_wrong_types_and_ranges_refused_before_the_call(fh):
         fh.Pipeline(**dict(SMALL, batch_size=-1))
     with pytest.raises(fh.FoxhuntError, match=r"config.batch_size = 0 is outside \[1, 1048576\]"):
         fh.Pipeline(**dict(SMALL, batch_size=0))
+    # bool is an int in Python: a flag takes one, a size does not (True would be a batch of 1).
+    with pytest.raises(TypeError, match=re.escape("batch_size=True: expected an int, not a bool")):
+        fh.Pipeline(**dict(SMALL, batch_size=True))
     with pytest.raises(ValueError):
         fh.Pipeline(**dict(SMALL, her_reward="medium"))
     with pytest.raises(ValueError):
