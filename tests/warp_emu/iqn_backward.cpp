@@ -1,6 +1,6 @@
 // CPU warp emulation of IQN's fused backward through m (cuda/iqn_backward.cu; run by
 // tests/warp_emu/run.sh): on 37 transitions (a partly filled last tile) at N = 8 (compiled in,
-// the ψ rows staged by cp.async) and 4, 16, 2, 1 (read at run time: every shape of the Σ_n
+// the ψ and ψpre rows staged by cp.async) and 4, 16, 2, 1 (read at run time: every shape of the Σ_n
 // sums), TF32 and bfloat16 products, on 2 blocks (so a block walks more than one tile): dφpre,
 // dψpre and the warps' column sums of dbφ and dbψ (each warp's row as the kernel's
 // store_colsums writes it, added over the warps) against a float64 evaluation of
@@ -69,6 +69,9 @@ Out run(BackwardArgs a, const std::vector<float> &dh, int blocks) {
             stage_wmT<E, kLDM>(reinterpret_cast<E *>(WmT), a.Wm);
             for (int e = threadIdx.x; e < kHq; e += blockDim.x) WmT[kHq * kLDM + e] = a.bphi[e];
             stage_matrix<kHq, kC>(reinterpret_cast<E *>(WmT + kHq * kLDM + kHq), kLDP, a.Wphi);
+            // bψ after the warps' ψ and ψpre rows (N = 8 reads it there)
+            float *bps = WmT + kHq * kLDM + kHq + kHq * kLDP + kBwdWarps * 4 * kHq;
+            for (int e = threadIdx.x; e < kHq; e += blockDim.x) bps[e] = a.bpsi[e];
         },
         [&] { k_iqn_backward<NC, B16>(a); });
     o.dphi.resize(R * kHq);
