@@ -327,10 +327,9 @@ void test_replay_section_sized_from_its_header(void **) {
 /* A checkpoint holds no state that write_tensor would refuse and no counter a run cannot reach:
  * forged files (checksum resealed) with a regime scale outside [regime_min, regime_max], a
  * negative running mean square or Adam second moment, a spectral u of zeros or of one denormal
- * (σ would be 0), a
- * one-regime scale other than 1, a step count of 2^64 − 1
- * (Adam's t would wrap to 0) or 2^63 rows inserted are refused as corrupt; a file that ends
- * inside its header is truncated, not damaged. None of them changes the pipeline. */
+ * (σ would be 0), a one-regime scale other than 1, a step count of 2^64 − 1 (Adam's t would
+ * wrap to 0) or 2^63 rows inserted are refused as corrupt; a file that ends inside its header
+ * is truncated, not damaged. None of them changes the pipeline. */
 size_t find_floats(const std::string &b, const float *x, size_t n) {
     const size_t at = b.find(std::string((const char *)x, n * sizeof(float)));
     if (at == std::string::npos || b.find(std::string((const char *)x, n * 4), at + 1) != std::string::npos)
