@@ -723,7 +723,8 @@ FH_API fh_status fh_pipeline_train(fh_pipeline *pipeline, uint32_t k);
  *         a device array is not device memory of the pipeline's device);
  *         FH_ERR_NON_FINITE; FH_ERR_OUT_OF_RANGE (action, regime, done or episode_end out of
  *         range, or done = 1 with episode_end = 0); FH_ERR_UNSUPPORTED (the pipeline has no
- *         replay; device memory on the CPU backend); FH_ERR_CUDA.
+ *         replay; device memory on the CPU backend); FH_ERR_OUT_OF_MEMORY (a host allocation
+ *         failed); FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_insert(fh_pipeline *pipeline, const fh_replay_rows *rows);
 
