@@ -47,7 +47,10 @@ def candidates():
 def check_version(lib):
     """Raise LibraryVersionError unless the library's major.minor is what we were written for
     (for 0.x releases the minor must match; from 1.0 on a newer minor is accepted)."""
-    v = int(lib.fh_version())
+    try:
+        v = int(lib.fh_version())
+    except AttributeError:
+        raise LibraryVersionError("%r has no fh_version(): not libfoxhunt" % (lib,)) from None
     major, minor, patch = v // 10000, (v // 100) % 100, v % 100
     ok = major == _abi.VERSION_MAJOR and (
         minor == _abi.VERSION_MINOR if major == 0 else minor >= _abi.VERSION_MINOR)
@@ -76,8 +79,10 @@ def load_library(path=None):
                 if how in ("env", "argument"):
                     break
                 continue
-            _abi.declare(lib)
+            # The version before the declarations: a library of another version may lack some
+            # of this version's functions, which is a version mismatch, not an AttributeError.
             check_version(lib)
+            _abi.declare(lib)
             if path is None:
                 _lib, _lib_path = lib, p
             return lib

@@ -48,6 +48,22 @@ def test_version_check(v, ok):
             _loader.check_version(_FakeLib(v))
 
 
+def test_an_older_library_is_a_version_error(tmp_path):
+    """A library of another version may lack this version's functions: the version is checked
+    first. A stub with only fh_version, returning 0.1.0 (the 0.1 library had no
+    fh_pipeline_train), stands for it; skipped without a C compiler."""
+    import shutil
+    import subprocess
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    src, lib = tmp_path / "stub.c", tmp_path / "libstub.so"
+    src.write_text("unsigned fh_version(void) { return 100; }\n")
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    with pytest.raises(foxhunt.LibraryVersionError, match="libfoxhunt 0.1.0 is loaded"):
+        foxhunt.load_library(str(lib))
+
+
 def test_loaded_library_version(fh):
     assert fh.version()[:2] == (fh.VERSION_MAJOR, fh.VERSION_MINOR)
     assert os.path.exists(fh.library_path())

@@ -78,8 +78,11 @@ pub struct fh_config {
     pub nccl_comm: *mut c_void,
 }
 
-// The communicator pointer is the caller's and opaque here (the library reads it only while
-// fh_pipeline_create runs), so a config stays as movable and shareable as its numbers.
+// The communicator pointer is the caller's and opaque here: moving or sharing a config copies
+// the pointer's value and nothing reads through it. The library dereferences it when a pipeline
+// is created (and in every step's all-reduce after that) or planned, which only the unsafe
+// Pipeline::with_communicator and Library::memory_plan_with_communicator let a config with one
+// reach; the safe constructors refuse it.
 unsafe impl Send for fh_config {}
 unsafe impl Sync for fh_config {}
 

@@ -73,15 +73,15 @@ impl Library {
         // SAFETY: loading runs the library's initialisers; libfoxhunt's are plain C++ statics.
         let lib = unsafe { libloading::Library::new(path.as_ref()) }
             .map_err(|e| Error::Load(format!("{}: {}", shown, e)))?;
-        // SAFETY: the symbols are those of foxhunt.h; `api` is stored next to `lib`.
-        let api = unsafe { ffi::Api::resolve(&lib) }
-            .map_err(|e| Error::Load(format!("{}: {}", shown, e)))?;
-        let library = Library {
-            api,
-            path: shown,
-            _lib: lib,
+        // The version before the other symbols: a library of another version may lack some of
+        // them, and that is a version mismatch, not a failure to load.
+        // SAFETY: fh_version is `unsigned fh_version(void)` in every version of foxhunt.h.
+        let found = unsafe {
+            let version: libloading::Symbol<ffi::FnVersion> = lib
+                .get(b"fh_version\0")
+                .map_err(|e| Error::Load(format!("{}: {}", shown, e)))?;
+            split_version(version())
         };
-        let found = library.version();
         let expected = (ffi::FOXHUNT_VERSION_MAJOR, ffi::FOXHUNT_VERSION_MINOR);
         let ok = found.0 == expected.0
             && if found.0 == 0 {
@@ -92,6 +92,14 @@ impl Library {
         if !ok {
             return Err(Error::Version { found, expected });
         }
+        // SAFETY: the symbols are those of foxhunt.h; `api` is stored next to `lib`.
+        let api = unsafe { ffi::Api::resolve(&lib) }
+            .map_err(|e| Error::Load(format!("{}: {}", shown, e)))?;
+        let library = Library {
+            api,
+            path: shown,
+            _lib: lib,
+        };
         let cfg = library.default_config();
         if cfg.struct_size != std::mem::size_of::<Config>() {
             return Err(Error::Load(format!(
@@ -106,8 +114,7 @@ impl Library {
     /// (major, minor, patch) of the loaded library.
     pub fn version(&self) -> (u32, u32, u32) {
         // SAFETY: no arguments.
-        let v = unsafe { (self.api.version)() };
-        (v / 10000, (v / 100) % 100, v % 100)
+        split_version(unsafe { (self.api.version)() })
     }
 
     /// Where the library was loaded from (as given).
@@ -116,8 +123,20 @@ impl Library {
     }
 
     /// Bytes a pipeline of `config` would hold once it has stepped, by category, computed
-    /// without creating it (`fh_memory_plan`).
+    /// without creating it (`fh_memory_plan`). A config with `nccl_comm` set is refused
+    /// (`Error::Argument`): see [`Library::memory_plan_with_communicator`].
     pub fn memory_plan(&self, config: &Config) -> Result<MemoryReport> {
+        refuse_communicator(config, "Library::memory_plan_with_communicator")?;
+        // SAFETY: no communicator.
+        unsafe { self.memory_plan_with_communicator(config) }
+    }
+
+    /// As [`Library::memory_plan`] for a data-parallel config (its rank's share of the batch).
+    ///
+    /// # Safety
+    /// `config.nccl_comm` is null or a valid `ncclComm_t`: the library asks it for the rank
+    /// and the number of ranks.
+    pub unsafe fn memory_plan_with_communicator(&self, config: &Config) -> Result<MemoryReport> {
         let mut cfg = *config;
         cfg.struct_size = std::mem::size_of::<Config>();
         let mut r = MemoryReport::zeroed();
@@ -327,6 +346,11 @@ fn goal_ptr(goal_dim: usize, what: &str, s: Option<&[f32]>, n: usize) -> Result<
     }
 }
 
+/// fh_version()'s number as (major, minor, patch).
+fn split_version(v: u32) -> (u32, u32, u32) {
+    (v / 10000, (v / 100) % 100, v % 100)
+}
+
 fn c_name(name: &str) -> Result<CString> {
     CString::new(name).map_err(|_| Error::Argument(format!("tensor name {:?} holds a NUL", name)))
 }
@@ -337,9 +361,36 @@ fn c_path(path: &Path) -> Result<CString> {
         .map_err(|_| Error::Argument(format!("path {:?} holds a NUL", path)))
 }
 
+/// A communicator is a raw pointer the library dereferences (at creation and in every step's
+/// all-reduce), so only the unsafe constructors take a config that sets one.
+fn refuse_communicator(config: &Config, unsafe_fn: &str) -> Result<()> {
+    if config.nccl_comm.is_null() {
+        return Ok(());
+    }
+    Err(Error::Argument(format!(
+        "config.nccl_comm is set: a data-parallel pipeline (SPEC §9) needs the unsafe {}, whose \
+         caller vouches for the communicator",
+        unsafe_fn
+    )))
+}
+
 impl Pipeline {
-    /// Validate `config`, allocate, initialise from the seed (SPEC §3).
+    /// Validate `config`, allocate, initialise from the seed (SPEC §3). A config with
+    /// `nccl_comm` set is refused (`Error::Argument`): see [`Pipeline::with_communicator`].
     pub fn new(lib: &Arc<Library>, config: &Config) -> Result<Pipeline> {
+        refuse_communicator(config, "Pipeline::with_communicator")?;
+        // SAFETY: no communicator.
+        unsafe { Self::with_communicator(lib, config) }
+    }
+
+    /// As [`Pipeline::new`], for a data-parallel pipeline (SPEC §9): `config.nccl_comm` may be
+    /// set. Creation is collective: every rank creates its pipeline at the same time.
+    ///
+    /// # Safety
+    /// `config.nccl_comm` is null or a valid `ncclComm_t` whose device is `config.device`,
+    /// and it outlives the pipeline: the library reads it while creating the pipeline and in
+    /// every step's all-reduce.
+    pub unsafe fn with_communicator(lib: &Arc<Library>, config: &Config) -> Result<Pipeline> {
         let mut cfg = *config;
         cfg.struct_size = std::mem::size_of::<Config>();
         let mut handle: *mut ffi::fh_pipeline = ptr::null_mut();
@@ -442,7 +493,16 @@ impl Pipeline {
             c.goal_dim as usize,
             c.num_branches as usize,
         );
-        if e == 0 || r.obs.is_empty() || r.obs.len() % (e * o) != 0 {
+        if e == 0 {
+            // No replay: the library refuses the call (FH_ERR_UNSUPPORTED) before it reads any
+            // row, so hand it an empty set and return its status and message.
+            let raw = ffi::fh_replay_rows::zeroed();
+            // SAFETY: live handle, a valid struct of the right size.
+            return self
+                .lib
+                .check(unsafe { (self.lib.api.pipeline_insert)(self.h(), &raw) });
+        }
+        if r.obs.is_empty() || r.obs.len() % (e * o) != 0 {
             return Err(Error::Argument(format!(
                 "obs has {} elements, expected a positive multiple of replay_envs * obs_dim \
                  = {} (a pipeline with a replay)",

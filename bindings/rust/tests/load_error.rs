@@ -24,3 +24,31 @@ fn load_errors_say_how_to_point_at_the_library() {
         );
     }
 }
+
+/// A library of another version may lack this version's functions: that is a version error,
+/// not a failure to load. A stub with only `fh_version` (returning 0.1.0, as the 0.1 library
+/// did, which had no fh_pipeline_train) stands for it; skipped without a C compiler.
+#[test]
+fn an_older_library_is_a_version_error() {
+    let dir = std::env::temp_dir().join(format!("foxhunt-stub-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("stub.c");
+    let lib = dir.join("libstub.so");
+    std::fs::write(&src, "unsigned fh_version(void) { return 100; }\n").unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = std::process::Command::new(cc)
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status();
+    if !matches!(built, Ok(s) if s.success()) {
+        eprintln!("no C compiler: skipped");
+        return;
+    }
+    match Library::open(&lib) {
+        Err(Error::Version { found, .. }) => assert_eq!(found, (0, 1, 0)),
+        Err(e) => panic!("expected a version error, got {}", e),
+        Ok(_) => panic!("loaded a 0.1 stub"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

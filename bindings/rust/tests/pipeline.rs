@@ -257,11 +257,29 @@ fn bad_input_refused() {
     let e = Pipeline::new(&lib, &c).err().unwrap();
     assert_eq!(e.status(), Some(Status::BadValue));
     assert!(e.to_string().starts_with("FH_ERR_BAD_VALUE"), "{}", e);
-    // An NCCL communicator (SPEC §9) on the CPU backend: refused before it is dereferenced.
+    // An NCCL communicator (SPEC §9) is a raw pointer the library dereferences: the safe
+    // constructor and memory plan refuse a config with one, unread.
     let mut c = small(&lib);
     let mut not_a_communicator = 0u8;
     c.nccl_comm = &mut not_a_communicator as *mut u8 as *mut std::os::raw::c_void;
     let e = Pipeline::new(&lib, &c).err().unwrap();
+    assert_eq!(e.status(), None);
+    assert!(
+        e.to_string().contains("Pipeline::with_communicator"),
+        "{}",
+        e
+    );
+    let e = lib.memory_plan(&c).err().unwrap();
+    assert!(
+        e.to_string().contains("memory_plan_with_communicator"),
+        "{}",
+        e
+    );
+    // Through the unsafe constructor, the CPU backend refuses it before dereferencing it.
+    // SAFETY: on the CPU backend the library refuses a communicator without reading it.
+    let e = unsafe { Pipeline::with_communicator(&lib, &c) }
+        .err()
+        .unwrap();
     assert_eq!(e.status(), Some(Status::Unsupported));
     assert!(e.message().contains("nccl_comm"), "{}", e);
 }
@@ -434,7 +452,7 @@ fn replay_insert_train_and_refusals() {
     let mut plain = Pipeline::new(&lib, &small(&lib)).unwrap();
     assert_eq!(
         plain.insert(&first.rows()).unwrap_err().status(),
-        None // refused by the crate: no replay_envs
+        Some(Status::Unsupported) // the library's refusal, as foxhunt.h documents
     );
     plain.upload(&d.batch()).unwrap();
     plain.train(2).unwrap();
