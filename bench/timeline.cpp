@@ -149,9 +149,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--mode")) {
             mode = bench_mode_named(v);
             if (!mode) {
-                fprintf(stderr, "foxhunt-timeline: --mode wants one of multi-tf32, single-tf32, "
-                                "multi-strict, single-strict, multi-bf16, single-bf16, got '%s'\n",
-                        v);
+                bench_unknown_mode(v);
                 return 2;
             }
         } else {

@@ -182,10 +182,7 @@ int main(int argc, char **argv) {
             for (int k = 0; k < nmodes; ++k) {
                 modes[k] = bench_mode_named(items[k]);
                 if (!modes[k]) {
-                    fprintf(stderr, "foxhunt-bench: unknown mode '%s' (modes:", items[k]);
-                    for (int j = 0; j < NUM_BENCH_MODES; ++j)
-                        fprintf(stderr, " %s", bench_modes[j].name);
-                    fprintf(stderr, ")\n");
+                    bench_unknown_mode(items[k]);
                     return 2;
                 }
             }

@@ -26,6 +26,12 @@ const bench_mode *bench_mode_named(const char *name) {
     return NULL;
 }
 
+void bench_unknown_mode(const char *name) {
+    fprintf(stderr, "%s: unknown mode '%s' (modes:", program_invocation_short_name, name);
+    for (int k = 0; k < NUM_BENCH_MODES; ++k) fprintf(stderr, " %s", bench_modes[k].name);
+    fprintf(stderr, ")\n");
+}
+
 void bench_die(const char *what, fh_status s) {
     fprintf(stderr, "%s: %s failed (status %d): %s\n", program_invocation_short_name, what,
             (int)s, fh_last_error_message());
