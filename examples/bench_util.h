@@ -44,7 +44,8 @@ enum { NUM_BENCH_MODES = 6 };
 extern const bench_mode bench_modes[NUM_BENCH_MODES];
 /* The mode called `name` (case-insensitive), or NULL. */
 const bench_mode *bench_mode_named(const char *name);
-/* "<program>: unknown mode 'name' (modes: multi-tf32 ...)" on stderr, as bench_die names the program. */
+/* "<program>: unknown mode 'name' (modes: multi-tf32 ...)" on stderr (the program named as
+ * bench_die names it). */
 void bench_unknown_mode(const char *name);
 
 /* Creates the folders of path (everything before its last '/'). */
