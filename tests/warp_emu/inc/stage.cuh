@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 namespace fh::cuda {
@@ -14,13 +13,22 @@ inline void stage_batched(int n, Load load, Store store) {
     for (int e = threadIdx.x; e < n; e += (int)blockDim.x) store(e, load(e));
 }
 
-inline thread_local std::vector<std::pair<void *, const void *>> gCpAsync;
+struct CpAsync {
+    void *dst;
+    const void *src;
+    size_t bytes;
+};
+inline thread_local std::vector<CpAsync> gCpAsync;
 inline void cp_async16(void *smem, const void *gmem) {
     if ((uintptr_t)smem % 16 || (uintptr_t)gmem % 16) abort();  // cp.async's 16-byte alignment
-    gCpAsync.emplace_back(smem, gmem);
+    gCpAsync.push_back({smem, gmem, 16});
+}
+inline void cp_async4(void *smem, const void *gmem) {
+    if ((uintptr_t)smem % 4 || (uintptr_t)gmem % 4) abort();
+    gCpAsync.push_back({smem, gmem, 4});
 }
 inline void cp_async_wait_all() {
-    for (const auto &c : gCpAsync) memcpy(c.first, c.second, 16);
+    for (const auto &c : gCpAsync) memcpy(c.dst, c.src, c.bytes);
     gCpAsync.clear();
 }
 }  // namespace fh::cuda
