@@ -235,39 +235,11 @@ __device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, floa
     });
 }
 
-// Two adjacent floats from shared memory (SH) or from global memory through the read-only path.
-template <bool SH>
-__device__ __forceinline__ float2 ld2_at(const float *p) {
-    if constexpr (SH)
-        return *reinterpret_cast<const float2 *>(p);
-    else
-        return ld2(p);
-}
-
-// One warp's cp.async copies of rows first .. first + NR − 1 of src [B, kHq] into dst (NR rows
-// of kHq floats; both 16-byte aligned); rows at or past B are zeroed instead, so that the
-// products of rows past the batch meet finite values. The warp waits for them with
-// cp_async_wait_all() and __syncwarp() before it reads them, and syncs again before the next
-// copies overwrite them.
-template <int NR>
-__device__ __forceinline__ void copy_rows_async(float *dst, const float *src, size_t first,
-                                                size_t B) {
-    for (int c = threadIdx.x & 31; c < NR * (kHq / 4); c += 32) {
-        const int rr = c / (kHq / 4), k4 = c - rr * (kHq / 4);
-        float *d = dst + rr * kHq + 4 * k4;
-        if (first + rr < B)
-            cp_async16(d, src + (first + rr) * kHq + 4 * k4);
-        else
-            *reinterpret_cast<float4 *>(d) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-}
-
 // m = ψ_i ⊙ SiLU(φraw + bφ) of the thread's two rows, column tile by column tile, handed to
 // emit(nu, m) (m[0], m[1] row g's columns 8ν + 2t and + 1, m[2], m[3] row g + 8's); psi0 / psi1
-// are the ψ rows of the thread's two rows, in global memory or (SH) in shared memory. When
-// phir*/mr* are given, φraw and m are stored there too (m as T: float, or bfloat16 for
-// FH_MATH_BF16's GEMM).
-template <bool SH, class S, class T, class F>
+// are the ψ rows of the thread's two rows. When phir*/mr* are given, φraw and m are stored there
+// too (m as T: float, or bfloat16 for FH_MATH_BF16's GEMM).
+template <class S, class T, class F>
 __device__ __forceinline__ void merge_rows(const S &s, const float (&acc)[kHq / 8][4],
                                            const float *psi0, const float *psi1, float *phir0,
                                            float *phir1, T *mr0, T *mr1, F &&emit) {
@@ -275,8 +247,8 @@ __device__ __forceinline__ void merge_rows(const S &s, const float (&acc)[kHq / 
 #pragma unroll
     for (int nu = 0; nu < kHq / 8; ++nu) {
         const int u = 8 * nu + 2 * tq;
-        const float2 p0 = ld2_at<SH>(psi0 + u);
-        const float2 p1 = ld2_at<SH>(psi1 + u);
+        const float2 p0 = __ldg(reinterpret_cast<const float2 *>(psi0 + u));
+        const float2 p1 = __ldg(reinterpret_cast<const float2 *>(psi1 + u));
         float m[4];
         m[0] = p0.x * silu_fast(acc[nu][0] + s.bphi[u]);
         m[1] = p0.y * silu_fast(acc[nu][1] + s.bphi[u + 1]);
@@ -290,14 +262,13 @@ __device__ __forceinline__ void merge_rows(const S &s, const float (&acc)[kHq / 
     }
 }
 
-// m as the A fragments of h = m Wmᵀ (TF32, the permuted contraction order). SH: the ψ rows in
-// shared memory.
-template <class T, bool SH = false>
+// m as the A fragments of h = m Wmᵀ (TF32, the permuted contraction order).
+template <class T>
 __device__ __forceinline__ void merge_tile(const Smem &s, const float (&acc)[kHq / 8][4],
                                            const float *psi0, const float *psi1,
                                            mma::Op (&M)[kHq / 8][4], float *phir0, float *phir1,
                                            T *mr0, T *mr1) {
-    merge_rows<SH>(s, acc, psi0, psi1, phir0, phir1, mr0, mr1,
+    merge_rows(s, acc, psi0, psi1, phir0, phir1, mr0, mr1,
                [&](int nu, const float (&m)[4]) { mma::a_from_acc<false>(M[nu], m); });
 }
 
@@ -390,12 +361,12 @@ __device__ __forceinline__ void h_tiles(const SmemB16 &s, const uint32_t (&M)[kH
 // m as the A fragments of h = m Wmᵀ on bfloat16 products: tiles 2s and 2s + 1 of m make A
 // fragment s, (c0, c1) and (c2, c3) of the even tile in registers 0 and 1, of the odd one in 2
 // and 3.
-template <class T, bool SH = false>
+template <class T>
 __device__ __forceinline__ void merge_tile(const SmemB16 &s, const float (&acc)[kHq / 8][4],
                                            const float *psi0, const float *psi1,
                                            uint32_t (&M)[kHq / 16][4], float *phir0, float *phir1,
                                            T *mr0, T *mr1) {
-    merge_rows<SH>(s, acc, psi0, psi1, phir0, phir1, mr0, mr1, [&](int nu, const float (&m)[4]) {
+    merge_rows(s, acc, psi0, psi1, phir0, phir1, mr0, mr1, [&](int nu, const float (&m)[4]) {
         M[nu >> 1][2 * (nu & 1)] = bmma::pack(m[0], m[1]);
         M[nu >> 1][2 * (nu & 1) + 1] = bmma::pack(m[2], m[3]);
     });

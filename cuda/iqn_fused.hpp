@@ -92,8 +92,6 @@ bool online_fused_prepare();
 void backward_fused_prepare();
 void target_fused(const TargetArgs &a, int blocks, cudaStream_t s);
 void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s);
-// Trial FOXHUNT_TRIAL_IQN_STAGE (0, 1, 2): rows staged by cp.async in the target and online passes.
-int trial_stage();
 // Returns the partial rows it wrote (at most `blocks`: its blocks are larger).
 int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s);
 

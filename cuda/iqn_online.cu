@@ -26,7 +26,6 @@
 // at the end. No atomics: the same inputs give the same bits.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "aux_common.cuh"
@@ -42,27 +41,15 @@ namespace {
 
 constexpr int kPartW = 2 * kHq + 2;
 
-// A warp's staged rows (SP ≥ 1, N = N' = 8): the ψ rows of its two transitions, then (SP = 2)
-// their Z̄ rows, r̃ and d̃.
-constexpr int kStageZt = 2 * kHq, kStageRd = kStageZt + 2 * kFixedN;
-constexpr int kStageFloats = kStageRd + 16;  // 16 floats: r̃, d̃ and 16-byte alignment
-template <class E>
-constexpr size_t online_smem(bool wg, int sp) {
-    return (wg ? kSmemBytesWg : kSmemBytes<E>) +
-           (sp ? (size_t)kWarps * kStageFloats * sizeof(float) : 0);
-}
-
-// dZ of one row (0 past the batch) and its loss terms Σ_m |τ − 1{u<0}| huber_κ(u) / κ, from
-// r̃_i, d̃_i and the Z̄ row zt of its transition (SH: in shared memory).
-template <bool SH>
-__device__ __forceinline__ float head_row(const OnlineArgs &a, int Nt, bool valid, float ri,
-                                          float di, const float *zt, float tau, float z,
-                                          double &loss) {
+// dZ of one row (0 past the batch) and its loss terms Σ_m |τ − 1{u<0}| huber_κ(u) / κ.
+__device__ __forceinline__ float head_row(const OnlineArgs &a, int Nt, bool valid, size_t i,
+                                          float tau, float z, double &loss) {
     if (!valid) return 0.0f;
-    const float disc = a.gamma * (1.0f - di);
+    const float ri = __ldg(a.r + i), disc = a.gamma * (1.0f - __ldg(a.done + i));
+    const float *zt = a.zt + i * Nt;
     float ls = 0.0f, ds = 0.0f;
     for (int m = 0; m < Nt; ++m) {
-        const float u = fmaf(disc, SH ? zt[m] : __ldg(zt + m), ri) - z;
+        const float u = fmaf(disc, __ldg(zt + m), ri) - z;
         const float w = fabsf(tau - (u < 0.0f ? 1.0f : 0.0f));
         ls = fmaf(w, dev_huber(u, a.kappa), ls);
         ds = fmaf(w, dev_dhuber(u, a.kappa), ds);
@@ -75,13 +62,10 @@ __device__ __forceinline__ float head_row(const OnlineArgs &a, int Nt, bool vali
 // products on bfloat16 operands (iqn_fused.cuh's SmemB16 overloads) and cos, m and dhpre to
 // a.cos16, a.m16, a.dh16 as bfloat16; else TF32 products and a.cos, a.m, a.dh. WG (TF32 only):
 // h on the warpgroup products (iqn_fused.cuh's SmemWg).
-// SP (N = N' = 8 only): 1 stages each warp's two ψ rows in shared memory by cp.async at a
-// tile's start, 2 also their Z̄ rows, r̃ and d̃ (a trial, FOXHUNT_TRIAL_IQN_STAGE).
-template <int NC, int NTC, bool B16, bool WG, int SP>
+template <int NC, int NTC, bool B16, bool WG>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
     pdl_enter();
     static_assert(!(WG && B16), "the warpgroup products are TF32's");
-    static_assert(SP == 0 || (NC == 8 && NTC == 8), "rows staged for two transitions a warp");
     using E = std::conditional_t<B16, __nv_bfloat16, float>;  // the weights' element type
     using Out = std::conditional_t<B16, __nv_bfloat16, float>;
     Out *const cos_out = pick<B16>(a.cos, a.cos16), *const m_out = pick<B16>(a.m, a.m16),
@@ -97,25 +81,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
     // Column-sum accumulators of dbm (k = 0, 1) and dw_z (k = 2, 3), colsum_quarter's layout.
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
     double acc_loss = 0.0, acc_bz = 0.0;
-    float *const stg = sw.wz + kHq + (size_t)warp * kStageFloats;  // SP ≥ 1
     for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         const size_t r0 = tile * kRowsPerTile + (size_t)warp * 16 + gi, r1 = r0 + 8;
         const bool v0 = r0 < R, v1 = r1 < R;
-        if constexpr (SP >= 1) {
-            const size_t t0 = (tile * kRowsPerTile + (size_t)warp * 16) / 8;
-            copy_rows_async<2>(stg, a.psi, t0, (size_t)a.B);
-            if constexpr (SP == 2) {
-                if (lane < 4) {  // the two Z̄ rows, 16 bytes a lane
-                    const size_t t = t0 + (lane >> 1);
-                    if (t < (size_t)a.B)
-                        cp_async16(stg + kStageZt + 4 * lane, a.zt + t * 8 + 4 * (lane & 1));
-                } else if (lane < 8) {  // r̃ and d̃ of the two transitions
-                    const size_t t = t0 + (lane & 1);
-                    if (t < (size_t)a.B)
-                        cp_async4(stg + kStageRd + (lane - 4), (lane < 6 ? a.r : a.done) + t);
-                }
-            }
-        }
         const float t0 = draw_tau(a.seed, a.row0, r0, R, N, st, PURPOSE_IQN_ONLINE);
         const float t1 = draw_tau(a.seed, a.row0, r1, R, N, st, PURPOSE_IQN_ONLINE);
         if (tq == 0) {
@@ -127,12 +95,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
                  v1 ? cos_out + r1 * kC : nullptr);
         const size_t i0 = v0 ? r0 / N : 0, i1 = v1 ? r1 / N : 0;
         Frags<E> M;
-        if constexpr (SP >= 1) {
-            cp_async_wait_all();
-            __syncwarp();
-        }
-        merge_tile<Out, SP >= 1>(sw, phi, SP ? stg : a.psi + i0 * kHq,
-                                 SP ? stg + kHq : a.psi + i1 * kHq, M,
+        merge_tile(sw, phi, a.psi + i0 * kHq, a.psi + i1 * kHq, M,
                    v0 && a.phi ? a.phi + r0 * kHq : nullptr,
                    v1 && a.phi ? a.phi + r1 * kHq : nullptr,
                    v0 ? m_out + r0 * kHq : nullptr, v1 ? m_out + r1 * kHq : nullptr);
@@ -152,19 +115,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
             }
         }
         double loss = 0.0;
-        float dz0, dz1;
-        if constexpr (SP == 2) {
-            dz0 = head_row<true>(a, Nt, v0, v0 ? stg[kStageRd] : 0.0f,
-                                 v0 ? stg[kStageRd + 2] : 0.0f, stg + kStageZt, t0, z0, loss);
-            dz1 = head_row<true>(a, Nt, v1, v1 ? stg[kStageRd + 1] : 0.0f,
-                                 v1 ? stg[kStageRd + 3] : 0.0f, stg + kStageZt + 8, t1, z1,
-                                 loss);
-        } else {
-            dz0 = head_row<false>(a, Nt, v0, v0 ? __ldg(a.r + i0) : 0.0f,
-                                  v0 ? __ldg(a.done + i0) : 0.0f, a.zt + i0 * Nt, t0, z0, loss);
-            dz1 = head_row<false>(a, Nt, v1, v1 ? __ldg(a.r + i1) : 0.0f,
-                                  v1 ? __ldg(a.done + i1) : 0.0f, a.zt + i1 * Nt, t1, z1, loss);
-        }
+        const float dz0 = head_row(a, Nt, v0, i0, t0, z0, loss);
+        const float dz1 = head_row(a, Nt, v1, i1, t1, z1, loss);
         if (tq == 0) {
             acc_loss += loss;
             acc_bz += (double)dz0 + (double)dz1;
@@ -200,7 +152,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
             }
             colsum_quarter<4>(q, v, pend, acc);
         }
-        if constexpr (SP >= 1) __syncwarp();  // the staged rows are read before the next copies
     }
     // The block's partial row: warp rows in shared memory (over the weights), summed in warp order.
     acc_loss = warp_sum(acc_loss);
@@ -223,56 +174,30 @@ int fused_blocks(size_t rows) {
     return (int)std::max<size_t>(1, std::min<size_t>(tiles, 2 * (size_t)sm_count()));
 }
 
-int trial_stage() {
-    static const int v = [] {
-        const char *e = getenv("FOXHUNT_TRIAL_IQN_STAGE");
-        return e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 0;
-    }();
-    return v;
+bool online_fused_prepare() {
+    for (const void *k : {(const void *)k_iqn_online<0, 0, false, false>,
+                          (const void *)k_iqn_online<kFixedN, kFixedN, false, false>})
+        aux::allow_smem(k, kSmemBytes<float>, "IQN online pass");
+    for (const void *k : {(const void *)k_iqn_online<0, 0, true, false>,
+                          (const void *)k_iqn_online<kFixedN, kFixedN, true, false>})
+        aux::allow_smem(k, kSmemBytes<__nv_bfloat16>, "IQN online pass (bfloat16)");
+    if (!run_probe((const void *)wg::wgmma_probe_kernel<2>)) return false;
+    for (const void *k : {(const void *)k_iqn_online<0, 0, false, true>,
+                          (const void *)k_iqn_online<kFixedN, kFixedN, false, true>})
+        aux::allow_smem(k, kSmemBytesWg, "IQN online pass (warpgroup products)");
+    return true;
 }
 
 namespace {
 template <bool B16, bool WG>
-void allow_online(const char *what) {
-    using E = std::conditional_t<B16, __nv_bfloat16, float>;
-    aux::allow_smem((const void *)k_iqn_online<0, 0, B16, WG, 0>, online_smem<E>(WG, 0), what);
-    aux::allow_smem((const void *)k_iqn_online<kFixedN, kFixedN, B16, WG, 0>,
-                    online_smem<E>(WG, 0), what);
-    aux::allow_smem((const void *)k_iqn_online<kFixedN, kFixedN, B16, WG, 1>,
-                    online_smem<E>(WG, 1), what);
-    aux::allow_smem((const void *)k_iqn_online<kFixedN, kFixedN, B16, WG, 2>,
-                    online_smem<E>(WG, 2), what);
-}
-
-template <bool B16, bool WG>
 void launch_online(const OnlineArgs &a, int blocks, cudaStream_t s) {
-    using E = std::conditional_t<B16, __nv_bfloat16, float>;
-    if (fixed_n(a.N) && fixed_n(a.Nt)) {
-        const int sp = trial_stage();
-        const size_t smem = online_smem<E>(WG, sp);
-        if (sp == 2)
-            FH_LAUNCH((k_iqn_online<kFixedN, kFixedN, B16, WG, 2>), blocks, kWarps * 32, smem, s,
-                      a);
-        else if (sp == 1)
-            FH_LAUNCH((k_iqn_online<kFixedN, kFixedN, B16, WG, 1>), blocks, kWarps * 32, smem, s,
-                      a);
-        else
-            FH_LAUNCH((k_iqn_online<kFixedN, kFixedN, B16, WG, 0>), blocks, kWarps * 32, smem, s,
-                      a);
-    } else {
-        FH_LAUNCH((k_iqn_online<0, 0, B16, WG, 0>), blocks, kWarps * 32, online_smem<E>(WG, 0), s,
-                  a);
-    }
+    const size_t smem = WG ? kSmemBytesWg : B16 ? kSmemBytes<__nv_bfloat16> : kSmemBytes<float>;
+    if (fixed_n(a.N) && fixed_n(a.Nt))
+        FH_LAUNCH((k_iqn_online<kFixedN, kFixedN, B16, WG>), blocks, kWarps * 32, smem, s, a);
+    else
+        FH_LAUNCH((k_iqn_online<0, 0, B16, WG>), blocks, kWarps * 32, smem, s, a);
 }
 }  // namespace
-
-bool online_fused_prepare() {
-    allow_online<false, false>("IQN online pass");
-    allow_online<true, false>("IQN online pass (bfloat16)");
-    if (!run_probe((const void *)wg::wgmma_probe_kernel<2>)) return false;
-    allow_online<false, true>("IQN online pass (warpgroup products)");
-    return true;
-}
 
 void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s) {
     if (a.dh16) {

@@ -26,20 +26,10 @@ namespace {
 
 // NTC: N' compiled in (kFixedN), or 0 to read it from a. WG (TF32 only): h̄ on the warpgroup
 // products (iqn_fused.cuh's SmemWg).
-// Shared memory with (SP) or without the warps' staged ψ̄ rows.
-template <class E>
-constexpr size_t target_smem(bool wg, bool sp) {
-    return (wg ? kSmemBytesWg : kSmemBytes<E>) +
-           (sp ? (size_t)kWarps * 2 * kHq * sizeof(float) : 0);
-}
-
-// SP (N' = 8 only): each warp's two ψ̄ rows staged in shared memory by cp.async at a tile's
-// start (a trial, FOXHUNT_TRIAL_IQN_STAGE).
-template <int NTC, class E, bool WG, bool SP>
+template <int NTC, class E, bool WG>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
     pdl_enter();
     static_assert(!WG || std::is_same_v<E, float>, "the warpgroup products are TF32's");
-    static_assert(!SP || NTC == 8, "rows staged for two transitions a warp");
     extern __shared__ float4 sm4[];
     const auto sw = stage_for<WG, E>(sm4, a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
@@ -48,12 +38,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
     const int Nt = NTC ? NTC : a.Nt;
     const size_t R = (size_t)a.B * Nt;
     const size_t ntiles = (R + kRowsPerTile - 1) / kRowsPerTile;
-    float *const stg = sw.wz + kHq + (size_t)warp * 2 * kHq;  // SP
     for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         const size_t r0 = tile * kRowsPerTile + (size_t)warp * 16 + gi, r1 = r0 + 8;
-        if constexpr (SP)
-            copy_rows_async<2>(stg, a.psi, (tile * kRowsPerTile + (size_t)warp * 16) / 8,
-                               (size_t)a.B);
         // τ'_im (purpose 3); rows index this rank's ψ̄, the draw's c0 is the global row.
         const float t0 = draw_tau(a.seed, a.row0, r0, R, Nt, st, PURPOSE_IQN_TARGET);
         const float t1 = draw_tau(a.seed, a.row0, r1, R, Nt, st, PURPOSE_IQN_TARGET);
@@ -61,42 +47,24 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
         phi_tile<float>(sw, t0, t1, acc, nullptr, nullptr);
         const size_t ii0 = r0 < R ? r0 / Nt : 0, ii1 = r1 < R ? r1 / Nt : 0;
         Frags<E> M;
-        if constexpr (SP) {
-            cp_async_wait_all();
-            __syncwarp();
-        }
-        merge_tile<float, SP>(sw, acc, SP ? stg : a.psi + ii0 * kHq,
-                              SP ? stg + kHq : a.psi + ii1 * kHq, M, nullptr, nullptr, nullptr,
-                              nullptr);
+        merge_tile<float>(sw, acc, a.psi + ii0 * kHq, a.psi + ii1 * kHq, M, nullptr, nullptr,
+                          nullptr, nullptr);
         float z0, z1;
         z_rows(sw, M, z0, z1);
         if (tq == 0) {
             if (r0 < R) a.zt[r0] = z0 + bz;
             if (r1 < R) a.zt[r1] = z1 + bz;
         }
-        if constexpr (SP) __syncwarp();  // the staged rows are read before the next copies
     }
 }
 
 template <class E, bool WG>
 void launch_target(const TargetArgs &a, int blocks, cudaStream_t s) {
-    const bool sp = fixed_n(a.Nt) && trial_stage() >= 1;
-    const size_t smem = target_smem<E>(WG, sp);
-    if (sp)
-        FH_LAUNCH((k_iqn_target<kFixedN, E, WG, true>), blocks, kWarps * 32, smem, s, a);
-    else if (fixed_n(a.Nt))
-        FH_LAUNCH((k_iqn_target<kFixedN, E, WG, false>), blocks, kWarps * 32, smem, s, a);
+    const size_t smem = WG ? kSmemBytesWg : kSmemBytes<E>;
+    if (fixed_n(a.Nt))
+        FH_LAUNCH((k_iqn_target<kFixedN, E, WG>), blocks, kWarps * 32, smem, s, a);
     else
-        FH_LAUNCH((k_iqn_target<0, E, WG, false>), blocks, kWarps * 32, smem, s, a);
-}
-
-template <class E, bool WG>
-void allow_target(const char *what) {
-    aux::allow_smem((const void *)k_iqn_target<0, E, WG, false>, target_smem<E>(WG, false), what);
-    aux::allow_smem((const void *)k_iqn_target<kFixedN, E, WG, false>, target_smem<E>(WG, false),
-                    what);
-    aux::allow_smem((const void *)k_iqn_target<kFixedN, E, WG, true>, target_smem<E>(WG, true),
-                    what);
+        FH_LAUNCH((k_iqn_target<0, E, WG>), blocks, kWarps * 32, smem, s, a);
 }
 
 }  // namespace
@@ -112,10 +80,16 @@ void target_fused(const TargetArgs &a, int blocks, cudaStream_t s) {
 }
 
 bool target_fused_prepare() {
-    allow_target<float, false>("IQN target pass");
-    allow_target<__nv_bfloat16, false>("IQN target pass (bfloat16)");
+    for (const void *k : {(const void *)k_iqn_target<0, float, false>,
+                          (const void *)k_iqn_target<kFixedN, float, false>})
+        aux::allow_smem(k, kSmemBytes<float>, "IQN target pass");
+    for (const void *k : {(const void *)k_iqn_target<0, __nv_bfloat16, false>,
+                          (const void *)k_iqn_target<kFixedN, __nv_bfloat16, false>})
+        aux::allow_smem(k, kSmemBytes<__nv_bfloat16>, "IQN target pass (bfloat16)");
     if (!run_probe((const void *)wg::wgmma_probe_kernel<1>)) return false;
-    allow_target<float, true>("IQN target pass (warpgroup products)");
+    for (const void *k : {(const void *)k_iqn_target<0, float, true>,
+                          (const void *)k_iqn_target<kFixedN, float, true>})
+        aux::allow_smem(k, kSmemBytesWg, "IQN target pass (warpgroup products)");
     return true;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 namespace fh::cuda {
@@ -13,22 +14,13 @@ inline void stage_batched(int n, Load load, Store store) {
     for (int e = threadIdx.x; e < n; e += (int)blockDim.x) store(e, load(e));
 }
 
-struct CpAsync {
-    void *dst;
-    const void *src;
-    size_t bytes;
-};
-inline thread_local std::vector<CpAsync> gCpAsync;
+inline thread_local std::vector<std::pair<void *, const void *>> gCpAsync;
 inline void cp_async16(void *smem, const void *gmem) {
     if ((uintptr_t)smem % 16 || (uintptr_t)gmem % 16) abort();  // cp.async's 16-byte alignment
-    gCpAsync.push_back({smem, gmem, 16});
-}
-inline void cp_async4(void *smem, const void *gmem) {
-    if ((uintptr_t)smem % 4 || (uintptr_t)gmem % 4) abort();
-    gCpAsync.push_back({smem, gmem, 4});
+    gCpAsync.emplace_back(smem, gmem);
 }
 inline void cp_async_wait_all() {
-    for (const auto &c : gCpAsync) memcpy(c.dst, c.src, c.bytes);
+    for (const auto &c : gCpAsync) memcpy(c.first, c.second, 16);
     gCpAsync.clear();
 }
 }  // namespace fh::cuda
