@@ -684,7 +684,9 @@ FH_API fh_status fh_pipeline_upload(fh_pipeline *pipeline, const fh_batch *batch
  * 1e12 at the default sizes) or hyperparameters (lr_q = 1e20) trigger it.
  * @return FH_OK (also for a step the guard skips); FH_ERR_NULL_POINTER; FH_ERR_NO_BATCH (no
  *         batch uploaded yet, or, with a replay, no row inserted yet: SPEC §2.1; nothing
- *         changes); FH_ERR_OUT_OF_MEMORY (the first step allocates the caches; the state is then
+ *         changes); FH_ERR_OUT_OF_RANGE (the step count would reach 2^63, which a checkpoint
+ *         may not hold: only a doctored checkpoint starts that close; nothing runs);
+ *         FH_ERR_OUT_OF_MEMORY (the first step allocates the caches; the state is then
  *         left as it was and what the step allocated is freed); FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_step(fh_pipeline *pipeline);
@@ -697,7 +699,8 @@ FH_API fh_status fh_pipeline_step(fh_pipeline *pipeline);
  * @param pipeline  the pipeline
  * @param k         steps, >= 1
  * @return FH_OK; FH_ERR_NULL_POINTER; FH_ERR_BAD_VALUE (k = 0); FH_ERR_NO_BATCH (as
- *         fh_pipeline_step(); nothing runs); FH_ERR_OUT_OF_MEMORY (the first step ever
+ *         fh_pipeline_step(); nothing runs); FH_ERR_OUT_OF_RANGE (the step count would reach
+ *         2^63, as fh_pipeline_step(); nothing runs); FH_ERR_OUT_OF_MEMORY (the first step ever
  *         allocates; then no step has run); FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_train(fh_pipeline *pipeline, uint32_t k);
@@ -722,7 +725,8 @@ FH_API fh_status fh_pipeline_train(fh_pipeline *pipeline, uint32_t k);
  *         config's replay_envs); FH_ERR_BAD_VALUE (memory is not an ::fh_memory_kind, or
  *         a device array is not device memory of the pipeline's device);
  *         FH_ERR_NON_FINITE; FH_ERR_OUT_OF_RANGE (action, regime, done or episode_end out of
- *         range, or done = 1 with episode_end = 0); FH_ERR_UNSUPPORTED (the pipeline has no
+ *         range, or done = 1 with episode_end = 0, or the rows-inserted count would reach 2^63,
+ *         which a checkpoint may not hold); FH_ERR_UNSUPPORTED (the pipeline has no
  *         replay; device memory on the CPU backend); FH_ERR_OUT_OF_MEMORY (a host allocation
  *         failed); FH_ERR_CUDA.
  */
@@ -750,8 +754,9 @@ FH_API fh_status fh_pipeline_sync(fh_pipeline *pipeline);
  *         FH_ERR_NON_FINITE (a NaN or infinity in obs or goal, or a q-value that is not finite,
  *         naming its row, branch and action: finite parameters so large that the net overflows;
  *         then no action is chosen, the act counter does not advance, and the contents of
- *         @p actions and @p q_values are unspecified); FH_ERR_OUT_OF_MEMORY (scratch for n
- *         rows); FH_ERR_CUDA.
+ *         @p actions and @p q_values are unspecified); FH_ERR_OUT_OF_RANGE (the act counter
+ *         would reach 2^63, which a checkpoint may not hold; nothing runs);
+ *         FH_ERR_OUT_OF_MEMORY (scratch for n rows); FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_act(fh_pipeline *pipeline, const float *obs, const float *goal,
                                  uint32_t n, float epsilon, int32_t *actions, float *q_values);

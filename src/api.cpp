@@ -70,6 +70,15 @@ void use(const fh_pipeline *p) {
     p->backend->settle();
 }
 
+// A call that would take a count to 2^63 (fh::kCountLimit, which fh_pipeline_load refuses) is
+// refused before it runs: only a doctored checkpoint starts that close.
+void check_count(uint64_t now, uint64_t add, const char *count) {
+    if (now >= fh::kCountLimit || add > fh::kCountLimit - 1 - now)
+        fh::fail(FH_ERR_OUT_OF_RANGE, "the %s is %llu: %llu more would reach 2^63, a count a "
+                 "checkpoint may not hold (fh_pipeline_load refuses it); nothing ran", count,
+                 (unsigned long long)now, (unsigned long long)add);
+}
+
 // Copies @p full into the caller's struct, which may have an older, shorter size.
 template <class T>
 void copy_out(T *dst, const T &full) {
@@ -228,6 +237,7 @@ fh_status fh_pipeline_step(fh_pipeline *p) {
     return guard([&] {
         use(p);
         need_batch(p, "fh_pipeline_step");
+        check_count(p->step, 1, "step count");
         p->backend->step(p->step);
         ++p->step;
         p->has_metrics = true;
@@ -239,6 +249,7 @@ fh_status fh_pipeline_train(fh_pipeline *p, uint32_t k) {
         use(p);
         if (k == 0) fh::fail(FH_ERR_BAD_VALUE, "argument 'k' = 0: train runs at least one step");
         need_batch(p, "fh_pipeline_train");
+        check_count(p->step, k, "step count");
         p->backend->train(p->step, k);
         p->step += k;
         p->has_metrics = true;
@@ -253,6 +264,7 @@ fh_status fh_pipeline_insert(fh_pipeline *p, const fh_replay_rows *rows) {
             fh::fail(FH_ERR_UNSUPPORTED, "fh_pipeline_insert on a pipeline without a replay "
                      "(config.replay_capacity = 0)");
         fh::check_rows_header(p->layout.dims, r);
+        check_count(p->backend->replay_rows(), r.num_rows, "rows-inserted count");
         p->backend->insert(r);
     });
 }
@@ -278,6 +290,7 @@ fh_status fh_pipeline_act(fh_pipeline *p, const float *obs, const float *goal, u
                      (double)epsilon);
         fh::check_finite("obs", obs, n, d.O);
         if (d.G > 0) fh::check_finite("goal", goal, n, d.G);
+        check_count(p->act_calls, 1, "act-call count");
         const size_t nq = (size_t)n * d.NB * d.A;
         // The q values are checked even when the caller wants none: then in scratch of this
         // call's own, which the pipeline does not keep.

@@ -506,9 +506,9 @@ Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L
             fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': %s", path, e.message.c_str());
         }
     }
-    // Counters no run can reach (2^63 steps, acts or rows: centuries at a million a second) are
-    // damage, and the step and row counts must not wrap when they advance.
-    const uint64_t most = 1ull << 63;
+    // Counters no run can reach (kCountLimit) are damage, and the step and row counts must not
+    // wrap when they advance.
+    const uint64_t most = kCountLimit;
     if (ck.step >= most || ck.act_calls >= most || (ck.has_replay && ck.replay.n_ins >= most))
         fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': step %llu, act calls %llu, rows "
              "inserted %llu: a count of 2^63 or more is not one a run reaches", path,

@@ -18,6 +18,11 @@
 
 namespace fh {
 
+// The step, act-call and rows-inserted counts a checkpoint holds stay below this: a load
+// refuses more (no run gets there: centuries at a million a second), and the calls that
+// advance a count refuse to take it there, so every pipeline's state can be saved and loaded.
+constexpr uint64_t kCountLimit = 1ull << 63;
+
 struct Checkpoint {
     uint64_t step = 0, act_calls = 0;
     HostBuffers bufs;  // persistent buffers only are filled

@@ -2,7 +2,8 @@
  * gives a new file (the umask's), that a save killed half way leaves no file behind, and that a
  * large file which merely starts like a checkpoint is refused from its header (the replay
  * section's header included), and that forged state or counters and a file cut inside its header
- * are refused; and the config fingerprint's bytes, which are the file format. */
+ * are refused, while the calls that advance a counter stop short of what a load refuses; and the
+ * config fingerprint's bytes, which are the file format. */
 #include "checkpoint.hpp"
 #include "replay_ref.hpp"  // before cmocka.h
 
@@ -337,6 +338,21 @@ size_t find_floats(const std::string &b, const float *x, size_t n) {
     return at;
 }
 
+// `base` with n bytes at `at` replaced by v, its checksum made to match.
+std::string forged(std::string base, size_t at, const void *v, size_t n) {
+    memcpy(&base[at], v, n);
+    fh_test_reseal(&base[0], base.size());
+    return base;
+}
+
+// Where a checkpoint's step count is: after the 16-byte header and the config fingerprint (the
+// act-call count follows it).
+size_t step_offset(const std::string &ckpt) {
+    uint32_t fp_bytes;
+    memcpy(&fp_bytes, &ckpt[12], 4);
+    return 16 + fp_bytes;
+}
+
 void test_forged_state_refused(void **) {
     fh_pipeline *p = make_stepped();
     /* Distinctive values, to find them in the file. */
@@ -352,20 +368,12 @@ void test_forged_state_refused(void **) {
     const std::string g = slurp(good);
     const size_t at_rho = find_floats(g, rho, 3), at_s = find_floats(g, s, 3),
                  at_u = find_floats(g, u, 16);
-    uint32_t fp_bytes;
-    memcpy(&fp_bytes, &g[12], 4);
-    const size_t at_step = 16 + fp_bytes;
+    const size_t at_step = step_offset(g);
     uint64_t step;
     memcpy(&step, &g[at_step], 8);
     assert_int_equal(step, 1);
     auto load = [&](const std::string &bytes, fh_status want, const char *msg) {
         expect_load(p, x, bytes, want, msg);
-    };
-    // `base` with n bytes at `at` replaced by v, its checksum made to match.
-    auto forged = [](std::string base, size_t at, const void *v, size_t n) {
-        memcpy(&base[at], v, n);
-        fh_test_reseal(&base[0], base.size());
-        return base;
     };
     const float minus1 = -1.0f, big = 1e30f, zeros[16] = {0};
     load(forged(g, at_rho, &minus1, 4), FH_ERR_CHECKPOINT_CORRUPT, "regime.scale[0, 0] = -1 is outside");
@@ -453,6 +461,63 @@ void test_forged_state_refused(void **) {
     fh_pipeline_destroy(p);
 }
 
+/* The calls that advance a count refuse to take it to 2^63, which a load refuses, so a pipeline
+ * never holds state it cannot save and load back: from forged checkpoints (checksum resealed)
+ * whose step, act-call or rows-inserted count is 2^63 − 1, which load, fh_pipeline_step,
+ * fh_pipeline_train, fh_pipeline_act and fh_pipeline_insert are refused with
+ * FH_ERR_OUT_OF_RANGE naming the count, and a save afterwards writes the loaded file again,
+ * byte for byte. */
+void test_counts_stop_short_of_the_limit(void **) {
+    const uint64_t last = (1ull << 63) - 1;
+    const auto refused = [](fh_status s, const char *what) {
+        const char *m = fh_last_error_message();
+        if (s != FH_ERR_OUT_OF_RANGE || !strstr(m, what) || !strstr(m, "would reach 2^63"))
+            fail_msg("%s: %s (%s), expected FH_ERR_OUT_OF_RANGE", what, fh_status_string(s), m);
+    };
+    const std::string dir = fresh_dir("limit");
+    const std::string good = dir + "/good.ckpt", x = dir + "/x.ckpt", y = dir + "/y.ckpt";
+    fh_pipeline *p = make_stepped();
+    assert_int_equal(fh_pipeline_save(p, good.c_str()), FH_OK);
+    const std::string g = slurp(good);
+    const size_t at_step = step_offset(g);
+
+    const std::string at_last_step = forged(g, at_step, &last, 8);
+    expect_load(p, x, at_last_step, FH_OK, "");
+    refused(fh_pipeline_step(p), "step count is 9223372036854775807: 1 more");
+    refused(fh_pipeline_train(p, 3), "step count is 9223372036854775807: 3 more");
+    assert_int_equal(fh_pipeline_save(p, y.c_str()), FH_OK);
+    assert_true(slurp(y) == at_last_step);
+
+    const std::string at_last_act = forged(g, at_step + 8, &last, 8);
+    expect_load(p, x, at_last_act, FH_OK, "");
+    const fh_config c = fh_test_small_config();
+    std::vector<float> obs(c.obs_dim, 0.5f), goal(c.goal_dim, 0.5f);
+    std::vector<int32_t> actions(c.num_branches);
+    refused(fh_pipeline_act(p, obs.data(), c.goal_dim ? goal.data() : nullptr, 1, 0.0f,
+                            actions.data(), nullptr),
+            "act-call count is 9223372036854775807");
+    assert_int_equal(fh_pipeline_save(p, y.c_str()), FH_OK);
+    assert_true(slurp(y) == at_last_act);
+    fh_pipeline_destroy(p);
+
+    const fh_config cr = replay_ref::config(7, 3);
+    assert_int_equal(fh_pipeline_create(&cr, &p), FH_OK);
+    const replay_ref::Rows rows = replay_ref::random_rows(cr, 9, 1, 0.2);
+    const fh_replay_rows v = rows.view();
+    assert_int_equal(fh_pipeline_insert(p, &v), FH_OK);
+    const std::string with = dir + "/with.ckpt", plain = dir + "/plain.ckpt";
+    assert_int_equal(fh_pipeline_save_ex(p, with.c_str(), FH_SAVE_REPLAY), FH_OK);
+    assert_int_equal(fh_pipeline_save(p, plain.c_str()), FH_OK);
+    const size_t at_ins = slurp(plain).size() - 8 + 8;  // after the replay header's K and E
+    /* 2^63 − 1 rows inserted leave K = 7 valid rows, as 9 did: the file's size still matches. */
+    const std::string at_last_row = forged(slurp(with), at_ins, &last, 8);
+    expect_load(p, x, at_last_row, FH_OK, "");
+    refused(fh_pipeline_insert(p, &v), "rows-inserted count is 9223372036854775807: 9 more");
+    assert_int_equal(fh_pipeline_save_ex(p, y.c_str(), FH_SAVE_REPLAY), FH_OK);
+    assert_true(slurp(y) == at_last_row);
+    fh_pipeline_destroy(p);
+}
+
 }  // namespace
 
 int main(void) {
@@ -463,6 +528,7 @@ int main(void) {
         cmocka_unit_test(test_large_file_refused_from_header),
         cmocka_unit_test(test_replay_section_sized_from_its_header),
         cmocka_unit_test(test_forged_state_refused),
+        cmocka_unit_test(test_counts_stop_short_of_the_limit),
         cmocka_unit_test(test_fingerprint_bytes_are_the_format),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
