@@ -160,25 +160,6 @@ __device__ __forceinline__ float draw_tau(uint64_t seed, uint32_t row0, size_t r
     return uniform24(philox(seed, row0 + i, n, step, purpose).w[0]);
 }
 
-// τ of the thread's rows rw + g (t0) and rw + g + 8 (t1), rw the warp's first row. Q: one
-// draw a lane (lanes 0–15 the warp's 16 rows, 16–31 the same again), shuffled to the quads
-// that use them, instead of each of a quad's four lanes drawing both of its rows; the same
-// values (a trial, FOXHUNT_TRIAL_IQN_QUAD).
-template <bool Q>
-__device__ __forceinline__ void draw_tau_rows(uint64_t seed, uint32_t row0, size_t rw, size_t R,
-                                              int Nr, uint32_t step, uint32_t purpose, float &t0,
-                                              float &t1) {
-    const int lane = threadIdx.x & 31, gi = lane >> 2;
-    if constexpr (Q) {
-        const float mine = draw_tau(seed, row0, rw + (lane & 15), R, Nr, step, purpose);
-        t0 = __shfl_sync(0xffffffffu, mine, gi);
-        t1 = __shfl_sync(0xffffffffu, mine, gi + 8);
-    } else {
-        t0 = draw_tau(seed, row0, rw + gi, R, Nr, step, purpose);
-        t1 = draw_tau(seed, row0, rw + gi + 8, R, Nr, step, purpose);
-    }
-}
-
 // The cosine features of one row, cos(π k τ) at the thread's k = 8κ + 2t + e (e = 0, 1) for
 // κ = 0, 1, ...: the first pair from sincospif, each next pair by a rotation through the angle
 // 8πτ (two products and two multiply-adds per feature instead of a cospif's ~30 instructions;

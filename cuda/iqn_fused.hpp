@@ -92,9 +92,6 @@ bool online_fused_prepare();
 void backward_fused_prepare();
 void target_fused(const TargetArgs &a, int blocks, cudaStream_t s);
 void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s);
-// Trial FOXHUNT_TRIAL_IQN_QUAD (0, 1, 2): τ drawn once a lane (1), and the loss head split over
-// a quad (2).
-int trial_quad();
 // Returns the partial rows it wrote (at most `blocks`: its blocks are larger).
 int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s);
 

@@ -26,7 +26,6 @@
 // at the end. No atomics: the same inputs give the same bits.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "aux_common.cuh"
@@ -42,64 +41,28 @@ namespace {
 
 constexpr int kPartW = 2 * kHq + 2;
 
-// The loss terms of one row against targets m = m0, m0 + dm, ... < Nt of its transition's Z̄
-// row zt: ls = Σ_m |τ − 1{u<0}| huber_κ(u), ds = Σ_m |τ − 1{u<0}| huber'_κ(u), u = T_im − z.
-__device__ __forceinline__ void head_terms(const OnlineArgs &a, int Nt, int m0, int dm, float ri,
-                                           float disc, const float *zt, float tau, float z,
-                                           float &ls, float &ds) {
-    ls = 0.0f;
-    ds = 0.0f;
-    for (int m = m0; m < Nt; m += dm) {
+// dZ of one row (0 past the batch) and its loss terms Σ_m |τ − 1{u<0}| huber_κ(u) / κ.
+__device__ __forceinline__ float head_row(const OnlineArgs &a, int Nt, bool valid, size_t i,
+                                          float tau, float z, double &loss) {
+    if (!valid) return 0.0f;
+    const float ri = __ldg(a.r + i), disc = a.gamma * (1.0f - __ldg(a.done + i));
+    const float *zt = a.zt + i * Nt;
+    float ls = 0.0f, ds = 0.0f;
+    for (int m = 0; m < Nt; ++m) {
         const float u = fmaf(disc, __ldg(zt + m), ri) - z;
         const float w = fabsf(tau - (u < 0.0f ? 1.0f : 0.0f));
         ls = fmaf(w, dev_huber(u, a.kappa), ls);
         ds = fmaf(w, dev_dhuber(u, a.kappa), ds);
     }
-}
-
-// dZ of the thread's two rows (0 past the batch; z0, z1 and the rows are the quad's) and their
-// loss terms Σ_m |τ − 1{u<0}| huber_κ(u) / κ into loss. Q: each lane of the quad takes the
-// targets m ≡ t (mod 4) and the quad sums them (a fixed butterfly: every lane gets the same
-// bits), instead of each lane taking all N' (a trial, FOXHUNT_TRIAL_IQN_QUAD).
-template <bool Q>
-__device__ __forceinline__ void head_rows(const OnlineArgs &a, int Nt, bool v0, bool v1,
-                                          size_t i0, size_t i1, float t0, float t1, float z0,
-                                          float z1, double &loss, float &dz0, float &dz1) {
-    const int m0 = Q ? (threadIdx.x & 3) : 0, dm = Q ? 4 : 1;
-    float ls[2] = {0.0f, 0.0f}, ds[2] = {0.0f, 0.0f};
-    const bool v[2] = {v0, v1};
-    const size_t ii[2] = {i0, i1};
-    const float tt[2] = {t0, t1}, zz[2] = {z0, z1};
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-        if (!v[k]) continue;
-        const float ri = __ldg(a.r + ii[k]), disc = a.gamma * (1.0f - __ldg(a.done + ii[k]));
-        head_terms(a, Nt, m0, dm, ri, disc, a.zt + ii[k] * Nt, tt[k], zz[k], ls[k], ds[k]);
-    }
-    float dz[2];
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-        if constexpr (Q) {
-            ls[k] = quad_sum(ls[k]);
-            ds[k] = quad_sum(ds[k]);
-        }
-        dz[k] = 0.0f;
-        if (v[k]) {
-            loss += (double)ls[k] / a.kappa;
-            dz[k] = (float)(-((double)ds[k] / a.kappa) * a.scale);
-        }
-    }
-    dz0 = dz[0];
-    dz1 = dz[1];
+    loss += (double)ls / a.kappa;
+    return (float)(-((double)ds / a.kappa) * a.scale);
 }
 
 // NC, NTC: N and N' compiled in (kFixedN), or 0 to read them from a. B16 (FH_MATH_BF16): the
 // products on bfloat16 operands (iqn_fused.cuh's SmemB16 overloads) and cos, m and dhpre to
 // a.cos16, a.m16, a.dh16 as bfloat16; else TF32 products and a.cos, a.m, a.dh. WG (TF32 only):
 // h on the warpgroup products (iqn_fused.cuh's SmemWg).
-// Q (a trial, FOXHUNT_TRIAL_IQN_QUAD): 1 draws τ once a lane (draw_tau_rows), 2 also splits the
-// loss head over the quad (head_rows).
-template <int NC, int NTC, bool B16, bool WG, int Q>
+template <int NC, int NTC, bool B16, bool WG>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
     pdl_enter();
     static_assert(!(WG && B16), "the warpgroup products are TF32's");
@@ -121,8 +84,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
     for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         const size_t r0 = tile * kRowsPerTile + (size_t)warp * 16 + gi, r1 = r0 + 8;
         const bool v0 = r0 < R, v1 = r1 < R;
-        float t0, t1;
-        draw_tau_rows<Q >= 1>(a.seed, a.row0, r0 - gi, R, N, st, PURPOSE_IQN_ONLINE, t0, t1);
+        const float t0 = draw_tau(a.seed, a.row0, r0, R, N, st, PURPOSE_IQN_ONLINE);
+        const float t1 = draw_tau(a.seed, a.row0, r1, R, N, st, PURPOSE_IQN_ONLINE);
         if (tq == 0) {
             if (v0) a.tau[r0] = t0;
             if (v1) a.tau[r1] = t1;
@@ -152,8 +115,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
             }
         }
         double loss = 0.0;
-        float dz0, dz1;
-        head_rows<Q == 2>(a, Nt, v0, v1, i0, i1, t0, t1, z0, z1, loss, dz0, dz1);
+        const float dz0 = head_row(a, Nt, v0, i0, t0, z0, loss);
+        const float dz1 = head_row(a, Nt, v1, i1, t1, z1, loss);
         if (tq == 0) {
             acc_loss += loss;
             acc_bz += (double)dz0 + (double)dz1;
@@ -211,53 +174,30 @@ int fused_blocks(size_t rows) {
     return (int)std::max<size_t>(1, std::min<size_t>(tiles, 2 * (size_t)sm_count()));
 }
 
-int trial_quad() {
-    static const int v = [] {
-        const char *e = getenv("FOXHUNT_TRIAL_IQN_QUAD");
-        return e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 0;
-    }();
-    return v;
+bool online_fused_prepare() {
+    for (const void *k : {(const void *)k_iqn_online<0, 0, false, false>,
+                          (const void *)k_iqn_online<kFixedN, kFixedN, false, false>})
+        aux::allow_smem(k, kSmemBytes<float>, "IQN online pass");
+    for (const void *k : {(const void *)k_iqn_online<0, 0, true, false>,
+                          (const void *)k_iqn_online<kFixedN, kFixedN, true, false>})
+        aux::allow_smem(k, kSmemBytes<__nv_bfloat16>, "IQN online pass (bfloat16)");
+    if (!run_probe((const void *)wg::wgmma_probe_kernel<2>)) return false;
+    for (const void *k : {(const void *)k_iqn_online<0, 0, false, true>,
+                          (const void *)k_iqn_online<kFixedN, kFixedN, false, true>})
+        aux::allow_smem(k, kSmemBytesWg, "IQN online pass (warpgroup products)");
+    return true;
 }
 
 namespace {
 template <bool B16, bool WG>
-void allow_online(size_t smem, const char *what) {
-    aux::allow_smem((const void *)k_iqn_online<0, 0, B16, WG, 0>, smem, what);
-    aux::allow_smem((const void *)k_iqn_online<0, 0, B16, WG, 1>, smem, what);
-    aux::allow_smem((const void *)k_iqn_online<0, 0, B16, WG, 2>, smem, what);
-    aux::allow_smem((const void *)k_iqn_online<kFixedN, kFixedN, B16, WG, 0>, smem, what);
-    aux::allow_smem((const void *)k_iqn_online<kFixedN, kFixedN, B16, WG, 1>, smem, what);
-    aux::allow_smem((const void *)k_iqn_online<kFixedN, kFixedN, B16, WG, 2>, smem, what);
-}
-
-template <int NC, bool B16, bool WG>
-void launch_online_q(const OnlineArgs &a, int blocks, size_t smem, cudaStream_t s) {
-    const int q = trial_quad();
-    if (q == 2)
-        FH_LAUNCH((k_iqn_online<NC, NC, B16, WG, 2>), blocks, kWarps * 32, smem, s, a);
-    else if (q == 1)
-        FH_LAUNCH((k_iqn_online<NC, NC, B16, WG, 1>), blocks, kWarps * 32, smem, s, a);
-    else
-        FH_LAUNCH((k_iqn_online<NC, NC, B16, WG, 0>), blocks, kWarps * 32, smem, s, a);
-}
-
-template <bool B16, bool WG>
 void launch_online(const OnlineArgs &a, int blocks, cudaStream_t s) {
     const size_t smem = WG ? kSmemBytesWg : B16 ? kSmemBytes<__nv_bfloat16> : kSmemBytes<float>;
     if (fixed_n(a.N) && fixed_n(a.Nt))
-        launch_online_q<kFixedN, B16, WG>(a, blocks, smem, s);
+        FH_LAUNCH((k_iqn_online<kFixedN, kFixedN, B16, WG>), blocks, kWarps * 32, smem, s, a);
     else
-        launch_online_q<0, B16, WG>(a, blocks, smem, s);
+        FH_LAUNCH((k_iqn_online<0, 0, B16, WG>), blocks, kWarps * 32, smem, s, a);
 }
 }  // namespace
-
-bool online_fused_prepare() {
-    allow_online<false, false>(kSmemBytes<float>, "IQN online pass");
-    allow_online<true, false>(kSmemBytes<__nv_bfloat16>, "IQN online pass (bfloat16)");
-    if (!run_probe((const void *)wg::wgmma_probe_kernel<2>)) return false;
-    allow_online<false, true>(kSmemBytesWg, "IQN online pass (warpgroup products)");
-    return true;
-}
 
 void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s) {
     if (a.dh16) {

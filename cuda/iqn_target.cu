@@ -26,8 +26,7 @@ namespace {
 
 // NTC: N' compiled in (kFixedN), or 0 to read it from a. WG (TF32 only): h̄ on the warpgroup
 // products (iqn_fused.cuh's SmemWg).
-// Q (a trial, FOXHUNT_TRIAL_IQN_QUAD ≥ 1): τ' drawn once a lane (draw_tau_rows).
-template <int NTC, class E, bool WG, bool Q>
+template <int NTC, class E, bool WG>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
     pdl_enter();
     static_assert(!WG || std::is_same_v<E, float>, "the warpgroup products are TF32's");
@@ -42,8 +41,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
     for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         const size_t r0 = tile * kRowsPerTile + (size_t)warp * 16 + gi, r1 = r0 + 8;
         // τ'_im (purpose 3); rows index this rank's ψ̄, the draw's c0 is the global row.
-        float t0, t1;
-        draw_tau_rows<Q>(a.seed, a.row0, r0 - gi, R, Nt, st, PURPOSE_IQN_TARGET, t0, t1);
+        const float t0 = draw_tau(a.seed, a.row0, r0, R, Nt, st, PURPOSE_IQN_TARGET);
+        const float t1 = draw_tau(a.seed, a.row0, r1, R, Nt, st, PURPOSE_IQN_TARGET);
         float acc[kHq / 8][4];
         phi_tile<float>(sw, t0, t1, acc, nullptr, nullptr);
         const size_t ii0 = r0 < R ? r0 / Nt : 0, ii1 = r1 < R ? r1 / Nt : 0;
@@ -62,25 +61,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_target(TargetArgs a) {
 template <class E, bool WG>
 void launch_target(const TargetArgs &a, int blocks, cudaStream_t s) {
     const size_t smem = WG ? kSmemBytesWg : kSmemBytes<E>;
-    const bool q = trial_quad() >= 1;
-    if (fixed_n(a.Nt) && q)
-        FH_LAUNCH((k_iqn_target<kFixedN, E, WG, true>), blocks, kWarps * 32, smem, s, a);
-    else if (fixed_n(a.Nt))
-        FH_LAUNCH((k_iqn_target<kFixedN, E, WG, false>), blocks, kWarps * 32, smem, s, a);
-    else if (q)
-        FH_LAUNCH((k_iqn_target<0, E, WG, true>), blocks, kWarps * 32, smem, s, a);
+    if (fixed_n(a.Nt))
+        FH_LAUNCH((k_iqn_target<kFixedN, E, WG>), blocks, kWarps * 32, smem, s, a);
     else
-        FH_LAUNCH((k_iqn_target<0, E, WG, false>), blocks, kWarps * 32, smem, s, a);
-}
-
-template <class E, bool WG>
-void allow_target(const char *what) {
-    const size_t smem = WG ? kSmemBytesWg : kSmemBytes<E>;
-    for (const void *k : {(const void *)k_iqn_target<0, E, WG, false>,
-                          (const void *)k_iqn_target<0, E, WG, true>,
-                          (const void *)k_iqn_target<kFixedN, E, WG, false>,
-                          (const void *)k_iqn_target<kFixedN, E, WG, true>})
-        aux::allow_smem(k, smem, what);
+        FH_LAUNCH((k_iqn_target<0, E, WG>), blocks, kWarps * 32, smem, s, a);
 }
 
 }  // namespace
@@ -96,10 +80,16 @@ void target_fused(const TargetArgs &a, int blocks, cudaStream_t s) {
 }
 
 bool target_fused_prepare() {
-    allow_target<float, false>("IQN target pass");
-    allow_target<__nv_bfloat16, false>("IQN target pass (bfloat16)");
+    for (const void *k : {(const void *)k_iqn_target<0, float, false>,
+                          (const void *)k_iqn_target<kFixedN, float, false>})
+        aux::allow_smem(k, kSmemBytes<float>, "IQN target pass");
+    for (const void *k : {(const void *)k_iqn_target<0, __nv_bfloat16, false>,
+                          (const void *)k_iqn_target<kFixedN, __nv_bfloat16, false>})
+        aux::allow_smem(k, kSmemBytes<__nv_bfloat16>, "IQN target pass (bfloat16)");
     if (!run_probe((const void *)wg::wgmma_probe_kernel<1>)) return false;
-    allow_target<float, true>("IQN target pass (warpgroup products)");
+    for (const void *k : {(const void *)k_iqn_target<0, float, true>,
+                          (const void *)k_iqn_target<kFixedN, float, true>})
+        aux::allow_smem(k, kSmemBytesWg, "IQN target pass (warpgroup products)");
     return true;
 }
 
