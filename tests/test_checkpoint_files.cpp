@@ -353,6 +353,34 @@ size_t step_offset(const std::string &ckpt) {
     return 16 + fp_bytes;
 }
 
+// A pipeline with a replay of K = 7 rows after 9 were inserted, its checkpoint with the replay
+// (file) and where in it the rows-inserted count is (at_ins). Destroys the pipeline.
+struct ReplayCheckpoint {
+    fh_pipeline *p = nullptr;
+    replay_ref::Rows rows;
+    std::string file;
+    size_t at_ins = 0;
+
+    explicit ReplayCheckpoint(const std::string &dir) {
+        const fh_config c = replay_ref::config(7, 3);
+        assert_int_equal(fh_pipeline_create(&c, &p), FH_OK);
+        rows = replay_ref::random_rows(c, 9, 1, 0.2);
+        const fh_replay_rows v = rows.view();
+        assert_int_equal(fh_pipeline_insert(p, &v), FH_OK);
+        const std::string with = dir + "/with.ckpt", plain = dir + "/plain.ckpt";
+        assert_int_equal(fh_pipeline_save_ex(p, with.c_str(), FH_SAVE_REPLAY), FH_OK);
+        assert_int_equal(fh_pipeline_save(p, plain.c_str()), FH_OK);
+        file = slurp(with);
+        at_ins = slurp(plain).size() - 8 + 8;  // after the replay header's K and E
+        uint64_t n_ins;
+        memcpy(&n_ins, &file[at_ins], 8);
+        assert_int_equal(n_ins, 9);
+    }
+    ~ReplayCheckpoint() { fh_pipeline_destroy(p); }
+    ReplayCheckpoint(const ReplayCheckpoint &) = delete;
+    ReplayCheckpoint &operator=(const ReplayCheckpoint &) = delete;
+};
+
 void test_forged_state_refused(void **) {
     fh_pipeline *p = make_stepped();
     /* Distinctive values, to find them in the file. */
@@ -440,25 +468,12 @@ void test_forged_state_refused(void **) {
     }
 
     /* A replay's rows-inserted count of 2^63: no run gets there, and it would wrap. */
-    const fh_config c = replay_ref::config(7, 3);
-    assert_int_equal(fh_pipeline_create(&c, &p), FH_OK);
-    const replay_ref::Rows rows = replay_ref::random_rows(c, 9, 1, 0.2);
-    const fh_replay_rows v = rows.view();
-    assert_int_equal(fh_pipeline_insert(p, &v), FH_OK);
-    const std::string with = dir + "/with.ckpt", plain = dir + "/plain.ckpt";
-    assert_int_equal(fh_pipeline_save_ex(p, with.c_str(), FH_SAVE_REPLAY), FH_OK);
-    assert_int_equal(fh_pipeline_save(p, plain.c_str()), FH_OK);
-    const std::string w = slurp(with);
-    const size_t at_ins = slurp(plain).size() - 8 + 8;  // after the replay header's K and E
-    uint64_t n_ins;
-    memcpy(&n_ins, &w[at_ins], 8);
-    assert_int_equal(n_ins, 9);
+    ReplayCheckpoint rc(dir);
     /* Both counts leave K = 7 valid rows, so the file's size still matches its header. */
-    expect_load(p, x, forged(w, at_ins, &half, 8), FH_ERR_CHECKPOINT_CORRUPT,
+    expect_load(rc.p, x, forged(rc.file, rc.at_ins, &half, 8), FH_ERR_CHECKPOINT_CORRUPT,
                 "rows inserted 9223372036854775808");
-    assert_int_equal(fh_pipeline_save_ex(p, x.c_str(), FH_SAVE_REPLAY), FH_OK);
-    assert_true(slurp(x) == w);
-    fh_pipeline_destroy(p);
+    assert_int_equal(fh_pipeline_save_ex(rc.p, x.c_str(), FH_SAVE_REPLAY), FH_OK);
+    assert_true(slurp(x) == rc.file);
 }
 
 /* The calls that advance a count refuse to take it to 2^63, which a load refuses, so a pipeline
@@ -500,22 +515,14 @@ void test_counts_stop_short_of_the_limit(void **) {
     assert_true(slurp(y) == at_last_act);
     fh_pipeline_destroy(p);
 
-    const fh_config cr = replay_ref::config(7, 3);
-    assert_int_equal(fh_pipeline_create(&cr, &p), FH_OK);
-    const replay_ref::Rows rows = replay_ref::random_rows(cr, 9, 1, 0.2);
-    const fh_replay_rows v = rows.view();
-    assert_int_equal(fh_pipeline_insert(p, &v), FH_OK);
-    const std::string with = dir + "/with.ckpt", plain = dir + "/plain.ckpt";
-    assert_int_equal(fh_pipeline_save_ex(p, with.c_str(), FH_SAVE_REPLAY), FH_OK);
-    assert_int_equal(fh_pipeline_save(p, plain.c_str()), FH_OK);
-    const size_t at_ins = slurp(plain).size() - 8 + 8;  // after the replay header's K and E
+    ReplayCheckpoint rc(dir);
     /* 2^63 − 1 rows inserted leave K = 7 valid rows, as 9 did: the file's size still matches. */
-    const std::string at_last_row = forged(slurp(with), at_ins, &last, 8);
-    expect_load(p, x, at_last_row, FH_OK, "");
-    refused(fh_pipeline_insert(p, &v), "rows-inserted count is 9223372036854775807: 9 more");
-    assert_int_equal(fh_pipeline_save_ex(p, y.c_str(), FH_SAVE_REPLAY), FH_OK);
+    const std::string at_last_row = forged(rc.file, rc.at_ins, &last, 8);
+    expect_load(rc.p, x, at_last_row, FH_OK, "");
+    const fh_replay_rows v = rc.rows.view();
+    refused(fh_pipeline_insert(rc.p, &v), "rows-inserted count is 9223372036854775807: 9 more");
+    assert_int_equal(fh_pipeline_save_ex(rc.p, y.c_str(), FH_SAVE_REPLAY), FH_OK);
     assert_true(slurp(y) == at_last_row);
-    fh_pipeline_destroy(p);
 }
 
 }  // namespace
