@@ -168,7 +168,9 @@ typedef enum fh_status {
     FH_ERR_NON_FINITE = 6,         /**< a float in the input is NaN or infinite */
     FH_ERR_OUT_OF_RANGE = 7,       /**< an index or value of the input is out of its range:
                                         an action, regime or done flag, a replay row's
-                                        episode_end, a tensor index */
+                                        episode_end, a tensor index; or a call would take
+                                        the step, act-call or rows-inserted count to 2^63 or
+                                        past it (a count a checkpoint may not hold) */
     FH_ERR_NO_BATCH = 8,           /**< step called before any batch was uploaded */
     FH_ERR_UNKNOWN_NAME = 9,       /**< no tensor has that name (or, for a write, no
                                         writable one: the tensor is read-only) */
@@ -725,8 +727,9 @@ FH_API fh_status fh_pipeline_train(fh_pipeline *pipeline, uint32_t k);
  *         config's replay_envs); FH_ERR_BAD_VALUE (memory is not an ::fh_memory_kind, or
  *         a device array is not device memory of the pipeline's device);
  *         FH_ERR_NON_FINITE; FH_ERR_OUT_OF_RANGE (action, regime, done or episode_end out of
- *         range, or done = 1 with episode_end = 0, or the rows-inserted count would reach 2^63,
- *         which a checkpoint may not hold); FH_ERR_UNSUPPORTED (the pipeline has no
+ *         range, or done = 1 with episode_end = 0; or the rows-inserted count would reach 2^63,
+ *         which a checkpoint may not hold: checked after the struct and its sizes, before the
+ *         arrays and their elements); FH_ERR_UNSUPPORTED (the pipeline has no
  *         replay; device memory on the CPU backend); FH_ERR_OUT_OF_MEMORY (a host allocation
  *         failed); FH_ERR_CUDA.
  */
@@ -754,8 +757,9 @@ FH_API fh_status fh_pipeline_sync(fh_pipeline *pipeline);
  *         FH_ERR_NON_FINITE (a NaN or infinity in obs or goal, or a q-value that is not finite,
  *         naming its row, branch and action: finite parameters so large that the net overflows;
  *         then no action is chosen, the act counter does not advance, and the contents of
- *         @p actions and @p q_values are unspecified); FH_ERR_OUT_OF_RANGE (the act counter
- *         would reach 2^63, which a checkpoint may not hold; nothing runs);
+ *         @p actions and @p q_values are unspecified); FH_ERR_OUT_OF_RANGE (the act-call count
+ *         would reach 2^63, which a checkpoint may not hold; checked after the arguments and
+ *         obs, goal; nothing runs);
  *         FH_ERR_OUT_OF_MEMORY (scratch for n rows); FH_ERR_CUDA.
  */
 FH_API fh_status fh_pipeline_act(fh_pipeline *pipeline, const float *obs, const float *goal,

@@ -74,8 +74,8 @@ void use(const fh_pipeline *p) {
 // refused before it runs: only a doctored checkpoint starts that close.
 void check_count(uint64_t now, uint64_t add, const char *count) {
     if (now >= fh::kCountLimit || add > fh::kCountLimit - 1 - now)
-        fh::fail(FH_ERR_OUT_OF_RANGE, "the %s is %llu: %llu more would reach 2^63, a count a "
-                 "checkpoint may not hold (fh_pipeline_load refuses it); nothing ran", count,
+        fh::fail(FH_ERR_OUT_OF_RANGE, "the %s is %llu: %llu more would reach 2^63 or pass it, a "
+                 "count a checkpoint may not hold (fh_pipeline_load refuses it); nothing ran", count,
                  (unsigned long long)now, (unsigned long long)add);
 }
 

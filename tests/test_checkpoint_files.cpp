@@ -477,11 +477,12 @@ void test_forged_state_refused(void **) {
 }
 
 /* The calls that advance a count refuse to take it to 2^63, which a load refuses, so a pipeline
- * never holds state it cannot save and load back: from forged checkpoints (checksum resealed)
- * whose step, act-call or rows-inserted count is 2^63 − 1, which load, fh_pipeline_step,
+ * never holds state it cannot save and load back. Forged checkpoints (checksum resealed) whose
+ * step, act-call or rows-inserted count is 2^63 − 1 load; then fh_pipeline_step,
  * fh_pipeline_train, fh_pipeline_act and fh_pipeline_insert are refused with
  * FH_ERR_OUT_OF_RANGE naming the count, and a save afterwards writes the loaded file again,
- * byte for byte. */
+ * byte for byte. From 2^63 − 2, train(2) is refused and one step runs, then the next is
+ * refused. */
 void test_counts_stop_short_of_the_limit(void **) {
     const uint64_t last = (1ull << 63) - 1;
     const auto refused = [](fh_status s, const char *what) {
@@ -502,6 +503,14 @@ void test_counts_stop_short_of_the_limit(void **) {
     refused(fh_pipeline_train(p, 3), "step count is 9223372036854775807: 3 more");
     assert_int_equal(fh_pipeline_save(p, y.c_str()), FH_OK);
     assert_true(slurp(y) == at_last_step);
+
+    const uint64_t second_last = last - 1;
+    expect_load(p, x, forged(g, at_step, &second_last, 8), FH_OK, "");
+    refused(fh_pipeline_train(p, 2), "step count is 9223372036854775806: 2 more");
+    assert_int_equal(fh_pipeline_step(p), FH_OK);
+    refused(fh_pipeline_step(p), "step count is 9223372036854775807: 1 more");
+    assert_int_equal(fh_pipeline_save(p, y.c_str()), FH_OK);
+    if (fh_pipeline_load(p, y.c_str()) != FH_OK) fail_msg("load: %s", fh_last_error_message());
 
     const std::string at_last_act = forged(g, at_step + 8, &last, 8);
     expect_load(p, x, at_last_act, FH_OK, "");
