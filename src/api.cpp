@@ -75,8 +75,8 @@ void use(const fh_pipeline *p) {
 void check_count(uint64_t now, uint64_t add, const char *count) {
     if (now >= fh::kCountLimit || add > fh::kCountLimit - 1 - now)
         fh::fail(FH_ERR_OUT_OF_RANGE, "the %s is %llu: %llu more would reach 2^63 or pass it, a "
-                 "count a checkpoint may not hold (fh_pipeline_load refuses it); nothing ran", count,
-                 (unsigned long long)now, (unsigned long long)add);
+                 "count a checkpoint may not hold (fh_pipeline_load refuses it); nothing ran",
+                 count, (unsigned long long)now, (unsigned long long)add);
 }
 
 // Copies @p full into the caller's struct, which may have an older, shorter size.
