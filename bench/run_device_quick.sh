@@ -36,7 +36,8 @@
 #   ncu-iqn      Nsight Compute on the fused IQN kernels at B = 16384 (one step; $NCU_RE: other
 #                kernels, e.g. k_iql_fused)
 #   ncu-src      Nsight Compute's per-instruction stall samples (SourceCounters) of the fused IQN
-#                and tensor-core attention kernels at B = 16384, the SASS pages as CSV ($NCU_RE)
+#                and tensor-core attention kernels at B = 16384, the SASS pages as CSV ($NCU_RE;
+#                $NCU_ENV: a trial switch, $NCU_TAG: the files' suffix)
 #   ncu-step     Nsight Compute: every kernel of one default step (B = 16384, TF32), durations
 #   ncu-warm     the same single-stream with warm caches ($NCU_ENV: a trial switch; $NCU_TAG: file suffix)
 #   ncu-roof     ncu-warm's run with DRAM bytes, DRAM, SM and tensor-pipe throughput per kernel
@@ -165,17 +166,21 @@ for s in "$@"; do
     echo "ncu rc=$?" | tee -a $log
     grep -E "k_iqn_|k_iql_|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Issued Ipc|Stall|Warp Cycles Per Issued|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|L1/TEX Hit|Pipe" $OUT/ncu_iqn.txt | head -120 | tee -a $log ;;
   ncu-src)
-    timeout 300 ncu --clock-control none --kernel-name "regex:${NCU_RE:-k_iqn_|k_attn_tc}" \
+    # NCU_ENV="VAR=x": a trial switch; NCU_TAG: the files' suffix (a variant's run beside the
+    # default's in one call).
+    t=${NCU_TAG:-}
+    timeout 300 env ${NCU_ENV:-} ncu --clock-control none \
+      --kernel-name "regex:${NCU_RE:-k_iqn_|k_attn_tc}" \
       --launch-skip ${NCU_SKIP:-5} --launch-count ${NCU_COUNT:-5} --section SourceCounters --section WarpStateStats \
-      --section SpeedOfLight -o /tmp/src \
+      --section SpeedOfLight -o /tmp/src$t \
       build-dev/examples/foxhunt-bench --batch 16384 --steps 2 --warmup 0 --modes single-tf32 \
-      --replay 0 --out /tmp/n.json > $OUT/ncu_src_run.txt 2>&1
-    echo "ncu-src rc=$?" | tee -a $log
-    ncu -i /tmp/src.ncu-rep --page source --print-source sass --csv > $OUT/ncu_src_sass.csv 2>&1
-    echo "ncu-src page rc=$? lines=$(wc -l < $OUT/ncu_src_sass.csv)" | tee -a $log
-    ncu -i /tmp/src.ncu-rep --page details > $OUT/ncu_src_details.txt 2>&1
-    python3 bench/ncu_source_summary.py $OUT/ncu_src_sass.csv 8 > $OUT/ncu_src_summary.txt 2>&1
-    grep -E "instructions,|by reason" $OUT/ncu_src_summary.txt | tee -a $log ;;
+      --replay 0 --out /tmp/n.json > $OUT/ncu_src_run$t.txt 2>&1
+    echo "ncu-src${t} rc=$?" | tee -a $log
+    ncu -i /tmp/src$t.ncu-rep --page source --print-source sass --csv > $OUT/ncu_src_sass$t.csv 2>&1
+    echo "ncu-src page rc=$? lines=$(wc -l < $OUT/ncu_src_sass$t.csv)" | tee -a $log
+    ncu -i /tmp/src$t.ncu-rep --page details > $OUT/ncu_src_details$t.txt 2>&1
+    python3 bench/ncu_source_summary.py $OUT/ncu_src_sass$t.csv 8 > $OUT/ncu_src_summary$t.txt 2>&1
+    grep -E "instructions,|by reason" $OUT/ncu_src_summary$t.txt | tee -a $log ;;
   ncu-step)
     timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
       build-dev/examples/foxhunt-bench --batch 16384 --steps 1 --warmup 0 --modes multi-tf32 \
