@@ -302,33 +302,36 @@ std::string state_element_name(const Layout &L, Buf b, size_t i) {
 
 namespace {
 
-std::string first_non_finite(const Layout &L, const HostBuffers &bufs) {
-    for (int b = 0; b < NUM_PERSISTENT; ++b)
+// The first element x of the persistent buffers b with in(b) for which bad(x), as
+// "name = x" (x with `digits` significant digits), or "" where there is none.
+template <class In, class Bad>
+std::string first_element(const Layout &L, const HostBuffers &bufs, In in, Bad bad, int digits) {
+    for (int b = 0; b < NUM_PERSISTENT; ++b) {
+        if (!in((Buf)b)) continue;
         for (size_t i = 0; i < bufs[b].size(); ++i) {
             const float x = bufs[b][i];
-            if (std::isfinite(x)) continue;
-            char v[32];
-            snprintf(v, sizeof v, " = %g", (double)x);
+            if (!bad(x)) continue;
+            char v[48];
+            snprintf(v, sizeof v, " = %.*g", digits, (double)x);
             return state_element_name(L, (Buf)b, i) + v;
         }
+    }
     return std::string();
+}
+
+std::string first_non_finite(const Layout &L, const HostBuffers &bufs) {
+    return first_element(
+        L, bufs, [](Buf) { return true; }, [](float x) { return !std::isfinite(x); }, 6);
 }
 
 // Adam's second moments are running means of squared gradients (SPEC §5.6): a negative one makes
 // the step's √v̂ NaN and every later step skipped, so a checkpoint holding one is damaged.
 std::string first_negative_moment(const Layout &L, const HostBuffers &bufs) {
-    for (int b = 0; b < NUM_PERSISTENT; ++b) {
+    const auto is_v = [](Buf b) {
         MomentOf m;
-        if (!moment_of((Buf)b, m) || std::string(m.name) != "adam_v") continue;
-        for (size_t i = 0; i < bufs[b].size(); ++i) {
-            const float x = bufs[b][i];
-            if (!(x < 0.0f)) continue;
-            char v[48];
-            snprintf(v, sizeof v, " = %.9g", (double)x);
-            return state_element_name(L, (Buf)b, i) + v;
-        }
-    }
-    return std::string();
+        return moment_of(b, m) && std::string(m.name) == "adam_v";
+    };
+    return first_element(L, bufs, is_v, [](float x) { return x < 0.0f; }, 9);
 }
 
 }  // namespace
@@ -508,8 +511,8 @@ Checkpoint load_checkpoint(const char *path, const fh_config &c, const Layout &L
     }
     // Counters no run can reach (kCountLimit) are damage, and the step and row counts must not
     // wrap when they advance.
-    const uint64_t most = kCountLimit;
-    if (ck.step >= most || ck.act_calls >= most || (ck.has_replay && ck.replay.n_ins >= most))
+    if (ck.step >= kCountLimit || ck.act_calls >= kCountLimit ||
+        (ck.has_replay && ck.replay.n_ins >= kCountLimit))
         fail(FH_ERR_CHECKPOINT_CORRUPT, "checkpoint '%s': step %llu, act calls %llu, rows "
              "inserted %llu: a count of 2^63 or more is not one a run reaches", path,
              (unsigned long long)ck.step, (unsigned long long)ck.act_calls,
