@@ -42,6 +42,7 @@
 // the same operations in the same order: the same bits.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "attention_bf16.cuh"
 #include "attention_paths.hpp"
@@ -69,12 +70,15 @@ using WFragOf = std::conditional_t<B16, WFrag16<KX>, WFrag<KX, SPLIT>>;
 // registers so that two blocks fit an SM (one for the largest split variant, which would spill).
 // B16: bfloat16 products (attention_bf16.cuh; FH_MATH_BF16), X kept unrounded for them; at one
 // feature step three blocks an SM (80 registers, no spill at the default config).
-template <class GT, int MT, int KX, bool SPLIT, bool B16 = false>
+// STATS: also writes each (transition, head)'s row statistics and column sums to stats
+// (stats_offset), which the backward's STATS instance reads instead of recomputing them.
+template <class GT, int MT, int KX, bool SPLIT, bool B16 = false, bool STATS = false>
 __global__ void __launch_bounds__(256, (SPLIT && KX == 2) ? 1 : (B16 && KX == 1) ? 3 : 2)
 k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               float *__restrict__ abar, const float *__restrict__ Wt, const float *__restrict__ Wg,
               const float *__restrict__ bo, float *__restrict__ pool, float *__restrict__ aug,
-              int ld) {
+              int ld, float *__restrict__ stats) {
+    static_assert(!(STATS && SPLIT), "split products recompute their softmax exactly");
     pdl_enter();
     using S = TcShape<MT, KX>;
     extern __shared__ float4 sm4[];
@@ -97,14 +101,32 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
         __syncwarp();
         QKFrag<MT> qk;
         float s[MT][S::NT][4], c[S::NT][2];
+        RowStats<MT> st;
         if constexpr (B16) {
             project_qkv16<MT, KX, false>(g, h, ccb, w, sm, nullptr, nullptr, qk, gi, tq);
-            softmax_of<MT, false>(g, gi, tq, s, c, [&](float (&sc)[MT][2 * MT][4]) {
+            softmax_of<MT, false>(g, gi, tq, s, c, st, [&](float (&sc)[MT][2 * MT][4]) {
                 scores16<MT>(qk, sc);
             });
         } else {
             project_qkv<MT, KX, SPLIT, false>(g, h, ccb, w, sm, nullptr, nullptr, qk, gi, tq);
-            softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c);
+            softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c, st);
+        }
+        if constexpr (STATS) {
+            // Lane t' of a quad writes row (μ, r) = (t' / 2, t' mod 2) of its rows; lanes of row
+            // group 0 the column sums.
+            float *out = stats + stats_offset<MT>(i, g.heads, h);
+#pragma unroll
+            for (int mu = 0; mu < MT; ++mu)
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    if (tq == 2 * mu + r)
+                        *reinterpret_cast<float2 *>(out + 2 * (16 * mu + gi + 8 * r)) =
+                            make_float2(st.mx[mu][r], st.inv[mu][r]);
+            if (gi == 0)
+#pragma unroll
+                for (int nu = 0; nu < S::NT; ++nu)
+                    *reinterpret_cast<float2 *>(out + 2 * S::TP + 8 * nu + 2 * tq) =
+                        make_float2(c[nu][0], c[nu][1]);
         }
         if (gi == 0)
 #pragma unroll
@@ -142,10 +164,14 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
 // SM (two for the split and two-feature-step variants, which would spill at 168); WIDE blocks
 // (5 to 8 heads, one warp each) take what they need. B16: bfloat16 products
 // (attention_bf16.cuh), with B16Shape's shared memory.
-template <class GT, int MT, int KX, bool SPLIT, bool WIDE, bool B16 = false>
+// STATS: A from the forward's row statistics and c from its column sums (stats, written by the
+// forward's STATS instance) instead of the softmax's reductions: the same bits.
+template <class GT, int MT, int KX, bool SPLIT, bool WIDE, bool B16 = false, bool STATS = false>
 __global__ void __launch_bounds__(WIDE ? 256 : 128, WIDE ? 1 : ((SPLIT || KX == 2) ? 2 : 3))
 k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
-              const float *__restrict__ dabar, float *__restrict__ partial) {
+              const float *__restrict__ dabar, float *__restrict__ partial,
+              const float *__restrict__ stats) {
+    static_assert(!(STATS && SPLIT), "split products recompute their softmax exactly");
     pdl_enter();
     using S = TcShape<MT, KX>;
     using BS = B16Shape<MT, KX>;
@@ -200,6 +226,25 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
             da_next = dabar_of(i + wph);
         }
         __syncwarp();
+        // STATS: the forward's statistics of the thread's rows and its key columns' sums, loaded
+        // here so that the projections and the scores run under the loads.
+        RowStats<MT> rstat;
+        float2 cst[NT];
+        if constexpr (STATS) {
+            const float *in = stats + stats_offset<MT>(i, g.heads, h);
+#pragma unroll
+            for (int mu = 0; mu < MT; ++mu)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const float2 v =
+                        __ldg(reinterpret_cast<const float2 *>(in + 2 * (16 * mu + gi + 8 * r)));
+                    rstat.mx[mu][r] = v.x;
+                    rstat.inv[mu][r] = v.y;
+                }
+#pragma unroll
+            for (int nu = 0; nu < NT; ++nu)
+                cst[nu] = __ldg(reinterpret_cast<const float2 *>(in + 2 * S::TP + 8 * nu + 2 * tq));
+        }
         // q, k into shared memory (B16: qᵀ, kᵀ); β_s = γ · v_s into vec (rows ≥ T of v are zero).
         QKFrag<MT> qk;
         if constexpr (B16) project_qkv16<MT, KX, true>(g, h, ccb, w, sm, gv, vec, qk, gi, tq);
@@ -207,12 +252,23 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
         const float gam_lo = gv[gi], gam_hi = gv[gi + 8];
         __syncwarp();
         float s[MT][NT][4], c[NT][2];
-        if constexpr (B16) {
-            softmax_of<MT, false>(g, gi, tq, s, c, [&](float (&sc)[MT][2 * MT][4]) {
+        if constexpr (STATS) {
+            if constexpr (B16) scores16<MT>(qk, s);
+            else scores<MT, false>(qk, s);
+            softmax_stored<MT>(g, tq, rstat, s);
+#pragma unroll
+            for (int nu = 0; nu < NT; ++nu) {
+                c[nu][0] = cst[nu].x;
+                c[nu][1] = cst[nu].y;
+            }
+        } else if constexpr (B16) {
+            RowStats<MT> unused;
+            softmax_of<MT, false>(g, gi, tq, s, c, unused, [&](float (&sc)[MT][2 * MT][4]) {
                 scores16<MT>(qk, sc);
             });
         } else {
-            softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c);
+            RowStats<MT> unused;
+            softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c, unused);
         }
         // dS = A (β − Σ_s A β) / √dh, in place; a copy in shared memory for dkᵀ.
 #pragma unroll
@@ -353,9 +409,10 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
 
 template <class GT>
 using FwdFn = void (*)(GT, int, int, const float *, const float *, float *, const float *,
-                       const float *, const float *, float *, float *, int);
+                       const float *, const float *, float *, float *, int, float *);
 template <class GT>
-using BwdFn = void (*)(GT, int, int, const float *, const float *, const float *, float *);
+using BwdFn = void (*)(GT, int, int, const float *, const float *, const float *, float *,
+                       const float *);
 
 template <int MT, int KX, bool SPLIT, bool B16>
 void pick(bool wide, FwdFn<Geom> &f, BwdFn<Geom> &b, size_t &wf, size_t &wb) {
@@ -392,18 +449,26 @@ public:
             // B = 16384, bench/results/h200-2026-12-02-attn-geom-before-after.json).
             static_assert(GeomDefault::T == 32 && GeomDefault::td + GeomDefault::G == 8 &&
                               GeomDefault::heads == 4, "MT = 2, KX = 1, one slot of 4 heads");
+            // Trial (FOXHUNT_TRIAL_ATTN_STATS=0 turns it off): the backward reads the forward's
+            // softmax statistics instead of recomputing them.
+            const char *ts = std::getenv("FOXHUNT_TRIAL_ATTN_STATS");
+            stats_ = prod != Products::SPLIT && !(ts && ts[0] == '0');
             switch (prod) {
             case Products::TF32:
-                fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, false>;
-                bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, false, false>;
+                fwd_d_ = stats_ ? k_attn_tc_fwd<GeomDefault, 2, 1, false, false, true>
+                                : k_attn_tc_fwd<GeomDefault, 2, 1, false>;
+                bwd_d_ = stats_ ? k_attn_tc_bwd<GeomDefault, 2, 1, false, false, false, true>
+                                : k_attn_tc_bwd<GeomDefault, 2, 1, false, false>;
                 break;
             case Products::SPLIT:
                 fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, true>;
                 bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, true, false>;
                 break;
             case Products::BF16:
-                fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, false, true>;
-                bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, false, false, true>;
+                fwd_d_ = stats_ ? k_attn_tc_fwd<GeomDefault, 2, 1, false, true, true>
+                                : k_attn_tc_fwd<GeomDefault, 2, 1, false, true>;
+                bwd_d_ = stats_ ? k_attn_tc_bwd<GeomDefault, 2, 1, false, false, true, true>
+                                : k_attn_tc_bwd<GeomDefault, 2, 1, false, false, true>;
                 break;
             }
         }
@@ -431,22 +496,26 @@ public:
 
     Kernels kind() const override { return split_ ? Kernels::TC_SPLIT : Kernels::TC; }
     int partial_rows() const override { return nblk_b_ * wph_; }
+    size_t scratch_bytes() const override {
+        return stats_ ? (size_t)g_.B * g_.heads * 3 * 32 * sizeof(float) : 0;
+    }
+    void bind_scratch(void *p) override { stats_buf_ = static_cast<float *>(p); }
 
     void forward(const FwdArgs &a, cudaStream_t s) override {
         if (fwd_d_)
             FH_LAUNCH(fwd_d_, nblk_f_, threads_f_, smem_f_, s, GeomDefault{g_.B}, wph_f_, spb_f_,
-                      a.x, a.comp, a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug, a.ld);
+                      a.x, a.comp, a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug, a.ld, stats_buf_);
         else
             FH_LAUNCH(fwd_, nblk_f_, threads_f_, smem_f_, s, g_, wph_f_, spb_f_, a.x, a.comp,
-                      a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug, a.ld);
+                      a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug, a.ld, (float *)nullptr);
     }
     void backward(const BwdArgs &a, cudaStream_t s) override {
         if (bwd_d_)
             FH_LAUNCH(bwd_d_, nblk_b_, threads_, smem_b_, s, GeomDefault{g_.B}, wph_, spb_b_, a.x,
-                      a.comp, a.dabar, a.partial);
+                      a.comp, a.dabar, a.partial, (const float *)stats_buf_);
         else
             FH_LAUNCH(bwd_, nblk_b_, threads_, smem_b_, s, g_, wph_, spb_b_, a.x, a.comp, a.dabar,
-                      a.partial);
+                      a.partial, (const float *)nullptr);
     }
 
 private:
@@ -454,6 +523,8 @@ private:
 
     Geom g_;
     bool split_;
+    bool stats_ = false;  // the default geometry's STATS instances (trial)
+    float *stats_buf_ = nullptr;
     FwdFn<Geom> fwd_ = nullptr;
     BwdFn<Geom> bwd_ = nullptr;
     FwdFn<GeomDefault> fwd_d_ = nullptr;  // set for the default config's geometry

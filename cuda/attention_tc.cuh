@@ -266,15 +266,22 @@ __device__ __forceinline__ void scores(const QKFrag<MT> &qk, float (&s)[MT][2 * 
     }
 }
 
+// The statistics of the row softmax over the thread's rows 16μ + g (r = 0) and + 8 (r = 1): each
+// row's maximum and the reciprocal of its sum of exponentials (0 for rows ≥ T).
+template <int MT>
+struct RowStats {
+    float mx[MT][2], inv[MT][2];
+};
+
 // The scores in s turned into A = softmax over the T keys of (q kᵀ)/√dh in place; rows ≥ T are
 // zero. Then c[ν] = the column sums of A at this thread's two key columns of tile ν (a butterfly
 // over the fragments' rows). EXACT: scores as the split products give them (scaled here, expf);
 // else as the plain ones do, already times log2(e)/√dh (exp2). FULL: T is a multiple of 16 (no
-// padded keys or queries to mask).
+// padded keys or queries to mask). st: the rows' statistics, as softmax_stored reads them.
 template <int MT, bool EXACT, bool FULL, class GT>
 __device__ __forceinline__ void softmax_colsums(const GT &g, int gi, int tq,
                                                 float (&s)[MT][2 * MT][4],
-                                                float (&c)[2 * MT][2]) {
+                                                float (&c)[2 * MT][2], RowStats<MT> &st) {
     constexpr int NT = 2 * MT;
     // Row softmax: a row is spread over the 4 threads of a quad (2 columns per tile each).
 #pragma unroll
@@ -308,6 +315,8 @@ __device__ __forceinline__ void softmax_colsums(const GT &g, int gi, int tq,
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
             const float inv = (FULL || t < g.T) ? __frcp_rn(sum) : 0.0f;
+            st.mx[mu][r] = mx;
+            st.inv[mu][r] = inv;
 #pragma unroll
             for (int nu = 0; nu < NT; ++nu)
 #pragma unroll
@@ -331,22 +340,53 @@ __device__ __forceinline__ void softmax_colsums(const GT &g, int gi, int tq,
 // (out of it, the runtime-geometry split instances spilled more).
 template <int MT, bool EXACT, class GT, class F>
 __device__ __forceinline__ void softmax_of(const GT &g, int gi, int tq, float (&s)[MT][2 * MT][4],
-                                           float (&c)[2 * MT][2], F &&scores_of) {
+                                           float (&c)[2 * MT][2], RowStats<MT> &st,
+                                           F &&scores_of) {
     if (g.T == 16 * MT) {
         scores_of(s);
-        softmax_colsums<MT, EXACT, true>(g, gi, tq, s, c);
+        softmax_colsums<MT, EXACT, true>(g, gi, tq, s, c, st);
     } else {
         scores_of(s);
-        softmax_colsums<MT, EXACT, false>(g, gi, tq, s, c);
+        softmax_colsums<MT, EXACT, false>(g, gi, tq, s, c, st);
     }
 }
 
 // The scores on TF32 (or split) products, A and its column sums from q and k's fragments.
 template <int MT, int KX, bool SPLIT, class GT>
 __device__ __forceinline__ void softmax_rows(const GT &g, const QKFrag<MT> &qk, int gi, int tq,
-                                             float (&s)[MT][2 * MT][4], float (&c)[2 * MT][2]) {
-    softmax_of<MT, SPLIT>(g, gi, tq, s, c,
+                                             float (&s)[MT][2 * MT][4], float (&c)[2 * MT][2],
+                                             RowStats<MT> &st) {
+    softmax_of<MT, SPLIT>(g, gi, tq, s, c, st,
                           [&](float (&sc)[MT][2 * MT][4]) { scores<MT, SPLIT>(qk, sc); });
+}
+
+// The backward's A from the forward's row statistics and scores (plain TF32 or bfloat16
+// products): exp2(s − max) · inv, the operations softmax_colsums applies to the same scores, so
+// the same bits, without its reductions (the maximum's and the sum's butterflies, the
+// reciprocal).
+template <int MT, class GT>
+__device__ __forceinline__ void softmax_stored(const GT &g, int tq, const RowStats<MT> &st,
+                                               float (&s)[MT][2 * MT][4]) {
+#pragma unroll
+    for (int mu = 0; mu < MT; ++mu)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int nu = 0; nu < 2 * MT; ++nu)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float &v = s[mu][nu][2 * r + e];
+                    const float x = 8 * nu + 2 * tq + e < g.T ? v : -INFINITY;
+                    v = exp2_approx(x - st.mx[mu][r]) * st.inv[mu][r];
+                }
+}
+
+// Where the forward leaves, and the backward finds, a (transition, head)'s softmax statistics
+// (the STATS instances): 3·TP floats, each row's maximum and reciprocal sum as a pair, then the
+// column sums c.
+template <int MT>
+__device__ __forceinline__ size_t stats_offset(int i, int heads, int h) {
+    return ((size_t)i * heads + h) * (3 * 16 * MT);
 }
 
 }  // namespace fh::cuda::attn::tc
