@@ -166,7 +166,7 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
 // (attention_bf16.cuh), with B16Shape's shared memory.
 // STATS: A from the forward's row statistics and c from its column sums (stats, written by the
 // forward's STATS instance) instead of the softmax's reductions: the same bits.
-template <class GT, int MT, int KX, bool SPLIT, bool WIDE, bool B16 = false, bool STATS = false>
+template <class GT, int MT, int KX, bool SPLIT, bool WIDE, bool B16 = false, int STATS = 0>
 __global__ void __launch_bounds__(WIDE ? 256 : 128, WIDE ? 1 : ((SPLIT || KX == 2) ? 2 : 3))
 k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               const float *__restrict__ dabar, float *__restrict__ partial,
@@ -211,9 +211,27 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
         return lane < g.dh ? __ldg(dabar + (size_t)i * g.d + h * g.dh + lane) : 0.0f;
     };
     float da_next = 0.0f;
+    const auto load_stats = [&](int i, RowStats<MT> &st, float2 (&cs)[NT]) {
+        const float *in = stats + stats_offset<MT>(i, g.heads, h);
+#pragma unroll
+        for (int mu = 0; mu < MT; ++mu)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float2 v =
+                    __ldg(reinterpret_cast<const float2 *>(in + 2 * (16 * mu + gi + 8 * r)));
+                st.mx[mu][r] = v.x;
+                st.inv[mu][r] = v.y;
+            }
+#pragma unroll
+        for (int nu = 0; nu < NT; ++nu)
+            cs[nu] = __ldg(reinterpret_cast<const float2 *>(in + 2 * S::TP + 8 * nu + 2 * tq));
+    };
+    RowStats<MT> rs_next;
+    float2 cs_next[NT];
     if (i0 + slot < i1) {
         xr.fetch(g, x + (size_t)(i0 + slot) * g.D, lane);
         da_next = dabar_of(i0 + slot);
+        if constexpr (STATS == 2) load_stats(i0 + slot, rs_next, cs_next);
     }
     for (int i = i0 + slot; i < i1; i += wph) {
         xr.store(sm + S::X, lane);
@@ -227,23 +245,17 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
         }
         __syncwarp();
         // STATS: the forward's statistics of the thread's rows and its key columns' sums, loaded
-        // here so that the projections and the scores run under the loads.
+        // here (1) so that the projections and the scores run under the loads, or (2) one
+        // transition ahead.
         RowStats<MT> rstat;
         float2 cst[NT];
-        if constexpr (STATS) {
-            const float *in = stats + stats_offset<MT>(i, g.heads, h);
+        if constexpr (STATS == 1) {
+            load_stats(i, rstat, cst);
+        } else if constexpr (STATS == 2) {
+            rstat = rs_next;
 #pragma unroll
-            for (int mu = 0; mu < MT; ++mu)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const float2 v =
-                        __ldg(reinterpret_cast<const float2 *>(in + 2 * (16 * mu + gi + 8 * r)));
-                    rstat.mx[mu][r] = v.x;
-                    rstat.inv[mu][r] = v.y;
-                }
-#pragma unroll
-            for (int nu = 0; nu < NT; ++nu)
-                cst[nu] = __ldg(reinterpret_cast<const float2 *>(in + 2 * S::TP + 8 * nu + 2 * tq));
+            for (int nu = 0; nu < NT; ++nu) cst[nu] = cs_next[nu];
+            if (i + wph < i1) load_stats(i + wph, rs_next, cs_next);
         }
         // q, k into shared memory (B16: qᵀ, kᵀ); β_s = γ · v_s into vec (rows ≥ T of v are zero).
         QKFrag<MT> qk;
@@ -451,14 +463,17 @@ public:
                               GeomDefault::heads == 4, "MT = 2, KX = 1, one slot of 4 heads");
             // Trial (FOXHUNT_TRIAL_ATTN_STATS=0 turns it off): the backward reads the forward's
             // softmax statistics instead of recomputing them.
+            // 2: loaded one transition ahead.
             const char *ts = std::getenv("FOXHUNT_TRIAL_ATTN_STATS");
             stats_ = prod != Products::SPLIT && !(ts && ts[0] == '0');
+            const bool ahead = ts && ts[0] == '2';
             switch (prod) {
             case Products::TF32:
                 fwd_d_ = stats_ ? k_attn_tc_fwd<GeomDefault, 2, 1, false, false, true>
                                 : k_attn_tc_fwd<GeomDefault, 2, 1, false>;
-                bwd_d_ = stats_ ? k_attn_tc_bwd<GeomDefault, 2, 1, false, false, false, true>
-                                : k_attn_tc_bwd<GeomDefault, 2, 1, false, false>;
+                bwd_d_ = !stats_ ? k_attn_tc_bwd<GeomDefault, 2, 1, false, false>
+                         : ahead ? k_attn_tc_bwd<GeomDefault, 2, 1, false, false, false, 2>
+                                 : k_attn_tc_bwd<GeomDefault, 2, 1, false, false, false, 1>;
                 break;
             case Products::SPLIT:
                 fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, true>;
@@ -467,7 +482,7 @@ public:
             case Products::BF16:
                 fwd_d_ = stats_ ? k_attn_tc_fwd<GeomDefault, 2, 1, false, true, true>
                                 : k_attn_tc_fwd<GeomDefault, 2, 1, false, true>;
-                bwd_d_ = stats_ ? k_attn_tc_bwd<GeomDefault, 2, 1, false, false, true, true>
+                bwd_d_ = stats_ ? k_attn_tc_bwd<GeomDefault, 2, 1, false, false, true, 1>
                                 : k_attn_tc_bwd<GeomDefault, 2, 1, false, false, true>;
                 break;
             }

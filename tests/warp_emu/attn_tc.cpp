@@ -54,7 +54,7 @@ void fwd(const Geom &g, const std::vector<float> &x, const std::vector<float> &c
 template <int MT, int KX, Prod P, bool ST>
 void bwd(const Geom &g, const std::vector<float> &x, const std::vector<float> &comp,
          const std::vector<float> &dabar, float *partial, const float *stats) {
-    k_attn_tc_bwd<Geom, MT, KX, P == SPLIT, false, P == BF16, ST>(
+    k_attn_tc_bwd<Geom, MT, KX, P == SPLIT, false, P == BF16, ST ? 1 : 0>(
         g, 1, g.B, x.data(), comp.data(), dabar.data(), partial, stats);
 }
 
