@@ -42,7 +42,6 @@
 // the same operations in the same order: the same bits.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "attention_bf16.cuh"
 #include "attention_paths.hpp"
@@ -70,15 +69,15 @@ using WFragOf = std::conditional_t<B16, WFrag16<KX>, WFrag<KX, SPLIT>>;
 // registers so that two blocks fit an SM (one for the largest split variant, which would spill).
 // B16: bfloat16 products (attention_bf16.cuh; FH_MATH_BF16), X kept unrounded for them; at one
 // feature step three blocks an SM (80 registers, no spill at the default config).
-// STATS: also writes each (transition, head)'s row statistics and column sums to stats
-// (stats_offset), which the backward's STATS instance reads instead of recomputing them.
-template <class GT, int MT, int KX, bool SPLIT, bool B16 = false, bool STATS = false>
+// Plain TF32 and bfloat16 products (!SPLIT): also writes each (transition, head)'s softmax
+// statistics, its rows' maxima and reciprocal sums and its column sums, to stats (stats_offset),
+// which the backward reads instead of recomputing them; split products leave stats alone.
+template <class GT, int MT, int KX, bool SPLIT, bool B16 = false>
 __global__ void __launch_bounds__(256, (SPLIT && KX == 2) ? 1 : (B16 && KX == 1) ? 3 : 2)
 k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               float *__restrict__ abar, const float *__restrict__ Wt, const float *__restrict__ Wg,
               const float *__restrict__ bo, float *__restrict__ pool, float *__restrict__ aug,
               int ld, float *__restrict__ stats) {
-    static_assert(!(STATS && SPLIT), "split products recompute their softmax exactly");
     pdl_enter();
     using S = TcShape<MT, KX>;
     extern __shared__ float4 sm4[];
@@ -111,7 +110,7 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
             project_qkv<MT, KX, SPLIT, false>(g, h, ccb, w, sm, nullptr, nullptr, qk, gi, tq);
             softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c, st);
         }
-        if constexpr (STATS) {
+        if constexpr (!SPLIT) {
             // Lane t' of a quad writes row (μ, r) = (t' / 2, t' mod 2) of its rows; lanes of row
             // group 0 the column sums.
             float *out = stats + stats_offset<MT>(i, g.heads, h);
@@ -164,14 +163,13 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
 // SM (two for the split and two-feature-step variants, which would spill at 168); WIDE blocks
 // (5 to 8 heads, one warp each) take what they need. B16: bfloat16 products
 // (attention_bf16.cuh), with B16Shape's shared memory.
-// STATS: A from the forward's row statistics and c from its column sums (stats, written by the
-// forward's STATS instance) instead of the softmax's reductions: the same bits.
-template <class GT, int MT, int KX, bool SPLIT, bool WIDE, bool B16 = false, int STATS = 0>
+// Plain TF32 and bfloat16 products (!SPLIT): A from the forward's row statistics and c from its
+// column sums (stats) instead of the softmax's reductions; split products recompute them exactly.
+template <class GT, int MT, int KX, bool SPLIT, bool WIDE, bool B16 = false>
 __global__ void __launch_bounds__(WIDE ? 256 : 128, WIDE ? 1 : ((SPLIT || KX == 2) ? 2 : 3))
 k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               const float *__restrict__ dabar, float *__restrict__ partial,
               const float *__restrict__ stats) {
-    static_assert(!(STATS && SPLIT), "split products recompute their softmax exactly");
     pdl_enter();
     using S = TcShape<MT, KX>;
     using BS = B16Shape<MT, KX>;
@@ -211,27 +209,9 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
         return lane < g.dh ? __ldg(dabar + (size_t)i * g.d + h * g.dh + lane) : 0.0f;
     };
     float da_next = 0.0f;
-    const auto load_stats = [&](int i, RowStats<MT> &st, float2 (&cs)[NT]) {
-        const float *in = stats + stats_offset<MT>(i, g.heads, h);
-#pragma unroll
-        for (int mu = 0; mu < MT; ++mu)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const float2 v =
-                    __ldg(reinterpret_cast<const float2 *>(in + 2 * (16 * mu + gi + 8 * r)));
-                st.mx[mu][r] = v.x;
-                st.inv[mu][r] = v.y;
-            }
-#pragma unroll
-        for (int nu = 0; nu < NT; ++nu)
-            cs[nu] = __ldg(reinterpret_cast<const float2 *>(in + 2 * S::TP + 8 * nu + 2 * tq));
-    };
-    RowStats<MT> rs_next;
-    float2 cs_next[NT];
     if (i0 + slot < i1) {
         xr.fetch(g, x + (size_t)(i0 + slot) * g.D, lane);
         da_next = dabar_of(i0 + slot);
-        if constexpr (STATS == 2) load_stats(i0 + slot, rs_next, cs_next);
     }
     for (int i = i0 + slot; i < i1; i += wph) {
         xr.store(sm + S::X, lane);
@@ -244,18 +224,25 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
             da_next = dabar_of(i + wph);
         }
         __syncwarp();
-        // STATS: the forward's statistics of the thread's rows and its key columns' sums, loaded
-        // here (1) so that the projections and the scores run under the loads, or (2) one
-        // transition ahead.
+        // !SPLIT: the forward's statistics of the thread's rows and its key columns' sums,
+        // loaded here so that the projections and the scores run under the loads (loaded one
+        // transition ahead instead, they spilled 76 bytes and the kernel was slower).
         RowStats<MT> rstat;
         float2 cst[NT];
-        if constexpr (STATS == 1) {
-            load_stats(i, rstat, cst);
-        } else if constexpr (STATS == 2) {
-            rstat = rs_next;
+        if constexpr (!SPLIT) {
+            const float *in = stats + stats_offset<MT>(i, g.heads, h);
 #pragma unroll
-            for (int nu = 0; nu < NT; ++nu) cst[nu] = cs_next[nu];
-            if (i + wph < i1) load_stats(i + wph, rs_next, cs_next);
+            for (int mu = 0; mu < MT; ++mu)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const float2 v =
+                        __ldg(reinterpret_cast<const float2 *>(in + 2 * (16 * mu + gi + 8 * r)));
+                    rstat.mx[mu][r] = v.x;
+                    rstat.inv[mu][r] = v.y;
+                }
+#pragma unroll
+            for (int nu = 0; nu < NT; ++nu)
+                cst[nu] = __ldg(reinterpret_cast<const float2 *>(in + 2 * S::TP + 8 * nu + 2 * tq));
         }
         // q, k into shared memory (B16: qᵀ, kᵀ); β_s = γ · v_s into vec (rows ≥ T of v are zero).
         QKFrag<MT> qk;
@@ -264,7 +251,10 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
         const float gam_lo = gv[gi], gam_hi = gv[gi + 8];
         __syncwarp();
         float s[MT][NT][4], c[NT][2];
-        if constexpr (STATS) {
+        if constexpr (SPLIT) {
+            RowStats<MT> unused;
+            softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c, unused);
+        } else {
             if constexpr (B16) scores16<MT>(qk, s);
             else scores<MT, false>(qk, s);
             softmax_stored<MT>(g, tq, rstat, s);
@@ -273,14 +263,6 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
                 c[nu][0] = cst[nu].x;
                 c[nu][1] = cst[nu].y;
             }
-        } else if constexpr (B16) {
-            RowStats<MT> unused;
-            softmax_of<MT, false>(g, gi, tq, s, c, unused, [&](float (&sc)[MT][2 * MT][4]) {
-                scores16<MT>(qk, sc);
-            });
-        } else {
-            RowStats<MT> unused;
-            softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c, unused);
         }
         // dS = A (β − Σ_s A β) / √dh, in place; a copy in shared memory for dkᵀ.
 #pragma unroll
@@ -461,29 +443,18 @@ public:
             // B = 16384, bench/results/h200-2026-12-02-attn-geom-before-after.json).
             static_assert(GeomDefault::T == 32 && GeomDefault::td + GeomDefault::G == 8 &&
                               GeomDefault::heads == 4, "MT = 2, KX = 1, one slot of 4 heads");
-            // Trial (FOXHUNT_TRIAL_ATTN_STATS=0 turns it off): the backward reads the forward's
-            // softmax statistics instead of recomputing them.
-            // 2: loaded one transition ahead.
-            const char *ts = std::getenv("FOXHUNT_TRIAL_ATTN_STATS");
-            stats_ = prod != Products::SPLIT && !(ts && ts[0] == '0');
-            const bool ahead = ts && ts[0] == '2';
             switch (prod) {
             case Products::TF32:
-                fwd_d_ = stats_ ? k_attn_tc_fwd<GeomDefault, 2, 1, false, false, true>
-                                : k_attn_tc_fwd<GeomDefault, 2, 1, false>;
-                bwd_d_ = !stats_ ? k_attn_tc_bwd<GeomDefault, 2, 1, false, false>
-                         : ahead ? k_attn_tc_bwd<GeomDefault, 2, 1, false, false, false, 2>
-                                 : k_attn_tc_bwd<GeomDefault, 2, 1, false, false, false, 1>;
+                fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, false>;
+                bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, false, false>;
                 break;
             case Products::SPLIT:
                 fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, true>;
                 bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, true, false>;
                 break;
             case Products::BF16:
-                fwd_d_ = stats_ ? k_attn_tc_fwd<GeomDefault, 2, 1, false, true, true>
-                                : k_attn_tc_fwd<GeomDefault, 2, 1, false, true>;
-                bwd_d_ = stats_ ? k_attn_tc_bwd<GeomDefault, 2, 1, false, false, true, 1>
-                                : k_attn_tc_bwd<GeomDefault, 2, 1, false, false, true>;
+                fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, false, true>;
+                bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, false, false, true>;
                 break;
             }
         }
@@ -511,8 +482,10 @@ public:
 
     Kernels kind() const override { return split_ ? Kernels::TC_SPLIT : Kernels::TC; }
     int partial_rows() const override { return nblk_b_ * wph_; }
+    // The softmax statistics (stats_offset's layout) that the forward leaves for the backward,
+    // with plain TF32 and bfloat16 products.
     size_t scratch_bytes() const override {
-        return stats_ ? (size_t)g_.B * g_.heads * 3 * 32 * sizeof(float) : 0;
+        return split_ ? 0 : (size_t)g_.B * g_.heads * 3 * (g_.T <= 16 ? 16 : 32) * sizeof(float);
     }
     void bind_scratch(void *p) override { stats_buf_ = static_cast<float *>(p); }
 
@@ -522,7 +495,7 @@ public:
                       a.x, a.comp, a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug, a.ld, stats_buf_);
         else
             FH_LAUNCH(fwd_, nblk_f_, threads_f_, smem_f_, s, g_, wph_f_, spb_f_, a.x, a.comp,
-                      a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug, a.ld, (float *)nullptr);
+                      a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug, a.ld, stats_buf_);
     }
     void backward(const BwdArgs &a, cudaStream_t s) override {
         if (bwd_d_)
@@ -530,7 +503,7 @@ public:
                       a.comp, a.dabar, a.partial, (const float *)stats_buf_);
         else
             FH_LAUNCH(bwd_, nblk_b_, threads_, smem_b_, s, g_, wph_, spb_b_, a.x, a.comp, a.dabar,
-                      a.partial, (const float *)nullptr);
+                      a.partial, (const float *)stats_buf_);
     }
 
 private:
@@ -538,8 +511,7 @@ private:
 
     Geom g_;
     bool split_;
-    bool stats_ = false;  // the default geometry's STATS instances (trial)
-    float *stats_buf_ = nullptr;
+    float *stats_buf_ = nullptr;  // scratch_bytes(), with plain TF32 and bfloat16 products
     FwdFn<Geom> fwd_ = nullptr;
     BwdFn<Geom> bwd_ = nullptr;
     FwdFn<GeomDefault> fwd_d_ = nullptr;  // set for the default config's geometry

@@ -360,10 +360,9 @@ __device__ __forceinline__ void softmax_rows(const GT &g, const QKFrag<MT> &qk, 
                           [&](float (&sc)[MT][2 * MT][4]) { scores<MT, SPLIT>(qk, sc); });
 }
 
-// The backward's A from the forward's row statistics and scores (plain TF32 or bfloat16
-// products): exp2(s − max) · inv, the operations softmax_colsums applies to the same scores, so
-// the same bits, without its reductions (the maximum's and the sum's butterflies, the
-// reciprocal).
+// The backward's A from the forward's row statistics and its own scores (plain TF32 or bfloat16
+// products, the forward's bits): exp2(s − max) · inv, the operations softmax_colsums applies,
+// without its reductions (the maximum's and the sum's butterflies, the reciprocal).
 template <int MT, class GT>
 __device__ __forceinline__ void softmax_stored(const GT &g, int tq, const RowStats<MT> &st,
                                                float (&s)[MT][2 * MT][4]) {
@@ -382,8 +381,8 @@ __device__ __forceinline__ void softmax_stored(const GT &g, int tq, const RowSta
 }
 
 // Where the forward leaves, and the backward finds, a (transition, head)'s softmax statistics
-// (the STATS instances): 3·TP floats, each row's maximum and reciprocal sum as a pair, then the
-// column sums c.
+// (plain TF32 and bfloat16 products): 3·TP floats, each row's maximum and reciprocal sum as a
+// pair, then the column sums c.
 template <int MT>
 __device__ __forceinline__ size_t stats_offset(int i, int heads, int h) {
     return ((size_t)i * heads + h) * (3 * 16 * MT);
