@@ -14,7 +14,16 @@
 //   S [TP, TP]      = q kᵀ straight from those fragments (mma_tf32.cuh's permuted contraction
 //                   order), then A = softmax(S/√dh) over the T keys (registers)
 // Forward: c = column sums of A (a butterfly over the fragments' rows), ā = c·v / T (SIMT).
-// Backward, recomputing the forward as FlashAttention does: β_s = γ·v_s with γ = dā/T,
+// With plain TF32 and bfloat16 products it also leaves its softmax statistics in a scratch
+// buffer: each query row's maximum and reciprocal sum and the column sums c, 96 floats a
+// (transition, head), 24 MiB at B = 16384 (attention_tc.cuh's stats_offset).
+// Backward, recomputing the forward as FlashAttention does, its scores from the projections and
+// A = exp2(s − max) · inv from the forward's statistics (as FlashAttention-2 keeps the
+// log-sum-exp of each row), c the forward's: the softmax's reductions are not done again (the
+// butterflies of the maximum, the sum and c, the reciprocal: 1928 SASS instructions against
+// 2168; attention lane 0.331 / 0.334 → 0.321 / 0.319 ms single-stream on an H100,
+// bench/results/h100-2026-12-06-attn-stats-before-after.json). Split products (strict FP32)
+// recompute all of it in float32's order. Then: β_s = γ·v_s with γ = dā/T,
 // dS = A ⊙ (β − Σ_s A β) / √dh (registers, and a copy in shared memory), then the per-token
 // gradients transposed, as accumulator fragments with the head's channels as rows and tokens
 // as columns:
