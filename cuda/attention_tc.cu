@@ -21,7 +21,8 @@
 // A = exp2(s − max) · inv from the forward's statistics (as FlashAttention-2 keeps the
 // log-sum-exp of each row), c the forward's: the softmax's reductions are not done again (the
 // butterflies of the maximum, the sum and c, the reciprocal: 1928 SASS instructions against
-// 2168; attention lane 0.331 / 0.334 → 0.321 / 0.319 ms single-stream on an H100,
+// 2168 at the cvt.rn code, bench/results/h100-2026-12-06-ncu-source-cvt-rn.txt; TF32 attention
+// lane 0.331 / 0.334 → 0.321 / 0.319 ms single-stream on an H100, BF16 within the spread,
 // bench/results/h100-2026-12-06-attn-stats-before-after.json). Split products (strict FP32)
 // recompute all of it in float32's order. Then: β_s = γ·v_s with γ = dā/T,
 // dS = A ⊙ (β − Σ_s A β) / √dh (registers, and a copy in shared memory), then the per-token
@@ -235,7 +236,8 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
         __syncwarp();
         // !SPLIT: the forward's statistics of the thread's rows and its key columns' sums,
         // loaded here so that the projections and the scores run under the loads (loaded one
-        // transition ahead instead, they spilled 76 bytes and the kernel was slower).
+        // transition ahead instead, they spilled 76 bytes and the TF32 step was slower:
+        // bench/results/ptxas-2026-12-06-attn-stats.txt, -attn-stats-before-after.json).
         RowStats<MT> rstat;
         float2 cst[NT];
         if constexpr (!SPLIT) {
