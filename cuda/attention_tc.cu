@@ -442,6 +442,7 @@ class TcPath final : public Path {
 public:
     TcPath(const Geom &g, Products prod) : g_(g), split_(prod == Products::SPLIT) {
         const int MT = g.T <= 16 ? 1 : 2, KX = g.td + g.G <= 8 ? 1 : 2;
+        if (!split_) stats_bytes_ = (size_t)g.B * g.heads * stats_floats(MT) * sizeof(float);
         // Forward blocks: two slots of heads (up to 8 warps) share the staged cc; backward
         // blocks: one slot of up to 4 warps (its registers and shared memory are larger).
         wph_f_ = std::max(1, 8 / g.heads);
@@ -495,9 +496,7 @@ public:
     int partial_rows() const override { return nblk_b_ * wph_; }
     // The softmax statistics (stats_offset's layout) that the forward leaves for the backward,
     // with plain TF32 and bfloat16 products.
-    size_t scratch_bytes() const override {
-        return split_ ? 0 : (size_t)g_.B * g_.heads * 3 * (g_.T <= 16 ? 16 : 32) * sizeof(float);
-    }
+    size_t scratch_bytes() const override { return stats_bytes_; }
     void bind_scratch(void *p) override { stats_buf_ = static_cast<float *>(p); }
 
     void forward(const FwdArgs &a, cudaStream_t s) override {
@@ -522,7 +521,8 @@ private:
 
     Geom g_;
     bool split_;
-    float *stats_buf_ = nullptr;  // scratch_bytes(), with plain TF32 and bfloat16 products
+    size_t stats_bytes_ = 0;      // B·heads pairs of stats_floats(MT), with the plain products
+    float *stats_buf_ = nullptr;
     FwdFn<Geom> fwd_ = nullptr;
     BwdFn<Geom> bwd_ = nullptr;
     FwdFn<GeomDefault> fwd_d_ = nullptr;  // set for the default config's geometry

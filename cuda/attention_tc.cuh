@@ -383,9 +383,10 @@ __device__ __forceinline__ void softmax_stored(const GT &g, int tq, const RowSta
 // Where the forward leaves, and the backward finds, a (transition, head)'s softmax statistics
 // (plain TF32 and bfloat16 products): 3·TP floats, each row's maximum and reciprocal sum as a
 // pair, then the column sums c.
+__host__ __device__ constexpr int stats_floats(int MT) { return 3 * 16 * MT; }
 template <int MT>
 __device__ __forceinline__ size_t stats_offset(int i, int heads, int h) {
-    return ((size_t)i * heads + h) * (3 * 16 * MT);
+    return ((size_t)i * heads + h) * stats_floats(MT);
 }
 
 }  // namespace fh::cuda::attn::tc

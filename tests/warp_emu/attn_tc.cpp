@@ -117,7 +117,7 @@ bool run(int T, int dh, int td, int G, int heads, int h, unsigned seed) {
     std::vector<float4> smem((nfl + 3) / 4);
     std::vector<float> partial((size_t)g.pw, NAN), abar((size_t)g.B * g.d, NAN);
     // A slot of the statistics that the forward does not write makes the backward's sums NaN.
-    std::vector<float> stats(P == SPLIT ? 0 : (size_t)g.B * heads * 3 * 16 * MT, NAN);
+    std::vector<float> stats(P == SPLIT ? 0 : (size_t)g.B * heads * tc::stats_floats(MT), NAN);
     emulate<MT, KX, P>(g, h, x, comp, dabar, smem, abar.data(), partial.data(),
                        P == SPLIT ? nullptr : stats.data());
     // The float64 evaluation of head h.
