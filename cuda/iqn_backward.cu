@@ -49,6 +49,7 @@
 // warps in order. No atomics.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "aux_common.cuh"
@@ -68,6 +69,12 @@ constexpr int kBwdWarps = 16, kBwdTile = 16 * kBwdWarps;
 constexpr size_t kBwdSmemBytes = ((size_t)kHq * kLDM + kHq + (size_t)kHq * kLDP +
                                   (size_t)kBwdWarps * 4 * kHq + kHq) *
                                  sizeof(float);
+// TF32: dhpre's ring after them, per warp kRing stages of its 16 rows × kStageK columns (two k
+// steps), kRingAhead stages in flight ahead of the one the products read: 217 KiB in all.
+constexpr int kStageK = 16, kStageFloats = 16 * kStageK, kRing = 5, kRingAhead = kRing - 1;
+constexpr int kStagesPerHalf = kHq / kStageK, kStagesPerTile = 2 * kStagesPerHalf;
+constexpr size_t kBwdRingSmemBytes =
+    kBwdSmemBytes + (size_t)kBwdWarps * kRing * kStageFloats * sizeof(float);
 
 // Row state of one thread in a tile: its rows g and g + 8, their transitions, and whether it
 // writes dψ for them.
@@ -229,13 +236,83 @@ __device__ __forceinline__ void dm_tiles(const float *WmT, const D *dh0, const D
     }
 }
 
+// dhpre's ring (TF32). Stage s of a warp is its (s / kStagesPerTile)-th tile's columns
+// kStageK·(s % kStagesPerHalf) .. + kStageK − 1 (both halves of a tile read all of dhpre's
+// columns), in buffer s % kRing: rows of kStageK floats whose 16-byte chunks are swapped in pairs
+// on rows with bit 1 set, so that the float2 A-fragment loads of a half-warp (rows g .. g + 3)
+// hit 32 banks. Rows past the batch are zeros, as the plain loads give them.
+__device__ __forceinline__ int ring_col(int row, int col) { return col ^ (8 * ((row >> 1) & 1)); }
+
+// Waits until stage s has landed: stages up to s + kRingAhead − 1 are committed, one group each.
+__device__ __forceinline__ void cp_async_wait_ring() { cp_async_wait_group<kRingAhead - 1>(); }
+
+// Starts the copies of stage s of this warp (none past its last tile) and commits them as one
+// group, the copies issued before it since the last commit (a tile's ψ rows) with them.
+__device__ __forceinline__ void ring_issue(float *ring, const float *dh, size_t R, size_t ntiles,
+                                           int warp, int lane, int s) {
+    const size_t tile = blockIdx.x + (size_t)(s / kStagesPerTile) * gridDim.x;
+    if (tile < ntiles) {
+        const size_t rw = tile * kBwdTile + (size_t)warp * 16;
+        const int k0 = kStageK * (int)(s % kStagesPerHalf);
+        float *buf = ring + (int)(s % kRing) * kStageFloats;
+#pragma unroll
+        for (int c = lane; c < 16 * kStageK / 4; c += 32) {
+            const int row = c / (kStageK / 4), col = 4 * (c % (kStageK / 4));
+            float *dst = buf + row * kStageK + ring_col(row, col);
+            if (rw + row < R)
+                cp_async16(dst, dh + (rw + row) * kHq + k0 + col);
+            else
+                *reinterpret_cast<float4 *>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    }
+    cp_async_commit();
+}
+
+// dm_tiles' TF32 products with dhpre from the ring: stages s0 .. s0 + kStagesPerHalf − 1, each
+// waited for, then stage + kRingAhead started in the buffer that the stage before it used.
+template <int NT>
+__device__ __forceinline__ void dm_tiles_ring(const float *WmT, float *ring, const float *dh,
+                                              size_t R, size_t ntiles, int warp, int s0,
+                                              int nu0, float (&dm)[NT][4]) {
+    const int lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int nu = 0; nu < NT; ++nu)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dm[nu][e] = 0.0f;
+#pragma unroll 2
+    for (int kc = 0; kc < kStagesPerHalf; ++kc) {
+        const int s = s0 + kc;
+        cp_async_wait_ring();
+        __syncwarp();  // every lane's copies of stage s are visible; stage s − 1 is read
+        ring_issue(ring, dh, R, ntiles, warp, lane, s + kRingAhead);
+        const float *buf = ring + (int)(s % kRing) * kStageFloats;
+#pragma unroll
+        for (int ks = 0; ks < kStageK / 8; ++ks) {
+            const int col = ring_col(gi, 8 * ks + 2 * tq);
+            const float2 x0 = *reinterpret_cast<const float2 *>(buf + gi * kStageK + col);
+            const float2 x1 = *reinterpret_cast<const float2 *>(buf + (gi + 8) * kStageK + col);
+            const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x),
+                                  mma::op<false>(x0.y), mma::op<false>(x1.y)};
+            const int k = 8 * (kStageK / 8 * kc + ks) + 2 * tq;
+#pragma unroll
+            for (int nu = 0; nu < NT; ++nu) {
+                const float2 wv =
+                    *reinterpret_cast<const float2 *>(WmT + (8 * (nu0 + nu) + gi) * kLDM + k);
+                const mma::Op B[2] = {mma::loaded<false>(wv.x), mma::loaded<false>(wv.y)};
+                mma::mma<false>(dm[nu], A, B);
+            }
+        }
+    }
+}
+
 // A block of kBwdWarps warps. NC: N compiled in (kFixedN), or 0 to read it from a; only the
 // kFixedN instance stages ψ. B16 (FH_MATH_BF16): dhpre read from a.dh16, dφpre written to
 // a.dphi16, both bfloat16, and dm on bfloat16 products (mma_bf16.cuh) with Wmᵀ staged as
-// bfloat16.
-template <int NC, bool B16>
+// bfloat16. RING (TF32 only): dhpre through the ring (dm_tiles_ring) instead of loads at its use.
+template <int NC, bool B16, bool RING>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs a) {
     pdl_enter();
+    static_assert(!(RING && B16), "the ring holds float32 rows");
     constexpr bool SPSI = NC == kFixedN;
     static_assert(!SPSI || NC == 8, "ψ staged for two transitions a warp");
     using E = std::conditional_t<B16, __nv_bfloat16, float>;
@@ -259,10 +336,14 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
     const size_t ntiles = (R + kBwdTile - 1) / kBwdTile;
     float *const pss = rows + warp * 2 * kHq;                  // the warp's ψ rows
     float *const pps = rows + (kBwdWarps + warp) * 2 * kHq;    // and its ψpre rows
+    float *const ring = bps + kHq + (size_t)warp * kRing * kStageFloats;  // the warp's ring
+    if (RING)
+        for (int st = 0; st < kRingAhead; ++st) ring_issue(ring, a.dh, R, ntiles, warp, lane, st);
+    int s0 = 0;  // the ring's first stage of the tile
     SmemOf<E> sphi{};  // Wφ for phi_tile
     sphi.Wphi = reinterpret_cast<E *>(wphi);
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // dbφ k=0,1; dbψ k=2,3
-    for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x, s0 += kStagesPerTile) {
         const size_t rw = tile * kBwdTile + (size_t)warp * 16;  // the warp's first row
         if (SPSI) {
             const size_t t0 = rw / 8;  // the warp's two transitions
@@ -296,8 +377,14 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
         for (int h = 0; h < 2; ++h) {
             float ph[kHalf][4], dm[kHalf][4];
             phi_tile(sphi, t0, t1, ph, (float *)nullptr, (float *)nullptr, kHalf * h);
-            dm_tiles<B16>(WmT, dh0, dh1, w.v0, w.v1, kHalf * h, dm);
-            if (h == 0) {
+            if constexpr (RING)
+                dm_tiles_ring(WmT, ring, a.dh, R, ntiles, warp, s0 + kStagesPerHalf * h,
+                              kHalf * h, dm);
+            else
+                dm_tiles<B16>(WmT, dh0, dh1, w.v0, w.v1, kHalf * h, dm);
+            // The ψ rows: with the ring, they came with its stage s0 + kRingAhead, waited for
+            // in the products above.
+            if (!RING && h == 0) {
                 cp_async_wait_all();  // the ψ rows
                 __syncwarp();
             }
@@ -320,6 +407,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
         __syncwarp();  // the ψ rows are read before the next tile's copies land
     }
     // The block's partial row: warp rows in shared memory (over Wmᵀ), summed in warp order.
+    if (RING) cp_async_wait_all();  // the ring's last groups hold no copies; none left behind
     __syncthreads();
     double *red = reinterpret_cast<double *>(sm4);
     double *mine = red + (size_t)warp * kBwdW;
@@ -330,20 +418,33 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
 }  // namespace
 
 void backward_fused_prepare() {
-    for (const void *k : {(const void *)k_iqn_backward<0, false>,
-                          (const void *)k_iqn_backward<kFixedN, false>,
-                          (const void *)k_iqn_backward<0, true>,
-                          (const void *)k_iqn_backward<kFixedN, true>})
+    for (const void *k : {(const void *)k_iqn_backward<0, false, false>,
+                          (const void *)k_iqn_backward<kFixedN, false, false>,
+                          (const void *)k_iqn_backward<0, true, false>,
+                          (const void *)k_iqn_backward<kFixedN, true, false>})
         aux::allow_smem(k, kBwdSmemBytes, "IQN backward through m");
+    for (const void *k : {(const void *)k_iqn_backward<0, false, true>,
+                          (const void *)k_iqn_backward<kFixedN, false, true>})
+        aux::allow_smem(k, kBwdRingSmemBytes, "IQN backward through m (dhpre's ring)");
 }
 
 namespace {
-template <bool B16>
+// Trial (FOXHUNT_TRIAL_IQN_RING=0 turns it off): TF32's dhpre through the ring.
+bool ring_on() {
+    static const bool on = [] {
+        const char *e = std::getenv("FOXHUNT_TRIAL_IQN_RING");
+        return !(e && e[0] == '0');
+    }();
+    return on;
+}
+
+template <bool B16, bool RING>
 void launch_backward(const BackwardArgs &a, int nb, cudaStream_t s) {
+    const size_t smem = RING ? kBwdRingSmemBytes : kBwdSmemBytes;
     if (fixed_n(a.N))
-        FH_LAUNCH((k_iqn_backward<kFixedN, B16>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
+        FH_LAUNCH((k_iqn_backward<kFixedN, B16, RING>), nb, kBwdWarps * 32, smem, s, a);
     else
-        FH_LAUNCH((k_iqn_backward<0, B16>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
+        FH_LAUNCH((k_iqn_backward<0, B16, RING>), nb, kBwdWarps * 32, smem, s, a);
 }
 }  // namespace
 
@@ -355,9 +456,11 @@ int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
         fail(FH_ERR_INTERNAL, "IQN backward through m: dh16 and dphi16 set apart");
     if (!a.tau || !a.Wphi) fail(FH_ERR_INTERNAL, "IQN backward through m: no tau or Wphi");
     if (a.dh16)
-        launch_backward<true>(a, nb, s);
+        launch_backward<true, false>(a, nb, s);
+    else if (ring_on() && reinterpret_cast<uintptr_t>(a.dh) % 16 == 0)
+        launch_backward<false, true>(a, nb, s);
     else
-        launch_backward<false>(a, nb, s);
+        launch_backward<false, false>(a, nb, s);
     return nb;
 }
 

@@ -45,7 +45,7 @@ struct Out {
 double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 double dsilu(double z) { return sigmoid(z) * (1.0 + z * (1.0 - sigmoid(z))); }
 
-template <int NC, bool B16>
+template <int NC, bool B16, bool RING = false>
 Out run(BackwardArgs a, const std::vector<float> &dh, int blocks) {
     using E = std::conditional_t<B16, __nv_bfloat16, float>;
     const size_t R = (size_t)a.B * a.N;
@@ -63,7 +63,7 @@ Out run(BackwardArgs a, const std::vector<float> &dh, int blocks) {
     }
     gRows.assign((size_t)blocks * kBwdWarps * 2 * kHq, 0.0);
     run_grid(
-        blocks, kBwdWarps, kBwdSmemBytes,
+        blocks, kBwdWarps, RING ? kBwdRingSmemBytes : kBwdSmemBytes,
         [&] {
             float *WmT = reinterpret_cast<float *>(gSmem);
             stage_wmT<E, kLDM>(reinterpret_cast<E *>(WmT), a.Wm);
@@ -73,7 +73,7 @@ Out run(BackwardArgs a, const std::vector<float> &dh, int blocks) {
             float *bps = WmT + kHq * kLDM + kHq + kHq * kLDP + kBwdWarps * 4 * kHq;
             for (int e = threadIdx.x; e < kHq; e += blockDim.x) bps[e] = a.bpsi[e];
         },
-        [&] { k_iqn_backward<NC, B16>(a); });
+        [&] { k_iqn_backward<NC, B16, RING>(a); });
     o.dphi.resize(R * kHq);
     for (size_t k = 0; k < R * kHq; ++k) o.dphi[k] = B16 ? bf16_to_f(dphi16[k]) : phi[k];
     o.phi_touched = B16 && std::any_of(phi.begin(), phi.end(), [](float x) { return x == x; });
@@ -137,11 +137,15 @@ int main() {
                 dpsi[i * Hq + j] *= dsilu((double)psi_pre[i * Hq + j] + bpsi[j]);
                 dbpsi[j] += dpsi[i * Hq + j];
             }
-        for (const bool b16 : {false, true}) {
-            const Out got = b16 ? (N == kFixedN ? run<kFixedN, true>(a, dh, 2)
-                                                : run<0, true>(a, dh, 2))
-                                : (N == kFixedN ? run<kFixedN, false>(a, dh, 2)
-                                                : run<0, false>(a, dh, 2));
+        // TF32 with dhpre's ring on 2 blocks and on 1 (one block walks every tile).
+        for (const int v : {0, 1, 2, 3}) {
+            const bool b16 = v == 1, ring = v >= 2;
+            const int blocks = v == 3 ? 1 : 2;
+            const Out got =
+                b16    ? (N == kFixedN ? run<kFixedN, true>(a, dh, 2) : run<0, true>(a, dh, 2))
+                : ring ? (N == kFixedN ? run<kFixedN, false, true>(a, dh, blocks)
+                                       : run<0, false, true>(a, dh, blocks))
+                       : (N == kFixedN ? run<kFixedN, false>(a, dh, 2) : run<0, false>(a, dh, 2));
             RelErrors err({"dphi", "dpsi", "dbphi", "dbpsi"});
             auto add = [&](int k, double g, double w) { err.add(k, g, w); };
             for (size_t k = 0; k < R * Hq; ++k) add(0, got.dphi[k], dphi[k]);
@@ -151,7 +155,8 @@ int main() {
                 add(3, got.sums[Hq + j], dbpsi[j]);
             }
             char label[64];
-            snprintf(label, sizeof label, "N=%2d %s backward vs float64", N, b16 ? "bf16" : "tf32");
+            snprintf(label, sizeof label, "N=%2d %s backward vs float64%s", N,
+                     b16 ? "bf16" : "tf32", ring ? (blocks == 1 ? ", ring, 1 block" : ", ring") : "");
             ok &= err.report(label, b16 ? 3e-2 : 5e-3);
             if (got.phi_touched) {
                 printf("%s: the bfloat16 instance wrote the float32 phi buffer\n", label);
