@@ -423,9 +423,10 @@ void backward_fused_prepare() {
                           (const void *)k_iqn_backward<0, true, false>,
                           (const void *)k_iqn_backward<kFixedN, true, false>})
         aux::allow_smem(k, kBwdSmemBytes, "IQN backward through m");
-    for (const void *k : {(const void *)k_iqn_backward<0, false, true>,
-                          (const void *)k_iqn_backward<kFixedN, false, true>})
-        aux::allow_smem(k, kBwdRingSmemBytes, "IQN backward through m (dhpre's ring)");
+    if (aux::max_smem_optin() >= kBwdRingSmemBytes)  // else the plain loads (backward_fused)
+        for (const void *k : {(const void *)k_iqn_backward<0, false, true>,
+                              (const void *)k_iqn_backward<kFixedN, false, true>})
+            aux::allow_smem(k, kBwdRingSmemBytes, "IQN backward through m (dhpre's ring)");
 }
 
 namespace {
@@ -457,7 +458,8 @@ int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
     if (!a.tau || !a.Wphi) fail(FH_ERR_INTERNAL, "IQN backward through m: no tau or Wphi");
     if (a.dh16)
         launch_backward<true, false>(a, nb, s);
-    else if (ring_on() && reinterpret_cast<uintptr_t>(a.dh) % 16 == 0)
+    else if (ring_on() && reinterpret_cast<uintptr_t>(a.dh) % 16 == 0 &&
+             aux::max_smem_optin() >= kBwdRingSmemBytes)
         launch_backward<false, true>(a, nb, s);
     else
         launch_backward<false, false>(a, nb, s);
