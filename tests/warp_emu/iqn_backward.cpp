@@ -137,15 +137,18 @@ int main() {
                 dpsi[i * Hq + j] *= dsilu((double)psi_pre[i * Hq + j] + bpsi[j]);
                 dbpsi[j] += dpsi[i * Hq + j];
             }
-        // TF32 with dhpre's ring on 2 blocks and on 1 (one block walks every tile).
-        for (const int v : {0, 1, 2, 3}) {
-            const bool b16 = v == 1, ring = v >= 2;
-            const int blocks = v == 3 ? 1 : 2;
+        // Each product with dhpre's ring too, on 2 blocks and on 1 (one block walks every tile).
+        for (const int v : {0, 1, 2, 3, 4, 5}) {
+            const bool b16 = v % 2 == 1, ring = v >= 2;
+            const int blocks = v >= 4 ? 1 : 2;
+            const bool fx = N == kFixedN;
             const Out got =
-                b16    ? (N == kFixedN ? run<kFixedN, true>(a, dh, 2) : run<0, true>(a, dh, 2))
-                : ring ? (N == kFixedN ? run<kFixedN, false, true>(a, dh, blocks)
-                                       : run<0, false, true>(a, dh, blocks))
-                       : (N == kFixedN ? run<kFixedN, false>(a, dh, 2) : run<0, false>(a, dh, 2));
+                ring ? (b16 ? (fx ? run<kFixedN, true, true>(a, dh, blocks)
+                                  : run<0, true, true>(a, dh, blocks))
+                            : (fx ? run<kFixedN, false, true>(a, dh, blocks)
+                                  : run<0, false, true>(a, dh, blocks)))
+                     : (b16 ? (fx ? run<kFixedN, true>(a, dh, 2) : run<0, true>(a, dh, 2))
+                            : (fx ? run<kFixedN, false>(a, dh, 2) : run<0, false>(a, dh, 2)));
             RelErrors err({"dphi", "dpsi", "dbphi", "dbpsi"});
             auto add = [&](int k, double g, double w) { err.add(k, g, w); };
             for (size_t k = 0; k < R * Hq; ++k) add(0, got.dphi[k], dphi[k]);
