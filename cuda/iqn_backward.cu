@@ -71,8 +71,9 @@ constexpr size_t kBwdSmemBytes = ((size_t)kHq * kLDM + kHq + (size_t)kHq * kLDP 
                                  sizeof(float);
 // dhpre's ring after them: per warp kRing stages of its 16 rows × 64 bytes (16 float32 or 32
 // bfloat16 columns: two k steps of either product), kRingAhead stages in flight ahead of the one
-// the products read. 217 KiB in all.
-constexpr int kStageBytes = 64, kRing = 5, kRingAhead = kRing - 1;
+// the products read. 201 KiB in all.
+constexpr int kStageBytes = 64, kRing = 4, kRingAhead = kRing - 1;
+static_assert((kRing & (kRing - 1)) == 0, "a stage's buffer is s & (kRing - 1)");
 constexpr int kStageFloats = 16 * kStageBytes / 4;
 template <class D>
 constexpr int kStageCols = kStageBytes / (int)sizeof(D);
@@ -243,7 +244,7 @@ __device__ __forceinline__ void dm_tiles(const float *WmT, const D *dh0, const D
 
 // dhpre's ring. Stage s of a warp is its (s / (2·kStagesPerHalf))-th tile's columns
 // kStageCols·(s % kStagesPerHalf) .. + kStageCols − 1 (both halves of a tile read all of dhpre's
-// columns), in buffer s % kRing: rows of 64 bytes whose 16-byte chunks are permuted by the row
+// columns), in buffer s & (kRing − 1): rows of 64 bytes whose 16-byte chunks are permuted by the row
 // (ring_col: chunk c of row r at c ^ ((r >> 1) & 1) for float32, c ^ ((r >> 1) & 3) for
 // bfloat16), so that the A-fragment loads of a warp (float2 of rows g .. g + 3 a half-warp, or
 // bfloat16 pairs of rows g .. g + 7) hit 32 banks. Rows past the batch are zeros, as the plain
@@ -257,25 +258,29 @@ __device__ __forceinline__ int ring_col(int row, int col) {
 __device__ __forceinline__ void cp_async_wait_ring() { cp_async_wait_group<kRingAhead - 1>(); }
 
 // Starts the copies of stage s of this warp (none past its last tile) and commits them as one
-// group, the copies issued before it since the last commit (a tile's ψ rows) with them.
+// group, the copies issued before it since the last commit (a tile's ψ rows) with them. Lane l
+// copies chunk l % 4 of rows l / 4 and l / 4 + 8. Indices fit 32 bits: R · kHq < 2^31 (the
+// config's limit on arrays the executor indexes with 32-bit integers).
 template <class D>
-__device__ __forceinline__ void ring_issue(D *ring, const D *dh, size_t R, size_t ntiles,
+__device__ __forceinline__ void ring_issue(D *ring, const D *dh, uint32_t R, uint32_t ntiles,
                                            int warp, int lane, int s) {
     constexpr int SC = kStageCols<D>, CH = 16 / (int)sizeof(D);  // columns a stage, a chunk
-    const size_t tile = blockIdx.x + (size_t)(s / (2 * kStagesPerHalf<D>)) * gridDim.x;
+    constexpr int SPH = kStagesPerHalf<D>;
+    static_assert((SPH & (SPH - 1)) == 0, "stages a half: a power of two");
+    const uint32_t tile = blockIdx.x + (uint32_t)(s / (2 * SPH)) * gridDim.x;
     if (tile < ntiles) {
-        const size_t rw = tile * kBwdTile + (size_t)warp * 16;
-        const int k0 = SC * (s % kStagesPerHalf<D>);
-        D *buf = ring + (s % kRing) * 16 * SC;
-#pragma unroll
-        for (int c = lane; c < 16 * SC / CH; c += 32) {
-            const int row = c / (SC / CH), col = CH * (c % (SC / CH));
-            D *dst = buf + row * SC + ring_col<D>(row, col);
-            if (rw + row < R)
-                cp_async16(dst, dh + (rw + row) * kHq + k0 + col);
-            else
-                *reinterpret_cast<float4 *>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
+        const int row = lane >> 2, col = CH * (lane & 3);
+        const uint32_t r = tile * kBwdTile + warp * 16 + row;
+        const D *src = dh + r * kHq + SC * (s & (SPH - 1)) + col;
+        D *buf = ring + (s & (kRing - 1)) * 16 * SC + row * SC + ring_col<D>(row, col);
+        if (r < R)
+            cp_async16(buf, src);
+        else
+            *reinterpret_cast<float4 *>(buf) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r + 8 < R)
+            cp_async16(buf + 8 * SC, src + 8 * kHq);
+        else
+            *reinterpret_cast<float4 *>(buf + 8 * SC) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     cp_async_commit();
 }
@@ -284,8 +289,8 @@ __device__ __forceinline__ void ring_issue(D *ring, const D *dh, size_t R, size_
 // waited for, then stage + kRingAhead started in the buffer that the stage before it used. The
 // same products in the same order as dm_tiles'.
 template <class D, int NT>
-__device__ __forceinline__ void dm_tiles_ring(const float *WmT, D *ring, const D *dh, size_t R,
-                                              size_t ntiles, int warp, int s0, int nu0,
+__device__ __forceinline__ void dm_tiles_ring(const float *WmT, D *ring, const D *dh, uint32_t R,
+                                              uint32_t ntiles, int warp, int s0, int nu0,
                                               float (&dm)[NT][4]) {
     constexpr int SC = kStageCols<D>;
     const int lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
@@ -299,7 +304,7 @@ __device__ __forceinline__ void dm_tiles_ring(const float *WmT, D *ring, const D
         cp_async_wait_ring();
         __syncwarp();  // every lane's copies of stage s are visible; stage s − 1 is read
         ring_issue(ring, dh, R, ntiles, warp, lane, s + kRingAhead);
-        const D *r0 = ring + (s % kRing) * 16 * SC + gi * SC, *r1 = r0 + 8 * SC;
+        const D *r0 = ring + (s & (kRing - 1)) * 16 * SC + gi * SC, *r1 = r0 + 8 * SC;
         if constexpr (std::is_same_v<D, __nv_bfloat16>) {
             const __nv_bfloat16 *WmTb = reinterpret_cast<const __nv_bfloat16 *>(WmT);
 #pragma unroll
@@ -368,7 +373,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
     const D *const dhp = pick<B16>(a.dh, a.dh16);
     D *const ring = reinterpret_cast<D *>(bps + kHq + (size_t)warp * kRing * kStageFloats);
     if (RING)
-        for (int st = 0; st < kRingAhead; ++st) ring_issue(ring, dhp, R, ntiles, warp, lane, st);
+        for (int st = 0; st < kRingAhead; ++st)
+            ring_issue(ring, dhp, (uint32_t)R, (uint32_t)ntiles, warp, lane, st);
     int s0 = 0;  // the ring's first stage of the tile
     SmemOf<E> sphi{};  // Wφ for phi_tile
     sphi.Wphi = reinterpret_cast<E *>(wphi);
@@ -407,8 +413,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
             float ph[kHalf][4], dm[kHalf][4];
             phi_tile(sphi, t0, t1, ph, (float *)nullptr, (float *)nullptr, kHalf * h);
             if constexpr (RING)
-                dm_tiles_ring(WmT, ring, dhp, R, ntiles, warp, s0 + kStagesPerHalf<D> * h,
-                              kHalf * h, dm);
+                dm_tiles_ring(WmT, ring, dhp, (uint32_t)R, (uint32_t)ntiles, warp,
+                              s0 + kStagesPerHalf<D> * h, kHalf * h, dm);
             else
                 dm_tiles<B16>(WmT, dh0, dh1, w.v0, w.v1, kHalf * h, dm);
             if (h == 0) {
