@@ -49,7 +49,6 @@
 // warps in order. No atomics.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "aux_common.cuh"
@@ -69,18 +68,6 @@ constexpr int kBwdWarps = 16, kBwdTile = 16 * kBwdWarps;
 constexpr size_t kBwdSmemBytes = ((size_t)kHq * kLDM + kHq + (size_t)kHq * kLDP +
                                   (size_t)kBwdWarps * 4 * kHq + kHq) *
                                  sizeof(float);
-// dhpre's ring after them: per warp kRing stages of its 16 rows × 64 bytes (16 float32 or 32
-// bfloat16 columns: two k steps of either product), kRingAhead stages in flight ahead of the one
-// the products read. 201 KiB in all.
-constexpr int kStageBytes = 64, kRing = 4, kRingAhead = kRing - 1;
-static_assert((kRing & (kRing - 1)) == 0, "a stage's buffer is s & (kRing - 1)");
-constexpr int kStageFloats = 16 * kStageBytes / 4;
-template <class D>
-constexpr int kStageCols = kStageBytes / (int)sizeof(D);
-template <class D>
-constexpr int kStagesPerHalf = kHq / kStageCols<D>;
-constexpr size_t kBwdRingSmemBytes =
-    kBwdSmemBytes + (size_t)kBwdWarps * kRing * kStageFloats * sizeof(float);
 
 // Row state of one thread in a tile: its rows g and g + 8, their transitions, and whether it
 // writes dψ for them.
@@ -242,108 +229,11 @@ __device__ __forceinline__ void dm_tiles(const float *WmT, const D *dh0, const D
     }
 }
 
-// dhpre's ring. Stage s of a warp is its (s / (2·kStagesPerHalf))-th tile's columns
-// kStageCols·(s % kStagesPerHalf) .. + kStageCols − 1 (both halves of a tile read all of dhpre's
-// columns), in buffer s & (kRing − 1): rows of 64 bytes whose 16-byte chunks are permuted by the row
-// (ring_col: chunk c of row r at c ^ ((r >> 1) & 1) for float32, c ^ ((r >> 1) & 3) for
-// bfloat16), so that the A-fragment loads of a warp (float2 of rows g .. g + 3 a half-warp, or
-// bfloat16 pairs of rows g .. g + 7) hit 32 banks. Rows past the batch are zeros, as the plain
-// loads give them.
-template <class D>
-__device__ __forceinline__ int ring_col(int row, int col) {
-    return col ^ (8 * ((row >> 1) & (sizeof(D) == 4 ? 1 : 3)));
-}
-
-// Waits until stage s has landed: stages up to s + kRingAhead − 1 are committed, one group each.
-__device__ __forceinline__ void cp_async_wait_ring() { cp_async_wait_group<kRingAhead - 1>(); }
-
-// Starts the copies of stage s of this warp (none past its last tile) and commits them as one
-// group, the copies issued before it since the last commit (a tile's ψ rows) with them. Lane l
-// copies chunk l % 4 of rows l / 4 and l / 4 + 8. Indices fit 32 bits: R · kHq < 2^31 (the
-// config's limit on arrays the executor indexes with 32-bit integers).
-template <class D>
-__device__ __forceinline__ void ring_issue(D *ring, const D *dh, uint32_t R, uint32_t ntiles,
-                                           int warp, int lane, int s) {
-    constexpr int SC = kStageCols<D>, CH = 16 / (int)sizeof(D);  // columns a stage, a chunk
-    constexpr int SPH = kStagesPerHalf<D>;
-    static_assert((SPH & (SPH - 1)) == 0, "stages a half: a power of two");
-    const uint32_t tile = blockIdx.x + (uint32_t)(s / (2 * SPH)) * gridDim.x;
-    if (tile < ntiles) {
-        const int row = lane >> 2, col = CH * (lane & 3);
-        const uint32_t r = tile * kBwdTile + warp * 16 + row;
-        const D *src = dh + r * kHq + SC * (s & (SPH - 1)) + col;
-        D *buf = ring + (s & (kRing - 1)) * 16 * SC + row * SC + ring_col<D>(row, col);
-        if (r < R)
-            cp_async16(buf, src);
-        else
-            *reinterpret_cast<float4 *>(buf) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r + 8 < R)
-            cp_async16(buf + 8 * SC, src + 8 * kHq);
-        else
-            *reinterpret_cast<float4 *>(buf + 8 * SC) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-    cp_async_commit();
-}
-
-// dm_tiles' products with dhpre from the ring: stages s0 .. s0 + kStagesPerHalf − 1, each
-// waited for, then stage + kRingAhead started in the buffer that the stage before it used. The
-// same products in the same order as dm_tiles'.
-template <class D, int NT>
-__device__ __forceinline__ void dm_tiles_ring(const float *WmT, D *ring, const D *dh, uint32_t R,
-                                              uint32_t ntiles, int warp, int s0, int nu0,
-                                              float (&dm)[NT][4]) {
-    constexpr int SC = kStageCols<D>;
-    const int lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
-#pragma unroll
-    for (int nu = 0; nu < NT; ++nu)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dm[nu][e] = 0.0f;
-#pragma unroll 2
-    for (int kc = 0; kc < kStagesPerHalf<D>; ++kc) {
-        const int s = s0 + kc;
-        cp_async_wait_ring();
-        __syncwarp();  // every lane's copies of stage s are visible; stage s − 1 is read
-        ring_issue(ring, dh, R, ntiles, warp, lane, s + kRingAhead);
-        const D *r0 = ring + (s & (kRing - 1)) * 16 * SC + gi * SC, *r1 = r0 + 8 * SC;
-        if constexpr (std::is_same_v<D, __nv_bfloat16>) {
-            const __nv_bfloat16 *WmTb = reinterpret_cast<const __nv_bfloat16 *>(WmT);
-#pragma unroll
-            for (int ks = 0; ks < SC / 16; ++ks) {
-                const int c = 16 * ks + 2 * tq, k = SC * kc + c;
-                const int c0 = ring_col<D>(gi, c), c8 = ring_col<D>(gi, c + 8);
-                const uint32_t A[4] = {bmma::ld_pair(r0 + c0), bmma::ld_pair(r1 + c0),
-                                       bmma::ld_pair(r0 + c8), bmma::ld_pair(r1 + c8)};
-#pragma unroll
-                for (int nu = 0; nu < NT; ++nu) {
-                    const __nv_bfloat16 *wp = WmTb + (8 * (nu0 + nu) + gi) * kLDM + k;
-                    bmma::mma(dm[nu], A, bmma::ld_pair(wp), bmma::ld_pair(wp + 8));
-                }
-            }
-        } else {
-#pragma unroll
-            for (int ks = 0; ks < SC / 8; ++ks) {
-                const int c = ring_col<D>(gi, 8 * ks + 2 * tq), k = SC * kc + 8 * ks + 2 * tq;
-                const float2 x0 = *reinterpret_cast<const float2 *>(r0 + c);
-                const float2 x1 = *reinterpret_cast<const float2 *>(r1 + c);
-                const mma::Op A[4] = {mma::op<false>(x0.x), mma::op<false>(x1.x),
-                                      mma::op<false>(x0.y), mma::op<false>(x1.y)};
-#pragma unroll
-                for (int nu = 0; nu < NT; ++nu) {
-                    const float2 wv = *reinterpret_cast<const float2 *>(
-                        WmT + (8 * (nu0 + nu) + gi) * kLDM + k);
-                    const mma::Op B[2] = {mma::loaded<false>(wv.x), mma::loaded<false>(wv.y)};
-                    mma::mma<false>(dm[nu], A, B);
-                }
-            }
-        }
-    }
-}
-
 // A block of kBwdWarps warps. NC: N compiled in (kFixedN), or 0 to read it from a; only the
 // kFixedN instance stages ψ. B16 (FH_MATH_BF16): dhpre read from a.dh16, dφpre written to
 // a.dphi16, both bfloat16, and dm on bfloat16 products (mma_bf16.cuh) with Wmᵀ staged as
-// bfloat16. RING: dhpre through the ring (dm_tiles_ring) instead of loads at its use.
-template <int NC, bool B16, bool RING>
+// bfloat16.
+template <int NC, bool B16>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs a) {
     pdl_enter();
     constexpr bool SPSI = NC == kFixedN;
@@ -369,17 +259,10 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
     const size_t ntiles = (R + kBwdTile - 1) / kBwdTile;
     float *const pss = rows + warp * 2 * kHq;                  // the warp's ψ rows
     float *const pps = rows + (kBwdWarps + warp) * 2 * kHq;    // and its ψpre rows
-    using D = std::conditional_t<B16, __nv_bfloat16, float>;  // dhpre's element type
-    const D *const dhp = pick<B16>(a.dh, a.dh16);
-    D *const ring = reinterpret_cast<D *>(bps + kHq + (size_t)warp * kRing * kStageFloats);
-    if (RING)
-        for (int st = 0; st < kRingAhead; ++st)
-            ring_issue(ring, dhp, (uint32_t)R, (uint32_t)ntiles, warp, lane, st);
-    int s0 = 0;  // the ring's first stage of the tile
     SmemOf<E> sphi{};  // Wφ for phi_tile
     sphi.Wphi = reinterpret_cast<E *>(wphi);
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // dbφ k=0,1; dbψ k=2,3
-    for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x, s0 += 2 * kStagesPerHalf<D>) {
+    for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         const size_t rw = tile * kBwdTile + (size_t)warp * 16;  // the warp's first row
         if (SPSI) {
             const size_t t0 = rw / 8;  // the warp's two transitions
@@ -400,7 +283,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
         w.i1 = w.v1 ? w.r1 / N : 0;
         w.lead0 = gi % N == 0;
         w.lead1 = N < 16 && gi % N == 0;
-        const D *dh0 = dhp + w.r0 * kHq, *dh1 = dhp + w.r1 * kHq;
+        const auto *const dhp = pick<B16>(a.dh, a.dh16);
+        const auto *dh0 = dhp + w.r0 * kHq, *dh1 = dhp + w.r1 * kHq;
         // τ of the thread's rows, as the online pass drew them (0 past the batch, as there).
         const float t0 = w.v0 ? __ldg(a.tau + w.r0) : 0.0f;
         const float t1 = w.v1 ? __ldg(a.tau + w.r1) : 0.0f;
@@ -412,19 +296,9 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
         for (int h = 0; h < 2; ++h) {
             float ph[kHalf][4], dm[kHalf][4];
             phi_tile(sphi, t0, t1, ph, (float *)nullptr, (float *)nullptr, kHalf * h);
-            if constexpr (RING)
-                dm_tiles_ring(WmT, ring, dhp, (uint32_t)R, (uint32_t)ntiles, warp,
-                              s0 + kStagesPerHalf<D> * h, kHalf * h, dm);
-            else
-                dm_tiles<B16>(WmT, dh0, dh1, w.v0, w.v1, kHalf * h, dm);
+            dm_tiles<B16>(WmT, dh0, dh1, w.v0, w.v1, kHalf * h, dm);
             if (h == 0) {
-                // The ψ rows: without the ring their own copies; with it they came with its
-                // stage s0 + kRingAhead, and the stages up to s0 + kStagesPerHalf + kRingAhead − 1
-                // are committed (in bfloat16 that stage is the second half's first).
-                if constexpr (RING)
-                    cp_async_wait_group<kStagesPerHalf<D> - 1>();
-                else
-                    cp_async_wait_all();
+                cp_async_wait_all();  // the ψ rows
                 __syncwarp();
             }
 #pragma unroll
@@ -446,7 +320,6 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
         __syncwarp();  // the ψ rows are read before the next tile's copies land
     }
     // The block's partial row: warp rows in shared memory (over Wmᵀ), summed in warp order.
-    if (RING) cp_async_wait_all();  // the ring's last groups hold no copies; none left behind
     __syncthreads();
     double *red = reinterpret_cast<double *>(sm4);
     double *mine = red + (size_t)warp * kBwdW;
@@ -457,36 +330,20 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
 }  // namespace
 
 void backward_fused_prepare() {
-    for (const void *k : {(const void *)k_iqn_backward<0, false, false>,
-                          (const void *)k_iqn_backward<kFixedN, false, false>,
-                          (const void *)k_iqn_backward<0, true, false>,
-                          (const void *)k_iqn_backward<kFixedN, true, false>})
+    for (const void *k : {(const void *)k_iqn_backward<0, false>,
+                          (const void *)k_iqn_backward<kFixedN, false>,
+                          (const void *)k_iqn_backward<0, true>,
+                          (const void *)k_iqn_backward<kFixedN, true>})
         aux::allow_smem(k, kBwdSmemBytes, "IQN backward through m");
-    if (aux::max_smem_optin() >= kBwdRingSmemBytes)  // else the plain loads (backward_fused)
-        for (const void *k : {(const void *)k_iqn_backward<0, false, true>,
-                              (const void *)k_iqn_backward<kFixedN, false, true>,
-                              (const void *)k_iqn_backward<0, true, true>,
-                              (const void *)k_iqn_backward<kFixedN, true, true>})
-            aux::allow_smem(k, kBwdRingSmemBytes, "IQN backward through m (dhpre's ring)");
 }
 
 namespace {
-// Trial (FOXHUNT_TRIAL_IQN_RING=0 turns it off): dhpre through the ring.
-bool ring_on() {
-    static const bool on = [] {
-        const char *e = std::getenv("FOXHUNT_TRIAL_IQN_RING");
-        return !(e && e[0] == '0');
-    }();
-    return on;
-}
-
-template <bool B16, bool RING>
+template <bool B16>
 void launch_backward(const BackwardArgs &a, int nb, cudaStream_t s) {
-    const size_t smem = RING ? kBwdRingSmemBytes : kBwdSmemBytes;
     if (fixed_n(a.N))
-        FH_LAUNCH((k_iqn_backward<kFixedN, B16, RING>), nb, kBwdWarps * 32, smem, s, a);
+        FH_LAUNCH((k_iqn_backward<kFixedN, B16>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
     else
-        FH_LAUNCH((k_iqn_backward<0, B16, RING>), nb, kBwdWarps * 32, smem, s, a);
+        FH_LAUNCH((k_iqn_backward<0, B16>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
 }
 }  // namespace
 
@@ -497,13 +354,10 @@ int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s) {
     if (!a.dh16 != !a.dphi16)
         fail(FH_ERR_INTERNAL, "IQN backward through m: dh16 and dphi16 set apart");
     if (!a.tau || !a.Wphi) fail(FH_ERR_INTERNAL, "IQN backward through m: no tau or Wphi");
-    const void *dh = a.dh16 ? (const void *)a.dh16 : (const void *)a.dh;
-    const bool ring = ring_on() && reinterpret_cast<uintptr_t>(dh) % 16 == 0 &&
-                      aux::max_smem_optin() >= kBwdRingSmemBytes;
     if (a.dh16)
-        ring ? launch_backward<true, true>(a, nb, s) : launch_backward<true, false>(a, nb, s);
+        launch_backward<true>(a, nb, s);
     else
-        ring ? launch_backward<false, true>(a, nb, s) : launch_backward<false, false>(a, nb, s);
+        launch_backward<false>(a, nb, s);
     return nb;
 }
 

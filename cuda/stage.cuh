@@ -40,16 +40,5 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
 __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
-// Groups: the copies a thread started since its last commit become its newest group, and
-// cp_async_wait_group<n>() waits until at most its n newest groups are pending (groups complete
-// in order; PTX ISA "cp.async.commit_group", "cp.async.wait_group"). A ring of stages commits
-// one group a stage and waits for the oldest.
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait_group() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 }  // namespace fh::cuda
