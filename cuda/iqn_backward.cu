@@ -33,17 +33,18 @@
 // φraw's and dm's accumulators of the half in registers (32 + 32), then the half's two quarters
 // of the epilogue. dhpre's A fragments come from memory (float2 per row and k step, whole
 // 32-byte sectors; in the B16 instance two bfloat16 pairs per row and k16 step), once per half
-// (the second read hits the caches); staged ahead through a ring of cp.async stages instead, they
-// stalled the warps less and took as long (docs/cuda.md, Findings, 2026-12-06). At N = 8 (the
-// kFixedN instance, SPSI) the warp starts cp.async copies of the ψ rows of its two transitions at
-// the tile's start, which land while the products run; read from global memory at their use, each
-// load waited behind the stores of dφpre and dψ before it (IQN lane 0.468 / 0.468 → 0.461 / 0.462
-// ms single-stream, the same bits, bench/results/h200-2026-12-03-iqn-bwd-psi-before-after*.json;
-// preloading them into registers instead spilled). The ψpre rows of the same two transitions (and
-// bψ, once) are staged the same way: dψpre's SiLU' needs them on the transition's first row group
-// only, whose loads from memory at their use, four lanes waiting with the warp behind each column
-// tile's shuffles, had left about 5 % of the IQN lane in latency (IQN lane 0.445 / 0.447 → 0.421 /
-// 0.421 ms single-stream, wall 1.439 / 1.436 → 1.420 / 1.421 ms multi-stream, the same bits; H100,
+// (the second read hits the caches); staged ahead through a ring of cp.async stages instead (tried
+// twice, 2026-12-06), they left the step no faster, though the second ring's kernel was 5 % faster
+// run alone (docs/cuda.md, Findings). At N = 8 (the kFixedN instance, SPSI) the warp starts
+// cp.async copies of the ψ rows of its two transitions at the tile's start, which land while the
+// products run; read from global memory at their use, each load waited behind the stores of dφpre
+// and dψ before it (IQN lane 0.468 / 0.468 → 0.461 / 0.462 ms single-stream, the same bits,
+// bench/results/h200-2026-12-03-iqn-bwd-psi-before-after*.json; preloading them into registers
+// instead spilled). The ψpre rows of the same two transitions (and bψ, once) are staged the same
+// way: dψpre's SiLU' needs them on the transition's first row group only, whose loads from memory
+// at their use, four lanes waiting with the warp behind each column tile's shuffles, had left about
+// 5 % of the IQN lane in latency (IQN lane 0.445 / 0.447 → 0.421 / 0.421 ms single-stream, wall
+// 1.439 / 1.436 → 1.420 / 1.421 ms multi-stream, the same bits; H100,
 // bench/results/h100-2026-12-06-iqn-bwd-psipre-before-after.json). Because 16 % N == 0 a
 // transition's rows are lanes of one warp: Σ_n is a fixed-order shuffle sum, written by the
 // transition's first row group. Column sums: colsum_quarter (iqn_fused.cuh), then the block's warps
