@@ -120,10 +120,11 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
             project_qkv<MT, KX, SPLIT, false>(g, h, ccb, w, sm, nullptr, nullptr, qk, gi, tq);
             softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c, st);
         }
-        if constexpr (!SPLIT) {
-            // Lane t' of a quad writes row (μ, r) = (t' / 2, t' mod 2) of its rows; lanes of row
-            // group 0 the column sums.
-            float *out = stats + stats_offset<MT>(i, g.heads, h);
+        // Lane t' of a quad writes row (μ, r) = (t' / 2, t' mod 2) of its rows' statistics (not
+        // with split products); lanes of row group 0 the column sums, to shared memory for ā and
+        // beside the statistics.
+        float *out = SPLIT ? nullptr : stats + stats_offset<MT>(i, g.heads, h);
+        if constexpr (!SPLIT)
 #pragma unroll
             for (int mu = 0; mu < MT; ++mu)
 #pragma unroll
@@ -131,17 +132,14 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
                     if (tq == 2 * mu + r)
                         *reinterpret_cast<float2 *>(out + 2 * (16 * mu + gi + 8 * r)) =
                             make_float2(st.mx[mu][r], st.inv[mu][r]);
-            if (gi == 0)
-#pragma unroll
-                for (int nu = 0; nu < S::NT; ++nu)
-                    *reinterpret_cast<float2 *>(out + 2 * S::TP + 8 * nu + 2 * tq) =
-                        make_float2(c[nu][0], c[nu][1]);
-        }
         if (gi == 0)
 #pragma unroll
-            for (int nu = 0; nu < S::NT; ++nu)
-                *reinterpret_cast<float2 *>(sm + S::FWD_VEC + 8 * nu + 2 * tq) =
-                    make_float2(c[nu][0], c[nu][1]);
+            for (int nu = 0; nu < S::NT; ++nu) {
+                const float2 cv = make_float2(c[nu][0], c[nu][1]);
+                *reinterpret_cast<float2 *>(sm + S::FWD_VEC + 8 * nu + 2 * tq) = cv;
+                if constexpr (!SPLIT)
+                    *reinterpret_cast<float2 *>(out + 2 * S::TP + 8 * nu + 2 * tq) = cv;
+            }
         __syncwarp();
         // ā_h[j] = Σ_s c_s v_s[j] / T: lanes j and j + 16 take half the keys each (padded keys
         // have c_s = 0 and v_s = 0).
@@ -239,7 +237,7 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
         // transition ahead instead, they spilled 76 bytes and the TF32 step was slower:
         // bench/results/ptxas-2026-12-06-attn-stats.txt, -attn-stats-before-after.json).
         RowStats<MT> rstat;
-        float2 cst[NT];
+        float c[NT][2];
         if constexpr (!SPLIT) {
             const float *in = stats + stats_offset<MT>(i, g.heads, h);
 #pragma unroll
@@ -252,8 +250,12 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
                     rstat.inv[mu][r] = v.y;
                 }
 #pragma unroll
-            for (int nu = 0; nu < NT; ++nu)
-                cst[nu] = __ldg(reinterpret_cast<const float2 *>(in + 2 * S::TP + 8 * nu + 2 * tq));
+            for (int nu = 0; nu < NT; ++nu) {
+                const float2 v =
+                    __ldg(reinterpret_cast<const float2 *>(in + 2 * S::TP + 8 * nu + 2 * tq));
+                c[nu][0] = v.x;
+                c[nu][1] = v.y;
+            }
         }
         // q, k into shared memory (B16: qᵀ, kᵀ); β_s = γ · v_s into vec (rows ≥ T of v are zero).
         QKFrag<MT> qk;
@@ -261,7 +263,7 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
         else project_qkv<MT, KX, SPLIT, true>(g, h, ccb, w, sm, gv, vec, qk, gi, tq);
         const float gam_lo = gv[gi], gam_hi = gv[gi + 8];
         __syncwarp();
-        float s[MT][NT][4], c[NT][2];
+        float s[MT][NT][4];
         if constexpr (SPLIT) {
             RowStats<MT> unused;
             softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c, unused);
@@ -269,11 +271,6 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
             if constexpr (B16) scores16<MT>(qk, s);
             else scores<MT, false>(qk, s);
             softmax_stored<MT>(g, tq, rstat, s);
-#pragma unroll
-            for (int nu = 0; nu < NT; ++nu) {
-                c[nu][0] = cst[nu].x;
-                c[nu][1] = cst[nu].y;
-            }
         }
         // dS = A (β − Σ_s A β) / √dh, in place; a copy in shared memory for dkᵀ.
 #pragma unroll
