@@ -3,6 +3,7 @@
 // projection and the row softmax with column sums. attention_tc.cu's header explains the tiling.
 #pragma once
 #include <cmath>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 
@@ -119,6 +120,59 @@ struct XRows {
         }
     }
 };
+
+// Trial (FOXHUNT_TRIAL_ATTN_XROW=1; attention_tc.cu's XV instances): XRows for the default
+// config's geometry, whose row of D = 128 floats is 32 groups of 4: token t's td = 4 features
+// for t < To = 31, then the goal's G = 4, which X holds at row 31, columns 4 to 7. Lane t loads
+// its group as one float4 (the row 16-byte aligned: the host checks x) and stores X's row t as
+// two float4s, the same values where XRows' eight loads a lane put them. (Nsight at 1e0bf10:
+// XRows' per-element branches, 64-bit addresses and index arithmetic, with the X stores and
+// γ's division, were 198 of the backward's 1077 warp instructions per (transition, head),
+// bench/results/h100-2026-12-06-ncu-source-nineteenth.txt.)
+template <bool SPLIT>
+struct XRowVec {
+    using S = TcShape<2, 1>;
+    static_assert(GeomDefault::T == 32 && GeomDefault::To == 31 && GeomDefault::td == 4 &&
+                      GeomDefault::G == 4 && GeomDefault::D == 128 &&
+                      GeomDefault::O == 4 * GeomDefault::To && S::KXP == 8,
+                  "one float4 a lane: a token's features, then the goal's");
+    float4 v;
+    __device__ __forceinline__ void fetch(const GeomDefault &, const float *__restrict__ xi,
+                                          int lane) {
+        v = __ldg(reinterpret_cast<const float4 *>(xi) + lane);
+    }
+    __device__ __forceinline__ void store(float *X, int lane) const {
+        const float4 r = make_float4(mma::stored<SPLIT>(v.x), mma::stored<SPLIT>(v.y),
+                                     mma::stored<SPLIT>(v.z), mma::stored<SPLIT>(v.w));
+        const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const bool goal = lane == GeomDefault::To;
+        float4 *row = reinterpret_cast<float4 *>(X + lane * S::LDX);
+        row[0] = goal ? z : r;
+        row[1] = goal ? r : z;
+    }
+    // Xᵀ as bfloat16, as XRows::store_t writes it: feature f of token t at f·ldt + t.
+    __device__ __forceinline__ void store_t(__nv_bfloat16 *XT, int ldt, int lane) const {
+        const bool goal = lane == GeomDefault::To;
+        const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int f = 0; f < 4; ++f) {
+            XT[f * ldt + lane] = __float2bfloat16_rn(goal ? 0.0f : e[f]);
+            XT[(f + 4) * ldt + lane] = __float2bfloat16_rn(goal ? e[f] : 0.0f);
+        }
+    }
+};
+
+// x / T, correctly rounded: with the default config's T = 32 a product by 2⁻⁵, which is exact,
+// so the same bits as the IEEE division that the runtime geometry needs.
+template <class GT>
+__device__ __forceinline__ float div_by_T(const GT &g, float x) {
+    if constexpr (std::is_same_v<GT, GeomDefault>) {
+        static_assert((GeomDefault::T & (GeomDefault::T - 1)) == 0, "T a power of two");
+        return __fmul_rn(x, 1.0f / GeomDefault::T);
+    } else {
+        return __fdiv_rn(x, (float)g.T);
+    }
+}
 
 // W_aug[c][f] = Wc[c][f] (f < td), Wgc[c][f − td] (td ≤ f < td + G), else 0.
 template <class GT>

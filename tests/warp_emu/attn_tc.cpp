@@ -6,11 +6,14 @@
 // backward (TF32 and bfloat16 products) start as NaN, so a read of a slot nobody wrote shows. Exit
 // status 1 when an error exceeds its bound: 1e-2 for TF32 (2^-11 operand rounding: 6e-4 to 2e-3
 // measured), 1e-5 for split TF32 (a dropped low term is 2^-11), 5e-2 for bfloat16 (2^-9: 4e-3
-// to 1.7e-2); a misplaced fragment gives O(1). (Not run: pool_aug_row, stubbed; WIDE blocks and
-// more than one transition slot of a block.)
+// to 1.7e-2); a misplaced fragment gives O(1). At the default config's shapes also when the
+// compiled-in geometry's instances (GeomDefault: the library's default kernels, and the trial's
+// XV instances with XRowVec) differ from the runtime geometry's in a bit. (Not run:
+// pool_aug_row, stubbed; WIDE blocks and more than one transition slot of a block.)
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <random>
 #include <thread>
@@ -40,25 +43,38 @@ constexpr int bwd_floats() {
     return tc::TcShape<MT, KX>::BWD_FLOATS;
 }
 
+// Which instance runs: the runtime geometry's (every case), or at the default config's shapes
+// the compiled-in geometry's (GeomDefault) with XRows or with the trial's XRowVec (XV).
+enum Kind { RUNTIME, DEFAULT, DEFAULT_XV };
+
 // The forward leaves its softmax statistics in stats (TF32 and bfloat16 products), the backward
 // reads them.
-template <int MT, int KX, Prod P>
+template <int MT, int KX, Prod P, Kind K>
 void fwd(const Geom &g, const std::vector<float> &x, const std::vector<float> &comp, float *abar,
          float *stats) {
-    k_attn_tc_fwd<Geom, MT, KX, P == SPLIT, P == BF16>(g, 1, g.B, x.data(), comp.data(), abar,
-                                                       nullptr, nullptr, nullptr, nullptr,
-                                                       nullptr, g.d, stats);
+    if constexpr (K == RUNTIME)
+        k_attn_tc_fwd<Geom, MT, KX, P == SPLIT, P == BF16>(g, 1, g.B, x.data(), comp.data(), abar,
+                                                           nullptr, nullptr, nullptr, nullptr,
+                                                           nullptr, g.d, stats);
+    else
+        k_attn_tc_fwd<tc::GeomDefault, 2, 1, P == SPLIT, P == BF16, K == DEFAULT_XV>(
+            tc::GeomDefault{g.B}, 1, g.B, x.data(), comp.data(), abar, nullptr, nullptr, nullptr,
+            nullptr, nullptr, g.d, stats);
 }
-template <int MT, int KX, Prod P>
+template <int MT, int KX, Prod P, Kind K>
 void bwd(const Geom &g, const std::vector<float> &x, const std::vector<float> &comp,
          const std::vector<float> &dabar, float *partial, const float *stats) {
-    k_attn_tc_bwd<Geom, MT, KX, P == SPLIT, false, P == BF16>(g, 1, g.B, x.data(), comp.data(),
-                                                              dabar.data(), partial, stats);
+    if constexpr (K == RUNTIME)
+        k_attn_tc_bwd<Geom, MT, KX, P == SPLIT, false, P == BF16>(
+            g, 1, g.B, x.data(), comp.data(), dabar.data(), partial, stats);
+    else
+        k_attn_tc_bwd<tc::GeomDefault, 2, 1, P == SPLIT, false, P == BF16, K == DEFAULT_XV>(
+            tc::GeomDefault{g.B}, 1, g.B, x.data(), comp.data(), dabar.data(), partial, stats);
 }
 
 // Head h's warp over the batch: the forward into abar and stats, then the backward into partial;
 // shared memory starts as NaN.
-template <int MT, int KX, Prod P>
+template <int MT, int KX, Prod P, Kind K = RUNTIME>
 void emulate(const Geom &g, int h, const std::vector<float> &x, const std::vector<float> &comp,
              const std::vector<float> &dabar, std::vector<float4> &smem, float *abar,
              float *partial, float *stats) {
@@ -72,8 +88,8 @@ void emulate(const Geom &g, int h, const std::vector<float> &x, const std::vecto
             th.emplace_back([&, l] {
                 threadIdx.x = 32 * h + l;
                 gW = &W;
-                if (pass == 0) fwd<MT, KX, P>(g, x, comp, abar, stats);
-                else bwd<MT, KX, P>(g, x, comp, dabar, partial, stats);
+                if (pass == 0) fwd<MT, KX, P, K>(g, x, comp, abar, stats);
+                else bwd<MT, KX, P, K>(g, x, comp, dabar, partial, stats);
             });
         for (auto &t : th) t.join();
     }
@@ -91,7 +107,10 @@ bool run(int T, int dh, int td, int G, int heads, int h, unsigned seed) {
     g.To = T - 1;
     g.T = T;
     g.O = g.To * td;
-    g.D = g.O + G + 3;
+    // The default config's shapes: its row of D = O + G floats, so that the compiled-in
+    // geometry's instances run too (below); else 3 floats more, as a row with other columns.
+    const bool dflt = MT == 2 && KX == 1 && T == 32 && dh == 16 && td == 4 && G == 4 && heads == 4;
+    g.D = g.O + G + (dflt ? 0 : 3);
     g.heads = heads;
     g.dh = dh;
     g.d = heads * dh;
@@ -120,6 +139,31 @@ bool run(int T, int dh, int td, int G, int heads, int h, unsigned seed) {
     std::vector<float> stats(P == SPLIT ? 0 : (size_t)g.B * heads * tc::stats_floats(MT), NAN);
     emulate<MT, KX, P>(g, h, x, comp, dabar, smem, abar.data(), partial.data(),
                        P == SPLIT ? nullptr : stats.data());
+    // At the default config's shapes, the compiled-in geometry's instances, with XRows and with
+    // the trial's XRowVec, must give the runtime geometry's outputs bit for bit.
+    bool same = true;
+    if constexpr (MT == 2 && KX == 1) {
+        if (dflt) {
+            same = tc::GeomDefault::matches(g);
+            auto check = [&](auto run_kind) {
+                std::vector<float> p2(partial.size(), NAN), a2(abar.size(), NAN),
+                    s2(stats.size(), NAN);
+                run_kind(a2.data(), p2.data(), P == SPLIT ? nullptr : s2.data());
+                auto eq = [](const std::vector<float> &u, const std::vector<float> &v) {
+                    return u.size() == v.size() &&
+                           (u.empty() ||
+                            std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0);
+                };
+                return eq(a2, abar) && eq(p2, partial) && eq(s2, stats);
+            };
+            same &= check([&](float *a, float *p, float *st) {
+                emulate<2, 1, P, DEFAULT>(g, h, x, comp, dabar, smem, a, p, st);
+            });
+            same &= check([&](float *a, float *p, float *st) {
+                emulate<2, 1, P, DEFAULT_XV>(g, h, x, comp, dabar, smem, a, p, st);
+            });
+        }
+    }
     // The float64 evaluation of head h.
     double errA = 0, nrmA = 0;
     std::vector<double> Sref((size_t)T * g.d3, 0.0), M1((size_t)g.d3 * td, 0.0),
@@ -210,9 +254,11 @@ bool run(int T, int dh, int td, int G, int heads, int h, unsigned seed) {
         }
     const double ea = std::sqrt(errA / nrmA), es = std::sqrt(eS / nS), em = std::sqrt(eM / nM);
     const double bound = P == BF16 ? 5e-2 : P == SPLIT ? 1e-5 : 1e-2;
-    const bool ok = ea <= bound && es <= bound && em <= bound;  // false for NaN
+    const bool ok = ea <= bound && es <= bound && em <= bound && same;  // false for NaN
     printf("%-5s MT=%d KX=%d T=%2d dh=%2d td=%2d G=%d heads=%d h=%d: abar %.2e  S %.2e  M %.2e"
-           "  %s\n", kProductName[P], MT, KX, T, dh, td, G, heads, h, ea, es, em,
+           "%s  %s\n", kProductName[P], MT, KX, T, dh, td, G, heads, h, ea, es, em,
+           dflt ? (same ? "  default and XV instances bitwise equal" : "  default instances DIFFER")
+                : "",
            ok ? "ok" : "FAILED");
     return ok;
 }
