@@ -13,8 +13,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <thread>
 #include <type_traits>
