@@ -166,7 +166,8 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
             float a = a0 + a1;
             a += __shfl_xor_sync(0xffffffffu, a, 16);
             if (lane < g.dh)
-                abar[(size_t)i * ld + h * g.dh + lane] = XV ? div_by_T(g, a) : __fdiv_rn(a, Tf);
+                abar[(size_t)i * ld + h * g.dh + lane] =
+                    XV ? div_by_default_T(a) : __fdiv_rn(a, Tf);
         }
         // One of the slot's warps also writes the transition's pool and aug rows, the heads
         // taking turns: when head 0's warp wrote them all it finished last and held its block
@@ -241,7 +242,8 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
             xr.store_t(reinterpret_cast<__nv_bfloat16 *>(sm + BS::XT), BS::LDT, lane);
         // γ = dā_h / T (the gradient of every query row's attention output), zero past dh.
         if (lane < kDHP)
-            gv[lane] = lane < g.dh ? (XV ? div_by_T(g, da_next) : __fdiv_rn(da_next, Tf)) : 0.0f;
+            gv[lane] = lane < g.dh ? (XV ? div_by_default_T(da_next) : __fdiv_rn(da_next, Tf))
+                                   : 0.0f;
         if (i + wph < i1) {
             xr.fetch(g, x + (size_t)(i + wph) * g.D, lane);
             da_next = dabar_of(i + wph);

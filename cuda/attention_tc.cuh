@@ -3,7 +3,6 @@
 // projection and the row softmax with column sums. attention_tc.cu's header explains the tiling.
 #pragma once
 #include <cmath>
-#include <type_traits>
 
 #include <cuda_bf16.h>
 
@@ -162,16 +161,11 @@ struct XRowVec {
     }
 };
 
-// x / T, correctly rounded: with the default config's T = 32 a product by 2⁻⁵, which is exact,
-// so the same bits as the IEEE division that the runtime geometry needs.
-template <class GT>
-__device__ __forceinline__ float div_by_T(const GT &g, float x) {
-    if constexpr (std::is_same_v<GT, GeomDefault>) {
-        static_assert((GeomDefault::T & (GeomDefault::T - 1)) == 0, "T a power of two");
-        return __fmul_rn(x, 1.0f / GeomDefault::T);
-    } else {
-        return __fdiv_rn(x, (float)g.T);
-    }
+// x / T at the default config's T = 32 (the XV instances): a product by 2⁻⁵, which is exact, so
+// the same bits as the IEEE division __fdiv_rn(x, T).
+__device__ __forceinline__ float div_by_default_T(float x) {
+    static_assert((GeomDefault::T & (GeomDefault::T - 1)) == 0, "T a power of two");
+    return __fmul_rn(x, 1.0f / GeomDefault::T);
 }
 
 // W_aug[c][f] = Wc[c][f] (f < td), Wgc[c][f − td] (td ≤ f < td + G), else 0.
