@@ -49,13 +49,12 @@
 // Geometry: the kernels take it as a template type. The default config's (attention_tc.cuh's
 // GeomDefault) is compiled in, so that its index arithmetic, bounds checks and trip counts fold to
 // constants; every other config passes attention_paths.hpp's Geom, read at run time. Both compute
-// the same operations in the same order: the same bits. A trial, not yet timed
-// (FOXHUNT_TRIAL_ATTN_XROW=1): the default geometry's XV instances stage X with one float4 a
-// lane (attention_tc.cuh's XRowVec) and divide by T = 32 as a product by 2⁻⁵, the same bits.
+// the same operations in the same order: the same bits. The default geometry's instances also
+// stage X with one float4 a lane (attention_tc.cuh's XRowVec: its row of x is X's rows in order)
+// and divide by T = 32 as a product by 2⁻⁵ (div_by_T), still the same bits.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "attention_bf16.cuh"
@@ -72,10 +71,6 @@ namespace {
 
 using namespace tc;
 
-// The kernels' X rows: XRows, or with the trial's XV (the default config only) XRowVec.
-template <bool XV, int MT, int KX, bool SPLIT>
-using XRowsOf = std::conditional_t<XV, XRowVec<SPLIT>, XRows<MT, KX, SPLIT>>;
-
 // About this many transitions per block: at B = 16384 one wave of resident blocks covers the
 // batch, so each block stages cc once and the backward writes few partial rows.
 constexpr int kTargetSamples = 64;
@@ -91,7 +86,7 @@ using WFragOf = std::conditional_t<B16, WFrag16<KX>, WFrag<KX, SPLIT>>;
 // Plain TF32 and bfloat16 products (!SPLIT): also writes each (transition, head)'s softmax
 // statistics, its rows' maxima and reciprocal sums and its column sums, to stats (stats_offset),
 // which the backward reads instead of recomputing them; split products leave stats alone.
-template <class GT, int MT, int KX, bool SPLIT, bool B16 = false, bool XV = false>
+template <class GT, int MT, int KX, bool SPLIT, bool B16 = false>
 __global__ void __launch_bounds__(256, (SPLIT && KX == 2) ? 1 : (B16 && KX == 1) ? 3 : 2)
 k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               float *__restrict__ abar, const float *__restrict__ Wt, const float *__restrict__ Wg,
@@ -111,9 +106,9 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
     __syncthreads();
     const float Tf = (float)g.T;
     const int i0 = blockIdx.x * spb, i1 = min(g.B, i0 + spb);
-    static_assert(!XV || (std::is_same_v<GT, GeomDefault> && MT == 2 && KX == 1),
-                  "XRowVec is the default config's");
-    XRowsOf<XV, MT, KX, SPLIT || B16> xr;
+    static_assert(!std::is_same_v<GT, GeomDefault> || (MT == 2 && KX == 1),
+                  "the default config's shape");
+    XRowsFor<GT, MT, KX, SPLIT || B16> xr;
     if (i0 + slot < i1) xr.fetch(g, x + (size_t)(i0 + slot) * g.D, lane);
     for (int i = i0 + slot; i < i1; i += wph) {
         xr.store(sm + S::X, lane);
@@ -166,8 +161,7 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
             float a = a0 + a1;
             a += __shfl_xor_sync(0xffffffffu, a, 16);
             if (lane < g.dh)
-                abar[(size_t)i * ld + h * g.dh + lane] =
-                    XV ? div_by_default_T(a) : __fdiv_rn(a, Tf);
+                abar[(size_t)i * ld + h * g.dh + lane] = div_by_T(g, Tf, a);
         }
         // One of the slot's warps also writes the transition's pool and aug rows, the heads
         // taking turns: when head 0's warp wrote them all it finished last and held its block
@@ -186,7 +180,7 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
 // (attention_bf16.cuh), with B16Shape's shared memory.
 // Plain TF32 and bfloat16 products (!SPLIT): A from the forward's row statistics and c from its
 // column sums (stats) instead of the softmax's reductions; split products recompute them exactly.
-template <class GT, int MT, int KX, bool SPLIT, bool WIDE, bool B16 = false, bool XV = false>
+template <class GT, int MT, int KX, bool SPLIT, bool WIDE, bool B16 = false>
 __global__ void __launch_bounds__(WIDE ? 256 : 128, WIDE ? 1 : ((SPLIT || KX == 2) ? 2 : 3))
 k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               const float *__restrict__ dabar, float *__restrict__ partial,
@@ -223,9 +217,9 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
     }
 
     const int i0 = blockIdx.x * spb, i1 = min(g.B, i0 + spb);
-    static_assert(!XV || (std::is_same_v<GT, GeomDefault> && MT == 2 && KX == 1),
-                  "XRowVec is the default config's");
-    XRowsOf<XV, MT, KX, SPLIT || B16> xr;
+    static_assert(!std::is_same_v<GT, GeomDefault> || (MT == 2 && KX == 1),
+                  "the default config's shape");
+    XRowsFor<GT, MT, KX, SPLIT || B16> xr;
     // dā_h of the next transition, loaded with its X one transition ahead (at its use, its wait
     // was 6 % of the kernel's stall samples on the H200).
     auto dabar_of = [&](int i) {
@@ -242,8 +236,7 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
             xr.store_t(reinterpret_cast<__nv_bfloat16 *>(sm + BS::XT), BS::LDT, lane);
         // γ = dā_h / T (the gradient of every query row's attention output), zero past dh.
         if (lane < kDHP)
-            gv[lane] = lane < g.dh ? (XV ? div_by_default_T(da_next) : __fdiv_rn(da_next, Tf))
-                                   : 0.0f;
+            gv[lane] = lane < g.dh ? div_by_T(g, Tf, da_next) : 0.0f;
         if (i + wph < i1) {
             xr.fetch(g, x + (size_t)(i + wph) * g.D, lane);
             da_next = dabar_of(i + wph);
@@ -473,26 +466,16 @@ public:
             case Products::TF32:
                 fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, false>;
                 bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, false, false>;
-                fwd_v_ = k_attn_tc_fwd<GeomDefault, 2, 1, false, false, true>;
-                bwd_v_ = k_attn_tc_bwd<GeomDefault, 2, 1, false, false, false, true>;
                 break;
             case Products::SPLIT:
                 fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, true>;
                 bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, true, false>;
-                fwd_v_ = k_attn_tc_fwd<GeomDefault, 2, 1, true, false, true>;
-                bwd_v_ = k_attn_tc_bwd<GeomDefault, 2, 1, true, false, false, true>;
                 break;
             case Products::BF16:
                 fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, false, true>;
                 bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, false, false, true>;
-                fwd_v_ = k_attn_tc_fwd<GeomDefault, 2, 1, false, true, true>;
-                bwd_v_ = k_attn_tc_bwd<GeomDefault, 2, 1, false, false, true, true>;
                 break;
             }
-            // Trial: the XV instances (one float4 of X a lane) where FOXHUNT_TRIAL_ATTN_XROW=1
-            // and x is 16-byte aligned (forward(), backward()); not yet run on a GPU.
-            const char *e = std::getenv("FOXHUNT_TRIAL_ATTN_XROW");
-            if (!(e && e[0] == '1' && e[1] == '\0')) fwd_v_ = nullptr, bwd_v_ = nullptr;
         }
         switch (prod) {
         case Products::TF32: pick_shape<false, false>(MT, KX, wide, fwd_, bwd_, wf, wb); break;
@@ -508,10 +491,6 @@ public:
         const void *kb = bwd_d_ ? (const void *)bwd_d_ : (const void *)bwd_;
         aux::allow_smem(kf, smem_f_, "attention forward (tensor cores)");
         aux::allow_smem(kb, smem_b_, "attention backward (tensor cores)");
-        if (fwd_v_) {
-            aux::allow_smem((const void *)fwd_v_, smem_f_, "attention forward (tensor cores)");
-            aux::allow_smem((const void *)bwd_v_, smem_b_, "attention backward (tensor cores)");
-        }
         // A block covers wph transitions at a time: its range is a multiple of wph.
         spb_f_ = round_up(wave_samples_per_block(kf, threads_f_, smem_f_, g.B, kTargetSamples),
                           wph_f_);
@@ -528,31 +507,35 @@ public:
     void bind_scratch(void *p) override { stats_buf_ = static_cast<float *>(p); }
 
     void forward(const FwdArgs &a, cudaStream_t s) override {
-        if (fwd_v_ && aligned16(a.x))
-            FH_LAUNCH(fwd_v_, nblk_f_, threads_f_, smem_f_, s, GeomDefault{g_.B}, wph_f_, spb_f_,
-                      a.x, a.comp, a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug, a.ld, stats_buf_);
-        else if (fwd_d_)
+        if (fwd_d_) {
+            check_aligned(a.x);
             FH_LAUNCH(fwd_d_, nblk_f_, threads_f_, smem_f_, s, GeomDefault{g_.B}, wph_f_, spb_f_,
                       a.x, a.comp, a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug, a.ld, stats_buf_);
-        else
+        } else {
             FH_LAUNCH(fwd_, nblk_f_, threads_f_, smem_f_, s, g_, wph_f_, spb_f_, a.x, a.comp,
                       a.abar, a.Wt, a.Wg, a.bo, a.pool, a.aug, a.ld, stats_buf_);
+        }
     }
     void backward(const BwdArgs &a, cudaStream_t s) override {
-        if (bwd_v_ && aligned16(a.x))
-            FH_LAUNCH(bwd_v_, nblk_b_, threads_, smem_b_, s, GeomDefault{g_.B}, wph_, spb_b_, a.x,
-                      a.comp, a.dabar, a.partial, (const float *)stats_buf_);
-        else if (bwd_d_)
+        if (bwd_d_) {
+            check_aligned(a.x);
             FH_LAUNCH(bwd_d_, nblk_b_, threads_, smem_b_, s, GeomDefault{g_.B}, wph_, spb_b_, a.x,
                       a.comp, a.dabar, a.partial, (const float *)stats_buf_);
-        else
+        } else {
             FH_LAUNCH(bwd_, nblk_b_, threads_, smem_b_, s, g_, wph_, spb_b_, a.x, a.comp, a.dabar,
                       a.partial, (const float *)stats_buf_);
+        }
     }
 
 private:
     static int round_up(int spb, int wph) { return (spb + wph - 1) / wph * wph; }
-    static bool aligned16(const float *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+    // The default geometry's kernels load x's rows as float4s (XRowVec): the step's x̃ buffer is
+    // cudaMalloc'd (256-byte aligned) and its rows are 512 bytes, so this holds unless that
+    // changes.
+    static void check_aligned(const float *x) {
+        if (reinterpret_cast<uintptr_t>(x) % 16)
+            fail(FH_ERR_INTERNAL, "attention: x~ at %p is not 16-byte aligned", (const void *)x);
+    }
 
     Geom g_;
     bool split_;
@@ -562,8 +545,6 @@ private:
     BwdFn<Geom> bwd_ = nullptr;
     FwdFn<GeomDefault> fwd_d_ = nullptr;  // set for the default config's geometry
     BwdFn<GeomDefault> bwd_d_ = nullptr;
-    FwdFn<GeomDefault> fwd_v_ = nullptr;  // the trial's XV instances (FOXHUNT_TRIAL_ATTN_XROW=1)
-    BwdFn<GeomDefault> bwd_v_ = nullptr;
     int wph_f_ = 1, wph_ = 1, threads_f_ = 32, threads_ = 32, spb_f_ = 1, spb_b_ = 1,
         nblk_f_ = 1, nblk_b_ = 1;
     size_t smem_f_ = 0, smem_b_ = 0;

@@ -3,6 +3,7 @@
 // projection and the row softmax with column sums. attention_tc.cu's header explains the tiling.
 #pragma once
 #include <cmath>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 
@@ -120,14 +121,15 @@ struct XRows {
     }
 };
 
-// Trial (FOXHUNT_TRIAL_ATTN_XROW=1; attention_tc.cu's XV instances): XRows for the default
-// config's geometry, whose row of D = 128 floats is 32 groups of 4: token t's td = 4 features
-// for t < To = 31, then the goal's G = 4, which X holds at row 31, columns 4 to 7. Lane t loads
-// its group as one float4 (the row 16-byte aligned: the host checks x) and stores X's row t as
-// two float4s, the same values where XRows' eight loads a lane put them. (Nsight at 1e0bf10:
-// XRows' per-element branches, 64-bit addresses and index arithmetic, with the X stores and
-// γ's division, were 198 of the backward's 1077 warp instructions per (transition, head),
-// bench/results/h100-2026-12-06-ncu-source-nineteenth.txt.)
+// XRows for the default config's geometry, whose row of D = 128 floats is 32 groups of 4:
+// token t's td = 4 features for t < To = 31, then the goal's G = 4, which X holds at row 31,
+// columns 4 to 7. Lane t loads its group as one float4 (the row 16-byte aligned: TcPath checks
+// x) and stores X's row t as two float4s, the same values where XRows' eight loads a lane put
+// them. XRows' per-element branches, 64-bit addresses and index arithmetic, with the X stores and
+// γ's division, were 198 of the backward's 1077 warp instructions per (transition, head) (Nsight
+// at 1e0bf10, bench/results/h100-2026-12-06-ncu-source-nineteenth.txt); with this and
+// div_by_T's product the attention lane took 0.319 → 0.293 ms single-stream on an H100, the same
+// bits (bench/results/h100-2026-12-06-attn-xrow-before-after.json).
 template <bool SPLIT>
 struct XRowVec {
     using S = TcShape<2, 1>;
@@ -161,9 +163,17 @@ struct XRowVec {
     }
 };
 
-// x / T at the default config's T = 32 (the XV instances): a product by 2⁻⁵, which is exact, so
-// the same bits as the IEEE division __fdiv_rn(x, T).
-__device__ __forceinline__ float div_by_default_T(float x) {
+// The X rows a geometry's kernels stage: XRowVec for the default config's, XRows for any other.
+template <class GT, int MT, int KX, bool SPLIT>
+using XRowsFor =
+    std::conditional_t<std::is_same_v<GT, GeomDefault>, XRowVec<SPLIT>, XRows<MT, KX, SPLIT>>;
+
+// x / T (Tf = T as a float, converted once a kernel): an IEEE division at a runtime geometry; at
+// the default config's T = 32 a product by 2⁻⁵, which is exact, so the same bits.
+__device__ __forceinline__ float div_by_T(const Geom &, float Tf, float x) {
+    return __fdiv_rn(x, Tf);
+}
+__device__ __forceinline__ float div_by_T(const GeomDefault &, float, float x) {
     static_assert((GeomDefault::T & (GeomDefault::T - 1)) == 0, "T a power of two");
     return __fmul_rn(x, 1.0f / GeomDefault::T);
 }
