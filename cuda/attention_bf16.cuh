@@ -133,10 +133,9 @@ __device__ __forceinline__ void project_qkv16(const GT &g, int h, const float *c
 
 // The scores q kᵀ on bfloat16 products: q's channel tiles 0 and 1 of token tile μ are one A
 // fragment; keys 8ν + g are rows g (+ 8 for odd ν) of k's tile ν / 2, channel tiles 0 and 1 the
-// B fragment's two halves; from: acc_start's (attention_tc.cuh).
+// B fragment's two halves.
 template <int MT>
-__device__ __forceinline__ void scores16(const QKFrag<MT> &qk, float (&s)[MT][2 * MT][4],
-                                         const RowStats<MT> *from = nullptr) {
+__device__ __forceinline__ void scores16(const QKFrag<MT> &qk, float (&s)[MT][2 * MT][4]) {
 #pragma unroll
     for (int mu = 0; mu < MT; ++mu) {
         const float(&q0)[4] = qk.f[0][mu][0], (&q1)[4] = qk.f[0][mu][1];
@@ -147,7 +146,7 @@ __device__ __forceinline__ void scores16(const QKFrag<MT> &qk, float (&s)[MT][2 
             const int hi = (nu & 1) * 2;
             const float(&k0)[4] = qk.f[1][nu >> 1][0], (&k1)[4] = qk.f[1][nu >> 1][1];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[mu][nu][e] = acc_start(from, mu, e);
+            for (int e = 0; e < 4; ++e) s[mu][nu][e] = 0.0f;
             bmma::mma(s[mu][nu], a, bmma::pack(k0[hi], k0[hi + 1]), bmma::pack(k1[hi], k1[hi + 1]));
         }
     }

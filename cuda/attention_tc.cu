@@ -55,7 +55,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "attention_bf16.cuh"
@@ -181,19 +180,12 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
 // (attention_bf16.cuh), with B16Shape's shared memory.
 // Plain TF32 and bfloat16 products (!SPLIT): A from the forward's row statistics and c from its
 // column sums (stats) instead of the softmax's reductions; split products recompute them exactly.
-// Trial (FOXHUNT_TRIAL_ATTN_FOLD, the default geometry's plain products; not yet timed): FOLD ≥ 1
-// keeps β times 1/√dh = 2⁻² (γ' = dā · 2⁻⁷, exact), so that dS = A (β' − Σ A β') needs no
-// product by 1/√dh (the same bits); FOLD = 2 also starts the scores' accumulators at −max
-// (softmax_stored SHIFTED) and undoes dkᵀ's log2(e)/√dh once, on the sums, after the loop (other
-// bits).
-template <class GT, int MT, int KX, bool SPLIT, bool WIDE, bool B16 = false, int FOLD = 0>
+template <class GT, int MT, int KX, bool SPLIT, bool WIDE, bool B16 = false>
 __global__ void __launch_bounds__(WIDE ? 256 : 128, WIDE ? 1 : ((SPLIT || KX == 2) ? 2 : 3))
 k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *__restrict__ comp,
               const float *__restrict__ dabar, float *__restrict__ partial,
               const float *__restrict__ stats) {
     pdl_enter();
-    static_assert(FOLD == 0 || (std::is_same_v<GT, GeomDefault> && !SPLIT && GeomDefault::dh == 16),
-                  "the fold trial: the default config's plain products, 1/√dh = 2⁻²");
     using S = TcShape<MT, KX>;
     using BS = B16Shape<MT, KX>;
     constexpr int NT = S::NT;
@@ -242,12 +234,9 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
         xr.store(sm + S::X, lane);
         if constexpr (B16)
             xr.store_t(reinterpret_cast<__nv_bfloat16 *>(sm + BS::XT), BS::LDT, lane);
-        // γ = dā_h / T (the gradient of every query row's attention output), zero past dh;
-        // FOLD: γ' = γ / √dh (exact: 2⁻²).
-        if (lane < kDHP) {
-            const float gam = div_by_T(g, Tf, da_next);
-            gv[lane] = lane < g.dh ? (FOLD ? __fmul_rn(gam, GeomDefault::scale) : gam) : 0.0f;
-        }
+        // γ = dā_h / T (the gradient of every query row's attention output), zero past dh.
+        if (lane < kDHP)
+            gv[lane] = lane < g.dh ? div_by_T(g, Tf, da_next) : 0.0f;
         if (i + wph < i1) {
             xr.fetch(g, x + (size_t)(i + wph) * g.D, lane);
             da_next = dabar_of(i + wph);
@@ -282,22 +271,18 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
         QKFrag<MT> qk;
         if constexpr (B16) project_qkv16<MT, KX, true>(g, h, ccb, w, sm, gv, vec, qk, gi, tq);
         else project_qkv<MT, KX, SPLIT, true>(g, h, ccb, w, sm, gv, vec, qk, gi, tq);
-        // FOLD: γ = γ' · 4 again (exact).
-        const float gam_lo = FOLD ? __fmul_rn(gv[gi], 1.0f / GeomDefault::scale) : gv[gi],
-                    gam_hi = FOLD ? __fmul_rn(gv[gi + 8], 1.0f / GeomDefault::scale) : gv[gi + 8];
+        const float gam_lo = gv[gi], gam_hi = gv[gi + 8];
         __syncwarp();
         float s[MT][NT][4];
         if constexpr (SPLIT) {
             RowStats<MT> unused;
             softmax_rows<MT, KX, SPLIT>(g, qk, gi, tq, s, c, unused);
         } else {
-            const RowStats<MT> *from = FOLD == 2 ? &rstat : nullptr;
-            if constexpr (B16) scores16<MT>(qk, s, from);
-            else scores<MT, false>(qk, s, from);
-            softmax_stored<MT, FOLD == 2>(g, tq, rstat, s);
+            if constexpr (B16) scores16<MT>(qk, s);
+            else scores<MT, false>(qk, s);
+            softmax_stored<MT>(g, tq, rstat, s);
         }
-        // dS = A (β − Σ_s A β) / √dh, in place (FOLD: A (β' − Σ_s A β'), the same bits); a copy
-        // in shared memory for dkᵀ.
+        // dS = A (β − Σ_s A β) / √dh, in place; a copy in shared memory for dkᵀ.
 #pragma unroll
         for (int mu = 0; mu < MT; ++mu)
 #pragma unroll
@@ -315,8 +300,7 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         float &a = s[mu][nu][2 * r + e];
-                        a = FOLD ? a * (vec[8 * nu + 2 * tq + e] - rs)
-                                 : (a * (vec[8 * nu + 2 * tq + e] - rs)) * g.scale;
+                        a = (a * (vec[8 * nu + 2 * tq + e] - rs)) * g.scale;
                     }
             }
         if constexpr (B16) {
@@ -377,9 +361,8 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
                     }
                 }
             }
-            // Plain TF32 and bfloat16 products keep q times log2(e)/√dh: undone here (FOLD = 2:
-            // on the sums, after the loop).
-            if (p == 1 && !SPLIT && FOLD < 2) {
+            // Plain TF32 and bfloat16 products keep q times log2(e)/√dh: undone here.
+            if (p == 1 && !SPLIT) {
                 const float unscale = 1.0f / (g.scale * kLog2e);
 #pragma unroll
                 for (int n = 0; n < NT; ++n)
@@ -412,16 +395,6 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
         __syncwarp();
     }
 
-    if constexpr (FOLD == 2) {
-        const float unscale = 1.0f / (g.scale * kLog2e);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-#pragma unroll
-            for (int n = 0; n < NT; ++n) sacc[1][n][e] *= unscale;
-#pragma unroll
-            for (int n = 0; n < KX; ++n) macc[1][n][e] *= unscale;
-        }
-    }
     // This warp's head columns of its slot's partial row: S [T, 3d] | M1 [3d, td] | M2 [3d, G].
     float *out = partial + (size_t)(blockIdx.x * wph + slot) * g.pw;
     float *M1 = out + (size_t)g.T * g.d3, *M2 = M1 + (size_t)g.d3 * g.td;
@@ -489,15 +462,10 @@ public:
             // B = 16384, bench/results/h200-2026-12-02-attn-geom-before-after.json).
             static_assert(GeomDefault::T == 32 && GeomDefault::td + GeomDefault::G == 8 &&
                               GeomDefault::heads == 4, "MT = 2, KX = 1, one slot of 4 heads");
-            // Trial: FOXHUNT_TRIAL_ATTN_FOLD=1 or 2 (k_attn_tc_bwd's FOLD), plain products only.
-            const char *fe = std::getenv("FOXHUNT_TRIAL_ATTN_FOLD");
-            const int fold = fe && (fe[0] == '1' || fe[0] == '2') && fe[1] == '\0' ? fe[0] - '0' : 0;
             switch (prod) {
             case Products::TF32:
                 fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, false>;
-                bwd_d_ = fold == 2   ? k_attn_tc_bwd<GeomDefault, 2, 1, false, false, false, 2>
-                         : fold == 1 ? k_attn_tc_bwd<GeomDefault, 2, 1, false, false, false, 1>
-                                     : k_attn_tc_bwd<GeomDefault, 2, 1, false, false>;
+                bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, false, false>;
                 break;
             case Products::SPLIT:
                 fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, true>;
@@ -505,9 +473,7 @@ public:
                 break;
             case Products::BF16:
                 fwd_d_ = k_attn_tc_fwd<GeomDefault, 2, 1, false, true>;
-                bwd_d_ = fold == 2   ? k_attn_tc_bwd<GeomDefault, 2, 1, false, false, true, 2>
-                         : fold == 1 ? k_attn_tc_bwd<GeomDefault, 2, 1, false, false, true, 1>
-                                     : k_attn_tc_bwd<GeomDefault, 2, 1, false, false, true>;
+                bwd_d_ = k_attn_tc_bwd<GeomDefault, 2, 1, false, false, true>;
                 break;
             }
         }

@@ -297,25 +297,10 @@ __device__ __forceinline__ float exp2_approx(float x) {
     return y;
 }
 
-// The row statistics of the softmax over the thread's rows 16μ + g (r = 0) and + 8 (r = 1): each
-// row's maximum and the reciprocal of its sum of exponentials (0 for rows ≥ T).
-template <int MT>
-struct RowStats {
-    float mx[MT][2], inv[MT][2];
-};
-
-// The accumulators' start: 0, or (from, the trial FOXHUNT_TRIAL_ATTN_FOLD=2) minus the row's
-// maximum, so that the products give s − max.
-template <int MT>
-__device__ __forceinline__ float acc_start(const RowStats<MT> *from, int mu, int e) {
-    return from ? -from->mx[mu][e >> 1] : 0.0f;
-}
-
 // The scores q kᵀ as accumulator fragments s[μ][ν] (rows t = 16μ + g and + 8, key columns
-// 8ν + 2t' and + 1), on TF32 (or split) products; from: acc_start's.
+// 8ν + 2t' and + 1), on TF32 (or split) products.
 template <int MT, bool SPLIT>
-__device__ __forceinline__ void scores(const QKFrag<MT> &qk, float (&s)[MT][2 * MT][4],
-                                       const RowStats<MT> *from = nullptr) {
+__device__ __forceinline__ void scores(const QKFrag<MT> &qk, float (&s)[MT][2 * MT][4]) {
 #pragma unroll
     for (int mu = 0; mu < MT; ++mu) {
         mma::Op a[2][4];
@@ -326,7 +311,7 @@ __device__ __forceinline__ void scores(const QKFrag<MT> &qk, float (&s)[MT][2 * 
 #pragma unroll
         for (int nu = 0; nu < 2 * MT; ++nu) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[mu][nu][e] = acc_start(from, mu, e);
+            for (int e = 0; e < 4; ++e) s[mu][nu][e] = 0.0f;
 #pragma unroll
             for (int ka = 0; ka < 2; ++ka) {
                 // keys 8ν + g: rows g (+ 8 for odd ν) of k's tile ν / 2
@@ -338,6 +323,13 @@ __device__ __forceinline__ void scores(const QKFrag<MT> &qk, float (&s)[MT][2 * 
         }
     }
 }
+
+// The statistics of the row softmax over the thread's rows 16μ + g (r = 0) and + 8 (r = 1): each
+// row's maximum and the reciprocal of its sum of exponentials (0 for rows ≥ T).
+template <int MT>
+struct RowStats {
+    float mx[MT][2], inv[MT][2];
+};
 
 // The scores in s turned into A = softmax over the T keys of (q kᵀ)/√dh in place; rows ≥ T are
 // zero. Then c[ν] = the column sums of A at this thread's two key columns of tile ν (a butterfly
@@ -428,9 +420,8 @@ __device__ __forceinline__ void softmax_rows(const GT &g, const QKFrag<MT> &qk, 
 
 // The backward's A from the forward's row statistics and its own scores (plain TF32 or bfloat16
 // products, the forward's bits): exp2(s − max) · inv, the operations softmax_colsums applies,
-// without its reductions (the maximum's and the sum's butterflies, the reciprocal). SHIFTED: s
-// already holds s − max (scores' from).
-template <int MT, bool SHIFTED = false, class GT>
+// without its reductions (the maximum's and the sum's butterflies, the reciprocal).
+template <int MT, class GT>
 __device__ __forceinline__ void softmax_stored(const GT &g, int tq, const RowStats<MT> &st,
                                                float (&s)[MT][2 * MT][4]) {
 #pragma unroll
@@ -443,7 +434,7 @@ __device__ __forceinline__ void softmax_stored(const GT &g, int tq, const RowSta
                 for (int e = 0; e < 2; ++e) {
                     float &v = s[mu][nu][2 * r + e];
                     const float x = 8 * nu + 2 * tq + e < g.T ? v : -INFINITY;
-                    v = exp2_approx(SHIFTED ? x : x - st.mx[mu][r]) * st.inv[mu][r];
+                    v = exp2_approx(x - st.mx[mu][r]) * st.inv[mu][r];
                 }
 }
 

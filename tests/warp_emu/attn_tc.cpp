@@ -44,9 +44,8 @@ constexpr int bwd_floats() {
 }
 
 // Which instance runs: the runtime geometry's (every case), or at the default config's shapes
-// the compiled-in geometry's (GeomDefault), with the backward of the trial
-// FOXHUNT_TRIAL_ATTN_FOLD at 1 or 2 (plain products only).
-enum Kind { RUNTIME, DEFAULT, DEFAULT_FOLD1, DEFAULT_FOLD2 };
+// the compiled-in geometry's (GeomDefault).
+enum Kind { RUNTIME, DEFAULT };
 
 // The forward leaves its softmax statistics in stats (TF32 and bfloat16 products), the backward
 // reads them.
@@ -69,8 +68,7 @@ void bwd(const Geom &g, const std::vector<float> &x, const std::vector<float> &c
         k_attn_tc_bwd<Geom, MT, KX, P == SPLIT, false, P == BF16>(
             g, 1, g.B, x.data(), comp.data(), dabar.data(), partial, stats);
     else
-        k_attn_tc_bwd<tc::GeomDefault, 2, 1, P == SPLIT, false, P == BF16,
-                      K == DEFAULT_FOLD2 ? 2 : K == DEFAULT_FOLD1 ? 1 : 0>(
+        k_attn_tc_bwd<tc::GeomDefault, 2, 1, P == SPLIT, false, P == BF16>(
             tc::GeomDefault{g.B}, 1, g.B, x.data(), comp.data(), dabar.data(), partial, stats);
 }
 
@@ -142,10 +140,8 @@ bool run(int T, int dh, int td, int G, int heads, int h, unsigned seed) {
     emulate<MT, KX, P>(g, h, x, comp, dabar, smem, abar.data(), partial.data(),
                        P == SPLIT ? nullptr : stats.data());
     // At the default config's shapes, the compiled-in geometry's instances must give the runtime
-    // geometry's outputs bit for bit (FOLD = 1 too); FOLD = 2's partial row is checked against
-    // float64 below.
+    // geometry's outputs bit for bit.
     bool same = true;
-    std::vector<float> fold2;
     if constexpr (MT == 2 && KX == 1) {
         if (dflt) {
             same = tc::GeomDefault::matches(g);
@@ -163,15 +159,6 @@ bool run(int T, int dh, int td, int G, int heads, int h, unsigned seed) {
             same &= check([&](float *a, float *p, float *st) {
                 emulate<2, 1, P, DEFAULT>(g, h, x, comp, dabar, smem, a, p, st);
             });
-            if constexpr (P != SPLIT) {
-                same &= check([&](float *a, float *p, float *st) {
-                    emulate<2, 1, P, DEFAULT_FOLD1>(g, h, x, comp, dabar, smem, a, p, st);
-                });
-                fold2.assign(partial.size(), NAN);
-                std::vector<float> a2(abar.size(), NAN), s2(stats.size(), NAN);
-                emulate<2, 1, P, DEFAULT_FOLD2>(g, h, x, comp, dabar, smem, a2.data(),
-                                                fold2.data(), s2.data());
-            }
         }
     }
     // The float64 evaluation of head h.
@@ -247,46 +234,29 @@ bool run(int T, int dh, int td, int G, int heads, int h, unsigned seed) {
                 }
             }
     }
-    // The relative errors of a partial row's S and M1 | M2 against float64.
-    auto sums_err = [&](const std::vector<float> &row, double &es, double &em) {
-        const float *gS = row.data(), *gM1 = gS + (size_t)T * g.d3,
-                    *gM2 = gM1 + (size_t)g.d3 * td;
-        double eS = 0, nS = 0, eM = 0, nM = 0;
-        auto add = [](double &e, double &n, double got, double want) {
-            e += (got - want) * (got - want);
-            n += want * want;
-        };
-        for (int p = 0; p < 3; ++p)
-            for (int j = 0; j < dh; ++j) {
-                const int c = p * g.d + h * dh + j;
-                for (int t = 0; t < T; ++t)
-                    add(eS, nS, gS[(size_t)t * g.d3 + c], Sref[(size_t)t * g.d3 + c]);
-                for (int f = 0; f < td; ++f)
-                    add(eM, nM, gM1[(size_t)c * td + f], M1[(size_t)c * td + f]);
-                for (int f = 0; f < G; ++f)
-                    add(eM, nM, gM2[(size_t)c * G + f], M2[(size_t)c * G + f]);
-            }
-        es = std::sqrt(eS / nS);
-        em = std::sqrt(eM / nM);
+    const float *gS = partial.data(), *gM1 = gS + (size_t)T * g.d3, *gM2 = gM1 + (size_t)g.d3 * td;
+    double eS = 0, nS = 0, eM = 0, nM = 0;
+    auto add = [](double &e, double &n, double got, double want) {
+        e += (got - want) * (got - want);
+        n += want * want;
     };
-    double es, em;
-    sums_err(partial, es, em);
-    const double ea = std::sqrt(errA / nrmA);
+    for (int p = 0; p < 3; ++p)
+        for (int j = 0; j < dh; ++j) {
+            const int c = p * g.d + h * dh + j;
+            for (int t = 0; t < T; ++t)
+                add(eS, nS, gS[(size_t)t * g.d3 + c], Sref[(size_t)t * g.d3 + c]);
+            for (int f = 0; f < td; ++f)
+                add(eM, nM, gM1[(size_t)c * td + f], M1[(size_t)c * td + f]);
+            for (int f = 0; f < G; ++f) add(eM, nM, gM2[(size_t)c * G + f], M2[(size_t)c * G + f]);
+        }
+    const double ea = std::sqrt(errA / nrmA), es = std::sqrt(eS / nS), em = std::sqrt(eM / nM);
     const double bound = P == BF16 ? 5e-2 : P == SPLIT ? 1e-5 : 1e-2;
-    bool ok = ea <= bound && es <= bound && em <= bound && same;  // false for NaN
+    const bool ok = ea <= bound && es <= bound && em <= bound && same;  // false for NaN
     printf("%-5s MT=%d KX=%d T=%2d dh=%2d td=%2d G=%d heads=%d h=%d: abar %.2e  S %.2e  M %.2e"
            "%s  %s\n", kProductName[P], MT, KX, T, dh, td, G, heads, h, ea, es, em,
            dflt ? (same ? "  default instances bitwise equal" : "  default instances DIFFER")
                 : "",
            ok ? "ok" : "FAILED");
-    if (!fold2.empty()) {
-        double fs, fm;
-        sums_err(fold2, fs, fm);
-        const bool fok = fs <= bound && fm <= bound;
-        printf("      the trial's FOLD = 2 backward: S %.2e  M %.2e  %s\n", fs, fm,
-               fok ? "ok" : "FAILED");
-        ok &= fok;
-    }
     return ok;
 }
 
