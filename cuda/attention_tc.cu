@@ -54,7 +54,6 @@
 // and divide by T = 32 as a product by 2⁻⁵ (div_by_T), still the same bits.
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <type_traits>
 
 #include "attention_bf16.cuh"
@@ -532,10 +531,7 @@ private:
     // The default geometry's kernels load x's rows as float4s (XRowVec): the step's x̃ buffer is
     // cudaMalloc'd (256-byte aligned) and its rows are 512 bytes, so this holds unless that
     // changes.
-    static void check_aligned(const float *x) {
-        if (reinterpret_cast<uintptr_t>(x) % 16)
-            fail(FH_ERR_INTERNAL, "attention: x~ at %p is not 16-byte aligned", (const void *)x);
-    }
+    static void check_aligned(const float *x) { aux::require_aligned16(x, "attention: x~"); }
 
     Geom g_;
     bool split_;

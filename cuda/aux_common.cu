@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 
@@ -54,6 +55,11 @@ void allow_smem(const void *kernel, size_t bytes, const char *what) {
              what, bytes, lim);
     FH_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)bytes));
+}
+
+void require_aligned16(const void *p, const char *what) {
+    if (reinterpret_cast<uintptr_t>(p) % 16)
+        fail(FH_ERR_INTERNAL, "%s at %p is not 16-byte aligned", what, p);
 }
 
 RowPlan plan_rows(size_t rows, int width, int per_warp, size_t extra_per_warp_bytes,

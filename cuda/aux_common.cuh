@@ -54,6 +54,9 @@ size_t max_smem_optin();
 // Lets `kernel` use `bytes` of dynamic shared memory (a no-op up to 48 KiB); throws
 // FH_ERR_BAD_DIMENSION naming `what` when the device cannot give that much.
 void allow_smem(const void *kernel, size_t bytes, const char *what);
+// Throws FH_ERR_INTERNAL ("`what` at p is not 16-byte aligned") unless p is: for kernels that
+// load a buffer as float4s.
+void require_aligned16(const void *p, const char *what);
 
 // ---- fixed-order reductions (reduce.cuh) ------------------------------------------------------
 // Partials are [Z][rows][width] (row = a block's contribution); reduce_partials() sums the rows

@@ -260,8 +260,7 @@ struct IqlLearner::Impl {
     // F1 .. B2x in one kernel, and the sums of its partial rows (iql_fused.cu).
     void fused_pass(const StepInputs &in, float *v_hi, float *v_lo, float *omega, float *loss,
                     bool bf16_stores, cudaStream_t s) {
-        if (reinterpret_cast<uintptr_t>(in.x) % 16)
-            fail(FH_ERR_INTERNAL, "IQL: x~ at %p is not 16-byte aligned", (const void *)in.x);
+        aux::require_aligned16(in.x, "IQL: x~");
         iql::FusedArgs a{};
         a.x = in.x;
         a.params = params;
