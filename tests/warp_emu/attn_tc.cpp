@@ -20,7 +20,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "attention_bf16.cuh"
+#include "attention_tc_grads.cuh"
 
 using std::min;
 

@@ -18,7 +18,7 @@ def write(name, text):
 
 
 for name in ("iqn_fused.hpp", "tile128.cuh", "device_math.cuh", "attention_tc.cuh",
-             "attention_paths.hpp", "attention_bf16.cuh"):
+             "attention_paths.hpp", "attention_bf16.cuh", "attention_tc_grads.cuh"):
     write(name, read(name))
 
 s = read("attention_tc.cuh")
