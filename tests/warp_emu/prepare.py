@@ -96,6 +96,18 @@ i = s.index("namespace {\n") + len("namespace {\n")
 j = s.index("template <class GT>\nusing FwdFn")
 open(f"{work}/attn_kernels.inc", "w", encoding="utf-8").write(device_code(s[i:j]))
 
+# The fused trial's kernel (attention_fused.cu): its constants and kernel, up to the host-side
+# kernels of the head's composites and gradients.
+s = read("attention_fused.cu")
+i = s.index("namespace {\n") + len("namespace {\n")
+j = s.index("// M[a][k] of the header")
+open(f"{work}/attn_fused_kernel.inc", "w", encoding="utf-8").write(device_code(s[i:j]))
+# and its head's composites and weight gradients (plain SIMT kernels, run thread by thread).
+k = s.index("int blocks_for(int outputs)")
+assert s[j:k].count("    pdl_enter();\n") == 2, "attention_fused.cu: the head kernels changed"
+open(f"{work}/attn_fused_head.inc", "w", encoding="utf-8").write(
+    s[j:k].replace("    pdl_enter();\n", ""))
+
 # The online pass: its helpers and kernel up to the block's final reduction (the harness records
 # each thread's sums there instead).
 s = read("iqn_online.cu")
