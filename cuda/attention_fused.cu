@@ -23,11 +23,13 @@
 //
 // Tiling. A block is one slot of the backward's (attention_tc.cu): 4 warps, warp h head h, 168
 // registers, the backward's shared memory per warp (v kept in dS's place until β is formed) and
-// 1.1 KB for the head, so three blocks an SM as the backward. Five block barriers a transition:
-// after ā and aug, after h's halves, after r̂'s halves, after dh, after dā's halves. C1, C1ᵀ and
-// C2 (32 KB) are read through L1 (__ldg), coalesced: each thread's column of C1ᵀ for h and of C1
-// for dā. Deterministic: fixed-order sums, float64 per-block sums of the head's gradients, no
-// atomics.
+// 3.9 KB for the head, so three blocks an SM as the backward. Three block barriers a
+// transition: after ā and aug, after h's halves, after dā's halves; between the last two every
+// warp forms r̂ and dh itself (the same operations, the same bits) into a copy of its own. C1, C1ᵀ
+// and C2 (32 KB), br1 and w_r2 are read through L1, coalesced (each thread's column of C1ᵀ for h
+// and of C1 for dā), with plain loads: as __ldg the compiler hoisted them above the block's
+// barriers and the kernel spilled 276 bytes (16 now, as the backward). Deterministic:
+// fixed-order sums, float64 per-block sums of the head's gradients, no atomics.
 #include <algorithm>
 
 #include "attention_paths.hpp"
@@ -50,9 +52,10 @@ constexpr int kNa = GeomDefault::na; // aug's columns
 constexpr int kC1 = 0, kC1T = kW * kW, kC2 = 2 * kW * kW, kG = kC2 + kW * kNa;
 static_assert(kG % 4 == 0, "G 16-byte aligned for cuBLAS");
 // The head's shared memory after the warps' regions (floats).
-constexpr int kHAbar = 0, kHAug = kHAbar + kW, kHDh = kHAug + 16, kHRed = kHDh + kW,
-              kHRsum = kHRed + kThreads, kHC = kHRsum + 4, kHAcc = kHC + 4 * 32,
-              kHFloats = kHAcc + 2 * (2 * kW + 2);  // the head's float64 sums
+// ā | aug | dh (a copy a warp) | h's halves | dā's halves | c (a row a warp) | the float64 sums
+constexpr int kHAbar = 0, kHAug = kHAbar + kW, kHDh = kHAug + 16, kHRed = kHDh + 4 * kW,
+              kHRed2 = kHRed + kThreads, kHC = kHRed2 + kThreads, kHAcc = kHC + 4 * 32,
+              kHFloats = kHAcc + 2 * kPartW;
 constexpr int kTargetSamples = 64;
 
 __global__ void __launch_bounds__(kThreads, 3)
@@ -68,14 +71,14 @@ k_attn_fused(GeomDefault g, int spb, FusedArgs a) {
     float *hs = ccb + S::cc_floats(g.heads) + g.heads * S::BWD_FLOATS;
     const float *X = sm + S::X, *q = sm + S::Q, *k = sm + S::K;
     float *V = sm + S::DS, *dS = sm + S::DS, *vec = sm + S::BWD_VEC, *gv = vec + S::TP;
-    float *abar_s = hs + kHAbar, *aug_s = hs + kHAug, *dh_s = hs + kHDh, *red = hs + kHRed,
-          *rsum = hs + kHRsum, *cs = hs + kHC + 32 * warp;
+    float *abar_s = hs + kHAbar, *aug_s = hs + kHAug, *dh_w = hs + kHDh + kW * warp,
+          *red = hs + kHRed, *red2 = hs + kHRed2, *cs = hs + kHC + 32 * warp;
     double *hacc = reinterpret_cast<double *>(hs + kHAcc);  // dbr1 | dw_r2 | db_r2 | loss
     stage_cc<MT, 1>(g, a.comp, ccb);
     WFrag<1, false> w;
     w.load(g, h, a.comp, gi, tq);
     const int m = threadIdx.x & (kW - 1), half = threadIdx.x >> 6;
-    const float br1m = __ldg(a.br1 + m), wr2m = __ldg(a.wr2 + m), br2 = __ldg(a.br2);
+    const float br2 = __ldg(a.br2);
     const float *C1 = a.hc + kC1, *C1T = a.hc + kC1T, *C2 = a.hc + kC2;
     __syncthreads();
     const float Tf = (float)g.T;
@@ -90,9 +93,12 @@ k_attn_fused(GeomDefault g, int spb, FusedArgs a) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) macc[p][0][e] = 0.0f;
     }
-    // The head's sums, each zeroed and updated by its one thread (m < 64; thread 0 also dr, loss).
-    if (half == 0) hacc[m] = hacc[kW + m] = 0.0;
-    if (threadIdx.x == 0) hacc[2 * kW] = hacc[2 * kW + 1] = 0.0;
+    // The head's sums, each zeroed and updated by one thread of warp 0 (lane: m = lane and
+    // lane + 32; lane 0 also dr and the loss).
+    if (warp == 0) {
+        hacc[lane] = hacc[lane + 32] = hacc[kW + lane] = hacc[kW + lane + 32] = 0.0;
+        if (lane == 0) hacc[2 * kW] = hacc[2 * kW + 1] = 0.0;
+    }
 
     const int i0 = blockIdx.x * spb, i1 = min(g.B, i0 + spb);
     XRowVec<false> xr;
@@ -131,11 +137,13 @@ k_attn_fused(GeomDefault g, int spb, FusedArgs a) {
             float c[NT][2];
             RowStats<MT> unused;
             softmax_rows<MT, 1, false>(g, qk, gi, tq, s, c, unused);
-        // c to shared memory (for ā, and for dvᵀ after the head: not held in registers across it)
-        if (gi == 0)
+            // c to shared memory, for ā and for dvᵀ after the head (held in registers across the
+            // head, it made the kernel spill)
+            if (gi == 0)
 #pragma unroll
-            for (int nu = 0; nu < NT; ++nu)
-                *reinterpret_cast<float2 *>(cs + 8 * nu + 2 * tq) = make_float2(c[nu][0], c[nu][1]);
+                for (int nu = 0; nu < NT; ++nu)
+                    *reinterpret_cast<float2 *>(cs + 8 * nu + 2 * tq) =
+                        make_float2(c[nu][0], c[nu][1]);
         }
         __syncwarp();
         // ā_h[j] = Σ_s c_s v_s[j] / T, as k_attn_tc_fwd forms it.
@@ -164,61 +172,69 @@ k_attn_fused(GeomDefault g, int spb, FusedArgs a) {
             for (int u = 0; u < 8; ++u) {
                 const float4 av = ab4[u];
                 const float *c = C1T + (size_t)(32 * half + 4 * u) * kW + m;
-                p0 = fmaf(__ldg(c), av.x, p0);
-                p1 = fmaf(__ldg(c + kW), av.y, p1);
-                p0 = fmaf(__ldg(c + 2 * kW), av.z, p0);
-                p1 = fmaf(__ldg(c + 3 * kW), av.w, p1);
+                p0 = fmaf(c[0], av.x, p0);
+                p1 = fmaf(c[kW], av.y, p1);
+                p0 = fmaf(c[2 * kW], av.z, p0);
+                p1 = fmaf(c[3 * kW], av.w, p1);
             }
             if (half == 0)
 #pragma unroll
-                for (int f = 0; f < kNa; ++f) p0 = fmaf(__ldg(C2 + m * kNa + f), aug_s[f], p0);
+                for (int f = 0; f < kNa; ++f) p0 = fmaf(C2[m * kNa + f], aug_s[f], p0);
             red[threadIdx.x] = p0 + p1;
         }
         __syncthreads();
-        float pre = 0.0f, sg = 0.0f, sl = 0.0f;
-        if (half == 0) {
-            pre = __fadd_rn(__fadd_rn(red[m], red[kW + m]), br1m);
-            sg = dev_sigmoid(pre);
-            sl = __fmul_rn(pre, sg);
-            const float part = warp_sum(__fmul_rn(sl, wr2m));
-            if (lane == 0) rsum[warp] = part;
+        // Every warp: h + br1, SiLU and the reward at m = lane and lane + 32, r̂ by a warp sum
+        // (the same operations in each warp, so the same bits), dr and dh into its own copy of dh:
+        // no block barrier between h and dā.
+        float pre[2], sg[2], sl[2], wr2l[2], rp = 0.0f;
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int mm = lane + 32 * u;
+            wr2l[u] = a.wr2[mm];
+            pre[u] = __fadd_rn(__fadd_rn(red[mm], red[kW + mm]), a.br1[mm]);
+            sg[u] = dev_sigmoid(pre[u]);
+            sl[u] = __fmul_rn(pre[u], sg[u]);
+            rp = __fadd_rn(rp, __fmul_rn(sl[u], wr2l[u]));
         }
-        __syncthreads();
-        const float rhat = __fadd_rn(__fadd_rn(rsum[0], rsum[1]), br2);
+        const float rhat = __fadd_rn(warp_sum(rp), br2);
         const float e = __fadd_rn(rhat, -ri);
         const float dr = __fdiv_rn(__fmul_rn(2.0f, e), a.rows);
-        if (half == 0) {
-            const float dh = __fmul_rn(__fmul_rn(dr, wr2m), dev_dsilu_s(pre, sg));
-            dh_s[m] = dh;
-            a.dh[(size_t)i * a.ld_dh + m] = dh;
-            hacc[m] += (double)dh;
-            hacc[kW + m] += (double)dr * (double)sl;
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int mm = lane + 32 * u;
+            const float dh = __fmul_rn(__fmul_rn(dr, wr2l[u]), dev_dsilu_s(pre[u], sg[u]));
+            dh_w[mm] = dh;
+            if (warp == 0) {
+                a.dh[(size_t)i * a.ld_dh + mm] = dh;
+                hacc[mm] += (double)dh;
+                hacc[kW + mm] += (double)dr * (double)sl[u];
+            }
         }
         if (threadIdx.x == 0) {
             hacc[2 * kW] += (double)dr;
             hacc[2 * kW + 1] += (double)__fmul_rn(e, e);
         }
-        __syncthreads();
+        __syncwarp();
         // dā's halves: thread (j = m, half) sums dh_m' C1[m'][j] over its half of m'.
         {
-            const float4 *dh4 = reinterpret_cast<const float4 *>(dh_s + 32 * half);
+            const float4 *dh4 = reinterpret_cast<const float4 *>(dh_w + 32 * half);
             float p0 = 0.0f, p1 = 0.0f;
 #pragma unroll
             for (int u = 0; u < 8; ++u) {
                 const float4 dv = dh4[u];
                 const float *c = C1 + (size_t)(32 * half + 4 * u) * kW + m;
-                p0 = fmaf(__ldg(c), dv.x, p0);
-                p1 = fmaf(__ldg(c + kW), dv.y, p1);
-                p0 = fmaf(__ldg(c + 2 * kW), dv.z, p0);
-                p1 = fmaf(__ldg(c + 3 * kW), dv.w, p1);
+                p0 = fmaf(c[0], dv.x, p0);
+                p1 = fmaf(c[kW], dv.y, p1);
+                p0 = fmaf(c[2 * kW], dv.z, p0);
+                p1 = fmaf(c[3 * kW], dv.w, p1);
             }
-            red[threadIdx.x] = p0 + p1;
+            red2[threadIdx.x] = p0 + p1;
         }
         __syncthreads();
         // γ = dā_h / T, then β_t = γ · v_t (lane t: row t of v).
         if (lane < kDHP) {
             const int j = h * g.dh + lane;
-            gv[lane] = div_by_T(g, Tf, __fadd_rn(red[j], red[kW + j]));
+            gv[lane] = div_by_T(g, Tf, __fadd_rn(red2[j], red2[kW + j]));
         }
         __syncwarp();
         {
@@ -245,15 +261,15 @@ k_attn_fused(GeomDefault g, int spb, FusedArgs a) {
         __syncwarp();
     }
     store_partial_row<MT, 1>(g, a.partial + (size_t)blockIdx.x * g.pw, h, sacc, macc, gi, tq);
-    // Each thread wrote only its own sums: no barrier before their stores.
+    // Each of warp 0's threads wrote only its own sums: no barrier before their stores.
     double *ph = a.part_head + (size_t)blockIdx.x * kPartW;
-    if (half == 0) {
-        ph[m] = hacc[m];
-        ph[kW + m] = hacc[kW + m];
-    }
-    if (threadIdx.x == 0) {
-        ph[2 * kW] = hacc[2 * kW];
-        ph[2 * kW + 1] = hacc[2 * kW + 1];
+    if (warp == 0) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) ph[lane + 32 * u] = hacc[lane + 32 * u];
+        if (lane == 0) {
+            ph[2 * kW] = hacc[2 * kW];
+            ph[2 * kW + 1] = hacc[2 * kW + 1];
+        }
     }
 }
 
