@@ -381,14 +381,7 @@ struct AttentionLearner::Impl {
             void *args[] = {&a};
             FH_CUDA(launch_pdl(head_kernel(), head.blocks, head.warps * 32, head.smem, s, args));
         }
-        {
-            aux::Segs sg;
-            sg.add(grad + o.br1, 0, hh);
-            sg.add(grad + o.w_r2, hh, hh);
-            sg.add(grad + o.b_r2, 2 * hh, 1);
-            sg.add(loss, 2 * hh + 1, 1, 0, (double)d.Bg);
-            aux::reduce_partials(part_head, head_rows, 2 * hh + 2, 1, sg, s);
-        }
+        reduce_head(head_rows, loss, s);
         if (!head_tc)
             gemm(bl, strided(desc_nn(B, dm, hh, hbuf, P + o.Wr1, dpool), LL, 0, LL), 0.0f,
                  "attention dpool = dh Wr1");
@@ -424,14 +417,7 @@ struct AttentionLearner::Impl {
         attn::fused_step(g, fused_blocks, fused_spb, fused_smem, a, s);
         mark(1, s);
         mark(2, s);
-        {
-            aux::Segs sg;
-            sg.add(grad + o.br1, 0, hh);
-            sg.add(grad + o.w_r2, hh, hh);
-            sg.add(grad + o.b_r2, 2 * hh, 1);
-            sg.add(loss, 2 * hh + 1, 1, 0, (double)d.Bg);
-            aux::reduce_partials(part_head, fused_blocks, 2 * hh + 2, 1, sg, s);
-        }
+        reduce_head(fused_blocks, loss, s);
         float *G = hc + (attn::fused_hc_floats(g) - (size_t)hh * attn::fused_ldG(g));
         gemm(bl, strided(desc_tn(hh, attn::fused_ldG(g), B, hbuf, abar, G), LL, LR, 0), 0.0f,
              "attention dh^T [abar | aug]");
@@ -439,6 +425,17 @@ struct AttentionLearner::Impl {
                                s);
         mark(3, s);
         finish(fused_blocks, s);
+    }
+
+    // The head's partial rows into dbr1, dw_r2, db_r2 and the loss (the mean over W·B rows).
+    void reduce_head(int rows, float *loss, cudaStream_t s) {
+        const int hh = (int)d.hh;
+        aux::Segs sg;
+        sg.add(grad + o.br1, 0, hh);
+        sg.add(grad + o.w_r2, hh, hh);
+        sg.add(grad + o.b_r2, 2 * hh, 1);
+        sg.add(loss, 2 * hh + 1, 1, 0, (double)d.Bg);
+        aux::reduce_partials(part_head, rows, 2 * hh + 2, 1, sg, s);
     }
 
     // The partial rows' sums, then the parameter gradients (attention_factors.cu).

@@ -58,6 +58,24 @@ constexpr int kHAbar = 0, kHAug = kHAbar + kW, kHDh = kHAug + 16, kHRed = kHDh +
               kHFloats = kHAcc + 2 * kPartW;
 constexpr int kTargetSamples = 64;
 
+// Half of a 64-term dot product: Σ_u x_u W[u][col] over this thread's 32 rows u of W (rows kW
+// apart, from w = W + 32·half·kW + col), x from shared memory, two chains (plain loads: see the
+// header).
+__device__ __forceinline__ float half_dot(const float *x, const float *w) {
+    const float4 *x4 = reinterpret_cast<const float4 *>(x);
+    float p0 = 0.0f, p1 = 0.0f;
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+        const float4 v = x4[u];
+        const float *c = w + (size_t)(4 * u) * kW;
+        p0 = fmaf(c[0], v.x, p0);
+        p1 = fmaf(c[kW], v.y, p1);
+        p0 = fmaf(c[2 * kW], v.z, p0);
+        p1 = fmaf(c[3 * kW], v.w, p1);
+    }
+    return p0 + p1;
+}
+
 __global__ void __launch_bounds__(kThreads, 3)
 k_attn_fused(GeomDefault g, int spb, FusedArgs a) {
     pdl_enter();
@@ -166,21 +184,11 @@ k_attn_fused(GeomDefault g, int spb, FusedArgs a) {
         __syncthreads();
         // h's halves: thread (m, half) sums C1[m][j] ā_j over its half of j (half 0 also C2 aug).
         {
-            const float4 *ab4 = reinterpret_cast<const float4 *>(abar_s + 32 * half);
-            float p0 = 0.0f, p1 = 0.0f;
-#pragma unroll
-            for (int u = 0; u < 8; ++u) {
-                const float4 av = ab4[u];
-                const float *c = C1T + (size_t)(32 * half + 4 * u) * kW + m;
-                p0 = fmaf(c[0], av.x, p0);
-                p1 = fmaf(c[kW], av.y, p1);
-                p0 = fmaf(c[2 * kW], av.z, p0);
-                p1 = fmaf(c[3 * kW], av.w, p1);
-            }
+            float p = half_dot(abar_s + 32 * half, C1T + (size_t)(32 * half) * kW + m);
             if (half == 0)
 #pragma unroll
-                for (int f = 0; f < kNa; ++f) p0 = fmaf(C2[m * kNa + f], aug_s[f], p0);
-            red[threadIdx.x] = p0 + p1;
+                for (int f = 0; f < kNa; ++f) p = fmaf(C2[m * kNa + f], aug_s[f], p);
+            red[threadIdx.x] = p;
         }
         __syncthreads();
         // Every warp: h + br1, SiLU and the reward at m = lane and lane + 32, r̂ by a warp sum
@@ -216,20 +224,7 @@ k_attn_fused(GeomDefault g, int spb, FusedArgs a) {
         }
         __syncwarp();
         // dā's halves: thread (j = m, half) sums dh_m' C1[m'][j] over its half of m'.
-        {
-            const float4 *dh4 = reinterpret_cast<const float4 *>(dh_w + 32 * half);
-            float p0 = 0.0f, p1 = 0.0f;
-#pragma unroll
-            for (int u = 0; u < 8; ++u) {
-                const float4 dv = dh4[u];
-                const float *c = C1 + (size_t)(32 * half + 4 * u) * kW + m;
-                p0 = fmaf(c[0], dv.x, p0);
-                p1 = fmaf(c[kW], dv.y, p1);
-                p0 = fmaf(c[2 * kW], dv.z, p0);
-                p1 = fmaf(c[3 * kW], dv.w, p1);
-            }
-            red2[threadIdx.x] = p0 + p1;
-        }
+        red2[threadIdx.x] = half_dot(dh_w + 32 * half, C1 + (size_t)(32 * half) * kW + m);
         __syncthreads();
         // γ = dā_h / T, then β_t = γ · v_t (lane t: row t of v).
         if (lane < kDHP) {
