@@ -198,12 +198,6 @@ struct AttentionLearner::Impl {
     bool head_tc = false;
     bool head_bf16 = false;  // FH_MATH_BF16: the fused head rounds to and stores bfloat16 values
     int head_tc_blocks = 0;
-    // FOXHUNT_TRIAL_ATTN_FUSED=1 (attention_fused.cu): the forward, head and backward in one
-    // kernel where fused_fits; hc holds its head composites and G = dhᵀ [ā | aug].
-    bool fused = false;
-    int fused_blocks = 0, fused_spb = 0;
-    size_t fused_smem = 0;
-    float *hc = nullptr;
 
     aux::Arena arena;
     // The weight gradients' GEMM prod = lhsᵀ rhs over the batch: lhs = [dh | dpool] [B, LL],
@@ -292,10 +286,6 @@ struct AttentionLearner::Impl {
         head_bf16 = c.math_mode == FH_MATH_BF16;
         head_tc_blocks = head_tc ? attn::head_fused_blocks((int)d.B) : 0;
 
-        const char *fe = getenv("FOXHUNT_TRIAL_ATTN_FUSED");
-        fused = fe && !strcmp(fe, "1") && path->kind() == Kernels::TC &&
-                attn::fused_fits(g, products((fh_math_mode)c.math_mode));
-        if (fused) attn::fused_plan(g, &fused_blocks, &fused_spb, &fused_smem);
         const size_t B = d.B;
         const size_t o_comp = arena.reserve_n<float>(g.c_total);
         LL = (int)(d.hh + d.d);
@@ -306,16 +296,12 @@ struct AttentionLearner::Impl {
         const size_t o_prod = arena.reserve_n<float>((size_t)LL * LR);
         const size_t o_tot = arena.reserve_n<float>(g.pw);
         const size_t o_grad = arena.reserve_n<float>(o.total);
-        const size_t o_part = arena.reserve_n<float>(
-            (size_t)std::max(path->partial_rows(), fused_blocks) * g.pw);
+        const size_t o_part = arena.reserve_n<float>((size_t)path->partial_rows() * g.pw);
         // The head's partial rows: k_attn_head's grid or the fused kernel's (at most one per
         // 128-row tile), whichever is larger, on either path (src/memory_plan.cpp).
         const size_t tiles = (B + attn::kHeadFusedTileRows - 1) / attn::kHeadFusedTileRows;
         const size_t o_ph =
-            arena.reserve_n<double>(
-                std::max<size_t>({(size_t)head.blocks, tiles, (size_t)fused_blocks}) *
-                (2 * d.hh + 2));
-        const size_t o_hc = fused ? arena.reserve_n<float>(attn::fused_hc_floats(g)) : 0;
+            arena.reserve_n<double>(std::max<size_t>(head.blocks, tiles) * (2 * d.hh + 2));
         const size_t o_scr = arena.reserve(path->scratch_bytes());
         arena.allocate("the attention learner");
         comp = arena.at<float>(o_comp);
@@ -332,7 +318,6 @@ struct AttentionLearner::Impl {
         grad = arena.at<float>(o_grad);
         part = arena.at<float>(o_part);
         part_head = arena.at<double>(o_ph);
-        if (fused) hc = arena.at<float>(o_hc);
         if (path->scratch_bytes()) path->bind_scratch(arena.at<char>(o_scr));
         aux::allow_smem(head_kernel(), head.smem, "attention head");
     }
@@ -353,10 +338,6 @@ struct AttentionLearner::Impl {
         const float *Wg = d.G > 0 ? P + o.Wg : nullptr, *bg = d.G > 0 ? P + o.bg : nullptr;
 
         attn::composites(g, P + o.Wq, P + o.bq, P + o.Wt, P + o.bt, Wg, bg, P + o.P, comp, s);
-        if (fused) {
-            fused_loss_grad(lane, in, loss);
-            return;
-        }
         mark(0, s);
         path->forward(attn::FwdArgs{in.x, comp, P + o.Wt, Wg, P + o.bo, abar, pool, aug, LR}, s);
         mark(1, s);
@@ -381,7 +362,14 @@ struct AttentionLearner::Impl {
             void *args[] = {&a};
             FH_CUDA(launch_pdl(head_kernel(), head.blocks, head.warps * 32, head.smem, s, args));
         }
-        reduce_head(head_rows, loss, s);
+        {
+            aux::Segs sg;
+            sg.add(grad + o.br1, 0, hh);
+            sg.add(grad + o.w_r2, hh, hh);
+            sg.add(grad + o.b_r2, 2 * hh, 1);
+            sg.add(loss, 2 * hh + 1, 1, 0, (double)d.Bg);
+            aux::reduce_partials(part_head, head_rows, 2 * hh + 2, 1, sg, s);
+        }
         if (!head_tc)
             gemm(bl, strided(desc_nn(B, dm, hh, hbuf, P + o.Wr1, dpool), LL, 0, LL), 0.0f,
                  "attention dpool = dh Wr1");
@@ -396,57 +384,10 @@ struct AttentionLearner::Impl {
         mark(2, s);
         path->backward(attn::BwdArgs{in.x, comp, dabar, part}, s);
         mark(3, s);
-        finish(path->partial_rows(), s);
-    }
-
-    // The trial's step after the composites: the fused kernel, the head's sums, G = dhᵀ [ā | aug]
-    // and dWr1, dWo, R from it (attention_fused.cu), then finish() as the three-kernel path.
-    void fused_loss_grad(const Lane &lane, const StepInputs &in, float *loss) {
-        cudaStream_t s = lane.stream;
-        const Blas &bl = checked_blas(lane, "attention");
-        const int B = (int)d.B, hh = (int)d.hh;
-        const float *P = params;
-        const float *Wg = d.G > 0 ? P + o.Wg : nullptr;
-        attn::fused_composites(g, P + o.Wo, P + o.Wr1, P + o.Wt, Wg, P + o.bo, comp, hc, s);
-        mark(0, s);
-        attn::FusedArgs a{};
-        a.x = in.x; a.comp = comp; a.hc = hc; a.r = in.r;
-        a.br1 = P + o.br1; a.wr2 = P + o.w_r2; a.br2 = P + o.b_r2; a.rows = (float)d.Bg;
-        a.abar = abar; a.aug = aug; a.ld = LR; a.dh = hbuf; a.ld_dh = LL;
-        a.partial = part; a.part_head = part_head;
-        attn::fused_step(g, fused_blocks, fused_spb, fused_smem, a, s);
-        mark(1, s);
-        mark(2, s);
-        reduce_head(fused_blocks, loss, s);
-        float *G = hc + (attn::fused_hc_floats(g) - (size_t)hh * attn::fused_ldG(g));
-        gemm(bl, strided(desc_tn(hh, attn::fused_ldG(g), B, hbuf, abar, G), LL, LR, 0), 0.0f,
-             "attention dh^T [abar | aug]");
-        attn::fused_head_grads(g, hc, P + o.Wo, P + o.Wr1, P + o.Wt, Wg, P + o.bo, comp, prod, LR,
-                               s);
-        mark(3, s);
-        finish(fused_blocks, s);
-    }
-
-    // The head's partial rows into dbr1, dw_r2, db_r2 and the loss (the mean over W·B rows).
-    void reduce_head(int rows, float *loss, cudaStream_t s) {
-        const int hh = (int)d.hh;
-        aux::Segs sg;
-        sg.add(grad + o.br1, 0, hh);
-        sg.add(grad + o.w_r2, hh, hh);
-        sg.add(grad + o.b_r2, 2 * hh, 1);
-        sg.add(loss, 2 * hh + 1, 1, 0, (double)d.Bg);
-        aux::reduce_partials(part_head, rows, 2 * hh + 2, 1, sg, s);
-    }
-
-    // The partial rows' sums, then the parameter gradients (attention_factors.cu).
-    void finish(int partial_rows, cudaStream_t s) {
-        const int dm = (int)d.d, hh = (int)d.hh;
-        const float *P = params;
-        const float *Wg = d.G > 0 ? P + o.Wg : nullptr, *bg = d.G > 0 ? P + o.bg : nullptr;
         {
             aux::Segs sg;
             sg.add(tot, 0, g.pw);
-            aux::reduce_partials(part, partial_rows, g.pw, 1, sg, s);
+            aux::reduce_partials(part, path->partial_rows(), g.pw, 1, sg, s);
         }
         attn::FinArgs f{};
         f.W = P + o.Wq; f.Wt = P + o.Wt; f.bt = P + o.bt; f.Wg = Wg; f.bg = bg; f.P = P + o.P;

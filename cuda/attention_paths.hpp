@@ -100,36 +100,6 @@ void param_grads(const Geom &g, const FinArgs &f, cudaStream_t s);
 // not write them.
 void pool_aug(const Geom &g, const FwdArgs &a, cudaStream_t s);
 
-// A trial (FOXHUNT_TRIAL_ATTN_FUSED=1, attention_fused.cu): the forward, the reward head and the
-// backward in one kernel, at the default config's geometry with TF32 products (fused_fits).
-struct FusedArgs {
-    const float *x, *comp;   // x̃ [B, D]; the composites
-    const float *hc;         // fused_composites' C1 | C1ᵀ | C2 (then G, fused_head_grads' input)
-    const float *r;          // r̃ [B]
-    const float *br1, *wr2, *br2;
-    float rows;              // W·B, the rows of the mean (SPEC §9)
-    float *abar, *aug;       // out: ā [B, d], aug [B, na], rows ld apart
-    int ld;
-    float *dh;               // out: dL/d(h pre-activation) [B, hh], rows ld_dh apart
-    int ld_dh;
-    float *partial;          // out [blocks, pw]: S | M1 | M2, as the backward's
-    double *part_head;       // out [blocks, 2 hh + 2]: dbr1 | dw_r2 | db_r2 | Σ loss terms
-};
-bool fused_fits(const Geom &g, Products prod);
-size_t fused_hc_floats(const Geom &g);  // hc's floats, G [hh, fused_ldG] included
-int fused_ldG(const Geom &g);           // G's columns: d + na rounded up to 4
-// The kernel's grid, transitions per block and shared memory (and its opt-in).
-void fused_plan(const Geom &g, int *blocks, int *spb, size_t *smem);
-void fused_composites(const Geom &g, const float *Wo, const float *Wr1, const float *Wt,
-                      const float *Wg, const float *bo, const float *comp, float *hc,
-                      cudaStream_t s);
-void fused_step(const Geom &g, int blocks, int spb, size_t smem, const FusedArgs &a,
-                cudaStream_t s);
-// dWr1, dWo and R into prod's blocks (FinArgs' layout, rows ldP apart) from hc's G.
-void fused_head_grads(const Geom &g, const float *hc, const float *Wo, const float *Wr1,
-                      const float *Wt, const float *Wg, const float *bo, const float *comp,
-                      float *prod, int ldP, cudaStream_t s);
-
 // Transitions per block so that `blocks_of_kernel` blocks fill whole waves of the device
 // (resident blocks per SM × SMs), about `target` per block: a kernel whose blocks walk through
 // their transitions one after another pays a whole wave for a partly filled last one.

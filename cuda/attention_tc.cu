@@ -60,7 +60,6 @@
 #include "attention_paths.hpp"
 #include "attention_pool.cuh"
 #include "attention_tc.cuh"
-#include "attention_tc_grads.cuh"
 #include "aux_common.cuh"
 #include "mma_tf32.cuh"
 #include "launch.cuh"
@@ -282,14 +281,141 @@ k_attn_tc_bwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
             else scores<MT, false>(qk, s);
             softmax_stored<MT>(g, tq, rstat, s);
         }
-        accumulate_grads<MT, KX, SPLIT, B16>(g, s, c, vec, gam_lo, gam_hi, sm, X, q, k, dS, sacc,
-                                             macc, gi, tq);
+        // dS = A (β − Σ_s A β) / √dh, in place; a copy in shared memory for dkᵀ.
+#pragma unroll
+        for (int mu = 0; mu < MT; ++mu)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float rs = 0.0f;
+#pragma unroll
+                for (int nu = 0; nu < NT; ++nu)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        rs = fmaf(s[mu][nu][2 * r + e], vec[8 * nu + 2 * tq + e], rs);
+                rs += __shfl_xor_sync(0xffffffffu, rs, 1);
+                rs += __shfl_xor_sync(0xffffffffu, rs, 2);
+#pragma unroll
+                for (int nu = 0; nu < NT; ++nu)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float &a = s[mu][nu][2 * r + e];
+                        a = (a * (vec[8 * nu + 2 * tq + e] - rs)) * g.scale;
+                    }
+            }
+        if constexpr (B16) {
+            store_dst<MT, KX>(s, sm, gi, tq);
+        } else {
+#pragma unroll
+            for (int mu = 0; mu < MT; ++mu)
+#pragma unroll
+                for (int nu = 0; nu < NT; ++nu) {
+                    const int t0 = 16 * mu + gi, col = 8 * nu + 2 * tq;
+                    *reinterpret_cast<float2 *>(dS + t0 * S::LDS + col) = make_float2(
+                        mma::stored<SPLIT>(s[mu][nu][0]), mma::stored<SPLIT>(s[mu][nu][1]));
+                    *reinterpret_cast<float2 *>(dS + (t0 + 8) * S::LDS + col) = make_float2(
+                        mma::stored<SPLIT>(s[mu][nu][2]), mma::stored<SPLIT>(s[mu][nu][3]));
+                }
+        }
+        __syncwarp();
+#pragma unroll
+        for (int p = 0; p < 3; ++p) {
+            float G[NT][4];
+            if (p == 2) {  // dvᵀ[j][s] = γ_j c_s
+#pragma unroll
+                for (int n = 0; n < NT; ++n) {
+                    G[n][0] = c[n][0] * gam_lo;
+                    G[n][1] = c[n][1] * gam_lo;
+                    G[n][2] = c[n][0] * gam_hi;
+                    G[n][3] = c[n][1] * gam_hi;
+                }
+            } else if constexpr (B16) {
+                grad_qk16<MT, KX>(p, s, sm, G, gi, tq);
+            } else {
+                // p = 0: dqᵀ = Kᵀ dSᵀ (k index = key s);  p = 1: dkᵀ = Qᵀ dS (k index = query t).
+                const float *src = p == 0 ? k : q;
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) G[n][e] = 0.0f;
+#pragma unroll
+                for (int ka = 0; ka < NT; ++ka) {
+                    const int r0 = (8 * ka + 2 * tq) * kLDQ, r1 = r0 + kLDQ;
+                    mma::Op a[4];
+                    a[0] = mma::loaded<SPLIT>(src[r0 + gi]);
+                    a[1] = mma::loaded<SPLIT>(src[r0 + gi + 8]);
+                    a[2] = mma::loaded<SPLIT>(src[r1 + gi]);
+                    a[3] = mma::loaded<SPLIT>(src[r1 + gi + 8]);
+#pragma unroll
+                    for (int n = 0; n < NT; ++n) {
+                        mma::Op b[2];
+                        if (p == 0) {  // dSᵀ[s][t]: dS's accumulator fragment, rows t = 8n + g
+                            const int mu = n >> 1, hi = (n & 1) * 2;
+                            b[0] = mma::op<SPLIT>(s[mu][ka][hi]);
+                            b[1] = mma::op<SPLIT>(s[mu][ka][hi + 1]);
+                        } else {       // dS[t][s], t = 8ka + 2t' (+1), s = 8n + g
+                            b[0] = mma::loaded<SPLIT>(dS[(8 * ka + 2 * tq) * S::LDS + 8 * n + gi]);
+                            b[1] = mma::loaded<SPLIT>(dS[(8 * ka + 2 * tq + 1) * S::LDS + 8 * n + gi]);
+                        }
+                        mma::mma<SPLIT>(G[n], a, b);
+                    }
+                }
+            }
+            // Plain TF32 and bfloat16 products keep q times log2(e)/√dh: undone here.
+            if (p == 1 && !SPLIT) {
+                const float unscale = 1.0f / (g.scale * kLog2e);
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) G[n][e] *= unscale;
+            }
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) sacc[p][n][e] += G[n][e];
+            // M_acc += dpartᵀ X: the contraction runs over tokens, tile n of G's columns.
+            if constexpr (B16) {
+                grad_x16<MT, KX>(G, sm, macc[p], gi, tq);
+            } else {
+#pragma unroll
+                for (int ka = 0; ka < NT; ++ka) {
+                    mma::Op a[4];
+                    mma::a_from_acc<SPLIT>(a, G[ka]);
+#pragma unroll
+                    for (int nx = 0; nx < KX; ++nx) {
+                        mma::Op b[2];
+                        b[0] = mma::loaded<SPLIT>(X[(8 * ka + 2 * tq) * S::LDX + 8 * nx + gi]);
+                        b[1] = mma::loaded<SPLIT>(
+                            X[(8 * ka + 2 * tq + 1) * S::LDX + 8 * nx + gi]);
+                        mma::mma<SPLIT>(macc[p][nx], a, b);
+                    }
+                }
+            }
+        }
         __syncwarp();
     }
 
-    // This warp's head columns of its slot's partial row.
-    store_partial_row<MT, KX>(g, partial + (size_t)(blockIdx.x * wph + slot) * g.pw, h, sacc, macc,
-                              gi, tq);
+    // This warp's head columns of its slot's partial row: S [T, 3d] | M1 [3d, td] | M2 [3d, G].
+    float *out = partial + (size_t)(blockIdx.x * wph + slot) * g.pw;
+    float *M1 = out + (size_t)g.T * g.d3, *M2 = M1 + (size_t)g.d3 * g.td;
+#pragma unroll
+    for (int p = 0; p < 3; ++p)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int j = gi + (e >> 1) * 8;
+            if (j >= g.dh) continue;
+            const int c = p * g.d + h * g.dh + j;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                const int t = 8 * n + 2 * tq + (e & 1);
+                if (t < g.T) out[(size_t)t * g.d3 + c] = sacc[p][n][e];
+            }
+#pragma unroll
+            for (int nx = 0; nx < KX; ++nx) {
+                const int f = 8 * nx + 2 * tq + (e & 1);
+                if (f < g.td) M1[(size_t)c * g.td + f] = macc[p][nx][e];
+                else if (f < g.td + g.G) M2[(size_t)c * g.G + (f - g.td)] = macc[p][nx][e];
+            }
+        }
 }
 
 template <class GT>

@@ -235,11 +235,9 @@ __device__ __forceinline__ void store_beta(float b0, float b1, float *beta, int 
 // q, k, v of head h for all tokens (rows ≥ T and columns ≥ dh are zero): q and k into qk's
 // registers, and in the backward (BETA) also into shared memory for its transposed products;
 // v into shared memory in the forward, while the backward needs only β_t = γ · v_t, summed
-// straight from v's fragments (a quad holds one row's 16 channels) into beta[t]. ALL (the
-// fused kernel of attention_fused.cu, which learns γ only after its forward): q and k at the
-// backward's places, v at dS's (S::DS), no β.
+// straight from v's fragments (a quad holds one row's 16 channels) into beta[t].
 // Plain TF32: q is stored times log2(e)/√dh, so that the softmax is exp2 of the scores as read.
-template <int MT, int KX, bool SPLIT, bool BETA, bool ALL = false, class GT>
+template <int MT, int KX, bool SPLIT, bool BETA, class GT>
 __device__ __forceinline__ void project_qkv(const GT &g, int h, const float *ccb,
                                             const WFrag<KX, SPLIT> &w, float *sm,
                                             const float *gv, float *beta, QKFrag<MT> &qk,
@@ -262,8 +260,7 @@ __device__ __forceinline__ void project_qkv(const GT &g, int h, const float *ccb
         float b0 = 0.0f, b1 = 0.0f;  // β partials of rows t0, t1 (BETA)
 #pragma unroll
         for (int p = 0; p < 3; ++p) {
-            float *dst = sm + (BETA || (ALL && p < 2) ? S::Q + p * S::TP * kLDQ
-                                                     : ALL ? S::DS : S::V);
+            float *dst = sm + (BETA ? S::Q + p * S::TP * kLDQ : S::V);
 #pragma unroll
             for (int nu = 0; nu < 2; ++nu) {
                 const int jc = 8 * nu + 2 * tq, col = h * 3 * kDHP + p * kDHP + jc;
@@ -281,7 +278,7 @@ __device__ __forceinline__ void project_qkv(const GT &g, int h, const float *ccb
                 if (BETA && p == 2) {
                     b0 = fmaf(gv[jc], acc[0], fmaf(gv[jc + 1], acc[1], b0));
                     b1 = fmaf(gv[jc], acc[2], fmaf(gv[jc + 1], acc[3], b1));
-                } else if (BETA || ALL || p == 2) {
+                } else if (BETA || p == 2) {
                     *reinterpret_cast<float2 *>(dst + t0 * kLDQ + jc) =
                         make_float2(mma::stored<SPLIT>(acc[0]), mma::stored<SPLIT>(acc[1]));
                     *reinterpret_cast<float2 *>(dst + t1 * kLDQ + jc) =

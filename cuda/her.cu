@@ -2,9 +2,6 @@
 // one warp per transition: x̃ and x̃' into one [2B, D] buffer, r̃, d̃, and private copies of
 // action and regime (the upload of the next batch may overwrite the batch block once this
 // child is done), then the relabel count.
-#include <cstdint>
-#include <cstdlib>
-
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
@@ -34,47 +31,7 @@ struct HerArgs {
     int32_t *action_out, *regime_out;  // private copies: the upload may overwrite the batch
 };
 
-// Whether transition i's goal is relabelled (her_ratio of them), drawn by lane 0 and shared.
-__device__ __forceinline__ int relabel_draw(const HerArgs &a, size_t i, int lane) {
-    int relabel = 0;
-    if (lane == 0) {
-        const float u = uniform24(
-            philox(a.seed, a.row0 + (uint32_t)i, 0, (uint32_t)*a.step, PURPOSE_HER).w[0]);
-        relabel = u < a.her_ratio;
-    }
-    return __shfl_sync(0xffffffffu, relabel, 0);
-}
-
-// Trial (FOXHUNT_TRIAL_HER_VEC=1; not yet timed): x̃ and x̃' rows as float4s, a lane one group of
-// four floats of the row [obs | goal] (at the default config its 32 groups: one a lane), for
-// O and G multiples of 4 and 16-byte aligned rows (her_relabel checks). The same values as the
-// scalar copy: only the loads and stores are wider.
-__device__ __forceinline__ void copy_rows_vec(const HerArgs &a, size_t i, int lane, int relabel,
-                                              float *x, float *xn, float *xr) {
-    const uint32_t n4 = a.D / 4, o4 = a.O / 4, g4 = a.G / 4;
-    const float4 *obs = reinterpret_cast<const float4 *>(a.obs) + i * o4;
-    const float4 *nobs = reinterpret_cast<const float4 *>(a.next_obs) + i * o4;
-    const float4 *g =
-        reinterpret_cast<const float4 *>(relabel ? a.her_goal : a.goal) + i * g4;
-    for (uint32_t j = lane; j < n4; j += 32) {
-        float4 v, vn;
-        if (j < o4) {
-            v = __ldg(obs + j);
-            vn = __ldg(nobs + j);
-        } else {
-            v = vn = __ldg(g + (j - o4));
-        }
-        reinterpret_cast<float4 *>(x)[j] = v;
-        reinterpret_cast<float4 *>(xn)[j] = vn;
-        if (xr)
-            reinterpret_cast<float4 *>(xr)[j] =
-                make_float4(mma::rounded<true>(v.x), mma::rounded<true>(v.y),
-                            mma::rounded<true>(v.z), mma::rounded<true>(v.w));
-    }
-}
-
-// One warp per transition; VEC: copy_rows_vec.
-template <bool VEC>
+// One warp per transition.
 __global__ void k_her(HerArgs a) {
     pdl_enter();
     const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -84,21 +41,21 @@ __global__ void k_her(HerArgs a) {
     float *x = a.x2 + i * a.D;
     float *xn = a.x2 + ((size_t)a.B + i) * a.D;
     float *xr = a.x_bf16 ? a.x_bf16 + i * a.D : nullptr;
-    int relabel = 0;
-    if constexpr (VEC) {
-        if (a.G > 0) relabel = relabel_draw(a, i, lane);
-        copy_rows_vec(a, i, lane, relabel, x, xn, xr);
-    } else {
-        for (uint32_t j = lane; j < a.O; j += 32) {
-            const float v = a.obs[i * a.O + j];
-            x[j] = v;
-            xn[j] = a.next_obs[i * a.O + j];
-            if (xr) xr[j] = mma::rounded<true>(v);
-        }
+    for (uint32_t j = lane; j < a.O; j += 32) {
+        const float v = a.obs[i * a.O + j];
+        x[j] = v;
+        xn[j] = a.next_obs[i * a.O + j];
+        if (xr) xr[j] = mma::rounded<true>(v);
     }
     for (uint32_t b = lane; b < a.NB; b += 32) a.action_out[i * a.NB + b] = a.action[i * a.NB + b];
-    if (!VEC && a.G > 0) {
-        relabel = relabel_draw(a, i, lane);
+    int relabel = 0;
+    if (a.G > 0) {
+        if (lane == 0) {
+            const float u = uniform24(
+                philox(a.seed, a.row0 + (uint32_t)i, 0, (uint32_t)*a.step, PURPOSE_HER).w[0]);
+            relabel = u < a.her_ratio;
+        }
+        relabel = __shfl_sync(0xffffffffu, relabel, 0);
         const float *g = relabel ? a.her_goal + i * a.G : a.goal + i * a.G;
         for (uint32_t j = lane; j < a.G; j += 32) {
             x[a.O + j] = g[j];
@@ -164,14 +121,7 @@ void her_relabel(CudaStep &st, const LaneCtx &l) {
     a.regime_out = st.regime;
     const int warps_per_block = kThreads / 32;
     const int grid = (int)((a.B + warps_per_block - 1) / warps_per_block);
-    // Trial: the float4 copy where FOXHUNT_TRIAL_HER_VEC=1 and the rows allow it.
-    const char *e = std::getenv("FOXHUNT_TRIAL_HER_VEC");
-    auto a16 = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    const bool vec = e && e[0] == '1' && e[1] == '\0' && a.O % 4 == 0 && a.G % 4 == 0 &&
-                     a.D == a.O + a.G && a16(a.obs) && a16(a.next_obs) && a16(a.goal) &&
-                     a16(a.her_goal) && a16(a.x2) && (!a.x_bf16 || a16(a.x_bf16));
-    if (vec) FH_LAUNCH(k_her<true>, grid, kThreads, 0, l.stream, a);
-    else FH_LAUNCH(k_her<false>, grid, kThreads, 0, l.stream, a);
+    FH_LAUNCH(k_her, grid, kThreads, 0, l.stream, a);
     reduce_f32(st.relab, d.B, 0, l.red, l.stream);
     reduce_final(l.red, reduce_blocks(d.B), &st.dm->relabelled, 0, 1.0, l.stream);
 }

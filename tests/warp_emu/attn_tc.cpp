@@ -20,7 +20,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "attention_tc_grads.cuh"
+#include "attention_bf16.cuh"
 
 using std::min;
 

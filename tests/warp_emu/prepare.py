@@ -18,7 +18,7 @@ def write(name, text):
 
 
 for name in ("iqn_fused.hpp", "tile128.cuh", "device_math.cuh", "attention_tc.cuh",
-             "attention_paths.hpp", "attention_bf16.cuh", "attention_tc_grads.cuh"):
+             "attention_paths.hpp", "attention_bf16.cuh"):
     write(name, read(name))
 
 s = read("attention_tc.cuh")
@@ -95,18 +95,6 @@ assert '#include "attention_bf16.cuh"' in s, "attention_tc.cu: bfloat16 instance
 i = s.index("namespace {\n") + len("namespace {\n")
 j = s.index("template <class GT>\nusing FwdFn")
 open(f"{work}/attn_kernels.inc", "w", encoding="utf-8").write(device_code(s[i:j]))
-
-# The fused trial's kernel (attention_fused.cu): its constants and kernel, up to the host-side
-# kernels of the head's composites and gradients.
-s = read("attention_fused.cu")
-i = s.index("namespace {\n") + len("namespace {\n")
-j = s.index("// M[a][k] of the header")
-open(f"{work}/attn_fused_kernel.inc", "w", encoding="utf-8").write(device_code(s[i:j]))
-# and its head's composites and weight gradients (plain SIMT kernels, run thread by thread).
-k = s.index("int blocks_for(int outputs)")
-assert s[j:k].count("    pdl_enter();\n") == 2, "attention_fused.cu: the head kernels changed"
-open(f"{work}/attn_fused_head.inc", "w", encoding="utf-8").write(
-    s[j:k].replace("    pdl_enter();\n", ""))
 
 # The online pass: its helpers and kernel up to the block's final reduction (the harness records
 # each thread's sums there instead).

@@ -104,7 +104,6 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
 inline double __shfl_xor_sync(unsigned, double v, int o) {
     return shfl_from(v, (threadIdx.x & 31) ^ o);
 }
-inline float __shfl_sync(unsigned, float v, int src) { return (float)shfl_from(v, src); }
 inline float __shfl_down_sync(unsigned, float v, int o) {
     const int l = threadIdx.x & 31;
     return (float)shfl_from(v, l + o < 32 ? l + o : l);
