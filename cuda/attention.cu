@@ -198,6 +198,12 @@ struct AttentionLearner::Impl {
     bool head_tc = false;
     bool head_bf16 = false;  // FH_MATH_BF16: the fused head rounds to and stores bfloat16 values
     int head_tc_blocks = 0;
+    // The head factored (attention_head_factored.cu) where the fused head fits and aug has at
+    // most kHeadFactoredMaxNa columns: C1 | C2 | G in hfac. FOXHUNT_ATTN_HEAD_FACTORED=0 runs
+    // the unfactored kernel instead (attention_head.cu), until its before/after table is kept.
+    bool head_fac_fits = false, head_fac = false;
+    float *hfac = nullptr;
+    int ldG = 0;
 
     aux::Arena arena;
     // The weight gradients' GEMM prod = lhsᵀ rhs over the batch: lhs = [dh | dpool] [B, LL],
@@ -285,6 +291,11 @@ struct AttentionLearner::Impl {
         head_tc = attn::head_fused_fits(c.math_mode, (int)d.d, (int)d.hh);
         head_bf16 = c.math_mode == FH_MATH_BF16;
         head_tc_blocks = head_tc ? attn::head_fused_blocks((int)d.B) : 0;
+        head_fac_fits = head_tc && attn::head_factored_fits(g.na);
+        {
+            const char *e = getenv("FOXHUNT_ATTN_HEAD_FACTORED");
+            head_fac = head_fac_fits && !(e && !strcmp(e, "0"));
+        }
 
         const size_t B = d.B;
         const size_t o_comp = arena.reserve_n<float>(g.c_total);
@@ -302,6 +313,9 @@ struct AttentionLearner::Impl {
         const size_t tiles = (B + attn::kHeadFusedTileRows - 1) / attn::kHeadFusedTileRows;
         const size_t o_ph =
             arena.reserve_n<double>(std::max<size_t>(head.blocks, tiles) * (2 * d.hh + 2));
+        ldG = LR - (int)d.d;
+        const size_t o_hfac =
+            head_fac_fits ? arena.reserve_n<float>(attn::head_factored_floats(g.na, ldG)) : 0;
         const size_t o_scr = arena.reserve(path->scratch_bytes());
         arena.allocate("the attention learner");
         comp = arena.at<float>(o_comp);
@@ -319,6 +333,7 @@ struct AttentionLearner::Impl {
         part = arena.at<float>(o_part);
         part_head = arena.at<double>(o_ph);
         if (path->scratch_bytes()) path->bind_scratch(arena.at<char>(o_scr));
+        if (head_fac) hfac = arena.at<float>(o_hfac);
         aux::allow_smem(head_kernel(), head.smem, "attention head");
     }
 
@@ -338,11 +353,22 @@ struct AttentionLearner::Impl {
         const float *Wg = d.G > 0 ? P + o.Wg : nullptr, *bg = d.G > 0 ? P + o.bg : nullptr;
 
         attn::composites(g, P + o.Wq, P + o.bq, P + o.Wt, P + o.bt, Wg, bg, P + o.P, comp, s);
+        float *C1 = hfac, *C2 = hfac + dm * dm, *Gh = C2 + dm * g.na;
+        if (head_fac)
+            attn::head_factored_composites(g, P + o.Wo, P + o.Wr1, P + o.Wt, Wg, P + o.bo, comp,
+                                           C1, C2, s);
         mark(0, s);
         path->forward(attn::FwdArgs{in.x, comp, P + o.Wt, Wg, P + o.bo, abar, pool, aug, LR}, s);
         mark(1, s);
         int head_rows = head.blocks;
-        if (head_tc) {
+        if (head_fac) {
+            attn::HeadFactoredArgs a{abar, aug, C1, C2, P + o.br1, P + o.w_r2, P + o.b_r2,
+                                     in.r, B, g.na, (float)d.Bg, hbuf, dabar, part_head};
+            a.bf16 = head_bf16;
+            a.ld_in = LR;
+            attn::head_factored(a, head_tc_blocks, s);
+            head_rows = head_tc_blocks;
+        } else if (head_tc) {
             attn::HeadFusedArgs a{abar, pool, P + o.Wo, P + o.Wr1, P + o.br1, P + o.w_r2,
                                   P + o.b_r2, in.r, B, (float)d.Bg, hbuf, dpool, part_head};
             a.bf16 = head_bf16;
@@ -376,10 +402,17 @@ struct AttentionLearner::Impl {
         // dWr1, dWo and R in one GEMM (staged to bfloat16 in FH_MATH_BF16): attention lane
         // 0.363 → 0.344 ms single-stream at B = 16384 against three GEMMs, each with its split-K
         // reduction (H200, bench/results/h200-2026-12-04-attn-wgrad-merged-*.json).
-        gemm_tn(bl, LL, LR, B, lhs, rhs, prod, 0.0f,
-                "attention [dh | dpool]^T [pool | abar | aug]");
-        gemm(bl, strided(desc_nn(B, dm, dm, dpool, P + o.Wo, dabar), LL, 0, 0), 0.0f,
-             "attention dabar = dpool Wo");
+        if (head_fac) {
+            gemm(bl, strided(desc_tn(hh, ldG, B, hbuf, abar, Gh), 0, LR, 0), 0.0f,
+                 "attention G = dh^T [abar | aug]");
+            attn::head_factored_grads(g, Gh, ldG, P + o.Wo, P + o.Wr1, P + o.Wt, Wg, P + o.bo,
+                                      comp, prod, LR, s);
+        } else {
+            gemm_tn(bl, LL, LR, B, lhs, rhs, prod, 0.0f,
+                    "attention [dh | dpool]^T [pool | abar | aug]");
+            gemm(bl, strided(desc_nn(B, dm, dm, dpool, P + o.Wo, dabar), LL, 0, 0), 0.0f,
+                 "attention dabar = dpool Wo");
+        }
 
         mark(2, s);
         path->backward(attn::BwdArgs{in.x, comp, dabar, part}, s);

@@ -40,3 +40,40 @@ int head_fused_blocks(int B);   // the grid (partial rows); at most ceil(B / kHe
 void head_fused(const HeadFusedArgs &a, int blocks, cudaStream_t s);
 
 }  // namespace fh::cuda::attn
+
+namespace fh::cuda::attn {
+
+struct Geom;
+
+// The same head factored (cuda/attention_head_factored.cu): h = C1 ā + C2 aug and dā = dh C1
+// (C1 = Wr1 Wo, C2 = Wr1 M), no pool or dpool formed; the weight gradients from G = dhᵀ [ā | aug]
+// (head_factored_grads). src/memory_plan.cpp counts its buffer (C1 | C2 | G) with these sizes.
+constexpr int kHeadFactoredMaxNa = 32;  // aug's columns (td + G + 1) the kernel stages
+
+struct HeadFactoredArgs {
+    const float *abar, *aug;       // [B, 64] ā and [B, na] aug, rows ld_in apart, 8-byte aligned
+    const float *C1, *C2;          // [64, 64], [64, na] from head_factored_composites
+    const float *br1, *wr2, *br2;  // [64], [64], [1]
+    const float *r;                // [B] r̃
+    int B, na;
+    float rows;                    // W·B
+    float *dh;                     // [B, 64] out (rows 64 apart): dL/d(h + br1)
+    float *dabar;                  // [B, 64] out (rows 64 apart): dL/dā
+    double *partial;               // [blocks, 2·64 + 2], as HeadFusedArgs
+    bool bf16 = false;
+    int ld_in = 0;
+};
+
+bool head_factored_fits(int na);
+// Floats of C1 | C2 | G (G [64, ldG]).
+size_t head_factored_floats(int na, int ldG);
+void head_factored_composites(const Geom &g, const float *Wo, const float *Wr1, const float *Wt,
+                              const float *Wg, const float *bo, const float *comp, float *C1,
+                              float *C2, cudaStream_t s);
+void head_factored(const HeadFactoredArgs &a, int blocks, cudaStream_t s);
+// G [64, ldG] = dhᵀ [ā | aug] (cuBLAS, the caller's) → dWr1, dWo and R into prod (rows ldP apart).
+void head_factored_grads(const Geom &g, const float *G, int ldG, const float *Wo,
+                         const float *Wr1, const float *Wt, const float *Wg, const float *bo,
+                         const float *comp, float *prod, int ldP, cudaStream_t s);
+
+}  // namespace fh::cuda::attn
