@@ -39,13 +39,18 @@
 //   k_attn_head (warp per row; k_attn_head_reg up to hh = 128): r̂, loss, dr,
 //                 dh = (dr w_r2) ⊙ SiLU'; partials of br1, w_r2, b_r2
 //   dpool = dh Wr1         nn M=B N=d  K=hh
-//     (these four are one tensor-core kernel in TF32 and BF16 at d = hh = 64:
-//     attention_head.cu)
 //   prod = [dh | dpool]ᵀ [pool | ā | aug | 0]  tn M=hh+d N=2d+td+G+1 (rounded up to 4) K=B:
 //                 dWr1 = dhᵀ pool, dWo = dpoolᵀ ā and R = dpoolᵀ aug are three of its blocks
 //                 (the forward and the head write those operands as columns of two matrices;
 //                 one GEMM over the batch in place of three, each with its split-K reduction)
 //   dā = dpool Wo          nn M=B N=d  K=d
+//   A trial (FOXHUNT_TRIAL_HEAD_FACTORED=1, TF32 and BF16 at d = hh = 64, td + G + 1 ≤ 32)
+//   factors the head (attention_head_factored.cu): pool = M aug + ā Woᵀ, so h = C1 ā + C2 aug and
+//   dā = dh C1 with
+//   C1 = Wr1 Wo, C2 = Wr1 M (k_head_fac_comp, float64, after k_attn_comp); one tensor-core
+//   kernel forms h, the head, dh and dā (no pool, dpool or dā GEMM); G = dhᵀ [ā | aug]
+//   (tn M=hh N=d+na K=B) gives dWr1 = G_aug Mᵀ + G_ā Woᵀ, dWo = Wr1ᵀ G_ā and R = Wr1ᵀ G_aug
+//   (k_head_fac_grads, float64, into prod's blocks).
 //   path.backward                 recomputes q, k, v and A (as FlashAttention does); per-token
 //                                 dq, dk, dv summed into partial rows of S, M1, M2 (no atomics)
 //   reduce the partial rows; k_attn_fin, k_attn_fin2 (attention_factors.cu; dWr1 and dWo
@@ -198,10 +203,10 @@ struct AttentionLearner::Impl {
     bool head_tc = false;
     bool head_bf16 = false;  // FH_MATH_BF16: the fused head rounds to and stores bfloat16 values
     int head_tc_blocks = 0;
-    // The head factored (attention_head_factored.cu) where the fused head fits and aug has at
-    // most kHeadFactoredMaxNa columns: C1 | C2 | G in hfac. FOXHUNT_ATTN_HEAD_FACTORED=0 runs
-    // the unfactored kernel instead (attention_head.cu), until its before/after table is kept.
-    bool head_fac_fits = false, head_fac = false;
+    // A trial, FOXHUNT_TRIAL_HEAD_FACTORED=1 (attention_head_factored.cu): the head factored
+    // where the fused head fits and aug has at most kHeadFactoredMaxNa columns; C1 | C2 | G in
+    // hfac (not in fh_memory_plan: the trial's buffer).
+    bool head_fac = false;
     float *hfac = nullptr;
     int ldG = 0;
 
@@ -291,10 +296,9 @@ struct AttentionLearner::Impl {
         head_tc = attn::head_fused_fits(c.math_mode, (int)d.d, (int)d.hh);
         head_bf16 = c.math_mode == FH_MATH_BF16;
         head_tc_blocks = head_tc ? attn::head_fused_blocks((int)d.B) : 0;
-        head_fac_fits = head_tc && attn::head_factored_fits(g.na);
         {
-            const char *e = getenv("FOXHUNT_ATTN_HEAD_FACTORED");
-            head_fac = head_fac_fits && !(e && !strcmp(e, "0"));
+            const char *e = getenv("FOXHUNT_TRIAL_HEAD_FACTORED");
+            head_fac = head_tc && e && !strcmp(e, "1") && attn::head_factored_fits(g.na);
         }
 
         const size_t B = d.B;
@@ -315,7 +319,7 @@ struct AttentionLearner::Impl {
             arena.reserve_n<double>(std::max<size_t>(head.blocks, tiles) * (2 * d.hh + 2));
         ldG = LR - (int)d.d;
         const size_t o_hfac =
-            head_fac_fits ? arena.reserve_n<float>(attn::head_factored_floats(g.na, ldG)) : 0;
+            head_fac ? arena.reserve_n<float>(attn::head_factored_floats(g.na, ldG)) : 0;
         const size_t o_scr = arena.reserve(path->scratch_bytes());
         arena.allocate("the attention learner");
         comp = arena.at<float>(o_comp);

@@ -45,9 +45,9 @@ namespace fh::cuda::attn {
 
 struct Geom;
 
-// The same head factored (cuda/attention_head_factored.cu): h = C1 ā + C2 aug and dā = dh C1
-// (C1 = Wr1 Wo, C2 = Wr1 M), no pool or dpool formed; the weight gradients from G = dhᵀ [ā | aug]
-// (head_factored_grads). src/memory_plan.cpp counts its buffer (C1 | C2 | G) with these sizes.
+// A trial (FOXHUNT_TRIAL_HEAD_FACTORED=1, cuda/attention_head_factored.cu): the same head with
+// h = C1 ā + C2 aug and dā = dh C1 (C1 = Wr1 Wo, C2 = Wr1 M), no pool or dpool formed; the weight
+// gradients from G = dhᵀ [ā | aug] (head_factored_grads).
 constexpr int kHeadFactoredMaxNa = 32;  // aug's columns (td + G + 1) the kernel stages
 
 struct HeadFactoredArgs {

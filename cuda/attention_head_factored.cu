@@ -1,6 +1,9 @@
-// The attention learner's output projection and reward head on tensor cores, factored so that
-// neither pool nor dpool is formed (attention_head.cu's kernel, which forms both, runs instead
-// with FOXHUNT_ATTN_HEAD_FACTORED=0).
+// A trial (FOXHUNT_TRIAL_HEAD_FACTORED=1): attention_head.cu's output projection and reward head
+// with the head factored, so that neither pool nor dpool is formed. Its first form (aug staged a
+// load and a store at a time; the float64 loops not unrolled) was timed on an H100: the step
+// faster multi-stream, slower single-stream (docs/cuda.md, Findings, "The attention head
+// factored"). This form, with the aug loads issued together and those loops unrolled, is not
+// timed yet.
 //
 // The math (attention.cu's header, step 2: pool = ē + bo + ā Woᵀ, and ē + bo = M aug with
 // M [d, na] = [Wt / T | Wg / T | ebar / T + bo]):

@@ -181,11 +181,6 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     // attention_head.hpp's kHeadFusedTileRows; test_cuda_memory_plan checks the two agree).
     at.add(std::max<uint64_t>(row_blocks(B, 2 * (uint64_t)d.hh + 2, 8, 0), chunks(B, 128)) *
            (2 * d.hh + 2) * D8);
-    // The factored head's C1 [64, 64] | C2 [64, na] | G [64, LR − d] (cuda/attention_head.hpp:
-    // the fused head's widths, TF32 or BF16, and na ≤ kHeadFactoredMaxNa).
-    const uint64_t na = d.td + d.G + 1;
-    if (c.math_mode != FH_MATH_STRICT && d.d == 64 && d.hh == 64 && na <= 32)
-        at.add(64 * (64 + na + (LR - d.d)) * F);
     at.add(attn.scratch_bytes);
     a += iql.size + iqn.size + at.size;
     a += 64 * 1024;  // the guard's partials (guard.cu kScratchBytes)
