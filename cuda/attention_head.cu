@@ -27,6 +27,7 @@
 #include <algorithm>
 
 #include "attention_head.hpp"
+#include "attention_head_math.cuh"
 #include "foxhunt.h"
 #include "aux_common.cuh"
 #include "device_math.cuh"
@@ -41,7 +42,8 @@ namespace {
 
 constexpr int kW = kHeadFusedWidth, kWarps = 8, kTileRows = kHeadFusedTileRows, kNT = kW / 8;
 static_assert(kTileRows == 16 * kWarps, "a warp per 16 rows of a tile");
-constexpr int kPartW = 2 * kW + 2;  // dbr1 | dw_r2 | db_r2 | Σ loss terms
+using head::kPartW;
+static_assert(head::kW == kW, "the head's math at the kernel's width");
 static_assert(kWarps * kPartW * 2 <= 2 * kW * kW, "the warps' partial rows fit over Wo and Wr1");
 
 // A row's pair of outputs, as bfloat16 values with BF16 (see the top of the file).
@@ -75,14 +77,6 @@ __device__ __forceinline__ void stage_w(float *dst, const float *src) {
 #pragma unroll 4
     for (int e = threadIdx.x; e < kW * kW; e += blockDim.x)
         dst[swz(e / kW, e % kW)] = mma::rounded<BF16>(__ldg(src + e));
-}
-
-// The sum over the warp's 8 row groups (lanes g = 0..7 of one t), in double, fixed order.
-__device__ __forceinline__ double group_sum(float v) {
-    double s = (double)v;
-#pragma unroll
-    for (int o = 4; o < 32; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    return s;
 }
 
 template <bool BF16>
@@ -147,42 +141,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_tc(HeadFusedArgs a
             mma::a_from_acc_rounded<BF16>(A, P[ka]);
             mma::mma_rows<kW>(H, A, Wr1s, ka);
         }
-        // The head: r̂ of the thread's two rows (a quad sums a row), then dr and dh in place of h.
-        float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-        for (int nu = 0; nu < kNT; ++nu)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int u = 8 * nu + 2 * tq + e;
-                s0 = fmaf(dev_silu(__fadd_rn(H[nu][e], br1s[u])), wr2s[u], s0);
-                s1 = fmaf(dev_silu(__fadd_rn(H[nu][2 + e], br1s[u])), wr2s[u], s1);
-            }
-        s0 = tile::quad_sum(s0);
-        s1 = tile::quad_sum(s1);
-        const float e0 = v0 ? __fadd_rn(__fadd_rn(s0, br2), -__ldg(a.r + r0)) : 0.0f;
-        const float e1 = v1 ? __fadd_rn(__fadd_rn(s1, br2), -__ldg(a.r + r1)) : 0.0f;
-        const float dr0 = __fdiv_rn(__fmul_rn(2.0f, e0), a.rows);
-        const float dr1 = __fdiv_rn(__fmul_rn(2.0f, e1), a.rows);
-        if (tq == 0) {
-            acc_dr += (double)dr0 + (double)dr1;
-            acc_loss += (double)__fmul_rn(e0, e0) + (double)__fmul_rn(e1, e1);
-        }
-#pragma unroll
-        for (int nu = 0; nu < kNT; ++nu) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int u = 8 * nu + 2 * tq + (e & 1);
-                const float dr = e < 2 ? dr0 : dr1;
-                const float pre = __fadd_rn(H[nu][e], br1s[u]);
-                const float sg = dev_sigmoid(pre);
-                H[nu][e] = __fmul_rn(__fmul_rn(dr, wr2s[u]), dev_dsilu_s(pre, sg));
-                acc_w[nu][e & 1] += __fmul_rn(dr, __fmul_rn(pre, sg));
-            }
-            acc_b[nu][0] += H[nu][0] + H[nu][2];
-            acc_b[nu][1] += H[nu][1] + H[nu][3];
-            if (v0) st2_round<BF16>(a.dh + r0 * lo + 8 * nu + 2 * tq, H[nu][0], H[nu][1]);
-            if (v1) st2_round<BF16>(a.dh + r1 * lo + 8 * nu + 2 * tq, H[nu][2], H[nu][3]);
-        }
+        // The head: r̂ of the thread's two rows, then dr and dh in place of h.
+        head::reward_rows<BF16>(H, br1s, wr2s, br2, a.r, r0, r1, v0, v1, a.rows, a.dh, lo, tq,
+                                acc_b, acc_w, acc_dr, acc_loss);
         // dpool = dh Wr1.
         float D[kNT][4] = {};
 #pragma unroll
@@ -204,8 +165,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_tc(HeadFusedArgs a
     for (int nu = 0; nu < kNT; ++nu)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            sb[nu][e] = group_sum(acc_b[nu][e]);
-            sw[nu][e] = group_sum(acc_w[nu][e]);
+            sb[nu][e] = head::group_sum(acc_b[nu][e]);
+            sw[nu][e] = head::group_sum(acc_w[nu][e]);
         }
     acc_dr = warp_sum(acc_dr);
     acc_loss = warp_sum(acc_loss);

@@ -25,6 +25,7 @@
 //
 // Deterministic: the same fixed-order sums as attention_head.cu; no atomics.
 #include "attention_head.hpp"
+#include "attention_head_math.cuh"
 #include "attention_paths.hpp"
 #include "aux_common.cuh"
 #include "device_math.cuh"
@@ -39,22 +40,14 @@ namespace {
 
 constexpr int kW = kHeadFusedWidth, kWarps = 8, kTileRows = kHeadFusedTileRows, kNT = kW / 8;
 constexpr int kNaMax = kHeadFactoredMaxNa, kAugLd = kNaMax + 1, kAugPerLane = 16 * kNaMax / 32;
-constexpr int kPartW = 2 * kW + 2;  // dbr1 | dw_r2 | db_r2 | Σ loss terms
+using head::kPartW;
+static_assert(head::kW == kW, "the head's math at the kernel's width");
 static_assert(kWarps * kPartW * 2 <= kW * kW, "the warps' partial rows fit over C1");
-
-using tile::st2_round;
 
 __device__ __forceinline__ int swz(int r, int c) { return mma::swz<kW>(r, c); }
 
 __device__ __forceinline__ float2 ld2g(const float *p) {
     return __ldg(reinterpret_cast<const float2 *>(p));
-}
-
-__device__ __forceinline__ double group_sum(float v) {
-    double s = (double)v;
-#pragma unroll
-    for (int o = 4; o < 32; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    return s;
 }
 
 template <bool BF16>
@@ -130,42 +123,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_fac(HeadFactoredAr
                 mma::op_rounded<BF16>(x0[ka].y), mma::op_rounded<BF16>(x1[ka].y)};
             mma::mma_rows<kW>(H, A, C1s, ka);
         }
-        // The head: r̂ of the thread's two rows (a quad sums a row), then dr and dh in place of h.
-        float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-        for (int nu = 0; nu < kNT; ++nu)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int u = 8 * nu + 2 * tq + e;
-                s0 = fmaf(dev_silu(__fadd_rn(H[nu][e], br1s[u])), wr2s[u], s0);
-                s1 = fmaf(dev_silu(__fadd_rn(H[nu][2 + e], br1s[u])), wr2s[u], s1);
-            }
-        s0 = tile::quad_sum(s0);
-        s1 = tile::quad_sum(s1);
-        const float e0 = v0 ? __fadd_rn(__fadd_rn(s0, br2), -__ldg(a.r + r0)) : 0.0f;
-        const float e1 = v1 ? __fadd_rn(__fadd_rn(s1, br2), -__ldg(a.r + r1)) : 0.0f;
-        const float dr0 = __fdiv_rn(__fmul_rn(2.0f, e0), a.rows);
-        const float dr1 = __fdiv_rn(__fmul_rn(2.0f, e1), a.rows);
-        if (tq == 0) {
-            acc_dr += (double)dr0 + (double)dr1;
-            acc_loss += (double)__fmul_rn(e0, e0) + (double)__fmul_rn(e1, e1);
-        }
-#pragma unroll
-        for (int nu = 0; nu < kNT; ++nu) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int u = 8 * nu + 2 * tq + (e & 1);
-                const float dr = e < 2 ? dr0 : dr1;
-                const float pre = __fadd_rn(H[nu][e], br1s[u]);
-                const float sg = dev_sigmoid(pre);
-                H[nu][e] = __fmul_rn(__fmul_rn(dr, wr2s[u]), dev_dsilu_s(pre, sg));
-                acc_w[nu][e & 1] += __fmul_rn(dr, __fmul_rn(pre, sg));
-            }
-            acc_b[nu][0] += H[nu][0] + H[nu][2];
-            acc_b[nu][1] += H[nu][1] + H[nu][3];
-            if (v0) st2_round<BF16>(a.dh + r0 * kW + 8 * nu + 2 * tq, H[nu][0], H[nu][1]);
-            if (v1) st2_round<BF16>(a.dh + r1 * kW + 8 * nu + 2 * tq, H[nu][2], H[nu][3]);
-        }
+        // The head: r̂ of the thread's two rows, then dr and dh in place of h (dh rows 64 apart).
+        head::reward_rows<BF16>(H, br1s, wr2s, br2, a.r, r0, r1, v0, v1, a.rows, a.dh, kW, tq,
+                                acc_b, acc_w, acc_dr, acc_loss);
         // dā = dh C1 (C1 read by columns).
         float D[kNT][4] = {};
 #pragma unroll
@@ -186,13 +146,15 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_fac(HeadFactoredAr
             if (v1) tile::st2(a.dabar + r1 * kW + 8 * nu + 2 * tq, D[nu][2], D[nu][3]);
         }
     }
+    // The block's partial row as attention_head.cu's kernel forms it (the same lines: as a shared
+    // function they changed that kernel's machine code).
     double sb[kNT][2], sw[kNT][2];
 #pragma unroll
     for (int nu = 0; nu < kNT; ++nu)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            sb[nu][e] = group_sum(acc_b[nu][e]);
-            sw[nu][e] = group_sum(acc_w[nu][e]);
+            sb[nu][e] = head::group_sum(acc_b[nu][e]);
+            sw[nu][e] = head::group_sum(acc_w[nu][e]);
         }
     acc_dr = warp_sum(acc_dr);
     acc_loss = warp_sum(acc_loss);
