@@ -45,12 +45,11 @@
 //                 one GEMM over the batch in place of three, each with its split-K reduction)
 //   dā = dpool Wo          nn M=B N=d  K=d
 //   A trial (FOXHUNT_TRIAL_HEAD_FACTORED=1, TF32 and BF16 at d = hh = 64, td + G + 1 ≤ 32)
-//   factors the head (attention_head_factored.cu): pool = M aug + ā Woᵀ, so h = C1 ā + C2 aug and
-//   dā = dh C1 with
-//   C1 = Wr1 Wo, C2 = Wr1 M (k_head_fac_comp, float64, after k_attn_comp); one tensor-core
-//   kernel forms h, the head, dh and dā (no pool, dpool or dā GEMM); G = dhᵀ [ā | aug]
-//   (tn M=hh N=d+na K=B) gives dWr1 = G_aug Mᵀ + G_ā Woᵀ, dWo = Wr1ᵀ G_ā and R = Wr1ᵀ G_aug
-//   (k_head_fac_grads, float64, into prod's blocks).
+//   factors the head (attention_head_factored.cu): pool = M aug + ā Woᵀ, so h = C1 ā + C2 aug
+//   and dā = dh C1 with C1 = Wr1 Wo, C2 = Wr1 M (k_head_fac_comp, float64, after k_attn_comp);
+//   one tensor-core kernel forms h, the head, dh and dā (no pool, dpool or dā GEMM);
+//   G = dhᵀ [ā | aug] (tn M=hh N=d+na K=B) gives dWr1 = G_aug Mᵀ + G_ā Woᵀ, dWo = Wr1ᵀ G_ā and
+//   R = Wr1ᵀ G_aug (k_head_fac_grads, float64, into prod's blocks).
 //   path.backward                 recomputes q, k, v and A (as FlashAttention does); per-token
 //                                 dq, dk, dv summed into partial rows of S, M1, M2 (no atomics)
 //   reduce the partial rows; k_attn_fin, k_attn_fin2 (attention_factors.cu; dWr1 and dWo

@@ -39,11 +39,7 @@ bool head_fused_fits(int math_mode, int d_model, int head_hidden);
 int head_fused_blocks(int B);   // the grid (partial rows); at most ceil(B / kHeadFusedTileRows)
 void head_fused(const HeadFusedArgs &a, int blocks, cudaStream_t s);
 
-}  // namespace fh::cuda::attn
-
-namespace fh::cuda::attn {
-
-struct Geom;
+struct Geom;  // attention_paths.hpp
 
 // A trial (FOXHUNT_TRIAL_HEAD_FACTORED=1, cuda/attention_head_factored.cu): the same head with
 // h = C1 ā + C2 aug and dā = dh C1 (C1 = Wr1 Wo, C2 = Wr1 M), no pool or dpool formed; the weight

@@ -8,7 +8,7 @@
 // The math (attention.cu's header, step 2: pool = ē + bo + ā Woᵀ, and ē + bo = M aug with
 // M [d, na] = [Wt / T | Wg / T | ebar / T + bo]):
 //   h = Wr1 pool = C1 ā + C2 aug        C1 = Wr1 Wo [hh, d], C2 = Wr1 M [hh, na]
-//   dā = Wo ᵀ dpool = (Wr1 Wo)ᵀ dh = C1ᵀ dh, i.e. dā (a row) = dh C1
+//   dā = Woᵀ dpool = (Wr1 Wo)ᵀ dh = C1ᵀ dh, i.e. dā (a row) = dh C1
 // C1 and C2 are formed once per step in float64 (k_head_fac_comp). The weight gradients need
 // only G = dhᵀ [ā | aug] over the batch (one GEMM, [hh, d + na], in place of
 // [dh | dpool]ᵀ [pool | ā | aug], [hh + d, 2d + na]):
