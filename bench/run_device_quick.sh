@@ -54,7 +54,8 @@
 #   bench-sizes  foxhunt-bench at B = 1024, 4096, 65536 (TF32, multi- and single-stream)
 #   timeline     foxhunt-timeline at B = 16384 ($TIMELINE_MODES, default multi-tf32 single-tf32;
 #                $TIMELINE_BATCH, batch sizes, default 16384): one step's kernels on the GPU's
-#                clock (CUPTI), how many run at once, the gaps
+#                clock (CUPTI), how many run at once, the gaps ($TIMELINE_ENV: a trial switch,
+#                "VAR=x", run with and without it; the files with it end in _env)
 #   trainer      foxhunt-trainer on the GPU: 1 seed, 1000 steps (the replay, acting behind)
 #   trainer-math foxhunt-trainer on the GPU in TF32 and in BF16 (--math): 1 seed, 1000 steps
 #                each, no early stop; the learning curves side by side
@@ -299,11 +300,15 @@ for s in "$@"; do
   timeline)
     for bt in ${TIMELINE_BATCH:-16384}; do
       for m in ${TIMELINE_MODES:-multi-tf32 single-tf32}; do
-        f=timeline_$m; [ "$bt" = 16384 ] || f=timeline_b${bt}_$m
-        timeout 120 build-dev/examples/foxhunt-timeline --batch $bt --mode $m --machine $machine \
-          --out $OUT/$f.json > $OUT/$f.txt 2>&1
-        echo "timeline B=$bt $m rc=$?" | tee -a $log
-        grep -A40 "^span" $OUT/$f.txt | tee -a $log
+        for te in "" ${TIMELINE_ENV:-}; do
+          f=timeline_$m; [ "$bt" = 16384 ] || f=timeline_b${bt}_$m
+          [ -z "$te" ] || f=${f}_env
+          # shellcheck disable=SC2086  # te is one VAR=x word or none
+          timeout 120 env $te build-dev/examples/foxhunt-timeline --batch $bt --mode $m \
+            --machine $machine --out $OUT/$f.json > $OUT/$f.txt 2>&1
+          echo "timeline B=$bt $m ${te:-(default)} rc=$?" | tee -a $log
+          grep -A40 "^span" $OUT/$f.txt | tee -a $log
+        done
       done
     done ;;
   bench-sizes)
