@@ -39,6 +39,8 @@
 //   k_attn_head (warp per row; k_attn_head_reg up to hh = 128): r̂, loss, dr,
 //                 dh = (dr w_r2) ⊙ SiLU'; partials of br1, w_r2, b_r2
 //   dpool = dh Wr1         nn M=B N=d  K=hh
+//     (these four are one tensor-core kernel in TF32 and BF16 at d = hh = 64:
+//     attention_head.cu)
 //   prod = [dh | dpool]ᵀ [pool | ā | aug | 0]  tn M=hh+d N=2d+td+G+1 (rounded up to 4) K=B:
 //                 dWr1 = dhᵀ pool, dWo = dpoolᵀ ā and R = dpoolᵀ aug are three of its blocks
 //                 (the forward and the head write those operands as columns of two matrices;
@@ -204,9 +206,9 @@ struct AttentionLearner::Impl {
     int head_tc_blocks = 0;
     // A trial, FOXHUNT_TRIAL_HEAD_FACTORED=1 (attention_head_factored.cu): the head factored
     // where the fused head fits and aug has at most kHeadFactoredMaxNa columns; C1 | C2 | G in
-    // hfac (not in fh_memory_plan: the trial's buffer).
+    // one allocation (not in fh_memory_plan: the trial's buffer), G with rows ldG apart.
     bool head_fac = false;
-    float *hfac = nullptr;
+    float *fac_C1 = nullptr, *fac_C2 = nullptr, *fac_G = nullptr;
     int ldG = 0;
 
     aux::Arena arena;
@@ -336,7 +338,11 @@ struct AttentionLearner::Impl {
         part = arena.at<float>(o_part);
         part_head = arena.at<double>(o_ph);
         if (path->scratch_bytes()) path->bind_scratch(arena.at<char>(o_scr));
-        if (head_fac) hfac = arena.at<float>(o_hfac);
+        if (head_fac) {
+            fac_C1 = arena.at<float>(o_hfac);
+            fac_C2 = fac_C1 + d.d * d.d;
+            fac_G = fac_C2 + d.d * g.na;
+        }
         aux::allow_smem(head_kernel(), head.smem, "attention head");
     }
 
@@ -356,17 +362,17 @@ struct AttentionLearner::Impl {
         const float *Wg = d.G > 0 ? P + o.Wg : nullptr, *bg = d.G > 0 ? P + o.bg : nullptr;
 
         attn::composites(g, P + o.Wq, P + o.bq, P + o.Wt, P + o.bt, Wg, bg, P + o.P, comp, s);
-        float *C1 = hfac, *C2 = hfac + dm * dm, *Gh = C2 + dm * g.na;
         if (head_fac)
             attn::head_factored_composites(g, P + o.Wo, P + o.Wr1, P + o.Wt, Wg, P + o.bo, comp,
-                                           C1, C2, s);
+                                           fac_C1, fac_C2, s);
         mark(0, s);
         path->forward(attn::FwdArgs{in.x, comp, P + o.Wt, Wg, P + o.bo, abar, pool, aug, LR}, s);
         mark(1, s);
         int head_rows = head.blocks;
         if (head_fac) {
-            attn::HeadFactoredArgs a{abar, aug, C1, C2, P + o.br1, P + o.w_r2, P + o.b_r2,
-                                     in.r, B, g.na, (float)d.Bg, hbuf, dabar, part_head};
+            attn::HeadFactoredArgs a{abar,      aug,       fac_C1, fac_C2, P + o.br1,
+                                     P + o.w_r2, P + o.b_r2, in.r, B, g.na, (float)d.Bg,
+                                     hbuf,      dabar,     part_head};
             a.bf16 = head_bf16;
             a.ld_in = LR;
             attn::head_factored(a, head_tc_blocks, s);
@@ -406,9 +412,9 @@ struct AttentionLearner::Impl {
         // 0.363 → 0.344 ms single-stream at B = 16384 against three GEMMs, each with its split-K
         // reduction (H200, bench/results/h200-2026-12-04-attn-wgrad-merged-*.json).
         if (head_fac) {
-            gemm(bl, strided(desc_tn(hh, ldG, B, hbuf, abar, Gh), 0, LR, 0), 0.0f,
+            gemm(bl, strided(desc_tn(hh, ldG, B, hbuf, abar, fac_G), 0, LR, 0), 0.0f,
                  "attention G = dh^T [abar | aug]");
-            attn::head_factored_grads(g, Gh, ldG, P + o.Wo, P + o.Wr1, P + o.Wt, Wg, P + o.bo,
+            attn::head_factored_grads(g, fac_G, ldG, P + o.Wo, P + o.Wr1, P + o.Wt, Wg, P + o.bo,
                                       comp, prod, LR, s);
         } else {
             gemm_tn(bl, LL, LR, B, lhs, rhs, prod, 0.0f,

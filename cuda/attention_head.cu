@@ -49,34 +49,11 @@ static_assert(kWarps * kPartW * 2 <= 2 * kW * kW, "the warps' partial rows fit o
 // A row's pair of outputs, as bfloat16 values with BF16 (see the top of the file).
 using tile::st2_round;
 
-// Wo and Wr1 in shared memory as mma::swz<64> lays them out (mma_tf32.cuh).
-__device__ __forceinline__ int swz(int r, int c) { return mma::swz<kW>(r, c); }
-
 __device__ __forceinline__ float2 ld2g(const float *p) {
     return __ldg(reinterpret_cast<const float2 *>(p));
 }
 __device__ __forceinline__ float2 ld2(const float *p) {
     return *reinterpret_cast<const float2 *>(p);
-}
-
-// c[ν] += A · W over contraction step ka (W read by columns: B[k][n] = W[k][n]).
-__device__ __forceinline__ void mma_cols(float (&c)[kNT][4], const mma::Op (&A)[4],
-                                         const float *Ws, int ka, int gi, int tq) {
-#pragma unroll
-    for (int nu = 0; nu < kNT; ++nu) {
-        const mma::Op Bf[2] = {mma::loaded<false>(Ws[swz(8 * ka + 2 * tq, 8 * nu + gi)]),
-                               mma::loaded<false>(Ws[swz(8 * ka + 2 * tq + 1, 8 * nu + gi)])};
-        mma::mma<false>(c[nu], A, Bf);
-    }
-}
-
-// W [64, 64] into dst, rounded to TF32 (bfloat16 with BF16). Scalar loads: the parameters'
-// offsets in the learner's buffer need not be 16-byte aligned at every config with these widths.
-template <bool BF16>
-__device__ __forceinline__ void stage_w(float *dst, const float *src) {
-#pragma unroll 4
-    for (int e = threadIdx.x; e < kW * kW; e += blockDim.x)
-        dst[swz(e / kW, e % kW)] = mma::rounded<BF16>(__ldg(src + e));
 }
 
 template <bool BF16>
@@ -85,8 +62,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_tc(HeadFusedArgs a
     __shared__ __align__(16) float Ws[2 * kW * kW];  // Wo | Wr1
     __shared__ float br1s[kW], wr2s[kW];
     float *Wos = Ws, *Wr1s = Ws + kW * kW;
-    stage_w<BF16>(Wos, a.Wo);
-    stage_w<BF16>(Wr1s, a.Wr1);
+    head::stage_w<BF16>(Wos, a.Wo);
+    head::stage_w<BF16>(Wr1s, a.Wr1);
     for (int e = threadIdx.x; e < kW; e += blockDim.x) {
         br1s[e] = __ldg(a.br1 + e);
         wr2s[e] = __ldg(a.wr2 + e);
@@ -150,7 +127,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_tc(HeadFusedArgs a
         for (int ka = 0; ka < kNT; ++ka) {
             mma::Op A[4];
             mma::a_from_acc_rounded<BF16>(A, H[ka]);
-            mma_cols(D, A, Wr1s, ka, gi, tq);
+            head::mma_cols(D, A, Wr1s, ka, gi, tq);
         }
 #pragma unroll
         for (int nu = 0; nu < kNT; ++nu) {

@@ -44,8 +44,6 @@ using head::kPartW;
 static_assert(head::kW == kW, "the head's math at the kernel's width");
 static_assert(kWarps * kPartW * 2 <= kW * kW, "the warps' partial rows fit over C1");
 
-__device__ __forceinline__ int swz(int r, int c) { return mma::swz<kW>(r, c); }
-
 __device__ __forceinline__ float2 ld2g(const float *p) {
     return __ldg(reinterpret_cast<const float2 *>(p));
 }
@@ -58,9 +56,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_fac(HeadFactoredAr
     __shared__ float augs[kWarps * 16 * kAugLd];
     __shared__ float br1s[kW], wr2s[kW];
     const int na = a.na;
-#pragma unroll 4
-    for (int e = threadIdx.x; e < kW * kW; e += blockDim.x)
-        C1s[swz(e / kW, e % kW)] = mma::rounded<BF16>(__ldg(a.C1 + e));
+    head::stage_w<BF16>(C1s, a.C1);
     for (int e = threadIdx.x; e < na * kW; e += blockDim.x)
         C2s[(e % na) * kW + e / na] = __ldg(a.C2 + e);
     for (int e = threadIdx.x; e < kW; e += blockDim.x) {
@@ -132,13 +128,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_fac(HeadFactoredAr
         for (int ka = 0; ka < kNT; ++ka) {
             mma::Op A[4];
             mma::a_from_acc_rounded<BF16>(A, H[ka]);
-#pragma unroll
-            for (int nu = 0; nu < kNT; ++nu) {
-                const mma::Op Bf[2] = {
-                    mma::loaded<false>(C1s[swz(8 * ka + 2 * tq, 8 * nu + gi)]),
-                    mma::loaded<false>(C1s[swz(8 * ka + 2 * tq + 1, 8 * nu + gi)])};
-                mma::mma<false>(D[nu], A, Bf);
-            }
+            head::mma_cols(D, A, C1s, ka, gi, tq);
         }
 #pragma unroll
         for (int nu = 0; nu < kNT; ++nu) {

@@ -1,7 +1,8 @@
-// The reward head's per-row math, shared by the tensor-core head kernels (attention_head.cu, and
-// the factored trial's attention_head_factored.cu). Both hold h for a thread's two rows (g and
-// g + 8 of the warp's m16 tile) as accumulator fragments over 64 columns, and keep the head's
-// gradient sums in registers until their block flushes them.
+// The reward head's per-row math, its weights' staging and its column-read product, shared by
+// the tensor-core head kernels (attention_head.cu, and the factored trial's
+// attention_head_factored.cu). Both hold h for a thread's two rows (g and g + 8 of the warp's
+// m16 tile) as accumulator fragments over 64 columns, and keep the head's gradient sums in
+// registers until their block flushes them.
 #pragma once
 #include <cstddef>
 
@@ -22,6 +23,29 @@ __device__ __forceinline__ double group_sum(float v) {
 #pragma unroll
     for (int o = 4; o < 32; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     return s;
+}
+
+// W [64, 64] into dst as mma::swz<64> lays it out (mma_tf32.cuh), rounded to TF32 (bfloat16 with
+// BF16). Scalar loads: the parameters' offsets in the learner's buffer need not be 16-byte
+// aligned at every config with these widths.
+template <bool BF16>
+__device__ __forceinline__ void stage_w(float *dst, const float *src) {
+#pragma unroll 4
+    for (int e = threadIdx.x; e < kW * kW; e += blockDim.x)
+        dst[mma::swz<kW>(e / kW, e % kW)] = mma::rounded<BF16>(__ldg(src + e));
+}
+
+// c[ν] += A · W over contraction step ka for the 8 column tiles ν, W [64, 64] read by columns
+// (B[k][n] = W[k][n]) from its mma::swz<64> copy Ws in shared memory, holding TF32 values.
+__device__ __forceinline__ void mma_cols(float (&c)[kNT][4], const mma::Op (&A)[4],
+                                         const float *Ws, int ka, int gi, int tq) {
+#pragma unroll
+    for (int nu = 0; nu < kNT; ++nu) {
+        const mma::Op Bf[2] = {
+            mma::loaded<false>(Ws[mma::swz<kW>(8 * ka + 2 * tq, 8 * nu + gi)]),
+            mma::loaded<false>(Ws[mma::swz<kW>(8 * ka + 2 * tq + 1, 8 * nu + gi)])};
+        mma::mma<false>(c[nu], A, Bf);
+    }
 }
 
 // SPEC §4's head on rows r0 (valid v0) and r1 (v1), h in H (no bias): r̂ (a quad sums a row),
