@@ -46,8 +46,9 @@
 //                 (the forward and the head write those operands as columns of two matrices;
 //                 one GEMM over the batch in place of three, each with its split-K reduction)
 //   dā = dpool Wo          nn M=B N=d  K=d
-//   A trial (FOXHUNT_TRIAL_HEAD_FACTORED=1, TF32 and BF16 at d = hh = 64, td + G + 1 ≤ 32)
-//   factors the head (attention_head_factored.cu): pool = M aug + ā Woᵀ, so h = C1 ā + C2 aug
+//   With FOXHUNT_ATTN_HEAD=factored, in TF32 and BF16 at d = hh = 64 with td + G + 1 ≤ 32 (the
+//   default config), the head is factored (attention_head_factored.cu; not yet the default: it
+//   waits for a side-by-side timing): pool = M aug + ā Woᵀ, so h = C1 ā + C2 aug
 //   and dā = dh C1 with C1 = Wr1 Wo, C2 = Wr1 M (k_head_fac_comp, float64, after k_attn_comp);
 //   one tensor-core kernel forms h, the head, dh and dā (no pool, dpool or dā GEMM);
 //   G = dhᵀ [ā | aug] (tn M=hh N=d+na K=B) gives dWr1 = G_aug Mᵀ + G_ā Woᵀ, dWo = Wr1ᵀ G_ā and
@@ -204,9 +205,9 @@ struct AttentionLearner::Impl {
     bool head_tc = false;
     bool head_bf16 = false;  // FH_MATH_BF16: the fused head rounds to and stores bfloat16 values
     int head_tc_blocks = 0;
-    // A trial, FOXHUNT_TRIAL_HEAD_FACTORED=1 (attention_head_factored.cu): the head factored
-    // where the fused head fits and aug has at most kHeadFactoredMaxNa columns; C1 | C2 | G in
-    // one allocation (not in fh_memory_plan: the trial's buffer), G with rows ldG apart.
+    // FOXHUNT_ATTN_HEAD=factored: the head factored (attention_head_factored.cu) where the fused
+    // head runs and aug has at most kHeadFactoredMaxNa columns: C1 | C2 | G in one allocation
+    // (fh_memory_plan's attention_head_factored_floats), G with rows ldG apart.
     bool head_fac = false;
     float *fac_C1 = nullptr, *fac_C2 = nullptr, *fac_G = nullptr;
     int ldG = 0;
@@ -238,6 +239,17 @@ struct AttentionLearner::Impl {
             if (!strcmp(e, attn::kernels_name(c))) return c;
         fail(FH_ERR_BAD_VALUE, "FOXHUNT_ATTN_KERNELS='%s': expected auto, tc, tc-split or general",
              e);
+    }
+
+    // FOXHUNT_ATTN_HEAD = factored: the factored head where it fits; auto (the default) or
+    // unfactored: the fused head that forms pool and dpool. Auto becomes factored once the
+    // factored head is timed faster side by side (docs/cuda.md, Findings, "The attention head
+    // factored").
+    static bool head_factored_wanted() {
+        const char *e = getenv("FOXHUNT_ATTN_HEAD");
+        if (!e || !*e || !strcmp(e, "auto") || !strcmp(e, "unfactored")) return false;
+        if (!strcmp(e, "factored")) return true;
+        fail(FH_ERR_BAD_VALUE, "FOXHUNT_ATTN_HEAD='%s': expected auto, factored or unfactored", e);
     }
 
     static Geom geometry(const Dims &d) {
@@ -297,10 +309,10 @@ struct AttentionLearner::Impl {
         head_tc = attn::head_fused_fits(c.math_mode, (int)d.d, (int)d.hh);
         head_bf16 = c.math_mode == FH_MATH_BF16;
         head_tc_blocks = head_tc ? attn::head_fused_blocks((int)d.B) : 0;
-        {
-            const char *e = getenv("FOXHUNT_TRIAL_HEAD_FACTORED");
-            head_fac = head_tc && e && !strcmp(e, "1") && attn::head_factored_fits(g.na);
-        }
+        const uint64_t fac_floats = attention_head_factored_floats(d, c);
+        if ((fac_floats > 0) != (head_tc && attn::head_factored_fits(g.na)))
+            fail(FH_ERR_INTERNAL, "attention: the memory plan's factored head disagrees");
+        head_fac = fac_floats > 0 && head_factored_wanted();
 
         const size_t B = d.B;
         const size_t o_comp = arena.reserve_n<float>(g.c_total);
@@ -319,8 +331,11 @@ struct AttentionLearner::Impl {
         const size_t o_ph =
             arena.reserve_n<double>(std::max<size_t>(head.blocks, tiles) * (2 * d.hh + 2));
         ldG = LR - (int)d.d;
-        const size_t o_hfac =
-            head_fac ? arena.reserve_n<float>(attn::head_factored_floats(g.na, ldG)) : 0;
+        if (fac_floats && fac_floats != attn::head_factored_floats(g.na, ldG))
+            fail(FH_ERR_INTERNAL, "attention: the factored head's buffer has %llu floats, not %zu",
+                 (unsigned long long)fac_floats, attn::head_factored_floats(g.na, ldG));
+        // Reserved whether or not FOXHUNT_ATTN_HEAD picks the factored head, as the plan counts it.
+        const size_t o_hfac = arena.reserve_n<float>(fac_floats);
         const size_t o_scr = arena.reserve(path->scratch_bytes());
         arena.allocate("the attention learner");
         comp = arena.at<float>(o_comp);
@@ -475,6 +490,8 @@ float *AttentionLearner::grad_device() { return impl_->grad; }
 size_t AttentionLearner::grad_floats() const { return impl_->o.total; }
 
 AttnKernels AttentionLearner::kernels() const { return impl_->path->kind(); }
+
+bool AttentionLearner::head_factored() const { return impl_->head_fac; }
 
 void AttentionLearner::time_phases(bool on) {
     for (cudaEvent_t &e : impl_->ev) {

@@ -41,9 +41,11 @@ void head_fused(const HeadFusedArgs &a, int blocks, cudaStream_t s);
 
 struct Geom;  // attention_paths.hpp
 
-// A trial (FOXHUNT_TRIAL_HEAD_FACTORED=1, cuda/attention_head_factored.cu): the same head with
-// h = C1 ā + C2 aug and dā = dh C1 (C1 = Wr1 Wo, C2 = Wr1 M), no pool or dpool formed; the weight
-// gradients from G = dhᵀ [ā | aug] (head_factored_grads).
+// The factored form (cuda/attention_head_factored.cu; attention.cu runs it with
+// FOXHUNT_ATTN_HEAD=factored where it fits): the same head with h = C1 ā + C2 aug and
+// dā = dh C1 (C1 = Wr1 Wo, C2 = Wr1 M), no pool or dpool formed; the weight gradients from
+// G = dhᵀ [ā | aug] (head_factored_grads).
+// src/memory_plan.cpp's attention_head_factored_floats repeats this bound and the width.
 constexpr int kHeadFactoredMaxNa = 32;  // aug's columns (td + G + 1) the kernel stages
 
 struct HeadFactoredArgs {

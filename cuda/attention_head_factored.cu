@@ -1,6 +1,7 @@
-// A trial (FOXHUNT_TRIAL_HEAD_FACTORED=1): attention_head.cu's output projection and reward head
-// with the head factored, so that neither pool nor dpool is formed. Its first form (aug staged a
-// load and a store at a time; the float64 loops not unrolled) was timed on an H100: the step
+// The attention head factored (FOXHUNT_ATTN_HEAD=factored, TF32 and BF16 at d = hh = 64,
+// td + G + 1 ≤ 32; not yet the default): attention_head.cu's output projection and reward head,
+// with neither pool nor dpool formed. Its first form (aug staged a load and a store at a time;
+// the float64 loops not unrolled) was timed against attention_head.cu's on an H100: the step
 // faster multi-stream, slower single-stream (docs/cuda.md, Findings, "The attention head
 // factored"). This form, with the aug loads issued together and those loops unrolled, is not
 // timed yet.

@@ -86,6 +86,13 @@ struct Arena {
 
 }  // namespace
 
+uint64_t attention_head_factored_floats(const Dims &d, const fh_config &c) {
+    constexpr uint64_t kWidth = 64, kMaxNa = 32;  // cuda/attention_head.hpp's
+    const uint64_t na = (uint64_t)d.td + d.G + 1;
+    if (c.math_mode == FH_MATH_STRICT || d.d != kWidth || d.hh != kWidth || na > kMaxNa) return 0;
+    return kWidth * (kWidth + na + attention_rhs_cols(d) - kWidth);
+}
+
 // cuda/cuda_step.cpp (CudaStep), lanes.cpp, upload.cpp, act.cu, the learners' arenas,
 // guard.cu, replay.cu.
 MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &attn) {
@@ -181,6 +188,7 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     // attention_head.hpp's kHeadFusedTileRows; test_cuda_memory_plan checks the two agree).
     at.add(std::max<uint64_t>(row_blocks(B, 2 * (uint64_t)d.hh + 2, 8, 0), chunks(B, 128)) *
            (2 * d.hh + 2) * D8);
+    at.add(attention_head_factored_floats(d, c) * F);
     at.add(attn.scratch_bytes);
     a += iql.size + iqn.size + at.size;
     a += 64 * 1024;  // the guard's partials (guard.cu kScratchBytes)

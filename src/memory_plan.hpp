@@ -106,6 +106,12 @@ inline uint64_t attention_rhs_cols(const Dims &d) {
     return (2 * (uint64_t)d.d + d.td + d.G + 1 + 3) / 4 * 4;
 }
 
+// The floats of the CUDA attention learner's factored head (cuda/attention_head_factored.cu):
+// C1 [64, 64] | C2 [64, na] | G [64, LR − 64] (na = td + G + 1, LR = attention_rhs_cols), where
+// it can run: TF32 or BF16 math at attn_d_model = attn_head_hidden = 64 with na ≤ 32; else 0.
+// The learner allocates it there whichever head FOXHUNT_ATTN_HEAD picks.
+uint64_t attention_head_factored_floats(const Dims &d, const fh_config &c);
+
 // The attention learner's sizes that depend on the device: the partial rows of its backward
 // and its kernel path's scratch bytes (cuda/attention_paths.hpp).
 struct AttentionSizes {
