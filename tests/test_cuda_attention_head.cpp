@@ -39,6 +39,7 @@ extern "C" {
 #include <random>
 #include <vector>
 
+#include "attention_head_ref.hpp"
 #include "operand_round.hpp"
 #include "test_cuda_util.h"
 
@@ -54,27 +55,12 @@ using cuda_test::dev_of;
 using operand_round::bf16_rne;
 using operand_round::tf32;
 
-constexpr int W = 64, kPartW = 2 * W + 2;
+using head_ref::kPartW;
+using head_ref::W;
 constexpr float kSentinel = -12345.0f;
 
-double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
-
-// Float32 accumulation of K = 64 products: within γ_64 = 64·2^-24/(1 − 64·2^-24) ≈ 3.8e-6 of the
-// sum of their magnitudes in any order (Higham, Accuracy and Stability of Numerical Algorithms,
-// §3.1); twice that for the tensor cores' own adders.
-constexpr double kAcc = 8e-6;
-
-// The largest |got − ref| / bound; fails the test past 1.
-struct Reach {
-    const char *what;
-    double worst = 0.0;
-    void add(double got, double ref, double bound, size_t at) {
-        const double r = std::fabs(got - ref) / bound;
-        if (!(r <= 1.0))
-            fail_msg("%s[%zu]: %.9g against %.9g, bound %.3g", what, at, got, ref, bound);
-        worst = std::max(worst, r);
-    }
-};
+using head_ref::kAcc;
+using head_ref::Reach;
 
 // `shift` floats before each weight on the device: 1 puts Wo and Wr1 off 16-byte boundaries, as
 // the learner's layout may at other configs with these widths. `blocks` > 0: that grid, so that
@@ -161,7 +147,7 @@ void check(int B, unsigned seed, int shift, int blocks_req, bool bf16 = false, i
                 if ((*v)[e] != bf16_rne((*v)[e]))
                     fail_msg("B = %d: stored element %zu (%.9g) is not a bfloat16 value", B, e,
                              (double)(*v)[e]);
-    std::vector<double> sum(kPartW, 0.0), sum_bound(kPartW, 0.0);
+    head_ref::Sums sums;
     for (int i = 0; i < B; ++i) {
         const float *ai = &abar[(size_t)i * W], *pi = &pool[(size_t)i * W];
         for (int n = 0; n < W; ++n) {
@@ -175,7 +161,7 @@ void check(int B, unsigned seed, int shift, int blocks_req, bool bf16 = false, i
                    (size_t)i * W + n);
         }
         // h from the kernel's pool, the head, dh.
-        double h[W], hb[W], pre[W], s = 0.0, smag = 0.0, rb = 0.0;
+        double h[W], hb[W];
         for (int j = 0; j < W; ++j) {
             double acc = 0.0, mag = 0.0;
             for (int k = 0; k < W; ++k) {
@@ -185,32 +171,9 @@ void check(int B, unsigned seed, int shift, int blocks_req, bool bf16 = false, i
             }
             h[j] = acc;
             hb[j] = kAcc * mag + 1e-6 * std::fabs(acc);
-            pre[j] = acc + br1[j];
-            const double silu = pre[j] * sigmoid(pre[j]);
-            s += silu * wr2[j];
-            smag += std::fabs(silu * wr2[j]);
-            rb += std::fabs(wr2[j]) * 1.1 * hb[j];
         }
-        const double rhat = s + br2[0], e = rhat - r[i], dr = 2.0 * e / B;
-        rb += 1e-5 * (smag + std::fabs(rhat));
-        const double drb = 2.0 * rb / B;
-        for (int j = 0; j < W; ++j) {
-            const double sg = sigmoid(pre[j]), ds = sg * (1.0 + pre[j] * (1.0 - sg));
-            const double ref = dr * wr2[j] * ds;
-            const double bound = std::fabs(dr * wr2[j]) * 0.5 * hb[j] +
-                                 std::fabs(wr2[j]) * 1.1 * drb + 1e-5 * std::fabs(ref) + 1e-30;
-            rd.add(dh[(size_t)i * W + j], ref, bound * (1.0 + st) + st * std::fabs(ref),
-                   (size_t)i * W + j);
-            sum[j] += ref;
-            sum_bound[j] += bound;
-            sum[W + j] += dr * pre[j] * sg;
-            sum_bound[W + j] += drb * std::fabs(pre[j] * sg) +
-                                std::fabs(dr) * 1.1 * hb[j] + 1e-5 * std::fabs(dr * pre[j] * sg);
-        }
-        sum[2 * W] += dr;
-        sum_bound[2 * W] += drb;
-        sum[2 * W + 1] += e * e;
-        sum_bound[2 * W + 1] += 2.0 * std::fabs(e) * rb + rb * rb + 1e-5 * e * e;
+        head_ref::check_row(h, hb, br1.data(), wr2.data(), br2[0], r[i], B, st,
+                            &dh[(size_t)i * W], (size_t)i * W, rd, sums);
         // dpool from the kernel's dh.
         for (int n = 0; n < W; ++n) {
             double acc = 0.0, mag = 0.0;
@@ -223,11 +186,7 @@ void check(int B, unsigned seed, int shift, int blocks_req, bool bf16 = false, i
                    1e-30, (size_t)i * W + n);
         }
     }
-    for (int c = 0; c < kPartW; ++c) {
-        double got = 0.0;
-        for (int b = 0; b < blocks; ++b) got += part[(size_t)b * kPartW + c];
-        rs.add(got, sum[c], sum_bound[c] + 1e-12 * std::fabs(sum[c]) + 1e-30, (size_t)c);
-    }
+    sums.check(part, blocks, rs);
     for (size_t e = (size_t)B * W; e < (size_t)rows * W; ++e)
         if (dh[e] != kSentinel || dpool[e] != kSentinel)
             fail_msg("B = %d: element %zu past the batch was written", B, e);
