@@ -4,7 +4,9 @@
  * mode on bfloat16 products, the general float32 path), on the default config and on configs
  * outside
  * the tensor-core path: 257 tokens (obs_dim 1024), goal_dim 32, d_head 64 (d_model 128, 2
- * heads), attn_token_dim 32, goal_dim 0 with 3 tokens, 33 tokens. Skipped without a GPU. */
+ * heads), attn_token_dim 32, goal_dim 0 with 3 tokens, 33 tokens. In TF32 and BF16 the head
+ * both unfactored (the default) and factored where it fits (FOXHUNT_ATTN_HEAD=factored); a bad
+ * FOXHUNT_ATTN_HEAD refused. Skipped without a GPU. */
 /* The library's internal headers come before cmocka.h, whose fail() macro clashes with
  * fh::fail. */
 #if FOXHUNT_HAVE_CUDA
@@ -33,6 +35,7 @@ extern "C" {
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "testutil.h"
@@ -171,10 +174,17 @@ void run_case(const Case &cs) {
         float *dx = dev_copy(x), *dr = dev_copy(r);
         float *dloss = dev_copy(std::vector<float>(1, 0.0f));
         const fh::cuda::StepInputs in{dx, dx, dr, dr, dr, nullptr};
-        for (AttnKernels k : {AttnKernels::AUTO, AttnKernels::TC, AttnKernels::TC_SPLIT,
-                              AttnKernels::GENERAL}) {
+        /* In TF32 and BF16 the auto run again with the head factored where it fits
+         * (FOXHUNT_ATTN_HEAD=factored: cuda/attention_head_factored.cu). */
+        std::vector<std::pair<AttnKernels, const char *>> runs = {
+            {AttnKernels::AUTO, "auto"}, {AttnKernels::TC, "auto"},
+            {AttnKernels::TC_SPLIT, "auto"}, {AttnKernels::GENERAL, "auto"}};
+        if (!strict) runs.insert(runs.begin() + 1, {AttnKernels::AUTO, "factored"});
+        for (const auto &[k, head] : runs) {
             try {
+                setenv("FOXHUNT_ATTN_HEAD", head, 1);
                 fh::cuda::AttentionLearner a(d, c, L, dp, dm, dv, k);
+                unsetenv("FOXHUNT_ATTN_HEAD");
                 a.enqueue_loss_grad(fh::cuda::Lane{gpu.s, {gpu.h, fh::cuda::compute_type(c)}}, in,
                                     dloss);
                 CK(cudaStreamSynchronize(gpu.s));
@@ -186,9 +196,13 @@ void run_case(const Case &cs) {
                 const double eg = compare(L, g, gcpu, worst);
                 const double el = std::fabs(loss - lcpu) / std::max(1e-30, std::fabs(lcpu));
                 const AttnKernels used = a.kernels();
-                printf("[ATTN] %-34s %-6s asked %-8s uses %-8s loss %.3e grad %.3e (%s)\n",
-                       cs.name.c_str(), mname, kname(k), kname(used), el, eg, worst.c_str());
+                printf("[ATTN] %-34s %-6s asked %-8s uses %-8s head %-10s loss %.3e grad %.3e "
+                       "(%s)\n", cs.name.c_str(), mname, kname(k), kname(used),
+                       a.head_factored() ? "factored" : "unfactored", el, eg, worst.c_str());
                 if (k != AttnKernels::AUTO) assert_int_equal((int)used, (int)k);
+                /* Factored when asked, where it fits: TF32 or BF16 at d = hh = 64, na ≤ 32. */
+                const bool fac_fits = d.d == 64 && d.hh == 64 && d.td + d.G + 1 <= 32;
+                assert_int_equal(a.head_factored(), !strcmp(head, "factored") && fac_fits);
                 /* AUTO: tensor cores where the config allows, split in strict mode. */
                 const bool tc_fits = d.T <= 32 && d.dh <= 16 && d.td + d.G <= 16 && d.heads <= 8;
                 if (k == AttnKernels::AUTO)
@@ -205,6 +219,7 @@ void run_case(const Case &cs) {
                     fail_msg("%s, %s kernels: gradient %.3e (%s), loss %.3e > %.1e", cs.name.c_str(),
                              kname(used), eg, worst.c_str(), el, tol);
             } catch (const fh::Error &e) {
+                unsetenv("FOXHUNT_ATTN_HEAD");
                 /* Only the special-purpose paths may refuse a config; GENERAL and AUTO never. */
                 if (k == AttnKernels::GENERAL || k == AttnKernels::AUTO || e.status != FH_ERR_BAD_DIMENSION)
                     fail_msg("%s, %s kernels: %s", cs.name.c_str(), kname(k), e.message.c_str());
@@ -220,6 +235,30 @@ void run_case(const Case &cs) {
 void test_attention_paths(void **) {
     if (!fh_test_have_cuda()) skip();
     for (const Case &cs : cases()) run_case(cs);
+}
+
+/* FOXHUNT_ATTN_HEAD other than auto, factored or unfactored: the learner refuses to build, with
+ * FH_ERR_BAD_VALUE and the variable named. */
+void test_head_env_refused(void **) {
+    if (!fh_test_have_cuda()) skip();
+    fh_config c = base(256);
+    const fh::Dims d = fh::make_dims(c);
+    const fh::Layout L = fh::make_layout(d);
+    std::vector<float> zero(L.attn.total, 0.0f);
+    float *dp = dev_copy(zero), *dm = dev_copy(zero), *dv = dev_copy(zero);
+    setenv("FOXHUNT_ATTN_HEAD", "bogus", 1);
+    int status = FH_OK;
+    std::string msg;
+    try {
+        fh::cuda::AttentionLearner a(d, c, L, dp, dm, dv, AttnKernels::AUTO);
+    } catch (const fh::Error &e) {
+        status = e.status;
+        msg = e.message;
+    }
+    unsetenv("FOXHUNT_ATTN_HEAD");
+    for (float *q : {dp, dm, dv}) cudaFree(q);
+    assert_int_equal(status, FH_ERR_BAD_VALUE);
+    assert_non_null(strstr(msg.c_str(), "FOXHUNT_ATTN_HEAD='bogus'"));
 }
 
 /* Largest per-tensor relative error between two pipelines over the tensors of the attention
@@ -296,6 +335,7 @@ void test_configs_step_like_cpu(void **) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_attention_paths),
+                                       cmocka_unit_test(test_head_env_refused),
                                        cmocka_unit_test(test_configs_step_like_cpu)};
     return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }
