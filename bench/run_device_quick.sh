@@ -5,6 +5,8 @@
 #   ctest-cuda   every test_cuda_* binary (verbose: [ACCURACY] lines), one at a time
 #   ctest-par    every test_cuda_* binary under ctest -j$(nproc), as the README's test command runs them
 #   attn-test    test_cuda_attention only
+#   head-fac     test_cuda_attention_head_factored (the factored head's three kernels against
+#                float64), plain and under compute-sanitizer's racecheck and memcheck (its kernels)
 #   vs-cpu       test_cuda_vs_cpu only
 #   reduce-test  test_cuda_reduce and test_cuda_branch_grads, plain and under memcheck and racecheck,
 #                on the kept path and, when set, with $REDUCE_ENV ("VAR=x", a trial switch)
@@ -139,6 +141,17 @@ for s in "$@"; do
     timeout 300 build-dev/tests/test_cuda_linear > $OUT/linear_test.txt 2>&1
     echo "linear-test rc=$?" | tee -a $log
     grep -E "\[LINEAR\]|FAILED|rror|PASSED" $OUT/linear_test.txt | tee -a $log ;;
+  head-fac)
+    timeout 120 build-dev/tests/test_cuda_attention_head_factored > $OUT/head_fac.txt 2>&1
+    echo "head-fac rc=$?" | tee -a $log
+    grep -E "\[ATTN_HEAD_FAC\]|FAILED|rror|PASSED" $OUT/head_fac.txt | tee -a $log
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+    for tool in racecheck memcheck; do
+      timeout 200 "$cs" --tool $tool --kernel-name kns=head_fac --error-exitcode 99 \
+        build-dev/tests/test_cuda_attention_head_factored > $OUT/head_fac_$tool.txt 2>&1
+      echo "[SANITIZER] head-fac $tool rc=$? $(grep -E "SUMMARY" $OUT/head_fac_$tool.txt | tail -1)" |
+        tee -a $log
+    done ;;
   vs-cpu)
     timeout 400 build-dev/tests/test_cuda_vs_cpu > $OUT/vs_cpu.txt 2>&1
     echo "vs-cpu rc=$?" | tee -a $log
