@@ -100,14 +100,26 @@ struct Weights {
     }
 };
 
+// Their device copies, freed with the object.
+struct DevWeights {
+    Dev Wo, Wr1, Wt, Wg, bo, comp;
+    explicit DevWeights(const Weights &w)
+        : Wo(dev_of(w.Wo)), Wr1(dev_of(w.Wr1)), Wt(dev_of(w.Wt)), Wg(dev_of(w.Wg)),
+          bo(dev_of(w.bo)), comp(dev_of(w.comp)) {}
+};
+
+// The geometries of the composites' and gradients' tests: the default config's (td = 4, G = 4,
+// 9 tokens: na = 9) and the widest aug the head stages (na = 32).
+const fh::cuda::attn::Geom kGeoms[] = {geom(4, 4, 9), geom(16, 15, 17)};
+
 void test_composites(void **) {
     if (!fh_test_have_cuda()) skip();
-    for (const int td : {4, 16}) {
-        const fh::cuda::attn::Geom g = geom(td, td == 4 ? 4 : 15, td == 4 ? 9 : 17);
-        std::mt19937 rng(21 + td);
+    for (const fh::cuda::attn::Geom &g : kGeoms) {
+        std::mt19937 rng(21 + g.na);
         const Weights w(g, rng);
-        const Dev dWo = dev_of(w.Wo), dWr1 = dev_of(w.Wr1), dWt = dev_of(w.Wt),
-                  dWg = dev_of(w.Wg), dbo = dev_of(w.bo), dcomp = dev_of(w.comp);
+        const DevWeights dw(w);
+        const Dev &dWo = dw.Wo, &dWr1 = dw.Wr1, &dWt = dw.Wt, &dWg = dw.Wg, &dbo = dw.bo,
+                  &dcomp = dw.comp;
         const Dev dC1 = dev_of(std::vector<float>(W * W, kSentinel));
         const Dev dC2 = dev_of(std::vector<float>((size_t)W * g.na, kSentinel));
         fh::cuda::attn::head_factored_composites(g, fp(dWo), fp(dWr1), fp(dWt), fp(dWg), fp(dbo),
@@ -241,14 +253,14 @@ void test_head_vs_float64(void **) {
 
 void test_grads(void **) {
     if (!fh_test_have_cuda()) skip();
-    for (const int td : {4, 16}) {
-        const fh::cuda::attn::Geom g = geom(td, td == 4 ? 4 : 15, td == 4 ? 9 : 17);
-        std::mt19937 rng(31 + td);
+    for (const fh::cuda::attn::Geom &g : kGeoms) {
+        std::mt19937 rng(31 + g.na);
         const Weights w(g, rng);
         const int ldG = W + g.na + 3, ldP = 2 * W + g.na + 5, rowsP = 2 * W;
         const std::vector<float> G = uniform((size_t)W * ldG, 1.0f, rng);
-        const Dev dWo = dev_of(w.Wo), dWr1 = dev_of(w.Wr1), dWt = dev_of(w.Wt),
-                  dWg = dev_of(w.Wg), dbo = dev_of(w.bo), dcomp = dev_of(w.comp), dG = dev_of(G);
+        const DevWeights dw(w);
+        const Dev &dWo = dw.Wo, &dWr1 = dw.Wr1, &dWt = dw.Wt, &dWg = dw.Wg, &dbo = dw.bo,
+                  &dcomp = dw.comp, dG = dev_of(G);
         const Dev dP = dev_of(std::vector<float>((size_t)rowsP * ldP, kSentinel));
         fh::cuda::attn::head_factored_grads(g, fp(dG), ldG, fp(dWo), fp(dWr1), fp(dWt), fp(dWg),
                                             fp(dbo), fp(dcomp), fp(dP), ldP, 0);
