@@ -312,7 +312,8 @@ struct AttentionLearner::Impl {
         const uint64_t fac_floats = attention_head_factored_floats(d, c);
         if ((fac_floats > 0) != (head_tc && attn::head_factored_fits(g.na)))
             fail(FH_ERR_INTERNAL, "attention: the memory plan's factored head disagrees");
-        head_fac = fac_floats > 0 && head_factored_wanted();
+        const bool want_fac = head_factored_wanted();  // read (and checked) in every config
+        head_fac = fac_floats > 0 && want_fac;
 
         const size_t B = d.B;
         const size_t o_comp = arena.reserve_n<float>(g.c_total);

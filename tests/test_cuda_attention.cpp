@@ -32,7 +32,9 @@ extern "C" {
 #include <cmath>
 #include <cstdio>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -58,6 +60,32 @@ const char *kname(AttnKernels k) {
 }
 
 #define CK(call) cuda_test::cuda_ok((call), #call)
+
+/* FOXHUNT_ATTN_HEAD set for one scope, the caller's value (or its absence) restored after. */
+struct HeadEnv {
+    bool had;
+    std::string old;
+    explicit HeadEnv(const char *v) {
+        const char *e = getenv("FOXHUNT_ATTN_HEAD");
+        had = e != nullptr;
+        if (had) old = e;
+        setenv("FOXHUNT_ATTN_HEAD", v, 1);
+    }
+    ~HeadEnv() {
+        if (had) setenv("FOXHUNT_ATTN_HEAD", old.c_str(), 1);
+        else unsetenv("FOXHUNT_ATTN_HEAD");
+    }
+    HeadEnv(const HeadEnv &) = delete;
+    HeadEnv &operator=(const HeadEnv &) = delete;
+};
+
+/* The learner with FOXHUNT_ATTN_HEAD = head while it is built (it reads the variable then). */
+fh::cuda::AttentionLearner *make_learner(const char *head, const fh::Dims &d, const fh_config &c,
+                                         const fh::Layout &L, float *p, float *m, float *v,
+                                         AttnKernels k) {
+    HeadEnv env(head);
+    return new fh::cuda::AttentionLearner(d, c, L, p, m, v, k);
+}
 
 struct Case {
     std::string name;
@@ -182,9 +210,9 @@ void run_case(const Case &cs) {
         if (!strict) runs.insert(runs.begin() + 1, {AttnKernels::AUTO, "factored"});
         for (const auto &[k, head] : runs) {
             try {
-                setenv("FOXHUNT_ATTN_HEAD", head, 1);
-                fh::cuda::AttentionLearner a(d, c, L, dp, dm, dv, k);
-                unsetenv("FOXHUNT_ATTN_HEAD");
+                const std::unique_ptr<fh::cuda::AttentionLearner> ap(
+                    make_learner(head, d, c, L, dp, dm, dv, k));
+                fh::cuda::AttentionLearner &a = *ap;
                 a.enqueue_loss_grad(fh::cuda::Lane{gpu.s, {gpu.h, fh::cuda::compute_type(c)}}, in,
                                     dloss);
                 CK(cudaStreamSynchronize(gpu.s));
@@ -219,7 +247,6 @@ void run_case(const Case &cs) {
                     fail_msg("%s, %s kernels: gradient %.3e (%s), loss %.3e > %.1e", cs.name.c_str(),
                              kname(used), eg, worst.c_str(), el, tol);
             } catch (const fh::Error &e) {
-                unsetenv("FOXHUNT_ATTN_HEAD");
                 /* Only the special-purpose paths may refuse a config; GENERAL and AUTO never. */
                 if (k == AttnKernels::GENERAL || k == AttnKernels::AUTO || e.status != FH_ERR_BAD_DIMENSION)
                     fail_msg("%s, %s kernels: %s", cs.name.c_str(), kname(k), e.message.c_str());
@@ -238,27 +265,30 @@ void test_attention_paths(void **) {
 }
 
 /* FOXHUNT_ATTN_HEAD other than auto, factored or unfactored: the learner refuses to build, with
- * FH_ERR_BAD_VALUE and the variable named. */
+ * FH_ERR_BAD_VALUE and the variable named, in configs where the factored head fits (TF32) and
+ * where it does not (strict FP32; d_model 128). */
 void test_head_env_refused(void **) {
     if (!fh_test_have_cuda()) skip();
-    fh_config c = base(256);
-    const fh::Dims d = fh::make_dims(c);
-    const fh::Layout L = fh::make_layout(d);
-    std::vector<float> zero(L.attn.total, 0.0f);
-    float *dp = dev_copy(zero), *dm = dev_copy(zero), *dv = dev_copy(zero);
-    setenv("FOXHUNT_ATTN_HEAD", "bogus", 1);
-    int status = FH_OK;
-    std::string msg;
-    try {
-        fh::cuda::AttentionLearner a(d, c, L, dp, dm, dv, AttnKernels::AUTO);
-    } catch (const fh::Error &e) {
-        status = e.status;
-        msg = e.message;
+    for (int k = 0; k < 3; ++k) {
+        fh_config c = base(256);
+        if (k == 1) c.math_mode = FH_MATH_STRICT;
+        if (k == 2) { c.attn_d_model = 128; c.attn_heads = 2; }
+        const fh::Dims d = fh::make_dims(c);
+        const fh::Layout L = fh::make_layout(d);
+        std::vector<float> zero(L.attn.total, 0.0f);
+        float *dp = dev_copy(zero), *dm = dev_copy(zero), *dv = dev_copy(zero);
+        int status = FH_OK;
+        std::string msg;
+        try {
+            delete make_learner("bogus", d, c, L, dp, dm, dv, AttnKernels::AUTO);
+        } catch (const fh::Error &e) {
+            status = e.status;
+            msg = e.message;
+        }
+        for (float *q : {dp, dm, dv}) cudaFree(q);
+        if (status != FH_ERR_BAD_VALUE || !strstr(msg.c_str(), "FOXHUNT_ATTN_HEAD='bogus'"))
+            fail_msg("config %d: status %d, message '%s'", k, status, msg.c_str());
     }
-    unsetenv("FOXHUNT_ATTN_HEAD");
-    for (float *q : {dp, dm, dv}) cudaFree(q);
-    assert_int_equal(status, FH_ERR_BAD_VALUE);
-    assert_non_null(strstr(msg.c_str(), "FOXHUNT_ATTN_HEAD='bogus'"));
 }
 
 /* Largest per-tensor relative error between two pipelines over the tensors of the attention

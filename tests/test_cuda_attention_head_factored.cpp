@@ -3,8 +3,8 @@
  * - k_head_fac_comp: C1 = Wr1 Wo and C2 = Wr1 M (M = [Wt / T | Wg / T | ebar / T + bo]), float64
  *   sums rounded once to float32: within 2^-24 of each value (plus 1e-15 of the terms' sum).
  * - k_attn_head_fac at B = 1000 (a partly filled last tile; once 8 tiles on 3 blocks) and 16384,
- *   with ā and aug columns of one matrix (rows 2·64 + na rounded up to 4 floats apart, as the
- *   learner lays them out),
+ *   with ā and aug columns of one matrix, aug 64 columns after ā and rows 2·64 + na rounded up
+ *   to 4 floats apart (the learner's stride and offset; its pool columns before ā are left out),
  *   na = 9 (the default config), 32 (the most it stages) and 1: h = C2 aug (float32 on the CUDA
  *   cores) + ā C1ᵀ (operands rounded to TF32 or bfloat16 as the kernel does, so the reference's
  *   products are exact) within 8e-6 (twice γ_64, for 64 + na terms within γ_96) of the terms'
