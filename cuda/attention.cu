@@ -310,8 +310,6 @@ struct AttentionLearner::Impl {
         head_bf16 = c.math_mode == FH_MATH_BF16;
         head_tc_blocks = head_tc ? attn::head_fused_blocks((int)d.B) : 0;
         const uint64_t fac_floats = attention_head_factored_floats(d, c);
-        if ((fac_floats > 0) != (head_tc && attn::head_factored_fits(g.na)))
-            fail(FH_ERR_INTERNAL, "attention: the memory plan's factored head disagrees");
         const bool want_fac = head_factored_wanted();  // read (and checked) in every config
         head_fac = fac_floats > 0 && want_fac;
 
@@ -332,9 +330,12 @@ struct AttentionLearner::Impl {
         const size_t o_ph =
             arena.reserve_n<double>(std::max<size_t>(head.blocks, tiles) * (2 * d.hh + 2));
         ldG = LR - (int)d.d;
-        if (fac_floats && fac_floats != attn::head_factored_floats(g.na, ldG))
+        // The plan's count (src/memory_plan.cpp) against the kernels' own fit and size.
+        const size_t fac_own = head_tc && attn::head_factored_fits(g.na)
+                                   ? attn::head_factored_floats(g.na, ldG) : 0;
+        if (fac_floats != fac_own)
             fail(FH_ERR_INTERNAL, "attention: the factored head's buffer has %llu floats, not %zu",
-                 (unsigned long long)fac_floats, attn::head_factored_floats(g.na, ldG));
+                 (unsigned long long)fac_floats, fac_own);
         // Reserved whether or not FOXHUNT_ATTN_HEAD picks the factored head, as the plan counts it.
         const size_t o_hfac = arena.reserve_n<float>(fac_floats);
         const size_t o_scr = arena.reserve(path->scratch_bytes());
