@@ -23,6 +23,22 @@ constexpr double kAcc = 8e-6;
 
 inline double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 
+// Σ_k rnd(x[k·sx])·rnd(w[k·sw]) over n terms in float64, in k's order, added to acc, and the
+// terms' magnitudes added to mag. rnd: the operands' rounding as a kernel's products take them
+// (operand_round.hpp's tf32 or bf16_rne: each product then exact in float64), or none.
+struct NoRound {
+    template <class T> T operator()(T v) const { return v; }
+};
+template <class X, class Y, class Round = NoRound>
+void dot(const X *x, size_t sx, const Y *w, size_t sw, int n, double &acc, double &mag,
+         Round rnd = Round()) {
+    for (int k = 0; k < n; ++k) {
+        const double t = (double)rnd(x[k * sx]) * rnd(w[k * sw]);
+        acc += t;
+        mag += std::fabs(t);
+    }
+}
+
 // The largest |got − ref| / bound; fails the test past 1.
 struct Reach {
     const char *what;

@@ -152,11 +152,7 @@ void check(int B, unsigned seed, int shift, int blocks_req, bool bf16 = false, i
         const float *ai = &abar[(size_t)i * W], *pi = &pool[(size_t)i * W];
         for (int n = 0; n < W; ++n) {
             double ref = pool_in[(size_t)i * W + n], mag = std::fabs(ref);
-            for (int k = 0; k < W; ++k) {
-                const double t = (double)rnd(ai[k]) * rnd(Wo[n * W + k]);
-                ref += t;
-                mag += std::fabs(t);
-            }
+            head_ref::dot(ai, 1, &Wo[n * W], 1, W, ref, mag, rnd);
             rp.add(pi[n], ref, kAcc * mag * (1.0 + st) + st * std::fabs(ref) + 1e-30,
                    (size_t)i * W + n);
         }
@@ -164,11 +160,7 @@ void check(int B, unsigned seed, int shift, int blocks_req, bool bf16 = false, i
         double h[W], hb[W];
         for (int j = 0; j < W; ++j) {
             double acc = 0.0, mag = 0.0;
-            for (int k = 0; k < W; ++k) {
-                const double t = (double)rnd(pi[k]) * rnd(Wr1[j * W + k]);
-                acc += t;
-                mag += std::fabs(t);
-            }
+            head_ref::dot(pi, 1, &Wr1[j * W], 1, W, acc, mag, rnd);
             h[j] = acc;
             hb[j] = kAcc * mag + 1e-6 * std::fabs(acc);
         }
@@ -177,11 +169,7 @@ void check(int B, unsigned seed, int shift, int blocks_req, bool bf16 = false, i
         // dpool from the kernel's dh.
         for (int n = 0; n < W; ++n) {
             double acc = 0.0, mag = 0.0;
-            for (int j = 0; j < W; ++j) {
-                const double t = (double)rnd(dh[(size_t)i * W + j]) * rnd(Wr1[j * W + n]);
-                acc += t;
-                mag += std::fabs(t);
-            }
+            head_ref::dot(&dh[(size_t)i * W], 1, &Wr1[n], W, W, acc, mag, rnd);
             rq.add(dpool[(size_t)i * W + n], acc, kAcc * mag * (1.0 + st) + st * std::fabs(acc) +
                    1e-30, (size_t)i * W + n);
         }

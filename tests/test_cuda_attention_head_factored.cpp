@@ -50,6 +50,7 @@ namespace {
 #if FOXHUNT_HAVE_CUDA
 using cuda_test::Dev;
 using cuda_test::dev_of;
+using head_ref::dot;
 using head_ref::kAcc;
 using head_ref::kPartW;
 using head_ref::Reach;
@@ -130,21 +131,13 @@ void test_composites(void **) {
         for (int m = 0; m < W; ++m) {
             for (int j = 0; j < W; ++j) {
                 double s = 0.0, mag = 0.0;
-                for (int x = 0; x < W; ++x) {
-                    const double t = (double)w.Wr1[m * W + x] * w.Wo[x * W + j];
-                    s += t;
-                    mag += std::fabs(t);
-                }
+                dot(&w.Wr1[m * W], 1, &w.Wo[j], W, W, s, mag);
                 r1.add(C1[m * W + j], s, kRound * std::fabs(s) + 1e-15 * mag + 1e-30,
                        (size_t)m * W + j);
             }
             for (int f = 0; f < g.na; ++f) {
                 double s = 0.0, mag = 0.0;
-                for (int x = 0; x < W; ++x) {
-                    const double t = (double)w.Wr1[m * W + x] * w.M[(size_t)x * g.na + f];
-                    s += t;
-                    mag += std::fabs(t);
-                }
+                dot(&w.Wr1[m * W], 1, &w.M[f], g.na, W, s, mag);
                 r2.add(C2[(size_t)m * g.na + f], s, kRound * std::fabs(s) + 1e-15 * mag + 1e-30,
                        (size_t)m * g.na + f);
             }
@@ -208,16 +201,8 @@ void check_head(int B, unsigned seed, int na, int blocks_req, bool bf16) {
         double h[W], hb[W];
         for (int j = 0; j < W; ++j) {
             double acc = 0.0, mag = 0.0;
-            for (int f = 0; f < na; ++f) {
-                const double t = (double)C2[(size_t)j * na + f] * gi[f];
-                acc += t;
-                mag += std::fabs(t);
-            }
-            for (int k = 0; k < W; ++k) {
-                const double t = (double)rnd(ai[k]) * rnd(C1[j * W + k]);
-                acc += t;
-                mag += std::fabs(t);
-            }
+            dot(&C2[(size_t)j * na], 1, gi, 1, na, acc, mag);
+            dot(ai, 1, &C1[j * W], 1, W, acc, mag, rnd);
             h[j] = acc;
             hb[j] = kAcc * mag + 1e-6 * std::fabs(acc);
         }
@@ -225,11 +210,7 @@ void check_head(int B, unsigned seed, int na, int blocks_req, bool bf16) {
                             &dh[(size_t)i * W], (size_t)i * W, rd, sums);
         for (int n = 0; n < W; ++n) {  // dā = dh C1 from the kernel's dh
             double acc = 0.0, mag = 0.0;
-            for (int j = 0; j < W; ++j) {
-                const double t = (double)rnd(dh[(size_t)i * W + j]) * rnd(C1[j * W + n]);
-                acc += t;
-                mag += std::fabs(t);
-            }
+            dot(&dh[(size_t)i * W], 1, &C1[n], W, W, acc, mag, rnd);
             ra.add(da[(size_t)i * W + n], acc, kAcc * mag + 1e-30, (size_t)i * W + n);
         }
     }
@@ -272,16 +253,8 @@ void test_grads(void **) {
         for (int m = 0; m < W; ++m)
             for (int x = 0; x < W; ++x) {
                 double s = 0.0, mag = 0.0;
-                for (int f = 0; f < g.na; ++f) {
-                    const double t = (double)G[(size_t)m * ldG + W + f] * w.M[(size_t)x * g.na + f];
-                    s += t;
-                    mag += std::fabs(t);
-                }
-                for (int j = 0; j < W; ++j) {
-                    const double t = (double)G[(size_t)m * ldG + j] * w.Wo[x * W + j];
-                    s += t;
-                    mag += std::fabs(t);
-                }
+                dot(&G[(size_t)m * ldG + W], 1, &w.M[(size_t)x * g.na], 1, g.na, s, mag);
+                dot(&G[(size_t)m * ldG], 1, &w.Wo[x * W], 1, W, s, mag);
                 const size_t at = (size_t)m * ldP + x;
                 rw.add(P[at], s, kRound * std::fabs(s) + 1e-15 * mag + 1e-30, at);
                 written[at] = 1;
@@ -289,11 +262,7 @@ void test_grads(void **) {
         for (int x = 0; x < W; ++x)  // [dWo | R][x][c] = Σ_m Wr1[m][x] G[m][c]
             for (int c = 0; c < W + g.na; ++c) {
                 double s = 0.0, mag = 0.0;
-                for (int m = 0; m < W; ++m) {
-                    const double t = (double)w.Wr1[m * W + x] * G[(size_t)m * ldG + c];
-                    s += t;
-                    mag += std::fabs(t);
-                }
+                dot(&w.Wr1[x], W, &G[c], ldG, W, s, mag);
                 const size_t at = (size_t)(W + x) * ldP + W + c;
                 ro.add(P[at], s, kRound * std::fabs(s) + 1e-15 * mag + 1e-30, at);
                 written[at] = 1;
