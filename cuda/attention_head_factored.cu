@@ -167,23 +167,36 @@ __global__ void __launch_bounds__(kWarps * 32, 1) k_attn_head_fac(HeadFactoredAr
     aux::flush_row_acc(red, kPartW, a.partial + (size_t)blockIdx.x * kPartW);
 }
 
-// M[x][f] of the header (float64): pool's affine part in aug.
-__device__ __forceinline__ double pool_affine(const Geom &g, const float *Wt, const float *Wg,
-                                              const float *bo, const float *comp, int x, int f) {
+// M [d, na] of the header (float64), staged in shared memory at M[x sx + f sf]: once a block
+// (≤ 2,048 terms, a few divisions a thread) rather than once a term of every sum. The first form
+// formed each term inside the sums: one float64 division a term, three branches apart in one
+// warp, 30.6 µs for k_head_fac_comp on an H100 (docs/cuda.md, Findings).
+__device__ void stage_M(const Geom &g, const float *Wt, const float *Wg, const float *bo,
+                        const float *comp, double *M, int sx, int sf) {
     const double T = (double)g.T;
-    if (f < g.td) return (double)Wt[x * g.td + f] / T;
-    if (f < g.td + g.G) return (double)Wg[x * g.G + f - g.td] / T;
-    return (double)comp[g.c_eb + x] / T + (double)bo[x];
+    for (int e = threadIdx.x; e < kW * g.na; e += blockDim.x) {
+        const int x = e / g.na, f = e % g.na;
+        M[x * sx + f * sf] = f < g.td          ? (double)Wt[x * g.td + f] / T
+                             : f < g.td + g.G ? (double)Wg[x * g.G + f - g.td] / T
+                                              : (double)comp[g.c_eb + x] / T + (double)bo[x];
+    }
 }
 
-// C1 = Wr1 Wo [hh, d] and C2 = Wr1 M [hh, na] (float64 sums), a thread an output.
+// C1 = Wr1 Wo [hh, d] and C2 = Wr1 M [hh, na] (float64 sums), a thread an output; the blocks
+// past C1 stage M by rows (a warp's lanes read consecutive f of one row x).
 __global__ void k_head_fac_comp(Geom g, const float *__restrict__ Wo,
                                 const float *__restrict__ Wr1, const float *__restrict__ Wt,
                                 const float *__restrict__ Wg, const float *__restrict__ bo,
                                 const float *__restrict__ comp, float *__restrict__ C1,
                                 float *__restrict__ C2) {
+    __shared__ double Ms[kW * kNaMax];
     pdl_enter();
     const int o = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool stages = (blockIdx.x + 1) * blockDim.x > kW * kW;  // uniform in the block
+    if (stages) {
+        stage_M(g, Wt, Wg, bo, comp, Ms, g.na, 1);
+        __syncthreads();
+    }
     if (o < kW * kW) {
         const int m = o / kW, j = o % kW;
         double s = 0.0;
@@ -194,29 +207,38 @@ __global__ void k_head_fac_comp(Geom g, const float *__restrict__ Wo,
         const int m = (o - kW * kW) / g.na, f = (o - kW * kW) % g.na;
         double s = 0.0;
 #pragma unroll 16
-        for (int x = 0; x < kW; ++x)
-            s += (double)Wr1[m * kW + x] * pool_affine(g, Wt, Wg, bo, comp, x, f);
+        for (int x = 0; x < kW; ++x) s += (double)Wr1[m * kW + x] * Ms[x * g.na + f];
         C2[m * g.na + f] = (float)s;
     }
 }
 
 // dWr1 [hh, d], dWo [d, d] and R [d, na] from G = dhᵀ [ā | aug] (float64 sums), into the blocks
 // of attention.cu's weight-gradient product where k_attn_fin reads them (rows ldP apart: dWr1 at
-// (0, 0), dWo at (hh, d), R at (hh, 2d)).
+// (0, 0), dWo at (hh, d), R at (hh, 2d)). A warp's dWr1 lanes share m and take consecutive x, so
+// the blocks of dWr1 stage M by columns and Wo transposed (rows kW + 1 apart: the transposing
+// stores fall in different banks too); the loads of global Wo a lane a row would each touch their
+// own cache line.
 __global__ void k_head_fac_grads(Geom g, const float *__restrict__ G, int ldG,
                                  const float *__restrict__ Wo, const float *__restrict__ Wr1,
                                  const float *__restrict__ Wt, const float *__restrict__ Wg,
                                  const float *__restrict__ bo, const float *__restrict__ comp,
                                  float *__restrict__ prod, int ldP) {
+    __shared__ double MsT[kNaMax * kW];
+    __shared__ float WoT[kW * (kW + 1)];
     pdl_enter();
     const int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (blockIdx.x * blockDim.x < kW * kW) {  // uniform in the block
+        stage_M(g, Wt, Wg, bo, comp, MsT, 1, kW);
+        for (int e = threadIdx.x; e < kW * kW; e += blockDim.x)
+            WoT[(e % kW) * (kW + 1) + e / kW] = __ldg(Wo + e);
+        __syncthreads();
+    }
     if (o < kW * kW) {  // dWr1[m][x] = Σ_f G_aug[m][f] M[x][f] + Σ_j G_ā[m][j] Wo[x][j]
         const int m = o / kW, x = o % kW;
         double s = 0.0;
-        for (int f = 0; f < g.na; ++f)
-            s += (double)G[m * ldG + kW + f] * pool_affine(g, Wt, Wg, bo, comp, x, f);
+        for (int f = 0; f < g.na; ++f) s += (double)G[m * ldG + kW + f] * MsT[f * kW + x];
 #pragma unroll 16
-        for (int j = 0; j < kW; ++j) s += (double)G[m * ldG + j] * (double)Wo[x * kW + j];
+        for (int j = 0; j < kW; ++j) s += (double)G[m * ldG + j] * (double)WoT[j * (kW + 1) + x];
         prod[(size_t)m * ldP + x] = (float)s;
     } else if (o < 2 * kW * kW + kW * g.na) {  // dWo[x][j] | R[x][f] = Σ_m Wr1[m][x] G[m][·]
         const int r = o - kW * kW, x = r / (kW + g.na), col = r % (kW + g.na);
