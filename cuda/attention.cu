@@ -46,9 +46,9 @@
 //                 (the forward and the head write those operands as columns of two matrices;
 //                 one GEMM over the batch in place of three, each with its split-K reduction)
 //   dā = dpool Wo          nn M=B N=d  K=d
-//   With FOXHUNT_ATTN_HEAD=factored, in TF32 and BF16 at d = hh = 64 with td + G + 1 ≤ 32 (the
-//   default config), the head is factored (attention_head_factored.cu; not yet the default: it
-//   waits for a side-by-side timing): pool = M aug + ā Woᵀ, so h = C1 ā + C2 aug
+//   In TF32 and BF16 at d = hh = 64 with td + G + 1 ≤ 32 (the default config), the head is
+//   factored (attention_head_factored.cu; FOXHUNT_ATTN_HEAD=unfactored keeps the four steps
+//   above): pool = M aug + ā Woᵀ, so h = C1 ā + C2 aug
 //   and dā = dh C1 with C1 = Wr1 Wo, C2 = Wr1 M (k_head_fac_comp, float64, after k_attn_comp);
 //   one tensor-core kernel forms h, the head, dh and dā (no pool, dpool or dā GEMM);
 //   G = dhᵀ [ā | aug] (tn M=hh N=d+na K=B) gives dWr1 = G_aug Mᵀ + G_ā Woᵀ, dWo = Wr1ᵀ G_ā and
@@ -205,8 +205,8 @@ struct AttentionLearner::Impl {
     bool head_tc = false;
     bool head_bf16 = false;  // FH_MATH_BF16: the fused head rounds to and stores bfloat16 values
     int head_tc_blocks = 0;
-    // FOXHUNT_ATTN_HEAD=factored: the head factored (attention_head_factored.cu) where the fused
-    // head runs and aug has at most kHeadFactoredMaxNa columns: C1 | C2 | G in one allocation
+    // The head factored (attention_head_factored.cu; FOXHUNT_ATTN_HEAD=unfactored: not) where the
+    // fused head runs and aug has at most kHeadFactoredMaxNa columns: C1 | C2 | G in one allocation
     // (fh_memory_plan's attention_head_factored_floats), G with rows ldG apart.
     bool head_fac = false;
     float *fac_C1 = nullptr, *fac_C2 = nullptr, *fac_G = nullptr;
@@ -241,14 +241,14 @@ struct AttentionLearner::Impl {
              e);
     }
 
-    // FOXHUNT_ATTN_HEAD = factored: the factored head where it fits; auto (the default) or
-    // unfactored: the fused head that forms pool and dpool. Auto becomes factored once the
-    // factored head is timed faster side by side (docs/cuda.md, Findings, "The attention head
+    // FOXHUNT_ATTN_HEAD = auto (the default) or factored: the factored head where it fits;
+    // unfactored: the fused head that forms pool and dpool, kept selectable until the factored
+    // head's before/after table is archived (docs/cuda.md, Findings, "The attention head
     // factored").
     static bool head_factored_wanted() {
         const char *e = getenv("FOXHUNT_ATTN_HEAD");
-        if (!e || !*e || !strcmp(e, "auto") || !strcmp(e, "unfactored")) return false;
-        if (!strcmp(e, "factored")) return true;
+        if (!e || !*e || !strcmp(e, "auto") || !strcmp(e, "factored")) return true;
+        if (!strcmp(e, "unfactored")) return false;
         fail(FH_ERR_BAD_VALUE, "FOXHUNT_ATTN_HEAD='%s': expected auto, factored or unfactored", e);
     }
 
