@@ -189,8 +189,8 @@ __global__ void k_head_fac_comp(Geom g, const float *__restrict__ Wo,
                                 const float *__restrict__ Wg, const float *__restrict__ bo,
                                 const float *__restrict__ comp, float *__restrict__ C1,
                                 float *__restrict__ C2) {
-    __shared__ double Ms[kW * kNaMax];
     pdl_enter();
+    __shared__ double Ms[kW * kNaMax];
     const int o = blockIdx.x * blockDim.x + threadIdx.x;
     const bool stages = (blockIdx.x + 1) * blockDim.x > kW * kW;  // uniform in the block
     if (stages) {
@@ -223,9 +223,9 @@ __global__ void k_head_fac_grads(Geom g, const float *__restrict__ G, int ldG,
                                  const float *__restrict__ Wt, const float *__restrict__ Wg,
                                  const float *__restrict__ bo, const float *__restrict__ comp,
                                  float *__restrict__ prod, int ldP) {
+    pdl_enter();
     __shared__ double MsT[kNaMax * kW];
     __shared__ float WoT[kW * (kW + 1)];
-    pdl_enter();
     const int o = blockIdx.x * blockDim.x + threadIdx.x;
     if (blockIdx.x * blockDim.x < kW * kW) {  // uniform in the block
         stage_M(g, Wt, Wg, bo, comp, MsT, 1, kW);
