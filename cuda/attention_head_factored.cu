@@ -1,10 +1,9 @@
-// The attention head factored (FOXHUNT_ATTN_HEAD=factored, TF32 and BF16 at d = hh = 64,
-// td + G + 1 ≤ 32; not yet the default): attention_head.cu's output projection and reward head,
-// with neither pool nor dpool formed. Its first form (aug staged a load and a store at a time;
-// the float64 loops not unrolled) was timed against attention_head.cu's on an H100: the step
-// faster multi-stream, slower single-stream (docs/cuda.md, Findings, "The attention head
-// factored"). This form, with the aug loads issued together and those loops unrolled, is not
-// timed yet.
+// The attention head factored (TF32 and BF16 at d = hh = 64, td + G + 1 ≤ 32; the default there,
+// FOXHUNT_ATTN_HEAD=unfactored selects attention_head.cu's kernel and its GEMMs instead):
+// attention_head.cu's output projection and reward head, with neither pool nor dpool formed.
+// Side by side on an H100 (docs/cuda.md, Findings, "The attention head factored"): TF32 wall
+// 1.379 → 1.364 ms multi-stream, BF16 1.307 → 1.286, single-stream 1.612 → 1.620 (means of two
+// runs each; bench/results/h100-2026-12-07-head-factored-before-after.json).
 //
 // The math (attention.cu's header, step 2: pool = ē + bo + ā Woᵀ, and ē + bo = M aug with
 // M [d, na] = [Wt / T | Wg / T | ebar / T + bo]):

@@ -1,5 +1,5 @@
 // The reward head's per-row math, its weights' staging and its column-read product, shared by
-// the tensor-core head kernels (attention_head.cu, and the factored trial's
+// the tensor-core head kernels (attention_head.cu, and the factored head's
 // attention_head_factored.cu). Both hold h for a thread's two rows (g and g + 8 of the warp's
 // m16 tile) as accumulator fragments over 64 columns, and keep the head's gradient sums in
 // registers until their block flushes them.
