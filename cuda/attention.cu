@@ -243,8 +243,8 @@ struct AttentionLearner::Impl {
 
     // FOXHUNT_ATTN_HEAD = auto (the default) or factored: the factored head where it fits;
     // unfactored: the fused head that forms pool and dpool, kept selectable until the factored
-    // head's before/after table is archived (docs/cuda.md, Findings, "The attention head
-    // factored").
+    // head, timed so far on an H100 only, is timed on an H200 (docs/cuda.md, Findings, "The
+    // attention head factored").
     static bool head_factored_wanted() {
         const char *e = getenv("FOXHUNT_ATTN_HEAD");
         if (!e || !*e || !strcmp(e, "auto") || !strcmp(e, "factored")) return true;
