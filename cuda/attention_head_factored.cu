@@ -2,7 +2,7 @@
 // FOXHUNT_ATTN_HEAD=unfactored selects attention_head.cu's kernel and its GEMMs instead):
 // attention_head.cu's output projection and reward head, with neither pool nor dpool formed.
 // Side by side on an H100 (docs/cuda.md, Findings, "The attention head factored"): TF32 wall
-// 1.379 → 1.364 ms multi-stream, BF16 1.307 → 1.286, single-stream 1.612 → 1.620 (means of two
+// 1.379 → 1.364 ms multi-stream, BF16 1.307 → 1.285, single-stream 1.612 → 1.620 (means of two
 // runs each; bench/results/h100-2026-12-07-head-factored-before-after.json).
 //
 // The math (attention.cu's header, step 2: pool = ē + bo + ā Woᵀ, and ē + bo = M aug with
@@ -250,6 +250,13 @@ __global__ void k_head_fac_grads(Geom g, const float *__restrict__ G, int ldG,
 
 int blocks_for(int outputs) { return (outputs + 255) / 256; }
 
+// The float64 kernels stage M [d, na] in arrays sized for kNaMax columns.
+void check_na(int na, const char *what) {
+    if (na < 1 || na > kNaMax)
+        fail(FH_ERR_INTERNAL, "attention head (factored) %s: %d aug columns, not 1 to %d", what,
+             na, kNaMax);
+}
+
 }  // namespace
 
 bool head_factored_fits(int na) { return na <= kNaMax; }
@@ -261,6 +268,7 @@ size_t head_factored_floats(int na, int ldG) {
 void head_factored_composites(const Geom &g, const float *Wo, const float *Wr1, const float *Wt,
                               const float *Wg, const float *bo, const float *comp, float *C1,
                               float *C2, cudaStream_t s) {
+    check_na(g.na, "composites");
     FH_LAUNCH(k_head_fac_comp, blocks_for(kW * kW + kW * g.na), 256, 0, s, g, Wo, Wr1, Wt, Wg,
               bo, comp, C1, C2);
 }
@@ -278,6 +286,7 @@ void head_factored(const HeadFactoredArgs &a, int blocks, cudaStream_t s) {
 void head_factored_grads(const Geom &g, const float *G, int ldG, const float *Wo,
                          const float *Wr1, const float *Wt, const float *Wg, const float *bo,
                          const float *comp, float *prod, int ldP, cudaStream_t s) {
+    check_na(g.na, "gradients");
     FH_LAUNCH(k_head_fac_grads, blocks_for(2 * kW * kW + kW * g.na), 256, 0, s, g, G, ldG, Wo,
               Wr1, Wt, Wg, bo, comp, prod, ldP);
 }
