@@ -250,7 +250,8 @@ __global__ void k_head_fac_grads(Geom g, const float *__restrict__ G, int ldG,
 
 int blocks_for(int outputs) { return (outputs + 255) / 256; }
 
-// The float64 kernels stage M [d, na] in arrays sized for kNaMax columns.
+// The kernels stage aug (k_attn_head_fac) and M [d, na] (the float64 ones) in arrays sized for
+// kNaMax columns.
 void check_na(int na, const char *what) {
     if (na < 1 || na > kNaMax)
         fail(FH_ERR_INTERNAL, "attention head (factored) %s: %d aug columns, not 1 to %d", what,
@@ -274,7 +275,8 @@ void head_factored_composites(const Geom &g, const float *Wo, const float *Wr1, 
 }
 
 void head_factored(const HeadFactoredArgs &a, int blocks, cudaStream_t s) {
-    if (a.ld_in < 2 * kW + a.na || a.ld_in % 2 || a.na > kNaMax)
+    check_na(a.na, "head");
+    if (a.ld_in < 2 * kW + a.na || a.ld_in % 2)
         fail(FH_ERR_INTERNAL, "attention head (factored): row stride %d, %d aug columns",
              a.ld_in, a.na);
     if (a.bf16)
