@@ -383,7 +383,9 @@ struct AttentionLearner::Impl {
             attn::head_factored_composites(g, P + o.Wo, P + o.Wr1, P + o.Wt, Wg, P + o.bo, comp,
                                            fac_C1, fac_C2, s);
         mark(0, s);
-        path->forward(attn::FwdArgs{in.x, comp, P + o.Wt, Wg, P + o.bo, abar, pool, aug, LR}, s);
+        path->forward(attn::FwdArgs{in.x, comp, P + o.Wt, Wg, P + o.bo, abar,
+                                    head_fac ? nullptr : pool, aug, LR},
+                      s);
         mark(1, s);
         int head_rows = head.blocks;
         if (head_fac) {

@@ -22,7 +22,7 @@ __global__ void k_attn_pool_aug(Geom g, const float *__restrict__ x, const float
     pdl_enter();
     const int i = blockIdx.x * kPoolWarps + (threadIdx.x >> 5);
     if (i >= g.B) return;
-    pool_aug_row(g, x + (size_t)i * g.D, comp, Wt, Wg, bo, pool + (size_t)i * ld,
+    pool_aug_row(g, x + (size_t)i * g.D, comp, Wt, Wg, bo, pool ? pool + (size_t)i * ld : nullptr,
                  aug + (size_t)i * ld, threadIdx.x & 31);
 }
 

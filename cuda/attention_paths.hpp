@@ -47,7 +47,8 @@ struct FwdArgs {
     const float *comp;   // composites (layout above)
     const float *Wt, *Wg, *bo;
     float *abar;         // out [B, d]
-    float *pool;         // out [B, d]: ē + bo (ā Woᵀ is added by a GEMM afterwards)
+    float *pool;         // out [B, d]: ē + bo (ā Woᵀ is added by a GEMM afterwards); null:
+                         // not written (the factored head needs no pool)
     float *aug;          // out [B, na]: [Σ_{t<To} tok_t | g | 1]
     int ld;              // the row stride of abar, pool and aug (columns of one matrix)
 };

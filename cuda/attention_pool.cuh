@@ -7,7 +7,8 @@ namespace fh::cuda::attn {
 
 // One warp, transition x̃_i = xi: aug_i = [stok_i | g_i | 1] with stok = Σ_{t<To} tok_t (in t
 // order), and pool_i = (ebar + Wt stok + Wg g) / T + bo, i.e. the mean over tokens of e_t plus bo
-// (the ā Woᵀ part of the pooled residual stream is added by a GEMM afterwards).
+// (the ā Woᵀ part of the pooled residual stream is added by a GEMM afterwards). pool_i null: aug
+// only (the factored head, attention_head_factored.cu, reads aug and never pool).
 template <class GT>
 __device__ __forceinline__ void pool_aug_row(const GT &g, const float *__restrict__ xi,
                                              const float *__restrict__ comp,
@@ -32,6 +33,7 @@ __device__ __forceinline__ void pool_aug_row(const GT &g, const float *__restric
     }
     for (int k = lane; k < g.G; k += 32) ai[g.td + k] = __ldg(xi + g.O + k);
     if (lane == 0) ai[g.na - 1] = 1.0f;
+    if (!pool_i) return;
     __syncwarp();
     const float Tf = (float)g.T;
     for (int a = lane; a < g.d; a += 32) {

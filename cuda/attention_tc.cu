@@ -167,8 +167,8 @@ k_attn_tc_fwd(GT g, int wph, int spb, const float *__restrict__ x, const float *
         // (attention lane 0.521 → 0.482 ms single-stream at B = 16384,
         // bench/results/h200-2026-12-01-attention-pool-before-after.json).
         if (h == ((i - i0 - slot) / wph) % g.heads)
-            pool_aug_row(g, x + (size_t)i * g.D, comp, Wt, Wg, bo, pool + (size_t)i * ld,
-                         aug + (size_t)i * ld, lane);
+            pool_aug_row(g, x + (size_t)i * g.D, comp, Wt, Wg, bo,
+                         pool ? pool + (size_t)i * ld : nullptr, aug + (size_t)i * ld, lane);
         __syncwarp();
     }
 }
