@@ -32,8 +32,8 @@
 // One step:
 //   k_attn_comp                   Wc, Wgc, cc, ebar (attention_factors.cu)
 //   path.forward                  ā per (transition, head) (attention_paths.hpp; tensor cores at
-//                                 the default sizes); per transition ē + bo into pool,
-//                                 [stok | g | 1] into aug
+//                                 the default sizes); per transition ē + bo into pool (not
+//                                 where the head is factored), [stok | g | 1] into aug
 //   pool += ā Woᵀ          nt M=B N=d  K=d  (beta 1)
 //   h = pool Wr1ᵀ          nt M=B N=hh K=d
 //   k_attn_head (warp per row; k_attn_head_reg up to hh = 128): r̂, loss, dr,
@@ -47,8 +47,7 @@
 //                 one GEMM over the batch in place of three, each with its split-K reduction)
 //   dā = dpool Wo          nn M=B N=d  K=d
 //   In TF32 and BF16 at d = hh = 64 with td + G + 1 ≤ 32 (the default config), the head is
-//   factored (attention_head_factored.cu; FOXHUNT_ATTN_HEAD=unfactored keeps the four steps
-//   above): pool = M aug + ā Woᵀ, so h = C1 ā + C2 aug
+//   factored instead (attention_head_factored.cu): pool = M aug + ā Woᵀ, so h = C1 ā + C2 aug
 //   and dā = dh C1 with C1 = Wr1 Wo, C2 = Wr1 M (k_head_fac_comp, float64, after k_attn_comp);
 //   one tensor-core kernel forms h, the head, dh and dā (no pool, dpool or dā GEMM);
 //   G = dhᵀ [ā | aug] (tn M=hh N=d+na K=B) gives dWr1 = G_aug Mᵀ + G_ā Woᵀ, dWo = Wr1ᵀ G_ā and
@@ -205,9 +204,11 @@ struct AttentionLearner::Impl {
     bool head_tc = false;
     bool head_bf16 = false;  // FH_MATH_BF16: the fused head rounds to and stores bfloat16 values
     int head_tc_blocks = 0;
-    // The head factored (attention_head_factored.cu; FOXHUNT_ATTN_HEAD=unfactored: not) where the
-    // fused head runs and aug has at most kHeadFactoredMaxNa columns: C1 | C2 | G in one allocation
-    // (fh_memory_plan's attention_head_factored_floats), G with rows ldG apart.
+    // The head factored (attention_head_factored.cu) where the fused head runs and aug has at
+    // most kHeadFactoredMaxNa columns: C1 | C2 | G in one allocation (fh_memory_plan's
+    // attention_head_factored_floats), G with rows ldG apart. Unfactored side by side on an
+    // H100: TF32 wall 1.379 → 1.364 ms multi-stream, BF16 1.307 → 1.285, 1.612 → 1.620
+    // single-stream (bench/results/h100-2026-12-07-head-factored-before-after.json).
     bool head_fac = false;
     float *fac_C1 = nullptr, *fac_C2 = nullptr, *fac_G = nullptr;
     int ldG = 0;
@@ -216,10 +217,14 @@ struct AttentionLearner::Impl {
     // The weight gradients' GEMM prod = lhsᵀ rhs over the batch: lhs = [dh | dpool] [B, LL],
     // rhs = [pool | ā | aug | 0] [B, LR] (the forward's and the head's outputs, written in
     // place as their columns), so that dWr1 = dhᵀ pool, dWo = dpoolᵀ ā and R = dpoolᵀ aug are
-    // blocks of one product (prod [LL, LR]; its other blocks are not needed).
-    int LL = 0, LR = 0;
+    // blocks of one product (prod [LL, LR]; its other blocks are not needed). The factored head
+    // writes the same blocks of prod, and has neither pool nor dpool: rhs = [ā | aug | 0],
+    // lhs = [dh]. Their rows are ld_rhs and ld_lhs floats apart (fh_memory_plan's
+    // attention_batch_cols).
+    int LL = 0, LR = 0, ld_rhs = 0, ld_lhs = 0;
     float *comp, *rhs, *lhs, *prod, *dabar, *tot, *grad, *part;
-    float *pool, *abar, *aug, *hbuf, *dpool;  // views: columns of rhs and lhs
+    float *abar, *aug, *hbuf;        // views: columns of rhs and lhs
+    float *pool = nullptr, *dpool = nullptr;  // the same, unfactored
     double *part_head;
     cudaEvent_t ev[4] = {};  // time_phases(): forward begin/end, backward begin/end
 
@@ -239,17 +244,6 @@ struct AttentionLearner::Impl {
             if (!strcmp(e, attn::kernels_name(c))) return c;
         fail(FH_ERR_BAD_VALUE, "FOXHUNT_ATTN_KERNELS='%s': expected auto, tc, tc-split or general",
              e);
-    }
-
-    // FOXHUNT_ATTN_HEAD = auto (the default) or factored: the factored head where it fits;
-    // unfactored: the fused head that forms pool and dpool, kept selectable until the factored
-    // head, timed so far on an H100 only, is timed on an H200 (docs/cuda.md, Findings, "The
-    // attention head factored").
-    static bool head_factored_wanted() {
-        const char *e = getenv("FOXHUNT_ATTN_HEAD");
-        if (!e || !*e || !strcmp(e, "auto") || !strcmp(e, "factored")) return true;
-        if (!strcmp(e, "unfactored")) return false;
-        fail(FH_ERR_BAD_VALUE, "FOXHUNT_ATTN_HEAD='%s': expected auto, factored or unfactored", e);
     }
 
     static Geom geometry(const Dims &d) {
@@ -310,15 +304,17 @@ struct AttentionLearner::Impl {
         head_bf16 = c.math_mode == FH_MATH_BF16;
         head_tc_blocks = head_tc ? attn::head_fused_blocks((int)d.B) : 0;
         const uint64_t fac_floats = attention_head_factored_floats(d, c);
-        const bool want_fac = head_factored_wanted();  // read (and checked) in every config
-        head_fac = fac_floats > 0 && want_fac;
+        head_fac = fac_floats > 0;
 
         const size_t B = d.B;
         const size_t o_comp = arena.reserve_n<float>(g.c_total);
         LL = (int)(d.hh + d.d);
         LR = (int)attention_rhs_cols(d);
-        const size_t o_rhs = arena.reserve_n<float>(B * LR);
-        const size_t o_lhs = arena.reserve_n<float>(B * LL);
+        const AttentionBatchCols cols = attention_batch_cols(d, c);
+        ld_rhs = (int)cols.rhs;
+        ld_lhs = (int)cols.lhs;
+        const size_t o_rhs = arena.reserve_n<float>(B * ld_rhs);
+        const size_t o_lhs = arena.reserve_n<float>(B * ld_lhs);
         const size_t o_dabar = arena.reserve_n<float>(B * d.d);
         const size_t o_prod = arena.reserve_n<float>((size_t)LL * LR);
         const size_t o_tot = arena.reserve_n<float>(g.pw);
@@ -336,7 +332,6 @@ struct AttentionLearner::Impl {
         if (fac_floats != fac_own)
             fail(FH_ERR_INTERNAL, "attention: the factored head's buffer has %llu floats, not %zu",
                  (unsigned long long)fac_floats, fac_own);
-        // Reserved whether or not FOXHUNT_ATTN_HEAD picks the factored head, as the plan counts it.
         const size_t o_hfac = arena.reserve_n<float>(fac_floats);
         const size_t o_scr = arena.reserve(path->scratch_bytes());
         arena.allocate("the attention learner");
@@ -345,11 +340,16 @@ struct AttentionLearner::Impl {
         lhs = arena.at<float>(o_lhs);
         dabar = arena.at<float>(o_dabar);
         prod = arena.at<float>(o_prod);
-        pool = rhs;
-        abar = rhs + d.d;
-        aug = rhs + 2 * d.d;
         hbuf = lhs;
-        dpool = lhs + d.hh;
+        if (head_fac) {
+            abar = rhs;
+            aug = rhs + d.d;
+        } else {
+            pool = rhs;
+            abar = rhs + d.d;
+            aug = rhs + 2 * d.d;
+            dpool = lhs + d.hh;
+        }
         tot = arena.at<float>(o_tot);
         grad = arena.at<float>(o_grad);
         part = arena.at<float>(o_part);
@@ -383,8 +383,7 @@ struct AttentionLearner::Impl {
             attn::head_factored_composites(g, P + o.Wo, P + o.Wr1, P + o.Wt, Wg, P + o.bo, comp,
                                            fac_C1, fac_C2, s);
         mark(0, s);
-        path->forward(attn::FwdArgs{in.x, comp, P + o.Wt, Wg, P + o.bo, abar,
-                                    head_fac ? nullptr : pool, aug, LR},
+        path->forward(attn::FwdArgs{in.x, comp, P + o.Wt, Wg, P + o.bo, abar, pool, aug, ld_rhs},
                       s);
         mark(1, s);
         int head_rows = head.blocks;
@@ -393,7 +392,7 @@ struct AttentionLearner::Impl {
                                      P + o.w_r2, P + o.b_r2, in.r, B, g.na, (float)d.Bg,
                                      hbuf,      dabar,     part_head};
             a.bf16 = head_bf16;
-            a.ld_in = LR;
+            a.ld_in = ld_rhs;
             attn::head_factored(a, head_tc_blocks, s);
             head_rows = head_tc_blocks;
         } else if (head_tc) {
@@ -431,7 +430,7 @@ struct AttentionLearner::Impl {
         // 0.363 → 0.344 ms single-stream at B = 16384 against three GEMMs, each with its split-K
         // reduction (H200, bench/results/h200-2026-12-04-attn-wgrad-merged-*.json).
         if (head_fac) {
-            gemm(bl, strided(desc_tn(hh, ldG, B, hbuf, abar, fac_G), 0, LR, 0), 0.0f,
+            gemm(bl, strided(desc_tn(hh, ldG, B, hbuf, abar, fac_G), 0, ld_rhs, 0), 0.0f,
                  "attention G = dh^T [abar | aug]");
             attn::head_factored_grads(g, fac_G, ldG, P + o.Wo, P + o.Wr1, P + o.Wt, Wg, P + o.bo,
                                       comp, prod, LR, s);

@@ -41,10 +41,10 @@ void head_fused(const HeadFusedArgs &a, int blocks, cudaStream_t s);
 
 struct Geom;  // attention_paths.hpp
 
-// The factored form (cuda/attention_head_factored.cu; attention.cu runs it where it fits unless
-// FOXHUNT_ATTN_HEAD=unfactored): the same head with h = C1 ā + C2 aug and
-// dā = dh C1 (C1 = Wr1 Wo, C2 = Wr1 M), no pool or dpool formed; the weight gradients from
-// G = dhᵀ [ā | aug] (head_factored_grads).
+// The factored form (cuda/attention_head_factored.cu; attention.cu runs it wherever it fits, the
+// kernel above where aug is wider than kHeadFactoredMaxNa): the same head with
+// h = C1 ā + C2 aug and dā = dh C1 (C1 = Wr1 Wo, C2 = Wr1 M), no pool or dpool formed; the
+// weight gradients from G = dhᵀ [ā | aug] (head_factored_grads).
 // src/memory_plan.cpp's attention_head_factored_floats repeats this bound and the width.
 constexpr int kHeadFactoredMaxNa = 32;  // aug's columns (td + G + 1) the kernel stages
 

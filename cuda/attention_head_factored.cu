@@ -1,5 +1,5 @@
-// The attention head factored (TF32 and BF16 at d = hh = 64, td + G + 1 ≤ 32; the default there,
-// FOXHUNT_ATTN_HEAD=unfactored selects attention_head.cu's kernel and its GEMMs instead):
+// The attention head factored (TF32 and BF16 at d = hh = 64, td + G + 1 ≤ 32; attention.cu runs
+// it wherever it fits, attention_head.cu's kernel and its GEMMs where aug is wider):
 // attention_head.cu's output projection and reward head, with neither pool nor dpool formed.
 // Side by side on an H100 (docs/cuda.md, Findings, "The attention head factored"): TF32 wall
 // 1.379 → 1.364 ms multi-stream, BF16 1.307 → 1.285, single-stream 1.612 → 1.620 (means of two

@@ -108,7 +108,7 @@ public:
     float *grad_device();
     size_t grad_floats() const;
     AttnKernels kernels() const;  // the kernels in use (never AUTO)
-    bool head_factored() const;   // whether the head runs factored (FOXHUNT_ATTN_HEAD)
+    bool head_factored() const;   // whether the head runs factored (attention_head_factored.cu)
     // Benchmarks: when on, enqueue_loss_grad() records events around the per-(transition, head)
     // forward and backward kernels; phase_ms() waits for the last call's and reads them.
     void time_phases(bool on);

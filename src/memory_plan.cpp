@@ -93,6 +93,12 @@ uint64_t attention_head_factored_floats(const Dims &d, const fh_config &c) {
     return kWidth * (kWidth + na + attention_rhs_cols(d) - kWidth);
 }
 
+AttentionBatchCols attention_batch_cols(const Dims &d, const fh_config &c) {
+    const uint64_t LR = attention_rhs_cols(d);
+    if (attention_head_factored_floats(d, c) > 0) return {LR - d.d, d.hh};
+    return {LR, (uint64_t)d.hh + d.d};
+}
+
 // cuda/cuda_step.cpp (CudaStep), lanes.cpp, upload.cpp, act.cu, the learners' arenas,
 // guard.cu, replay.cu.
 MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &attn) {
@@ -176,11 +182,12 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     const uint64_t d3 = 3 * (uint64_t)d.d;
     const uint64_t pw = d.T * d3 + d3 * d.td + d3 * d.G;
     const uint64_t LL = d.hh + d.d, LR = attention_rhs_cols(d);
+    const AttentionBatchCols acols = attention_batch_cols(d, c);
     at.add((d3 * d.td + d3 * d.G + d.T * d3 + d.d) * F);
-    at.add(B * LR * F);      // [pool | ā | aug | 0]
-    at.add(B * LL * F);      // [dh | dpool]
-    at.add(B * d.d * F);     // dā
-    at.add(LL * LR * F);     // the weight-gradient GEMM's product
+    at.add(B * acols.rhs * F);  // [pool | ā | aug | 0], or [ā | aug | 0] (the head factored)
+    at.add(B * acols.lhs * F);  // [dh | dpool], or [dh]
+    at.add(B * d.d * F);        // dā
+    at.add(LL * LR * F);        // the weight gradients' blocks
     at.add(pw * F);
     at.add(L.attn.total * F);
     at.add(attn.partial_rows * pw * F);

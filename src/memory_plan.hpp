@@ -108,9 +108,17 @@ inline uint64_t attention_rhs_cols(const Dims &d) {
 
 // The floats of the CUDA attention learner's factored head (cuda/attention_head_factored.cu):
 // C1 [64, 64] | C2 [64, na] | G [64, LR − 64] (na = td + G + 1, LR = attention_rhs_cols), where
-// it can run: TF32 or BF16 math at attn_d_model = attn_head_hidden = 64 with na ≤ 32; else 0.
-// The learner allocates it there whichever head FOXHUNT_ATTN_HEAD picks.
+// it runs: TF32 or BF16 math at attn_d_model = attn_head_hidden = 64 with na ≤ 32; else 0.
 uint64_t attention_head_factored_floats(const Dims &d, const fh_config &c);
+
+// The columns of the attention learner's two [B, ·] matrices as it stores them: the weight
+// gradients' right operand [pool | ā | aug | 0] (attention_rhs_cols) and left operand
+// [dh | dpool] (hh + d); where the head is factored (attention_head_factored_floats > 0) there
+// is no pool or dpool: [ā | aug | 0] (attention_rhs_cols − d) and [dh] (hh).
+struct AttentionBatchCols {
+    uint64_t rhs, lhs;
+};
+AttentionBatchCols attention_batch_cols(const Dims &d, const fh_config &c);
 
 // The attention learner's sizes that depend on the device: the partial rows of its backward
 // and its kernel path's scratch bytes (cuda/attention_paths.hpp).

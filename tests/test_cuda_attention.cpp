@@ -5,8 +5,10 @@
  * outside
  * the tensor-core path: 257 tokens (obs_dim 1024), goal_dim 32, d_head 64 (d_model 128, 2
  * heads), attn_token_dim 32, goal_dim 0 with 3 tokens, 33 tokens. In TF32 and BF16 the head
- * both factored where it fits (the default) and unfactored (FOXHUNT_ATTN_HEAD=unfactored); a
- * bad FOXHUNT_ATTN_HEAD refused. Skipped without a GPU. */
+ * is factored where it fits (cuda/attention_head_factored.cu: the default config), fused
+ * unfactored at widths 64 with more aug columns (goal_dim 32, attn_token_dim 32:
+ * cuda/attention_head.cu), and GEMMs around a reduction kernel at d_model 128. Skipped without
+ * a GPU. */
 /* The library's internal headers come before cmocka.h, whose fail() macro clashes with
  * fh::fail. */
 #if FOXHUNT_HAVE_CUDA
@@ -60,32 +62,6 @@ const char *kname(AttnKernels k) {
 }
 
 #define CK(call) cuda_test::cuda_ok((call), #call)
-
-/* FOXHUNT_ATTN_HEAD set for one scope, the caller's value (or its absence) restored after. */
-struct HeadEnv {
-    bool had;
-    std::string old;
-    explicit HeadEnv(const char *v) {
-        const char *e = getenv("FOXHUNT_ATTN_HEAD");
-        had = e != nullptr;
-        if (had) old = e;
-        setenv("FOXHUNT_ATTN_HEAD", v, 1);
-    }
-    ~HeadEnv() {
-        if (had) setenv("FOXHUNT_ATTN_HEAD", old.c_str(), 1);
-        else unsetenv("FOXHUNT_ATTN_HEAD");
-    }
-    HeadEnv(const HeadEnv &) = delete;
-    HeadEnv &operator=(const HeadEnv &) = delete;
-};
-
-/* The learner with FOXHUNT_ATTN_HEAD = head while it is built (it reads the variable then). */
-fh::cuda::AttentionLearner *make_learner(const char *head, const fh::Dims &d, const fh_config &c,
-                                         const fh::Layout &L, float *p, float *m, float *v,
-                                         AttnKernels k) {
-    HeadEnv env(head);
-    return new fh::cuda::AttentionLearner(d, c, L, p, m, v, k);
-}
 
 struct Case {
     std::string name;
@@ -202,17 +178,11 @@ void run_case(const Case &cs) {
         float *dx = dev_copy(x), *dr = dev_copy(r);
         float *dloss = dev_copy(std::vector<float>(1, 0.0f));
         const fh::cuda::StepInputs in{dx, dx, dr, dr, dr, nullptr};
-        /* In TF32 and BF16 the auto run again with the head unfactored
-         * (FOXHUNT_ATTN_HEAD=unfactored: cuda/attention_head.cu; auto factors it where it fits,
-         * cuda/attention_head_factored.cu). */
-        std::vector<std::pair<AttnKernels, const char *>> runs = {
-            {AttnKernels::AUTO, "auto"}, {AttnKernels::TC, "auto"},
-            {AttnKernels::TC_SPLIT, "auto"}, {AttnKernels::GENERAL, "auto"}};
-        if (!strict) runs.insert(runs.begin() + 1, {AttnKernels::AUTO, "unfactored"});
-        for (const auto &[k, head] : runs) {
+        for (AttnKernels k : {AttnKernels::AUTO, AttnKernels::TC, AttnKernels::TC_SPLIT,
+                              AttnKernels::GENERAL}) {
             try {
                 const std::unique_ptr<fh::cuda::AttentionLearner> ap(
-                    make_learner(head, d, c, L, dp, dm, dv, k));
+                    new fh::cuda::AttentionLearner(d, c, L, dp, dm, dv, k));
                 fh::cuda::AttentionLearner &a = *ap;
                 a.enqueue_loss_grad(fh::cuda::Lane{gpu.s, {gpu.h, fh::cuda::compute_type(c)}}, in,
                                     dloss);
@@ -229,10 +199,9 @@ void run_case(const Case &cs) {
                        "(%s)\n", cs.name.c_str(), mname, kname(k), kname(used),
                        a.head_factored() ? "factored" : "unfactored", el, eg, worst.c_str());
                 if (k != AttnKernels::AUTO) assert_int_equal((int)used, (int)k);
-                /* Factored unless asked not to, where it fits: TF32 or BF16 at d = hh = 64,
-                 * na ≤ 32. */
+                /* Factored where it fits: TF32 or BF16 at d = hh = 64, na ≤ 32. */
                 const bool fac_fits = !strict && d.d == 64 && d.hh == 64 && d.td + d.G + 1 <= 32;
-                assert_int_equal(a.head_factored(), strcmp(head, "unfactored") && fac_fits);
+                assert_int_equal(a.head_factored(), fac_fits);
                 /* AUTO: tensor cores where the config allows, split in strict mode. */
                 const bool tc_fits = d.T <= 32 && d.dh <= 16 && d.td + d.G <= 16 && d.heads <= 8;
                 if (k == AttnKernels::AUTO)
@@ -264,33 +233,6 @@ void run_case(const Case &cs) {
 void test_attention_paths(void **) {
     if (!fh_test_have_cuda()) skip();
     for (const Case &cs : cases()) run_case(cs);
-}
-
-/* FOXHUNT_ATTN_HEAD other than auto, factored or unfactored: the learner refuses to build, with
- * FH_ERR_BAD_VALUE and the variable named, in configs where the factored head fits (TF32) and
- * where it does not (strict FP32; d_model 128). */
-void test_head_env_refused(void **) {
-    if (!fh_test_have_cuda()) skip();
-    for (int k = 0; k < 3; ++k) {
-        fh_config c = base(256);
-        if (k == 1) c.math_mode = FH_MATH_STRICT;
-        if (k == 2) { c.attn_d_model = 128; c.attn_heads = 2; }
-        const fh::Dims d = fh::make_dims(c);
-        const fh::Layout L = fh::make_layout(d);
-        std::vector<float> zero(L.attn.total, 0.0f);
-        float *dp = dev_copy(zero), *dm = dev_copy(zero), *dv = dev_copy(zero);
-        int status = FH_OK;
-        std::string msg;
-        try {
-            delete make_learner("bogus", d, c, L, dp, dm, dv, AttnKernels::AUTO);
-        } catch (const fh::Error &e) {
-            status = e.status;
-            msg = e.message;
-        }
-        for (float *q : {dp, dm, dv}) cudaFree(q);
-        if (status != FH_ERR_BAD_VALUE || !strstr(msg.c_str(), "FOXHUNT_ATTN_HEAD='bogus'"))
-            fail_msg("config %d: status %d, message '%s'", k, status, msg.c_str());
-    }
 }
 
 /* Largest per-tensor relative error between two pipelines over the tensors of the attention
@@ -367,7 +309,6 @@ void test_configs_step_like_cpu(void **) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_attention_paths),
-                                       cmocka_unit_test(test_head_env_refused),
                                        cmocka_unit_test(test_configs_step_like_cpu)};
     return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }
