@@ -276,7 +276,7 @@ void head_factored_composites(const Geom &g, const float *Wo, const float *Wr1, 
 
 void head_factored(const HeadFactoredArgs &a, int blocks, cudaStream_t s) {
     check_na(a.na, "head");
-    if (a.ld_in < 2 * kW + a.na || a.ld_in % 2)
+    if (a.ld_in < kW + a.na || a.ld_in % 2)
         fail(FH_ERR_INTERNAL, "attention head (factored): row stride %d, %d aug columns",
              a.ld_in, a.na);
     if (a.bf16)

@@ -151,8 +151,8 @@ void test_composites(void **) {
 void check_head(int B, unsigned seed, int na, int blocks_req, bool bf16) {
     const auto rnd = [bf16](float x) { return bf16 ? bf16_rne(x) : tf32(x); };
     const double st = bf16 ? std::ldexp(1.0, -8) : 0.0;
-    // [ā | aug | …] rows as the learner lays them out (attention_rhs_cols: 140 at na = 9).
-    const int ld = (2 * W + na + 3) / 4 * 4;
+    // [ā | aug | 0] rows as the learner lays them out (attention_batch_cols: 76 at na = 9).
+    const int ld = (W + na + 3) / 4 * 4;
     std::mt19937 rng(seed);
     std::vector<float> in((size_t)B * ld, kSentinel);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
