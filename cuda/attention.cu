@@ -50,8 +50,9 @@
 //   factored instead (attention_head_factored.cu): pool = M aug + ā Woᵀ, so h = C1 ā + C2 aug
 //   and dā = dh C1 with C1 = Wr1 Wo, C2 = Wr1 M (k_head_fac_comp, float64, after k_attn_comp);
 //   one tensor-core kernel forms h, the head, dh and dā (no pool, dpool or dā GEMM);
-//   G = dhᵀ [ā | aug] (tn M=hh N=d+na K=B) gives dWr1 = G_aug Mᵀ + G_ā Woᵀ, dWo = Wr1ᵀ G_ā and
-//   R = Wr1ᵀ G_aug (k_head_fac_grads, float64, into prod's blocks).
+//   G = dhᵀ [ā | aug | 0] (tn M=hh N=ldG, d+na rounded up to 4, K=B) gives
+//   dWr1 = G_aug Mᵀ + G_ā Woᵀ, dWo = Wr1ᵀ G_ā and R = Wr1ᵀ G_aug (k_head_fac_grads, float64,
+//   into prod's blocks).
 //   path.backward                 recomputes q, k, v and A (as FlashAttention does); per-token
 //                                 dq, dk, dv summed into partial rows of S, M1, M2 (no atomics)
 //   reduce the partial rows; k_attn_fin, k_attn_fin2 (attention_factors.cu; dWr1 and dWo
@@ -212,6 +213,10 @@ struct AttentionLearner::Impl {
     bool head_fac = false;
     float *fac_C1 = nullptr, *fac_C2 = nullptr, *fac_G = nullptr;
     int ldG = 0;
+    // The trial FOXHUNT_TRIAL_FAC_GRADS = 0 (the default: k_head_fac_grads reads G and Wr1 inside
+    // its sums) | 1 (stages them in shared memory first; the same bits): not yet timed
+    // (docs/cuda.md, Findings, "The attention head factored").
+    bool fac_grads_staged = false;
 
     aux::Arena arena;
     // The weight gradients' GEMM prod = lhsᵀ rhs over the batch: lhs = [dh | dpool] [B, LL],
@@ -244,6 +249,13 @@ struct AttentionLearner::Impl {
             if (!strcmp(e, attn::kernels_name(c))) return c;
         fail(FH_ERR_BAD_VALUE, "FOXHUNT_ATTN_KERNELS='%s': expected auto, tc, tc-split or general",
              e);
+    }
+
+    static bool trial_fac_grads() {
+        const char *e = getenv("FOXHUNT_TRIAL_FAC_GRADS");
+        if (!e || !*e || !strcmp(e, "0")) return false;
+        if (!strcmp(e, "1")) return true;
+        fail(FH_ERR_BAD_VALUE, "FOXHUNT_TRIAL_FAC_GRADS='%s': expected 0 or 1", e);
     }
 
     static Geom geometry(const Dims &d) {
@@ -305,6 +317,7 @@ struct AttentionLearner::Impl {
         head_tc_blocks = head_tc ? attn::head_fused_blocks((int)d.B) : 0;
         const uint64_t fac_floats = attention_head_factored_floats(d, c);
         head_fac = fac_floats > 0;
+        fac_grads_staged = trial_fac_grads();  // read (and checked) in every config
 
         const size_t B = d.B;
         const size_t o_comp = arena.reserve_n<float>(g.c_total);
@@ -433,7 +446,7 @@ struct AttentionLearner::Impl {
             gemm(bl, strided(desc_tn(hh, ldG, B, hbuf, abar, fac_G), 0, ld_rhs, 0), 0.0f,
                  "attention G = dh^T [abar | aug]");
             attn::head_factored_grads(g, fac_G, ldG, P + o.Wo, P + o.Wr1, P + o.Wt, Wg, P + o.bo,
-                                      comp, prod, LR, s);
+                                      comp, prod, LR, fac_grads_staged, s);
         } else {
             gemm_tn(bl, LL, LR, B, lhs, rhs, prod, 0.0f,
                     "attention [dh | dpool]^T [pool | abar | aug]");
