@@ -23,6 +23,8 @@
 #   iqn-san      the same on test_cuda_iqn's three kernel tests (target, online, backward)
 #   attn-bench   foxhunt-bench-attention at B = 1024, 4096, 16384, 65536
 #   step-bench   foxhunt-bench at B = 16384, the attention kernel paths side by side
+#   rev-bench    an earlier tree ($REV_TAR, `git archive` of it) built beside this one, both
+#                timed at B = 16384 in the order old, new, new, old (a change that has no switch)
 #   ab-build     trials that are compile definitions ($AB_DEFS, "NAME=v ..."; $AB_TESTS), built
 #                and timed on the device by bench/ab_carry.sh (its build, then its run); $AB_PROBE:
 #                a .cu file whose SASS cuobjdump prints for sm_90a
@@ -234,6 +236,28 @@ for s in "$@"; do
         ${VBENCH_ARGS:-} --machine $machine --out "$f.json" > "$f.txt" 2>&1
       echo "vbench $vv rc=$? (124: stopped by the timeout)" | tee -a $log
       tail -12 "$f.txt" | tee -a $log
+    done ;;
+  rev-bench)
+    # Two builds side by side: $REV_TAR, a tarball of an earlier tree made here with
+    # `git archive --prefix=old/ REV -- . ':!bench/results' ':!data' > .trial/old.tar` (untracked
+    # files travel with the call), built as a second foxhunt-bench, and this tree's; each at
+    # B = 16384 ($REV_MODES, default multi-tf32,single-tf32,multi-bf16) in the order old, new,
+    # new, old, into rev_N_{old,new}.json and .txt.
+    rm -rf /tmp/rev && mkdir -p /tmp/rev && tar xf "${REV_TAR:-.trial/old.tar}" -C /tmp/rev &&
+      cmake -S /tmp/rev/old -B /tmp/rev/build -DFOXHUNT_CUDA=ON -DCMAKE_PREFIX_PATH=$d/usr \
+        -Dcmocka_DIR=$d/usr/lib/x86_64-linux-gnu/cmake/cmocka > $OUT/rev_build.txt 2>&1 &&
+      cmake --build /tmp/rev/build -j16 --target foxhunt-bench >> $OUT/rev_build.txt 2>&1
+    echo "rev-bench: the old tree's build rc=$?" | tee -a $log
+    n=0
+    for k in old new new old; do
+      n=$((n + 1))
+      if [ $k = old ]; then b=/tmp/rev/build/examples/foxhunt-bench
+      else b=build-dev/examples/foxhunt-bench; fi
+      timeout 120 $b --batch 16384 --steps 30 --replay 0 \
+        --modes ${REV_MODES:-multi-tf32,single-tf32,multi-bf16} --machine $machine \
+        --out $OUT/rev_${n}_$k.json > $OUT/rev_${n}_$k.txt 2>&1
+      echo "rev-bench $n $k rc=$?" | tee -a $log
+      grep -E "ms/step" $OUT/rev_${n}_$k.txt | tee -a $log
     done ;;
   ab-build)
     if [ -n "${AB_PROBE:-}" ]; then
