@@ -243,13 +243,16 @@ for s in "$@"; do
     # files travel with the call), built as a second foxhunt-bench, and this tree's; each at
     # B = 16384 ($REV_MODES, default multi-tf32,single-tf32,multi-bf16) in the order old, new,
     # new, old, into rev_N_{old,new}.json and .txt.
+    # shellcheck disable=SC2086  # FOXHUNT_CMAKE_ARGS is a list of words
     rm -rf /tmp/rev && mkdir -p /tmp/rev && tar xf "${REV_TAR:-.trial/old.tar}" -C /tmp/rev &&
       cmake -S /tmp/rev/old -B /tmp/rev/build -DFOXHUNT_CUDA=ON -DCMAKE_PREFIX_PATH=$d/usr \
-        -Dcmocka_DIR=$d/usr/lib/x86_64-linux-gnu/cmake/cmocka > $OUT/rev_build.txt 2>&1 &&
+        -Dcmocka_DIR=$d/usr/lib/x86_64-linux-gnu/cmake/cmocka ${FOXHUNT_CMAKE_ARGS:-} \
+        > $OUT/rev_build.txt 2>&1 &&
       cmake --build /tmp/rev/build -j16 --target foxhunt-bench >> $OUT/rev_build.txt 2>&1
-    echo "rev-bench: the old tree's build rc=$?" | tee -a $log
+    rc=$?
+    echo "rev-bench: the old tree's build rc=$rc" | tee -a $log
     n=0
-    for k in old new new old; do
+    [ $rc = 0 ] && for k in old new new old; do
       n=$((n + 1))
       if [ $k = old ]; then b=/tmp/rev/build/examples/foxhunt-bench
       else b=build-dev/examples/foxhunt-bench; fi

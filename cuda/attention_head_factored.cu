@@ -224,14 +224,14 @@ __global__ void k_head_fac_comp(Geom g, const float *__restrict__ Wo,
 // iteration: 15.9 µs on 35 blocks, single-stream on an H100 (docs/cuda.md, Findings). The sums,
 // their order and their terms are the same: the same bits.
 template <bool STAGE_G>
-__global__ void k_head_fac_grads(Geom g, const float *__restrict__ G, int ldG,
-                                 const float *__restrict__ Wo, const float *__restrict__ Wr1,
-                                 const float *__restrict__ Wt, const float *__restrict__ Wg,
-                                 const float *__restrict__ bo, const float *__restrict__ comp,
-                                 float *__restrict__ prod, int ldP) {
+__global__ void __launch_bounds__(256)
+    k_head_fac_grads(Geom g, const float *__restrict__ G, int ldG, const float *__restrict__ Wo,
+                     const float *__restrict__ Wr1, const float *__restrict__ Wt,
+                     const float *__restrict__ Wg, const float *__restrict__ bo,
+                     const float *__restrict__ comp, float *__restrict__ prod, int ldP) {
     pdl_enter();
     constexpr int kGw = kW + kNaMax;  // G's columns used, at most (ā | aug)
-    constexpr int kRowsA = 256 / kW;  // a dWr1 block's rows m
+    constexpr int kRowsA = 256 / kW;  // a dWr1 block's rows m (256 threads: the launcher's)
     static_assert(kW * kW % 256 == 0, "dWr1's blocks are whole");
     // The dWr1 blocks: M | Wo transposed | (STAGE_G) their rows of G; the others (STAGE_G):
     // G | Wr1.

@@ -261,8 +261,13 @@ void test_trial_env_refused(void **) {
             msg = err.message;
         }
         for (float *q : {dp, dm, dv}) cudaFree(q);
-        if (status != FH_ERR_BAD_VALUE || !strstr(msg.c_str(), "FOXHUNT_TRIAL_FAC_GRADS='bogus'"))
+        const bool refused = status == FH_ERR_BAD_VALUE &&
+                             strstr(msg.c_str(), "FOXHUNT_TRIAL_FAC_GRADS='bogus'") != nullptr;
+        if (!refused) {
+            if (had) setenv(name, old.c_str(), 1);  /* not left set for the tests after this one */
+            else unsetenv(name);
             fail_msg("config %d: status %d, message '%s'", k, status, msg.c_str());
+        }
     }
     if (had) setenv(name, old.c_str(), 1);
     else unsetenv(name);
