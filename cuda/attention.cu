@@ -207,8 +207,8 @@ struct AttentionLearner::Impl {
     int head_tc_blocks = 0;
     // The head factored (attention_head_factored.cu) where the fused head runs and aug has at
     // most kHeadFactoredMaxNa columns: C1 | C2 | G in one allocation (fh_memory_plan's
-    // attention_head_factored_floats), G with rows ldG apart. Unfactored side by side on an
-    // H100: TF32 wall 1.379 → 1.364 ms multi-stream, BF16 1.307 → 1.285, 1.612 → 1.620
+    // attention_head_factored_floats), G with rows ldG apart. Against the unfactored head, side
+    // by side on an H100: TF32 wall 1.379 → 1.364 ms multi-stream, BF16 1.307 → 1.285, 1.612 → 1.620
     // single-stream (bench/results/h100-2026-12-07-head-factored-before-after.json).
     bool head_fac = false;
     float *fac_C1 = nullptr, *fac_C2 = nullptr, *fac_G = nullptr;
@@ -228,8 +228,8 @@ struct AttentionLearner::Impl {
     // attention_batch_cols).
     int LL = 0, LR = 0, ld_rhs = 0, ld_lhs = 0;
     float *comp, *rhs, *lhs, *prod, *dabar, *tot, *grad, *part;
-    float *abar, *aug, *hbuf;        // views: columns of rhs and lhs
-    float *pool = nullptr, *dpool = nullptr;  // the same, unfactored
+    float *abar, *aug, *hbuf;                 // views: columns of rhs and lhs
+    float *pool = nullptr, *dpool = nullptr;  // the same, unfactored only
     double *part_head;
     cudaEvent_t ev[4] = {};  // time_phases(): forward begin/end, backward begin/end
 
