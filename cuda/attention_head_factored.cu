@@ -32,6 +32,7 @@
 #include "error.hpp"
 #include "launch.cuh"
 #include "mma_tf32.cuh"
+#include "stage.cuh"
 #include "tile128.cuh"
 
 namespace fh::cuda::attn {
@@ -40,6 +41,7 @@ namespace {
 
 constexpr int kW = kHeadFusedWidth, kWarps = 8, kTileRows = kHeadFusedTileRows, kNT = kW / 8;
 constexpr int kNaMax = kHeadFactoredMaxNa, kAugLd = kNaMax + 1, kAugPerLane = 16 * kNaMax / 32;
+constexpr int kF64Threads = 256;  // the float64 kernels' blocks, a thread an output
 using head::kPartW;
 static_assert(head::kW == kW, "the head's math at the kernel's width");
 static_assert(kWarps * kPartW * 2 <= kW * kW, "the warps' partial rows fit over C1");
@@ -218,21 +220,21 @@ __global__ void k_head_fac_comp(Geom g, const float *__restrict__ Wo,
 // M by columns and Wo transposed (rows kW + 1 apart: the transposing stores fall in different
 // banks too); the loads of global Wo a lane a row would each touch their own cache line.
 // STAGE_G (the trial FOXHUNT_TRIAL_FAC_GRADS=1): the operands the sums read from global memory
-// are staged in shared memory first, every load of a thread issued before its first store: the
-// dWr1 blocks' four rows of G, and the other blocks' G [64, d + na] and Wr1. The kept form reads
-// them inside the sums, the f loop (a run-time bound, not unrolled) waiting out a load an
-// iteration: 15.9 µs on 35 blocks, single-stream on an H100 (docs/cuda.md, Findings). The sums,
-// their order and their terms are the same: the same bits.
+// are staged in shared memory first, by stage_batched (a thread's loads issued before its
+// stores): the dWr1 blocks' four rows of G, and the other blocks' G [64, d + na] and Wr1. The
+// kept form reads them inside the sums, the f loop (a run-time bound, not unrolled) waiting out
+// a load an iteration: 15.9 µs on 35 blocks, single-stream on an H100 (docs/cuda.md,
+// Findings). The sums, their order and their terms are the same: the same bits.
 template <bool STAGE_G>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(kF64Threads)
     k_head_fac_grads(Geom g, const float *__restrict__ G, int ldG, const float *__restrict__ Wo,
                      const float *__restrict__ Wr1, const float *__restrict__ Wt,
                      const float *__restrict__ Wg, const float *__restrict__ bo,
                      const float *__restrict__ comp, float *__restrict__ prod, int ldP) {
     pdl_enter();
     constexpr int kGw = kW + kNaMax;  // G's columns used, at most (ā | aug)
-    constexpr int kRowsA = 256 / kW;  // a dWr1 block's rows m (256 threads: the launcher's)
-    static_assert(kW * kW % 256 == 0, "dWr1's blocks are whole");
+    constexpr int kRowsA = kF64Threads / kW;  // a dWr1 block's rows m
+    static_assert(kW * kW % kF64Threads == 0, "dWr1's blocks are whole");
     // The dWr1 blocks: M | Wo transposed | (STAGE_G) their rows of G; the others (STAGE_G):
     // G | Wr1.
     constexpr size_t kBytesA = sizeof(double) * kNaMax * kW + sizeof(float) * kW * (kW + 1) +
@@ -245,24 +247,14 @@ __global__ void __launch_bounds__(256)
         float *WoT = reinterpret_cast<float *>(MsT + kNaMax * kW);
         float *Gr = WoT + kW * (kW + 1);  // STAGE_G: rows m0 .. m0 + 3 of G, gw apart
         const int m0 = blockIdx.x * kRowsA;
-        float gv[(kRowsA * kGw + 255) / 256];
-        if constexpr (STAGE_G) {
-#pragma unroll
-            for (int q = 0; q < (kRowsA * kGw + 255) / 256; ++q) {
-                const int e = threadIdx.x + 256 * q, rr = e / gw;
-                gv[q] = e < kRowsA * gw ? __ldg(G + (size_t)(m0 + rr) * ldG + (e - rr * gw)) : 0.f;
-            }
-        }
+        if constexpr (STAGE_G)
+            stage_batched<(kRowsA * kGw + kF64Threads - 1) / kF64Threads, float>(
+                kRowsA * gw,
+                [&](int e) { return __ldg(G + (size_t)(m0 + e / gw) * ldG + e % gw); },
+                [&](int e, float v) { Gr[e] = v; });
         stage_M(g, Wt, Wg, bo, comp, MsT, 1, kW);
         for (int e = threadIdx.x; e < kW * kW; e += blockDim.x)
             WoT[(e % kW) * (kW + 1) + e / kW] = __ldg(Wo + e);
-        if constexpr (STAGE_G) {
-#pragma unroll
-            for (int q = 0; q < (kRowsA * kGw + 255) / 256; ++q) {
-                const int e = threadIdx.x + 256 * q;
-                if (e < kRowsA * gw) Gr[e] = gv[q];
-            }
-        }
         __syncthreads();
         // dWr1[m][x] = Σ_f G_aug[m][f] M[x][f] + Σ_j G_ā[m][j] Wo[x][j]
         const int m = o / kW, x = o % kW;
@@ -278,23 +270,11 @@ __global__ void __launch_bounds__(256)
     int ldg = ldG;
     if constexpr (STAGE_G) {
         float *Gb = reinterpret_cast<float *>(smem), *Wb = Gb + kW * kGw;
-        constexpr int kPer = (kW * kGw + 255) / 256, kPerW = kW * kW / 256;
-        float v[kPer];
-#pragma unroll
-        for (int q = 0; q < kPer; ++q) {
-            const int e = threadIdx.x + 256 * q, rr = e / gw;
-            v[q] = e < kW * gw ? __ldg(G + (size_t)rr * ldG + (e - rr * gw)) : 0.0f;
-        }
-        float w[kPerW];
-#pragma unroll
-        for (int q = 0; q < kPerW; ++q) w[q] = __ldg(Wr1 + threadIdx.x + 256 * q);
-#pragma unroll
-        for (int q = 0; q < kPer; ++q) {
-            const int e = threadIdx.x + 256 * q;
-            if (e < kW * gw) Gb[e] = v[q];
-        }
-#pragma unroll
-        for (int q = 0; q < kPerW; ++q) Wb[threadIdx.x + 256 * q] = w[q];
+        stage_batched<(kW * kGw + kF64Threads - 1) / kF64Threads, float>(
+            kW * gw, [&](int e) { return __ldg(G + (size_t)(e / gw) * ldG + e % gw); },
+            [&](int e, float v) { Gb[e] = v; });
+        stage_batched<kW * kW / kF64Threads, float>(
+            kW * kW, [&](int e) { return __ldg(Wr1 + e); }, [&](int e, float v) { Wb[e] = v; });
         __syncthreads();
         Gs = Gb;
         Ws = Wb;
@@ -309,7 +289,7 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-int blocks_for(int outputs) { return (outputs + 255) / 256; }
+int blocks_for(int outputs) { return (outputs + kF64Threads - 1) / kF64Threads; }
 
 // The kernels stage aug (k_attn_head_fac) and M [d, na] (the float64 ones) in arrays sized for
 // kNaMax columns.
@@ -331,8 +311,8 @@ void head_factored_composites(const Geom &g, const float *Wo, const float *Wr1, 
                               const float *Wg, const float *bo, const float *comp, float *C1,
                               float *C2, cudaStream_t s) {
     check_na(g.na, "composites");
-    FH_LAUNCH(k_head_fac_comp, blocks_for(kW * kW + kW * g.na), 256, 0, s, g, Wo, Wr1, Wt, Wg,
-              bo, comp, C1, C2);
+    FH_LAUNCH(k_head_fac_comp, blocks_for(kW * kW + kW * g.na), kF64Threads, 0, s, g, Wo, Wr1,
+              Wt, Wg, bo, comp, C1, C2);
 }
 
 void head_factored(const HeadFactoredArgs &a, int blocks, cudaStream_t s) {
@@ -352,11 +332,11 @@ void head_factored_grads(const Geom &g, const float *G, int ldG, const float *Wo
     check_na(g.na, "gradients");
     const int blocks = blocks_for(2 * kW * kW + kW * g.na);
     if (stage_g)
-        FH_LAUNCH(k_head_fac_grads<true>, blocks, 256, 0, s, g, G, ldG, Wo, Wr1, Wt, Wg, bo, comp,
-                  prod, ldP);
+        FH_LAUNCH(k_head_fac_grads<true>, blocks, kF64Threads, 0, s, g, G, ldG, Wo, Wr1, Wt, Wg,
+                  bo, comp, prod, ldP);
     else
-        FH_LAUNCH(k_head_fac_grads<false>, blocks, 256, 0, s, g, G, ldG, Wo, Wr1, Wt, Wg, bo,
-                  comp, prod, ldP);
+        FH_LAUNCH(k_head_fac_grads<false>, blocks, kF64Threads, 0, s, g, G, ldG, Wo, Wr1, Wt, Wg,
+                  bo, comp, prod, ldP);
 }
 
 }  // namespace fh::cuda::attn
