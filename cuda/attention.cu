@@ -50,7 +50,7 @@
 //   factored instead (attention_head_factored.cu): pool = M aug + ā Woᵀ, so h = C1 ā + C2 aug
 //   and dā = dh C1 with C1 = Wr1 Wo, C2 = Wr1 M (k_head_fac_comp, float64, after k_attn_comp);
 //   one tensor-core kernel forms h, the head, dh and dā (no pool, dpool or dā GEMM);
-//   G = dhᵀ [ā | aug | 0] (tn M=hh N=ldG, d+na rounded up to 4, K=B) gives
+//   G = dhᵀ [ā | aug | 0] (tn M=hh N=ld_rhs, d+na rounded up to 4, K=B) gives
 //   dWr1 = G_aug Mᵀ + G_ā Woᵀ, dWo = Wr1ᵀ G_ā and R = Wr1ᵀ G_aug (k_head_fac_grads, float64,
 //   into prod's blocks).
 //   path.backward                 recomputes q, k, v and A (as FlashAttention does); per-token
@@ -207,12 +207,12 @@ struct AttentionLearner::Impl {
     int head_tc_blocks = 0;
     // The head factored (attention_head_factored.cu) where the fused head runs and aug has at
     // most kHeadFactoredMaxNa columns: C1 | C2 | G in one allocation (fh_memory_plan's
-    // attention_head_factored_floats), G with rows ldG apart. Against the unfactored head, side
-    // by side on an H100: TF32 wall 1.379 → 1.364 ms multi-stream, BF16 1.307 → 1.285, 1.612 → 1.620
-    // single-stream (bench/results/h100-2026-12-07-head-factored-before-after.json).
+    // attention_head_factored_floats), G [hh, ld_rhs] as wide as rhs's rows. Against the
+    // unfactored head, side by side on an H100: TF32 wall 1.379 → 1.364 ms multi-stream, BF16
+    // 1.307 → 1.285, 1.612 → 1.620 single-stream
+    // (bench/results/h100-2026-12-07-head-factored-before-after.json).
     bool head_fac = false;
     float *fac_C1 = nullptr, *fac_C2 = nullptr, *fac_G = nullptr;
-    int ldG = 0;
     // The trial FOXHUNT_TRIAL_FAC_GRADS = 0 (the default: k_head_fac_grads reads G and Wr1 inside
     // its sums) | 1 (stages them in shared memory first; the same bits): not yet timed
     // (docs/cuda.md, Findings, "The attention head factored").
@@ -338,10 +338,9 @@ struct AttentionLearner::Impl {
         const size_t tiles = (B + attn::kHeadFusedTileRows - 1) / attn::kHeadFusedTileRows;
         const size_t o_ph =
             arena.reserve_n<double>(std::max<size_t>(head.blocks, tiles) * (2 * d.hh + 2));
-        ldG = LR - (int)d.d;
         // The plan's count (src/memory_plan.cpp) against the kernels' own fit and size.
         const size_t fac_own = head_tc && attn::head_factored_fits(g.na)
-                                   ? attn::head_factored_floats(g.na, ldG) : 0;
+                                   ? attn::head_factored_floats(g.na, ld_rhs) : 0;
         if (fac_floats != fac_own)
             fail(FH_ERR_INTERNAL, "attention: the factored head's buffer has %llu floats, not %zu",
                  (unsigned long long)fac_floats, fac_own);
@@ -443,9 +442,9 @@ struct AttentionLearner::Impl {
         // 0.363 → 0.344 ms single-stream at B = 16384 against three GEMMs, each with its split-K
         // reduction (H200, bench/results/h200-2026-12-04-attn-wgrad-merged-*.json).
         if (head_fac) {
-            gemm(bl, strided(desc_tn(hh, ldG, B, hbuf, abar, fac_G), 0, ld_rhs, 0), 0.0f,
+            gemm(bl, strided(desc_tn(hh, ld_rhs, B, hbuf, abar, fac_G), 0, ld_rhs, 0), 0.0f,
                  "attention G = dh^T [abar | aug]");
-            attn::head_factored_grads(g, fac_G, ldG, P + o.Wo, P + o.Wr1, P + o.Wt, Wg, P + o.bo,
+            attn::head_factored_grads(g, fac_G, ld_rhs, P + o.Wo, P + o.Wr1, P + o.Wt, Wg, P + o.bo,
                                       comp, prod, LR, fac_grads_staged, s);
         } else {
             gemm_tn(bl, LL, LR, B, lhs, rhs, prod, 0.0f,
