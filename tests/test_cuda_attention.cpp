@@ -244,6 +244,10 @@ void test_trial_env_refused(void **) {
     const char *e = getenv(name);
     const bool had = e != nullptr;
     const std::string old = had ? e : "";
+    const auto restore = [&] {  /* also before a failure: not left set for the later tests */
+        if (had) setenv(name, old.c_str(), 1);
+        else unsetenv(name);
+    };
     setenv(name, "bogus", 1);
     for (int k = 0; k < 2; ++k) {
         fh_config c = base(256);
@@ -264,13 +268,11 @@ void test_trial_env_refused(void **) {
         const bool refused = status == FH_ERR_BAD_VALUE &&
                              strstr(msg.c_str(), "FOXHUNT_TRIAL_FAC_GRADS='bogus'") != nullptr;
         if (!refused) {
-            if (had) setenv(name, old.c_str(), 1);  /* not left set for the tests after this one */
-            else unsetenv(name);
+            restore();
             fail_msg("config %d: status %d, message '%s'", k, status, msg.c_str());
         }
     }
-    if (had) setenv(name, old.c_str(), 1);
-    else unsetenv(name);
+    restore();
 }
 
 /* Largest per-tensor relative error between two pipelines over the tensors of the attention
