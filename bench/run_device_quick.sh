@@ -72,10 +72,14 @@
 . bench/device_env.sh
 # Appends: a second call with the same $OUT keeps the first call's log.
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv,noheader | tee -a $log
+# configure SRC BUILD: CMake with CUDA, the unpacked test dependencies and $FOXHUNT_CMAKE_ARGS.
+configure() {
+  # shellcheck disable=SC2086  # FOXHUNT_CMAKE_ARGS is a list of words
+  cmake -S "$1" -B "$2" -DFOXHUNT_CUDA=ON -DCMAKE_PREFIX_PATH=$d/usr \
+    -Dcmocka_DIR=$d/usr/lib/x86_64-linux-gnu/cmake/cmocka ${FOXHUNT_CMAKE_ARGS:-}
+}
 t0=$(date +%s)
-# shellcheck disable=SC2086  # FOXHUNT_CMAKE_ARGS is a list of words
-cmake -S . -B build-dev -DFOXHUNT_CUDA=ON -DCMAKE_PREFIX_PATH=$d/usr \
-  -Dcmocka_DIR=$d/usr/lib/x86_64-linux-gnu/cmake/cmocka ${FOXHUNT_CMAKE_ARGS:-} > $OUT/build.txt 2>&1
+configure . build-dev > $OUT/build.txt 2>&1
 grep "foxhunt:" $OUT/build.txt | tee -a $log
 cmake --build build-dev -j16 >> $OUT/build.txt 2>&1 || { grep -E "error" $OUT/build.txt | head -30; echo BUILD FAILED; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s" | tee -a $log
@@ -243,11 +247,8 @@ for s in "$@"; do
     # files travel with the call), built as a second foxhunt-bench, and this tree's; each at
     # B = 16384 ($REV_MODES, default multi-tf32,single-tf32,multi-bf16) in the order old, new,
     # new, old, into rev_N_{old,new}.json and .txt.
-    # shellcheck disable=SC2086  # FOXHUNT_CMAKE_ARGS is a list of words
     rm -rf /tmp/rev && mkdir -p /tmp/rev && tar xf "${REV_TAR:-.trial/old.tar}" -C /tmp/rev &&
-      cmake -S /tmp/rev/old -B /tmp/rev/build -DFOXHUNT_CUDA=ON -DCMAKE_PREFIX_PATH=$d/usr \
-        -Dcmocka_DIR=$d/usr/lib/x86_64-linux-gnu/cmake/cmocka ${FOXHUNT_CMAKE_ARGS:-} \
-        > $OUT/rev_build.txt 2>&1 &&
+      configure /tmp/rev/old /tmp/rev/build > $OUT/rev_build.txt 2>&1 &&
       cmake --build /tmp/rev/build -j16 --target foxhunt-bench >> $OUT/rev_build.txt 2>&1
     rc=$?
     echo "rev-bench: the old tree's build rc=$rc" | tee -a $log
