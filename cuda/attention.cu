@@ -213,10 +213,6 @@ struct AttentionLearner::Impl {
     // (bench/results/h100-2026-12-07-head-factored-before-after.json).
     bool head_fac = false;
     float *fac_C1 = nullptr, *fac_C2 = nullptr, *fac_G = nullptr;
-    // The trial FOXHUNT_TRIAL_FAC_GRADS = 0 (the default: k_head_fac_grads reads G and Wr1 inside
-    // its sums) | 1 (stages them in shared memory first; the same bits): not yet timed
-    // (docs/cuda.md, Findings, "The attention head factored").
-    bool fac_grads_staged = false;
 
     aux::Arena arena;
     // The weight gradients' GEMM prod = lhsᵀ rhs over the batch: lhs = [dh | dpool] [B, LL],
@@ -249,13 +245,6 @@ struct AttentionLearner::Impl {
             if (!strcmp(e, attn::kernels_name(c))) return c;
         fail(FH_ERR_BAD_VALUE, "FOXHUNT_ATTN_KERNELS='%s': expected auto, tc, tc-split or general",
              e);
-    }
-
-    static bool trial_fac_grads() {
-        const char *e = getenv("FOXHUNT_TRIAL_FAC_GRADS");
-        if (!e || !*e || !strcmp(e, "0")) return false;
-        if (!strcmp(e, "1")) return true;
-        fail(FH_ERR_BAD_VALUE, "FOXHUNT_TRIAL_FAC_GRADS='%s': expected 0 or 1", e);
     }
 
     static Geom geometry(const Dims &d) {
@@ -317,7 +306,6 @@ struct AttentionLearner::Impl {
         head_tc_blocks = head_tc ? attn::head_fused_blocks((int)d.B) : 0;
         const uint64_t fac_floats = attention_head_factored_floats(d, c);
         head_fac = fac_floats > 0;
-        fac_grads_staged = trial_fac_grads();  // read (and checked) in every config
 
         const size_t B = d.B;
         const size_t o_comp = arena.reserve_n<float>(g.c_total);
@@ -445,7 +433,7 @@ struct AttentionLearner::Impl {
             gemm(bl, strided(desc_tn(hh, ld_rhs, B, hbuf, abar, fac_G), 0, ld_rhs, 0), 0.0f,
                  "attention G = dh^T [abar | aug]");
             attn::head_factored_grads(g, fac_G, ld_rhs, P + o.Wo, P + o.Wr1, P + o.Wt, Wg, P + o.bo,
-                                      comp, prod, LR, fac_grads_staged, s);
+                                      comp, prod, LR, s);
         } else {
             gemm_tn(bl, LL, LR, B, lhs, rhs, prod, 0.0f,
                     "attention [dh | dpool]^T [pool | abar | aug]");

@@ -70,9 +70,8 @@ void head_factored_composites(const Geom &g, const float *Wo, const float *Wr1, 
                               float *C2, cudaStream_t s);
 void head_factored(const HeadFactoredArgs &a, int blocks, cudaStream_t s);
 // G [64, ldG] = dhᵀ [ā | aug] (cuBLAS, the caller's) → dWr1, dWo and R into prod (rows ldP apart).
-// stage_g: the trial that stages G and Wr1 in shared memory first (the same bits).
 void head_factored_grads(const Geom &g, const float *G, int ldG, const float *Wo,
                          const float *Wr1, const float *Wt, const float *Wg, const float *bo,
-                         const float *comp, float *prod, int ldP, bool stage_g, cudaStream_t s);
+                         const float *comp, float *prod, int ldP, cudaStream_t s);
 
 }  // namespace fh::cuda::attn

@@ -32,7 +32,6 @@
 #include "error.hpp"
 #include "launch.cuh"
 #include "mma_tf32.cuh"
-#include "stage.cuh"
 #include "tile128.cuh"
 
 namespace fh::cuda::attn {
@@ -219,72 +218,37 @@ __global__ void k_head_fac_comp(Geom g, const float *__restrict__ Wo,
 // take consecutive x, so the blocks of dWr1 (the first 16: 256 outputs, four rows m, each) stage
 // M by columns and Wo transposed (rows kW + 1 apart: the transposing stores fall in different
 // banks too); the loads of global Wo a lane a row would each touch their own cache line.
-// STAGE_G (the trial FOXHUNT_TRIAL_FAC_GRADS=1): the operands the sums read from global memory
-// are staged in shared memory first, by stage_batched (a thread's loads issued before its
-// stores): the dWr1 blocks' four rows of G, and the other blocks' G [64, d + na] and Wr1. The
-// kept form reads them inside the sums, the f loop (a run-time bound, not unrolled) waiting out
-// a load an iteration: 15.9 µs on 35 blocks, single-stream on an H100 (docs/cuda.md,
-// Findings). The sums, their order and their terms are the same: the same bits.
-template <bool STAGE_G>
+// Staging G and Wr1 in shared memory before the sums (the trial FOXHUNT_TRIAL_FAC_GRADS=1,
+// 2026-12-07) changed nothing measurable (docs/cuda.md, Findings).
 __global__ void __launch_bounds__(kF64Threads)
     k_head_fac_grads(Geom g, const float *__restrict__ G, int ldG, const float *__restrict__ Wo,
                      const float *__restrict__ Wr1, const float *__restrict__ Wt,
                      const float *__restrict__ Wg, const float *__restrict__ bo,
                      const float *__restrict__ comp, float *__restrict__ prod, int ldP) {
     pdl_enter();
-    constexpr int kGw = kW + kNaMax;  // G's columns used, at most (ā | aug)
-    constexpr int kRowsA = kF64Threads / kW;  // a dWr1 block's rows m
     static_assert(kW * kW % kF64Threads == 0, "dWr1's blocks are whole");
-    // The dWr1 blocks: M | Wo transposed | (STAGE_G) their rows of G; the others (STAGE_G):
-    // G | Wr1.
-    constexpr size_t kBytesA = sizeof(double) * kNaMax * kW + sizeof(float) * kW * (kW + 1) +
-                               (STAGE_G ? sizeof(float) * kRowsA * kGw : 0);
-    constexpr size_t kBytesB = STAGE_G ? sizeof(float) * (kW * kGw + kW * kW) : 0;
-    __shared__ __align__(16) unsigned char smem[kBytesA > kBytesB ? kBytesA : kBytesB];
+    __shared__ double MsT[kNaMax * kW];
+    __shared__ float WoT[kW * (kW + 1)];
     const int o = blockIdx.x * blockDim.x + threadIdx.x, gw = kW + g.na;
     if (blockIdx.x * blockDim.x < kW * kW) {  // dWr1 (uniform in the block)
-        double *MsT = reinterpret_cast<double *>(smem);
-        float *WoT = reinterpret_cast<float *>(MsT + kNaMax * kW);
-        float *Gr = WoT + kW * (kW + 1);  // STAGE_G: rows m0 .. m0 + 3 of G, gw apart
-        const int m0 = blockIdx.x * kRowsA;
-        if constexpr (STAGE_G)
-            stage_batched<(kRowsA * kGw + kF64Threads - 1) / kF64Threads, float>(
-                kRowsA * gw,
-                [&](int e) { return __ldg(G + (size_t)(m0 + e / gw) * ldG + e % gw); },
-                [&](int e, float v) { Gr[e] = v; });
         stage_M(g, Wt, Wg, bo, comp, MsT, 1, kW);
         for (int e = threadIdx.x; e < kW * kW; e += blockDim.x)
             WoT[(e % kW) * (kW + 1) + e / kW] = __ldg(Wo + e);
         __syncthreads();
         // dWr1[m][x] = Σ_f G_aug[m][f] M[x][f] + Σ_j G_ā[m][j] Wo[x][j]
         const int m = o / kW, x = o % kW;
-        const float *Gm = STAGE_G ? Gr + (m - m0) * gw : G + (size_t)m * ldG;
+        const float *Gm = G + (size_t)m * ldG;
         double s = 0.0;
         for (int f = 0; f < g.na; ++f) s += (double)Gm[kW + f] * MsT[f * kW + x];
 #pragma unroll 16
         for (int j = 0; j < kW; ++j) s += (double)Gm[j] * (double)WoT[j * (kW + 1) + x];
         prod[(size_t)m * ldP + x] = (float)s;
-        return;
-    }
-    const float *Gs = G, *Ws = Wr1;
-    int ldg = ldG;
-    if constexpr (STAGE_G) {
-        float *Gb = reinterpret_cast<float *>(smem), *Wb = Gb + kW * kGw;
-        stage_batched<(kW * kGw + kF64Threads - 1) / kF64Threads, float>(
-            kW * gw, [&](int e) { return __ldg(G + (size_t)(e / gw) * ldG + e % gw); },
-            [&](int e, float v) { Gb[e] = v; });
-        stage_batched<kW * kW / kF64Threads, float>(
-            kW * kW, [&](int e) { return __ldg(Wr1 + e); }, [&](int e, float v) { Wb[e] = v; });
-        __syncthreads();
-        Gs = Gb;
-        Ws = Wb;
-        ldg = gw;
-    }
-    if (o < 2 * kW * kW + kW * g.na) {  // dWo[x][j] | R[x][f] = Σ_m Wr1[m][x] G[m][·]
+    } else if (o < 2 * kW * kW + kW * g.na) {  // dWo[x][j] | R[x][f] = Σ_m Wr1[m][x] G[m][·]
         const int r = o - kW * kW, x = r / gw, col = r % gw;
         double s = 0.0;
 #pragma unroll 16
-        for (int m = 0; m < kW; ++m) s += (double)Ws[m * kW + x] * (double)Gs[m * ldg + col];
+        for (int m = 0; m < kW; ++m)
+            s += (double)Wr1[m * kW + x] * (double)G[(size_t)m * ldG + col];
         prod[(size_t)(kW + x) * ldP + kW + col] = (float)s;
     }
 }
@@ -328,15 +292,10 @@ void head_factored(const HeadFactoredArgs &a, int blocks, cudaStream_t s) {
 
 void head_factored_grads(const Geom &g, const float *G, int ldG, const float *Wo,
                          const float *Wr1, const float *Wt, const float *Wg, const float *bo,
-                         const float *comp, float *prod, int ldP, bool stage_g, cudaStream_t s) {
+                         const float *comp, float *prod, int ldP, cudaStream_t s) {
     check_na(g.na, "gradients");
-    const int blocks = blocks_for(2 * kW * kW + kW * g.na);
-    if (stage_g)
-        FH_LAUNCH(k_head_fac_grads<true>, blocks, kF64Threads, 0, s, g, G, ldG, Wo, Wr1, Wt, Wg,
-                  bo, comp, prod, ldP);
-    else
-        FH_LAUNCH(k_head_fac_grads<false>, blocks, kF64Threads, 0, s, g, G, ldG, Wo, Wr1, Wt, Wg,
-                  bo, comp, prod, ldP);
+    FH_LAUNCH(k_head_fac_grads, blocks_for(2 * kW * kW + kW * g.na), kF64Threads, 0, s, g, G,
+              ldG, Wo, Wr1, Wt, Wg, bo, comp, prod, ldP);
 }
 
 }  // namespace fh::cuda::attn

@@ -235,46 +235,6 @@ void test_attention_paths(void **) {
     for (const Case &cs : cases()) run_case(cs);
 }
 
-/* FOXHUNT_TRIAL_FAC_GRADS other than 0 or 1: the learner refuses to build, with
- * FH_ERR_BAD_VALUE and the variable named, where the factored head runs (TF32) and where it does
- * not (strict FP32); the caller's value (or its absence) restored after. */
-void test_trial_env_refused(void **) {
-    if (!fh_test_have_cuda()) skip();
-    const char *name = "FOXHUNT_TRIAL_FAC_GRADS";
-    const char *e = getenv(name);
-    const bool had = e != nullptr;
-    const std::string old = had ? e : "";
-    const auto restore = [&] {  /* also before a failure: not left set for the later tests */
-        if (had) setenv(name, old.c_str(), 1);
-        else unsetenv(name);
-    };
-    setenv(name, "bogus", 1);
-    for (int k = 0; k < 2; ++k) {
-        fh_config c = base(256);
-        if (k == 1) c.math_mode = FH_MATH_STRICT;
-        const fh::Dims d = fh::make_dims(c);
-        const fh::Layout L = fh::make_layout(d);
-        std::vector<float> zero(L.attn.total, 0.0f);
-        float *dp = dev_copy(zero), *dm = dev_copy(zero), *dv = dev_copy(zero);
-        int status = FH_OK;
-        std::string msg;
-        try {
-            delete new fh::cuda::AttentionLearner(d, c, L, dp, dm, dv, AttnKernels::AUTO);
-        } catch (const fh::Error &err) {
-            status = err.status;
-            msg = err.message;
-        }
-        for (float *q : {dp, dm, dv}) cudaFree(q);
-        const bool refused = status == FH_ERR_BAD_VALUE &&
-                             strstr(msg.c_str(), "FOXHUNT_TRIAL_FAC_GRADS='bogus'") != nullptr;
-        if (!refused) {
-            restore();
-            fail_msg("config %d: status %d, message '%s'", k, status, msg.c_str());
-        }
-    }
-    restore();
-}
-
 /* Largest per-tensor relative error between two pipelines over the tensors of the attention
  * learner (attn = true) or over all the others (attn = false); attn.bk, pure rounding noise, is
  * left out (test_cuda_util.h). */
@@ -349,7 +309,6 @@ void test_configs_step_like_cpu(void **) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_attention_paths),
-                                       cmocka_unit_test(test_trial_env_refused),
                                        cmocka_unit_test(test_configs_step_like_cpu)};
     return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -14,8 +14,7 @@
  *   Rows past the batch stay untouched (sentinels), and so does the input matrix.
  * - k_head_fac_grads: from G = dhᵀ [ā | aug], dWr1 = G_aug Mᵀ + G_ā Woᵀ, dWo = Wr1ᵀ G_ā and
  *   R = Wr1ᵀ G_aug (float64 sums, rounded once) into their blocks of the weight-gradient
- *   product, its other elements untouched; the trial that stages G and Wr1 first
- *   (FOXHUNT_TRIAL_FAC_GRADS=1) bitwise equal to it.
+ *   product, its other elements untouched.
  * Skipped without a GPU. */
 #if FOXHUNT_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -35,7 +34,6 @@ extern "C" {
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -244,21 +242,11 @@ void test_grads(void **) {
         const DevWeights dw(w);
         const Dev &dWo = dw.Wo, &dWr1 = dw.Wr1, &dWt = dw.Wt, &dWg = dw.Wg, &dbo = dw.bo,
                   &dcomp = dw.comp, dG = dev_of(G);
-        // Both forms (the trial FOXHUNT_TRIAL_FAC_GRADS stages G and Wr1 first): the same bits.
-        std::vector<float> forms[2];
-        for (int staged = 0; staged < 2; ++staged) {
-            const Dev dP = dev_of(std::vector<float>((size_t)rowsP * ldP, kSentinel));
-            fh::cuda::attn::head_factored_grads(g, fp(dG), ldG, fp(dWo), fp(dWr1), fp(dWt),
-                                                fp(dWg), fp(dbo), fp(dcomp), fp(dP), ldP,
-                                                staged == 1, 0);
-            cuda_test::cuda_ok(cudaDeviceSynchronize(), "k_head_fac_grads");
-            forms[staged] = dP.get<float>();
-        }
-        for (size_t e = 0; e < forms[0].size(); ++e)
-            if (std::memcmp(&forms[0][e], &forms[1][e], sizeof(float)))
-                fail_msg("na = %d: element %zu: %.9g kept, %.9g staged", g.na, e,
-                         (double)forms[0][e], (double)forms[1][e]);
-        const std::vector<float> &P = forms[0];
+        const Dev dP = dev_of(std::vector<float>((size_t)rowsP * ldP, kSentinel));
+        fh::cuda::attn::head_factored_grads(g, fp(dG), ldG, fp(dWo), fp(dWr1), fp(dWt), fp(dWg),
+                                            fp(dbo), fp(dcomp), fp(dP), ldP, 0);
+        cuda_test::cuda_ok(cudaDeviceSynchronize(), "k_head_fac_grads");
+        const std::vector<float> P = dP.get<float>();
         std::vector<char> written((size_t)rowsP * ldP, 0);
         Reach rw{"dWr1"}, ro{"dWo | R"};
         // dWr1[m][x] = Σ_f G_aug[m][f] M[x][f] + Σ_j G_ā[m][j] Wo[x][j]
