@@ -48,6 +48,8 @@ public:
     // Every buffer summed in place across the ranks, one NCCL group on stream `s`; nothing
     // without a communicator. Throws FH_ERR_CUDA naming the NCCL call that failed.
     void sum(std::initializer_list<SumBuf> bufs, cudaStream_t s) const;
+    // Whether there is a communicator (a data-parallel step, of one rank or more).
+    bool active() const { return comm_ != nullptr; }
 
 private:
     void *comm_;  // ncclComm_t, the caller's

@@ -102,7 +102,7 @@ CudaStep::CudaStep(const fh_config &c, const Layout &l, DeviceMemory &mem, const
     v_lo = mem.floats(MEM_ACT, B);
     omega = mem.floats(MEM_ACT, B);
     z_mean = mem.floats(MEM_ACT, B);
-    regime_scr = mem.alloc_n<double>(MEM_ACT, 2 * (size_t)d.R);
+    regime_scr = mem.alloc_n<double>(MEM_ACT, regime_scratch_doubles(d));
 
     iql = std::make_unique<IqlLearner>(d, cfg, L, buf[BUF_IQL], buf[BUF_IQL_M], buf[BUF_IQL_V]);
     iqn = std::make_unique<IqnLearner>(d, cfg, L, buf[BUF_IQN], buf[BUF_IQN_TARGET],

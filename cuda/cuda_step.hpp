@@ -145,7 +145,7 @@ struct CudaStep {
     // The aux tail's block sums: [ensemble_blocks(B)], [confidence_partial_doubles(d)]
     // (memory_plan.hpp).
     double *ens_part = nullptr, *conf_part = nullptr;
-    double *regime_scr = nullptr;         // [2R]
+    double *regime_scr = nullptr;         // [2R], then the blocks' [regime_blocks(B)][2R]
     std::unique_ptr<IqlLearner> iql;
     std::unique_ptr<IqnLearner> iqn;
     std::unique_ptr<AttentionLearner> attn;

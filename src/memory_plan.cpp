@@ -103,7 +103,7 @@ AttentionBatchCols attention_batch_cols(const Dims &d, const fh_config &c) {
 // guard.cu, replay.cu.
 MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &attn) {
     const Dims &d = L.dims;
-    const uint64_t B = d.B, D = d.D, H = d.H, NB = d.NB, A = d.A, HB = d.HB, R = d.R;
+    const uint64_t B = d.B, D = d.D, H = d.H, NB = d.NB, A = d.A, HB = d.HB;
     MemoryPlan p;
     const std::vector<ChildDesc> sched = build_schedule(d, c);
     int nlanes = 1;
@@ -138,7 +138,7 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     a += (B * NB + 2 * NB * B * A + NB * A * HB + NB * A) * F + NB * colch * A * D8;
     a += (NB * B * HB + dh2_floats(d) + 2 * B * H) * F + 3 * B * NB * D8;
     a += (ensemble_blocks(B) + confidence_partial_doubles(d)) * D8;  // the aux tail's partials
-    a += 4 * B * F + 2 * R * D8;                       // aux vectors, regime scratch
+    a += 4 * B * F + regime_scratch_doubles(d) * D8;   // aux vectors, regime scratch
     const uint64_t maxN = std::max({D, H, HB, A, (uint64_t)1});
     a += (uint64_t)nlanes * (colch * maxN * D8 + 1024 * D8);
     const uint64_t AC = 4096;                          // kActChunk

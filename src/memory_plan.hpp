@@ -82,6 +82,14 @@ inline uint64_t confidence_chunks(uint64_t B) {
 }
 inline uint64_t confidence_partial_doubles(const Dims &d) { return confidence_chunks(d.B) * (d.H + 2); }
 
+// The regime scales' scratch (cuda/regime.cu): the 2R sums [sum_k, count_k], then one such row
+// per block of kRegimeRows rows.
+constexpr uint64_t kRegimeRows = 256;
+inline uint64_t regime_blocks(uint64_t B) {
+    return std::max<uint64_t>(1, (B + kRegimeRows - 1) / kRegimeRows);
+}
+inline uint64_t regime_scratch_doubles(const Dims &d) { return (1 + regime_blocks(d.B)) * 2 * d.R; }
+
 struct MemoryPlan {
     // As fh_memory_report: parameters, activations, workspaces, batch_staging, replay.
     uint64_t parameters = 0, activations = 0, workspaces = 0, batch_staging = 0, replay = 0;

@@ -159,6 +159,10 @@ void test_small_variants_1_step(void **) {
         v.batch_size = 1000;  /* not a multiple of any block size */
         v.clip_norm = 1e-3f;  /* clipping active */
         run("variant B=1000, clip active", v, 2, kBounds, false);
+        /* The regime scales' sums at their widest: every regime a few of the 1000 rows, in
+         * blocks of 256 rows and a partial last block (regime.cu). */
+        v.num_regimes = FH_MAX_REGIMES;
+        run("variant B=1000, R=64", v, 2, kBounds, false);
     }
 }
 
