@@ -9,8 +9,9 @@
 // FORK records an event on lane 0 that the forked lanes wait on; JOIN records one event per
 // joined lane that lane 0 waits on; with FH_EXEC_SINGLE_STREAM both vanish. MARK ops become
 // external event-record nodes (cudaEventRecordWithFlags(..., cudaEventRecordExternal)) for the
-// aux learners' timings; the parent graph has an event-record node before the first child and
-// after each child (the per-child timings).
+// aux learners' timings; the parent graph has an event-record node at the start and one after
+// each child (the per-child timings). Every event-record node is a leaf: it records when the
+// work before it ends, and nothing waits on it inside the graph (graph_events.hpp).
 //
 // The step counter lives on the device (uint64): the sample, HER, IQN and Adam read it, the
 // guard's final search block in the adam child increments it (guard.cu). train(step, k)
@@ -36,6 +37,7 @@
 #include "device_input.hpp"
 #include "device_memory.hpp"
 #include "error.hpp"
+#include "graph_events.hpp"
 #include "guard.cuh"
 #include "lanes.hpp"
 #include "reduce.cuh"
@@ -228,22 +230,24 @@ void CudaBackend::capture_all() {
         cudaGraph_t g = nullptr;
         FH_CUDA(cudaStreamEndCapture(s0, &g));
         child_[k] = g;
+        detach_event_records(g);  // the marks beside the lanes, not on them
         size_t nodes = 0;
         FH_CUDA(cudaGraphGetNodes(g, nullptr, &nodes));
         hooks::publish_child_nodes(sched_[k].id, (long)nodes);
     }
-    // The parent: event 0, then each child followed by its event k + 1. A child waits for the
-    // events after the children it starts after (ChildDesc::after), or for event 0.
+    // The parent: event 0 and the first children as roots; a child waits for the children it
+    // starts after (ChildDesc::after), and event k + 1 records when child k has ended, a leaf
+    // beside the children after it rather than a node between them (graph_events.hpp: the
+    // events in series cost the step their latency at every border).
     FH_CUDA(cudaGraphCreate(&parent_, 0));
     std::vector<cudaGraphNode_t> ev(sched_.size() + 1);
     FH_CUDA(cudaGraphAddEventRecordNode(&ev[0], parent_, nullptr, 0, child_ev_[0]));
+    std::vector<cudaGraphNode_t> node(sched_.size());
     for (size_t k = 0; k < sched_.size(); ++k) {
         std::vector<cudaGraphNode_t> deps;
-        for (int j : sched_[k].after) deps.push_back(ev[j + 1]);
-        if (deps.empty()) deps.push_back(ev[0]);
-        cudaGraphNode_t node = nullptr;
-        FH_CUDA(cudaGraphAddChildGraphNode(&node, parent_, deps.data(), deps.size(), child_[k]));
-        FH_CUDA(cudaGraphAddEventRecordNode(&ev[k + 1], parent_, &node, 1, child_ev_[k + 1]));
+        for (int j : sched_[k].after) deps.push_back(node[j]);
+        FH_CUDA(cudaGraphAddChildGraphNode(&node[k], parent_, deps.data(), deps.size(), child_[k]));
+        FH_CUDA(cudaGraphAddEventRecordNode(&ev[k + 1], parent_, &node[k], 1, child_ev_[k + 1]));
     }
     FH_CUDA(cudaGraphInstantiate(&exec_, parent_, 0));
     FH_CUDA(cudaGraphUpload(exec_, launch_));
