@@ -17,24 +17,26 @@ namespace fh::cuda {
 
 namespace {
 
-// The queries take the edges' data too: without it they fail (cudaErrorLossyQuery) on a node
-// with a programmatic edge (the lanes' kernels launched with programmatic dependent launch).
-std::vector<cudaGraphNode_t> dependencies(cudaGraphNode_t n) {
+// A node's dependencies or dependents (cudaGraphNodeGetDependencies or ...GetDependentNodes).
+// The query takes the edges' data too: without it, it fails (cudaErrorLossyQuery) on a node with
+// a programmatic edge (the lanes' kernels launched with programmatic dependent launch).
+using Query = cudaError_t (*)(cudaGraphNode_t, cudaGraphNode_t *, cudaGraphEdgeData *, size_t *);
+std::vector<cudaGraphNode_t> neighbours(cudaGraphNode_t n, Query query, const char *what) {
     size_t k = 0;
-    FH_CUDA(cudaGraphNodeGetDependencies(n, nullptr, nullptr, &k));
+    cudaError_t e = query(n, nullptr, nullptr, &k);
     std::vector<cudaGraphNode_t> v(k);
-    std::vector<cudaGraphEdgeData> e(k);
-    if (k) FH_CUDA(cudaGraphNodeGetDependencies(n, v.data(), e.data(), &k));
+    std::vector<cudaGraphEdgeData> data(k);
+    if (e == cudaSuccess && k) e = query(n, v.data(), data.data(), &k);
+    if (e != cudaSuccess) throw_cuda(e, what, __FILE__, __LINE__);
     return v;
 }
 
+std::vector<cudaGraphNode_t> dependencies(cudaGraphNode_t n) {
+    return neighbours(n, cudaGraphNodeGetDependencies, "cudaGraphNodeGetDependencies");
+}
+
 std::vector<cudaGraphNode_t> dependents(cudaGraphNode_t n) {
-    size_t k = 0;
-    FH_CUDA(cudaGraphNodeGetDependentNodes(n, nullptr, nullptr, &k));
-    std::vector<cudaGraphNode_t> v(k);
-    std::vector<cudaGraphEdgeData> e(k);
-    if (k) FH_CUDA(cudaGraphNodeGetDependentNodes(n, v.data(), e.data(), &k));
-    return v;
+    return neighbours(n, cudaGraphNodeGetDependentNodes, "cudaGraphNodeGetDependentNodes");
 }
 
 }  // namespace

@@ -56,7 +56,7 @@ void test_events_become_leaves(void **) {
     if (!fh_test_have_cuda()) skip();
     cudaGraph_t g = nullptr;
     ok(cudaGraphCreate(&g, 0), "cudaGraphCreate");
-    cudaEvent_t ev[4];
+    cudaEvent_t ev[5];
     for (cudaEvent_t &e : ev) ok(cudaEventCreate(&e), "cudaEventCreate");
     auto empty = [&](std::vector<cudaGraphNode_t> d) {
         cudaGraphNode_t n = nullptr;
@@ -69,16 +69,17 @@ void test_events_become_leaves(void **) {
         return n;
     };
     /* A -> E1 -> B; C waits on A and E1; E0 (a root) and X -> D; B -> E2 (already a leaf);
-     * B -> E3 -> F and G. */
+     * B -> E3 -> F and G; E3 -> E4 -> H (two marks in a row, as a lane's end and begin marks). */
     const cudaGraphNode_t A = empty({}), X = empty({});
     const cudaGraphNode_t E1 = event({A}, ev[0]), E0 = event({}, ev[1]);
     const cudaGraphNode_t B = empty({E1}), C = empty({A, E1}), D = empty({E0, X});
     const cudaGraphNode_t E2 = event({B}, ev[2]), E3 = event({B}, ev[3]);
-    const cudaGraphNode_t F = empty({E3}), G = empty({E3});
+    const cudaGraphNode_t F = empty({E3}), G = empty({E3}), E4 = event({E3}, ev[4]);
+    const cudaGraphNode_t H = empty({E4});
 
     fh::cuda::detach_event_records(g);
 
-    for (cudaGraphNode_t e : {E0, E1, E2, E3})
+    for (cudaGraphNode_t e : {E0, E1, E2, E3, E4})
         if (const size_t n = dependents_of(e)) fail_msg("an event node has %zu dependents", n);
     assert_true(deps_of(E1) == sorted({A}));
     assert_true(deps_of(E0).empty());
@@ -89,6 +90,7 @@ void test_events_become_leaves(void **) {
     assert_true(deps_of(D) == sorted({X}));
     assert_true(deps_of(F) == sorted({B}));
     assert_true(deps_of(G) == sorted({B}));
+    assert_true(deps_of(E4) == sorted({B}) && deps_of(H) == sorted({B}));
     assert_true(deps_of(A).empty() && deps_of(X).empty());
 
     cudaGraphExec_t x = nullptr;
@@ -96,7 +98,7 @@ void test_events_become_leaves(void **) {
     ok(cudaGraphLaunch(x, 0), "cudaGraphLaunch");
     ok(cudaStreamSynchronize(0), "cudaStreamSynchronize");
     for (cudaEvent_t e : ev) ok(cudaEventQuery(e), "an event recorded by the graph");
-    printf("[GRAPH] 4 event-record nodes detached: leaves, their waiters on their dependencies\n");
+    printf("[GRAPH] 5 event-record nodes detached: leaves, their waiters on their dependencies\n");
     ok(cudaGraphExecDestroy(x), "cudaGraphExecDestroy");
     ok(cudaGraphDestroy(g), "cudaGraphDestroy");
     for (cudaEvent_t e : ev) ok(cudaEventDestroy(e), "cudaEventDestroy");
