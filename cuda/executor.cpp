@@ -9,9 +9,10 @@
 // FORK records an event on lane 0 that the forked lanes wait on; JOIN records one event per
 // joined lane that lane 0 waits on; with FH_EXEC_SINGLE_STREAM both vanish. MARK ops become
 // external event-record nodes (cudaEventRecordWithFlags(..., cudaEventRecordExternal)) for the
-// aux learners' timings; the parent graph has an event-record node at the start and one after
-// each child (the per-child timings). Every event-record node is a leaf: it records when the
-// work before it ends, and nothing waits on it inside the graph (graph_events.hpp).
+// aux learners' timings; the parent graph has an event-record node at the start, before the
+// first children, and one after each child (the per-child timings). Every other event-record
+// node is a leaf: it records when the work before it ends, and nothing waits on it inside the
+// graph (graph_events.hpp).
 //
 // The step counter lives on the device (uint64): the sample, HER, IQN and Adam read it, the
 // guard's final search block in the adam child increments it (guard.cu). train(step, k)
@@ -235,10 +236,13 @@ void CudaBackend::capture_all() {
         FH_CUDA(cudaGraphGetNodes(g, nullptr, &nodes));
         hooks::publish_child_nodes(sched_[k].id, (long)nodes);
     }
-    // The parent: event 0 and the first children as roots; a child waits for the children it
-    // starts after (ChildDesc::after), and event k + 1 records when child k has ended, a leaf
-    // beside the children after it rather than a node between them (graph_events.hpp: the
-    // events in series cost the step their latency at every border).
+    // The parent: event 0, then the children; a child waits for the children it starts after
+    // (ChildDesc::after) or, the first ones, for event 0, and event k + 1 records when child k
+    // has ended, a leaf beside the children after it rather than a node between them
+    // (graph_events.hpp: the events in series cost the step their latency at every border).
+    // Event 0 stays in front: as a root beside the first children it recorded up to 14 µs
+    // after their first kernel had started (traces of 2026-12-07), so the first children's
+    // times and the step's total came out short.
     FH_CUDA(cudaGraphCreate(&parent_, 0));
     std::vector<cudaGraphNode_t> ev(sched_.size() + 1);
     FH_CUDA(cudaGraphAddEventRecordNode(&ev[0], parent_, nullptr, 0, child_ev_[0]));
@@ -246,6 +250,7 @@ void CudaBackend::capture_all() {
     for (size_t k = 0; k < sched_.size(); ++k) {
         std::vector<cudaGraphNode_t> deps;
         for (int j : sched_[k].after) deps.push_back(node[j]);
+        if (deps.empty()) deps.push_back(ev[0]);
         FH_CUDA(cudaGraphAddChildGraphNode(&node[k], parent_, deps.data(), deps.size(), child_[k]));
         FH_CUDA(cudaGraphAddEventRecordNode(&ev[k + 1], parent_, &node[k], 1, child_ev_[k + 1]));
     }

@@ -32,11 +32,13 @@ std::vector<cudaGraphNode_t> neighbours(cudaGraphNode_t n, Query query, const ch
 }
 
 std::vector<cudaGraphNode_t> dependencies(cudaGraphNode_t n) {
-    return neighbours(n, cudaGraphNodeGetDependencies, "cudaGraphNodeGetDependencies");
+    return neighbours(n, FH_GRAPH_EDGE_API(cudaGraphNodeGetDependencies),
+                      "cudaGraphNodeGetDependencies");
 }
 
 std::vector<cudaGraphNode_t> dependents(cudaGraphNode_t n) {
-    return neighbours(n, cudaGraphNodeGetDependentNodes, "cudaGraphNodeGetDependentNodes");
+    return neighbours(n, FH_GRAPH_EDGE_API(cudaGraphNodeGetDependentNodes),
+                      "cudaGraphNodeGetDependentNodes");
 }
 
 }  // namespace
@@ -52,11 +54,11 @@ void detach_event_records(cudaGraph_t g) {
         if (type != cudaGraphNodeTypeEventRecord) continue;
         const std::vector<cudaGraphNode_t> pre = dependencies(e);
         for (cudaGraphNode_t s : dependents(e)) {
-            FH_CUDA(cudaGraphRemoveDependencies(g, &e, &s, nullptr, 1));
+            FH_CUDA(FH_GRAPH_EDGE_API(cudaGraphRemoveDependencies)(g, &e, &s, nullptr, 1));
             const std::vector<cudaGraphNode_t> has = dependencies(s);
             for (cudaGraphNode_t p : pre)
                 if (std::find(has.begin(), has.end(), p) == has.end())
-                    FH_CUDA(cudaGraphAddDependencies(g, &p, &s, nullptr, 1));
+                    FH_CUDA(FH_GRAPH_EDGE_API(cudaGraphAddDependencies)(g, &p, &s, nullptr, 1));
         }
     }
 }

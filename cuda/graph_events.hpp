@@ -2,6 +2,14 @@
 #pragma once
 #include <cuda_runtime.h>
 
+// The graph queries and edits that take the edges' data: CUDA 12.3 to 12.9 name them with a _v2
+// suffix (the plain names have no edge data there), CUDA 13 without it.
+#if CUDART_VERSION >= 13000
+#define FH_GRAPH_EDGE_API(name) name
+#else
+#define FH_GRAPH_EDGE_API(name) name##_v2
+#endif
+
 namespace fh::cuda {
 
 // Every event-record node E of g becomes a leaf: each node S that waited on E waits on E's

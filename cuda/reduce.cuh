@@ -45,8 +45,7 @@ void sum_to(const double *x, size_t n, float *out, double div, double *partial, 
 // lanes in order (device_math.cuh tile_col_sum), in double. Partials are [Z][chunks][width];
 // reduce_partials() sums all rows of a column in one block of 32 row lanes, each lane every 32nd
 // row in order, then the lanes in a fixed tree. A thread loads several of its rows at once, then
-// sums them in row order (so the bits do not depend on how many); regime.cu's per-regime sums do
-// the same.
+// sums them in row order (so the bits do not depend on how many).
 constexpr int kRowBatch = 4;
 
 constexpr int kColsumRows = 256;  // rows per chunk of colsum_partial

@@ -503,6 +503,9 @@ typedef struct fh_metrics {
 /**
  * Milliseconds of the last completed step per child graph (SPEC §5) and per aux learner.
  * On CUDA these come from event-record nodes inside the graph; on the CPU from a steady clock.
+ * On CUDA the events after the children and around the aux learners record beside the work
+ * that follows them rather than holding it back, so each time also carries the difference of
+ * its two events' recording delays (microseconds).
  */
 typedef struct fh_timings {
     size_t struct_size; /**< sizeof(fh_timings) */

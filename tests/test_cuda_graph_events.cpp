@@ -33,17 +33,17 @@ void ok(cudaError_t e, const char *what) {
 
 std::vector<cudaGraphNode_t> deps_of(cudaGraphNode_t n) {
     size_t k = 0;
-    ok(cudaGraphNodeGetDependencies(n, nullptr, nullptr, &k), "dependency count");
+    ok(FH_GRAPH_EDGE_API(cudaGraphNodeGetDependencies)(n, nullptr, nullptr, &k), "count");
     std::vector<cudaGraphNode_t> v(k);
     std::vector<cudaGraphEdgeData> e(k);
-    if (k) ok(cudaGraphNodeGetDependencies(n, v.data(), e.data(), &k), "dependencies");
+    if (k) ok(FH_GRAPH_EDGE_API(cudaGraphNodeGetDependencies)(n, v.data(), e.data(), &k), "deps");
     std::sort(v.begin(), v.end());
     return v;
 }
 
 size_t dependents_of(cudaGraphNode_t n) {
     size_t k = 0;
-    ok(cudaGraphNodeGetDependentNodes(n, nullptr, nullptr, &k), "dependent count");
+    ok(FH_GRAPH_EDGE_API(cudaGraphNodeGetDependentNodes)(n, nullptr, nullptr, &k), "dependents");
     return k;
 }
 
@@ -93,11 +93,22 @@ void test_events_become_leaves(void **) {
     assert_true(deps_of(E4) == sorted({B}) && deps_of(H) == sorted({B}));
     assert_true(deps_of(A).empty() && deps_of(X).empty());
 
+    /* Every event recorded by the launch: the time from an event recorded before it is
+     * defined only for an event that was recorded (cudaEventQuery succeeds on one never
+     * recorded, so it would prove nothing). */
+    cudaEvent_t start = nullptr;
+    ok(cudaEventCreate(&start), "cudaEventCreate");
     cudaGraphExec_t x = nullptr;
     ok(cudaGraphInstantiate(&x, g, 0), "cudaGraphInstantiate");
+    ok(cudaEventRecord(start, 0), "cudaEventRecord");
     ok(cudaGraphLaunch(x, 0), "cudaGraphLaunch");
     ok(cudaStreamSynchronize(0), "cudaStreamSynchronize");
-    for (cudaEvent_t e : ev) ok(cudaEventQuery(e), "an event recorded by the graph");
+    for (cudaEvent_t e : ev) {
+        float ms = -1.0f;
+        ok(cudaEventElapsedTime(&ms, start, e), "an event recorded by the graph");
+        if (!(ms >= 0.0f)) fail_msg("an event recorded %g ms before the launch", (double)ms);
+    }
+    ok(cudaEventDestroy(start), "cudaEventDestroy");
     printf("[GRAPH] 5 event-record nodes detached: leaves, their waiters on their dependencies\n");
     ok(cudaGraphExecDestroy(x), "cudaGraphExecDestroy");
     ok(cudaGraphDestroy(g), "cudaGraphDestroy");
