@@ -233,16 +233,24 @@ int main(int argc, char **argv) {
     bound[6] = bound[5] + tm.adam_ms;
     const double events_ms[kChildren] = {tm.her_ms,     tm.spectral_ms, tm.ddqn_ms,
                                          tm.forward_ms, tm.aux_ms,      tm.adam_ms};
+    // Multi-stream, her and spectral start together. The guard's snapshot is two k_copy
+    // launches there: HER's of every buffer but u and spectral's of u, the smaller grid.
+    const Kernel *spectral_copy = nullptr;
+    if (multi)
+        for (const Kernel &k : last)
+            if (k.name.find("k_copy") != std::string::npos &&
+                (double)(k.start - t0) * 1e-6 < bound[2] &&
+                (!spectral_copy || k.blocks < spectral_copy->blocks))
+                spectral_copy = &k;
     const auto child_of = [&](const Kernel &k) {
         const double ms = (double)(k.start - t0) * 1e-6;
         int c = 0;
         for (int i = 1; i < kChildren; ++i)
             if (ms >= bound[i] && (i != 1 || !multi)) c = i;
-        // Multi-stream, her and spectral start together: the power iteration's kernels are
-        // spectral's.
+        // The power iteration's kernels and its snapshot are spectral's.
         if (multi && c == 0 && (k.name.find("power") != std::string::npos ||
                                 k.name.find("sn_scale") != std::string::npos ||
-                                k.name.find("k_copy") != std::string::npos))
+                                &k == spectral_copy))
             c = 1;
         return c;
     };

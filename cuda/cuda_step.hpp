@@ -153,6 +153,7 @@ struct CudaStep {
 
 // ---- the tasks (schedule.hpp), one file each -------------------------------------------------
 void her_relabel(CudaStep &s, const LaneCtx &l);       // her.cu
+void her_metrics(CudaStep &s, const LaneCtx &l);       // her.cu: the relabel count
 void spectral_power(CudaStep &s, const LaneCtx &l);    // spectral.cu
 void ddqn_online_next(CudaStep &s, const LaneCtx &l);  // ddqn.cu
 void ddqn_target(CudaStep &s, const LaneCtx &l);

@@ -51,16 +51,32 @@ __device__ __forceinline__ T warp_sum(T v) {
     return v;
 }
 
-// Fixed-order tree sum of one double per thread over the block (blockDim.x a power of two);
-// `sh` holds blockDim.x doubles. Every thread gets the sum.
-__device__ __forceinline__ double block_sum(double v, double *sh) {
+// The fixed tree over sh[0 .. width) (width a power of two, at least 32; the values written and
+// a barrier passed): level w = width/2, ..., 1 adds value t + w into value t for t < w. The
+// levels w ≥ 32 go through shared memory, the last five through warp 0's shuffles (lane t takes
+// lane t + w: the same pairs, so the same bits with five barriers fewer). The sum lands in
+// sh[at], visible to the block after the barrier at the end.
+__device__ __forceinline__ void tree_sum(double *sh, int width, int at) {
     const int t = threadIdx.x;
-    sh[t] = v;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    for (int w = width / 2; w >= 32; w >>= 1) {
         if (t < w) sh[t] += sh[t + w];
         __syncthreads();
     }
+    if (t < 32) {
+        double s = sh[t];
+#pragma unroll
+        for (int w = 16; w > 0; w >>= 1) s += __shfl_down_sync(0xffffffffu, s, w);
+        if (t == 0) sh[at] = s;
+    }
+    __syncthreads();
+}
+
+// Fixed-order tree sum of one double per thread over the block (tree_sum's order; blockDim.x a
+// power of two, at least 32); `sh` holds blockDim.x doubles. Every thread gets the sum.
+__device__ __forceinline__ double block_sum(double v, double *sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    tree_sum(sh, blockDim.x, 0);
     const double r = sh[0];
     __syncthreads();
     return r;
@@ -70,13 +86,11 @@ __device__ __forceinline__ double block_sum(double v, double *sh) {
 // x[t + WIDTH] + ..., then the tree: level w = WIDTH/2, ..., 1 adds value t + w into value t
 // for t < w), on a block of BLOCK threads (powers of two, 32 ≤ BLOCK ≤ WIDTH), with the same
 // double additions in the same order: thread t keeps the WIDTH / BLOCK values t, t + BLOCK, ...
-// and adds the levels w ≥ BLOCK in registers, the levels 32 ≤ w < BLOCK go through shared
-// memory, and warp 0 adds the last five by shuffles (lane t takes lane t + w: block_sum's
-// pairs). So k_adam finishes the global norm on its own blocks with k_reduce_final's bits
-// (WIDTH = kRedFinalThreads), and k_reduce_final runs it with BLOCK = WIDTH: one definition of
-// the order for both. The shuffles spare five of block_sum's barriers, which are most of the
-// sum's latency. blockDim.x must be BLOCK; `sh` holds BLOCK + 1 doubles. Every thread gets the
-// sum.
+// and adds the levels w ≥ BLOCK in registers, the levels below BLOCK by tree_sum. So k_adam
+// finishes the global norm on its own blocks with k_reduce_final's bits (WIDTH =
+// kRedFinalThreads), and k_reduce_final runs it with BLOCK = WIDTH: one definition of the order
+// for both. blockDim.x must be BLOCK; `sh` holds BLOCK + 1 doubles (the sum in the last, so
+// that no barrier is needed before `sh` is written again). Every thread gets the sum.
 template <int WIDTH, int BLOCK>
 __device__ __forceinline__ double wide_block_sum(const double *x, int n, double *sh) {
     static_assert(BLOCK >= 32 && WIDTH % BLOCK == 0 && (WIDTH & (WIDTH - 1)) == 0 &&
@@ -105,18 +119,7 @@ __device__ __forceinline__ double wide_block_sum(const double *x, int n, double 
         for (int r = 0; r < w / BLOCK; ++r) v[r] += v[r + w / BLOCK];
     sh[t] = v[0];
     __syncthreads();
-#pragma unroll
-    for (int w = BLOCK / 2; w >= 32; w >>= 1) {
-        if (t < w) sh[t] += sh[t + w];
-        __syncthreads();
-    }
-    if (t < 32) {
-        double s = sh[t];
-#pragma unroll
-        for (int w = 16; w > 0; w >>= 1) s += __shfl_down_sync(0xffffffffu, s, w);
-        if (t == 0) sh[BLOCK] = s;
-    }
-    __syncthreads();
+    tree_sum(sh, BLOCK, BLOCK);
     return sh[BLOCK];
 }
 

@@ -341,6 +341,7 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
     switch (t) {
     case Task::SAMPLE: replay_->sample(s.step, l.stream); break;
     case Task::HER_RELABEL: her_relabel(s, l); break;
+    case Task::HER_METRICS: her_metrics(s, l); break;
     case Task::SPECTRAL_POWER: spectral_power(s, l); break;
     case Task::DDQN_ONLINE_NEXT: ddqn_online_next(s, l); break;
     case Task::DDQN_TARGET: ddqn_target(s, l); break;
@@ -361,7 +362,7 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
     case Task::CONFIDENCE: confidence(s, l); break;
     case Task::REGIME_SCALE: regime_scale(s, l); break;
     case Task::ADAM_Q: adam_q(s, l); break;
-    case Task::GUARD_SNAPSHOT: guard_->snapshot(l.stream); break;
+    case Task::GUARD_SNAPSHOT: guard_->snapshot(l.stream, arg); break;
     case Task::GUARD_CHECK: guard_->check(l.stream); break;
     }
 }

@@ -2,6 +2,7 @@
 // one block in index order; min is exact, so the result does not depend on scheduling.
 #include "guard.cuh"
 
+#include <algorithm>
 #include <climits>
 
 #include "common.hpp"
@@ -12,7 +13,7 @@ namespace fh::cuda {
 namespace {
 
 constexpr int kBlocks = 1024;       // partial minima of the search
-constexpr int kCopyBlocks = 256;    // per segment, grid-stride, for the snapshot
+constexpr int kCopyBlocks = 256;    // per segment at most, grid-stride, for the snapshot
 // The restore's grid is small: it copies only on a step that diverged, and on every other step
 // each of its blocks reads the code and returns, so a small grid is the cheap launch (adam
 // child 0.033 → 0.030 ms at B = 16384 against 256 blocks per segment,
@@ -43,6 +44,7 @@ struct DivergenceGuard::Dev {
     float first_value;
 };
 static_assert(sizeof(DivergenceGuard::Dev) <= DivergenceGuard::kScratchBytes, "scratch");
+static_assert(NUM_PERSISTENT <= 32, "k_copy's segment mask");
 
 namespace {
 
@@ -50,15 +52,26 @@ __device__ __forceinline__ bool non_finite(float x) {
     return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
 }
 
-__global__ void k_copy(DivergenceGuard::Dev *g, bool restore) {
+// Copies the segments in @p mask (bit b: persistent buffer b), blockIdx.y a segment: the
+// snapshot (live → shadow) or the restore (shadow → live, only when the step diverged). Four
+// loads in flight a thread before their stores: the snapshot of the rest ends the HER child.
+__global__ void k_copy(DivergenceGuard::Dev *g, bool restore, uint32_t mask) {
     pdl_enter();
-    if (restore && g->code < 0) return;
+    if (!(mask >> blockIdx.y & 1u) || (restore && g->code < 0)) return;
     const Segment s = g->seg[blockIdx.y];
-    float *dst = restore ? s.live : s.shadow;
-    const float *src = restore ? s.shadow : s.live;
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < s.n;
-         i += (unsigned long long)gridDim.x * blockDim.x)
-        dst[i] = src[i];
+    float *__restrict__ dst = restore ? s.live : s.shadow;
+    const float *__restrict__ src = restore ? s.shadow : s.live;
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < s.n; i += 4 * stride) {
+        const float a = src[i], b = src[i + stride], c = src[i + 2 * stride],
+                    d = src[i + 3 * stride];
+        dst[i] = a;
+        dst[i + stride] = b;
+        dst[i + 2 * stride] = c;
+        dst[i + 3 * stride] = d;
+    }
+    for (; i < s.n; i += stride) dst[i] = src[i];
 }
 
 // Block b searches codes [b·chunk, (b+1)·chunk) of the code space: scalars first, then the
@@ -145,6 +158,11 @@ DivergenceGuard::DivergenceGuard(float *const bufs[], const size_t sizes[],
         h.seg[b].n = sizes[b];
         h.seg[b].base = total_;
         total_ += sizes[b];
+        // A part's grid: enough blocks for its largest buffer, kCopyBlocks at most.
+        const int p = snapshot_part(b) == kSnapshotSpectral ? 0 : 1;
+        part_mask_[p] |= 1u << b;
+        const size_t blocks = (sizes[b] + kThreads - 1) / kThreads;
+        copy_blocks_[p] = std::max(copy_blocks_[p], (int)std::min<size_t>(blocks, kCopyBlocks));
     }
     shadow_floats_ = total_;
     FH_CUDA(cudaMalloc(&shadow_, (total_ ? total_ : 1) * sizeof(float)));
@@ -168,15 +186,20 @@ DivergenceGuard::~DivergenceGuard() {
     if (scratch_) cudaFree(scratch_);
 }
 
-void DivergenceGuard::snapshot(cudaStream_t s) {
-    FH_LAUNCH(k_copy, dim3(kCopyBlocks, NUM_PERSISTENT), kThreads, 0, s, (Dev *)scratch_, false);
+void DivergenceGuard::snapshot(cudaStream_t s, int part) {
+    if (part != kSnapshotSpectral && part != kSnapshotRest)
+        fail(FH_ERR_INTERNAL, "guard snapshot of part %d", part);
+    const int p = part == kSnapshotSpectral ? 0 : 1;
+    FH_LAUNCH(k_copy, dim3(copy_blocks_[p], NUM_PERSISTENT), kThreads, 0, s, (Dev *)scratch_,
+              false, part_mask_[p]);
 }
 
 void DivergenceGuard::check(cudaStream_t s) {
     Dev *g = (Dev *)scratch_;
     FH_LAUNCH(k_find_partial, kBlocks, kThreads, 0, s, g);
     FH_LAUNCH(k_find_final, 1, kThreads, 0, s, g);
-    FH_LAUNCH(k_copy, dim3(kRestoreBlocks, NUM_PERSISTENT), kThreads, 0, s, g, true);
+    FH_LAUNCH(k_copy, dim3(kRestoreBlocks, NUM_PERSISTENT), kThreads, 0, s, g, true,
+              part_mask_[0] | part_mask_[1]);
 }
 
 GuardReport DivergenceGuard::report(bool clear) {

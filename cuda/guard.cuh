@@ -1,7 +1,9 @@
 // The divergence guard on the device (src/guard.hpp; docs/cuda.md, "Divergence guard"). The
-// CPU executor's GUARD_SNAPSHOT and GUARD_CHECK tasks, as four kernels that capture into the
-// step graph and decide on the device, with no host synchronisation:
-//   snapshot(): copies every persistent buffer into a shadow copy (one kernel);
+// CPU executor's GUARD_SNAPSHOT and GUARD_CHECK tasks, as kernels that capture into the step
+// graph (two snapshot parts, then the check's three) and decide on the device, with no host
+// synchronisation:
+//   snapshot(part): copies the persistent buffers of one part of the snapshot (guard.hpp's
+//     snapshot_part) into a shadow copy (one kernel);
 //   check(): finds the first non-finite quantity in guard.hpp's order, the step's scalars then
 //     the persistent buffers end to end (a fixed-grid min-index reduction: exact, no atomics,
 //     the same result whatever the schedule), updates the counters, and copies the shadow back
@@ -31,7 +33,7 @@ public:
     DivergenceGuard(const DivergenceGuard &) = delete;
     DivergenceGuard &operator=(const DivergenceGuard &) = delete;
 
-    void snapshot(cudaStream_t s);  // Task::GUARD_SNAPSHOT
+    void snapshot(cudaStream_t s, int part);  // Task::GUARD_SNAPSHOT, part kSnapshot*
     void check(cudaStream_t s);     // Task::GUARD_CHECK
     // Synchronous copies on the legacy stream: call after the step's streams are synchronised.
     GuardReport report(bool clear);
@@ -48,6 +50,9 @@ private:
     unsigned char *scratch_ = nullptr;
     size_t shadow_floats_ = 0;
     uint64_t total_ = 0;  // persistent elements
+    // Per part (kSnapshotSpectral, kSnapshotRest): its buffers as bits, its copy's grid.
+    uint32_t part_mask_[2] = {0, 0};
+    int copy_blocks_[2] = {1, 1};
 };
 
 }  // namespace fh::cuda

@@ -1,7 +1,8 @@
 // SPEC §5.1 on the GPU: hindsight relabelling (Andrychowicz et al. 2017) as src/cpu/her.cpp,
 // one warp per transition: x̃ and x̃' into one [2B, D] buffer, r̃, d̃, and private copies of
-// action and regime (the upload of the next batch may overwrite the batch block once this
-// child is done), then the relabel count.
+// action and regime (the upload of the next batch may overwrite the batch block once the HER
+// child is done). The relabel count (her_metrics) is a task of its own, on ddqn's lane 0:
+// nothing in the step reads it.
 #include "common.hpp"
 #include "cuda_step.hpp"
 #include "device_math.cuh"
@@ -31,49 +32,94 @@ struct HerArgs {
     int32_t *action_out, *regime_out;  // private copies: the upload may overwrite the batch
 };
 
-// One warp per transition.
+// Up to kRowPer row elements a lane: a row of up to 32·kRowPer floats (the default O = 124)
+// takes one round of loads and one of stores.
+constexpr int kRowPer = 4;
+
+// A lane's share of one 32-wide chunk of the goal, loaded ahead of its use.
+struct GoalChunk {
+    float g, ag;  // the goal stored (her_goal when relabelled) and, when relabelled, nag's
+};
+
+__device__ __forceinline__ GoalChunk load_goal(const HerArgs &a, size_t i, bool relabel,
+                                               uint32_t j) {
+    GoalChunk c{0.0f, 0.0f};
+    if (j < a.G) {
+        c.g = relabel ? a.her_goal[i * a.G + j] : a.goal[i * a.G + j];
+        if (relabel) c.ag = a.nag[i * a.G + j];
+    }
+    return c;
+}
+
+// One warp per transition. A warp issues its loads before its stores: lane 0's scalars, the
+// first chunk of the goal and a chunk of the row, then their stores; written load, store,
+// load, store per element, each of a warp's stores waited for the load before it, and the
+// kernel took 18 µs for its ~34 MB at B = 16384 (docs/cuda.md, Findings).
 __global__ void k_her(HerArgs a) {
     pdl_enter();
     const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
+    const uint32_t lane = threadIdx.x & 31;
     if (warp >= a.B) return;
     const size_t i = warp;
+    float r = 0.0f;
+    uint8_t done_in = 0;
+    int32_t regime = 0;
+    if (lane == 0) {
+        r = a.reward[i];
+        done_in = a.done[i];
+        regime = a.regime[i];
+    }
+    // Every lane draws the same number (no broadcast needed).
+    const bool relabel =
+        a.G > 0 && uniform24(philox(a.seed, a.row0 + (uint32_t)i, 0, (uint32_t)*a.step,
+                                    PURPOSE_HER).w[0]) < a.her_ratio;
+    GoalChunk goal0 = load_goal(a, i, relabel, lane);
+
     float *x = a.x2 + i * a.D;
     float *xn = a.x2 + ((size_t)a.B + i) * a.D;
     float *xr = a.x_bf16 ? a.x_bf16 + i * a.D : nullptr;
-    for (uint32_t j = lane; j < a.O; j += 32) {
-        const float v = a.obs[i * a.O + j];
-        x[j] = v;
-        xn[j] = a.next_obs[i * a.O + j];
-        if (xr) xr[j] = mma::rounded<true>(v);
+    const float *obs = a.obs + i * a.O, *next_obs = a.next_obs + i * a.O;
+    for (uint32_t j0 = 0; j0 < a.O; j0 += 32 * kRowPer) {
+        float v[kRowPer], w[kRowPer];
+#pragma unroll
+        for (int k = 0; k < kRowPer; ++k) {
+            const uint32_t j = j0 + lane + 32 * k;
+            v[k] = j < a.O ? obs[j] : 0.0f;
+            w[k] = j < a.O ? next_obs[j] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kRowPer; ++k) {
+            const uint32_t j = j0 + lane + 32 * k;
+            if (j >= a.O) continue;
+            x[j] = v[k];
+            xn[j] = w[k];
+            if (xr) xr[j] = mma::rounded<true>(v[k]);
+        }
     }
     for (uint32_t b = lane; b < a.NB; b += 32) a.action_out[i * a.NB + b] = a.action[i * a.NB + b];
-    int relabel = 0;
-    if (a.G > 0) {
-        if (lane == 0) {
-            const float u = uniform24(
-                philox(a.seed, a.row0 + (uint32_t)i, 0, (uint32_t)*a.step, PURPOSE_HER).w[0]);
-            relabel = u < a.her_ratio;
+
+    // The goal, and when relabelled the distance to it: Σ_j (ag_j − g_j)² in double in the
+    // CPU's order j = 0, 1, ..., each lane's difference broadcast in turn.
+    double ss = 0;
+    for (uint32_t j0 = 0; j0 < a.G; j0 += 32) {
+        const GoalChunk c = j0 == 0 ? goal0 : load_goal(a, i, relabel, j0 + lane);
+        const uint32_t j = j0 + lane;
+        if (j < a.G) {
+            x[a.O + j] = c.g;
+            xn[a.O + j] = c.g;
+            if (xr) xr[a.O + j] = mma::rounded<true>(c.g);
         }
-        relabel = __shfl_sync(0xffffffffu, relabel, 0);
-        const float *g = relabel ? a.her_goal + i * a.G : a.goal + i * a.G;
-        for (uint32_t j = lane; j < a.G; j += 32) {
-            x[a.O + j] = g[j];
-            xn[a.O + j] = g[j];
-            if (xr) xr[a.O + j] = mma::rounded<true>(g[j]);
+        if (!relabel) continue;
+        const float diff = __fadd_rn(c.ag, -c.g);
+        const uint32_t n = min(32u, a.G - j0);
+        for (uint32_t t = 0; t < n; ++t) {
+            const float dt = __shfl_sync(0xffffffffu, diff, (int)t);
+            ss += (double)dt * dt;
         }
     }
     if (lane != 0) return;
-    float r = a.reward[i];
-    float done = a.done[i] ? 1.0f : 0.0f;
+    float done = done_in ? 1.0f : 0.0f;
     if (relabel) {
-        const float *g = a.her_goal + i * a.G;
-        const float *ag = a.nag + i * a.G;
-        double ss = 0;
-        for (uint32_t j = 0; j < a.G; ++j) {
-            const float diff = __fadd_rn(ag[j], -g[j]);
-            ss += (double)diff * diff;
-        }
         const float dist = (float)sqrt(ss);
         const bool reached = dist <= a.her_epsilon;
         if (a.sparse) {
@@ -86,7 +132,7 @@ __global__ void k_her(HerArgs a) {
     a.r[i] = r;
     a.done_f[i] = done;
     a.relabelled[i] = relabel ? 1.0f : 0.0f;
-    a.regime_out[i] = a.regime[i];
+    a.regime_out[i] = regime;
 }
 
 }  // namespace
@@ -122,8 +168,11 @@ void her_relabel(CudaStep &st, const LaneCtx &l) {
     const int warps_per_block = kThreads / 32;
     const int grid = (int)((a.B + warps_per_block - 1) / warps_per_block);
     FH_LAUNCH(k_her, grid, kThreads, 0, l.stream, a);
-    reduce_f32(st.relab, d.B, 0, l.red, l.stream);
-    reduce_final(l.red, reduce_blocks(d.B), &st.dm->relabelled, 0, 1.0, l.stream);
+}
+
+void her_metrics(CudaStep &st, const LaneCtx &l) {
+    reduce_f32(st.relab, st.d.B, 0, l.red, l.stream);
+    reduce_final(l.red, reduce_blocks(st.d.B), &st.dm->relabelled, 0, 1.0, l.stream);
 }
 
 }  // namespace fh::cuda

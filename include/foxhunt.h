@@ -509,11 +509,12 @@ typedef struct fh_metrics {
  */
 typedef struct fh_timings {
     size_t struct_size; /**< sizeof(fh_timings) */
-    float her_ms;       /**< child her: HER relabelling, SPEC §5.1 */
-    float spectral_ms;  /**< child spectral: the divergence guard's snapshot and the power
+    float her_ms;       /**< child her: HER relabelling, SPEC §5.1, then the divergence
+                             guard's snapshot of the state but the spectral u */
+    float spectral_ms;  /**< child spectral: the guard's snapshot of u and the power
                              iteration, SPEC §5.2; multi-stream, it runs beside the her child
                              and is timed from the same start */
-    float ddqn_ms;      /**< child ddqn: targets, SPEC §5.3 */
+    float ddqn_ms;      /**< child ddqn: targets, SPEC §5.3 (and HER's relabel count) */
     float forward_ms;   /**< child forward: forward, TD loss, backward, SPEC §5.4; with
                              at least two branches also IQL (SPEC §5.5 step 2), beside the
                              trunk backward: nothing between reads what it writes */

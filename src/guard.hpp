@@ -1,8 +1,9 @@
 // The divergence guard, shared by both executors (docs/design.md, "Divergence guard").
 //
 // A step whose losses, gradient norm or resulting state hold a NaN or infinity applies no
-// update: the task GUARD_SNAPSHOT (first in the spectral child, before anything changes the
-// state) copies the persistent buffers aside, and GUARD_CHECK (last in the adam child) finds the
+// update: the task GUARD_SNAPSHOT copies the persistent buffers aside before anything changes
+// them, in two parts (snapshot_part: first in the spectral child the u its power iteration
+// changes, last in the HER child all the rest), and GUARD_CHECK (last in the adam child) finds the
 // first non-finite quantity, in the fixed order below, and if there is one copies the snapshot
 // back. The CPU executor does this on the host (src/cpu/cpu_backend.cpp); the CUDA executor in
 // device kernels with no host synchronisation (cuda/guard.cu). The step counter still advances.
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "layout.hpp"
+#include "schedule.hpp"
 
 namespace fh {
 
@@ -20,6 +22,10 @@ enum GuardScalar : int {
     GS_ATTN_LOSS, GS_CONF_LOSS, GS_GRAD_NORM, GS_SIGMA_W1, GS_SIGMA_W2, GS_SIGMA_TARGET_W1,
     GS_SIGMA_TARGET_W2, GS_ENSEMBLE_STD, NUM_GUARD_SCALARS
 };
+
+// The part of the snapshot (GUARD_SNAPSHOT's arg) persistent buffer b belongs to: the spectral
+// child's u (kSnapshotSpectral) or the rest (kSnapshotRest).
+inline int snapshot_part(int b) { return b == BUF_SN_U ? kSnapshotSpectral : kSnapshotRest; }
 
 // The quantity a guard code denotes: code c < NUM_GUARD_SCALARS is that scalar; otherwise
 // element c − NUM_GUARD_SCALARS of the persistent buffers laid end to end in Buf order

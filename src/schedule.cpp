@@ -36,23 +36,34 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
         return (int)s.size() - 1;
     };
     if (d.K > 0) add({ChildId::SAMPLE, "sample", 1, {run(Task::SAMPLE)}, {}});
-    const int her = add({ChildId::HER, "her", 1, {run(Task::HER_RELABEL)}, {}});
-    // The divergence guard (guard.hpp) brackets everything that changes the state: HER does
-    // not, so the snapshot opens the spectral child and the upload's wait on HER stays short.
-    // The spectral child reads only the Q nets' weights and its u and writes σ, σ̄, v and the
-    // normalised weights (its own scratch); HER reads only the batch and writes the step's
-    // transitions (its reductions on lane 0's scratch, which the spectral child does not
-    // use). So in multi-stream mode the two run side by side, both short chains of small
-    // kernels: wall 1.710 → 1.692 ms at B = 16384, TF32 multi-stream, the same bits
-    // (bench/results/h200-2026-12-02-spectral-beside-her-before-after.json).
+    // The divergence guard (guard.hpp) brackets everything that changes the state, in two
+    // parts. HER changes no state and the spectral child only its u: the spectral child opens
+    // with a copy of u (kSnapshotSpectral, a few blocks), and the HER child ends with the rest
+    // (kSnapshotRest), beside the spectral child in multi-stream mode. Before, the whole copy
+    // opened the spectral child, whose power iteration then started behind it and behind HER's
+    // kernel, and ddqn waited for it. The cost: the next upload, which waits for the HER
+    // child's end, also waits for the copy (a few µs). HER's relabel count, a metric that
+    // nothing in the step reads, runs on ddqn's lane 0 beside ddqn's passes.
+    const int her = add({ChildId::HER, "her", 1,
+                         {run(Task::HER_RELABEL), run(Task::GUARD_SNAPSHOT, 0, kSnapshotRest)},
+                         {}});
+    // The spectral child reads only the Q nets' weights and its u and writes u (state, copied
+    // first) and σ, σ̄, v and the normalised weights (its own scratch); HER reads only the batch
+    // and writes the step's transitions, and neither uses lane scratch. So in multi-stream mode the two run side by
+    // side, both short chains of small kernels: wall 1.710 → 1.692 ms at B = 16384, TF32
+    // multi-stream, the same bits (bench/results/h200-2026-12-02-spectral-beside-her-before-
+    // after.json).
     const int spectral = add({ChildId::SPECTRAL, "spectral", 1,
-                              {run(Task::GUARD_SNAPSHOT), run(Task::SPECTRAL_POWER)}, {}});
+                              {run(Task::GUARD_SNAPSHOT, 0, kSnapshotSpectral),
+                               run(Task::SPECTRAL_POWER)},
+                              {}});
     const bool multi = c.exec_mode == FH_EXEC_MULTI_STREAM;
     if (multi) s[spectral].after = s[her].after;
 
     const int ddqn = add({ChildId::DDQN, "ddqn", 3,
-                          {fork(mask_of(1, 2)), run(Task::DDQN_ONLINE_NEXT, 1),
-                           run(Task::DDQN_TARGET, 2), join(mask_of(1, 2)), run(Task::DDQN_JOIN)},
+                          {fork(mask_of(1, 2)), run(Task::HER_METRICS),
+                           run(Task::DDQN_ONLINE_NEXT, 1), run(Task::DDQN_TARGET, 2),
+                           join(mask_of(1, 2)), run(Task::DDQN_JOIN)},
                           {}});
     if (multi) s[ddqn].after = {her, spectral};
 
@@ -162,8 +173,8 @@ void check_child_order(const std::vector<ChildDesc> &sched) {
 //   call (tests/test_schedule.cpp checks every pair of tasks that may run at once);
 // - inside a child, lanes 1..4 run only between a FORK and its JOIN; lane 0 runs no GEMM
 //   between a fork and join that include lane 1 (between the forward child's branch fork and
-//   join it sums the TD metrics, on its own reduction scratch); its trunk backward runs beside
-//   IQL on lane 2 alone;
+//   join it sums the TD metrics, between ddqn's the relabel count, each on its own reduction
+//   scratch); its trunk backward runs beside IQL on lane 2 alone;
 // - act()'s stream waits for the done event of the last launched step, and act() returns only
 //   once its own work has finished (also when it fails); the API is single-threaded, so no
 //   step is launched while act() runs.

@@ -18,6 +18,8 @@ enum class ChildId : int { HER = 0, SPECTRAL, DDQN, FORWARD, AUX, ADAM, SAMPLE, 
 enum class Task : int {
     SAMPLE,            // §5.0: the batch drawn from the replay (only with a replay)
     HER_RELABEL,       // §5.1: x~, x~', r~, d~
+    HER_METRICS,       // §5.1: the relabel count, summed over the rows (the step's metric; the
+                       // CPU's HER_RELABEL counts in its pass)
     SPECTRAL_POWER,    // §5.2: one power iteration, sigma, sigma_target, W/sigma
     DDQN_ONLINE_NEXT,  // §5.3 lane A: online forward on x~', argmax a*
     DDQN_TARGET,       // §5.3 lane B: target forward on [x~; x~']
@@ -39,7 +41,7 @@ enum class Task : int {
     CONFIDENCE,        // §5.5.7
     REGIME_SCALE,      // §5.5.8
     ADAM_Q,            // §5.6: clip and Adam over the flat Q-net buffer
-    GUARD_SNAPSHOT,    // guard.hpp: copy the persistent buffers aside (first in spectral)
+    GUARD_SNAPSHOT,    // guard.hpp: copy the persistent buffers of part `arg` aside
     GUARD_CHECK,       // guard.hpp: first non-finite quantity; if any, restore (last in adam)
     TD_METRICS,        // §5.4: L_td and q_mean, summed over the rows (the step's metrics; the
                        // CPU's TD_LOSS computes them in its pass)
@@ -55,12 +57,16 @@ enum class Mark : int {
 
 // AUX_ADAM's arg: which learners' Adam steps it runs.
 constexpr int kAdamIqn = 1, kAdamAttention = 2;
+// GUARD_SNAPSHOT's arg: the part of the persistent buffers it copies (guard.hpp,
+// snapshot_part): what the spectral child changes (its power iteration's u), or all the rest.
+constexpr int kSnapshotSpectral = 1, kSnapshotRest = 2;
 
 struct Op {
     enum Kind { RUN, FORK, JOIN, MARK } kind;
     Task task;      // RUN
     int lane;       // RUN, MARK: lane it runs on (0 = the child's origin lane)
-    int arg;        // RUN: branch index for *_BRANCH tasks, learners for AUX_ADAM; MARK: the Mark
+    int arg;        // RUN: branch index for *_BRANCH tasks, learners for AUX_ADAM, the part for
+                    // GUARD_SNAPSHOT; MARK: the Mark
     unsigned lanes; // FORK/JOIN: bit mask of the lanes forked from / joined into lane 0
 };
 

@@ -126,6 +126,18 @@ void test_small_variants_1_step(void **) {
     }
     {
         fh_config v = c;
+        /* Rows and goals longer than one round of HER's loads (cuda/her.cu: 128 row floats and
+         * 32 goal floats a warp): the rewards come from the distance over both goal chunks. */
+        v.obs_dim = 260;
+        v.goal_dim = 36;
+        v.her_reward = FH_HER_REWARD_SPARSE;
+        v.her_terminal_on_success = 1;
+        run("variant O=260, G=36, sparse HER", v, 1, kBounds, false);
+        v.her_reward = FH_HER_REWARD_DENSE;
+        run("variant O=260, G=36, dense HER", v, 1, kBounds, false);
+    }
+    {
+        fh_config v = c;
         v.exec_mode = FH_EXEC_SINGLE_STREAM;
         v.sn_layers = 0;
         run("variant single-stream, no SN", v, 1, kBounds, false);

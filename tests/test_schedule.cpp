@@ -8,10 +8,11 @@
 //    except where one of them makes no cuBLAS call; otherwise their GEMMs' split-K scratch
 //    would race and results would depend on timing;
 //  - no two tasks that may run at the same time share a lane (its handle and its reduction
-//    scratch), but HER beside the spectral child's tasks, which use no lane scratch;
-//  - every task runs after the tasks whose results it reads, and the divergence guard's
-//    snapshot comes before every task that changes the persistent state (`kOrder` below lists
-//    what SPEC §5 requires, task by task);
+//    scratch), but the HER child's tasks beside the spectral child's where neither uses lane
+//    scratch;
+//  - every task runs after the tasks whose results it reads, and each part of the divergence
+//    guard's snapshot comes before every task that changes that part of the persistent state
+//    (`kOrder` below lists what SPEC §5 requires, task by task);
 //  - with more than one rank, no two tasks that issue an NCCL collective (the Q net's Adam, IQL,
 //    the learners' Adam steps, the regime statistics: SPEC §9) may run at the same time: on two
 //    streams their collectives could be issued in different orders on different ranks, and
@@ -46,7 +47,7 @@ namespace {
 // spectral.cu).
 bool no_blas(Task t) {
     return t == Task::TD_METRICS || t == Task::EMA_TARGETS || t == Task::HER_RELABEL ||
-           t == Task::GUARD_SNAPSHOT || t == Task::SPECTRAL_POWER;
+           t == Task::HER_METRICS || t == Task::GUARD_SNAPSHOT || t == Task::SPECTRAL_POWER;
 }
 
 // Tasks that sum across the ranks of a data-parallel step (cuda/: st.dp.sum).
@@ -201,6 +202,7 @@ constexpr int kAny = -1;
 // that changes the persistent state. AUX_ADAM's args select by bits.
 const Order kOrder[] = {
     {Task::SAMPLE, kAny, Task::HER_RELABEL, kAny},
+    {Task::HER_RELABEL, kAny, Task::HER_METRICS, kAny},
     {Task::HER_RELABEL, kAny, Task::DDQN_ONLINE_NEXT, kAny},
     {Task::HER_RELABEL, kAny, Task::DDQN_TARGET, kAny},
     {Task::HER_RELABEL, kAny, Task::FWD_TRUNK, kAny},
@@ -234,11 +236,13 @@ const Order kOrder[] = {
     {Task::FWD_TRUNK, kAny, Task::CONFIDENCE, kAny},  // u(x̃)
     {Task::EMA_TARGETS, kAny, Task::CONFIDENCE, kAny},
     {Task::ENSEMBLE, kAny, Task::CONFIDENCE, kAny},
-    {Task::GUARD_SNAPSHOT, kAny, Task::SPECTRAL_POWER, kAny},
-    {Task::GUARD_SNAPSHOT, kAny, Task::EMA_TARGETS, kAny},
-    {Task::GUARD_SNAPSHOT, kAny, Task::IQL, kAny},
-    {Task::GUARD_SNAPSHOT, kAny, Task::AUX_ADAM, kAny},
-    {Task::GUARD_SNAPSHOT, kAny, Task::REGIME_SCALE, kAny},
+    // The power iteration changes u (the spectral part); EMA the targets, IQL, the Adam
+    // steps and the regime scale the rest (ADAM_Q comes after every task, below).
+    {Task::GUARD_SNAPSHOT, kSnapshotSpectral, Task::SPECTRAL_POWER, kAny},
+    {Task::GUARD_SNAPSHOT, kSnapshotRest, Task::EMA_TARGETS, kAny},
+    {Task::GUARD_SNAPSHOT, kSnapshotRest, Task::IQL, kAny},
+    {Task::GUARD_SNAPSHOT, kSnapshotRest, Task::AUX_ADAM, kAny},
+    {Task::GUARD_SNAPSHOT, kSnapshotRest, Task::REGIME_SCALE, kAny},
 };
 
 bool arg_bits(Task t) { return t == Task::AUX_ADAM; }
@@ -254,7 +258,7 @@ void check_order(const Sim &s, const Dims &d) {
         if (k != check && k != adam) expect_before(s, k, adam);
     }
     // Once per step (per branch).
-    for (Task t : {Task::HER_RELABEL, Task::SPECTRAL_POWER, Task::GUARD_SNAPSHOT,
+    for (Task t : {Task::HER_RELABEL, Task::HER_METRICS, Task::SPECTRAL_POWER,
                    Task::DDQN_ONLINE_NEXT, Task::DDQN_TARGET, Task::DDQN_JOIN, Task::FWD_TRUNK,
                    Task::TD_LOSS, Task::TD_METRICS, Task::BWD_TRUNK, Task::EMA_TARGETS,
                    Task::IQL, Task::IQN, Task::ATTENTION, Task::ENSEMBLE, Task::CONFIDENCE})
@@ -264,13 +268,26 @@ void check_order(const Sim &s, const Dims &d) {
         find_once(s, Task::BWD_BRANCH, (int)b);
     }
     if (d.K > 0) find_once(s, Task::SAMPLE);
+    find_once(s, Task::GUARD_SNAPSHOT, kSnapshotSpectral);
+    find_once(s, Task::GUARD_SNAPSHOT, kSnapshotRest);
+    assert_int_equal(find_all(s, Task::GUARD_SNAPSHOT).size(), 2);
     find_once(s, Task::AUX_ADAM, kAdamIqn, true);
     find_once(s, Task::AUX_ADAM, kAdamAttention, true);
 }
 
-bool her_beside_spectral(Task x, Task y) {
-    auto spectral = [](Task t) { return t == Task::GUARD_SNAPSHOT || t == Task::SPECTRAL_POWER; };
-    return (x == Task::HER_RELABEL && spectral(y)) || (y == Task::HER_RELABEL && spectral(x));
+// Tasks that use no lane scratch (no reduction scratch, no cuBLAS handle): HER's relabelling,
+// the guard's snapshot and the power iteration (on scratch of its own).
+bool no_lane_scratch(Task t) {
+    return t == Task::HER_RELABEL || t == Task::GUARD_SNAPSHOT || t == Task::SPECTRAL_POWER;
+}
+
+// The HER child's tasks beside the spectral child's, which share lane 0's stream index but no
+// scratch.
+bool her_beside_spectral(const Run &x, const Run &y) {
+    const ChildId a = x.child->id, b = y.child->id;
+    const bool pair = (a == ChildId::HER && b == ChildId::SPECTRAL) ||
+                      (a == ChildId::SPECTRAL && b == ChildId::HER);
+    return pair && no_lane_scratch(x.op->task) && no_lane_scratch(y.op->task);
 }
 
 // check_child_order refuses the list: FH_ERR_INTERNAL.
@@ -312,7 +329,7 @@ void check(const fh_config &c, uint32_t world) {
                             a, b);
                 fail();
             }
-            if (x.lane == y.lane && !her_beside_spectral(x.task, y.task)) {
+            if (x.lane == y.lane && !her_beside_spectral(s.runs[a], s.runs[b])) {
                 print_error("NB = %u, world %u: tasks %d and %d (%s, %s) may run at once on "
                             "lane %d\n", d.NB, world, a, b, s.runs[a].child->name,
                             s.runs[b].child->name, x.lane);

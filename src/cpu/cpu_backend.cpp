@@ -88,8 +88,7 @@ public:
             // and the learners' scratch; later steps allocate nothing). The state goes back to
             // the guard's snapshot, and what a first step allocated is released rather than
             // held until destroy.
-            if (snapshot_valid_) restore();
-            snapshot_valid_ = false;
+            restore();
             if (!allocated_) s_.release_scratch();
             throw;
         }
@@ -113,16 +112,23 @@ private:
              "memory only", what);
     }
 
+    // The parts of the snapshot this step has taken (a step that throws between the two parts
+    // has changed nothing the second would hold).
     void restore() {
         for (int b = 0; b < NUM_PERSISTENT; ++b)
-            std::copy(shadow_[b].begin(), shadow_[b].end(), buf_[b].begin());
+            if (snapshot_parts_ & snapshot_part(b))
+                std::copy(shadow_[b].begin(), shadow_[b].end(), buf_[b].begin());
+        snapshot_parts_ = 0;
     }
 
-    // GUARD_SNAPSHOT (guard.hpp).
-    void snapshot() {
+    // GUARD_SNAPSHOT (guard.hpp) of one part.
+    void snapshot(int part) {
+        if (part != kSnapshotSpectral && part != kSnapshotRest)
+            fail(FH_ERR_INTERNAL, "guard snapshot of part %d", part);
         for (int b = 0; b < NUM_PERSISTENT; ++b)
-            std::copy(buf_[b].begin(), buf_[b].end(), shadow_[b].begin());
-        snapshot_valid_ = true;
+            if (snapshot_part(b) == part)
+                std::copy(buf_[b].begin(), buf_[b].end(), shadow_[b].begin());
+        snapshot_parts_ |= part;
     }
 
     // GUARD_CHECK: the first non-finite quantity in guard.hpp's order; if any, the step
@@ -146,9 +152,11 @@ private:
                 base += (int64_t)n;
             }
         }
-        snapshot_valid_ = false;
         guard_.last_skipped = code >= 0;
-        if (code < 0) return;
+        if (code < 0) {
+            snapshot_parts_ = 0;
+            return;
+        }
         restore();
         ++guard_.skipped;
         if (guard_.pending++ == 0) {
@@ -265,6 +273,7 @@ private:
             replay_->sample(cfg_.seed, s_.step, L_.dims.row0, host_batch_dst(L_.dims, batch_));
             break;
         case Task::HER_RELABEL: her_relabel(s_); break;
+        case Task::HER_METRICS: break;  // her_relabel() counted in its pass over the rows
         case Task::SPECTRAL_POWER: spectral_power(s_); break;
         case Task::DDQN_ONLINE_NEXT: ddqn_online_next(s_); break;
         case Task::DDQN_TARGET: ddqn_target(s_); break;
@@ -292,7 +301,7 @@ private:
         case Task::CONFIDENCE: confidence(s_); break;
         case Task::REGIME_SCALE: regime_scale(s_); break;
         case Task::ADAM_Q: adam_q(s_); break;
-        case Task::GUARD_SNAPSHOT: snapshot(); break;
+        case Task::GUARD_SNAPSHOT: snapshot(op.arg); break;
         case Task::GUARD_CHECK: guard_check(); break;
         }
     }
@@ -310,7 +319,7 @@ private:
     bool allocated_ = false;  // a step has completed: every step buffer exists
     bool has_batch_ = false;  // an upload was accepted
     HostBuffers shadow_;      // the persistent buffers as the running step found them
-    bool snapshot_valid_ = false;
+    int snapshot_parts_ = 0;  // the parts of shadow_ this step has taken (kSnapshot* bits)
     GuardReport guard_;
 };
 
