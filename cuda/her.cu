@@ -52,9 +52,10 @@ __device__ __forceinline__ GoalChunk load_goal(const HerArgs &a, size_t i, bool 
 }
 
 // One warp per transition. A warp issues its loads before its stores: lane 0's scalars, the
-// first chunk of the goal and a chunk of the row, then their stores; written load, store,
+// first chunk of the goal and a chunk of the row, then their stores. Written load, store,
 // load, store per element, each of a warp's stores waited for the load before it, and the
-// kernel took 18 µs for its ~34 MB at B = 16384 (docs/cuda.md, Findings).
+// kernel took 17.7 µs multi-stream for its ~34 MB at B = 16384 on an H100 (docs/cuda.md,
+// Findings, "The step's start without the whole snapshot on its path").
 __global__ void k_her(HerArgs a) {
     pdl_enter();
     const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
