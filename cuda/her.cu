@@ -74,7 +74,7 @@ __global__ void k_her(HerArgs a) {
     const bool relabel =
         a.G > 0 && uniform24(philox(a.seed, a.row0 + (uint32_t)i, 0, (uint32_t)*a.step,
                                     PURPOSE_HER).w[0]) < a.her_ratio;
-    GoalChunk goal0 = load_goal(a, i, relabel, lane);
+    const GoalChunk goal0 = load_goal(a, i, relabel, lane);
 
     float *x = a.x2 + i * a.D;
     float *xn = a.x2 + ((size_t)a.B + i) * a.D;
