@@ -98,18 +98,18 @@ void regime_scale(CudaStep &st, const LaneCtx &l) {
     double *part = st.regime_scr + 2 * (size_t)R;
     FH_LAUNCH(k_regime_partial, nb, (int)kRegimeRows, 0, l.stream, st.delta, st.regime,
               (int)d.B, (int)d.NB, R, part);
+    // k_regime_sums in one of its three forms, all with the same arguments.
+    auto sums = [&](void (*k_regime_sums_form)(const double *, int, double *, int, float, float,
+                                                float, float *)) {
+        FH_LAUNCH(k_regime_sums_form, 1, kThreads, 0, l.stream, part, nb, st.regime_scr, R,
+                  c.regime_beta, c.regime_min, c.regime_max, st.buf[BUF_REGIME]);
+    };
     if (st.dp.active()) {
-        FH_LAUNCH((k_regime_sums<true, false>), 1, kThreads, 0, l.stream, part, nb,
-                  st.regime_scr, R, c.regime_beta, c.regime_min, c.regime_max,
-                  st.buf[BUF_REGIME]);
+        sums(k_regime_sums<true, false>);
         st.dp.sum({SumBuf::f64s(st.regime_scr, 2 * (size_t)R)}, l.stream);
-        FH_LAUNCH((k_regime_sums<false, true>), 1, kThreads, 0, l.stream, part, nb,
-                  st.regime_scr, R, c.regime_beta, c.regime_min, c.regime_max,
-                  st.buf[BUF_REGIME]);
+        sums(k_regime_sums<false, true>);
     } else {
-        FH_LAUNCH((k_regime_sums<true, true>), 1, kThreads, 0, l.stream, part, nb,
-                  st.regime_scr, R, c.regime_beta, c.regime_min, c.regime_max,
-                  st.buf[BUF_REGIME]);
+        sums(k_regime_sums<true, true>);
     }
 }
 
