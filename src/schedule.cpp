@@ -1,8 +1,6 @@
 #include "schedule.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "error.hpp"
 
@@ -126,27 +124,16 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
         aux.ops.insert(aux.ops.end(),
                        {mark(Mark::AUX_IQL_BEGIN), run(Task::IQL), mark(Mark::AUX_IQL_END)});
     aux.ops.push_back(fork(mask_of(1, aux_forked)));
-    // TRIAL (FOXHUNT_TRIAL_AUX_ORDER, lane digits, default "312"): the order in which the
-    // forked lanes' ops are captured, which may set the order the graph launches them in.
-    std::vector<Op> lanes_ops[4];
-    if (c.cql_alpha > 0) lanes_ops[3].push_back(run(Task::CQL, 3));
-    if (d.R > 1) lanes_ops[3].push_back(run(Task::REGIME_SCALE, 3));
-    std::vector<Op> &l1 = lanes_ops[1], &l2 = lanes_ops[2];
-    l1.insert(l1.end(), {mark(Mark::AUX_IQN_BEGIN, 1), run(Task::IQN, 1)});
-    if (!dp) l1.push_back(run(Task::AUX_ADAM, 1, kAdamIqn));
-    l1.insert(l1.end(), {mark(Mark::AUX_IQN_END, 1), mark(Mark::AUX_TAIL_BEGIN, 1),
-                         run(Task::ENSEMBLE, 1), run(Task::CONFIDENCE, 1)});
-    if (!dp) l1.push_back(mark(Mark::AUX_TAIL_END, 1));
-    l2.insert(l2.end(), {mark(Mark::AUX_ATTN_BEGIN, 2), run(Task::ATTENTION, 2)});
-    if (!dp) l2.push_back(run(Task::AUX_ADAM, 2, kAdamAttention));
-    const char *order = getenv("FOXHUNT_TRIAL_AUX_ORDER");
-    if (!order || strlen(order) != 3 || !strchr(order, '1') || !strchr(order, '2') ||
-        !strchr(order, '3'))
-        order = "312";
-    for (const char *o = order; *o; ++o) {
-        const std::vector<Op> &ops = lanes_ops[*o - '0'];
-        aux.ops.insert(aux.ops.end(), ops.begin(), ops.end());
-    }
+    if (c.cql_alpha > 0) aux.ops.push_back(run(Task::CQL, 3));
+    if (d.R > 1) aux.ops.push_back(run(Task::REGIME_SCALE, 3));
+    aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_IQN_BEGIN, 1), run(Task::IQN, 1)});
+    if (!dp) aux.ops.push_back(run(Task::AUX_ADAM, 1, kAdamIqn));
+    aux.ops.insert(aux.ops.end(),
+                   {mark(Mark::AUX_IQN_END, 1), mark(Mark::AUX_TAIL_BEGIN, 1),
+                    run(Task::ENSEMBLE, 1), run(Task::CONFIDENCE, 1)});
+    if (!dp) aux.ops.push_back(mark(Mark::AUX_TAIL_END, 1));
+    aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_ATTN_BEGIN, 2), run(Task::ATTENTION, 2)});
+    if (!dp) aux.ops.push_back(run(Task::AUX_ADAM, 2, kAdamAttention));
     aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_ATTN_END, 2), join(mask_of(1, aux_forked))});
     if (dp) {
         aux.ops.push_back(run(Task::AUX_ADAM, 0, kAdamIqn | kAdamAttention));
