@@ -63,10 +63,10 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     const int first = spectral_first ? add_spectral() : add_her();
     // The spectral child reads only the Q nets' weights and its u and writes u (state, copied
     // first) and σ, σ̄, v and the normalised weights (its own scratch); HER reads only the batch
-    // and writes the step's transitions, and neither uses lane scratch. So in multi-stream mode the two run side by
-    // side, both short chains of small kernels: wall 1.710 → 1.692 ms at B = 16384, TF32
-    // multi-stream, the same bits (bench/results/h200-2026-12-02-spectral-beside-her-before-
-    // after.json).
+    // and writes the step's transitions, and neither uses lane scratch. So in multi-stream mode
+    // the two run side by side, both short chains of small kernels: wall 1.710 → 1.692 ms at
+    // B = 16384, TF32 multi-stream, the same bits
+    // (bench/results/h200-2026-12-02-spectral-beside-her-before-after.json).
     const int second = spectral_first ? add_her() : add_spectral();
     const int her = spectral_first ? second : first, spectral = spectral_first ? first : second;
     if (multi) s[second].after = s[first].after;
