@@ -1,8 +1,6 @@
 #include "schedule.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "error.hpp"
 
@@ -46,30 +44,21 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     // kernel, and ddqn waited for it. The cost: the next upload, which waits for the HER
     // child's end, also waits for the copy (a few µs). HER's relabel count, a metric that
     // nothing in the step reads, runs on ddqn's lane 0 beside ddqn's passes.
-    const bool multi = c.exec_mode == FH_EXEC_MULTI_STREAM;
-    // TRIAL (FOXHUNT_TRIAL_SPECTRAL_FIRST=1, multi-stream): the spectral child first in the
-    // parent, so that its small kernels may be launched ahead of HER's.
-    const bool spectral_first = multi && getenv("FOXHUNT_TRIAL_SPECTRAL_FIRST") &&
-                                !strcmp(getenv("FOXHUNT_TRIAL_SPECTRAL_FIRST"), "1");
-    auto add_her = [&] {
-        return add({ChildId::HER, "her", 1,
-                    {run(Task::HER_RELABEL), run(Task::GUARD_SNAPSHOT, 0, kSnapshotRest)}, {}});
-    };
-    auto add_spectral = [&] {
-        return add({ChildId::SPECTRAL, "spectral", 1,
-                    {run(Task::GUARD_SNAPSHOT, 0, kSnapshotSpectral), run(Task::SPECTRAL_POWER)},
-                    {}});
-    };
-    const int first = spectral_first ? add_spectral() : add_her();
+    const int her = add({ChildId::HER, "her", 1,
+                         {run(Task::HER_RELABEL), run(Task::GUARD_SNAPSHOT, 0, kSnapshotRest)},
+                         {}});
     // The spectral child reads only the Q nets' weights and its u and writes u (state, copied
     // first) and σ, σ̄, v and the normalised weights (its own scratch); HER reads only the batch
     // and writes the step's transitions, and neither uses lane scratch. So in multi-stream mode
     // the two run side by side, both short chains of small kernels: wall 1.710 → 1.692 ms at
     // B = 16384, TF32 multi-stream, the same bits
     // (bench/results/h200-2026-12-02-spectral-beside-her-before-after.json).
-    const int second = spectral_first ? add_her() : add_spectral();
-    const int her = spectral_first ? second : first, spectral = spectral_first ? first : second;
-    if (multi) s[second].after = s[first].after;
+    const int spectral = add({ChildId::SPECTRAL, "spectral", 1,
+                              {run(Task::GUARD_SNAPSHOT, 0, kSnapshotSpectral),
+                               run(Task::SPECTRAL_POWER)},
+                              {}});
+    const bool multi = c.exec_mode == FH_EXEC_MULTI_STREAM;
+    if (multi) s[spectral].after = s[her].after;
 
     const int ddqn = add({ChildId::DDQN, "ddqn", 3,
                           {fork(mask_of(1, 2)), run(Task::HER_METRICS),
