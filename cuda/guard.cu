@@ -48,6 +48,9 @@ static_assert(NUM_PERSISTENT <= 32, "k_copy's segment mask");
 
 namespace {
 
+// A snapshot part's index into part_mask_ and copy_blocks_.
+int part_slot(int part) { return part == kSnapshotSpectral ? 0 : 1; }
+
 __device__ __forceinline__ bool non_finite(float x) {
     return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
 }
@@ -159,7 +162,7 @@ DivergenceGuard::DivergenceGuard(float *const bufs[], const size_t sizes[],
         h.seg[b].base = total_;
         total_ += sizes[b];
         // A part's grid: enough blocks for its largest buffer, kCopyBlocks at most.
-        const int p = snapshot_part(b) == kSnapshotSpectral ? 0 : 1;
+        const int p = part_slot(snapshot_part(b));
         part_mask_[p] |= 1u << b;
         const size_t blocks = (sizes[b] + kThreads - 1) / kThreads;
         copy_blocks_[p] = std::max(copy_blocks_[p], (int)std::min<size_t>(blocks, kCopyBlocks));
@@ -187,9 +190,8 @@ DivergenceGuard::~DivergenceGuard() {
 }
 
 void DivergenceGuard::snapshot(cudaStream_t s, int part) {
-    if (part != kSnapshotSpectral && part != kSnapshotRest)
-        fail(FH_ERR_INTERNAL, "guard snapshot of part %d", part);
-    const int p = part == kSnapshotSpectral ? 0 : 1;
+    check_snapshot_part(part);
+    const int p = part_slot(part);
     FH_LAUNCH(k_copy, dim3(copy_blocks_[p], NUM_PERSISTENT), kThreads, 0, s, (Dev *)scratch_,
               false, part_mask_[p]);
 }

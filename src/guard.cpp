@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "checkpoint.hpp"
+#include "error.hpp"
 
 namespace fh {
 
@@ -20,6 +21,11 @@ std::string guard_quantity_name(const Layout &L, int64_t code) {
         i -= L.buf_size[b];
     }
     return "guard code " + std::to_string((long long)code);
+}
+
+void check_snapshot_part(int part) {
+    if (part != kSnapshotSpectral && part != kSnapshotRest)
+        fail(FH_ERR_INTERNAL, "guard snapshot of part %d", part);
 }
 
 std::string guard_message(const Layout &L, const GuardReport &r) {

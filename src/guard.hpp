@@ -27,6 +27,9 @@ enum GuardScalar : int {
 // child's u (kSnapshotSpectral) or the rest (kSnapshotRest).
 inline int snapshot_part(int b) { return b == BUF_SN_U ? kSnapshotSpectral : kSnapshotRest; }
 
+// GUARD_SNAPSHOT's arg checked by both executors: FH_ERR_INTERNAL where it names no part.
+void check_snapshot_part(int part);
+
 // The quantity a guard code denotes: code c < NUM_GUARD_SCALARS is that scalar; otherwise
 // element c − NUM_GUARD_SCALARS of the persistent buffers laid end to end in Buf order
 // ("adam_v of attn.w_r2[0, 6]").

@@ -123,8 +123,7 @@ private:
 
     // GUARD_SNAPSHOT (guard.hpp) of one part.
     void snapshot(int part) {
-        if (part != kSnapshotSpectral && part != kSnapshotRest)
-            fail(FH_ERR_INTERNAL, "guard snapshot of part %d", part);
+        check_snapshot_part(part);
         for (int b = 0; b < NUM_PERSISTENT; ++b)
             if (snapshot_part(b) == part)
                 std::copy(buf_[b].begin(), buf_[b].end(), shadow_[b].begin());
