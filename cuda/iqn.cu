@@ -34,7 +34,6 @@
 // size), which the two GEMMs read as they are. The unfused passes' kernels are in
 // iqn_unfused.cu; this file orders the passes and owns the learner's buffers.
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
 
 #include "aux_common.cuh"
@@ -97,9 +96,6 @@ struct IqnLearner::Impl {
     bool bf16_operands = false;
     bool bf16_target = false;  // FH_MATH_BF16: the fused target pass on bfloat16 products
     bool wg_target = false, wg_online = false;  // h on warpgroup products (below)
-    int trial_l2 = 0;  // TRIAL: FOXHUNT_TRIAL_IQN_L2 (loss_grad)
-    // TRIAL (FOXHUNT_TRIAL_IQN_COS_BWD): the fused backward writes cos, not the online pass.
-    bool cos_bwd = false;
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
          float *v)
         : d(dd), o(L.iqn), params(p), target(t), mom1(m), mom2(v) {
@@ -122,9 +118,6 @@ struct IqnLearner::Impl {
         fused_target = paths.target;
         fused_online = paths.online;
         fused_backward = paths.backward;
-        if (const char *e = getenv("FOXHUNT_TRIAL_IQN_L2")) trial_l2 = atoi(e);
-        cos_bwd = fused_online && fused_backward && d.N == 8 &&  // iqn_fused.cuh kFixedN
-                  getenv("FOXHUNT_TRIAL_IQN_COS_BWD") && atoi(getenv("FOXHUNT_TRIAL_IQN_COS_BWD"));
         if (fused_target) target_blocks = iqn::fused_blocks((size_t)d.B * d.Nt);
         if (fused_online) online_blocks = iqn::fused_blocks((size_t)d.B * d.N);
         // Partial rows for the unfused kernels' grids or the fused ones' (at most one per tile).
@@ -255,10 +248,6 @@ struct IqnLearner::Impl {
             if (bf16_operands) {
                 f.cos16 = cos16(); f.m16 = m16(); f.dh16 = dh16();
             }
-            if (cos_bwd) {
-                f.cos = nullptr;
-                f.cos16 = nullptr;
-            }
             iqn::online_fused(f, online_blocks, s);
             head_blocks = online_blocks;
         } else {
@@ -284,17 +273,11 @@ struct IqnLearner::Impl {
         }
 
         // Merge layer, then ψ and φ.
-        const auto dwm = [&] {
-            if (bf16_operands)
-                gemm_tn_bf16(bl, Hq, Hq, (int)RN, dh16(), m16(), grad + o.Wm, 0.0f,
-                             "IQN dWm = dh^T m");
-            else
-                gemm_tn(bl, Hq, Hq, (int)RN, dh, mbuf, grad + o.Wm, 0.0f, "IQN dWm = dh^T m");
-        };
-        // TRIAL (FOXHUNT_TRIAL_IQN_L2): 1 the fused backward before dWm, 2 also its tiles in
-        // reverse order, 3 as 2 with dWm after dWφ and dWψ.
-        const int l2 = fused_backward ? trial_l2 : 0;
-        if (l2 == 0) dwm();
+        if (bf16_operands)
+            gemm_tn_bf16(bl, Hq, Hq, (int)RN, dh16(), m16(), grad + o.Wm, 0.0f,
+                         "IQN dWm = dh^T m");
+        else
+            gemm_tn(bl, Hq, Hq, (int)RN, dh, mbuf, grad + o.Wm, 0.0f, "IQN dWm = dh^T m");
         int bwd_rows = bwd_chunks;
         if (fused_backward) {
             iqn::BackwardArgs f{dh, params + o.Wm, params + o.bphi, params + o.Wphi, tau, psi,
@@ -302,11 +285,6 @@ struct IqnLearner::Impl {
             if (bf16_operands) {
                 f.dh16 = dh16();
                 f.dphi16 = dphi16();
-            }
-            f.reverse = l2 >= 2;
-            if (cos_bwd) {
-                f.cos = bf16_operands ? nullptr : cosb;
-                f.cos16 = bf16_operands ? cos16() : nullptr;
             }
             bwd_rows = iqn::backward_fused(f, online_blocks, s);
         } else {
@@ -320,7 +298,6 @@ struct IqnLearner::Impl {
             g.add(grad + o.bpsi, Hq, Hq);
             aux::reduce_partials(part_bwd, bwd_rows, 2 * Hq, 1, g, s);
         }
-        if (l2 == 1 || l2 == 2) dwm();
         if (bf16_operands)
             gemm_tn_bf16(bl, Hq, C, (int)RN, dphi16(), cos16(), grad + o.Wphi, 0.0f,
                          "IQN dWphi = dphi^T cos");
@@ -334,7 +311,6 @@ struct IqnLearner::Impl {
                              "IQN dWpsi = dpsi^T x");
         else
             gemm_tn(bl, Hq, D, B, dpsi, in.x, grad + o.Wpsi, 0.0f, "IQN dWpsi = dpsi^T x");
-        if (l2 == 3) dwm();
     }
 };
 

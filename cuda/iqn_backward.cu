@@ -235,7 +235,7 @@ __device__ __forceinline__ void dm_tiles(const float *WmT, const D *dh0, const D
 // kFixedN instance stages ψ. B16 (FH_MATH_BF16): dhpre read from a.dh16, dφpre written to
 // a.dphi16, both bfloat16, and dm on bfloat16 products (mma_bf16.cuh) with Wmᵀ staged as
 // bfloat16.
-template <int NC, bool B16, bool REV = false, bool COSW = false>
+template <int NC, bool B16>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs a) {
     pdl_enter();
     constexpr bool SPSI = NC == kFixedN;
@@ -264,8 +264,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
     SmemOf<E> sphi{};  // Wφ for phi_tile
     sphi.Wphi = reinterpret_cast<E *>(wphi);
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // dbφ k=0,1; dbψ k=2,3
-    for (size_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
-        const size_t tile = REV ? ntiles - 1 - t : t;
+    for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         const size_t rw = tile * kBwdTile + (size_t)warp * 16;  // the warp's first row
         if (SPSI) {
             const size_t t0 = rw / 8;  // the warp's two transitions
@@ -298,13 +297,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
 #pragma unroll 1
         for (int h = 0; h < 2; ++h) {
             float ph[kHalf][4], dm[kHalf][4];
-            if (COSW && h == 0) {  // TRIAL (FOXHUNT_TRIAL_IQN_COS_BWD)
-                auto *const co = pick<B16>(a.cos, a.cos16);
-                phi_tile(sphi, t0, t1, ph, w.v0 ? co + w.r0 * kC : nullptr,
-                         w.v1 ? co + w.r1 * kC : nullptr, 0);
-            } else {
-                phi_tile(sphi, t0, t1, ph, (float *)nullptr, (float *)nullptr, kHalf * h);
-            }
+            phi_tile(sphi, t0, t1, ph, (float *)nullptr, (float *)nullptr, kHalf * h);
             dm_tiles<B16>(WmT, dh0, dh1, w.v0, w.v1, kHalf * h, dm);
             if (h == 0) {
                 cp_async_wait_all();  // the ψ rows
@@ -342,31 +335,14 @@ void backward_fused_prepare() {
     for (const void *k : {(const void *)k_iqn_backward<0, false>,
                           (const void *)k_iqn_backward<kFixedN, false>,
                           (const void *)k_iqn_backward<0, true>,
-                          (const void *)k_iqn_backward<kFixedN, true>,
-                          (const void *)k_iqn_backward<kFixedN, false, true>,
-                          (const void *)k_iqn_backward<kFixedN, true, true>,
-                          (const void *)k_iqn_backward<kFixedN, false, false, true>,
-                          (const void *)k_iqn_backward<kFixedN, true, false, true>,
-                          (const void *)k_iqn_backward<kFixedN, false, true, true>,
-                          (const void *)k_iqn_backward<kFixedN, true, true, true>})
+                          (const void *)k_iqn_backward<kFixedN, true>})
         aux::allow_smem(k, kBwdSmemBytes, "IQN backward through m");
 }
 
 namespace {
 template <bool B16>
 void launch_backward(const BackwardArgs &a, int nb, cudaStream_t s) {
-    const bool cw = a.cos || a.cos16;  // TRIAL (FOXHUNT_TRIAL_IQN_COS_BWD)
-    if (cw && !fixed_n(a.N))
-        fail(FH_ERR_INTERNAL, "IQN backward through m: cosines asked for at N = %d", a.N);
-    if (fixed_n(a.N) && a.reverse && cw)  // TRIAL (FOXHUNT_TRIAL_IQN_L2 and _COS_BWD)
-        FH_LAUNCH((k_iqn_backward<kFixedN, B16, true, true>), nb, kBwdWarps * 32, kBwdSmemBytes,
-                  s, a);
-    else if (fixed_n(a.N) && a.reverse)  // TRIAL (FOXHUNT_TRIAL_IQN_L2)
-        FH_LAUNCH((k_iqn_backward<kFixedN, B16, true>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
-    else if (fixed_n(a.N) && cw)  // TRIAL (FOXHUNT_TRIAL_IQN_COS_BWD)
-        FH_LAUNCH((k_iqn_backward<kFixedN, B16, false, true>), nb, kBwdWarps * 32,
-                  kBwdSmemBytes, s, a);
-    else if (fixed_n(a.N))
+    if (fixed_n(a.N))
         FH_LAUNCH((k_iqn_backward<kFixedN, B16>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);
     else
         FH_LAUNCH((k_iqn_backward<0, B16>), nb, kBwdWarps * 32, kBwdSmemBytes, s, a);

@@ -74,13 +74,6 @@ struct BackwardArgs {
     // (phi is not touched). Both set, or neither.
     const __nv_bfloat16 *dh16;
     __nv_bfloat16 *dphi16;
-    // TRIAL (FOXHUNT_TRIAL_IQN_L2 = 2, 3): the tiles in reverse order, so that the first ones
-    // are the online pass's last, still in L2.
-    bool reverse = false;
-    // TRIAL (FOXHUNT_TRIAL_IQN_COS_BWD): the cosines written here (kFixedN instances) instead of
-    // by the online pass: cos, or cos16 with dh16.
-    float *cos = nullptr;
-    __nv_bfloat16 *cos16 = nullptr;
 };
 
 // Rows per tile of the fused kernels: their grids never exceed ceil(rows / this) blocks, which
