@@ -34,7 +34,9 @@
 // size), which the two GEMMs read as they are. The unfused passes' kernels are in
 // iqn_unfused.cu; this file orders the passes and owns the learner's buffers.
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "aux_common.cuh"
 #include "iqn_fused.hpp"
@@ -96,6 +98,13 @@ struct IqnLearner::Impl {
     bool bf16_operands = false;
     bool bf16_target = false;  // FH_MATH_BF16: the fused target pass on bfloat16 products
     bool wg_target = false, wg_online = false;  // h on warpgroup products (below)
+    // Trial (FOXHUNT_TRIAL_IQN_DWPHI; TF32 with the fused backward): dWφ by iqn_dwphi.cu's
+    // kernel, which forms the cosines from τ, its partials in cos's buffer; at 1 the online pass
+    // writes no cosines, at 2 it still does (the kernel's share of the change alone); 3 is 1
+    // with one block an SM (half the partials).
+    bool own_dwphi = false, write_cos = true;
+    int dwphi_per_sm = 2;
+    size_t cos_floats = 0;
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
          float *v)
         : d(dd), o(L.iqn), params(p), target(t), mom1(m), mom2(v) {
@@ -127,7 +136,18 @@ struct IqnLearner::Impl {
 
         bf16_operands = paths.bf16_operands;
         const size_t Hq = d.Hq, half = bf16_operands ? 2 : 1;  // bfloat16: half the floats
-        const size_t o_cos = arena.reserve_n<float>(Rmax * d.C / half);
+        {
+            const char *t = std::getenv("FOXHUNT_TRIAL_IQN_DWPHI");
+            const std::string v = t ? t : "";
+            own_dwphi = paths.backward && !bf16_operands && c.math_mode == FH_MATH_TF32 &&
+                        (v == "1" || v == "2" || v == "3");
+            write_cos = !own_dwphi || v == "2";
+            dwphi_per_sm = v == "3" ? 1 : 2;
+        }
+        cos_floats = Rmax * d.C / half;
+        if (own_dwphi)
+            cos_floats = std::max(cos_floats, iqn::dwphi_partial_floats((size_t)d.B * d.N));
+        const size_t o_cos = arena.reserve_n<float>(cos_floats);
         // φraw (unfused passes) or dφpre (the fused backward in TF32); BF16's dφpre shares mbuf.
         const size_t o_phi = arena.reserve_n<float>(bf16_operands ? 0 : Rmax * Hq);
         const size_t o_m = arena.reserve_n<float>(Rmax * Hq);
@@ -166,6 +186,7 @@ struct IqnLearner::Impl {
         wg_target = fused_target && iqn::target_fused_prepare() && tf32;
         wg_online = fused_online && iqn::online_fused_prepare() && tf32;
         if (fused_backward) iqn::backward_fused_prepare();
+        if (own_dwphi) iqn::dwphi_prepare();
         bf16_target = c.math_mode == FH_MATH_BF16;
     }
     __nv_bfloat16 *cos16() const { return reinterpret_cast<__nv_bfloat16 *>(cosb); }
@@ -241,7 +262,8 @@ struct IqnLearner::Impl {
             f.seed = seed; f.step = in.step;
             f.B = B; f.N = N; f.Nt = Nt; f.row0 = d.row0;
             // φraw only for the unfused backward: the fused one recomputes it from τ.
-            f.tau = tau; f.cos = cosb; f.phi = fused_backward ? nullptr : phi;
+            f.tau = tau; f.cos = write_cos ? cosb : nullptr;
+            f.phi = fused_backward ? nullptr : phi;
             f.m = mbuf; f.dh = dh;
             f.z_mean = z_mean; f.partial = part_head;
             f.wg = wg_online;
@@ -298,7 +320,9 @@ struct IqnLearner::Impl {
             g.add(grad + o.bpsi, Hq, Hq);
             aux::reduce_partials(part_bwd, bwd_rows, 2 * Hq, 1, g, s);
         }
-        if (bf16_operands)
+        if (own_dwphi)
+            iqn::dwphi(phi, tau, RN, cosb, cos_floats, grad + o.Wphi, s, dwphi_per_sm);
+        else if (bf16_operands)
             gemm_tn_bf16(bl, Hq, C, (int)RN, dphi16(), cos16(), grad + o.Wphi, 0.0f,
                          "IQN dWphi = dphi^T cos");
         else

@@ -91,8 +91,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
             if (v1) a.tau[r1] = t1;
         }
         float phi[kHq / 8][4];
-        phi_tile(sw, t0, t1, phi, v0 ? cos_out + r0 * kC : nullptr,
-                 v1 ? cos_out + r1 * kC : nullptr);
+        phi_tile(sw, t0, t1, phi, v0 && cos_out ? cos_out + r0 * kC : nullptr,
+                 v1 && cos_out ? cos_out + r1 * kC : nullptr);
         const size_t i0 = v0 ? r0 / N : 0, i1 = v1 ? r1 / N : 0;
         Frags<E> M;
         merge_tile(sw, phi, a.psi + i0 * kHq, a.psi + i1 * kHq, M,

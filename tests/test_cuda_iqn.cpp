@@ -536,6 +536,54 @@ void test_backward_kernel_vs_float64(void **) {
             cudaFree(p);
     }
 }
+
+/* dWφ = dφpreᵀ cos(π k τ) by cuda/iqn_dwphi.cu (FOXHUNT_TRIAL_IQN_DWPHI) against float64, at row
+ * counts that leave a block's last stage partly filled (197, 8000) and that give every block
+ * several stages (40000); twice, bit for bit the same. */
+void test_dwphi_kernel_vs_float64(void **) {
+    if (!fh_test_have_cuda()) skip();
+    const int Hq = 128, C = 64;
+    for (size_t R : {(size_t)197, (size_t)8000, (size_t)40000}) {
+        Normal vec(41 + (unsigned)R);
+        const std::vector<float> dphi = vec(R * Hq, 1e-3f);
+        std::vector<float> tau(R);
+        std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+        for (float &t : tau) t = unit(vec.rng);
+        std::vector<double> ref((size_t)Hq * C, 0.0);
+        std::vector<double> cs(C);
+        for (size_t r = 0; r < R; ++r) {
+            for (int k = 0; k < C; ++k) cs[k] = std::cos(M_PI * k * (double)tau[r]);
+            for (int j = 0; j < Hq; ++j) {
+                const double a = dphi[r * Hq + j];
+                for (int k = 0; k < C; ++k) ref[(size_t)j * C + k] += a * cs[k];
+            }
+        }
+        const size_t pf = fh::cuda::iqn::dwphi_partial_floats(R);
+        float *d_dphi = dev(dphi), *d_tau = dev(tau),
+              *d_part = dev(std::vector<float>(pf, NAN)),
+              *d_out = dev(std::vector<float>((size_t)Hq * C, NAN));
+        launch_and_wait("dwphi", [&] {
+            fh::cuda::iqn::dwphi_prepare();
+            fh::cuda::iqn::dwphi(d_dphi, d_tau, R, d_part, pf, d_out, 0);
+        });
+        const std::vector<float> g = back(d_out, (size_t)Hq * C);
+        cudaMemcpy(d_out, std::vector<float>((size_t)Hq * C, NAN).data(), (size_t)Hq * C * 4,
+                   cudaMemcpyHostToDevice);
+        launch_and_wait("dwphi (again)",
+                        [&] { fh::cuda::iqn::dwphi(d_dphi, d_tau, R, d_part, pf, d_out, 0); });
+        const std::vector<float> g2 = back(d_out, (size_t)Hq * C);
+        const double e = rel_l2(g, ref);
+        const bool same = memcmp(g.data(), g2.data(), g.size() * sizeof(float)) == 0;
+        printf("[IQN] dWphi kernel vs float64, R=%zu (%zu partial floats): rel. error %.2e, "
+               "second run %s\n", R, pf, e, same ? "bitwise equal" : "DIFFERENT");
+        /* TF32 operands (2^-11) on both sides of each product: ~5e-4; a misplaced fragment or
+         * row gives O(1), NaN an entry left unwritten. */
+        if (!(e <= 5e-3)) fail_msg("dWphi kernel, R=%zu: rel. error %.3e", R, e);
+        if (!same) fail_msg("dWphi kernel, R=%zu: two runs differ", R);
+        for (void *p : {(void *)d_dphi, (void *)d_tau, (void *)d_part, (void *)d_out})
+            cudaFree(p);
+    }
+}
 #endif
 
 double iqn_err(fh_pipeline *a, fh_pipeline *b, std::string &worst) {
@@ -617,6 +665,7 @@ int main(void) {
         cmocka_unit_test(test_target_kernel_vs_float64),
         cmocka_unit_test(test_online_kernel_vs_float64),
         cmocka_unit_test(test_backward_kernel_vs_float64),
+        cmocka_unit_test(test_dwphi_kernel_vs_float64),
 #endif
         cmocka_unit_test(test_fused_paths_agree)};
     return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));

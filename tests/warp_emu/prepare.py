@@ -146,3 +146,15 @@ open(f"{work}/target_body.h", "w", encoding="utf-8").write("""#pragma once
 """ + device_code(s[i:j]) + """}  // namespace
 }  // namespace fh::cuda::iqn
 """)
+
+# IQN's dWφ kernel (the FOXHUNT_TRIAL_IQN_DWPHI trial): its kernel, up to the host's plan.
+s = read("iqn_dwphi.cu")
+i = s.index("namespace fh::cuda::iqn {")
+j = s.index("// Rows a block and blocks for R rows")
+open(f"{work}/dwphi_body.h", "w", encoding="utf-8").write("""#pragma once
+#include <cstdint>
+#include "iqn_fused.cuh"
+#include "iqn_fused.hpp"
+""" + device_code(s[i:j]) + """}  // namespace
+}  // namespace fh::cuda::iqn
+""")

@@ -73,13 +73,17 @@ struct Warpgroup {
 };
 inline thread_local Warp *gW;         // the calling thread's warp
 inline thread_local Warpgroup *gWG;   // and its warpgroup, when warps run together
+inline thread_local std::barrier<> *gBlk;  // the whole block's barrier, when all its warps do
 inline float4 *gSmem;            // the running block's shared memory (prepare.py's sm4)
 inline void __syncwarp(unsigned = 0xffffffffu) { gW->bar.arrive_and_wait(); }
-// The running warps' barrier: the harnesses run one warp (or one warpgroup) of a block at a
+// The running warps' barrier: the harnesses run one warp (or one warpgroup, or the whole block
+// for a kernel whose warps share staged data: grid.h's together = its warps) of a block at a
 // time (the IQN harness stages the whole block's shared memory before, so that the warps' own
 // staging rewrites the same values; outside a warp, in that staging, it is a no-op).
 inline void __syncthreads() {
-    if (gWG)
+    if (gBlk)
+        gBlk->arrive_and_wait();
+    else if (gWG)
         gWG->bar.arrive_and_wait();
     else if (gW)
         gW->bar.arrive_and_wait();
