@@ -98,12 +98,12 @@ struct IqnLearner::Impl {
     bool bf16_operands = false;
     bool bf16_target = false;  // FH_MATH_BF16: the fused target pass on bfloat16 products
     bool wg_target = false, wg_online = false;  // h on warpgroup products (below)
-    // Trial (FOXHUNT_TRIAL_IQN_DWPHI; TF32 with the fused backward): dWφ by iqn_dwphi.cu's
-    // kernel, which forms the cosines from τ, its partials in cos's buffer; at 1 the online pass
-    // writes no cosines, at 2 it still does (the kernel's share of the change alone); 3 is 1
-    // with one block an SM (half the partials).
-    bool own_dwphi = false, write_cos = true;
-    int dwphi_per_sm = 2;
+    // TF32 with the fused backward (src/iqn_paths.hpp's dwphi_kernel): dWφ by iqn_dwphi.cu's
+    // kernel, which forms the cosines from τ; the online pass writes none, and cos's buffer
+    // (cos_floats) holds the kernel's partials. Trials, until their timings are archived:
+    // FOXHUNT_TRIAL_IQN_DWPHI=cublas runs cuBLAS's GEMM on stored cosines instead, and
+    // FOXHUNT_TRIAL_DWPHI_RING=1 the kernel's ring of four 32-row stages.
+    bool own_dwphi = false, dwphi_ring32 = false;
     size_t cos_floats = 0;
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
          float *v)
@@ -138,15 +138,11 @@ struct IqnLearner::Impl {
         const size_t Hq = d.Hq, half = bf16_operands ? 2 : 1;  // bfloat16: half the floats
         {
             const char *t = std::getenv("FOXHUNT_TRIAL_IQN_DWPHI");
-            const std::string v = t ? t : "";
-            own_dwphi = paths.backward && !bf16_operands && c.math_mode == FH_MATH_TF32 &&
-                        (v == "1" || v == "2" || v == "3");
-            write_cos = !own_dwphi || v == "2";
-            dwphi_per_sm = v == "3" ? 1 : 2;
+            const char *r = std::getenv("FOXHUNT_TRIAL_DWPHI_RING");
+            own_dwphi = paths.dwphi_kernel && !(t && std::string(t) == "cublas");
+            dwphi_ring32 = r && std::string(r) == "1";
         }
-        cos_floats = Rmax * d.C / half;
-        if (own_dwphi)
-            cos_floats = std::max(cos_floats, iqn::dwphi_partial_floats((size_t)d.B * d.N));
+        cos_floats = own_dwphi ? iqn_dwphi_partial_floats((size_t)d.B * d.N) : Rmax * d.C / half;
         const size_t o_cos = arena.reserve_n<float>(cos_floats);
         // φraw (unfused passes) or dφpre (the fused backward in TF32); BF16's dφpre shares mbuf.
         const size_t o_phi = arena.reserve_n<float>(bf16_operands ? 0 : Rmax * Hq);
@@ -262,7 +258,7 @@ struct IqnLearner::Impl {
             f.seed = seed; f.step = in.step;
             f.B = B; f.N = N; f.Nt = Nt; f.row0 = d.row0;
             // φraw only for the unfused backward: the fused one recomputes it from τ.
-            f.tau = tau; f.cos = write_cos ? cosb : nullptr;
+            f.tau = tau; f.cos = own_dwphi ? nullptr : cosb;
             f.phi = fused_backward ? nullptr : phi;
             f.m = mbuf; f.dh = dh;
             f.z_mean = z_mean; f.partial = part_head;
@@ -321,7 +317,7 @@ struct IqnLearner::Impl {
             aux::reduce_partials(part_bwd, bwd_rows, 2 * Hq, 1, g, s);
         }
         if (own_dwphi)
-            iqn::dwphi(phi, tau, RN, cosb, cos_floats, grad + o.Wphi, s, dwphi_per_sm);
+            iqn::dwphi(phi, tau, RN, cosb, cos_floats, grad + o.Wphi, s, dwphi_ring32);
         else if (bf16_operands)
             gemm_tn_bf16(bl, Hq, C, (int)RN, dphi16(), cos16(), grad + o.Wphi, 0.0f,
                          "IQN dWphi = dphi^T cos");

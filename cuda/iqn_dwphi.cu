@@ -1,21 +1,23 @@
 // IQN's φ-layer weight gradient (SPEC §5.5 step 3): dWφ[j][k] = Σ_r dφpre[r][j] cos(π k τ_r)
 // over the B·N rows r, on TF32 tensor cores, in TF32 mode with the fused backward
-// (iqn_backward.cu writes dφpre). A trial (FOXHUNT_TRIAL_IQN_DWPHI, iqn.cu): cuBLAS's split-K
-// GEMM over the online pass's stored cosines reads dφpre (64 MiB at B = 16384) and cos (32 MiB),
-// which the online pass must write first; this kernel reads dφpre and τ (0.5 MiB) and forms the
-// features from τ with the online pass's own rotation (iqn_fused.cuh's CosRot, the same k to
-// each quad lane, so the same bits), so the online pass writes no cosines.
+// (iqn_backward.cu writes dφpre; src/iqn_paths.hpp's dwphi_kernel). cuBLAS's split-K GEMM over
+// stored cosines read dφpre (64 MiB at B = 16384) and cos (32 MiB), which the online pass had
+// to write first; this kernel reads dφpre and τ (0.5 MiB) and forms the features from τ with
+// the online pass's own rotation (iqn_fused.cuh's CosRot, the same k for each quad lane, so the
+// same bits), and the online pass writes no cosines: IQN lane 0.418 / 0.421 → 0.403 / 0.403 ms
+// single-stream, wall 1.587 / 1.586 → 1.570 / 1.569 ms single-stream and 1.307 / 1.319 →
+// 1.303 / 1.307 multi-stream on an H100 (bench/results/h100-2026-12-07-dwphi-before-after*).
 //
-// Tiling. Blocks of 8 warps, two per SM (84 KiB of shared memory each), each a contiguous
-// chunk of rows (a multiple of 64) taken in stages of 64 rows:
-//   dφpre  the stage's rows by cp.async into one of two ring slots, rows of 132 floats (≡ 4 mod
-//          32: the A-fragment loads below, rows 2t and columns g of a warp, hit 32 banks); the
-//          next stage's copy flies while this stage's products run;
-//   cos    formed into cosᵀ [64 k][72] (rows ≡ 8 mod 32), four threads a row, each the 16
-//          features k = 8κ + 2q + e of CosRot's quad lane q, rounded to TF32 once: a warp's
-//          32 threads are 32 consecutive rows of one q, so the stores hit 32 banks;
+// Tiling. Blocks of 8 warps, two per SM, each a contiguous chunk of rows (whole stages; the grid
+// is src/iqn_paths.hpp's iqn_dwphi_blocks) taken in stages of ROWS rows:
+//   dφpre  each stage's rows by cp.async into a ring of SLOTS slots, SLOTS − 1 stages in flight
+//          ahead of the one being multiplied; rows of 132 floats (≡ 4 mod 32: the A-fragment
+//          loads below, rows 2t and columns g of a warp, hit 32 banks);
+//   cos    formed into cosᵀ [64 k][ROWS + 8] (rows ≡ 8 mod 32), four threads a row, each the 16
+//          features k = 8κ + 2q + e of CosRot's quad lane q, rounded to TF32 once; two cosᵀ
+//          buffers, so one barrier a stage orders both the ring and the features;
 //   dWφ    warp w owns output rows j = 16w .. 16w + 15 and all 64 k: 8 accumulator tiles
-//          (32 registers) of m16n8k8 over the stage's 8 row steps, the contraction over rows in
+//          (32 registers) of m16n8k8 over the stage's row steps, the contraction over rows in
 //          mma_tf32.cuh's permuted order (logical t ↔ row 2t, t + 4 ↔ 2t + 1), so that a B
 //          fragment is one float2 of a cosᵀ row and A's four elements are single loads.
 // Each block writes its 128 × 64 partial in float32; reduce_partials adds the blocks' partials
@@ -24,7 +26,6 @@
 #include <cstdint>
 
 #include "aux_common.cuh"
-#include "common.hpp"
 #include "error.hpp"
 #include "iqn_fused.cuh"
 #include "iqn_fused.hpp"
@@ -35,20 +36,26 @@ namespace fh::cuda::iqn {
 namespace {
 
 constexpr int kDwWarps = 8, kDwThreads = 32 * kDwWarps;
-constexpr int kDwRows = 64;          // rows a stage
-constexpr int kLDD = kHq + 4;        // dφpre's staged rows, floats
-constexpr int kLDT = kDwRows + 8;    // cosᵀ's rows, floats
-constexpr int kDwOut = kHq * kC;     // a block's partial, floats
-constexpr size_t kDwSmemBytes =
-    (2 * (size_t)kDwRows * kLDD + (size_t)kC * kLDT) * sizeof(float);
-static_assert(kDwThreads == 4 * kDwRows, "a stage's features: four threads a row");
+constexpr int kDwOut = kHq * kC;   // a block's partial, floats
+constexpr int kLDD = kHq + 4;      // dφpre's staged rows, floats
 static_assert(kDwWarps * 16 == kHq, "a warp's 16 output rows");
 
-// dφpre rows [r0, r0 + kDwRows) of the block's chunk (up to `end`) into ring slot `slot`;
-// rows at or past `end` are zeros (a NaN left there would survive a zero feature).
+// The ring and the features of one kernel shape: ROWS rows a stage, SLOTS ring slots.
+template <int ROWS, int SLOTS>
+struct DwShape {
+    static_assert(4 * ROWS <= kDwThreads && kC == 64, "four threads a row, 16 features each");
+    static_assert(ROWS % 8 == 0 && SLOTS >= 2, "whole row steps; a slot in flight");
+    static constexpr int kLDT = ROWS + 8;  // cosᵀ's rows, floats (≡ 8 mod 32)
+    static constexpr size_t kSmem =
+        ((size_t)SLOTS * ROWS * kLDD + 2 * (size_t)kC * kLDT) * sizeof(float);
+};
+
+// dφpre rows [r0, r0 + ROWS) of the block's chunk (up to `end`) into a ring slot; rows at or
+// past `end` are zeros (a NaN left there would survive a zero feature).
+template <int ROWS>
 __device__ __forceinline__ void stage_rows(float *slot, const float *dphi, size_t r0,
                                            size_t end) {
-    for (int c = threadIdx.x; c < kDwRows * (kHq / 4); c += kDwThreads) {
+    for (int c = threadIdx.x; c < ROWS * (kHq / 4); c += kDwThreads) {
         const int rr = c / (kHq / 4), c4 = c % (kHq / 4);
         float *dst = slot + rr * kLDD + 4 * c4;
         if (r0 + rr < end)
@@ -58,34 +65,46 @@ __device__ __forceinline__ void stage_rows(float *slot, const float *dphi, size_
     }
 }
 
+template <int ROWS, int SLOTS>
 __global__ void __launch_bounds__(kDwThreads, 2)
     k_iqn_dwphi(const float *__restrict__ dphi, const float *__restrict__ tau, size_t R,
                 size_t chunk, float *__restrict__ part) {
     pdl_enter();
+    using S = DwShape<ROWS, SLOTS>;
+    constexpr int kAhead = SLOTS - 1;  // stages in flight beyond the current one
     extern __shared__ float4 sm4[];
     float *const ring = reinterpret_cast<float *>(sm4);
-    float *const cosT = ring + 2 * kDwRows * kLDD;
+    float *const cosT0 = ring + SLOTS * ROWS * kLDD;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
     const size_t begin = blockIdx.x * chunk, end = R < begin + chunk ? R : begin + chunk;
-    const int stages = (int)((end - begin + kDwRows - 1) / kDwRows);
-    // The row and quad lane whose features this thread forms.
-    const int crow = threadIdx.x & (kDwRows - 1), cq = threadIdx.x / kDwRows;
+    const int stages = (int)((end - begin + ROWS - 1) / ROWS);
+    // The row and quad lane whose features this thread forms (the first 4·ROWS threads).
+    const int crow = threadIdx.x % ROWS, cq = threadIdx.x / ROWS;
+    const bool forms = threadIdx.x < 4 * ROWS;
     auto tau_of = [&](int st) {
-        const size_t r = begin + (size_t)st * kDwRows + crow;
+        const size_t r = begin + (size_t)st * ROWS + crow;
         return r < end ? __ldg(tau + r) : 0.0f;
     };
+    auto slot_of = [&](int st) { return ring + (st % SLOTS) * ROWS * kLDD; };
     float acc[kC / 8][4];
 #pragma unroll
     for (int n = 0; n < kC / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
 
-    stage_rows(ring, dphi, begin, end);
-    float t = tau_of(0);
+    // One group per stage, empty past the last, so that the wait below counts stages.
+#pragma unroll
+    for (int p = 0; p < kAhead; ++p) {
+        if (p < stages) stage_rows<ROWS>(slot_of(p), dphi, begin + (size_t)p * ROWS, end);
+        cp_async_commit();
+    }
+    float t = forms ? tau_of(0) : 0.0f;
     for (int st = 0; st < stages; ++st) {
-        // The stage's features (cosᵀ is free: the last stage's products ended at the barrier).
-        {
-            const bool valid = begin + (size_t)st * kDwRows + crow < end;
+        // The stage's features, into the cosᵀ buffer the stage before last used: every warp
+        // ended that stage's products before the last barrier.
+        float *const cosT = cosT0 + (st & 1) * kC * S::kLDT;
+        if (forms) {
+            const bool valid = begin + (size_t)st * ROWS + crow < end;
             CosRot q;
             q.start(t, cq);
 #pragma unroll
@@ -93,33 +112,33 @@ __global__ void __launch_bounds__(kDwThreads, 2)
                 if (ka > 0) q.next();
 #pragma unroll
                 for (int e = 0; e < 2; ++e)
-                    cosT[(8 * ka + 2 * cq + e) * kLDT + crow] =
+                    cosT[(8 * ka + 2 * cq + e) * S::kLDT + crow] =
                         valid ? mma::rounded<false>(q.c[e]) : 0.0f;
             }
+            if (st + 1 < stages) t = tau_of(st + 1);
         }
-        if (st + 1 < stages) t = tau_of(st + 1);
-        cp_async_wait_all();
+        cp_async_wait<kAhead - 1>();  // this stage's rows
         __syncthreads();
-        // The other slot's rows were read by the last stage's products, which every warp ended
-        // before the barrier above.
-        if (st + 1 < stages)
-            stage_rows(ring + ((st + 1) & 1) * kDwRows * kLDD, dphi,
-                       begin + (size_t)(st + 1) * kDwRows, end);
-        const float *slot = ring + (st & 1) * kDwRows * kLDD;
+        // The slot kAhead stages on was read by the products of stage st − 1, which every warp
+        // ended before the barrier above.
+        if (st + kAhead < stages)
+            stage_rows<ROWS>(slot_of(st + kAhead), dphi, begin + (size_t)(st + kAhead) * ROWS,
+                             end);
+        cp_async_commit();
+        const float *slot = slot_of(st);
 #pragma unroll 2
-        for (int ks = 0; ks < kDwRows / 8; ++ks) {
+        for (int ks = 0; ks < ROWS / 8; ++ks) {
             const float *d = slot + (8 * ks + 2 * tq) * kLDD + 16 * warp + gi;
             const mma::Op A[4] = {mma::op<false>(d[0]), mma::op<false>(d[8]),
                                   mma::op<false>(d[kLDD]), mma::op<false>(d[kLDD + 8])};
 #pragma unroll
             for (int n = 0; n < kC / 8; ++n) {
-                const float2 c =
-                    *reinterpret_cast<const float2 *>(cosT + (8 * n + gi) * kLDT + 8 * ks + 2 * tq);
+                const float2 c = *reinterpret_cast<const float2 *>(
+                    cosT + (8 * n + gi) * S::kLDT + 8 * ks + 2 * tq);
                 const mma::Op Bf[2] = {mma::loaded<false>(c.x), mma::loaded<false>(c.y)};
                 mma::mma<false>(acc[n], A, Bf);
             }
         }
-        __syncthreads();
     }
     float *out = part + (size_t)blockIdx.x * kDwOut;
     const int j = 16 * warp + gi;
@@ -132,42 +151,33 @@ __global__ void __launch_bounds__(kDwThreads, 2)
     }
 }
 
-// Rows a block and blocks for R rows: two blocks per SM at most, chunks a whole number of
-// stages, and no more partials than `max_blocks`.
-struct DwPlan {
-    size_t chunk;
-    int blocks;
-};
-DwPlan dw_plan(size_t R, size_t max_blocks, int per_sm = 2) {
-    const size_t stages = std::max<size_t>(1, (R + kDwRows - 1) / kDwRows);
-    const size_t want = std::max<size_t>(
-        1, std::min({stages, per_sm * (size_t)sm_count(), std::max<size_t>(1, max_blocks)}));
-    const size_t chunk = (stages + want - 1) / want * kDwRows;
-    return DwPlan{chunk, (int)std::max<size_t>(1, (R + chunk - 1) / chunk)};
-}
+// The kernel shapes: 64-row stages in a ring of 2 (one stage in flight), or, a trial
+// (FOXHUNT_TRIAL_DWPHI_RING=1), 32-row stages in a ring of 4 (three in flight).
+using Ring64 = DwShape<64, 2>;
+using Ring32 = DwShape<32, 4>;
 
 }  // namespace
 
-size_t dwphi_partial_floats(size_t rows) {
-    return (size_t)dw_plan(rows, SIZE_MAX).blocks * kDwOut;
-}
-
 void dwphi_prepare() {
-    aux::allow_smem((const void *)k_iqn_dwphi, kDwSmemBytes, "IQN dWphi");
+    aux::allow_smem((const void *)k_iqn_dwphi<64, 2>, Ring64::kSmem, "IQN dWphi");
+    aux::allow_smem((const void *)k_iqn_dwphi<32, 4>, Ring32::kSmem, "IQN dWphi (ring of 4)");
 }
 
 void dwphi(const float *dphi, const float *tau, size_t rows, float *part, size_t part_floats,
-           float *out, cudaStream_t s, int blocks_per_sm) {
-    if (rows == 0) fail(FH_ERR_INTERNAL, "IQN dWphi: no rows");
-    const DwPlan p = dw_plan(rows, part_floats / kDwOut, blocks_per_sm);
-    if ((size_t)p.blocks * kDwOut > part_floats)
-        fail(FH_ERR_INTERNAL, "IQN dWphi: %d partials of %d floats do not fit in %zu", p.blocks,
-             kDwOut, part_floats);
-    FH_LAUNCH(k_iqn_dwphi, p.blocks, kDwThreads, kDwSmemBytes, s, dphi, tau, rows, p.chunk,
-              part);
+           float *out, cudaStream_t s, bool ring32) {
+    const size_t chunk = iqn_dwphi_chunk(rows), blocks = iqn_dwphi_blocks(rows);
+    if (rows == 0 || blocks * kDwOut > part_floats)
+        fail(FH_ERR_INTERNAL, "IQN dWphi: %zu rows, %zu partials of %d floats in %zu", rows,
+             blocks, kDwOut, part_floats);
+    if (ring32)
+        FH_LAUNCH((k_iqn_dwphi<32, 4>), (unsigned)blocks, kDwThreads, Ring32::kSmem, s, dphi,
+                  tau, rows, chunk, part);
+    else
+        FH_LAUNCH((k_iqn_dwphi<64, 2>), (unsigned)blocks, kDwThreads, Ring64::kSmem, s, dphi,
+                  tau, rows, chunk, part);
     aux::Segs g;
     g.add(out, 0, kDwOut);
-    aux::reduce_partials(part, p.blocks, kDwOut, 1, g, s);
+    aux::reduce_partials(part, (int)blocks, kDwOut, 1, g, s);
 }
 
 }  // namespace fh::cuda::iqn

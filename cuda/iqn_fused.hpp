@@ -97,13 +97,12 @@ int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s);
 
 // dWφ [128, 64] = dφpreᵀ cos(π k τ) over `rows` rows (cuda/iqn_dwphi.cu; TF32 products, the
 // features formed from τ as the online pass forms them): dphi [rows, 128] the fused backward's
-// dφpre, tau [rows] the online pass's τ. The blocks' partials go to part (part_floats floats;
-// dwphi_partial_floats(rows) is the most it uses), then their sum in block order to out.
-// dwphi_prepare opts the kernel into its shared memory (once, outside a capture).
+// dφpre, tau [rows] the online pass's τ. The blocks' partials (src/iqn_paths.hpp's
+// iqn_dwphi_partial_floats(rows) floats; part holds part_floats) go to part, then their sum in
+// block order to out. dwphi_prepare opts the kernels into their shared memory (once, outside a
+// capture). ring32: the trial's ring of four 32-row stages (FOXHUNT_TRIAL_DWPHI_RING=1).
 void dwphi_prepare();
-size_t dwphi_partial_floats(size_t rows);
-// blocks_per_sm: 2 (the most that fit), or 1 (half the partials; the trial's variant 3).
 void dwphi(const float *dphi, const float *tau, size_t rows, float *part, size_t part_floats,
-           float *out, cudaStream_t s, int blocks_per_sm = 2);
+           float *out, cudaStream_t s, bool ring32 = false);
 
 }  // namespace fh::cuda::iqn

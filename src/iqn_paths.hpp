@@ -2,6 +2,8 @@
 // (cuda/iqn_target.cu, iqn_online.cu, iqn_backward.cu; cuda/iqn.cu picks them): plain data
 // here so that the memory plan counts the buffers the learner allocates.
 #pragma once
+#include <cstdint>
+
 #include <foxhunt.h>
 
 #include "config.hpp"
@@ -19,7 +21,27 @@ struct IqnPaths {
     // are stored as bfloat16, so cos and dhpre take half their float32 buffers, m and dφpre
     // share m's, and φ's float32 buffer is not allocated.
     bool bf16_operands = false;
+    // TF32 with the fused backward: dWφ by cuda/iqn_dwphi.cu's kernel, which forms the
+    // cosines from τ, so the online pass stores none and cos's buffer holds the kernel's
+    // partials (iqn_dwphi_partial_floats) instead.
+    bool dwphi_kernel = false;
 };
+
+// cuda/iqn_dwphi.cu's grid over `rows` rows: blocks of whole 64-row stages, at most 256 blocks
+// (two per SM on a 132-SM H100 or H200), each writing a [128, 64] partial of dWφ. A function of
+// the rows alone, so that the memory plan counts the partials without a device.
+constexpr uint64_t kIqnDwphiStageRows = 64, kIqnDwphiMaxBlocks = 256;
+inline uint64_t iqn_dwphi_chunk(uint64_t rows) {
+    const uint64_t stages = rows ? (rows + kIqnDwphiStageRows - 1) / kIqnDwphiStageRows : 1;
+    return (stages + kIqnDwphiMaxBlocks - 1) / kIqnDwphiMaxBlocks * kIqnDwphiStageRows;
+}
+inline uint64_t iqn_dwphi_blocks(uint64_t rows) {
+    const uint64_t chunk = iqn_dwphi_chunk(rows);
+    return rows ? (rows + chunk - 1) / chunk : 1;
+}
+inline uint64_t iqn_dwphi_partial_floats(uint64_t rows) {
+    return iqn_dwphi_blocks(rows) * kIqnFusedHidden * kIqnFusedCos;
+}
 
 // TF32 and BF16 modes fuse every pass whose shapes fit; strict FP32 none.
 // FOXHUNT_IQN_KERNELS = unfused | target | online | fused | auto (the default, = fused) caps

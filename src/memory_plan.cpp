@@ -161,7 +161,8 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     const uint64_t Hq = d.Hq, Rmax = B * std::max(d.N, d.Nt), Wq = 2 * Hq + 2;
     const IqnPaths ip = iqn_paths(d, c);
     const uint64_t half = ip.bf16_operands ? 2 : 1;  // cos and dhpre stored as bfloat16
-    iqn.add(Rmax * d.C * F / half);
+    // cos, or (TF32 with the fused backward) the dWφ kernel's partials in its place.
+    iqn.add(ip.dwphi_kernel ? iqn_dwphi_partial_floats(B * d.N) * F : Rmax * d.C * F / half);
     iqn.add(ip.bf16_operands ? 0 : Rmax * Hq * F);     // φ (BF16's dφpre shares m's buffer)
     iqn.add(Rmax * Hq * F);                            // m; hraw unless every pass is fused
     iqn.add(ip.backward ? 0 : Rmax * Hq * F);

@@ -147,10 +147,10 @@ open(f"{work}/target_body.h", "w", encoding="utf-8").write("""#pragma once
 }  // namespace fh::cuda::iqn
 """)
 
-# IQN's dWφ kernel (the FOXHUNT_TRIAL_IQN_DWPHI trial): its kernel, up to the host's plan.
+# IQN's dWφ kernel: its shapes and kernel, up to the host code.
 s = read("iqn_dwphi.cu")
 i = s.index("namespace fh::cuda::iqn {")
-j = s.index("// Rows a block and blocks for R rows")
+j = s.index("// The kernel shapes:")
 open(f"{work}/dwphi_body.h", "w", encoding="utf-8").write("""#pragma once
 #include <cstdint>
 #include "iqn_fused.cuh"
