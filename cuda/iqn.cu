@@ -21,11 +21,13 @@
 //   dφpre = (dm ⊙ ψ) ⊙ SiLU'(φpre) (in place of φraw), dψpre = (Σ_n dm ⊙ φ) ⊙ SiLU'(ψpre),
 //            with the column-sum partials of dbφ and dbψ
 //   dWφ = dφpreᵀ cos (tn M=Hq N=C K=R);  dWψ = dψpreᵀ x̃ (tn M=Hq N=D K=B);  (Adam apart).
+// In TF32 with the fused backward dWφ is a kernel of its own that forms cos from τ again
+// (iqn_dwphi.cu), so the online pass stores no cosines and cos's buffer holds its partials.
 // The target pass runs first in the same scratch buffers; only Z̄ [B, N'] survives it. In TF32
 // and BF16 modes at iqn_hidden = 128, iqn_cos = 64 the target pass after ψ̄ is one fused tensor-core
 // kernel instead (iqn_target.cu), which writes Z̄ alone, and when also 16 % N == 0 the online
-// pass after ψ with the head is one more (iqn_online.cu), which writes tau, cos, m, dhpre,
-// z_mean and the head's partials (the same buffers as the unfused head), and dm with the ψ/φ
+// pass after ψ with the head is one more (iqn_online.cu), which writes tau, cos (not in TF32),
+// m, dhpre, z_mean and the head's partials (the same buffers as the unfused head), and dm with the ψ/φ
 // backward is a third (iqn_backward.cu: dm stays in registers, and φraw is recomputed from τ
 // rather than stored by the online pass and read back), and hraw's buffer is not allocated.
 // In BF16 mode the three multiply bfloat16 operands on the tensor cores

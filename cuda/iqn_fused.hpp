@@ -42,7 +42,8 @@ struct OnlineArgs {
     uint32_t row0;                          // Philox c0 of row i is row0 + i (SPEC §9)
     // Outputs, rows i·N + n:
     float *tau;                             // [B·N] τ_in (purpose 2)
-    float *cos;                             // [B·N, 64] cos(π k τ_in)
+    float *cos;                             // [B·N, 64] cos(π k τ_in), or null: not stored
+                                            // (TF32: iqn_dwphi.cu forms them from τ)
     float *phi;                             // [B·N, 128] φraw = cos Wφᵀ (no bias), or null:
                                             // not stored (the fused backward recomputes it)
     float *m;                               // [B·N, 128] m = ψ ⊙ SiLU(φraw + bφ)

@@ -2,7 +2,7 @@
 // modes at iqn_hidden = 128, iqn_cos = 64 and 16 % iqn_n == 0. From ψ = SiLU(x̃ Wψᵀ + bψ)
 // [B, 128] (a cuBLAS GEMM before it) and the target pass's Z̄ [B, N'], one kernel per row
 // r = i·N + n:
-//   draws τ_in (Philox purpose 2) and forms cos(π k τ_in)            -> tau, cos
+//   draws τ_in (Philox purpose 2) and forms cos(π k τ_in)            -> tau, cos (if set)
 //   φraw = cos Wφᵀ, m = ψ_i ⊙ SiLU(φraw + bφ)                         -> phi (if set), m
 //   h = m Wmᵀ, Z_in = SiLU(h + bm)·w_z + b_z
 //   T_im = r̃_i + γ(1 − d̃_i) Z̄_im, the quantile Huber loss terms and
@@ -12,9 +12,11 @@
 // and per block the column sums of dbm = Σ dhpre and dw_z = Σ dZ SiLU(h + bm), db_z = Σ dZ and
 // the loss terms (one partial row per block; reduce_partials sums them in block order). The
 // backward's GEMMs (dWm = dhᵀ m, dm = dh Wm, dWφ = dφpreᵀ cos) and the ψ/φ backward read what it
-// writes (iqn.cu). In FH_MATH_BF16 (the B16 instances) the products are bfloat16 ones
-// (iqn_fused.cuh's SmemB16 overloads) and cos, m and dhpre go out as bfloat16 instead, the
-// operands of dWm and dWφ's bfloat16 GEMMs, half the bytes (OnlineArgs::dh16).
+// writes (iqn.cu); in TF32 with the fused backward the cosines are not stored, since dWφ's
+// kernel (iqn_dwphi.cu) forms them again from τ. In FH_MATH_BF16 (the B16 instances) the
+// products are bfloat16 ones (iqn_fused.cuh's SmemB16 overloads) and cos, m and dhpre go out as
+// bfloat16 instead, the operands of dWm and dWφ's bfloat16 GEMMs, half the bytes
+// (OnlineArgs::dh16).
 // This replaces five kernels of the unfused pass (taucos, the φ and Wm GEMMs, the merge and the
 // warp-per-transition head) and its hraw round trip through memory.
 //

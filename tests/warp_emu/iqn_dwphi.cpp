@@ -47,8 +47,9 @@ bool check(size_t R, size_t chunk) {
             err.add(0, got, want);
         }
     char label[128];
-    snprintf(label, sizeof label, "%d-row stages, ring of %d: R=%zu, chunks of %zu rows (%d blocks)",
-             ROWS, SLOTS, R, chunk, blocks);
+    snprintf(label, sizeof label,
+             "%d-row stages, ring of %d: R=%zu, chunks of %zu rows (%d blocks)", ROWS, SLOTS, R,
+             chunk, blocks);
     return err.report(label, 5e-3);
 }
 
