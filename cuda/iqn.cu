@@ -36,9 +36,7 @@
 // size), which the two GEMMs read as they are. The unfused passes' kernels are in
 // iqn_unfused.cu; this file orders the passes and owns the learner's buffers.
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
-#include <string>
 
 #include "aux_common.cuh"
 #include "iqn_fused.hpp"
@@ -102,10 +100,8 @@ struct IqnLearner::Impl {
     bool wg_target = false, wg_online = false;  // h on warpgroup products (below)
     // TF32 with the fused backward (src/iqn_paths.hpp's dwphi_kernel): dWφ by iqn_dwphi.cu's
     // kernel, which forms the cosines from τ; the online pass writes none, and cos's buffer
-    // (cos_floats) holds the kernel's partials. Trials, until their timings are archived:
-    // FOXHUNT_TRIAL_IQN_DWPHI=cublas runs cuBLAS's GEMM on stored cosines instead, and
-    // FOXHUNT_TRIAL_DWPHI_RING=1 the kernel's ring of four 32-row stages.
-    bool own_dwphi = false, dwphi_ring32 = false;
+    // (cos_floats) holds the kernel's partials.
+    bool own_dwphi = false;
     size_t cos_floats = 0;
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
          float *v)
@@ -138,12 +134,7 @@ struct IqnLearner::Impl {
 
         bf16_operands = paths.bf16_operands;
         const size_t Hq = d.Hq, half = bf16_operands ? 2 : 1;  // bfloat16: half the floats
-        {
-            const char *t = std::getenv("FOXHUNT_TRIAL_IQN_DWPHI");
-            const char *r = std::getenv("FOXHUNT_TRIAL_DWPHI_RING");
-            own_dwphi = paths.dwphi_kernel && !(t && std::string(t) == "cublas");
-            dwphi_ring32 = r && std::string(r) == "1";
-        }
+        own_dwphi = paths.dwphi_kernel;
         cos_floats = own_dwphi ? iqn_dwphi_partial_floats((size_t)d.B * d.N) : Rmax * d.C / half;
         const size_t o_cos = arena.reserve_n<float>(cos_floats);
         // φraw (unfused passes) or dφpre (the fused backward in TF32); BF16's dφpre shares mbuf.
@@ -319,7 +310,7 @@ struct IqnLearner::Impl {
             aux::reduce_partials(part_bwd, bwd_rows, 2 * Hq, 1, g, s);
         }
         if (own_dwphi)
-            iqn::dwphi(phi, tau, RN, cosb, cos_floats, grad + o.Wphi, s, dwphi_ring32);
+            iqn::dwphi(phi, tau, RN, cosb, cos_floats, grad + o.Wphi, s);
         else if (bf16_operands)
             gemm_tn_bf16(bl, Hq, C, (int)RN, dphi16(), cos16(), grad + o.Wphi, 0.0f,
                          "IQN dWphi = dphi^T cos");

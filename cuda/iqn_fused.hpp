@@ -100,10 +100,10 @@ int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s);
 // features formed from τ as the online pass forms them): dphi [rows, 128] the fused backward's
 // dφpre, tau [rows] the online pass's τ. The blocks' partials (src/iqn_paths.hpp's
 // iqn_dwphi_partial_floats(rows) floats; part holds part_floats) go to part, then their sum in
-// block order to out. dwphi_prepare opts the kernels into their shared memory (once, outside a
-// capture). ring32: the trial's ring of four 32-row stages (FOXHUNT_TRIAL_DWPHI_RING=1).
+// block order to out. dwphi_prepare opts the kernel into its shared memory (once, outside a
+// capture).
 void dwphi_prepare();
 void dwphi(const float *dphi, const float *tau, size_t rows, float *part, size_t part_floats,
-           float *out, cudaStream_t s, bool ring32 = false);
+           float *out, cudaStream_t s);
 
 }  // namespace fh::cuda::iqn

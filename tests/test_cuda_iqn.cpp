@@ -539,8 +539,7 @@ void test_backward_kernel_vs_float64(void **) {
 }
 
 /* dWφ = dφpreᵀ cos(π k τ) by cuda/iqn_dwphi.cu (TF32's path with the fused backward) against
- * float64, in both of its ring shapes (64-row stages in a ring of 2, 32-row stages in a ring of
- * 4), at row counts that leave a block's last stage partly filled (197, 8000) and that give
+ * float64, at row counts that leave a block's last stage partly filled (197, 8000) and that give
  * every block several stages (40000, 131072 = the default batch's rows: 256 blocks of 512);
  * twice, bit for bit the same. */
 void test_dwphi_kernel_vs_float64(void **) {
@@ -565,27 +564,24 @@ void test_dwphi_kernel_vs_float64(void **) {
         const std::vector<float> nan_out((size_t)Hq * C, NAN);
         float *d_dphi = dev(dphi), *d_tau = dev(tau),
               *d_part = dev(std::vector<float>(pf, NAN)), *d_out = dev(nan_out);
-        for (bool ring32 : {false, true}) {
-            std::vector<float> g[2];
-            for (int run = 0; run < 2; ++run) {
-                cudaMemcpy(d_out, nan_out.data(), nan_out.size() * 4, cudaMemcpyHostToDevice);
-                launch_and_wait("dwphi", [&] {
-                    fh::cuda::iqn::dwphi_prepare();
-                    fh::cuda::iqn::dwphi(d_dphi, d_tau, R, d_part, pf, d_out, 0, ring32);
-                });
-                g[run] = back(d_out, (size_t)Hq * C);
-            }
-            const double e = rel_l2(g[0], ref);
-            const bool same = memcmp(g[0].data(), g[1].data(), g[0].size() * sizeof(float)) == 0;
-            printf("[IQN] dWphi kernel (%s) vs float64, R=%zu, %llu blocks: rel. error %.2e, "
-                   "second run %s\n", ring32 ? "ring of 4 x 32 rows" : "ring of 2 x 64 rows", R,
-                   (unsigned long long)fh::iqn_dwphi_blocks(R), e,
-                   same ? "bitwise equal" : "DIFFERENT");
-            /* TF32 operands (2^-11) on both sides of each product: ~3e-4; a misplaced fragment
-             * or row gives O(1), NaN an entry left unwritten. */
-            if (!(e <= 5e-3)) fail_msg("dWphi kernel, R=%zu: rel. error %.3e", R, e);
-            if (!same) fail_msg("dWphi kernel, R=%zu: two runs differ", R);
+        std::vector<float> g[2];
+        for (int run = 0; run < 2; ++run) {
+            cudaMemcpy(d_out, nan_out.data(), nan_out.size() * 4, cudaMemcpyHostToDevice);
+            launch_and_wait("dwphi", [&] {
+                fh::cuda::iqn::dwphi_prepare();
+                fh::cuda::iqn::dwphi(d_dphi, d_tau, R, d_part, pf, d_out, 0);
+            });
+            g[run] = back(d_out, (size_t)Hq * C);
         }
+        const double e = rel_l2(g[0], ref);
+        const bool same = memcmp(g[0].data(), g[1].data(), g[0].size() * sizeof(float)) == 0;
+        printf("[IQN] dWphi kernel vs float64, R=%zu, %llu blocks: rel. error %.2e, second run "
+               "%s\n", R, (unsigned long long)fh::iqn_dwphi_blocks(R), e,
+               same ? "bitwise equal" : "DIFFERENT");
+        /* TF32 operands (2^-11) on both sides of each product: ~3e-4; a misplaced fragment or
+         * row gives O(1), NaN an entry left unwritten. */
+        if (!(e <= 5e-3)) fail_msg("dWphi kernel, R=%zu: rel. error %.3e", R, e);
+        if (!same) fail_msg("dWphi kernel, R=%zu: two runs differ", R);
         for (void *p : {(void *)d_dphi, (void *)d_tau, (void *)d_part, (void *)d_out})
             cudaFree(p);
     }

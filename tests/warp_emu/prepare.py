@@ -147,14 +147,13 @@ open(f"{work}/target_body.h", "w", encoding="utf-8").write("""#pragma once
 }  // namespace fh::cuda::iqn
 """)
 
-# IQN's dWφ kernel: its shapes and kernel, up to the host code.
+# IQN's dWφ kernel: its constants and kernel, up to the host code.
 s = read("iqn_dwphi.cu")
 i = s.index("namespace fh::cuda::iqn {")
-j = s.index("// The kernel shapes:")
+j = s.index("void dwphi_prepare()")
 open(f"{work}/dwphi_body.h", "w", encoding="utf-8").write("""#pragma once
 #include <cstdint>
 #include "iqn_fused.cuh"
 #include "iqn_fused.hpp"
-""" + device_code(s[i:j]) + """}  // namespace
-}  // namespace fh::cuda::iqn
+""" + device_code(s[i:j]) + """}  // namespace fh::cuda::iqn
 """)
