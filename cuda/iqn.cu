@@ -36,7 +36,9 @@
 // size), which the two GEMMs read as they are. The unfused passes' kernels are in
 // iqn_unfused.cu; this file orders the passes and owns the learner's buffers.
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "aux_common.cuh"
 #include "iqn_fused.hpp"
@@ -100,7 +102,8 @@ struct IqnLearner::Impl {
     bool wg_target = false, wg_online = false;  // h on warpgroup products (below)
     // TF32 with the fused backward (src/iqn_paths.hpp's dwphi_kernel): dWφ by iqn_dwphi.cu's
     // kernel, which forms the cosines from τ; the online pass writes none, and cos's buffer
-    // (cos_floats) holds the kernel's partials.
+    // (cos_floats) holds the kernel's partials. A trial: the same in BF16 with
+    // FOXHUNT_TRIAL_DWPHI_BF16=1 (the kernel's bfloat16 instance on dφpre's bfloat16 copy).
     bool own_dwphi = false;
     size_t cos_floats = 0;
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
@@ -134,7 +137,11 @@ struct IqnLearner::Impl {
 
         bf16_operands = paths.bf16_operands;
         const size_t Hq = d.Hq, half = bf16_operands ? 2 : 1;  // bfloat16: half the floats
-        own_dwphi = paths.dwphi_kernel;
+        {
+            const char *t = std::getenv("FOXHUNT_TRIAL_DWPHI_BF16");
+            own_dwphi = paths.dwphi_kernel ||
+                        (paths.bf16_operands && t && std::string(t) == "1");
+        }
         cos_floats = own_dwphi ? iqn_dwphi_partial_floats((size_t)d.B * d.N) : Rmax * d.C / half;
         const size_t o_cos = arena.reserve_n<float>(cos_floats);
         // φraw (unfused passes) or dφpre (the fused backward in TF32); BF16's dφpre shares mbuf.
@@ -257,7 +264,7 @@ struct IqnLearner::Impl {
             f.z_mean = z_mean; f.partial = part_head;
             f.wg = wg_online;
             if (bf16_operands) {
-                f.cos16 = cos16(); f.m16 = m16(); f.dh16 = dh16();
+                f.cos16 = own_dwphi ? nullptr : cos16(); f.m16 = m16(); f.dh16 = dh16();
             }
             iqn::online_fused(f, online_blocks, s);
             head_blocks = online_blocks;
@@ -309,7 +316,9 @@ struct IqnLearner::Impl {
             g.add(grad + o.bpsi, Hq, Hq);
             aux::reduce_partials(part_bwd, bwd_rows, 2 * Hq, 1, g, s);
         }
-        if (own_dwphi)
+        if (own_dwphi && bf16_operands)
+            iqn::dwphi(dphi16(), tau, RN, cosb, cos_floats, grad + o.Wphi, s);
+        else if (own_dwphi)
             iqn::dwphi(phi, tau, RN, cosb, cos_floats, grad + o.Wphi, s);
         else if (bf16_operands)
             gemm_tn_bf16(bl, Hq, C, (int)RN, dphi16(), cos16(), grad + o.Wphi, 0.0f,

@@ -28,6 +28,7 @@
 // in block order in float64 (no atomics, the same bits every run).
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "aux_common.cuh"
 #include "error.hpp"
@@ -42,34 +43,90 @@ namespace {
 constexpr int kDwWarps = 8, kDwThreads = 32 * kDwWarps;
 constexpr int kDwRows = (int)kIqnDwphiStageRows;  // rows a stage
 constexpr int kDwOut = kHq * kC;                  // a block's partial, floats
-constexpr int kLDD = kHq + 4;                     // dφpre's staged rows, floats
-constexpr int kLDT = kDwRows + 8;                 // cosᵀ's rows, floats
-constexpr size_t kDwSmemBytes =
-    (2 * (size_t)kDwRows * kLDD + 2 * (size_t)kC * kLDT) * sizeof(float);
 static_assert(kDwWarps * 16 == kHq, "a warp's 16 output rows");
 static_assert(4 * kDwRows == kDwThreads && kC == 64, "four threads a row, 16 features each");
 
+// The staged rows of dφpre and cosᵀ in elements of E (float, or bfloat16 in FH_MATH_BF16):
+// dφpre rows of 132 floats (≡ 4 words mod 32) or 136 bfloat16 (68 words ≡ 4: the 16-bit loads
+// of rows 2t and columns g hit words 8t + g / 2, all different or shared), cosᵀ rows of 72
+// (72 words ≡ 8 mod 32 for float2 loads, 36 ≡ 4 for 32-bit bfloat16 pairs at words 4g + t).
+template <class E>
+struct DwLayout {
+    static constexpr int kLDD = std::is_same_v<E, float> ? kHq + 4 : kHq + 8;
+    static constexpr int kLDT = kDwRows + 8;
+    static constexpr size_t kSmem =
+        (2 * (size_t)kDwRows * kLDD + 2 * (size_t)kC * kLDT) * sizeof(E);
+};
+
 // dφpre rows [r0, r0 + kDwRows) of the block's chunk (up to `end`) into a ring slot; rows at or
 // past `end` are zeros (a NaN left there would survive a zero feature).
-__device__ __forceinline__ void stage_rows(float *slot, const float *dphi, size_t r0,
-                                           size_t end) {
-    for (int c = threadIdx.x; c < kDwRows * (kHq / 4); c += kDwThreads) {
-        const int rr = c / (kHq / 4), c4 = c % (kHq / 4);
-        float *dst = slot + rr * kLDD + 4 * c4;
+template <class E>
+__device__ __forceinline__ void stage_rows(E *slot, const E *dphi, size_t r0, size_t end) {
+    constexpr int kPer = 16 / sizeof(E);  // elements a 16-byte copy
+    constexpr int kLDD = DwLayout<E>::kLDD;
+    for (int c = threadIdx.x; c < kDwRows * (kHq / kPer); c += kDwThreads) {
+        const int rr = c / (kHq / kPer), cc = c % (kHq / kPer);
+        E *dst = slot + rr * kLDD + kPer * cc;
         if (r0 + rr < end)
-            cp_async16(dst, dphi + (r0 + rr) * kHq + 4 * c4);
+            cp_async16(dst, dphi + (r0 + rr) * kHq + kPer * cc);
         else
             *reinterpret_cast<float4 *>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 }
 
+// One 16-bit element of shared memory, for a bfloat16 pair packed from two rows.
+__device__ __forceinline__ uint32_t bits16(const __nv_bfloat16 *p) {
+    return (uint32_t)*reinterpret_cast<const unsigned short *>(p);
+}
+
+// The stage's products into acc: TF32 m16n8k8 over 8 row steps, or (bfloat16) m16n8k16 over 4.
+template <class E>
+__device__ __forceinline__ void stage_products(const E *slot, const E *cosT,
+                                               float (&acc)[kC / 8][4]) {
+    constexpr int kLDD = DwLayout<E>::kLDD, kLDT = DwLayout<E>::kLDT;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
+    if constexpr (std::is_same_v<E, float>) {
+#pragma unroll 2
+        for (int ks = 0; ks < kDwRows / 8; ++ks) {
+            const float *d = slot + (8 * ks + 2 * tq) * kLDD + 16 * warp + gi;
+            const mma::Op A[4] = {mma::op<false>(d[0]), mma::op<false>(d[8]),
+                                  mma::op<false>(d[kLDD]), mma::op<false>(d[kLDD + 8])};
+#pragma unroll
+            for (int n = 0; n < kC / 8; ++n) {
+                const float2 c = *reinterpret_cast<const float2 *>(
+                    cosT + (8 * n + gi) * kLDT + 8 * ks + 2 * tq);
+                const mma::Op Bf[2] = {mma::loaded<false>(c.x), mma::loaded<false>(c.y)};
+                mma::mma<false>(acc[n], A, Bf);
+            }
+        }
+    } else {
+        // a0 = rows 2t, 2t + 1 at column g, a1 at g + 8, a2 and a3 the same 8 rows on: each a
+        // pair of 16-bit loads from two rows (mma_bf16.cuh's fragment table, M = j, K = rows).
+#pragma unroll 2
+        for (int ks = 0; ks < kDwRows / 16; ++ks) {
+            const __nv_bfloat16 *d = slot + (16 * ks + 2 * tq) * kLDD + 16 * warp + gi;
+            auto pair = [&](int r, int c) {
+                return bits16(d + r * kLDD + c) | bits16(d + (r + 1) * kLDD + c) << 16;
+            };
+            const uint32_t A[4] = {pair(0, 0), pair(0, 8), pair(8, 0), pair(8, 8)};
+#pragma unroll
+            for (int n = 0; n < kC / 8; ++n) {
+                const __nv_bfloat16 *c = cosT + (8 * n + gi) * kLDT + 16 * ks + 2 * tq;
+                bmma::mma(acc[n], A, bmma::ld_pair(c), bmma::ld_pair(c + 8));
+            }
+        }
+    }
+}
+
+template <class E>
 __global__ void __launch_bounds__(kDwThreads, 2)
-    k_iqn_dwphi(const float *__restrict__ dphi, const float *__restrict__ tau, size_t R,
-                size_t chunk, float *__restrict__ part) {
+    k_iqn_dwphi(const E *__restrict__ dphi, const float *__restrict__ tau, size_t R, size_t chunk,
+                float *__restrict__ part) {
     pdl_enter();
+    using L = DwLayout<E>;
     extern __shared__ float4 sm4[];
-    float *const ring = reinterpret_cast<float *>(sm4);
-    float *const cosT0 = ring + 2 * kDwRows * kLDD;
+    E *const ring = reinterpret_cast<E *>(sm4);
+    E *const cosT0 = ring + 2 * kDwRows * L::kLDD;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
     const size_t begin = blockIdx.x * chunk, end = R < begin + chunk ? R : begin + chunk;
     const int stages = (int)((end - begin + kDwRows - 1) / kDwRows);
@@ -89,8 +146,9 @@ __global__ void __launch_bounds__(kDwThreads, 2)
     float t = tau_of(0);
     for (int st = 0; st < stages; ++st) {
         // The stage's features, into the cosᵀ buffer the stage before last used: every warp
-        // ended that stage's products before the last barrier.
-        float *const cosT = cosT0 + (st & 1) * kC * kLDT;
+        // ended that stage's products before the last barrier. Rounded as the online pass
+        // rounds them for its products (TF32), or for its bfloat16 copy (FH_MATH_BF16).
+        E *const cosT = cosT0 + (st & 1) * kC * L::kLDT;
         {
             const bool valid = begin + (size_t)st * kDwRows + crow < end;
             CosRot q;
@@ -99,9 +157,14 @@ __global__ void __launch_bounds__(kDwThreads, 2)
             for (int ka = 0; ka < kC / 8; ++ka) {
                 if (ka > 0) q.next();
 #pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    cosT[(8 * ka + 2 * cq + e) * kLDT + crow] =
-                        valid ? mma::rounded<false>(q.c[e]) : 0.0f;
+                for (int e = 0; e < 2; ++e) {
+                    const float v = valid ? q.c[e] : 0.0f;
+                    E *dst = cosT + (8 * ka + 2 * cq + e) * L::kLDT + crow;
+                    if constexpr (std::is_same_v<E, float>)
+                        *dst = mma::rounded<false>(v);
+                    else
+                        *dst = __float2bfloat16_rn(v);
+                }
             }
         }
         if (st + 1 < stages) t = tau_of(st + 1);
@@ -110,22 +173,9 @@ __global__ void __launch_bounds__(kDwThreads, 2)
         // The other slot was read by the products of stage st − 1, which every warp ended
         // before the barrier above.
         if (st + 1 < stages)
-            stage_rows(ring + ((st + 1) & 1) * kDwRows * kLDD, dphi,
+            stage_rows(ring + ((st + 1) & 1) * kDwRows * L::kLDD, dphi,
                        begin + (size_t)(st + 1) * kDwRows, end);
-        const float *slot = ring + (st & 1) * kDwRows * kLDD;
-#pragma unroll 2
-        for (int ks = 0; ks < kDwRows / 8; ++ks) {
-            const float *d = slot + (8 * ks + 2 * tq) * kLDD + 16 * warp + gi;
-            const mma::Op A[4] = {mma::op<false>(d[0]), mma::op<false>(d[8]),
-                                  mma::op<false>(d[kLDD]), mma::op<false>(d[kLDD + 8])};
-#pragma unroll
-            for (int n = 0; n < kC / 8; ++n) {
-                const float2 c = *reinterpret_cast<const float2 *>(
-                    cosT + (8 * n + gi) * kLDT + 8 * ks + 2 * tq);
-                const mma::Op Bf[2] = {mma::loaded<false>(c.x), mma::loaded<false>(c.y)};
-                mma::mma<false>(acc[n], A, Bf);
-            }
-        }
+        stage_products(ring + (st & 1) * kDwRows * L::kLDD, cosT, acc);
     }
     float *out = part + (size_t)blockIdx.x * kDwOut;
     const int j = 16 * warp + gi;
@@ -140,19 +190,35 @@ __global__ void __launch_bounds__(kDwThreads, 2)
 
 }  // namespace
 
-void dwphi_prepare() { aux::allow_smem((const void *)k_iqn_dwphi, kDwSmemBytes, "IQN dWphi"); }
+void dwphi_prepare() {
+    aux::allow_smem((const void *)k_iqn_dwphi<float>, DwLayout<float>::kSmem, "IQN dWphi");
+    aux::allow_smem((const void *)k_iqn_dwphi<__nv_bfloat16>, DwLayout<__nv_bfloat16>::kSmem,
+                    "IQN dWphi (bfloat16)");
+}
 
-void dwphi(const float *dphi, const float *tau, size_t rows, float *part, size_t part_floats,
-           float *out, cudaStream_t s) {
+namespace {
+template <class E>
+void launch_dwphi(const E *dphi, const float *tau, size_t rows, float *part, size_t part_floats,
+                  float *out, cudaStream_t s) {
     const size_t chunk = iqn_dwphi_chunk(rows), blocks = iqn_dwphi_blocks(rows);
     if (rows == 0 || blocks * kDwOut > part_floats)
         fail(FH_ERR_INTERNAL, "IQN dWphi: %zu rows, %zu partials of %d floats in %zu", rows,
              blocks, kDwOut, part_floats);
-    FH_LAUNCH(k_iqn_dwphi, (unsigned)blocks, kDwThreads, kDwSmemBytes, s, dphi, tau, rows, chunk,
-              part);
+    FH_LAUNCH(k_iqn_dwphi<E>, (unsigned)blocks, kDwThreads, DwLayout<E>::kSmem, s, dphi, tau,
+              rows, chunk, part);
     aux::Segs g;
     g.add(out, 0, kDwOut);
     aux::reduce_partials(part, (int)blocks, kDwOut, 1, g, s);
+}
+}  // namespace
+
+void dwphi(const float *dphi, const float *tau, size_t rows, float *part, size_t part_floats,
+           float *out, cudaStream_t s) {
+    launch_dwphi(dphi, tau, rows, part, part_floats, out, s);
+}
+void dwphi(const __nv_bfloat16 *dphi, const float *tau, size_t rows, float *part,
+           size_t part_floats, float *out, cudaStream_t s) {
+    launch_dwphi(dphi, tau, rows, part, part_floats, out, s);
 }
 
 }  // namespace fh::cuda::iqn

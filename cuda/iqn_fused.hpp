@@ -53,7 +53,7 @@ struct OnlineArgs {
     // FH_MATH_BF16: where dh16 is set, the products are bfloat16 ones (mma_bf16.cuh), and cos,
     // m and dhpre (read only as the weight gradients' GEMM operands, and dhpre by the backward)
     // go there as bfloat16 (round to nearest even of the same floats) instead; cos, m and dh are
-    // not written. All three set, or none.
+    // not written. m16 and dh16 set, or neither; cos16 may be null (not stored).
     __nv_bfloat16 *cos16, *m16, *dh16;
     bool wg;                                // TF32: h on warpgroup products (sm_90a code)
 };
@@ -105,5 +105,10 @@ int backward_fused(const BackwardArgs &a, int blocks, cudaStream_t s);
 void dwphi_prepare();
 void dwphi(const float *dphi, const float *tau, size_t rows, float *part, size_t part_floats,
            float *out, cudaStream_t s);
+// FH_MATH_BF16's: dφpre as the fused backward's bfloat16 copy (dphi16), bfloat16 products of it
+// and of the features rounded to bfloat16 as the online pass's cos16 (a trial,
+// FOXHUNT_TRIAL_DWPHI_BF16=1).
+void dwphi(const __nv_bfloat16 *dphi, const float *tau, size_t rows, float *part,
+           size_t part_floats, float *out, cudaStream_t s);
 
 }  // namespace fh::cuda::iqn

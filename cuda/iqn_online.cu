@@ -203,8 +203,8 @@ void launch_online(const OnlineArgs &a, int blocks, cudaStream_t s) {
 
 void online_fused(const OnlineArgs &a, int blocks, cudaStream_t s) {
     if (a.dh16) {
-        if (!a.cos16 || !a.m16 || a.wg)
-            fail(FH_ERR_INTERNAL, "IQN online pass: dh16 set without cos16 and m16, or with wg");
+        if (!a.m16 || a.wg)
+            fail(FH_ERR_INTERNAL, "IQN online pass: dh16 set without m16, or with wg");
         launch_online<true, false>(a, blocks, s);
     } else if (a.wg) {
         launch_online<false, true>(a, blocks, s);

@@ -538,51 +538,72 @@ void test_backward_kernel_vs_float64(void **) {
     }
 }
 
-/* dWφ = dφpreᵀ cos(π k τ) by cuda/iqn_dwphi.cu (TF32's path with the fused backward) against
- * float64, at row counts that leave a block's last stage partly filled (197, 8000) and that give
- * every block several stages (40000, 131072 = the default batch's rows: 256 blocks of 512);
- * twice, bit for bit the same. */
+/* dWφ = dφpreᵀ cos(π k τ) by cuda/iqn_dwphi.cu against float64, at row counts that leave a
+ * block's last stage partly filled (197, 8000) and that give every block several stages (40000,
+ * 131072 = the default batch's rows: 256 blocks of 512); each run twice, bit for bit the same:
+ * the TF32 instance (TF32's path with the fused backward) on float32 dφpre, and the bfloat16
+ * instance (FH_MATH_BF16, the FOXHUNT_TRIAL_DWPHI_BF16 trial) on the same values rounded to
+ * bfloat16, against the float64 sums of the rounded values. */
 void test_dwphi_kernel_vs_float64(void **) {
     if (!fh_test_have_cuda()) skip();
     const int Hq = 128, C = 64;
     for (size_t R : {(size_t)197, (size_t)8000, (size_t)40000, (size_t)131072}) {
         Normal vec(41 + (unsigned)R);
         const std::vector<float> dphi = vec(R * Hq, 1e-3f);
-        std::vector<float> tau(R);
+        std::vector<float> tau(R), dphi_r(R * Hq);
+        std::vector<uint16_t> dphi16(R * Hq);
+        for (size_t k = 0; k < dphi.size(); ++k) {
+            const __nv_bfloat16 h = __float2bfloat16_rn(dphi[k]);
+            dphi_r[k] = __bfloat162float(h);
+            memcpy(&dphi16[k], &h, 2);
+        }
         std::uniform_real_distribution<float> unit(0.0f, 1.0f);
         for (float &t : tau) t = unit(vec.rng);
-        std::vector<double> ref((size_t)Hq * C, 0.0);
-        std::vector<double> cs(C);
-        for (size_t r = 0; r < R; ++r) {
-            for (int k = 0; k < C; ++k) cs[k] = std::cos(M_PI * k * (double)tau[r]);
-            for (int j = 0; j < Hq; ++j) {
-                const double a = dphi[r * Hq + j];
-                for (int k = 0; k < C; ++k) ref[(size_t)j * C + k] += a * cs[k];
-            }
-        }
+        std::vector<double> cs(R * C);
+        for (size_t r = 0; r < R; ++r)
+            for (int k = 0; k < C; ++k) cs[r * C + k] = std::cos(M_PI * k * (double)tau[r]);
+        auto reference = [&](const std::vector<float> &a) {
+            std::vector<double> ref((size_t)Hq * C, 0.0);
+            for (size_t r = 0; r < R; ++r)
+                for (int j = 0; j < Hq; ++j) {
+                    const double v = a[r * Hq + j];
+                    for (int k = 0; k < C; ++k) ref[(size_t)j * C + k] += v * cs[r * C + k];
+                }
+            return ref;
+        };
         const size_t pf = fh::iqn_dwphi_partial_floats(R);
         const std::vector<float> nan_out((size_t)Hq * C, NAN);
         float *d_dphi = dev(dphi), *d_tau = dev(tau),
               *d_part = dev(std::vector<float>(pf, NAN)), *d_out = dev(nan_out);
-        std::vector<float> g[2];
-        for (int run = 0; run < 2; ++run) {
-            cudaMemcpy(d_out, nan_out.data(), nan_out.size() * 4, cudaMemcpyHostToDevice);
-            launch_and_wait("dwphi", [&] {
-                fh::cuda::iqn::dwphi_prepare();
-                fh::cuda::iqn::dwphi(d_dphi, d_tau, R, d_part, pf, d_out, 0);
-            });
-            g[run] = back(d_out, (size_t)Hq * C);
+        uint16_t *d_dphi16 = dev(dphi16);
+        for (const bool b16 : {false, true}) {
+            std::vector<float> g[2];
+            for (int run = 0; run < 2; ++run) {
+                cudaMemcpy(d_out, nan_out.data(), nan_out.size() * 4, cudaMemcpyHostToDevice);
+                launch_and_wait("dwphi", [&] {
+                    fh::cuda::iqn::dwphi_prepare();
+                    if (b16)
+                        fh::cuda::iqn::dwphi(reinterpret_cast<const __nv_bfloat16 *>(d_dphi16),
+                                             d_tau, R, d_part, pf, d_out, 0);
+                    else
+                        fh::cuda::iqn::dwphi(d_dphi, d_tau, R, d_part, pf, d_out, 0);
+                });
+                g[run] = back(d_out, (size_t)Hq * C);
+            }
+            const double e = rel_l2(g[0], reference(b16 ? dphi_r : dphi));
+            const bool same = memcmp(g[0].data(), g[1].data(), g[0].size() * sizeof(float)) == 0;
+            printf("[IQN] dWphi kernel (%s) vs float64, R=%zu, %llu blocks: rel. error %.2e, "
+                   "second run %s\n", b16 ? "BF16" : "TF32", R,
+                   (unsigned long long)fh::iqn_dwphi_blocks(R), e,
+                   same ? "bitwise equal" : "DIFFERENT");
+            /* The features rounded to TF32 (2^-11): ~3e-4; to bfloat16 (2^-9): ~2e-3. A
+             * misplaced fragment or row gives O(1), NaN an entry left unwritten. */
+            if (!(e <= (b16 ? 2e-2 : 5e-3)))
+                fail_msg("dWphi kernel (%s), R=%zu: rel. error %.3e", b16 ? "BF16" : "TF32", R, e);
+            if (!same) fail_msg("dWphi kernel, R=%zu: two runs differ", R);
         }
-        const double e = rel_l2(g[0], ref);
-        const bool same = memcmp(g[0].data(), g[1].data(), g[0].size() * sizeof(float)) == 0;
-        printf("[IQN] dWphi kernel vs float64, R=%zu, %llu blocks: rel. error %.2e, second run "
-               "%s\n", R, (unsigned long long)fh::iqn_dwphi_blocks(R), e,
-               same ? "bitwise equal" : "DIFFERENT");
-        /* TF32 operands (2^-11) on both sides of each product: ~3e-4; a misplaced fragment or
-         * row gives O(1), NaN an entry left unwritten. */
-        if (!(e <= 5e-3)) fail_msg("dWphi kernel, R=%zu: rel. error %.3e", R, e);
-        if (!same) fail_msg("dWphi kernel, R=%zu: two runs differ", R);
-        for (void *p : {(void *)d_dphi, (void *)d_tau, (void *)d_part, (void *)d_out})
+        for (void *p : {(void *)d_dphi, (void *)d_tau, (void *)d_part, (void *)d_out,
+                        (void *)d_dphi16})
             cudaFree(p);
     }
 }
