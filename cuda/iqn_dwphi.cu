@@ -26,6 +26,11 @@
 //          fragment is one float2 of a cosᵀ row and A's four elements are single loads.
 // Each block writes its 128 × 64 partial in float32; reduce_partials adds the blocks' partials
 // in block order in float64 (no atomics, the same bits every run).
+// The bfloat16 instance (FH_MATH_BF16; a trial, FOXHUNT_TRIAL_DWPHI_BF16=1 in iqn.cu, written
+// without a GPU and checked by tests/warp_emu only) runs the same tiling on m16n8k16 products:
+// the backward's bfloat16 dφpre staged as it is (rows of 136), the features rounded to bfloat16
+// as the online pass rounds its cos16, A's pairs of rows 2t, 2t + 1 packed from two 16-bit
+// loads, B one 32-bit load of a cosᵀ row.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
