@@ -27,9 +27,10 @@
 // and BF16 modes at iqn_hidden = 128, iqn_cos = 64 the target pass after ψ̄ is one fused tensor-core
 // kernel instead (iqn_target.cu), which writes Z̄ alone, and when also 16 % N == 0 the online
 // pass after ψ with the head is one more (iqn_online.cu), which writes tau, cos (not in TF32),
-// m, dhpre, z_mean and the head's partials (the same buffers as the unfused head), and dm with the ψ/φ
-// backward is a third (iqn_backward.cu: dm stays in registers, and φraw is recomputed from τ
-// rather than stored by the online pass and read back), and hraw's buffer is not allocated.
+// m, dhpre, z_mean and the head's partials (the same buffers as the unfused head), and dm with
+// the ψ/φ backward is a third (iqn_backward.cu: dm stays in registers, and φraw is recomputed
+// from τ rather than stored by the online pass and read back), and hraw's buffer is not
+// allocated.
 // In BF16 mode the three multiply bfloat16 operands on the tensor cores
 // (mma_bf16.cuh; iqn_fused.cuh's SmemB16 overloads), and the online pass and the backward
 // write dWm's and dWφ's operands as bfloat16 (Impl's bf16_operands: buffers of their bfloat16
