@@ -107,6 +107,11 @@ struct IqnLearner::Impl {
     // FOXHUNT_TRIAL_DWPHI_BF16=1 (the kernel's bfloat16 instance on dφpre's bfloat16 copy).
     bool own_dwphi = false;
     size_t cos_floats = 0;
+    // A trial (FOXHUNT_TRIAL_IQN_DWM=1, TF32 with the fused backward): dWm by iqn_dwm.cu's
+    // kernel, which recomputes m from τ and ψ; the online pass then stores no m, and m's buffer
+    // (m_floats) holds the kernel's partials.
+    bool own_dwm = false;
+    size_t m_floats = 0;
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
          float *v)
         : d(dd), o(L.iqn), params(p), target(t), mom1(m), mom2(v) {
@@ -144,10 +149,16 @@ struct IqnLearner::Impl {
                         (paths.bf16_operands && t && std::string(t) == "1");
         }
         cos_floats = own_dwphi ? iqn_dwphi_partial_floats((size_t)d.B * d.N) : Rmax * d.C / half;
+        {
+            const char *t = std::getenv("FOXHUNT_TRIAL_IQN_DWM");
+            own_dwm = paths.dwphi_kernel && t && std::string(t) == "1";
+        }
+        m_floats = Rmax * Hq;
+        if (own_dwm) m_floats = std::max(m_floats, iqn_dwm_partial_floats((size_t)d.B * d.N));
         const size_t o_cos = arena.reserve_n<float>(cos_floats);
         // φraw (unfused passes) or dφpre (the fused backward in TF32); BF16's dφpre shares mbuf.
         const size_t o_phi = arena.reserve_n<float>(bf16_operands ? 0 : Rmax * Hq);
-        const size_t o_m = arena.reserve_n<float>(Rmax * Hq);
+        const size_t o_m = arena.reserve_n<float>(m_floats);
         // hraw only for the unfused passes: with all three fused nothing writes it.
         const size_t o_h = arena.reserve_n<float>(fused_backward ? 0 : Rmax * Hq);
         const size_t o_dh = arena.reserve_n<float>((size_t)d.B * d.N * Hq / half);
@@ -184,6 +195,7 @@ struct IqnLearner::Impl {
         wg_online = fused_online && iqn::online_fused_prepare() && tf32;
         if (fused_backward) iqn::backward_fused_prepare();
         if (own_dwphi) iqn::dwphi_prepare();
+        if (own_dwm) iqn::dwm_prepare();
         bf16_target = c.math_mode == FH_MATH_BF16;
     }
     __nv_bfloat16 *cos16() const { return reinterpret_cast<__nv_bfloat16 *>(cosb); }
@@ -261,7 +273,8 @@ struct IqnLearner::Impl {
             // φraw only for the unfused backward: the fused one recomputes it from τ.
             f.tau = tau; f.cos = own_dwphi ? nullptr : cosb;
             f.phi = fused_backward ? nullptr : phi;
-            f.m = mbuf; f.dh = dh;
+            f.m = own_dwm ? nullptr : mbuf;
+            f.dh = dh;
             f.z_mean = z_mean; f.partial = part_head;
             f.wg = wg_online;
             if (bf16_operands) {
@@ -292,7 +305,10 @@ struct IqnLearner::Impl {
         }
 
         // Merge layer, then ψ and φ.
-        if (bf16_operands)
+        if (own_dwm)
+            iqn::dwm(iqn::DwmArgs{dh, tau, psi, params + o.Wphi, params + o.bphi, B, N}, mbuf,
+                     m_floats, grad + o.Wm, s);
+        else if (bf16_operands)
             gemm_tn_bf16(bl, Hq, Hq, (int)RN, dh16(), m16(), grad + o.Wm, 0.0f,
                          "IQN dWm = dh^T m");
         else

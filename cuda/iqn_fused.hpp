@@ -46,7 +46,8 @@ struct OnlineArgs {
                                             // (TF32: iqn_dwphi.cu forms them from τ)
     float *phi;                             // [B·N, 128] φraw = cos Wφᵀ (no bias), or null:
                                             // not stored (the fused backward recomputes it)
-    float *m;                               // [B·N, 128] m = ψ ⊙ SiLU(φraw + bφ)
+    float *m;                               // [B·N, 128] m = ψ ⊙ SiLU(φraw + bφ), or null:
+                                            // not stored (iqn_dwm.cu's trial recomputes it)
     float *dh;                              // [B·N, 128] dL/d(m Wmᵀ + bm)
     float *z_mean;                          // [B] mean_n Z(x̃_i, τ_in)
     double *partial;                        // [blocks, 2·128 + 2]: dbm | dw_z | db_z | Σ loss terms
@@ -110,5 +111,19 @@ void dwphi(const float *dphi, const float *tau, size_t rows, float *part, size_t
 // FOXHUNT_TRIAL_DWPHI_BF16=1).
 void dwphi(const __nv_bfloat16 *dphi, const float *tau, size_t rows, float *part,
            size_t part_floats, float *out, cudaStream_t s);
+
+// dWm [128, 128] = dhpreᵀ m over B·N rows with m recomputed from τ, ψ, Wφ and bφ as the online
+// pass forms it (cuda/iqn_dwm.cu; TF32 products; a trial, FOXHUNT_TRIAL_IQN_DWM=1). The blocks'
+// partials (src/iqn_paths.hpp's iqn_dwm_partial_floats) go to part, then their sum in block
+// order to out. dwm_prepare opts the kernel into its shared memory (once, outside a capture).
+struct DwmArgs {
+    const float *dh;                        // [B·N, 128] dhpre (the online pass's)
+    const float *tau;                       // [B·N] τ_in, the online pass's
+    const float *psi;                       // [B, 128] ψ = SiLU(x̃ Wψᵀ + bψ)
+    const float *Wphi, *bphi;               // online net: Wφ [128, 64] (16-byte aligned), bφ
+    int B, N;
+};
+void dwm_prepare();
+void dwm(const DwmArgs &a, float *part, size_t part_floats, float *out, cudaStream_t s);
 
 }  // namespace fh::cuda::iqn

@@ -100,7 +100,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
         merge_tile(sw, phi, a.psi + i0 * kHq, a.psi + i1 * kHq, M,
                    v0 && a.phi ? a.phi + r0 * kHq : nullptr,
                    v1 && a.phi ? a.phi + r1 * kHq : nullptr,
-                   v0 ? m_out + r0 * kHq : nullptr, v1 ? m_out + r1 * kHq : nullptr);
+                   v0 && m_out ? m_out + r0 * kHq : nullptr,
+                   v1 && m_out ? m_out + r1 * kHq : nullptr);
         // Z_in of the thread's two rows (every lane of the quad holds them).
         float z0, z1;
         z_rows(sw, M, z0, z1);

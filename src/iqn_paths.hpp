@@ -43,6 +43,21 @@ inline uint64_t iqn_dwphi_partial_floats(uint64_t rows) {
     return iqn_dwphi_blocks(rows) * kIqnFusedHidden * kIqnFusedCos;
 }
 
+// cuda/iqn_dwm.cu's grid (the FOXHUNT_TRIAL_IQN_DWM trial): 64-row stages, at most 128 blocks
+// (one per SM), each writing a [128, 128] partial of dWm.
+constexpr uint64_t kIqnDwmMaxBlocks = 128;
+inline uint64_t iqn_dwm_chunk(uint64_t rows) {
+    const uint64_t stages = rows ? (rows + kIqnDwphiStageRows - 1) / kIqnDwphiStageRows : 1;
+    return (stages + kIqnDwmMaxBlocks - 1) / kIqnDwmMaxBlocks * kIqnDwphiStageRows;
+}
+inline uint64_t iqn_dwm_blocks(uint64_t rows) {
+    const uint64_t chunk = iqn_dwm_chunk(rows);
+    return rows ? (rows + chunk - 1) / chunk : 1;
+}
+inline uint64_t iqn_dwm_partial_floats(uint64_t rows) {
+    return iqn_dwm_blocks(rows) * kIqnFusedHidden * kIqnFusedHidden;
+}
+
 // TF32 and BF16 modes fuse every pass whose shapes fit; strict FP32 none.
 // FOXHUNT_IQN_KERNELS = unfused | target | online | fused | auto (the default, = fused) caps
 // how many (for tests and side-by-side timing); any other value fails with FH_ERR_BAD_VALUE.

@@ -17,6 +17,9 @@
  *    buffers it must not write untouched, dψpre stored as bfloat16 values; and the TF32 target
  *    and online kernels also with h on the warpgroup products (wgmma, TF32's path where sm_90a
  *    code is loaded) within TF32's bound;
+ * 3a. the weight-gradient kernels alone against float64 sums: dWφ = dφpreᵀ cos(π k τ)
+ *    (cuda/iqn_dwphi.cu, TF32's path, and its bfloat16 instance, a trial) and dWm = dhpreᵀ m with
+ *    m recomputed (cuda/iqn_dwm.cu, a trial), each run twice and bitwise equal;
  * 4. whole steps of the four levels of FOXHUNT_IQN_KERNELS (fused, online, target, unfused)
  *    against each other and the CPU: IQN loss, parameters and the ensemble mean after 1 and 5
  *    steps, in TF32 (TF32 products in every GPU path, so they agree to TF32 rounding, not
@@ -607,6 +610,67 @@ void test_dwphi_kernel_vs_float64(void **) {
             cudaFree(p);
     }
 }
+
+/* dWm = dhpreᵀ m by cuda/iqn_dwm.cu (the FOXHUNT_TRIAL_IQN_DWM trial), m recomputed from τ, ψ,
+ * Wφ and bφ, against float64 (m = ψ_i ⊙ SiLU(cos(π k τ) Wφᵀ + bφ) in double) at N = 8 and 3
+ * (a transition's rows across the kernel's row tiles), with a partly filled last stage (25·8,
+ * 667·3) and several stages a block (5000·8); twice, bit for bit the same. */
+void test_dwm_kernel_vs_float64(void **) {
+    if (!fh_test_have_cuda()) skip();
+    const int Hq = 128, C = 64;
+    struct Case {
+        int B, N;
+    };
+    for (const Case k : {Case{25, 8}, Case{667, 3}, Case{5000, 8}}) {
+        const size_t R = (size_t)k.B * k.N;
+        Normal vec(53 + (unsigned)R);
+        const std::vector<float> dh = vec(R * Hq, 1e-3f), psi = vec((size_t)k.B * Hq, 0.8f),
+                                 Wphi = vec((size_t)Hq * C, 0.25f), bphi = vec(Hq, 0.3f);
+        std::vector<float> tau(R);
+        std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+        for (float &t : tau) t = unit(vec.rng);
+        std::vector<double> m(R * Hq), ref((size_t)Hq * Hq, 0.0);
+        for (size_t r = 0; r < R; ++r)
+            for (int j = 0; j < Hq; ++j) {
+                double z = bphi[j];
+                for (int c = 0; c < C; ++c)
+                    z += std::cos(M_PI * c * (double)tau[r]) * Wphi[(size_t)j * C + c];
+                m[r * Hq + j] = psi[(r / k.N) * Hq + j] * silu(z);
+            }
+        for (size_t r = 0; r < R; ++r)
+            for (int j = 0; j < Hq; ++j) {
+                const double a = dh[r * Hq + j];
+                for (int c = 0; c < Hq; ++c) ref[(size_t)j * Hq + c] += a * m[r * Hq + c];
+            }
+        const size_t pf = fh::iqn_dwm_partial_floats(R);
+        const std::vector<float> nan_out((size_t)Hq * Hq, NAN);
+        float *d_dh = dev(dh), *d_tau = dev(tau), *d_psi = dev(psi), *d_Wphi = dev(Wphi),
+              *d_bphi = dev(bphi), *d_part = dev(std::vector<float>(pf, NAN)),
+              *d_out = dev(nan_out);
+        const fh::cuda::iqn::DwmArgs a{d_dh, d_tau, d_psi, d_Wphi, d_bphi, k.B, k.N};
+        std::vector<float> g[2];
+        for (int run = 0; run < 2; ++run) {
+            cudaMemcpy(d_out, nan_out.data(), nan_out.size() * 4, cudaMemcpyHostToDevice);
+            launch_and_wait("dwm", [&] {
+                fh::cuda::iqn::dwm_prepare();
+                fh::cuda::iqn::dwm(a, d_part, pf, d_out, 0);
+            });
+            g[run] = back(d_out, (size_t)Hq * Hq);
+        }
+        const double e = rel_l2(g[0], ref);
+        const bool same = memcmp(g[0].data(), g[1].data(), g[0].size() * sizeof(float)) == 0;
+        printf("[IQN] dWm kernel vs float64, B=%d N=%d, %llu blocks: rel. error %.2e, second run "
+               "%s\n", k.B, k.N, (unsigned long long)fh::iqn_dwm_blocks(R), e,
+               same ? "bitwise equal" : "DIFFERENT");
+        /* TF32 operands in both products (cos and Wφ, then dhpre and m): ~4e-4; a misplaced
+         * fragment, row or transition gives O(1), NaN an entry left unwritten. */
+        if (!(e <= 5e-3)) fail_msg("dWm kernel, B=%d N=%d: rel. error %.3e", k.B, k.N, e);
+        if (!same) fail_msg("dWm kernel, B=%d N=%d: two runs differ", k.B, k.N);
+        for (void *p : {(void *)d_dh, (void *)d_tau, (void *)d_psi, (void *)d_Wphi,
+                        (void *)d_bphi, (void *)d_part, (void *)d_out})
+            cudaFree(p);
+    }
+}
 #endif
 
 double iqn_err(fh_pipeline *a, fh_pipeline *b, std::string &worst) {
@@ -689,6 +753,7 @@ int main(void) {
         cmocka_unit_test(test_online_kernel_vs_float64),
         cmocka_unit_test(test_backward_kernel_vs_float64),
         cmocka_unit_test(test_dwphi_kernel_vs_float64),
+        cmocka_unit_test(test_dwm_kernel_vs_float64),
 #endif
         cmocka_unit_test(test_fused_paths_agree)};
     return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));

@@ -157,3 +157,15 @@ open(f"{work}/dwphi_body.h", "w", encoding="utf-8").write("""#pragma once
 #include "iqn_fused.hpp"
 """ + device_code(s[i:j]) + """}  // namespace fh::cuda::iqn
 """)
+
+# IQN's dWm kernel (the FOXHUNT_TRIAL_IQN_DWM trial): its constants and kernel, up to the host
+# code.
+s = read("iqn_dwm.cu")
+i = s.index("namespace fh::cuda::iqn {")
+j = s.index("void dwm_prepare()")
+open(f"{work}/dwm_body.h", "w", encoding="utf-8").write("""#pragma once
+#include <cstdint>
+#include "iqn_fused.cuh"
+#include "iqn_fused.hpp"
+""" + device_code(s[i:j]) + """}  // namespace fh::cuda::iqn
+""")
