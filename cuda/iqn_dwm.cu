@@ -38,7 +38,7 @@ namespace fh::cuda::iqn {
 namespace {
 
 constexpr int kMwWarps = 16, kMwThreads = 32 * kMwWarps;
-constexpr int kMwRows = 64;                    // rows a stage
+constexpr int kMwRows = (int)kIqnWgradStageRows;  // rows a stage
 constexpr int kMwOut = kHq * kHq;              // a block's partial, floats
 constexpr int kLDH = kHq + 4;                  // dhpre's staged rows
 constexpr int kLDC = kMwRows + 4;              // cosᵀ's rows
@@ -104,17 +104,7 @@ __global__ void __launch_bounds__(kMwThreads, 1)
         const size_t r0 = begin + (size_t)st * kMwRows;
         // The stage's features (cosᵀ was last read before the previous stage's second barrier).
         if (forms) {
-            const bool valid = r0 + crow < end;
-            CosRot q;
-            q.start(t, cq);
-#pragma unroll
-            for (int ka = 0; ka < kC / 8; ++ka) {
-                if (ka > 0) q.next();
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    cosT[(8 * ka + 2 * cq + e) * kLDC + crow] =
-                        valid ? mma::rounded<false>(q.c[e]) : 0.0f;
-            }
+            cos_column(cosT, kLDC, crow, t, cq, r0 + crow < end);
             if (st + 1 < stages) t = tau_of(st + 1);
         }
         cp_async_wait_all();  // this stage's rows
@@ -165,20 +155,8 @@ __global__ void __launch_bounds__(kMwThreads, 1)
             }
         }
         __syncthreads();
-        const float *slot = ring + (st & 1) * kMwRows * kLDH;
-#pragma unroll 2
-        for (int ks = 0; ks < kMwRows / 8; ++ks) {
-            const float *d = slot + (8 * ks + 2 * tq) * kLDH + 16 * jt + gi;
-            const mma::Op A[4] = {mma::op<false>(d[0]), mma::op<false>(d[8]),
-                                  mma::op<false>(d[kLDH]), mma::op<false>(d[kLDH + 8])};
-#pragma unroll
-            for (int n = 0; n < 8; ++n) {
-                const float2 m = *reinterpret_cast<const float2 *>(
-                    mT + (64 * kh + 8 * n + gi) * kLDMT + 8 * ks + 2 * tq);
-                const mma::Op B[2] = {mma::loaded<false>(m.x), mma::loaded<false>(m.y)};
-                mma::mma<false>(acc[n], A, B);
-            }
-        }
+        rows_product<kMwRows, kLDH, kLDMT>(ring + (st & 1) * kMwRows * kLDH, mT, 16 * jt,
+                                           64 * kh, acc);
     }
     float *out = part + (size_t)blockIdx.x * kMwOut;
     const int j = 16 * jt + gi;
@@ -197,7 +175,8 @@ void dwm_prepare() { aux::allow_smem((const void *)k_iqn_dwm, kMwSmemBytes, "IQN
 
 void dwm(const DwmArgs &a, float *part, size_t part_floats, float *out, cudaStream_t s) {
     const size_t rows = (size_t)a.B * a.N;
-    const size_t chunk = iqn_dwm_chunk(rows), blocks = iqn_dwm_blocks(rows);
+    const size_t chunk = iqn_wgrad_chunk(rows, kIqnDwmMaxBlocks),
+                 blocks = iqn_wgrad_blocks(rows, kIqnDwmMaxBlocks);
     if (rows == 0 || blocks * kMwOut > part_floats)
         fail(FH_ERR_INTERNAL, "IQN dWm: %zu rows, %zu partials of %d floats in %zu", rows,
              blocks, kMwOut, part_floats);

@@ -10,7 +10,7 @@
 // single-stream; 24 MiB less memory (bench/results/h100-2026-12-07-dwphi-*).
 //
 // Tiling. Blocks of 8 warps, two per SM, each a contiguous chunk of rows (whole stages; the grid
-// is src/iqn_paths.hpp's iqn_dwphi_blocks) taken in stages of 64 rows:
+// is src/iqn_paths.hpp's iqn_wgrad_blocks) taken in stages of 64 rows:
 //   dφpre  each stage's rows by cp.async into one of two ring slots, the next stage's copies in
 //          flight while this one is multiplied; rows of 132 floats (≡ 4 mod 32: the A-fragment
 //          loads below, rows 2t and columns g of a warp, hit 32 banks). A ring of four 32-row
@@ -46,7 +46,7 @@ namespace fh::cuda::iqn {
 namespace {
 
 constexpr int kDwWarps = 8, kDwThreads = 32 * kDwWarps;
-constexpr int kDwRows = (int)kIqnDwphiStageRows;  // rows a stage
+constexpr int kDwRows = (int)kIqnWgradStageRows;  // rows a stage
 constexpr int kDwOut = kHq * kC;                  // a block's partial, floats
 static_assert(kDwWarps * 16 == kHq, "a warp's 16 output rows");
 static_assert(4 * kDwRows == kDwThreads && kC == 64, "four threads a row, 16 features each");
@@ -91,19 +91,7 @@ __device__ __forceinline__ void stage_products(const E *slot, const E *cosT,
     constexpr int kLDD = DwLayout<E>::kLDD, kLDT = DwLayout<E>::kLDT;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
     if constexpr (std::is_same_v<E, float>) {
-#pragma unroll 2
-        for (int ks = 0; ks < kDwRows / 8; ++ks) {
-            const float *d = slot + (8 * ks + 2 * tq) * kLDD + 16 * warp + gi;
-            const mma::Op A[4] = {mma::op<false>(d[0]), mma::op<false>(d[8]),
-                                  mma::op<false>(d[kLDD]), mma::op<false>(d[kLDD + 8])};
-#pragma unroll
-            for (int n = 0; n < kC / 8; ++n) {
-                const float2 c = *reinterpret_cast<const float2 *>(
-                    cosT + (8 * n + gi) * kLDT + 8 * ks + 2 * tq);
-                const mma::Op Bf[2] = {mma::loaded<false>(c.x), mma::loaded<false>(c.y)};
-                mma::mma<false>(acc[n], A, Bf);
-            }
-        }
+        rows_product<kDwRows, kLDD, kLDT>(slot, cosT, 16 * warp, 0, acc);
     } else {
         // a0 = rows 2t, 2t + 1 at column g, a1 at g + 8, a2 and a3 the same 8 rows on: each a
         // pair of 16-bit loads from two rows (mma_bf16.cuh's fragment table, M = j, K = rows).
@@ -154,24 +142,7 @@ __global__ void __launch_bounds__(kDwThreads, 2)
         // ended that stage's products before the last barrier. Rounded as the online pass
         // rounds them for its products (TF32), or for its bfloat16 copy (FH_MATH_BF16).
         E *const cosT = cosT0 + (st & 1) * kC * L::kLDT;
-        {
-            const bool valid = begin + (size_t)st * kDwRows + crow < end;
-            CosRot q;
-            q.start(t, cq);
-#pragma unroll
-            for (int ka = 0; ka < kC / 8; ++ka) {
-                if (ka > 0) q.next();
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const float v = valid ? q.c[e] : 0.0f;
-                    E *dst = cosT + (8 * ka + 2 * cq + e) * L::kLDT + crow;
-                    if constexpr (std::is_same_v<E, float>)
-                        *dst = mma::rounded<false>(v);
-                    else
-                        *dst = __float2bfloat16_rn(v);
-                }
-            }
-        }
+        cos_column(cosT, L::kLDT, crow, t, cq, begin + (size_t)st * kDwRows + crow < end);
         if (st + 1 < stages) t = tau_of(st + 1);
         cp_async_wait_all();  // this stage's rows
         __syncthreads();
@@ -205,7 +176,8 @@ namespace {
 template <class E>
 void launch_dwphi(const E *dphi, const float *tau, size_t rows, float *part, size_t part_floats,
                   float *out, cudaStream_t s) {
-    const size_t chunk = iqn_dwphi_chunk(rows), blocks = iqn_dwphi_blocks(rows);
+    const size_t chunk = iqn_wgrad_chunk(rows, kIqnDwphiMaxBlocks),
+                 blocks = iqn_wgrad_blocks(rows, kIqnDwphiMaxBlocks);
     if (rows == 0 || blocks * kDwOut > part_floats)
         fail(FH_ERR_INTERNAL, "IQN dWphi: %zu rows, %zu partials of %d floats in %zu", rows,
              blocks, kDwOut, part_floats);

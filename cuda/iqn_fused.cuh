@@ -184,6 +184,54 @@ struct CosRot {
     }
 };
 
+// The 16 features k = 8κ + 2q + e of one row with fraction t, as quad lane q of the online pass
+// forms them (CosRot), rounded for the products (TF32, or bfloat16 with E = __nv_bfloat16: the
+// online pass's cos16) into column `row` of the transposed [64, ld] layout cosT; zeros where
+// !valid. The weight-gradient kernels (iqn_dwphi.cu, iqn_dwm.cu) form their features so.
+template <class E>
+__device__ __forceinline__ void cos_column(E *cosT, int ld, int row, float t, int q, bool valid) {
+    CosRot c;
+    c.start(t, q);
+#pragma unroll
+    for (int ka = 0; ka < kC / 8; ++ka) {
+        if (ka > 0) c.next();
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const float v = valid ? c.c[e] : 0.0f;
+            E *dst = cosT + (8 * ka + 2 * q + e) * ld + row;
+            if constexpr (std::is_same_v<E, float>)
+                *dst = mma::rounded<false>(v);
+            else
+                *dst = __float2bfloat16_rn(v);
+        }
+    }
+}
+
+// acc[n] += Σ_r X[r][j0 + i] Y[r][k0 + 8n + c] over the ROWS rows r of a stage, the warp's 16
+// rows i of the output and its NT column tiles: X staged row-major (rows of LDX floats, float32,
+// rounded to TF32 here), Y transposed (rows of LDY floats holding TF32 values), the contraction
+// over rows in mma_tf32.cuh's permuted order (logical t ↔ row 2t, t + 4 ↔ 2t + 1), so that A's
+// elements are single loads and a B fragment one float2. The weight-gradient kernels' products
+// (iqn_dwphi.cu, iqn_dwm.cu).
+template <int ROWS, int LDX, int LDY, int NT>
+__device__ __forceinline__ void rows_product(const float *X, const float *YT, int j0, int k0,
+                                             float (&acc)[NT][4]) {
+    const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
+#pragma unroll 2
+    for (int ks = 0; ks < ROWS / 8; ++ks) {
+        const float *d = X + (8 * ks + 2 * tq) * LDX + j0 + gi;
+        const mma::Op A[4] = {mma::op<false>(d[0]), mma::op<false>(d[8]),
+                              mma::op<false>(d[LDX]), mma::op<false>(d[LDX + 8])};
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            const float2 y = *reinterpret_cast<const float2 *>(
+                YT + (k0 + 8 * n + gi) * LDY + 8 * ks + 2 * tq);
+            const mma::Op B[2] = {mma::loaded<false>(y.x), mma::loaded<false>(y.y)};
+            mma::mma<false>(acc[n], A, B);
+        }
+    }
+}
+
 // The cosine features of the thread's rows g (τ t0) and g + 8 (τ t1), rotation step by step,
 // after acc is zeroed: step(ka, c0, c1) gets step ka's features at k = 8ka + 2t and + 1 (c0 row
 // g's, c1 row g + 8's). When `cosr0` / `cosr1` are given, the features are stored there too (T:

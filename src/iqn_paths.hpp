@@ -27,35 +27,28 @@ struct IqnPaths {
     bool dwphi_kernel = false;
 };
 
-// cuda/iqn_dwphi.cu's grid over `rows` rows: blocks of whole 64-row stages, at most 256 blocks
-// (two per SM on a 132-SM H100 or H200), each writing a [128, 64] partial of dWφ. A function of
-// the rows alone, so that the memory plan counts the partials without a device.
-constexpr uint64_t kIqnDwphiStageRows = 64, kIqnDwphiMaxBlocks = 256;
-inline uint64_t iqn_dwphi_chunk(uint64_t rows) {
-    const uint64_t stages = rows ? (rows + kIqnDwphiStageRows - 1) / kIqnDwphiStageRows : 1;
-    return (stages + kIqnDwphiMaxBlocks - 1) / kIqnDwphiMaxBlocks * kIqnDwphiStageRows;
+// The grids of IQN's weight-gradient kernels over `rows` rows (cuda/iqn_dwphi.cu, and
+// cuda/iqn_dwm.cu's trial): contiguous chunks of whole 64-row stages, at most max_blocks of them,
+// each block writing one partial. A function of the rows alone, so that the memory plan counts
+// the partials without a device.
+constexpr uint64_t kIqnWgradStageRows = 64;
+inline uint64_t iqn_wgrad_chunk(uint64_t rows, uint64_t max_blocks) {
+    const uint64_t stages = rows ? (rows + kIqnWgradStageRows - 1) / kIqnWgradStageRows : 1;
+    return (stages + max_blocks - 1) / max_blocks * kIqnWgradStageRows;
 }
-inline uint64_t iqn_dwphi_blocks(uint64_t rows) {
-    const uint64_t chunk = iqn_dwphi_chunk(rows);
+inline uint64_t iqn_wgrad_blocks(uint64_t rows, uint64_t max_blocks) {
+    const uint64_t chunk = iqn_wgrad_chunk(rows, max_blocks);
     return rows ? (rows + chunk - 1) / chunk : 1;
 }
+// dWφ: at most 256 blocks (two per SM on a 132-SM H100 or H200), [128, 64] partials.
+constexpr uint64_t kIqnDwphiMaxBlocks = 256;
 inline uint64_t iqn_dwphi_partial_floats(uint64_t rows) {
-    return iqn_dwphi_blocks(rows) * kIqnFusedHidden * kIqnFusedCos;
+    return iqn_wgrad_blocks(rows, kIqnDwphiMaxBlocks) * kIqnFusedHidden * kIqnFusedCos;
 }
-
-// cuda/iqn_dwm.cu's grid (the FOXHUNT_TRIAL_IQN_DWM trial): 64-row stages, at most 128 blocks
-// (one per SM), each writing a [128, 128] partial of dWm.
+// dWm (the FOXHUNT_TRIAL_IQN_DWM trial): at most 128 blocks (one per SM), [128, 128] partials.
 constexpr uint64_t kIqnDwmMaxBlocks = 128;
-inline uint64_t iqn_dwm_chunk(uint64_t rows) {
-    const uint64_t stages = rows ? (rows + kIqnDwphiStageRows - 1) / kIqnDwphiStageRows : 1;
-    return (stages + kIqnDwmMaxBlocks - 1) / kIqnDwmMaxBlocks * kIqnDwphiStageRows;
-}
-inline uint64_t iqn_dwm_blocks(uint64_t rows) {
-    const uint64_t chunk = iqn_dwm_chunk(rows);
-    return rows ? (rows + chunk - 1) / chunk : 1;
-}
 inline uint64_t iqn_dwm_partial_floats(uint64_t rows) {
-    return iqn_dwm_blocks(rows) * kIqnFusedHidden * kIqnFusedHidden;
+    return iqn_wgrad_blocks(rows, kIqnDwmMaxBlocks) * kIqnFusedHidden * kIqnFusedHidden;
 }
 
 // TF32 and BF16 modes fuse every pass whose shapes fit; strict FP32 none.

@@ -597,7 +597,7 @@ void test_dwphi_kernel_vs_float64(void **) {
             const bool same = memcmp(g[0].data(), g[1].data(), g[0].size() * sizeof(float)) == 0;
             printf("[IQN] dWphi kernel (%s) vs float64, R=%zu, %llu blocks: rel. error %.2e, "
                    "second run %s\n", b16 ? "BF16" : "TF32", R,
-                   (unsigned long long)fh::iqn_dwphi_blocks(R), e,
+                   (unsigned long long)fh::iqn_wgrad_blocks(R, fh::kIqnDwphiMaxBlocks), e,
                    same ? "bitwise equal" : "DIFFERENT");
             /* The features rounded to TF32 (2^-11): ~3e-4; to bfloat16 (2^-9): ~2e-3. A
              * misplaced fragment or row gives O(1), NaN an entry left unwritten. */
@@ -660,7 +660,7 @@ void test_dwm_kernel_vs_float64(void **) {
         const double e = rel_l2(g[0], ref);
         const bool same = memcmp(g[0].data(), g[1].data(), g[0].size() * sizeof(float)) == 0;
         printf("[IQN] dWm kernel vs float64, B=%d N=%d, %llu blocks: rel. error %.2e, second run "
-               "%s\n", k.B, k.N, (unsigned long long)fh::iqn_dwm_blocks(R), e,
+               "%s\n", k.B, k.N, (unsigned long long)fh::iqn_wgrad_blocks(R, fh::kIqnDwmMaxBlocks), e,
                same ? "bitwise equal" : "DIFFERENT");
         /* TF32 operands in both products (cos and Wφ, then dhpre and m): ~4e-4; a misplaced
          * fragment, row or transition gives O(1), NaN an entry left unwritten. */
