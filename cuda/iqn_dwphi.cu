@@ -23,7 +23,9 @@
 //   dWφ    warp w owns output rows j = 16w .. 16w + 15 and all 64 k: 8 accumulator tiles
 //          (32 registers) of m16n8k8 over the stage's row steps, the contraction over rows in
 //          mma_tf32.cuh's permuted order (logical t ↔ row 2t, t + 4 ↔ 2t + 1), so that a B
-//          fragment is one float2 of a cosᵀ row and A's four elements are single loads.
+//          fragment is one float2 of a cosᵀ row and A's four elements are single loads
+//          (iqn_fused.cuh's rows_product, which the dWm trial shares; the features are its
+//          cos_column).
 // Each block writes its 128 × 64 partial in float32; reduce_partials adds the blocks' partials
 // in block order in float64 (no atomics, the same bits every run).
 // The bfloat16 instance (FH_MATH_BF16; a trial, FOXHUNT_TRIAL_DWPHI_BF16=1 in iqn.cu, written
