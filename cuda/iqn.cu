@@ -26,20 +26,18 @@
 // The target pass runs first in the same scratch buffers; only Z̄ [B, N'] survives it. In TF32
 // and BF16 modes at iqn_hidden = 128, iqn_cos = 64 the target pass after ψ̄ is one fused tensor-core
 // kernel instead (iqn_target.cu), which writes Z̄ alone, and when also 16 % N == 0 the online
-// pass after ψ with the head is one more (iqn_online.cu), which writes tau, cos (not in TF32),
-// m, dhpre, z_mean and the head's partials (the same buffers as the unfused head), and dm with
-// the ψ/φ backward is a third (iqn_backward.cu: dm stays in registers, and φraw is recomputed
-// from τ rather than stored by the online pass and read back), and hraw's buffer is not
-// allocated.
+// pass after ψ with the head is one more (iqn_online.cu), which writes tau, cos (not with dWφ's
+// kernel), m (not with the dWm trial's), dhpre, z_mean and the head's partials (the same buffers
+// as the unfused head), and dm with the ψ/φ backward is a third (iqn_backward.cu: dm stays in
+// registers, and φraw is recomputed from τ rather than stored by the online pass and read back),
+// and hraw's buffer is not allocated.
 // In BF16 mode the three multiply bfloat16 operands on the tensor cores
 // (mma_bf16.cuh; iqn_fused.cuh's SmemB16 overloads), and the online pass and the backward
 // write dWm's and dWφ's operands as bfloat16 (Impl's bf16_operands: buffers of their bfloat16
 // size), which the two GEMMs read as they are. The unfused passes' kernels are in
 // iqn_unfused.cu; this file orders the passes and owns the learner's buffers.
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
-#include <string>
 
 #include "aux_common.cuh"
 #include "iqn_fused.hpp"
@@ -107,9 +105,9 @@ struct IqnLearner::Impl {
     // FOXHUNT_TRIAL_DWPHI_BF16=1 (the kernel's bfloat16 instance on dφpre's bfloat16 copy).
     bool own_dwphi = false;
     size_t cos_floats = 0;
-    // A trial (FOXHUNT_TRIAL_IQN_DWM=1, TF32 with the fused backward): dWm by iqn_dwm.cu's
-    // kernel, which recomputes m from τ and ψ; the online pass then stores no m, and m's buffer
-    // (m_floats) holds the kernel's partials.
+    // A trial (dwm_kernel: FOXHUNT_TRIAL_IQN_DWM=1, TF32 with the fused backward): dWm by
+    // iqn_dwm.cu's kernel, which recomputes m from τ and ψ; the online pass then stores no m,
+    // and m's buffer (m_floats) holds the kernel's partials.
     bool own_dwm = false;
     size_t m_floats = 0;
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
@@ -143,18 +141,10 @@ struct IqnLearner::Impl {
 
         bf16_operands = paths.bf16_operands;
         const size_t Hq = d.Hq, half = bf16_operands ? 2 : 1;  // bfloat16: half the floats
-        {
-            const char *t = std::getenv("FOXHUNT_TRIAL_DWPHI_BF16");
-            own_dwphi = paths.dwphi_kernel ||
-                        (paths.bf16_operands && t && std::string(t) == "1");
-        }
+        own_dwphi = paths.dwphi_kernel;
+        own_dwm = paths.dwm_kernel;
         cos_floats = own_dwphi ? iqn_dwphi_partial_floats((size_t)d.B * d.N) : Rmax * d.C / half;
-        {
-            const char *t = std::getenv("FOXHUNT_TRIAL_IQN_DWM");
-            own_dwm = paths.dwphi_kernel && t && std::string(t) == "1";
-        }
-        m_floats = Rmax * Hq;
-        if (own_dwm) m_floats = std::max(m_floats, iqn_dwm_partial_floats((size_t)d.B * d.N));
+        m_floats = own_dwm ? iqn_dwm_partial_floats((size_t)d.B * d.N) : Rmax * Hq;
         const size_t o_cos = arena.reserve_n<float>(cos_floats);
         // φraw (unfused passes) or dφpre (the fused backward in TF32); BF16's dφpre shares mbuf.
         const size_t o_phi = arena.reserve_n<float>(bf16_operands ? 0 : Rmax * Hq);

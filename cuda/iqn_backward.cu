@@ -12,8 +12,8 @@
 // its own buffer, the operand of dWφ's bfloat16 GEMM, and dψpre is stored rounded to
 // bfloat16 values for dWψ's GEMM, its only reader (the sums use it unrounded). dm never goes to
 // memory: this replaces the cuBLAS GEMM dm = dh Wm and the ψ/φ backward kernel of the unfused
-// path (iqn.cu), which wrote dm (64 MiB at B = 16384) and read it back. dWm, dWφ and dWψ stay
-// cuBLAS GEMMs over all rows.
+// path (iqn.cu), which wrote dm (64 MiB at B = 16384) and read it back. dWm and dWψ stay
+// cuBLAS GEMMs over all rows; dWφ is iqn_dwphi.cu's kernel in TF32, a cuBLAS GEMM in BF16.
 //
 // φraw is recomputed, not read: the online pass used to store it (64 MiB at B = 16384) and this
 // kernel read it back. It forms φraw from τ with Wφ staged as the online pass stages it and the

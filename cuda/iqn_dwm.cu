@@ -5,10 +5,11 @@
 // pass's bits. A trial (FOXHUNT_TRIAL_IQN_DWM=1 in iqn.cu, TF32 with the fused backward;
 // written without a GPU, checked by tests/warp_emu only): cuBLAS's split-K GEMM reads dhpre and
 // m (64 MiB each at B = 16384), and m is stored by the online pass for it alone; this kernel
-// reads dhpre, τ and ψ (8 MiB), and the online pass stores no m. It does the φ products again
+// reads dhpre, τ and ψ (8 MiB), and the online pass stores no m (m's 64 MiB buffer holds the
+// 8 MiB of partials instead; src/iqn_paths.hpp's dwm_kernel). It does the φ products again
 // (2.1 GFLOP at the default batch) besides dWm's (4.3).
 //
-// Tiling. Blocks of 16 warps, one per SM (about 157 KiB of shared memory), each a contiguous
+// Tiling. Blocks of 16 warps, one per SM (155.5 KiB of shared memory), each a contiguous
 // chunk of rows in stages of 64 rows:
 //   dhpre  each stage's rows by cp.async into one of two ring slots (rows of 132 floats), the
 //          next stage's copies in flight while this one is multiplied;

@@ -3,7 +3,7 @@
 // [B, 128] (a cuBLAS GEMM before it) and the target pass's Z̄ [B, N'], one kernel per row
 // r = i·N + n:
 //   draws τ_in (Philox purpose 2) and forms cos(π k τ_in)            -> tau, cos (if set)
-//   φraw = cos Wφᵀ, m = ψ_i ⊙ SiLU(φraw + bφ)                         -> phi (if set), m
+//   φraw = cos Wφᵀ, m = ψ_i ⊙ SiLU(φraw + bφ)                   -> phi (if set), m (if set)
 //   h = m Wmᵀ, Z_in = SiLU(h + bm)·w_z + b_z
 //   T_im = r̃_i + γ(1 − d̃_i) Z̄_im, the quantile Huber loss terms and
 //   dZ_in = −Σ_m |τ_in − 1{u < 0}| huber'_κ(u)/κ / (W·B·N'),  u = T_im − Z_in

@@ -23,8 +23,13 @@ struct IqnPaths {
     bool bf16_operands = false;
     // TF32 with the fused backward: dWφ by cuda/iqn_dwphi.cu's kernel, which forms the
     // cosines from τ, so the online pass stores none and cos's buffer holds the kernel's
-    // partials (iqn_dwphi_partial_floats) instead.
+    // partials (iqn_dwphi_partial_floats) instead. In BF16 too with the trial switch
+    // FOXHUNT_TRIAL_DWPHI_BF16=1 (the kernel's bfloat16 instance).
     bool dwphi_kernel = false;
+    // A trial (FOXHUNT_TRIAL_IQN_DWM=1, TF32 with the fused backward): dWm by cuda/iqn_dwm.cu's
+    // kernel, which recomputes m, so the online pass stores none and m's buffer holds the
+    // kernel's partials (iqn_dwm_partial_floats) instead.
+    bool dwm_kernel = false;
 };
 
 // The grids of IQN's weight-gradient kernels over `rows` rows (cuda/iqn_dwphi.cu, and
@@ -51,7 +56,8 @@ inline uint64_t iqn_dwm_partial_floats(uint64_t rows) {
     return iqn_wgrad_blocks(rows, kIqnDwmMaxBlocks) * kIqnFusedHidden * kIqnFusedHidden;
 }
 
-// TF32 and BF16 modes fuse every pass whose shapes fit; strict FP32 none.
+// TF32 and BF16 modes fuse every pass whose shapes fit; strict FP32 none. The trial switches
+// above are "1" to turn on; any other value leaves them off.
 // FOXHUNT_IQN_KERNELS = unfused | target | online | fused | auto (the default, = fused) caps
 // how many (for tests and side-by-side timing); any other value fails with FH_ERR_BAD_VALUE.
 IqnPaths iqn_paths(const Dims &d, const fh_config &c);

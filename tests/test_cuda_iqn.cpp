@@ -541,16 +541,17 @@ void test_backward_kernel_vs_float64(void **) {
     }
 }
 
-/* dWφ = dφpreᵀ cos(π k τ) by cuda/iqn_dwphi.cu against float64, at row counts that leave a
- * block's last stage partly filled (197, 8000) and that give every block several stages (40000,
- * 131072 = the default batch's rows: 256 blocks of 512); each run twice, bit for bit the same:
+/* dWφ = dφpreᵀ cos(π k τ) by cuda/iqn_dwphi.cu against float64, at row counts that leave the
+ * last block's last stage partly filled (197, 8037) and that give the blocks several stages
+ * (40000: 209 blocks of three 64-row stages; 131072 = the default batch's rows: 256 blocks of
+ * eight); each run twice, bit for bit the same:
  * the TF32 instance (TF32's path with the fused backward) on float32 dφpre, and the bfloat16
  * instance (FH_MATH_BF16, the FOXHUNT_TRIAL_DWPHI_BF16 trial) on the same values rounded to
  * bfloat16, against the float64 sums of the rounded values. */
 void test_dwphi_kernel_vs_float64(void **) {
     if (!fh_test_have_cuda()) skip();
     const int Hq = 128, C = 64;
-    for (size_t R : {(size_t)197, (size_t)8000, (size_t)40000, (size_t)131072}) {
+    for (size_t R : {(size_t)197, (size_t)8037, (size_t)40000, (size_t)131072}) {
         Normal vec(41 + (unsigned)R);
         const std::vector<float> dphi = vec(R * Hq, 1e-3f);
         std::vector<float> tau(R), dphi_r(R * Hq);
@@ -614,7 +615,7 @@ void test_dwphi_kernel_vs_float64(void **) {
 /* dWm = dhpreᵀ m by cuda/iqn_dwm.cu (the FOXHUNT_TRIAL_IQN_DWM trial), m recomputed from τ, ψ,
  * Wφ and bφ, against float64 (m = ψ_i ⊙ SiLU(cos(π k τ) Wφᵀ + bφ) in double) at N = 8 and 3
  * (a transition's rows across the kernel's row tiles), with a partly filled last stage (25·8,
- * 667·3) and several stages a block (5000·8); twice, bit for bit the same. */
+ * 667·3) and five stages a block (5000·8: 125 blocks); twice, bit for bit the same. */
 void test_dwm_kernel_vs_float64(void **) {
     if (!fh_test_have_cuda()) skip();
     const int Hq = 128, C = 64;
