@@ -51,19 +51,6 @@ constexpr size_t kMwSmemBytes = ((size_t)kHq * kLDP + kHq + 2 * (size_t)kMwRows 
 static_assert(4 * kMwRows <= kMwThreads && kC == 64, "four threads a row form its features");
 static_assert(kMwWarps == 4 * (kHq / 32) && kMwRows == 64, "a warp a row tile and quarter");
 
-// dhpre rows [r0, r0 + kMwRows) of the chunk (up to `end`) into a ring slot; rows at or past
-// `end` are zeros.
-__device__ __forceinline__ void stage_dh(float *slot, const float *dh, size_t r0, size_t end) {
-    for (int c = threadIdx.x; c < kMwRows * (kHq / 4); c += kMwThreads) {
-        const int rr = c / (kHq / 4), c4 = c % (kHq / 4);
-        float *dst = slot + rr * kLDH + 4 * c4;
-        if (r0 + rr < end)
-            cp_async16(dst, dh + (r0 + rr) * kHq + 4 * c4);
-        else
-            *reinterpret_cast<float4 *>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-}
-
 __global__ void __launch_bounds__(kMwThreads, 1)
     k_iqn_dwm(const float *__restrict__ dh, const float *__restrict__ tau,
               const float *__restrict__ psi, const float *__restrict__ Wphi,
@@ -99,7 +86,7 @@ __global__ void __launch_bounds__(kMwThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
 
-    stage_dh(ring, dh, begin, end);
+    stage_rows<kMwRows, kLDH, kMwThreads>(ring, dh, begin, end);
     float t = tau_of(0);
     for (int st = 0; st < stages; ++st) {
         const size_t r0 = begin + (size_t)st * kMwRows;
@@ -113,7 +100,8 @@ __global__ void __launch_bounds__(kMwThreads, 1)
         // The other slot was read by the previous stage's dWm products, before the barrier
         // above; so was mᵀ, which the φ phase below rewrites.
         if (st + 1 < stages)
-            stage_dh(ring + ((st + 1) & 1) * kMwRows * kLDH, dh, r0 + kMwRows, end);
+            stage_rows<kMwRows, kLDH, kMwThreads>(ring + ((st + 1) & 1) * kMwRows * kLDH, dh,
+                                                  r0 + kMwRows, end);
         {
             // φraw of row tile rt, column tiles 4nq .. 4nq + 3, over the k' steps in order (the
             // online pass's sums), then m = ψ_i ⊙ SiLU(φraw + bφ) into mᵀ.
@@ -159,15 +147,7 @@ __global__ void __launch_bounds__(kMwThreads, 1)
         rows_product<kMwRows, kLDH, kLDMT>(ring + (st & 1) * kMwRows * kLDH, mT, 16 * jt,
                                            64 * kh, acc);
     }
-    float *out = part + (size_t)blockIdx.x * kMwOut;
-    const int j = 16 * jt + gi;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-        const int k = 64 * kh + 8 * n + 2 * tq;
-        *reinterpret_cast<float2 *>(out + (size_t)j * kHq + k) = make_float2(acc[n][0], acc[n][1]);
-        *reinterpret_cast<float2 *>(out + (size_t)(j + 8) * kHq + k) =
-            make_float2(acc[n][2], acc[n][3]);
-    }
+    store_tiles(part + (size_t)blockIdx.x * kMwOut, kHq, 16 * jt, 64 * kh, acc);
 }
 
 }  // namespace

@@ -65,22 +65,6 @@ struct DwLayout {
         (2 * (size_t)kDwRows * kLDD + 2 * (size_t)kC * kLDT) * sizeof(E);
 };
 
-// dφpre rows [r0, r0 + kDwRows) of the block's chunk (up to `end`) into a ring slot; rows at or
-// past `end` are zeros (a NaN left there would survive a zero feature).
-template <class E>
-__device__ __forceinline__ void stage_rows(E *slot, const E *dphi, size_t r0, size_t end) {
-    constexpr int kPer = 16 / sizeof(E);  // elements a 16-byte copy
-    constexpr int kLDD = DwLayout<E>::kLDD;
-    for (int c = threadIdx.x; c < kDwRows * (kHq / kPer); c += kDwThreads) {
-        const int rr = c / (kHq / kPer), cc = c % (kHq / kPer);
-        E *dst = slot + rr * kLDD + kPer * cc;
-        if (r0 + rr < end)
-            cp_async16(dst, dphi + (r0 + rr) * kHq + kPer * cc);
-        else
-            *reinterpret_cast<float4 *>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-}
-
 // One 16-bit element of shared memory, for a bfloat16 pair packed from two rows.
 __device__ __forceinline__ uint32_t bits16(const __nv_bfloat16 *p) {
     return (uint32_t)*reinterpret_cast<const unsigned short *>(p);
@@ -122,7 +106,7 @@ __global__ void __launch_bounds__(kDwThreads, 2)
     extern __shared__ float4 sm4[];
     E *const ring = reinterpret_cast<E *>(sm4);
     E *const cosT0 = ring + 2 * kDwRows * L::kLDD;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;
+    const int warp = threadIdx.x >> 5;
     const size_t begin = blockIdx.x * chunk, end = R < begin + chunk ? R : begin + chunk;
     const int stages = (int)((end - begin + kDwRows - 1) / kDwRows);
     // The row and quad lane whose features this thread forms.
@@ -137,7 +121,7 @@ __global__ void __launch_bounds__(kDwThreads, 2)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
 
-    stage_rows(ring, dphi, begin, end);
+    stage_rows<kDwRows, L::kLDD, kDwThreads>(ring, dphi, begin, end);
     float t = tau_of(0);
     for (int st = 0; st < stages; ++st) {
         // The stage's features, into the cosᵀ buffer the stage before last used: every warp
@@ -151,19 +135,12 @@ __global__ void __launch_bounds__(kDwThreads, 2)
         // The other slot was read by the products of stage st − 1, which every warp ended
         // before the barrier above.
         if (st + 1 < stages)
-            stage_rows(ring + ((st + 1) & 1) * kDwRows * L::kLDD, dphi,
-                       begin + (size_t)(st + 1) * kDwRows, end);
+            stage_rows<kDwRows, L::kLDD, kDwThreads>(ring + ((st + 1) & 1) * kDwRows * L::kLDD,
+                                                     dphi, begin + (size_t)(st + 1) * kDwRows,
+                                                     end);
         stage_products(ring + (st & 1) * kDwRows * L::kLDD, cosT, acc);
     }
-    float *out = part + (size_t)blockIdx.x * kDwOut;
-    const int j = 16 * warp + gi;
-#pragma unroll
-    for (int n = 0; n < kC / 8; ++n) {
-        const int k = 8 * n + 2 * tq;
-        *reinterpret_cast<float2 *>(out + (size_t)j * kC + k) = make_float2(acc[n][0], acc[n][1]);
-        *reinterpret_cast<float2 *>(out + (size_t)(j + 8) * kC + k) =
-            make_float2(acc[n][2], acc[n][3]);
-    }
+    store_tiles(part + (size_t)blockIdx.x * kDwOut, kC, 16 * warp, 0, acc);
 }
 
 }  // namespace

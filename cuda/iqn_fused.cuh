@@ -207,6 +207,39 @@ __device__ __forceinline__ void cos_column(E *cosT, int ld, int row, float t, in
     }
 }
 
+// Rows [r0, r0 + ROWS) of a row-major [*, 128] matrix src, up to `end`, into shared-memory rows
+// of LD elements by 16-byte cp.async copies of the block's THREADS threads (wait with
+// cp_async_wait_all() and a barrier); rows at or past `end` are zeros, since a NaN left there
+// would survive a zero operand. The weight-gradient kernels' ring stages (iqn_dwphi.cu,
+// iqn_dwm.cu).
+template <int ROWS, int LD, int THREADS, class E>
+__device__ __forceinline__ void stage_rows(E *dst, const E *src, size_t r0, size_t end) {
+    constexpr int kPer = 16 / sizeof(E);  // elements a 16-byte copy
+    for (int c = threadIdx.x; c < ROWS * (kHq / kPer); c += THREADS) {
+        const int rr = c / (kHq / kPer), cc = c % (kHq / kPer);
+        E *d = dst + rr * LD + kPer * cc;
+        if (r0 + rr < end)
+            cp_async16(d, src + (r0 + rr) * kHq + kPer * cc);
+        else
+            *reinterpret_cast<float4 *>(d) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+
+// A warp's accumulator tiles (mma_tf32.cuh's C layout: rows j0 + g and j0 + g + 8, columns
+// k0 + 8n + 2t and + 1) into its place of a row-major partial `out` with rows of ld floats.
+template <int NT>
+__device__ __forceinline__ void store_tiles(float *out, int ld, int j0, int k0,
+                                            const float (&acc)[NT][4]) {
+    const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3, j = j0 + gi;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+        const int k = k0 + 8 * n + 2 * tq;
+        *reinterpret_cast<float2 *>(out + (size_t)j * ld + k) = make_float2(acc[n][0], acc[n][1]);
+        *reinterpret_cast<float2 *>(out + (size_t)(j + 8) * ld + k) =
+            make_float2(acc[n][2], acc[n][3]);
+    }
+}
+
 // acc[n] += Σ_r X[r][j0 + i] Y[r][k0 + 8n + c] over the ROWS rows r of a stage, the warp's 16
 // rows i of the output and its NT column tiles: X staged row-major (rows of LDX floats, float32,
 // rounded to TF32 here), Y transposed (rows of LDY floats holding TF32 values), the contraction
