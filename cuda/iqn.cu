@@ -92,24 +92,17 @@ struct IqnLearner::Impl {
     bool fused_target = false, fused_online = false, fused_backward = false;
     int target_blocks = 0, online_blocks = 0;
     // FH_MATH_BF16 with the fused online pass and backward: they write the weight gradients'
-    // operands (cos, m, dhpre, dφpre) as bfloat16 and dWm, dWφ multiply them as they are
-    // (gemm_tn_bf16), instead of float32 copies that gemm() stages in blocks. cosb and dh are
-    // allocated at half their float32 size for cos16 and dh16, m16 and dphi16 fill the two
-    // halves of mbuf, and φ's float32 buffer is not allocated (src/iqn_paths.hpp).
+    // operands (m, dhpre, dφpre) as bfloat16; dWm multiplies them as they are (gemm_tn_bf16)
+    // instead of float32 copies that gemm() stages in blocks, and dWφ is the dWφ kernel's
+    // bfloat16 instance. dh is allocated at half its float32 size for dh16, m16 and dphi16 fill
+    // the two halves of mbuf, and φ's float32 buffer is not allocated (src/iqn_paths.hpp).
     bool bf16_operands = false;
     bool bf16_target = false;  // FH_MATH_BF16: the fused target pass on bfloat16 products
     bool wg_target = false, wg_online = false;  // h on warpgroup products (below)
-    // TF32 with the fused backward (src/iqn_paths.hpp's dwphi_kernel): dWφ by iqn_dwphi.cu's
-    // kernel, which forms the cosines from τ; the online pass writes none, and cos's buffer
-    // (cos_floats) holds the kernel's partials. A trial: the same in BF16 with
-    // FOXHUNT_TRIAL_DWPHI_BF16=1 (the kernel's bfloat16 instance on dφpre's bfloat16 copy).
-    bool own_dwphi = false;
+    // With the fused backward, dWφ is iqn_dwphi.cu's kernel, which forms the cosines from τ
+    // (in BF16 its bfloat16 instance, on dφpre's bfloat16 copy): the online pass writes none,
+    // and cos's buffer (cos_floats) holds the kernel's partials.
     size_t cos_floats = 0;
-    // A trial (dwm_kernel: FOXHUNT_TRIAL_IQN_DWM=1, TF32 with the fused backward): dWm by
-    // iqn_dwm.cu's kernel, which recomputes m from τ and ψ; the online pass then stores no m,
-    // and m's buffer (m_floats) holds the kernel's partials.
-    bool own_dwm = false;
-    size_t m_floats = 0;
     Impl(const Dims &dd, const fh_config &c, const Layout &L, float *p, float *t, float *m,
          float *v)
         : d(dd), o(L.iqn), params(p), target(t), mom1(m), mom2(v) {
@@ -141,14 +134,11 @@ struct IqnLearner::Impl {
 
         bf16_operands = paths.bf16_operands;
         const size_t Hq = d.Hq, half = bf16_operands ? 2 : 1;  // bfloat16: half the floats
-        own_dwphi = paths.dwphi_kernel;
-        own_dwm = paths.dwm_kernel;
-        cos_floats = own_dwphi ? iqn_dwphi_partial_floats((size_t)d.B * d.N) : Rmax * d.C / half;
-        m_floats = own_dwm ? iqn_dwm_partial_floats((size_t)d.B * d.N) : Rmax * Hq;
+        cos_floats = fused_backward ? iqn_dwphi_partial_floats((size_t)d.B * d.N) : Rmax * d.C;
         const size_t o_cos = arena.reserve_n<float>(cos_floats);
         // φraw (unfused passes) or dφpre (the fused backward in TF32); BF16's dφpre shares mbuf.
         const size_t o_phi = arena.reserve_n<float>(bf16_operands ? 0 : Rmax * Hq);
-        const size_t o_m = arena.reserve_n<float>(m_floats);
+        const size_t o_m = arena.reserve_n<float>(Rmax * Hq);
         // hraw only for the unfused passes: with all three fused nothing writes it.
         const size_t o_h = arena.reserve_n<float>(fused_backward ? 0 : Rmax * Hq);
         const size_t o_dh = arena.reserve_n<float>((size_t)d.B * d.N * Hq / half);
@@ -184,11 +174,9 @@ struct IqnLearner::Impl {
         wg_target = fused_target && iqn::target_fused_prepare() && tf32;
         wg_online = fused_online && iqn::online_fused_prepare() && tf32;
         if (fused_backward) iqn::backward_fused_prepare();
-        if (own_dwphi) iqn::dwphi_prepare();
-        if (own_dwm) iqn::dwm_prepare();
+        if (fused_backward) iqn::dwphi_prepare();
         bf16_target = c.math_mode == FH_MATH_BF16;
     }
-    __nv_bfloat16 *cos16() const { return reinterpret_cast<__nv_bfloat16 *>(cosb); }
     __nv_bfloat16 *dh16() const { return reinterpret_cast<__nv_bfloat16 *>(dh); }
     __nv_bfloat16 *m16() const { return reinterpret_cast<__nv_bfloat16 *>(mbuf); }
     __nv_bfloat16 *dphi16() const { return m16() + (size_t)d.B * d.N * d.Hq; }
@@ -261,14 +249,15 @@ struct IqnLearner::Impl {
             f.seed = seed; f.step = in.step;
             f.B = B; f.N = N; f.Nt = Nt; f.row0 = d.row0;
             // φraw only for the unfused backward: the fused one recomputes it from τ.
-            f.tau = tau; f.cos = own_dwphi ? nullptr : cosb;
+            f.tau = tau; f.cos = fused_backward ? nullptr : cosb;
             f.phi = fused_backward ? nullptr : phi;
-            f.m = own_dwm ? nullptr : mbuf;
+            f.m = mbuf;
             f.dh = dh;
             f.z_mean = z_mean; f.partial = part_head;
             f.wg = wg_online;
             if (bf16_operands) {
-                f.cos16 = own_dwphi ? nullptr : cos16(); f.m16 = m16(); f.dh16 = dh16();
+                f.m16 = m16();
+                f.dh16 = dh16();
             }
             iqn::online_fused(f, online_blocks, s);
             head_blocks = online_blocks;
@@ -295,10 +284,7 @@ struct IqnLearner::Impl {
         }
 
         // Merge layer, then ψ and φ.
-        if (own_dwm)
-            iqn::dwm(iqn::DwmArgs{dh, tau, psi, params + o.Wphi, params + o.bphi, B, N}, mbuf,
-                     m_floats, grad + o.Wm, s);
-        else if (bf16_operands)
+        if (bf16_operands)
             gemm_tn_bf16(bl, Hq, Hq, (int)RN, dh16(), m16(), grad + o.Wm, 0.0f,
                          "IQN dWm = dh^T m");
         else
@@ -323,13 +309,10 @@ struct IqnLearner::Impl {
             g.add(grad + o.bpsi, Hq, Hq);
             aux::reduce_partials(part_bwd, bwd_rows, 2 * Hq, 1, g, s);
         }
-        if (own_dwphi && bf16_operands)
+        if (fused_backward && bf16_operands)
             iqn::dwphi(dphi16(), tau, RN, cosb, cos_floats, grad + o.Wphi, s);
-        else if (own_dwphi)
+        else if (fused_backward)
             iqn::dwphi(phi, tau, RN, cosb, cos_floats, grad + o.Wphi, s);
-        else if (bf16_operands)
-            gemm_tn_bf16(bl, Hq, C, (int)RN, dphi16(), cos16(), grad + o.Wphi, 0.0f,
-                         "IQN dWphi = dphi^T cos");
         else
             gemm_tn(bl, Hq, C, (int)RN, phi, cosb, grad + o.Wphi, 0.0f,
                     "IQN dWphi = dphi^T cos");

@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1) k_iqn_backward(BackwardArgs
 #pragma unroll 1
         for (int h = 0; h < 2; ++h) {
             float ph[kHalf][4], dm[kHalf][4];
-            phi_tile(sphi, t0, t1, ph, (float *)nullptr, (float *)nullptr, kHalf * h);
+            phi_tile(sphi, t0, t1, ph, nullptr, nullptr, kHalf * h);
             dm_tiles<B16>(WmT, dh0, dh1, w.v0, w.v1, kHalf * h, dm);
             if (h == 0) {
                 cp_async_wait_all();  // the ψ rows

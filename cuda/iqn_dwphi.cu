@@ -1,6 +1,6 @@
 // IQN's φ-layer weight gradient (SPEC §5.5 step 3): dWφ[j][k] = Σ_r dφpre[r][j] cos(π k τ_r)
-// over the B·N rows r, on TF32 tensor cores, in TF32 mode with the fused backward
-// (iqn_backward.cu writes dφpre; src/iqn_paths.hpp's dwphi_kernel). cuBLAS's split-K GEMM over
+// over the B·N rows r, on tensor cores, wherever the backward is fused (iqn_backward.cu writes
+// dφpre; src/iqn_paths.hpp). cuBLAS's split-K GEMM over
 // stored cosines read dφpre (64 MiB at B = 16384) and cos (32 MiB), which the online pass had
 // to write first; this kernel reads dφpre and τ (0.5 MiB) and forms the features from τ with
 // the online pass's own rotation (iqn_fused.cuh's CosRot, the same k for each quad lane, so the
@@ -24,15 +24,16 @@
 //          (32 registers) of m16n8k8 over the stage's row steps, the contraction over rows in
 //          mma_tf32.cuh's permuted order (logical t ↔ row 2t, t + 4 ↔ 2t + 1), so that a B
 //          fragment is one float2 of a cosᵀ row and A's four elements are single loads
-//          (iqn_fused.cuh's rows_product, which the dWm trial shares; the features are its
-//          cos_column).
+//          (rows_product below; the features are cos_column's).
 // Each block writes its 128 × 64 partial in float32; reduce_partials adds the blocks' partials
 // in block order in float64 (no atomics, the same bits every run).
-// The bfloat16 instance (FH_MATH_BF16; a trial, FOXHUNT_TRIAL_DWPHI_BF16=1 in iqn.cu, written
-// without a GPU and checked by tests/warp_emu only) runs the same tiling on m16n8k16 products:
-// the backward's bfloat16 dφpre staged as it is (rows of 136), the features rounded to bfloat16
-// as the online pass rounds its cos16, A's pairs of rows 2t, 2t + 1 packed from two 16-bit
-// loads, B one 32-bit load of a cosᵀ row.
+// The bfloat16 instance (FH_MATH_BF16) runs the same tiling on m16n8k16 products: the
+// backward's bfloat16 dφpre staged as it is (rows of 136), the features rounded to bfloat16
+// (nearest even), A's pairs of rows 2t, 2t + 1 packed from two 16-bit loads, B one 32-bit load
+// of a cosᵀ row. Against cuBLAS's bfloat16 GEMM over cosines the online pass stored as
+// bfloat16, on an H100 at B = 16384, both orders: wall within the spread (1.252 / 1.260 against
+// 1.256 / 1.258 ms multi-stream, 1.516 / 1.514 against 1.515 / 1.509 single-stream), 8 MiB
+// less memory (bench/results/h100-2026-12-07-dwphi-bf16-before-after-*.json).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -52,6 +53,85 @@ constexpr int kDwRows = (int)kIqnWgradStageRows;  // rows a stage
 constexpr int kDwOut = kHq * kC;                  // a block's partial, floats
 static_assert(kDwWarps * 16 == kHq, "a warp's 16 output rows");
 static_assert(4 * kDwRows == kDwThreads && kC == 64, "four threads a row, 16 features each");
+
+// The 16 features k = 8κ + 2q + e of one row with fraction t, as quad lane q of the online pass
+// forms them (CosRot), rounded for the products (TF32, or bfloat16 with E = __nv_bfloat16) into
+// column `row` of the transposed [64, ld] layout cosT; zeros where !valid.
+template <class E>
+__device__ __forceinline__ void cos_column(E *cosT, int ld, int row, float t, int q, bool valid) {
+    CosRot c;
+    c.start(t, q);
+#pragma unroll
+    for (int ka = 0; ka < kC / 8; ++ka) {
+        if (ka > 0) c.next();
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const float v = valid ? c.c[e] : 0.0f;
+            E *dst = cosT + (8 * ka + 2 * q + e) * ld + row;
+            if constexpr (std::is_same_v<E, float>)
+                *dst = mma::rounded<false>(v);
+            else
+                *dst = __float2bfloat16_rn(v);
+        }
+    }
+}
+
+// Rows [r0, r0 + ROWS) of a row-major [*, 128] matrix src, up to `end`, into shared-memory rows
+// of LD elements by 16-byte cp.async copies of the block's THREADS threads (wait with
+// cp_async_wait_all() and a barrier); rows at or past `end` are zeros, since a NaN left there
+// would survive a zero operand.
+template <int ROWS, int LD, int THREADS, class E>
+__device__ __forceinline__ void stage_rows(E *dst, const E *src, size_t r0, size_t end) {
+    constexpr int kPer = 16 / sizeof(E);  // elements a 16-byte copy
+    for (int c = threadIdx.x; c < ROWS * (kHq / kPer); c += THREADS) {
+        const int rr = c / (kHq / kPer), cc = c % (kHq / kPer);
+        E *d = dst + rr * LD + kPer * cc;
+        if (r0 + rr < end)
+            cp_async16(d, src + (r0 + rr) * kHq + kPer * cc);
+        else
+            *reinterpret_cast<float4 *>(d) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+
+// A warp's accumulator tiles (mma_tf32.cuh's C layout: rows j0 + g and j0 + g + 8, columns
+// k0 + 8n + 2t and + 1) into its place of a row-major partial `out` with rows of ld floats.
+template <int NT>
+__device__ __forceinline__ void store_tiles(float *out, int ld, int j0, int k0,
+                                            const float (&acc)[NT][4]) {
+    const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3, j = j0 + gi;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+        const int k = k0 + 8 * n + 2 * tq;
+        *reinterpret_cast<float2 *>(out + (size_t)j * ld + k) = make_float2(acc[n][0], acc[n][1]);
+        *reinterpret_cast<float2 *>(out + (size_t)(j + 8) * ld + k) =
+            make_float2(acc[n][2], acc[n][3]);
+    }
+}
+
+// acc[n] += Σ_r X[r][j0 + i] Y[r][k0 + 8n + c] over the ROWS rows r of a stage, the warp's 16
+// rows i of the output and its NT column tiles: X staged row-major (rows of LDX floats, float32,
+// rounded to TF32 here), Y transposed (rows of LDY floats holding TF32 values), the contraction
+// over rows in mma_tf32.cuh's permuted order (logical t ↔ row 2t, t + 4 ↔ 2t + 1), so that A's
+// elements are single loads and a B fragment one float2.
+template <int ROWS, int LDX, int LDY, int NT>
+__device__ __forceinline__ void rows_product(const float *X, const float *YT, int j0, int k0,
+                                             float (&acc)[NT][4]) {
+    const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
+#pragma unroll 2
+    for (int ks = 0; ks < ROWS / 8; ++ks) {
+        const float *d = X + (8 * ks + 2 * tq) * LDX + j0 + gi;
+        const mma::Op A[4] = {mma::op<false>(d[0]), mma::op<false>(d[8]),
+                              mma::op<false>(d[LDX]), mma::op<false>(d[LDX + 8])};
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            const float2 y = *reinterpret_cast<const float2 *>(
+                YT + (k0 + 8 * n + gi) * LDY + 8 * ks + 2 * tq);
+            const mma::Op B[2] = {mma::loaded<false>(y.x), mma::loaded<false>(y.y)};
+            mma::mma<false>(acc[n], A, B);
+        }
+    }
+}
+
 
 // The staged rows of dφpre and cosᵀ in elements of E (float, or bfloat16 in FH_MATH_BF16):
 // dφpre rows of 132 floats (≡ 4 words mod 32) or 136 bfloat16 (68 words ≡ 4: the 16-bit loads

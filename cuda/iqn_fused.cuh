@@ -184,95 +184,13 @@ struct CosRot {
     }
 };
 
-// The 16 features k = 8κ + 2q + e of one row with fraction t, as quad lane q of the online pass
-// forms them (CosRot), rounded for the products (TF32, or bfloat16 with E = __nv_bfloat16: the
-// online pass's cos16) into column `row` of the transposed [64, ld] layout cosT; zeros where
-// !valid. The weight-gradient kernels (iqn_dwphi.cu, iqn_dwm.cu) form their features so.
-template <class E>
-__device__ __forceinline__ void cos_column(E *cosT, int ld, int row, float t, int q, bool valid) {
-    CosRot c;
-    c.start(t, q);
-#pragma unroll
-    for (int ka = 0; ka < kC / 8; ++ka) {
-        if (ka > 0) c.next();
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const float v = valid ? c.c[e] : 0.0f;
-            E *dst = cosT + (8 * ka + 2 * q + e) * ld + row;
-            if constexpr (std::is_same_v<E, float>)
-                *dst = mma::rounded<false>(v);
-            else
-                *dst = __float2bfloat16_rn(v);
-        }
-    }
-}
-
-// Rows [r0, r0 + ROWS) of a row-major [*, 128] matrix src, up to `end`, into shared-memory rows
-// of LD elements by 16-byte cp.async copies of the block's THREADS threads (wait with
-// cp_async_wait_all() and a barrier); rows at or past `end` are zeros, since a NaN left there
-// would survive a zero operand. The weight-gradient kernels' ring stages (iqn_dwphi.cu,
-// iqn_dwm.cu).
-template <int ROWS, int LD, int THREADS, class E>
-__device__ __forceinline__ void stage_rows(E *dst, const E *src, size_t r0, size_t end) {
-    constexpr int kPer = 16 / sizeof(E);  // elements a 16-byte copy
-    for (int c = threadIdx.x; c < ROWS * (kHq / kPer); c += THREADS) {
-        const int rr = c / (kHq / kPer), cc = c % (kHq / kPer);
-        E *d = dst + rr * LD + kPer * cc;
-        if (r0 + rr < end)
-            cp_async16(d, src + (r0 + rr) * kHq + kPer * cc);
-        else
-            *reinterpret_cast<float4 *>(d) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-}
-
-// A warp's accumulator tiles (mma_tf32.cuh's C layout: rows j0 + g and j0 + g + 8, columns
-// k0 + 8n + 2t and + 1) into its place of a row-major partial `out` with rows of ld floats.
-template <int NT>
-__device__ __forceinline__ void store_tiles(float *out, int ld, int j0, int k0,
-                                            const float (&acc)[NT][4]) {
-    const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3, j = j0 + gi;
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-        const int k = k0 + 8 * n + 2 * tq;
-        *reinterpret_cast<float2 *>(out + (size_t)j * ld + k) = make_float2(acc[n][0], acc[n][1]);
-        *reinterpret_cast<float2 *>(out + (size_t)(j + 8) * ld + k) =
-            make_float2(acc[n][2], acc[n][3]);
-    }
-}
-
-// acc[n] += Σ_r X[r][j0 + i] Y[r][k0 + 8n + c] over the ROWS rows r of a stage, the warp's 16
-// rows i of the output and its NT column tiles: X staged row-major (rows of LDX floats, float32,
-// rounded to TF32 here), Y transposed (rows of LDY floats holding TF32 values), the contraction
-// over rows in mma_tf32.cuh's permuted order (logical t ↔ row 2t, t + 4 ↔ 2t + 1), so that A's
-// elements are single loads and a B fragment one float2. The weight-gradient kernels' products
-// (iqn_dwphi.cu, iqn_dwm.cu).
-template <int ROWS, int LDX, int LDY, int NT>
-__device__ __forceinline__ void rows_product(const float *X, const float *YT, int j0, int k0,
-                                             float (&acc)[NT][4]) {
-    const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
-#pragma unroll 2
-    for (int ks = 0; ks < ROWS / 8; ++ks) {
-        const float *d = X + (8 * ks + 2 * tq) * LDX + j0 + gi;
-        const mma::Op A[4] = {mma::op<false>(d[0]), mma::op<false>(d[8]),
-                              mma::op<false>(d[LDX]), mma::op<false>(d[LDX + 8])};
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            const float2 y = *reinterpret_cast<const float2 *>(
-                YT + (k0 + 8 * n + gi) * LDY + 8 * ks + 2 * tq);
-            const mma::Op B[2] = {mma::loaded<false>(y.x), mma::loaded<false>(y.y)};
-            mma::mma<false>(acc[n], A, B);
-        }
-    }
-}
-
 // The cosine features of the thread's rows g (τ t0) and g + 8 (τ t1), rotation step by step,
 // after acc is zeroed: step(ka, c0, c1) gets step ka's features at k = 8ka + 2t and + 1 (c0 row
-// g's, c1 row g + 8's). When `cosr0` / `cosr1` are given, the features are stored there too (T:
-// float, or bfloat16 for FH_MATH_BF16's GEMM). The TF32 and the bfloat16 products read the same
-// features, so the bfloat16 copy is the rounding of TF32's, bit for bit. acc: NT column tiles.
-template <int NT, class T, class F>
-__device__ __forceinline__ void cos_steps(float t0, float t1, float (&acc)[NT][4], T *cosr0,
-                                          T *cosr1, F &&step) {
+// g's, c1 row g + 8's). When `cosr0` / `cosr1` are given, the features are stored there too
+// (for cuBLAS's dWφ where the backward is not fused). acc: NT column tiles.
+template <int NT, class F>
+__device__ __forceinline__ void cos_steps(float t0, float t1, float (&acc)[NT][4], float *cosr0,
+                                          float *cosr1, F &&step) {
     const int tq = threadIdx.x & 3;
 #pragma unroll
     for (int nu = 0; nu < NT; ++nu)
@@ -296,9 +214,9 @@ __device__ __forceinline__ void cos_steps(float t0, float t1, float (&acc)[NT][4
 // φraw = cos(π k τ) Wφᵀ for the thread's rows g (τ t0) and g + 8 (τ t1), into acc, the features
 // stored as cos_steps says. acc[n] is column tile nu0 + n (all 16 by default; a tile's products
 // are the same whichever others are computed beside it).
-template <class T, int NT>
+template <int NT>
 __device__ __forceinline__ void phi_tile(const Smem &s, float t0, float t1, float (&acc)[NT][4],
-                                         T *cosr0, T *cosr1, int nu0 = 0) {
+                                         float *cosr0, float *cosr1, int nu0 = 0) {
     const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
     cos_steps(t0, t1, acc, cosr0, cosr1, [&](int ka, const float (&c0)[2], const float (&c1)[2]) {
         mma::Op A[4];
@@ -403,9 +321,10 @@ using SmemB16 = SmemOf<__nv_bfloat16>;
 
 // phi_tile on bfloat16 products: k16 step s packs the features of rotation steps 2s and 2s + 1
 // (columns 16s + 2t, + 1 and 16s + 8 + 2t, + 1: the A fragment's natural order).
-template <class T, int NT>
+template <int NT>
 __device__ __forceinline__ void phi_tile(const SmemB16 &s, float t0, float t1,
-                                         float (&acc)[NT][4], T *cosr0, T *cosr1, int nu0 = 0) {
+                                         float (&acc)[NT][4], float *cosr0, float *cosr1,
+                                         int nu0 = 0) {
     const int gi = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
     uint32_t A[4];
     cos_steps(t0, t1, acc, cosr0, cosr1, [&](int ka, const float (&c0)[2], const float (&c1)[2]) {

@@ -43,19 +43,19 @@ struct OnlineArgs {
     // Outputs, rows i·N + n:
     float *tau;                             // [B·N] τ_in (purpose 2)
     float *cos;                             // [B·N, 64] cos(π k τ_in), or null: not stored
-                                            // (TF32: iqn_dwphi.cu forms them from τ)
+                                            // (with the fused backward iqn_dwphi.cu forms
+                                            // them from τ)
     float *phi;                             // [B·N, 128] φraw = cos Wφᵀ (no bias), or null:
                                             // not stored (the fused backward recomputes it)
-    float *m;                               // [B·N, 128] m = ψ ⊙ SiLU(φraw + bφ), or null:
-                                            // not stored (iqn_dwm.cu's trial recomputes it)
+    float *m;                               // [B·N, 128] m = ψ ⊙ SiLU(φraw + bφ)
     float *dh;                              // [B·N, 128] dL/d(m Wmᵀ + bm)
     float *z_mean;                          // [B] mean_n Z(x̃_i, τ_in)
     double *partial;                        // [blocks, 2·128 + 2]: dbm | dw_z | db_z | Σ loss terms
-    // FH_MATH_BF16: where dh16 is set, the products are bfloat16 ones (mma_bf16.cuh), and cos,
-    // m and dhpre (read only as the weight gradients' GEMM operands, and dhpre by the backward)
-    // go there as bfloat16 (round to nearest even of the same floats) instead; cos, m and dh are
-    // not written. m16 and dh16 set, or neither; cos16 may be null (not stored).
-    __nv_bfloat16 *cos16, *m16, *dh16;
+    // FH_MATH_BF16: where dh16 is set, the products are bfloat16 ones (mma_bf16.cuh), and m and
+    // dhpre (read only as dWm's GEMM operands, and dhpre by the backward) go there as bfloat16
+    // (round to nearest even of the same floats) instead; m and dh are not written. Both set,
+    // or neither.
+    __nv_bfloat16 *m16, *dh16;
     bool wg;                                // TF32: h on warpgroup products (sm_90a code)
 };
 
@@ -107,23 +107,8 @@ void dwphi_prepare();
 void dwphi(const float *dphi, const float *tau, size_t rows, float *part, size_t part_floats,
            float *out, cudaStream_t s);
 // FH_MATH_BF16's: dφpre as the fused backward's bfloat16 copy (dphi16), bfloat16 products of it
-// and of the features rounded to bfloat16 as the online pass's cos16 (a trial,
-// FOXHUNT_TRIAL_DWPHI_BF16=1).
+// and of the features rounded to bfloat16 (round to nearest even).
 void dwphi(const __nv_bfloat16 *dphi, const float *tau, size_t rows, float *part,
            size_t part_floats, float *out, cudaStream_t s);
-
-// dWm [128, 128] = dhpreᵀ m over B·N rows with m recomputed from τ, ψ, Wφ and bφ as the online
-// pass forms it (cuda/iqn_dwm.cu; TF32 products; a trial, FOXHUNT_TRIAL_IQN_DWM=1). The blocks'
-// partials (src/iqn_paths.hpp's iqn_dwm_partial_floats) go to part, then their sum in block
-// order to out. dwm_prepare opts the kernel into its shared memory (once, outside a capture).
-struct DwmArgs {
-    const float *dh;                        // [B·N, 128] dhpre (the online pass's)
-    const float *tau;                       // [B·N] τ_in, the online pass's
-    const float *psi;                       // [B, 128] ψ = SiLU(x̃ Wψᵀ + bψ)
-    const float *Wphi, *bphi;               // online net: Wφ [128, 64] (16-byte aligned), bφ
-    int B, N;
-};
-void dwm_prepare();
-void dwm(const DwmArgs &a, float *part, size_t part_floats, float *out, cudaStream_t s);
 
 }  // namespace fh::cuda::iqn

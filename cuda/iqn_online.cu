@@ -61,17 +61,18 @@ __device__ __forceinline__ float head_row(const OnlineArgs &a, int Nt, bool vali
 }
 
 // NC, NTC: N and N' compiled in (kFixedN), or 0 to read them from a. B16 (FH_MATH_BF16): the
-// products on bfloat16 operands (iqn_fused.cuh's SmemB16 overloads) and cos, m and dhpre to
-// a.cos16, a.m16, a.dh16 as bfloat16; else TF32 products and a.cos, a.m, a.dh. WG (TF32 only):
-// h on the warpgroup products (iqn_fused.cuh's SmemWg).
+// products on bfloat16 operands (iqn_fused.cuh's SmemB16 overloads) and m, dhpre to a.m16,
+// a.dh16 as bfloat16; else TF32 products and a.m, a.dh. The cosines go to a.cos where set
+// (float32, either instance). WG (TF32 only): h on the warpgroup products (iqn_fused.cuh's
+// SmemWg).
 template <int NC, int NTC, bool B16, bool WG>
 __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
     pdl_enter();
     static_assert(!(WG && B16), "the warpgroup products are TF32's");
     using E = std::conditional_t<B16, __nv_bfloat16, float>;  // the weights' element type
     using Out = std::conditional_t<B16, __nv_bfloat16, float>;
-    Out *const cos_out = pick<B16>(a.cos, a.cos16), *const m_out = pick<B16>(a.m, a.m16),
-              *const dh_out = pick<B16>(a.dh, a.dh16);
+    float *const cos_out = a.cos;
+    Out *const m_out = pick<B16>(a.m, a.m16), *const dh_out = pick<B16>(a.dh, a.dh16);
     extern __shared__ float4 sm4[];
     const auto sw = stage_for<WG, E>(sm4, a.Wphi, a.bphi, a.Wm, a.bm, a.wz);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, tq = lane & 3;

@@ -258,8 +258,9 @@ typedef enum fh_math_mode {
                              below the heads (dU, de, the
                              SiLU' and dc) runs in float32 with double sums. Where a kernel
                              writes a GEMM's operands it writes them already rounded, and the
-                             GEMM reads them as they are: IQN's weight gradients dWm and dWφ on
-                             operands stored as bfloat16; on float32 operands holding bfloat16
+                             GEMM reads them as they are: IQN's weight gradient dWm on
+                             operands stored as bfloat16 (and dWφ, on its own kernel, on
+                             dφpre so stored); on float32 operands holding bfloat16
                              values (the same round to nearest even, the same exact products)
                              dV, the trunk's dW2, dW1 and d_states, IQL's dW2 and dW1, IQN's
                              dWψ, CQL's dU and the attention head's dWr1, with x̃ rounded once

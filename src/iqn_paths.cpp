@@ -26,13 +26,6 @@ IqnPaths iqn_paths(const Dims &d, const fh_config &c) {
     p.online = p.target && d.N >= 1 && d.N <= 16 && 16 % d.N == 0 && level >= 2;
     p.backward = p.online && level >= 3;
     p.bf16_operands = p.backward && c.math_mode == FH_MATH_BF16;
-    auto on = [](const char *name) {
-        const char *v = getenv(name);
-        return v && !strcmp(v, "1");
-    };
-    p.dwphi_kernel = p.backward && (c.math_mode == FH_MATH_TF32 ||
-                                    (p.bf16_operands && on("FOXHUNT_TRIAL_DWPHI_BF16")));
-    p.dwm_kernel = p.backward && c.math_mode == FH_MATH_TF32 && on("FOXHUNT_TRIAL_IQN_DWM");
     return p;
 }
 

@@ -160,12 +160,12 @@ MemoryPlan plan_cuda(const fh_config &c, const Layout &L, const AttentionSizes &
     Arena iqn;
     const uint64_t Hq = d.Hq, Rmax = B * std::max(d.N, d.Nt), Wq = 2 * Hq + 2;
     const IqnPaths ip = iqn_paths(d, c);
-    const uint64_t half = ip.bf16_operands ? 2 : 1;  // cos and dhpre stored as bfloat16
-    // cos, or (TF32 with the fused backward; the BF16 trial) the dWφ kernel's partials.
-    iqn.add(ip.dwphi_kernel ? iqn_dwphi_partial_floats(B * d.N) * F : Rmax * d.C * F / half);
+    const uint64_t half = ip.bf16_operands ? 2 : 1;  // dhpre stored as bfloat16
+    // cos, or (with the fused backward) the dWφ kernel's partials.
+    iqn.add(ip.backward ? iqn_dwphi_partial_floats(B * d.N) * F : Rmax * d.C * F);
     iqn.add(ip.bf16_operands ? 0 : Rmax * Hq * F);     // φ (BF16's dφpre shares m's buffer)
-    // m, or (the dWm trial) its kernel's partials; hraw unless every pass is fused.
-    iqn.add(ip.dwm_kernel ? iqn_dwm_partial_floats(B * d.N) * F : Rmax * Hq * F);
+    // m; hraw unless every pass is fused.
+    iqn.add(Rmax * Hq * F);
     iqn.add(ip.backward ? 0 : Rmax * Hq * F);
     iqn.add(B * d.N * Hq * F / half);
     for (int k = 0; k < 3; ++k) iqn.add(B * Hq * F);

@@ -12,14 +12,13 @@
  *    m = ψ ⊙ φ, with φraw = cos(π k τ) Wφᵀ from random τ (the kernel recomputes it): dφpre,
  *    dψpre and the partial sums of dbφ and dbψ, at the same N;
  *    each kernel also in FH_MATH_BF16's instance (bfloat16 products, mma_bf16.cuh; the online
- *    pass's cos, m, dhpre and the backward's dφpre stored as bfloat16, the backward reading
+ *    pass's m, dhpre and the backward's dφpre stored as bfloat16, the backward reading
  *    dhpre so) against the same float64 evaluation within bfloat16's rounding, the float32
  *    buffers it must not write untouched, dψpre stored as bfloat16 values; and the TF32 target
  *    and online kernels also with h on the warpgroup products (wgmma, TF32's path where sm_90a
  *    code is loaded) within TF32's bound;
- * 3a. the weight-gradient kernels alone against float64 sums: dWφ = dφpreᵀ cos(π k τ)
- *    (cuda/iqn_dwphi.cu, TF32's path, and its bfloat16 instance, a trial) and dWm = dhpreᵀ m with
- *    m recomputed (cuda/iqn_dwm.cu, a trial), each run twice and bitwise equal;
+ * 3a. the dWφ kernel alone against float64 sums: dWφ = dφpreᵀ cos(π k τ) (cuda/iqn_dwphi.cu,
+ *    its TF32 and bfloat16 instances), each run twice and bitwise equal;
  * 4. whole steps of the four levels of FOXHUNT_IQN_KERNELS (fused, online, target, unfused)
  *    against each other and the CPU: IQN loss, parameters and the ensemble mean after 1 and 5
  *    steps, in TF32 (TF32 products in every GPU path, so they agree to TF32 rounding, not
@@ -302,7 +301,7 @@ void test_online_kernel_vs_float64(void **) {
          * partial sums of dbm and dw_z, db_z and the loss; τ exactly. */
         const char *names[] = {"cos", "phi", "m", "dh", "z_mean", "dbm", "dw_z", "db_z", "loss"};
         auto check = [&](const char *what, const std::vector<float> &g_tau,
-                         const std::vector<float> &g_cos, const std::vector<float> &g_phi,
+                         const std::vector<float> *g_cos, const std::vector<float> &g_phi,
                          const std::vector<float> &g_m, const std::vector<float> &g_dh,
                          double bound) {
             const std::vector<float> g_zm = back(d_zm, B);
@@ -324,7 +323,7 @@ void test_online_kernel_vs_float64(void **) {
                 p_dbz += row[2 * Hq];
                 p_loss += row[2 * Hq + 1];
             }
-            const double e[] = {rel_l2(g_cos, cosr), rel_l2(g_phi, phir), rel_l2(g_m, mr),
+            const double e[] = {rel_l2(*g_cos, cosr), rel_l2(g_phi, phir), rel_l2(g_m, mr),
                                 rel_l2(g_dh, dhr), rel_l2(g_zm, zmr), rel_l2(p_dbm, dbm),
                                 rel_l2(p_dwz, dwz), std::fabs(p_dbz - dbz) / std::fabs(dbz),
                                 std::fabs(p_loss - loss) / std::fabs(loss)};
@@ -340,7 +339,8 @@ void test_online_kernel_vs_float64(void **) {
                              names[k], e[k]);
         };
         /* TF32 operands (2^-11) in two chained products of K = 64 and 128, fast SiLU: ~1e-3. */
-        check("TF32", back(d_tau, R), back(d_cos, R * C), back(d_phi, R * Hq), back(d_m, R * Hq),
+        const std::vector<float> cos_tf32 = back(d_cos, R * C);
+        check("TF32", back(d_tau, R), &cos_tf32, back(d_phi, R * Hq), back(d_m, R * Hq),
               back(d_dh, R * Hq), 5e-3);
         using Buf = std::pair<float *, size_t>;
         const auto reset = [&] {
@@ -360,7 +360,8 @@ void test_online_kernel_vs_float64(void **) {
             launch_and_wait("online_fused (warpgroup)",
                             [&] { fh::cuda::iqn::online_fused(a, blocks, 0); });
             a.wg = false;
-            check("TF32 warpgroup", back(d_tau, R), back(d_cos, R * C), back(d_phi, R * Hq),
+            const std::vector<float> cos_wg = back(d_cos, R * C);
+            check("TF32 warpgroup", back(d_tau, R), &cos_wg, back(d_phi, R * Hq),
                   back(d_m, R * Hq), back(d_dh, R * Hq), 5e-3);
         } else {
             printf("[IQN] fused online kernel (TF32 warpgroup): no sm_90a code, skipped\n");
@@ -368,38 +369,29 @@ void test_online_kernel_vs_float64(void **) {
 
         /* FH_MATH_BF16's instance on the same inputs: bfloat16 products (2^-9 operand rounding,
          * about eight times TF32's errors: 1e-3 to 5e-3 on the H200; a misplaced fragment gives
-         * O(1)) and cos, m and dhpre stored
-         * as bfloat16; the float32 outputs and the partial rows reset to NaN first, and cos, m,
-         * dh's must stay so. The cosine features do not depend on the products: cos16 must be
-         * the round to nearest even of the TF32 run's cos, bit for bit. */
-        const std::vector<float> cos32 = back(d_cos, R * C);
-        uint16_t *d_cos16 = dev(std::vector<uint16_t>(R * C, 0xffff)),
-                 *d_m16 = dev(std::vector<uint16_t>(R * Hq, 0xffff)),
+         * O(1)) and m and dhpre stored as bfloat16; the float32 outputs and the partial rows
+         * reset to NaN first, and m and dh's must stay so. The cosine features (float32 in
+         * either instance) do not depend on the products: they must be the TF32 run's, bit for
+         * bit. */
+        uint16_t *d_m16 = dev(std::vector<uint16_t>(R * Hq, 0xffff)),
                  *d_dh16 = dev(std::vector<uint16_t>(R * Hq, 0xffff));
         reset();
-        a.cos16 = reinterpret_cast<__nv_bfloat16 *>(d_cos16);
         a.m16 = reinterpret_cast<__nv_bfloat16 *>(d_m16);
         a.dh16 = reinterpret_cast<__nv_bfloat16 *>(d_dh16);
         launch_and_wait("online_fused (bfloat16)",
                         [&] { fh::cuda::iqn::online_fused(a, blocks, 0); });
-        check("BF16", back(d_tau, R), widen(back(d_cos16, R * C)), back(d_phi, R * Hq),
-              widen(back(d_m16, R * Hq)), widen(back(d_dh16, R * Hq)), 2e-2);
-        const bool untouched = all_nan(back(d_cos, R * C)) && all_nan(back(d_m, R * Hq)) &&
-                               all_nan(back(d_dh, R * Hq));
-        const std::vector<uint16_t> g_cos16 = back(d_cos16, R * C);
-        size_t cos_bad = 0;
-        for (size_t k = 0; k < g_cos16.size(); ++k) {
-            const __nv_bfloat16 h = __float2bfloat16_rn(cos32[k]);
-            uint16_t u;
-            memcpy(&u, &h, sizeof u);
-            cos_bad += g_cos16[k] != u;
-        }
-        printf("[IQN] fused online kernel (BF16), N=%d: float32 buffers of cos, m, dh %s; cos "
-               "%zu of %zu entries not the rounding of the TF32 run's\n", N,
-               untouched ? "untouched" : "WRITTEN", cos_bad, g_cos16.size());
+        const std::vector<float> cos_b16 = back(d_cos, R * C);
+        check("BF16", back(d_tau, R), &cos_b16, back(d_phi, R * Hq), widen(back(d_m16, R * Hq)),
+              widen(back(d_dh16, R * Hq)), 2e-2);
+        const bool untouched = all_nan(back(d_m, R * Hq)) && all_nan(back(d_dh, R * Hq));
+        const bool same_cos =
+            memcmp(cos_b16.data(), cos_tf32.data(), cos_b16.size() * sizeof(float)) == 0;
+        printf("[IQN] fused online kernel (BF16), N=%d: float32 buffers of m, dh %s; cos %s the "
+               "TF32 run's\n", N, untouched ? "untouched" : "WRITTEN",
+               same_cos ? "bitwise equal to" : "DIFFERENT from");
         if (!untouched) fail_msg("fused online pass (BF16), N=%d: wrote the float32 buffers", N);
-        if (cos_bad) fail_msg("fused online pass (BF16), N=%d: cos16 differs", N);
-        for (void *p : {(void *)d_cos16, (void *)d_m16, (void *)d_dh16}) cudaFree(p);
+        if (!same_cos) fail_msg("fused online pass (BF16), N=%d: cos differs from TF32's", N);
+        for (void *p : {(void *)d_m16, (void *)d_dh16}) cudaFree(p);
         for (void *p : {(void *)d_psi, (void *)d_Wphi, (void *)d_bphi, (void *)d_Wm, (void *)d_bm,
                         (void *)d_wz, (void *)d_bz, (void *)d_zt, (void *)d_r, (void *)d_done,
                         (void *)d_tau, (void *)d_cos, (void *)d_phi, (void *)d_m, (void *)d_dh,
@@ -546,7 +538,7 @@ void test_backward_kernel_vs_float64(void **) {
  * (40000: 209 blocks of three 64-row stages; 131072 = the default batch's rows: 256 blocks of
  * eight); each run twice, bit for bit the same:
  * the TF32 instance (TF32's path with the fused backward) on float32 dφpre, and the bfloat16
- * instance (FH_MATH_BF16, the FOXHUNT_TRIAL_DWPHI_BF16 trial) on the same values rounded to
+ * instance (FH_MATH_BF16's) on the same values rounded to
  * bfloat16, against the float64 sums of the rounded values. */
 void test_dwphi_kernel_vs_float64(void **) {
     if (!fh_test_have_cuda()) skip();
@@ -608,67 +600,6 @@ void test_dwphi_kernel_vs_float64(void **) {
         }
         for (void *p : {(void *)d_dphi, (void *)d_tau, (void *)d_part, (void *)d_out,
                         (void *)d_dphi16})
-            cudaFree(p);
-    }
-}
-
-/* dWm = dhpreᵀ m by cuda/iqn_dwm.cu (the FOXHUNT_TRIAL_IQN_DWM trial), m recomputed from τ, ψ,
- * Wφ and bφ, against float64 (m = ψ_i ⊙ SiLU(cos(π k τ) Wφᵀ + bφ) in double) at N = 8 and 3
- * (a transition's rows across the kernel's row tiles), with a partly filled last stage (25·8,
- * 667·3) and five stages a block (5000·8: 125 blocks); twice, bit for bit the same. */
-void test_dwm_kernel_vs_float64(void **) {
-    if (!fh_test_have_cuda()) skip();
-    const int Hq = 128, C = 64;
-    struct Case {
-        int B, N;
-    };
-    for (const Case k : {Case{25, 8}, Case{667, 3}, Case{5000, 8}}) {
-        const size_t R = (size_t)k.B * k.N;
-        Normal vec(53 + (unsigned)R);
-        const std::vector<float> dh = vec(R * Hq, 1e-3f), psi = vec((size_t)k.B * Hq, 0.8f),
-                                 Wphi = vec((size_t)Hq * C, 0.25f), bphi = vec(Hq, 0.3f);
-        std::vector<float> tau(R);
-        std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-        for (float &t : tau) t = unit(vec.rng);
-        std::vector<double> m(R * Hq), ref((size_t)Hq * Hq, 0.0);
-        for (size_t r = 0; r < R; ++r)
-            for (int j = 0; j < Hq; ++j) {
-                double z = bphi[j];
-                for (int c = 0; c < C; ++c)
-                    z += std::cos(M_PI * c * (double)tau[r]) * Wphi[(size_t)j * C + c];
-                m[r * Hq + j] = psi[(r / k.N) * Hq + j] * silu(z);
-            }
-        for (size_t r = 0; r < R; ++r)
-            for (int j = 0; j < Hq; ++j) {
-                const double a = dh[r * Hq + j];
-                for (int c = 0; c < Hq; ++c) ref[(size_t)j * Hq + c] += a * m[r * Hq + c];
-            }
-        const size_t pf = fh::iqn_dwm_partial_floats(R);
-        const std::vector<float> nan_out((size_t)Hq * Hq, NAN);
-        float *d_dh = dev(dh), *d_tau = dev(tau), *d_psi = dev(psi), *d_Wphi = dev(Wphi),
-              *d_bphi = dev(bphi), *d_part = dev(std::vector<float>(pf, NAN)),
-              *d_out = dev(nan_out);
-        const fh::cuda::iqn::DwmArgs a{d_dh, d_tau, d_psi, d_Wphi, d_bphi, k.B, k.N};
-        std::vector<float> g[2];
-        for (int run = 0; run < 2; ++run) {
-            cudaMemcpy(d_out, nan_out.data(), nan_out.size() * 4, cudaMemcpyHostToDevice);
-            launch_and_wait("dwm", [&] {
-                fh::cuda::iqn::dwm_prepare();
-                fh::cuda::iqn::dwm(a, d_part, pf, d_out, 0);
-            });
-            g[run] = back(d_out, (size_t)Hq * Hq);
-        }
-        const double e = rel_l2(g[0], ref);
-        const bool same = memcmp(g[0].data(), g[1].data(), g[0].size() * sizeof(float)) == 0;
-        printf("[IQN] dWm kernel vs float64, B=%d N=%d, %llu blocks: rel. error %.2e, second run "
-               "%s\n", k.B, k.N, (unsigned long long)fh::iqn_wgrad_blocks(R, fh::kIqnDwmMaxBlocks), e,
-               same ? "bitwise equal" : "DIFFERENT");
-        /* TF32 operands in both products (cos and Wφ, then dhpre and m): ~4e-4; a misplaced
-         * fragment, row or transition gives O(1), NaN an entry left unwritten. */
-        if (!(e <= 5e-3)) fail_msg("dWm kernel, B=%d N=%d: rel. error %.3e", k.B, k.N, e);
-        if (!same) fail_msg("dWm kernel, B=%d N=%d: two runs differ", k.B, k.N);
-        for (void *p : {(void *)d_dh, (void *)d_tau, (void *)d_psi, (void *)d_Wphi,
-                        (void *)d_bphi, (void *)d_part, (void *)d_out})
             cudaFree(p);
     }
 }
@@ -754,7 +685,6 @@ int main(void) {
         cmocka_unit_test(test_online_kernel_vs_float64),
         cmocka_unit_test(test_backward_kernel_vs_float64),
         cmocka_unit_test(test_dwphi_kernel_vs_float64),
-        cmocka_unit_test(test_dwm_kernel_vs_float64),
 #endif
         cmocka_unit_test(test_fused_paths_agree)};
     return fh_test_gpu_exit(cmocka_run_group_tests(tests, NULL, NULL));

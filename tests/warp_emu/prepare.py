@@ -147,14 +147,11 @@ open(f"{work}/target_body.h", "w", encoding="utf-8").write("""#pragma once
 }  // namespace fh::cuda::iqn
 """)
 
-# IQN's weight-gradient kernels (dWφ; dWm, the FOXHUNT_TRIAL_IQN_DWM trial): each file's
-# constants and kernel, up to its host code.
-for src, host, out in (("iqn_dwphi.cu", "void dwphi_prepare()", "dwphi_body.h"),
-                       ("iqn_dwm.cu", "void dwm_prepare()", "dwm_body.h")):
-    s = read(src)
-    i = s.index("namespace fh::cuda::iqn {")
-    j = s.index(host)
-    open(f"{work}/{out}", "w", encoding="utf-8").write("""#pragma once
+# IQN's dWφ kernel: its constants, helpers and kernel, up to its host code.
+s = read("iqn_dwphi.cu")
+i = s.index("namespace fh::cuda::iqn {")
+j = s.index("void dwphi_prepare()")
+open(f"{work}/dwphi_body.h", "w", encoding="utf-8").write("""#pragma once
 #include <cstdint>
 #include "iqn_fused.cuh"
 #include "iqn_fused.hpp"

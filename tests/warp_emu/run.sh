@@ -15,7 +15,7 @@ cp -r "$here/inc" "$work/inc"
 flags=(-std=c++20 -O1 -w -I"$work" -I"$work/inc" -I"$repo/src" -I"$repo/include" -pthread
        ${WARP_EMU_FLAGS:-})
 status=0
-for emu in attn_tc iqn_online iqn_target iqn_backward iqn_dwphi iqn_dwm; do
+for emu in attn_tc iqn_online iqn_target iqn_backward iqn_dwphi; do
     "${CXX:-g++}" "${flags[@]}" "$here/$emu.cpp" -o "$work/$emu"
     echo "== $emu"
     # Lanes that part ways at a barrier would wait for ever: a time limit turns that into a failure.
