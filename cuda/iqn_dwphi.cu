@@ -1,10 +1,10 @@
 // IQN's φ-layer weight gradient (SPEC §5.5 step 3): dWφ[j][k] = Σ_r dφpre[r][j] cos(π k τ_r)
 // over the B·N rows r, on tensor cores, wherever the backward is fused (iqn_backward.cu writes
-// dφpre; src/iqn_paths.hpp). cuBLAS's split-K GEMM over
-// stored cosines read dφpre (64 MiB at B = 16384) and cos (32 MiB), which the online pass had
-// to write first; this kernel reads dφpre and τ (0.5 MiB) and forms the features from τ with
-// the online pass's own rotation (iqn_fused.cuh's CosRot, the same k for each quad lane, so the
-// same bits), and the online pass writes no cosines. Side by side with cuBLAS's GEMM on an
+// dφpre; src/iqn_paths.hpp). cuBLAS's split-K GEMM over stored cosines read dφpre (64 MiB at
+// B = 16384) and cos (32 MiB), which the online pass had to write first; this kernel reads
+// dφpre and τ (0.5 MiB) and forms the features from τ with the online pass's own rotation
+// (iqn_fused.cuh's CosRot, the same k for each quad lane, so the same bits), and the online
+// pass writes no cosines. Side by side with cuBLAS's GEMM on an
 // H100, B = 16384, both orders: aux child 0.688 / 0.690 → 0.668 / 0.671 ms and wall 1.309 /
 // 1.320 → 1.297 / 1.307 ms multi-stream TF32, IQN lane 0.416 / 0.419 → 0.402 / 0.399 ms
 // single-stream; 24 MiB less memory (bench/results/h100-2026-12-07-dwphi-*).
