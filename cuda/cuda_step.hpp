@@ -176,6 +176,7 @@ void adam_q(CudaStep &s, const LaneCtx &l);            // adam_q.cu
 // join.
 void learner_iql(CudaStep &s, const LaneCtx &l);
 void learner_iqn(CudaStep &s, const LaneCtx &l);
+void learner_iqn_backward(CudaStep &s, const LaneCtx &l);
 void learner_attention(CudaStep &s, const LaneCtx &l);
 void learner_adam(CudaStep &s, const LaneCtx &l, int learners);
 

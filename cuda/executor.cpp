@@ -355,6 +355,7 @@ void CudaBackend::run_task(Task t, int lane, int arg) {
     case Task::EMA_TARGETS: ema_targets(s, l); break;
     case Task::IQL: learner_iql(s, l); break;
     case Task::IQN: learner_iqn(s, l); break;
+    case Task::IQN_BACKWARD: learner_iqn_backward(s, l); break;
     case Task::ATTENTION: learner_attention(s, l); break;
     case Task::AUX_ADAM: learner_adam(s, l, arg); break;
     case Task::CQL: cql(s, l); break;

@@ -21,20 +21,22 @@
 //   dφpre = (dm ⊙ ψ) ⊙ SiLU'(φpre) (in place of φraw), dψpre = (Σ_n dm ⊙ φ) ⊙ SiLU'(ψpre),
 //            with the column-sum partials of dbφ and dbψ
 //   dWφ = dφpreᵀ cos (tn M=Hq N=C K=R);  dWψ = dψpreᵀ x̃ (tn M=Hq N=D K=B);  (Adam apart).
-// In TF32 with the fused backward dWφ is a kernel of its own that forms cos from τ again
+// With the fused backward dWφ is a kernel of its own that forms cos from τ again
 // (iqn_dwphi.cu), so the online pass stores no cosines and cos's buffer holds its partials.
+// The learner's task is two (enqueue_loss: the passes through the head; enqueue_grad: dWm on),
+// so that the schedule may run other work on the lane between them.
 // The target pass runs first in the same scratch buffers; only Z̄ [B, N'] survives it. In TF32
 // and BF16 modes at iqn_hidden = 128, iqn_cos = 64 the target pass after ψ̄ is one fused tensor-core
 // kernel instead (iqn_target.cu), which writes Z̄ alone, and when also 16 % N == 0 the online
 // pass after ψ with the head is one more (iqn_online.cu), which writes tau, cos (not with dWφ's
-// kernel), m (not with the dWm trial's), dhpre, z_mean and the head's partials (the same buffers
+// kernel), m, dhpre, z_mean and the head's partials (the same buffers
 // as the unfused head), and dm with the ψ/φ backward is a third (iqn_backward.cu: dm stays in
 // registers, and φraw is recomputed from τ rather than stored by the online pass and read back),
 // and hraw's buffer is not allocated.
 // In BF16 mode the three multiply bfloat16 operands on the tensor cores
 // (mma_bf16.cuh; iqn_fused.cuh's SmemB16 overloads), and the online pass and the backward
 // write dWm's and dWφ's operands as bfloat16 (Impl's bf16_operands: buffers of their bfloat16
-// size), which the two GEMMs read as they are. The unfused passes' kernels are in
+// size), which dWm's GEMM and dWφ's kernel read as they are. The unfused passes' kernels are in
 // iqn_unfused.cu; this file orders the passes and owns the learner's buffers.
 #include <algorithm>
 #include <memory>
@@ -195,12 +197,14 @@ struct IqnLearner::Impl {
         gemm_nt(bl, (int)R, Hq, Hq, mbuf, P + o.Wm, hraw, 0.0f, "IQN h = m Wm^T");
     }
 
-    void loss_grad(const Lane &lane, const StepInputs &in, float *z_mean, float *loss) {
+    // The target and online passes, the head and the loss: z_mean, loss, dhpre (dh), the
+    // head's gradient sums, and τ, ψ, ψpre, m (and the unfused passes' φraw, cos, hraw) for
+    // grad_pass.
+    void loss_pass(const Lane &lane, const StepInputs &in, float *z_mean, float *loss) {
         cudaStream_t s = lane.stream;
         const Blas &bl = checked_blas(lane, "IQN");
-        const int B = (int)d.B, N = (int)d.N, Nt = (int)d.Nt, Hq = (int)d.Hq, C = (int)d.C,
-                  D = (int)d.D;
-        const size_t RN = (size_t)d.B * d.N, RT = (size_t)d.B * d.Nt;
+        const int B = (int)d.B, N = (int)d.N, Nt = (int)d.Nt, Hq = (int)d.Hq, D = (int)d.D;
+        const size_t RT = (size_t)d.B * d.Nt;
 
         // ψ̄ and ψ as SiLU layers on linear_silu's fused kernel where it runs and pays (TF32 or
         // BF16 on Hopper): their weights rounded first, both nets in one pass; else (and where
@@ -282,8 +286,14 @@ struct IqnLearner::Impl {
             g.add(loss, 2 * Hq + 1, 1, 0, (double)d.Bg * d.Nt);
             aux::reduce_partials(part_head, head_blocks, 2 * Hq + 2, 1, g, s);
         }
+    }
 
-        // Merge layer, then ψ and φ.
+    // The rest of the gradient from what loss_pass() left: the merge layer, then ψ and φ.
+    void grad_pass(const Lane &lane, const StepInputs &in) {
+        cudaStream_t s = lane.stream;
+        const Blas &bl = checked_blas(lane, "IQN");
+        const int B = (int)d.B, N = (int)d.N, Hq = (int)d.Hq, C = (int)d.C, D = (int)d.D;
+        const size_t RN = (size_t)d.B * d.N;
         if (bf16_operands)
             gemm_tn_bf16(bl, Hq, Hq, (int)RN, dh16(), m16(), grad + o.Wm, 0.0f,
                          "IQN dWm = dh^T m");
@@ -332,9 +342,13 @@ IqnLearner::IqnLearner(const Dims &d, const fh_config &c, const Layout &L, float
 
 IqnLearner::~IqnLearner() = default;
 
-void IqnLearner::enqueue_loss_grad(const Lane &lane, const StepInputs &in, float *z_mean,
-                                   float *loss) {
-    impl_->loss_grad(lane, in, z_mean, loss);
+void IqnLearner::enqueue_loss(const Lane &lane, const StepInputs &in, float *z_mean,
+                              float *loss) {
+    impl_->loss_pass(lane, in, z_mean, loss);
+}
+
+void IqnLearner::enqueue_grad(const Lane &lane, const StepInputs &in) {
+    impl_->grad_pass(lane, in);
 }
 
 void IqnLearner::enqueue_adam(const Lane &lane, const uint64_t *step) {

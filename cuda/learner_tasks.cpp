@@ -4,8 +4,8 @@
 //   IQL (forward child, lane 2, beside the trunk backward; aux child, lane 0, with one branch:
 //        schedule.cpp): loss and gradient, its all-reduce, its Adam (V_hi's update precedes
 //        nothing else that reads it: ω and v_hi were written before)
-//   aux child, lane 1: IQN loss and gradient, its Adam   lane 2: attention loss and gradient,
-//        its Adam
+//   aux child, lane 1: IQN loss, then its gradient (two tasks: schedule.cpp may run the tail
+//        between them), its Adam   lane 2: attention loss and gradient, its Adam
 // In a data-parallel step (world > 1) the two Adam steps wait for the join instead, on lane 0
 // after both gradients' all-reduce (one NCCL group, on lane 0: no collective runs on the
 // learners' lanes).
@@ -21,7 +21,11 @@ void learner_iql(CudaStep &s, const LaneCtx &l) {
 }
 
 void learner_iqn(CudaStep &s, const LaneCtx &l) {
-    s.iqn->enqueue_loss_grad(l.lane(), s.inputs(), s.z_mean, &s.dm->iqn_loss);
+    s.iqn->enqueue_loss(l.lane(), s.inputs(), s.z_mean, &s.dm->iqn_loss);
+}
+
+void learner_iqn_backward(CudaStep &s, const LaneCtx &l) {
+    s.iqn->enqueue_grad(l.lane(), s.inputs());
 }
 
 void learner_attention(CudaStep &s, const LaneCtx &l) {

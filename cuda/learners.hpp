@@ -76,9 +76,12 @@ public:
     IqnLearner(const Dims &d, const fh_config &c, const Layout &L, float *params, float *target,
                float *m, float *v);
     ~IqnLearner();
-    // Writes z_mean [B] = mean_n Z(x~, tau_n) before the update, loss[1] and the gradient
-    // (layout.iqn, grad_floats() floats at grad_device()).
-    void enqueue_loss_grad(const Lane &lane, const StepInputs &in, float *z_mean, float *loss);
+    // The forward passes and the loss: writes z_mean [B] = mean_n Z(x~, tau_n) before the
+    // update and loss[1], and keeps what the backward reads. Then, on the same lane (other work
+    // may come between, none that writes the learner's buffers), the gradient (layout.iqn,
+    // grad_floats() floats at grad_device()).
+    void enqueue_loss(const Lane &lane, const StepInputs &in, float *z_mean, float *loss);
+    void enqueue_grad(const Lane &lane, const StepInputs &in);
     void enqueue_adam(const Lane &lane, const uint64_t *step);  // Adam t = *step + 1
     float *grad_device();
     size_t grad_floats() const;

@@ -1,6 +1,8 @@
 #include "schedule.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "error.hpp"
 
@@ -26,6 +28,18 @@ unsigned mask_of(int first, int count) { return ((1u << count) - 1u) << first; }
 // of its own (lane 1 shares lane 0's), so this needs at least two branch lanes; with one branch
 // IQL stays in the aux child.
 static bool iql_beside_trunk_backward(const Dims &d) { return d.NB >= 2; }
+
+// A trial (FOXHUNT_TRIAL_TAIL_EARLY=1): the tail (ensemble, confidence) on lane 1 between IQN's
+// loss and its gradient instead of after IQN's Adam. The tail reads z_mean, which the loss
+// writes, and nothing of IQN's gradient or parameters, so the results are the same bits. Why:
+// on an H100 trace (bench/results/h100-2026-12-08-thirty-second-final-timeline-multi-tf32.txt)
+// the sum of the dWφ kernel's partials waited about 100 µs for SMs behind the attention
+// backward, and the tail after it ended the aux child about 15 µs after the attention lane.
+// With it on, AUX_IQN's span holds the tail's too.
+static bool tail_between_iqn_passes() {
+    const char *v = getenv("FOXHUNT_TRIAL_TAIL_EARLY");
+    return v && !strcmp(v, "1");
+}
 
 std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     std::vector<ChildDesc> s;
@@ -126,18 +140,24 @@ std::vector<ChildDesc> build_schedule(const Dims &d, const fh_config &c) {
     aux.ops.push_back(fork(mask_of(1, aux_forked)));
     if (c.cql_alpha > 0) aux.ops.push_back(run(Task::CQL, 3));
     if (d.R > 1) aux.ops.push_back(run(Task::REGIME_SCALE, 3));
+    const bool tail_early = tail_between_iqn_passes();
+    auto tail = [&] {
+        aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_TAIL_BEGIN, 1), run(Task::ENSEMBLE, 1),
+                                       run(Task::CONFIDENCE, 1)});
+        if (!dp || tail_early) aux.ops.push_back(mark(Mark::AUX_TAIL_END, 1));
+    };
     aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_IQN_BEGIN, 1), run(Task::IQN, 1)});
+    if (tail_early) tail();
+    aux.ops.push_back(run(Task::IQN_BACKWARD, 1));
     if (!dp) aux.ops.push_back(run(Task::AUX_ADAM, 1, kAdamIqn));
-    aux.ops.insert(aux.ops.end(),
-                   {mark(Mark::AUX_IQN_END, 1), mark(Mark::AUX_TAIL_BEGIN, 1),
-                    run(Task::ENSEMBLE, 1), run(Task::CONFIDENCE, 1)});
-    if (!dp) aux.ops.push_back(mark(Mark::AUX_TAIL_END, 1));
+    aux.ops.push_back(mark(Mark::AUX_IQN_END, 1));
+    if (!tail_early) tail();
     aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_ATTN_BEGIN, 2), run(Task::ATTENTION, 2)});
     if (!dp) aux.ops.push_back(run(Task::AUX_ADAM, 2, kAdamAttention));
     aux.ops.insert(aux.ops.end(), {mark(Mark::AUX_ATTN_END, 2), join(mask_of(1, aux_forked))});
     if (dp) {
         aux.ops.push_back(run(Task::AUX_ADAM, 0, kAdamIqn | kAdamAttention));
-        aux.ops.push_back(mark(Mark::AUX_TAIL_END));
+        if (!tail_early) aux.ops.push_back(mark(Mark::AUX_TAIL_END));
     }
     add(std::move(aux));
 

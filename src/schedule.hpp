@@ -31,7 +31,9 @@ enum class Task : int {
     BWD_TRUNK,         // §5.4: dh2 = sum_b dh2_b in branch order, trunk backward, d_states
     EMA_TARGETS,       // §5.5.1: Polyak update of the Q and IQN targets
     IQL,               // §5.5.2: both expectile nets, their Adam, advantage weights
-    IQN,               // §5.5.3: loss and gradient
+    IQN,               // §5.5.3: the forward passes and the loss: z_mean, dL/dh (the CPU
+                       // computes the gradient here too)
+    IQN_BACKWARD,      // §5.5.3: the gradient (nothing on the CPU: IQN computed it)
     ATTENTION,         // §5.5.4: loss and gradient
     AUX_ADAM,          // §5.5.3–4: the Adam steps of the learners in `arg` (kAdamIqn,
                        // kAdamAttention), each at the end of its lane; in a data-parallel step

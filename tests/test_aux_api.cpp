@@ -331,6 +331,7 @@ static void check_aux_schedule(uint32_t world) {
         else assert_int_equal(op.lane, 0);
         switch (op.task) {
         case Task::IQN: iqn_at = k; assert_int_equal(op.lane, 1); break;
+        case Task::IQN_BACKWARD: assert_int_equal(op.lane, 1); break;
         case Task::ENSEMBLE: ens_at = k; assert_int_equal(op.lane, 1); break;
         case Task::CONFIDENCE: conf_at = k; assert_int_equal(op.lane, 1); break;
         case Task::ATTENTION: assert_int_equal(op.lane, 2); break;
@@ -427,8 +428,8 @@ static void check_ema_and_beside(fh_exec_mode mode) {
             const Op &op = ch.ops[i];
             if (op.kind != Op::RUN) continue;
             if (op.task == Task::TD_LOSS) td = i;
-            if (op.task == Task::IQN || op.task == Task::CONFIDENCE || op.task == Task::AUX_ADAM ||
-                op.task == Task::ADAM_Q)
+            if (op.task == Task::IQN || op.task == Task::IQN_BACKWARD ||
+                op.task == Task::CONFIDENCE || op.task == Task::AUX_ADAM || op.task == Task::ADAM_Q)
                 assert_int_equal(count, 1);
             if (op.task != Task::EMA_TARGETS) continue;
             ++count;

@@ -23,6 +23,7 @@
 //  - the children's edges point to earlier children and the last child comes after all others
 //    (and check_child_order, which the executors call, refuses lists where they do not);
 //  - each task runs exactly once per step (per branch).
+#include <cstdlib>
 #include <vector>
 
 #include "error.hpp"
@@ -230,7 +231,8 @@ const Order kOrder[] = {
     {Task::IQL, kAny, Task::ENSEMBLE, kAny},    // V_hi, V_lo
     {Task::EMA_TARGETS, kAny, Task::IQN, kAny},
     {Task::IQN, kAny, Task::ENSEMBLE, kAny},    // z_mean
-    {Task::IQN, kAny, Task::AUX_ADAM, kAdamIqn},
+    {Task::IQN, kAny, Task::IQN_BACKWARD, kAny},
+    {Task::IQN_BACKWARD, kAny, Task::AUX_ADAM, kAdamIqn},
     {Task::EMA_TARGETS, kAny, Task::AUX_ADAM, kAdamIqn},
     {Task::ATTENTION, kAny, Task::AUX_ADAM, kAdamAttention},
     {Task::FWD_TRUNK, kAny, Task::CONFIDENCE, kAny},  // u(x̃)
@@ -261,7 +263,8 @@ void check_order(const Sim &s, const Dims &d) {
     for (Task t : {Task::HER_RELABEL, Task::HER_METRICS, Task::SPECTRAL_POWER,
                    Task::DDQN_ONLINE_NEXT, Task::DDQN_TARGET, Task::DDQN_JOIN, Task::FWD_TRUNK,
                    Task::TD_LOSS, Task::TD_METRICS, Task::BWD_TRUNK, Task::EMA_TARGETS,
-                   Task::IQL, Task::IQN, Task::ATTENTION, Task::ENSEMBLE, Task::CONFIDENCE})
+                   Task::IQL, Task::IQN, Task::IQN_BACKWARD, Task::ATTENTION, Task::ENSEMBLE,
+                   Task::CONFIDENCE})
         find_once(s, t);
     for (uint32_t b = 0; b < d.NB; ++b) {
         find_once(s, Task::FWD_BRANCH, (int)b);
@@ -348,23 +351,27 @@ void check(const fh_config &c, uint32_t world) {
 }  // namespace
 
 // Every config: one to seven branches, both exec modes, with and without CQL, regimes and a
-// replay, one and two ranks.
+// replay, one and two ranks; with the trial FOXHUNT_TRIAL_TAIL_EARLY off and on.
 static void test_schedule_safe_on_streams(void **) {
-    for (uint32_t nb = 1; nb <= 7; ++nb)
-        for (int variant = 0; variant < 16; ++variant)
-            for (uint32_t world = 1; world <= 2; ++world) {
-                fh_config c;
-                fh_config_init(&c);
-                c.exec_mode = variant & 4 ? FH_EXEC_SINGLE_STREAM : FH_EXEC_MULTI_STREAM;
-                c.num_branches = nb;
-                c.cql_alpha = variant & 1 ? 0.0f : 0.1f;
-                c.num_regimes = variant & 2 ? 1 : 4;
-                if (variant & 8) {  // a replay: the sample child first
-                    c.replay_capacity = 64;
-                    c.replay_envs = 4;
+    for (const char *tail_early : {"0", "1"}) {
+        setenv("FOXHUNT_TRIAL_TAIL_EARLY", tail_early, 1);
+        for (uint32_t nb = 1; nb <= 7; ++nb)
+            for (int variant = 0; variant < 16; ++variant)
+                for (uint32_t world = 1; world <= 2; ++world) {
+                    fh_config c;
+                    fh_config_init(&c);
+                    c.exec_mode = variant & 4 ? FH_EXEC_SINGLE_STREAM : FH_EXEC_MULTI_STREAM;
+                    c.num_branches = nb;
+                    c.cql_alpha = variant & 1 ? 0.0f : 0.1f;
+                    c.num_regimes = variant & 2 ? 1 : 4;
+                    if (variant & 8) {  // a replay: the sample child first
+                        c.replay_capacity = 64;
+                        c.replay_envs = 4;
+                    }
+                    check(c, world);
                 }
-                check(c, world);
-            }
+    }
+    unsetenv("FOXHUNT_TRIAL_TAIL_EARLY");
 }
 
 int main(void) {

@@ -290,6 +290,7 @@ private:
         case Task::EMA_TARGETS: ema_targets(s_); break;
         case Task::IQL: iql(s_); break;
         case Task::IQN: iqn(s_); break;
+        case Task::IQN_BACKWARD: break;  // iqn() computed the gradient in its pass
         case Task::ATTENTION: attention(s_); break;
         case Task::AUX_ADAM:
             if (op.arg & kAdamIqn) iqn_adam(s_);
