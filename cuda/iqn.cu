@@ -175,8 +175,10 @@ struct IqnLearner::Impl {
         const bool tf32 = c.math_mode == FH_MATH_TF32;
         wg_target = fused_target && iqn::target_fused_prepare() && tf32;
         wg_online = fused_online && iqn::online_fused_prepare() && tf32;
-        if (fused_backward) iqn::backward_fused_prepare();
-        if (fused_backward) iqn::dwphi_prepare();
+        if (fused_backward) {
+            iqn::backward_fused_prepare();
+            iqn::dwphi_prepare();
+        }
         bf16_target = c.math_mode == FH_MATH_BF16;
     }
     __nv_bfloat16 *dh16() const { return reinterpret_cast<__nv_bfloat16 *>(dh); }

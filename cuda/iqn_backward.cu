@@ -8,12 +8,12 @@
 //   dψpre_i = (Σ_n dm_in ⊙ SiLU(φraw_in + bφ)) ⊙ SiLU'(ψpre_i)  -> dpsi
 // with per block the column sums of dbφ = Σ_r dφpre and dbψ = Σ_i dψpre. In FH_MATH_BF16 (the
 // B16 instances) φraw and dm are bfloat16 products (mma_bf16.cuh, Wφ and Wmᵀ staged as bfloat16),
-// dhpre comes from the online pass's bfloat16 copy, dφpre goes out as bfloat16 to
-// its own buffer, the operand of dWφ's bfloat16 GEMM, and dψpre is stored rounded to
+// dhpre comes from the online pass's bfloat16 copy, dφpre goes out as bfloat16 to its own
+// buffer, the operand of the dWφ kernel's bfloat16 instance, and dψpre is stored rounded to
 // bfloat16 values for dWψ's GEMM, its only reader (the sums use it unrounded). dm never goes to
 // memory: this replaces the cuBLAS GEMM dm = dh Wm and the ψ/φ backward kernel of the unfused
 // path (iqn.cu), which wrote dm (64 MiB at B = 16384) and read it back. dWm and dWψ stay
-// cuBLAS GEMMs over all rows; dWφ is iqn_dwphi.cu's kernel in TF32, a cuBLAS GEMM in BF16.
+// cuBLAS GEMMs over all rows; dWφ is iqn_dwphi.cu's kernel.
 //
 // φraw is recomputed, not read: the online pass used to store it (64 MiB at B = 16384) and this
 // kernel read it back. It forms φraw from τ with Wφ staged as the online pass stages it and the

@@ -132,7 +132,6 @@ __device__ __forceinline__ void rows_product(const float *X, const float *YT, in
     }
 }
 
-
 // The staged rows of dφpre and cosᵀ in elements of E (float, or bfloat16 in FH_MATH_BF16):
 // dφpre rows of 132 floats (≡ 4 words mod 32) or 136 bfloat16 (68 words ≡ 4: the 16-bit loads
 // of rows 2t and columns g hit words 8t + g / 2, all different or shared), cosᵀ rows of 72

@@ -3,7 +3,7 @@
 // [B, 128] (a cuBLAS GEMM before it) and the target pass's Z̄ [B, N'], one kernel per row
 // r = i·N + n:
 //   draws τ_in (Philox purpose 2) and forms cos(π k τ_in)            -> tau, cos (if set)
-//   φraw = cos Wφᵀ, m = ψ_i ⊙ SiLU(φraw + bφ)                   -> phi (if set), m (if set)
+//   φraw = cos Wφᵀ, m = ψ_i ⊙ SiLU(φraw + bφ)                         -> phi (if set), m
 //   h = m Wmᵀ, Z_in = SiLU(h + bm)·w_z + b_z
 //   T_im = r̃_i + γ(1 − d̃_i) Z̄_im, the quantile Huber loss terms and
 //   dZ_in = −Σ_m |τ_in − 1{u < 0}| huber'_κ(u)/κ / (W·B·N'),  u = T_im − Z_in
@@ -12,11 +12,10 @@
 // and per block the column sums of dbm = Σ dhpre and dw_z = Σ dZ SiLU(h + bm), db_z = Σ dZ and
 // the loss terms (one partial row per block; reduce_partials sums them in block order). The
 // backward's GEMMs (dWm = dhᵀ m, dm = dh Wm, dWφ = dφpreᵀ cos) and the ψ/φ backward read what it
-// writes (iqn.cu); in TF32 with the fused backward the cosines are not stored, since dWφ's
-// kernel (iqn_dwphi.cu) forms them again from τ. In FH_MATH_BF16 (the B16 instances) the
-// products are bfloat16 ones (iqn_fused.cuh's SmemB16 overloads) and cos, m and dhpre go out as
-// bfloat16 instead, the operands of dWm and dWφ's bfloat16 GEMMs, half the bytes
-// (OnlineArgs::dh16).
+// writes (iqn.cu); with the fused backward the cosines are not stored, since dWφ's kernel
+// (iqn_dwphi.cu) forms them again from τ. In FH_MATH_BF16 (the B16 instances) the products are
+// bfloat16 ones (iqn_fused.cuh's SmemB16 overloads) and m and dhpre go out as bfloat16 instead,
+// the operands of dWm's bfloat16 GEMM and the backward, half the bytes (OnlineArgs::dh16).
 // This replaces five kernels of the unfused pass (taucos, the φ and Wm GEMMs, the merge and the
 // warp-per-transition head) and its hraw round trip through memory.
 //
@@ -101,8 +100,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) k_iqn_online(OnlineArgs a) {
         merge_tile(sw, phi, a.psi + i0 * kHq, a.psi + i1 * kHq, M,
                    v0 && a.phi ? a.phi + r0 * kHq : nullptr,
                    v1 && a.phi ? a.phi + r1 * kHq : nullptr,
-                   v0 && m_out ? m_out + r0 * kHq : nullptr,
-                   v1 && m_out ? m_out + r1 * kHq : nullptr);
+                   v0 ? m_out + r0 * kHq : nullptr, v1 ? m_out + r1 * kHq : nullptr);
         // Z_in of the thread's two rows (every lane of the quad holds them).
         float z0, z1;
         z_rows(sw, M, z0, z1);
